@@ -1,0 +1,117 @@
+"""Django admin for every catalog model."""
+
+from django.contrib import admin
+
+from brokers.models import (
+    App,
+    AppToken,
+    Broker,
+    Cluster,
+    ConsumerPolicy,
+    PartitionGroup,
+    ProducerPolicy,
+    Team,
+    TeamMembership,
+    Topic,
+)
+
+
+class TeamMembershipInline(admin.TabularInline):
+    model = TeamMembership
+    extra = 1
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "description", "created_at"]
+    search_fields = ["name"]
+    inlines = [TeamMembershipInline]
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ["name", "description", "created_at"]
+    search_fields = ["name"]
+
+
+@admin.register(Broker)
+class BrokerAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "cluster",
+        "host",
+        "jmq4_port",
+        "zbus_port",
+        "vibemq_port",
+        "data_center",
+        "weight",
+        "readable",
+        "writable",
+        "status",
+        "last_heartbeat",
+    ]
+    list_filter = ["cluster", "status", "readable", "writable", "data_center"]
+    search_fields = ["host"]
+
+
+class PartitionGroupInline(admin.TabularInline):
+    model = PartitionGroup
+    extra = 0
+
+
+@admin.register(Topic)
+class TopicAdmin(admin.ModelAdmin):
+    list_display = ["code", "cluster", "team", "type", "partitions", "created_at"]
+    list_filter = ["cluster", "team", "type"]
+    search_fields = ["code", "description"]
+    inlines = [PartitionGroupInline]
+
+
+@admin.register(PartitionGroup)
+class PartitionGroupAdmin(admin.ModelAdmin):
+    list_display = ["topic", "group_id", "leader", "partitions"]
+    list_filter = ["leader"]
+    search_fields = ["topic__code"]
+
+
+class AppTokenInline(admin.TabularInline):
+    model = AppToken
+    extra = 0
+    fields = ["hint", "created_at", "revoked_at"]
+    readonly_fields = ["hint", "created_at"]
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None) -> bool:  # tokens are issued, not typed
+        return False
+
+
+@admin.register(App)
+class AppAdmin(admin.ModelAdmin):
+    list_display = ["code", "team", "is_admin", "created_at"]
+    list_filter = ["team", "is_admin"]
+    search_fields = ["code"]
+    inlines = [AppTokenInline]
+
+
+@admin.register(AppToken)
+class AppTokenAdmin(admin.ModelAdmin):
+    list_display = ["app", "hint", "created_at", "revoked_at"]
+    readonly_fields = ["app", "hint", "created_at"]
+    exclude = ["token_hash"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(ProducerPolicy)
+class ProducerPolicyAdmin(admin.ModelAdmin):
+    list_display = ["name", "topic", "app", "http_enabled", "rate_limit", "archive"]
+    list_filter = ["http_enabled", "archive"]
+    search_fields = ["name", "topic__code", "app__code"]
+
+
+@admin.register(ConsumerPolicy)
+class ConsumerPolicyAdmin(admin.ModelAdmin):
+    list_display = ["name", "topic", "app", "mode", "paused", "http_enabled", "rate_limit"]
+    list_filter = ["mode", "paused", "http_enabled", "archive"]
+    search_fields = ["name", "topic__code", "app__code"]

@@ -1,0 +1,1 @@
+"""Python clients for each protocol: for tests, the CLI, benchmarks and users."""

@@ -1,0 +1,1 @@
+"""The message engine on Redis: one engine behind every protocol front-end."""

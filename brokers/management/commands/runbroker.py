@@ -1,0 +1,134 @@
+"""``manage.py runbroker --broker-id N``: run one broker process.
+
+The process registers itself in the catalog (creating its Broker row on first start),
+heartbeats every BROKER_HEARTBEAT_SECONDS, follows catalog snapshots published on Redis,
+and on SIGINT/SIGTERM marks itself down and exits cleanly. The protocol servers (JMQ4,
+zbus, VibeMQ) are attached to this process by their own issues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+from django.utils import timezone
+
+from brokers.catalog_loader import publish_on_commit
+from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher
+from brokers.models import Broker, Cluster
+
+log = logging.getLogger("mqcloud.broker")
+
+
+class Command(BaseCommand):
+    help = "Run a broker process: register, heartbeat and follow the catalog."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--broker-id", type=int, required=True)
+        parser.add_argument("--cluster", default=None, help="Cluster to register in if new.")
+        parser.add_argument("--host", default=None, help="Advertised host (default: catalog).")
+
+    def handle(self, *args: object, **options: object) -> None:
+        broker_id = int(options["broker_id"])
+        if broker_id < 1:
+            raise CommandError("--broker-id must be a positive integer")
+        broker = register(broker_id, options.get("cluster"), options.get("host"))
+        self.stdout.write(
+            f"broker {broker.id} registered: {broker.host} jmq4={broker.jmq4_port}"
+            f" zbus={broker.zbus_port} vibemq={broker.vibemq_port}"
+        )
+        asyncio.run(run(broker.id))
+        self.stdout.write(f"broker {broker.id} stopped")
+
+
+@transaction.atomic
+def register(broker_id: int, cluster_name: object, host: object) -> Broker:
+    """Create or refresh this broker's catalog row and mark it up."""
+    broker = Broker.objects.select_for_update().filter(id=broker_id).first()
+    if broker is None:
+        cluster = (
+            Cluster.objects.get(name=cluster_name)
+            if cluster_name
+            else Cluster.objects.order_by("id").first()
+        )
+        if cluster is None:
+            raise CommandError("no cluster in the catalog; create one or run loaddemo")
+        broker = Broker(
+            id=broker_id,
+            cluster=cluster,
+            host=str(host or settings.BROKER_ADVERTISED_HOST),
+            jmq4_port=settings.JMQ4_PORT,
+            zbus_port=settings.ZBUS_PORT,
+            vibemq_port=settings.VIBEMQ_PORT,
+        )
+        broker.full_clean()
+    elif host:
+        broker.host = str(host)
+    broker.status = Broker.Status.UP
+    broker.last_heartbeat = timezone.now()
+    broker.save()
+    return broker
+
+
+def _heartbeat(broker_id: int) -> None:
+    updated = Broker.objects.filter(id=broker_id).update(
+        last_heartbeat=timezone.now(), status=Broker.Status.UP
+    )
+    if not updated:
+        raise CommandError(f"broker {broker_id} was removed from the catalog")
+
+
+def _was_down(broker_id: int) -> bool:
+    return Broker.objects.filter(id=broker_id).exclude(status=Broker.Status.UP).exists()
+
+
+@transaction.atomic
+def _mark_up(broker_id: int) -> None:
+    _heartbeat(broker_id)
+    publish_on_commit()
+
+
+@transaction.atomic
+def _mark_down(broker_id: int) -> None:
+    Broker.objects.filter(id=broker_id).update(status=Broker.Status.DOWN)
+    publish_on_commit()
+
+
+async def run(broker_id: int) -> None:
+    """Heartbeat and follow the catalog until SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    client = aioredis.from_url(settings.REDIS_URL)
+    watcher = CatalogWatcher(client)
+
+    def changed(snapshot: CatalogSnapshot) -> None:
+        log.info(
+            "broker %s: catalog version %s (%d topics)",
+            broker_id,
+            snapshot.version,
+            len(snapshot.topics),
+        )
+
+    watcher.on_change(changed)
+    await watcher.start()
+    try:
+        while not stop.is_set():
+            if await sync_to_async(_was_down)(broker_id):
+                await sync_to_async(_mark_up)(broker_id)
+            else:
+                await sync_to_async(_heartbeat)(broker_id)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), settings.BROKER_HEARTBEAT_SECONDS)
+    finally:
+        await watcher.stop()
+        await sync_to_async(_mark_down)(broker_id)
+        await client.aclose()

@@ -1,0 +1,504 @@
+"""The catalog: clusters, brokers, topics and their partition groups, apps and policies.
+
+Everything a broker needs to answer JMQ4 FETCH_CLUSTER and everything MQCloud tracks
+lives here. Validation sits on the fields and in ``clean()`` with clear messages, and is
+backed by database constraints so no other writer can store an invalid row. The engine
+never reads these models: ``brokers.catalog_loader`` turns them into frozen snapshots.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from brokers.engine.catalog import hash_token
+from brokers.validators import (
+    APP_CODE_MAX,
+    TOPIC_CODE_MAX,
+    name_validator,
+    validate_broker_weights,
+    validate_ip_list,
+)
+
+PORT = [MinValueValidator(1), MaxValueValidator(65535)]
+
+
+class Team(models.Model):
+    """A group of users that owns apps and topics."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.CharField(max_length=500, blank=True)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="TeamMembership", related_name="teams"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TeamMembership(models.Model):
+    """A user's membership of a team, with the role they play in it."""
+
+    class Role(models.TextChoices):
+        MEMBER = "member", "Member"
+        ADMIN = "admin", "Team admin"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "user"], name="team_member_once"),
+            models.CheckConstraint(
+                condition=Q(role__in=["member", "admin"]), name="team_membership_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class Cluster(models.Model):
+    """A set of brokers sharing one Redis store."""
+
+    name = models.CharField(max_length=100, unique=True, validators=[name_validator])
+    description = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Broker(models.Model):
+    """One broker process: its address, ports, permissions and liveness."""
+
+    class Status(models.TextChoices):
+        UP = "up", "Up"
+        DOWN = "down", "Down"
+        UNKNOWN = "unknown", "Unknown"
+
+    id = models.PositiveIntegerField(
+        primary_key=True,
+        validators=[MinValueValidator(1), MaxValueValidator(2_147_483_647)],
+        help_text="Broker id as it travels on the wire (JMQ4 INT).",
+    )
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="brokers")
+    host = models.CharField(max_length=255)
+    jmq4_port = models.PositiveIntegerField(default=50088, validators=PORT)
+    zbus_port = models.PositiveIntegerField(default=15555, validators=PORT)
+    vibemq_port = models.PositiveIntegerField(default=2925, validators=PORT)
+    data_center = models.CharField(max_length=100, blank=True)
+    weight = models.PositiveIntegerField(
+        default=100, validators=[MinValueValidator(0), MaxValueValidator(10000)]
+    )
+    readable = models.BooleanField(default=True)
+    writable = models.BooleanField(default=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.UNKNOWN)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(id__gte=1), name="broker_id_positive"),
+            models.CheckConstraint(
+                condition=Q(jmq4_port__gte=1, jmq4_port__lte=65535)
+                & Q(zbus_port__gte=1, zbus_port__lte=65535)
+                & Q(vibemq_port__gte=1, vibemq_port__lte=65535),
+                name="broker_ports_in_range",
+            ),
+            models.CheckConstraint(condition=Q(weight__lte=10000), name="broker_weight_range"),
+            models.UniqueConstraint(fields=["host", "jmq4_port"], name="broker_jmq4_address"),
+            models.UniqueConstraint(fields=["host", "zbus_port"], name="broker_zbus_address"),
+            models.UniqueConstraint(fields=["host", "vibemq_port"], name="broker_vibemq_address"),
+        ]
+
+    def __str__(self) -> str:
+        return f"broker {self.id} ({self.host})"
+
+    def clean(self) -> None:
+        ports = [self.jmq4_port, self.zbus_port, self.vibemq_port]
+        if None not in ports and len(set(ports)) != 3:
+            raise ValidationError("The JMQ4, zbus and VibeMQ ports must differ.")
+
+
+class Topic(models.Model):
+    """A topic: partitions in partition groups, retention and per-protocol settings."""
+
+    class Type(models.TextChoices):
+        NORMAL = "normal", "Normal"
+        BROADCAST = "broadcast", "Broadcast"
+        SEQUENTIAL = "sequential", "Sequential"
+
+    class DeliveryMode(models.TextChoices):
+        ROUND_ROBIN = "RoundRobin"
+        FAN_OUT_WITH_ACK = "FanOutWithAck"
+        FAN_OUT_WITHOUT_ACK = "FanOutWithoutAck"
+        PRIORITY_BASED = "PriorityBased"
+
+    class Overflow(models.TextChoices):
+        DROP_OLDEST = "DropOldest"
+        DROP_NEWEST = "DropNewest"
+        BLOCK_PUBLISHER = "BlockPublisher"
+        REDIRECT_TO_DLQ = "RedirectToDlq"
+
+    code = models.CharField(
+        max_length=TOPIC_CODE_MAX,
+        unique=True,
+        validators=[name_validator],
+        help_text="Unique across all clusters.",
+    )
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="topics")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="topics")
+    type = models.CharField(max_length=12, choices=Type.choices, default=Type.NORMAL)
+    partitions = models.PositiveIntegerField(
+        default=4, validators=[MinValueValidator(1), MaxValueValidator(1024)]
+    )
+    retention_max_age_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(60)],
+        help_text="Messages older than this many seconds are trimmed (empty: keep).",
+    )
+    retention_max_count = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="At most this many messages per partition are kept (empty: no limit).",
+    )
+    # VibeMQ queue settings.
+    delivery_mode = models.CharField(
+        max_length=20, choices=DeliveryMode.choices, default=DeliveryMode.ROUND_ROBIN
+    )
+    max_queue_size = models.PositiveIntegerField(
+        default=10_000, validators=[MinValueValidator(1), MaxValueValidator(10_000_000)]
+    )
+    overflow_policy = models.CharField(
+        max_length=20, choices=Overflow.choices, default=Overflow.DROP_OLDEST
+    )
+    message_ttl_ms = models.PositiveBigIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    dead_letter_enabled = models.BooleanField(default=False)
+    max_retry_attempts = models.PositiveSmallIntegerField(
+        default=3, validators=[MaxValueValidator(100)]
+    )
+    # zbus MQ settings.
+    zbus_mode = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MaxValueValidator(7)],
+        help_text="zbus mqMode bit set: 1 MQ, 2 PubSub, 4 Temp.",
+    )
+    zbus_token_hash = models.CharField(max_length=64, blank=True, editable=False)
+    creator = models.CharField(max_length=255, blank=True)
+    description = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["code"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(partitions__gte=1, partitions__lte=1024),
+                name="topic_partitions_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(type__in=["normal", "broadcast", "sequential"]),
+                name="topic_type_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(retention_max_age_s__isnull=True) | Q(retention_max_age_s__gte=60),
+                name="topic_retention_age_min",
+            ),
+            models.CheckConstraint(
+                condition=Q(retention_max_count__isnull=True) | Q(retention_max_count__gte=1),
+                name="topic_retention_count_min",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_queue_size__gte=1, max_queue_size__lte=10_000_000),
+                name="topic_max_queue_size_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_retry_attempts__lte=100), name="topic_max_retry_range"
+            ),
+            models.CheckConstraint(condition=Q(zbus_mode__lte=7), name="topic_zbus_mode_bits"),
+            models.CheckConstraint(
+                condition=~Q(overflow_policy="RedirectToDlq") | Q(dead_letter_enabled=True),
+                name="topic_redirect_needs_dlq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.code
+
+    def clean(self) -> None:
+        if self.overflow_policy == self.Overflow.REDIRECT_TO_DLQ and not self.dead_letter_enabled:
+            raise ValidationError(
+                {"dead_letter_enabled": "RedirectToDlq overflow needs the dead-letter queue on."}
+            )
+
+    def set_zbus_token(self, token: str) -> None:
+        """Set (or clear, with "") the zbus MQ access token; only its hash is kept."""
+        self.zbus_token_hash = hash_token(token) if token else ""
+
+
+class PartitionGroup(models.Model):
+    """A group of partitions of one topic, led by one broker."""
+
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="groups")
+    group_id = models.PositiveIntegerField()
+    leader = models.ForeignKey(Broker, on_delete=models.PROTECT, related_name="led_groups")
+    partitions = models.JSONField(help_text="Partition numbers of this group.")
+
+    class Meta:
+        ordering = ["topic", "group_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "group_id"], name="group_id_per_topic"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic.code}/group {self.group_id}"
+
+    def clean(self) -> None:
+        parts = self.partitions
+        if not isinstance(parts, list) or not parts:
+            raise ValidationError({"partitions": "Must be a non-empty list of partitions."})
+        if any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in parts):
+            raise ValidationError({"partitions": "Partitions are integers ≥ 0."})
+        if len(set(parts)) != len(parts):
+            raise ValidationError({"partitions": "A partition may appear only once."})
+        if self.topic_id and any(p >= self.topic.partitions for p in parts):
+            raise ValidationError(
+                {"partitions": f"The topic has partitions 0–{self.topic.partitions - 1} only."}
+            )
+
+
+class App(models.Model):
+    """An application: the identity producers and consumers authenticate as."""
+
+    code = models.CharField(max_length=APP_CODE_MAX, unique=True, validators=[name_validator])
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="apps")
+    description = models.CharField(max_length=500, blank=True)
+    is_admin = models.BooleanField(
+        default=False, help_text="An admin app may act for every app (JMQ4 session rule)."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["code"]
+
+    def __str__(self) -> str:
+        return self.code
+
+    def issue_token(self, token: str | None = None, *, revoke_others: bool = True) -> str:
+        """Create a token for this app and return it; only its hash is stored.
+
+        Rotation revokes the previous tokens unless ``revoke_others`` is false.
+        """
+        from django.utils import timezone
+
+        token = token or f"mqa_{secrets.token_urlsafe(32)}"
+        if revoke_others:
+            self.tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        AppToken.objects.create(app=self, token_hash=hash_token(token), hint=token[-4:])
+        return token
+
+    def active_token_hashes(self) -> list[str]:
+        """Hashes of the tokens that are not revoked."""
+        return [t.token_hash for t in self.tokens.all() if t.revoked_at is None]
+
+
+class AppToken(models.Model):
+    """A hashed app token; the token itself is shown once, when it is issued."""
+
+    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=4, help_text="Last characters, to tell tokens apart.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.app.code} token …{self.hint}"
+
+
+class PolicyBase(models.Model):
+    """Fields shared by producer and consumer policies (one app on one topic)."""
+
+    name = models.CharField(
+        max_length=255,
+        unique=True,
+        validators=[name_validator],
+        blank=True,
+        help_text="Unique in the catalog; defaults to <app>.<topic>. HTTP-MQ addresses it.",
+    )
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE)
+    app = models.ForeignKey(App, on_delete=models.CASCADE)
+    nearby = models.BooleanField(default=False)
+    archive = models.BooleanField(default=False)
+    blacklist = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_ip_list],
+        help_text="IP addresses or networks refused by the broker.",
+    )
+    http_enabled = models.BooleanField(default=False)
+    rate_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
+        help_text="Messages per second across the cluster (empty: unlimited).",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if not self.name and self.app_id and self.topic_id:
+            self.name = f"{self.app.code}.{self.topic.code}"
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        if not self.name and self.app_id and self.topic_id:
+            self.name = f"{self.app.code}.{self.topic.code}"
+
+
+class ProducerPolicy(PolicyBase):
+    """How one app produces to one topic (JMQ4 producer policy, MQCloud producer)."""
+
+    single = models.BooleanField(default=False)
+    weights = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_broker_weights],
+        help_text='Per-broker weights, e.g. {"1": 100, "2": 50}.',
+    )
+    timeout_ms = models.PositiveIntegerField(
+        default=5000, validators=[MinValueValidator(100), MaxValueValidator(600_000)]
+    )
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "producer policies"
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "app"], name="producer_once_per_app_topic"),
+            models.CheckConstraint(
+                condition=Q(timeout_ms__gte=100, timeout_ms__lte=600_000),
+                name="producer_timeout_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_limit__isnull=True) | Q(rate_limit__gte=1),
+                name="producer_rate_limit_min",
+            ),
+        ]
+
+    def clean(self) -> None:
+        super().clean()
+        if self.topic_id and isinstance(self.weights, dict) and self.weights:
+            brokers = set(
+                Broker.objects.filter(cluster_id=self.topic.cluster_id).values_list("id", flat=True)
+            )
+            unknown = sorted(k for k in self.weights if k.isdigit() and int(k) not in brokers)
+            if unknown:
+                raise ValidationError(
+                    {"weights": f"Not brokers of the topic's cluster: {', '.join(unknown)}."}
+                )
+
+
+class ConsumerPolicy(PolicyBase):
+    """How one app consumes one topic (JMQ4 consumer policy, MQCloud consumer)."""
+
+    class Mode(models.TextChoices):
+        CLUSTERING = "clustering", "Clustering"
+        BROADCAST = "broadcast", "Broadcast"
+
+    paused = models.BooleanField(default=False)
+    retry = models.BooleanField(default=True)
+    sequential = models.BooleanField(default=False)
+    ack_timeout_ms = models.PositiveIntegerField(
+        default=300_000, validators=[MinValueValidator(1000), MaxValueValidator(129_600_000)]
+    )
+    batch_size = models.PositiveSmallIntegerField(
+        default=32, validators=[MinValueValidator(1), MaxValueValidator(1000)]
+    )
+    concurrent = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(1000)]
+    )
+    delay_ms = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(7 * 24 * 3600 * 1000)]
+    )
+    err_times = models.PositiveIntegerField(
+        default=16,
+        validators=[MaxValueValidator(1000)],
+        help_text="Failed deliveries before the dead-letter queue (0: unlimited).",
+    )
+    max_partition_num = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(1024)],
+        help_text="Partitions one connection may hold at once (0: no limit).",
+    )
+    read_retry_probability = models.PositiveSmallIntegerField(
+        default=10, validators=[MaxValueValidator(100)], help_text="Percent."
+    )
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.CLUSTERING)
+    backlog_alert_count = models.PositiveIntegerField(
+        default=10_000, validators=[MinValueValidator(1)]
+    )
+    backlog_alert_age_s = models.PositiveIntegerField(
+        default=300, validators=[MinValueValidator(1)]
+    )
+    backlog_alert_enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "consumer policies"
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "app"], name="consumer_once_per_app_topic"),
+            models.CheckConstraint(
+                condition=Q(ack_timeout_ms__gte=1000, ack_timeout_ms__lte=129_600_000),
+                name="consumer_ack_timeout_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(batch_size__gte=1, batch_size__lte=1000),
+                name="consumer_batch_size_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(read_retry_probability__lte=100),
+                name="consumer_read_retry_percent",
+            ),
+            models.CheckConstraint(
+                condition=Q(mode__in=["clustering", "broadcast"]), name="consumer_mode_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_limit__isnull=True) | Q(rate_limit__gte=1),
+                name="consumer_rate_limit_min",
+            ),
+        ]
+
+    def clean(self) -> None:
+        super().clean()
+        broadcast_topic = self.topic_id and self.topic.type == Topic.Type.BROADCAST
+        if broadcast_topic and self.mode != self.Mode.BROADCAST:
+            raise ValidationError({"mode": "A broadcast topic is consumed in broadcast mode."})
+        if self.sequential and self.mode == self.Mode.BROADCAST:
+            raise ValidationError({"sequential": "Sequential consumption needs clustering mode."})

@@ -1,0 +1,1 @@
+"""asyncio servers binding one protocol codec to the engine (started by runbroker)."""

@@ -1,0 +1,36 @@
+"""Publish a new catalog snapshot whenever a catalog row changes."""
+
+from __future__ import annotations
+
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from brokers.catalog_loader import publish_on_commit
+from brokers.models import (
+    App,
+    AppToken,
+    Broker,
+    ConsumerPolicy,
+    PartitionGroup,
+    ProducerPolicy,
+    Team,
+    Topic,
+)
+
+CATALOG_MODELS = (
+    Broker,
+    Topic,
+    PartitionGroup,
+    App,
+    AppToken,
+    ProducerPolicy,
+    ConsumerPolicy,
+    Team,
+)
+
+
+@receiver([post_save, post_delete])
+def catalog_changed(sender: type, **kwargs: object) -> None:
+    """Any saved or deleted catalog row makes the snapshot stale."""
+    if sender in CATALOG_MODELS:
+        publish_on_commit()

@@ -1,0 +1,37 @@
+"""Token authentication for the REST API: ``Authorization: Token <t>`` or ``Bearer <t>``."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from mqcloud.api.models import ApiToken, hash_api_token
+
+
+class ApiTokenAuthentication(authentication.BaseAuthentication):
+    """Looks the token's hash up; tokens are never stored or logged in clear."""
+
+    keywords = ("token", "bearer")
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower().decode("latin-1") not in self.keywords:
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed(
+                "Authorization header must be '<scheme> <token>'."
+            )
+        try:
+            token = header[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("Token contains invalid characters.") from None
+        found = (
+            ApiToken.objects.select_related("user").filter(token_hash=hash_api_token(token)).first()
+        )
+        if found is None or not found.user.is_active:
+            raise exceptions.AuthenticationFailed("Invalid or revoked token.")
+        ApiToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
+        return found.user, found
+
+    def authenticate_header(self, request) -> str:
+        return "Bearer"

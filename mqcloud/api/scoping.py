@@ -1,0 +1,29 @@
+"""Who sees and changes what: platform admins everything, others their teams' objects."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from rest_framework import permissions
+
+from brokers.models import Team
+
+
+def is_platform_admin(user: object) -> bool:
+    """Staff and superusers administer the whole platform."""
+    return bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+
+
+def user_teams(user: object) -> QuerySet[Team]:
+    """The teams ``user`` may act for (every team for a platform admin)."""
+    if is_platform_admin(user):
+        return Team.objects.all()
+    return Team.objects.filter(memberships__user=user)
+
+
+class AdminWritesOnly(permissions.BasePermission):
+    """Anyone signed in may read; only platform admins may change (clusters, brokers)."""
+
+    message = "Only platform admins may change clusters and brokers."
+
+    def has_permission(self, request, view) -> bool:
+        return request.method in permissions.SAFE_METHODS or is_platform_admin(request.user)

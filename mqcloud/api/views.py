@@ -1,0 +1,125 @@
+"""Viewsets of the catalog API, each scoped to what the caller may see."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
+from mqcloud.api import serializers as s
+from mqcloud.api.scoping import AdminWritesOnly, is_platform_admin, user_teams
+
+
+class TeamViewSet(viewsets.ReadOnlyModelViewSet):
+    """Teams the caller belongs to (all teams for platform admins)."""
+
+    serializer_class = s.TeamSerializer
+    filterset_fields = ["name"]
+    search_fields = ["name", "description"]
+    ordering_fields = ["name", "created_at"]
+
+    def get_queryset(self) -> QuerySet[Team]:
+        return user_teams(self.request.user).order_by("name")
+
+
+class ClusterViewSet(viewsets.ModelViewSet):
+    """Clusters: readable by everyone signed in, changed by platform admins."""
+
+    queryset = Cluster.objects.all()
+    serializer_class = s.ClusterSerializer
+    permission_classes = [AdminWritesOnly]
+    filterset_fields = ["name"]
+    search_fields = ["name", "description"]
+    ordering_fields = ["name", "created_at"]
+
+
+class BrokerViewSet(viewsets.ModelViewSet):
+    """Brokers: readable by everyone signed in, changed by platform admins."""
+
+    queryset = Broker.objects.select_related("cluster")
+    serializer_class = s.BrokerSerializer
+    permission_classes = [AdminWritesOnly]
+    filterset_fields = ["cluster__name", "status", "readable", "writable", "data_center"]
+    search_fields = ["host"]
+    ordering_fields = ["id", "host", "weight", "last_heartbeat"]
+
+
+class TeamScopedViewSet(viewsets.ModelViewSet):
+    """A viewset whose objects belong to a team through ``team_path``."""
+
+    team_path = "team"
+
+    def get_queryset(self) -> QuerySet:
+        queryset = self.base_queryset()
+        if is_platform_admin(self.request.user):
+            return queryset
+        return queryset.filter(**{f"{self.team_path}__in": user_teams(self.request.user)})
+
+    def base_queryset(self) -> QuerySet:
+        raise NotImplementedError
+
+
+class TopicViewSet(TeamScopedViewSet):
+    """Topics of the caller's teams; creating one lays out its partition groups."""
+
+    serializer_class = s.TopicSerializer
+    filterset_fields = ["cluster__name", "team__name", "type"]
+    search_fields = ["code", "description"]
+    ordering_fields = ["code", "created_at", "partitions"]
+    lookup_field = "code"
+    lookup_value_regex = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+
+    def base_queryset(self) -> QuerySet[Topic]:
+        return Topic.objects.select_related("cluster", "team").prefetch_related("groups")
+
+
+class AppViewSet(TeamScopedViewSet):
+    """Apps of the caller's teams; tokens are shown once, when issued or rotated."""
+
+    serializer_class = s.AppSerializer
+    filterset_fields = ["team__name", "is_admin"]
+    search_fields = ["code", "description"]
+    ordering_fields = ["code", "created_at"]
+    lookup_field = "code"
+    lookup_value_regex = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+
+    def base_queryset(self) -> QuerySet[App]:
+        return App.objects.select_related("team").prefetch_related("tokens")
+
+    @extend_schema(request=None, responses=s.AppSerializer)
+    @action(detail=True, methods=["post"], url_path="rotate-token")
+    def rotate_token(self, request: Request, code: str | None = None) -> Response:
+        """Issue a new token and revoke the previous ones; the response shows it once."""
+        app = self.get_object()
+        app._issued_token = app.issue_token()
+        return Response(self.get_serializer(app).data, status=status.HTTP_200_OK)
+
+
+class ProducerPolicyViewSet(TeamScopedViewSet):
+    """Producer policies of the caller's apps."""
+
+    serializer_class = s.ProducerPolicySerializer
+    team_path = "app__team"
+    filterset_fields = ["topic__code", "app__code", "http_enabled", "archive"]
+    search_fields = ["name", "topic__code", "app__code"]
+    ordering_fields = ["name", "created_at"]
+
+    def base_queryset(self) -> QuerySet[ProducerPolicy]:
+        return ProducerPolicy.objects.select_related("topic", "app")
+
+
+class ConsumerPolicyViewSet(TeamScopedViewSet):
+    """Consumer policies of the caller's apps."""
+
+    serializer_class = s.ConsumerPolicySerializer
+    team_path = "app__team"
+    filterset_fields = ["topic__code", "app__code", "mode", "paused", "http_enabled"]
+    search_fields = ["name", "topic__code", "app__code"]
+    ordering_fields = ["name", "created_at"]
+
+    def base_queryset(self) -> QuerySet[ConsumerPolicy]:
+        return ConsumerPolicy.objects.select_related("topic", "app")

@@ -1,0 +1,1 @@
+"""The web console: Django templates and htmx partials over the catalog."""

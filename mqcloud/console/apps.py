@@ -1,0 +1,9 @@
+"""Django app configuration of the console."""
+
+from django.apps import AppConfig
+
+
+class ConsoleConfig(AppConfig):
+    name = "mqcloud.console"
+    label = "console"
+    verbose_name = "Console"

@@ -1,0 +1,168 @@
+"""Django settings for mqcloud, read from the environment (twelve-factor, django-environ).
+
+Every setting has a safe local default so ``make run`` and ``make test`` need no
+configuration; production sets at least ``SECRET_KEY``, ``DATABASE_URL``, ``REDIS_URL``,
+``ALLOWED_HOSTS`` and ``DEBUG=false``. README.md lists every variable.
+"""
+
+from datetime import timedelta
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env.str("SECRET_KEY", default="mqcloud-local-development-key-not-for-production")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "django_htmx",
+    "channels",
+    "brokers",
+    "mqcloud.console",
+    "mqcloud.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "mqcloud.urls"
+ASGI_APPLICATION = "mqcloud.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env.db_url(
+        "DATABASE_URL", default="postgres://mqcloud:mqcloud@127.0.0.1:5432/mqcloud"
+    )
+}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=0)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "console:dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "mqcloud.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+        "rest_framework.filters.SearchFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "mqcloud.api.errors.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "mqcloud API",
+    "DESCRIPTION": "Clusters, brokers, topics, apps and producer/consumer policies of mqcloud.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=REDIS_URL)
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULE = {
+    "broker-liveness": {
+        "task": "mqcloud.tasks.mark_silent_brokers_down",
+        "schedule": timedelta(seconds=10),
+    },
+    "catalog-republish": {
+        "task": "mqcloud.tasks.republish_catalog",
+        "schedule": timedelta(minutes=1),
+    },
+}
+
+# Broker processes: ports, advertised host, liveness.
+BROKER_ADVERTISED_HOST = env.str("BROKER_ADVERTISED_HOST", default="127.0.0.1")
+JMQ4_PORT = env.int("JMQ4_PORT", default=50088)
+ZBUS_PORT = env.int("ZBUS_PORT", default=15555)
+VIBEMQ_PORT = env.int("VIBEMQ_PORT", default=2925)
+BROKER_HEARTBEAT_SECONDS = env.float("BROKER_HEARTBEAT_SECONDS", default=2.0)
+BROKER_DEAD_AFTER_SECONDS = env.float("BROKER_DEAD_AFTER_SECONDS", default=15.0)
+
+# Pipeline (issue "PySpark data pipeline").
+SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")
+ARCHIVE_URL = env.str("ARCHIVE_URL", default=str(BASE_DIR / "archive"))
+
+# Alerts.
+EMAIL_URL = env.email_url("EMAIL_URL", default="consolemail://")
+vars().update(EMAIL_URL)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="mqcloud@localhost")
+ALERT_WEBHOOK_URL = env.str("ALERT_WEBHOOK_URL", default="")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}

@@ -1,0 +1,1 @@
+"""PySpark jobs over mqcloud topics: archive, traffic rollups and message trace."""

@@ -1,0 +1,1 @@
+"""HTTP-MQ proxy views and the Channels WebSocket consumers (served by the web process)."""

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install what mqcloud needs on a Debian machine, skipping whatever is already there:
+# PostgreSQL, Redis, a Java 17 runtime (for PySpark), Python's venv, and the Python
+# dependencies of requirements.txt in .venv (reinstalled only when the file changes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+have_pg() { command -v pg_ctl >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; }
+have_pg || need+=(postgresql)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server redis-tools)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+command -v runuser >/dev/null 2>&1 || need+=(util-linux)
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv"
+  python3 -m venv .venv
+fi
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+  echo "bootstrap: installing Python dependencies"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" > "$stamp"
+fi

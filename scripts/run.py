@@ -1,0 +1,87 @@
+"""Run the whole platform locally: PostgreSQL, Redis, web, brokers and the Celery worker.
+
+``make run`` calls this after ``scripts/bootstrap.sh``. When ``DATABASE_URL`` /
+``REDIS_URL`` are unset it starts PostgreSQL and Redis (AOF on) under ``MQCLOUD_RUN_DIR``
+(default ``.run/``) on loopback, so a second run keeps the data. Then it migrates, loads
+the demo data and starts the process set of ``Procfile`` with honcho. Ctrl-C (or SIGTERM)
+stops the process set and then the servers it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from localservices import PostgresServer, RedisServer  # noqa: E402
+
+VENV_BIN = ROOT / ".venv" / "bin"
+
+
+def main() -> int:
+    """Start everything, wait for the process set to end, stop what was started."""
+    run_dir = Path(os.environ.get("MQCLOUD_RUN_DIR", ROOT / ".run")).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.setdefault("WEB_PORT", "8000")
+    env["MQCLOUD_RUN_DIR"] = str(run_dir)
+    env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
+    env.setdefault("DEBUG", "true")
+    started: list[PostgresServer | RedisServer] = []
+    honcho: subprocess.Popen | None = None
+
+    def terminate(signum: int, frame: object) -> None:
+        if honcho and honcho.poll() is None:
+            honcho.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        if not env.get("DATABASE_URL"):
+            pg = PostgresServer(run_dir / "pg", int(env.get("MQCLOUD_PG_PORT", "5433")))
+            pg.start()
+            started.append(pg)
+            env["DATABASE_URL"] = pg.url
+        if not env.get("REDIS_URL"):
+            redis = RedisServer(run_dir / "redis", int(env.get("MQCLOUD_REDIS_PORT", "6380")))
+            redis.start()
+            started.append(redis)
+            env["REDIS_URL"] = redis.url
+        manage = [str(VENV_BIN / "python"), str(ROOT / "manage.py")]
+        subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True)
+        subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], env=env, check=True)
+        subprocess.run([*manage, "loaddemo"], env=env, check=True)
+        subprocess.run([*manage, "publishcatalog"], env=env, check=True)
+        print(
+            f"\nmqcloud console: http://127.0.0.1:{env['WEB_PORT']}/  (log in as admin or alice;"
+            " passwords were printed above when the users were created, or come from"
+            " MQCLOUD_DEMO_ADMIN_PASSWORD / MQCLOUD_DEMO_ALICE_PASSWORD)\n"
+            f"REST API: http://127.0.0.1:{env['WEB_PORT']}/api/v1/   docs: /api/docs/\n"
+            "Ctrl-C stops everything.\n",
+            flush=True,
+        )
+        honcho = subprocess.Popen(
+            [str(VENV_BIN / "honcho"), "-d", str(ROOT), "-f", str(ROOT / "Procfile"), "start"],
+            env=env,
+            cwd=ROOT,
+        )
+        while True:
+            try:
+                return honcho.wait()
+            except KeyboardInterrupt:
+                # honcho got the same SIGINT from the terminal and is stopping its processes.
+                continue
+    finally:
+        if honcho and honcho.poll() is None:
+            honcho.terminate()
+            honcho.wait()
+        for server in reversed(started):
+            server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Run pytest against a real PostgreSQL and Redis started for this test session.
+
+Both servers get free loopback ports and a temporary data directory; their URLs are
+exported as ``DATABASE_URL`` and ``REDIS_URL`` before pytest (and so Django) starts,
+and both are stopped when pytest ends, whatever its outcome. ``make test`` runs this.
+Arguments are passed to pytest unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from localservices import PostgresServer, RedisServer, free_port
+
+
+def main(argv: list[str]) -> int:
+    """Start the services, run pytest with ``argv``, stop the services; pytest's exit code."""
+    workdir = Path(tempfile.mkdtemp(prefix="mqcloud-test-"))
+    postgres = PostgresServer(workdir / "pg", free_port())
+    redis = RedisServer(workdir / "redis", free_port())
+    try:
+        postgres.start()
+        redis.start()
+        env = {
+            **os.environ,
+            "DATABASE_URL": postgres.url,
+            "REDIS_URL": redis.url,
+            "MQCLOUD_TEST_SESSION": "1",
+        }
+        print(f"test services: PostgreSQL {postgres.url}  Redis {redis.url}", flush=True)
+        return subprocess.call([sys.executable, "-m", "pytest", *argv], env=env)
+    finally:
+        redis.stop()
+        postgres.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,13 @@
+"""Fixtures available to every test suite."""
+
+import pytest
+
+from tests.redis_fixtures import redis_client, redis_url, require_test_session
+
+__all__ = ["redis_client", "redis_url"]
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings() -> None:
+    """Database tests need the PostgreSQL of scripts/test_session.py."""
+    require_test_session()
