@@ -10,6 +10,7 @@ run as the ``postgres`` system user.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import pwd
 import shutil
@@ -62,6 +63,31 @@ def _chown_postgres(path: Path) -> None:
         os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
+def postgres_reachable_dir(datadir: Path) -> Path:
+    """Where the ``postgres`` user can keep ``datadir`` when we run as root.
+
+    A directory below a private parent (root's home, pytest's temp root) cannot be reached
+    by ``postgres``; such a cluster lives under /var/lib/mqcloud instead, named after the
+    requested path so that the next run finds the same data.
+    """
+    datadir = datadir.resolve()
+    if os.geteuid() != 0:
+        return datadir
+    probe = datadir.parent
+    while not probe.exists():
+        probe = probe.parent
+    reachable = (
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", "test", "-x", str(probe)], check=False
+        ).returncode
+        == 0
+    )
+    if reachable:
+        return datadir
+    digest = hashlib.sha1(str(datadir).encode()).hexdigest()[:12]
+    return Path("/var/lib/mqcloud") / f"pg-{digest}" / datadir.name
+
+
 @dataclass
 class PostgresServer:
     """A PostgreSQL cluster in ``datadir`` serving ``port`` on 127.0.0.1."""
@@ -71,6 +97,9 @@ class PostgresServer:
     user: str = "mqcloud"
     password: str = "mqcloud"
     database: str = "mqcloud"
+
+    def __post_init__(self) -> None:
+        self.datadir = postgres_reachable_dir(self.datadir)
 
     @property
     def url(self) -> str:

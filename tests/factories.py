@@ -32,8 +32,13 @@ def cluster_with_brokers(name: str = "c1", brokers: int = 2, first_id: int = 1) 
     for i in range(brokers):
         bid = first_id + i
         Broker.objects.create(
-            id=bid, cluster=cluster, host="127.0.0.1", jmq4_port=50000 + bid,
-            zbus_port=51000 + bid, vibemq_port=52000 + bid, status=Broker.Status.UP,
+            id=bid,
+            cluster=cluster,
+            host="127.0.0.1",
+            jmq4_port=50000 + bid,
+            zbus_port=51000 + bid,
+            vibemq_port=52000 + bid,
+            status=Broker.Status.UP,
         )
     return cluster
 

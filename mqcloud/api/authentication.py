@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from mqcloud.api.models import ApiToken, hash_api_token
@@ -35,3 +36,17 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return "Bearer"
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    """Describes ApiTokenAuthentication in the OpenAPI schema as an HTTP bearer scheme."""
+
+    target_class = "mqcloud.api.authentication.ApiTokenAuthentication"
+    name = "apiToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "API token: `Authorization: Bearer <token>` (or `Token <token>`).",
+        }

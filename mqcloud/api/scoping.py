@@ -17,6 +17,8 @@ def user_teams(user: object) -> QuerySet[Team]:
     """The teams ``user`` may act for (every team for a platform admin)."""
     if is_platform_admin(user):
         return Team.objects.all()
+    if not getattr(user, "is_authenticated", False):
+        return Team.objects.none()
     return Team.objects.filter(memberships__user=user)
 
 

@@ -1,0 +1,271 @@
+"""REST API: authentication, team scoping, admin-only writes, validation error bodies."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from brokers.models import App, ConsumerPolicy, Team, Topic
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world():
+    """Two teams with a member each, an admin, a cluster, a topic and an app per team."""
+    red, blue = Team.objects.create(name="red"), Team.objects.create(name="blue")
+    cluster = factories.cluster_with_brokers()
+    w = {
+        "red": red,
+        "blue": blue,
+        "cluster": cluster,
+        "alice": factories.user("alice", team=red),
+        "bob": factories.user("bob", team=blue),
+        "root": factories.user("root", admin=True),
+        "red_topic": factories.topic("red-topic", cluster, red),
+        "blue_topic": factories.topic("blue-topic", cluster, blue),
+    }
+    w["red_app"], w["red_app_token"] = factories.app("red-app", red)
+    w["blue_app"], _ = factories.app("blue-app", blue)
+    return w
+
+
+def client_for(user) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {factories.token_for(user)}")
+    return client
+
+
+def test_anonymous_gets_401_with_json_body(world):
+    response = APIClient().get("/api/v1/topics/")
+    assert response.status_code == 401
+    assert response.json()["error"] == "not_authenticated"
+    assert response["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("header", ["Token nope", "Bearer nope", "Token a b", "Bearer"])
+def test_bad_tokens_rejected(world, header):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header)
+    response = client.get("/api/v1/topics/")
+    assert response.status_code == 401
+    assert response.json()["message"]
+
+
+def test_bearer_and_token_schemes_and_session(world):
+    token = factories.token_for(world["alice"])
+    for scheme in ("Token", "Bearer"):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"{scheme} {token}")
+        assert client.get("/api/v1/topics/").status_code == 200
+    session = APIClient()
+    session.force_login(world["alice"])
+    assert session.get("/api/v1/topics/").status_code == 200
+
+
+def test_inactive_user_token_rejected(world):
+    client = client_for(world["alice"])
+    world["alice"].is_active = False
+    world["alice"].save()
+    assert client.get("/api/v1/topics/").status_code == 401
+
+
+def test_member_sees_only_own_team(world):
+    alice = client_for(world["alice"])
+    codes = [t["code"] for t in alice.get("/api/v1/topics/").json()["results"]]
+    assert codes == ["red-topic"]
+    assert alice.get("/api/v1/topics/blue-topic/").status_code == 404
+    assert alice.delete("/api/v1/topics/blue-topic/").status_code == 404
+    apps = [a["code"] for a in alice.get("/api/v1/apps/").json()["results"]]
+    assert apps == ["red-app"]
+    assert [t["name"] for t in alice.get("/api/v1/teams/").json()["results"]] == ["red"]
+
+
+def test_admin_sees_everything(world):
+    root = client_for(world["root"])
+    codes = {t["code"] for t in root.get("/api/v1/topics/").json()["results"]}
+    assert codes == {"red-topic", "blue-topic"}
+
+
+def test_member_cannot_create_in_other_team(world):
+    alice = client_for(world["alice"])
+    response = alice.post(
+        "/api/v1/topics/", {"code": "sneaky", "cluster": "c1", "team": "blue"}, format="json"
+    )
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"] == "invalid"
+    assert "team" in body["fields"]
+    assert not Topic.objects.filter(code="sneaky").exists()
+
+
+def test_create_topic_lays_out_groups(world):
+    alice = client_for(world["alice"])
+    response = alice.post(
+        "/api/v1/topics/",
+        {"code": "orders", "cluster": "c1", "team": "red", "partitions": 6, "partition_groups": 3},
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert [g["partitions"] for g in body["groups"]] == [[0, 1], [2, 3], [4, 5]]
+    assert {g["leader"] for g in body["groups"]} == {1, 2}
+    assert body["creator"] == "alice"
+
+
+def test_topic_validation_errors_name_the_field(world):
+    alice = client_for(world["alice"])
+    cases = [
+        ({"code": "bad code", "cluster": "c1", "team": "red"}, "code"),
+        ({"code": "x", "cluster": "nope", "team": "red"}, "cluster"),
+        ({"code": "x", "cluster": "c1", "team": "red", "partitions": 0}, "partitions"),
+        (
+            {"code": "x", "cluster": "c1", "team": "red", "partitions": 2, "partition_groups": 3},
+            "partition_groups",
+        ),
+        (
+            {"code": "x", "cluster": "c1", "team": "red", "overflow_policy": "RedirectToDlq"},
+            "dead_letter_enabled",
+        ),
+        ({"code": "red-topic", "cluster": "c1", "team": "red"}, "code"),
+    ]
+    for payload, field in cases:
+        response = alice.post("/api/v1/topics/", payload, format="json")
+        assert response.status_code == 400, (payload, response.content)
+        body = response.json()
+        assert field in body["fields"], (payload, body)
+        assert body["message"].startswith(field)
+
+
+def test_topic_partitions_are_frozen_after_creation(world):
+    alice = client_for(world["alice"])
+    response = alice.patch("/api/v1/topics/red-topic/", {"partitions": 8}, format="json")
+    assert response.status_code == 400
+    assert "partitions" in response.json()["fields"]
+    response = alice.patch(
+        "/api/v1/topics/red-topic/", {"retention_max_count": 1000}, format="json"
+    )
+    assert response.status_code == 200
+    assert response.json()["retention_max_count"] == 1000
+
+
+def test_zbus_token_is_write_only(world):
+    alice = client_for(world["alice"])
+    response = alice.patch("/api/v1/topics/red-topic/", {"zbus_token": "s3cret"}, format="json")
+    assert response.status_code == 200
+    assert "zbus_token" not in response.json()
+    assert response.json()["zbus_token_set"] is True
+    assert "s3cret" not in str(Topic.objects.filter(code="red-topic").values())
+
+
+def test_clusters_and_brokers_admin_writes_only(world):
+    alice = client_for(world["alice"])
+    assert alice.get("/api/v1/brokers/").status_code == 200
+    response = alice.post("/api/v1/clusters/", {"name": "mine"}, format="json")
+    assert response.status_code == 403
+    assert response.json()["error"] == "permission_denied"
+    root = client_for(world["root"])
+    assert root.post("/api/v1/clusters/", {"name": "c2"}, format="json").status_code == 201
+    response = root.post(
+        "/api/v1/brokers/",
+        {
+            "id": 7,
+            "cluster": "c2",
+            "host": "10.0.0.7",
+            "jmq4_port": 1,
+            "zbus_port": 1,
+            "vibemq_port": 3,
+        },
+        format="json",
+    )
+    assert response.status_code == 400
+    assert "must differ" in response.json()["message"]
+    response = root.post(
+        "/api/v1/brokers/",
+        {"id": 7, "cluster": "c2", "host": "10.0.0.7", "jmq4_port": 70000},
+        format="json",
+    )
+    assert "jmq4_port" in response.json()["fields"]
+
+
+def test_app_token_shown_once_and_rotated(world):
+    alice = client_for(world["alice"])
+    response = alice.post("/api/v1/apps/", {"code": "new-app", "team": "red"}, format="json")
+    assert response.status_code == 201
+    token = response.json()["token"]
+    assert token and token.startswith("mqa_")
+    shown = alice.get("/api/v1/apps/new-app/").json()
+    assert shown["token"] is None
+    assert shown["token_hints"] == [f"…{token[-4:]}"]
+    rotated = alice.post("/api/v1/apps/new-app/rotate-token/").json()["token"]
+    assert rotated != token
+    app = App.objects.get(code="new-app")
+    assert len(app.active_token_hashes()) == 1
+
+
+def test_member_cannot_make_admin_app(world):
+    alice = client_for(world["alice"])
+    response = alice.post(
+        "/api/v1/apps/", {"code": "boss", "team": "red", "is_admin": True}, format="json"
+    )
+    assert response.status_code == 400
+    assert "is_admin" in response.json()["fields"]
+
+
+def test_policies_scoped_by_app_team(world):
+    alice = client_for(world["alice"])
+    response = alice.post(
+        "/api/v1/consumer-policies/",
+        {"topic": "blue-topic", "app": "red-app", "http_enabled": True},
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    assert response.json()["name"] == "red-app.blue-topic"
+    response = alice.post(
+        "/api/v1/consumer-policies/", {"topic": "red-topic", "app": "blue-app"}, format="json"
+    )
+    assert response.status_code == 400
+    assert "app" in response.json()["fields"]
+    bob = client_for(world["bob"])
+    assert bob.get("/api/v1/consumer-policies/").json()["count"] == 0
+    dup = alice.post(
+        "/api/v1/consumer-policies/", {"topic": "blue-topic", "app": "red-app"}, format="json"
+    )
+    assert dup.status_code == 400
+    assert ConsumerPolicy.objects.count() == 1
+
+
+def test_policy_field_validation(world):
+    alice = client_for(world["alice"])
+    response = alice.post(
+        "/api/v1/consumer-policies/",
+        {"topic": "red-topic", "app": "red-app", "batch_size": 0, "blacklist": ["x"]},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert {"batch_size", "blacklist"} <= set(response.json()["fields"])
+    response = alice.post(
+        "/api/v1/producer-policies/",
+        {"topic": "red-topic", "app": "red-app", "weights": {"1": 5, "42": 1}},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert "42" in response.json()["fields"]["weights"][0]
+
+
+def test_pagination_and_filtering(world):
+    root = client_for(world["root"])
+    page = root.get("/api/v1/topics/?limit=1").json()
+    assert page["count"] == 2 and len(page["results"]) == 1 and page["next"]
+    only = root.get("/api/v1/topics/?team__name=blue").json()
+    assert [t["code"] for t in only["results"]] == ["blue-topic"]
+    searched = root.get("/api/v1/topics/?search=red").json()
+    assert [t["code"] for t in searched["results"]] == ["red-topic"]
+
+
+def test_malformed_json_gets_400(world):
+    alice = client_for(world["alice"])
+    response = alice.post("/api/v1/topics/", "{not json", content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"] == "parse_error"

@@ -1,0 +1,201 @@
+"""The processes of the platform: `make run` as a whole, and a broker process on its own."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings as django_settings
+
+from brokers.models import Broker, Cluster
+from mqcloud.tasks import mark_silent_brokers_down
+from tests.scripts_path import free_port, postgres_reachable_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _wait_http(url: str, timeout: float, proc: subprocess.Popen) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"process ended early with {proc.returncode}"
+        try:
+            response = httpx.get(url, timeout=2)
+            if response.status_code == 200:
+                return response
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(url)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C: SIGINT to the whole process group, then wait until every member is gone.
+
+    make itself returns as soon as its recipe is interrupted, while scripts/run.py goes on
+    stopping the process set and the servers; so wait for the group, not for make.
+    """
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("processes of make run still alive 60 s after Ctrl-C")
+
+
+def _login(base: str, username: str, password: str) -> httpx.Client:
+    client = httpx.Client(base_url=base, follow_redirects=True, timeout=10)
+    page = client.get("/login/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    response = client.post(
+        "/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+        headers={"Referer": f"{base}/login/"},
+    )
+    assert response.status_code == 200
+    return client
+
+
+@pytest.mark.slow
+def test_make_run_serves_demo_and_stops_cleanly(tmp_path):
+    run_dir = tmp_path / "run"
+    web_port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(
+        MQCLOUD_RUN_DIR=str(run_dir),
+        WEB_PORT=str(web_port),
+        MQCLOUD_PG_PORT=str(free_port()),
+        MQCLOUD_REDIS_PORT=str(free_port()),
+        JMQ4_PORT=str(free_port()),
+        ZBUS_PORT=str(free_port()),
+        VIBEMQ_PORT=str(free_port()),
+        MQCLOUD_DEMO_ADMIN_PASSWORD="admin-Secret-1",
+        MQCLOUD_DEMO_APP_TOKEN="demo-token-1",
+    )
+    base = f"http://127.0.0.1:{web_port}"
+    log = tmp_path / "run.log"
+    pg_dir = postgres_reachable_dir(run_dir / "pg")
+    try:
+        for attempt in (1, 2):
+            _run_once(attempt, env, base, log, pg_dir)
+    finally:
+        if pg_dir.parent != run_dir:
+            shutil.rmtree(pg_dir.parent, ignore_errors=True)
+
+
+def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> None:
+    """Start `make run`, check the console and the brokers, stop it with Ctrl-C."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            ["make", "run"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        health = _wait_http(f"{base}/healthz", 180, proc)
+        assert health.json()["status"] == "ok"
+        console = _login(base, "admin", "admin-Secret-1")
+        deadline = time.monotonic() + 30
+        while "2 of 2 up" not in (page := console.get("/").text):
+            assert time.monotonic() < deadline, "brokers never reported up"
+            time.sleep(0.5)
+        assert "demo-app" in page and "demo-team" in page
+        assert "0: 0,1" in page and "1: 2,3" in page
+        output = log.read_text()
+        assert f"{base}/" in output
+        if attempt == 1:
+            assert "created app demo-app" in output
+        else:
+            assert "demo data already present" in output
+    finally:
+        _stop(proc)
+    output = log.read_text()
+    assert "Traceback" not in output, output[-3000:]
+    assert "broker 1 stopped" in output and "broker 2 stopped" in output
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{base}/healthz", timeout=2)
+    assert not (pg_dir / "postmaster.pid").exists()
+    for path in (pg_dir, Path(env["MQCLOUD_RUN_DIR"])):
+        assert subprocess.run(["pgrep", "-f", str(path)], capture_output=True).stdout == b""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_broker_process_registers_heartbeats_and_goes_down():
+    Cluster.objects.create(name="solo")
+    db = django_settings.DATABASES["default"]
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}"
+        f"/{db['NAME']}",
+        "BROKER_HEARTBEAT_SECONDS": "0.2",
+        "JMQ4_PORT": "41001",
+        "ZBUS_PORT": "41002",
+        "VIBEMQ_PORT": "41003",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runbroker", "--broker-id", "9"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not Broker.objects.filter(id=9, status="up").exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        first = Broker.objects.get(id=9).last_heartbeat
+        time.sleep(0.6)
+        broker = Broker.objects.get(id=9)
+        assert broker.last_heartbeat > first
+        assert (broker.jmq4_port, broker.zbus_port, broker.vibemq_port) == (41001, 41002, 41003)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "broker 9 stopped" in out
+    assert Broker.objects.get(id=9).status == "down"
+
+
+def test_broker_id_must_be_positive():
+    result = subprocess.run(
+        [sys.executable, "manage.py", "runbroker", "--broker-id", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    assert "positive" in result.stderr
+
+
+@pytest.mark.django_db
+def test_silent_brokers_are_marked_down(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests import factories
+
+    factories.cluster_with_brokers()
+    settings.BROKER_DEAD_AFTER_SECONDS = 10
+    Broker.objects.filter(id=1).update(last_heartbeat=timezone.now() - timedelta(seconds=30))
+    Broker.objects.filter(id=2).update(last_heartbeat=timezone.now())
+    assert mark_silent_brokers_down() == [1]
+    assert Broker.objects.get(id=1).status == "down"
+    assert Broker.objects.get(id=2).status == "up"
