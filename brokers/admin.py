@@ -28,6 +28,13 @@ class TeamAdmin(admin.ModelAdmin):
     inlines = [TeamMembershipInline]
 
 
+@admin.register(TeamMembership)
+class TeamMembershipAdmin(admin.ModelAdmin):
+    list_display = ["team", "user", "role"]
+    list_filter = ["team", "role"]
+    search_fields = ["user__username", "team__name"]
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
     list_display = ["name", "description", "created_at"]
