@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "brokers",
     "mqcloud.console",
     "mqcloud.api",
+    "mqcloud.approvals",
 ]
 
 MIDDLEWARE = [

@@ -1,8 +1,9 @@
 """Routes of the REST API under /api/v1/."""
 
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from mqcloud.api import views
+from mqcloud.api import approvals, views
 
 router = DefaultRouter()
 router.register("teams", views.TeamViewSet, basename="team")
@@ -13,4 +14,15 @@ router.register("apps", views.AppViewSet, basename="app")
 router.register("producer-policies", views.ProducerPolicyViewSet, basename="producerpolicy")
 router.register("consumer-policies", views.ConsumerPolicyViewSet, basename="consumerpolicy")
 
-urlpatterns = router.urls
+router.register("applications", approvals.ApplicationViewSet, basename="application")
+router.register("audit-events", approvals.AuditEventViewSet, basename="auditevent")
+router.register("notifications", approvals.NotificationViewSet, basename="notification")
+
+approval_settings = approvals.ApprovalSettingsView.as_view(
+    {"get": "retrieve", "put": "update", "patch": "partial_update"}
+)
+
+urlpatterns = [
+    path("approval-settings/", approval_settings, name="approval-settings"),
+    *router.urls,
+]

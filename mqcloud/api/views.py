@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
-from rest_framework import status, viewsets
+from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.api import serializers as s
 from mqcloud.api.scoping import AdminWritesOnly, is_platform_admin, user_teams
+from mqcloud.approvals.services import record
 
 
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):
@@ -48,10 +50,23 @@ class BrokerViewSet(viewsets.ModelViewSet):
     ordering_fields = ["id", "host", "weight", "last_heartbeat"]
 
 
+class AdminOrApplication(permissions.BasePermission):
+    """Cluster-touching objects change directly only for platform admins; others apply."""
+
+    message = (
+        "Changes to topics, producers and consumers go through applications:"
+        " POST /api/v1/applications/ (an admin approves them)."
+    )
+
+    def has_permission(self, request, view) -> bool:
+        return request.method in permissions.SAFE_METHODS or is_platform_admin(request.user)
+
+
 class TeamScopedViewSet(viewsets.ModelViewSet):
-    """A viewset whose objects belong to a team through ``team_path``."""
+    """A viewset whose objects belong to a team through ``team_path``; writes are audited."""
 
     team_path = "team"
+    audit_name = "object"
 
     def get_queryset(self) -> QuerySet:
         queryset = self.base_queryset()
@@ -62,11 +77,38 @@ class TeamScopedViewSet(viewsets.ModelViewSet):
     def base_queryset(self) -> QuerySet:
         raise NotImplementedError
 
+    def _team_of(self, obj: object) -> Team | None:
+        for part in self.team_path.split("__"):
+            obj = getattr(obj, part, None)
+        return obj if isinstance(obj, Team) else None
+
+    def _audit(self, action: str, obj: object, detail: dict | None = None) -> None:
+        key = getattr(obj, "code", None) or getattr(obj, "name", "")
+        record(
+            self.request.user,
+            f"{self.audit_name}-{action}",
+            f"{self.audit_name}:{key}",
+            team=self._team_of(obj),
+            detail=detail,
+        )
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        self._audit("created", serializer.save(), {"data": serializer.initial_data})
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        self._audit("updated", serializer.save(), {"data": serializer.initial_data})
+
+    def perform_destroy(self, instance: object) -> None:
+        self._audit("deleted", instance)
+        instance.delete()
+
 
 class TopicViewSet(TeamScopedViewSet):
     """Topics of the caller's teams; creating one lays out its partition groups."""
 
     serializer_class = s.TopicSerializer
+    permission_classes = [permissions.IsAuthenticated, AdminOrApplication]
+    audit_name = "topic"
     filterset_fields = ["cluster__name", "team__name", "type"]
     search_fields = ["code", "description"]
     ordering_fields = ["code", "created_at", "partitions"]
@@ -81,6 +123,7 @@ class AppViewSet(TeamScopedViewSet):
     """Apps of the caller's teams; tokens are shown once, when issued or rotated."""
 
     serializer_class = s.AppSerializer
+    audit_name = "app"
     filterset_fields = ["team__name", "is_admin"]
     search_fields = ["code", "description"]
     ordering_fields = ["code", "created_at"]
@@ -96,6 +139,7 @@ class AppViewSet(TeamScopedViewSet):
         """Issue a new token and revoke the previous ones; the response shows it once."""
         app = self.get_object()
         app._issued_token = app.issue_token()
+        self._audit("token-rotated", app)
         return Response(self.get_serializer(app).data, status=status.HTTP_200_OK)
 
 
@@ -103,6 +147,8 @@ class ProducerPolicyViewSet(TeamScopedViewSet):
     """Producer policies of the caller's apps."""
 
     serializer_class = s.ProducerPolicySerializer
+    permission_classes = [permissions.IsAuthenticated, AdminOrApplication]
+    audit_name = "producer"
     team_path = "app__team"
     filterset_fields = ["topic__code", "app__code", "http_enabled", "archive"]
     search_fields = ["name", "topic__code", "app__code"]
@@ -116,6 +162,8 @@ class ConsumerPolicyViewSet(TeamScopedViewSet):
     """Consumer policies of the caller's apps."""
 
     serializer_class = s.ConsumerPolicySerializer
+    permission_classes = [permissions.IsAuthenticated, AdminOrApplication]
+    audit_name = "consumer"
     team_path = "app__team"
     filterset_fields = ["topic__code", "app__code", "mode", "paused", "http_enabled"]
     search_fields = ["name", "topic__code", "app__code"]

@@ -76,7 +76,7 @@ def test_member_sees_only_own_team(world):
     codes = [t["code"] for t in alice.get("/api/v1/topics/").json()["results"]]
     assert codes == ["red-topic"]
     assert alice.get("/api/v1/topics/blue-topic/").status_code == 404
-    assert alice.delete("/api/v1/topics/blue-topic/").status_code == 404
+    assert alice.delete("/api/v1/topics/blue-topic/").status_code == 403  # members apply
     apps = [a["code"] for a in alice.get("/api/v1/apps/").json()["results"]]
     assert apps == ["red-app"]
     assert [t["name"] for t in alice.get("/api/v1/teams/").json()["results"]] == ["red"]
@@ -88,10 +88,29 @@ def test_admin_sees_everything(world):
     assert codes == {"red-topic", "blue-topic"}
 
 
-def test_member_cannot_create_in_other_team(world):
+@pytest.mark.parametrize(
+    ("method", "url", "payload"),
+    [
+        ("post", "/api/v1/topics/", {"code": "mine", "cluster": "c1", "team": "red"}),
+        ("patch", "/api/v1/topics/red-topic/", {"description": "x"}),
+        ("delete", "/api/v1/topics/red-topic/", None),
+        ("post", "/api/v1/consumer-policies/", {"topic": "red-topic", "app": "red-app"}),
+        ("post", "/api/v1/producer-policies/", {"topic": "red-topic", "app": "red-app"}),
+    ],
+)
+def test_members_change_the_cluster_only_through_applications(world, method, url, payload):
     alice = client_for(world["alice"])
-    response = alice.post(
-        "/api/v1/topics/", {"code": "sneaky", "cluster": "c1", "team": "blue"}, format="json"
+    response = getattr(alice, method)(url, payload, format="json")
+    assert response.status_code == 403
+    assert "/api/v1/applications/" in response.json()["message"]
+    assert Topic.objects.filter(code="red-topic").exists()
+    assert not Topic.objects.filter(code="mine").exists()
+
+
+def test_admin_topic_team_must_exist(world):
+    root = client_for(world["root"])
+    response = root.post(
+        "/api/v1/topics/", {"code": "sneaky", "cluster": "c1", "team": "nope"}, format="json"
     )
     assert response.status_code == 400
     body = response.json()
@@ -100,8 +119,18 @@ def test_member_cannot_create_in_other_team(world):
     assert not Topic.objects.filter(code="sneaky").exists()
 
 
+def test_admin_writes_are_audited(world):
+    from mqcloud.approvals.models import AuditEvent
+
+    root = client_for(world["root"])
+    root.patch("/api/v1/topics/red-topic/", {"description": "d"}, format="json")
+    event = AuditEvent.objects.get(action="topic-updated")
+    assert event.actor == world["root"] and event.target == "topic:red-topic"
+    assert event.team == world["red"]
+
+
 def test_create_topic_lays_out_groups(world):
-    alice = client_for(world["alice"])
+    alice = client_for(world["root"])
     response = alice.post(
         "/api/v1/topics/",
         {"code": "orders", "cluster": "c1", "team": "red", "partitions": 6, "partition_groups": 3},
@@ -111,11 +140,11 @@ def test_create_topic_lays_out_groups(world):
     body = response.json()
     assert [g["partitions"] for g in body["groups"]] == [[0, 1], [2, 3], [4, 5]]
     assert {g["leader"] for g in body["groups"]} == {1, 2}
-    assert body["creator"] == "alice"
+    assert body["creator"] == "root"
 
 
 def test_topic_validation_errors_name_the_field(world):
-    alice = client_for(world["alice"])
+    alice = client_for(world["root"])
     cases = [
         ({"code": "bad code", "cluster": "c1", "team": "red"}, "code"),
         ({"code": "x", "cluster": "nope", "team": "red"}, "cluster"),
@@ -139,7 +168,7 @@ def test_topic_validation_errors_name_the_field(world):
 
 
 def test_topic_partitions_are_frozen_after_creation(world):
-    alice = client_for(world["alice"])
+    alice = client_for(world["root"])
     response = alice.patch("/api/v1/topics/red-topic/", {"partitions": 8}, format="json")
     assert response.status_code == 400
     assert "partitions" in response.json()["fields"]
@@ -151,7 +180,7 @@ def test_topic_partitions_are_frozen_after_creation(world):
 
 
 def test_zbus_token_is_write_only(world):
-    alice = client_for(world["alice"])
+    alice = client_for(world["root"])
     response = alice.patch("/api/v1/topics/red-topic/", {"zbus_token": "s3cret"}, format="json")
     assert response.status_code == 200
     assert "zbus_token" not in response.json()
@@ -214,22 +243,19 @@ def test_member_cannot_make_admin_app(world):
 
 
 def test_policies_scoped_by_app_team(world):
-    alice = client_for(world["alice"])
-    response = alice.post(
+    root = client_for(world["root"])
+    response = root.post(
         "/api/v1/consumer-policies/",
         {"topic": "blue-topic", "app": "red-app", "http_enabled": True},
         format="json",
     )
     assert response.status_code == 201, response.json()
     assert response.json()["name"] == "red-app.blue-topic"
-    response = alice.post(
-        "/api/v1/consumer-policies/", {"topic": "red-topic", "app": "blue-app"}, format="json"
-    )
-    assert response.status_code == 400
-    assert "app" in response.json()["fields"]
+    alice = client_for(world["alice"])
+    assert alice.get("/api/v1/consumer-policies/").json()["count"] == 1
     bob = client_for(world["bob"])
     assert bob.get("/api/v1/consumer-policies/").json()["count"] == 0
-    dup = alice.post(
+    dup = root.post(
         "/api/v1/consumer-policies/", {"topic": "blue-topic", "app": "red-app"}, format="json"
     )
     assert dup.status_code == 400
@@ -237,7 +263,7 @@ def test_policies_scoped_by_app_team(world):
 
 
 def test_policy_field_validation(world):
-    alice = client_for(world["alice"])
+    alice = client_for(world["root"])
     response = alice.post(
         "/api/v1/consumer-policies/",
         {"topic": "red-topic", "app": "red-app", "batch_size": 0, "blacklist": ["x"]},
@@ -266,6 +292,6 @@ def test_pagination_and_filtering(world):
 
 def test_malformed_json_gets_400(world):
     alice = client_for(world["alice"])
-    response = alice.post("/api/v1/topics/", "{not json", content_type="application/json")
+    response = alice.post("/api/v1/apps/", "{not json", content_type="application/json")
     assert response.status_code == 400
     assert response.json()["error"] == "parse_error"

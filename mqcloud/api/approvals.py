@@ -1,0 +1,229 @@
+"""API of applications, approvals, the audit trail, notifications and approval settings."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import mixins, permissions, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from mqcloud.api.scoping import is_platform_admin, user_teams
+from mqcloud.approvals import services
+from mqcloud.approvals.models import (
+    Application,
+    ApprovalSettings,
+    AuditEvent,
+    Kind,
+    Notification,
+)
+
+
+class ApplicationSerializer(serializers.ModelSerializer):
+    applicant = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    kind = serializers.ChoiceField(choices=Kind.choices)
+    payload = serializers.JSONField(
+        help_text="What the kind needs: topic_create takes a topic (as POST /topics/),"
+        " topic_update {code, changes}, topic_delete {code}, producer_create/consumer_create a"
+        " policy, producer_delete/consumer_delete {name}, pause/resume {consumer},"
+        " rate_limit {consumer, rate_limit}."
+    )
+
+    class Meta:
+        model = Application
+        fields = [
+            "id",
+            "kind",
+            "payload",
+            "target",
+            "status",
+            "applicant",
+            "team",
+            "decided_by",
+            "decided_at",
+            "auto_approved",
+            "reason",
+            "result",
+            "error",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = [
+            "target",
+            "status",
+            "reason",
+            "result",
+            "error",
+            "decided_at",
+            "auto_approved",
+            "created_at",
+            "updated_at",
+        ]
+
+    def create(self, validated_data: dict) -> Application:
+        return services.submit(
+            self.context["request"].user, validated_data["kind"], validated_data["payload"]
+        )
+
+
+class RejectSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+def _workflow(call) -> Response:
+    try:
+        return call()
+    except services.WorkflowError as exc:
+        raise PermissionDenied(str(exc)) from None
+
+
+class ApplicationViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Applications of the caller's teams (all of them for admins), and the decisions."""
+
+    serializer_class = ApplicationSerializer
+    filterset_fields = ["kind", "status", "team__name", "applicant__username"]
+    search_fields = ["target"]
+    ordering_fields = ["created_at", "status", "kind"]
+
+    def get_queryset(self) -> QuerySet[Application]:
+        queryset = Application.objects.select_related("applicant", "decided_by", "team")
+        if is_platform_admin(self.request.user):
+            return queryset
+        return queryset.filter(team__in=user_teams(self.request.user))
+
+    @extend_schema(request=None, responses=ApplicationSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        """Approve and execute (platform admins)."""
+        app = self.get_object()
+        return _workflow(
+            lambda: Response(self.get_serializer(services.approve(app, request.user)).data)
+        )
+
+    @extend_schema(request=RejectSerializer, responses=ApplicationSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        """Reject with a reason (platform admins)."""
+        app = self.get_object()
+        body = RejectSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return _workflow(
+            lambda: Response(
+                self.get_serializer(
+                    services.reject(app, request.user, body.validated_data["reason"])
+                ).data
+            )
+        )
+
+    @extend_schema(request=None, responses=ApplicationSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """Withdraw a pending application (its applicant or an admin)."""
+        app = self.get_object()
+        return _workflow(
+            lambda: Response(self.get_serializer(services.cancel(app, request.user)).data)
+        )
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "created_at", "actor", "action", "target", "team", "application", "detail"]
+        read_only_fields = fields
+
+
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+    """The audit trail: the caller's teams' events (everything for admins)."""
+
+    serializer_class = AuditEventSerializer
+    filterset_fields = ["action", "team__name", "actor__username", "application"]
+    search_fields = ["target"]
+    ordering_fields = ["created_at"]
+
+    def get_queryset(self) -> QuerySet[AuditEvent]:
+        queryset = AuditEvent.objects.select_related("actor", "team")
+        if is_platform_admin(self.request.user):
+            return queryset
+        return queryset.filter(team__in=user_teams(self.request.user))
+
+
+class NotificationSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Notification
+        fields = ["id", "message", "application", "read", "created_at"]
+        read_only_fields = ["id", "message", "application", "created_at"]
+
+
+class NotificationViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """The caller's notifications; PATCH {"read": true} marks one read."""
+
+    serializer_class = NotificationSerializer
+    filterset_fields = ["read"]
+    http_method_names = ["get", "patch", "post", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[Notification]:
+        return Notification.objects.filter(user=self.request.user)
+
+    @extend_schema(
+        request=None,
+        responses=inline_serializer("MarkedRead", {"marked": serializers.IntegerField()}),
+    )
+    @action(detail=False, methods=["post"], url_path="mark-all-read")
+    def mark_all_read(self, request: Request) -> Response:
+        marked = self.get_queryset().filter(read=False).update(read=True)
+        return Response({"marked": marked}, status=status.HTTP_200_OK)
+
+
+class IsPlatformAdmin(permissions.BasePermission):
+    message = "Only platform admins change approval settings."
+
+    def has_permission(self, request, view) -> bool:
+        return request.method in permissions.SAFE_METHODS or is_platform_admin(request.user)
+
+
+class ApprovalSettingsSerializer(serializers.ModelSerializer):
+    auto_approve = serializers.ListField(
+        child=serializers.ChoiceField(choices=Kind.choices), allow_empty=True
+    )
+
+    class Meta:
+        model = ApprovalSettings
+        fields = ["auto_approve", "frozen"]
+
+
+class ApprovalSettingsView(
+    mixins.RetrieveModelMixin, mixins.UpdateModelMixin, viewsets.GenericViewSet
+):
+    """The platform's approval switches: auto-approved kinds and the approval freeze."""
+
+    serializer_class = ApprovalSettingsSerializer
+    permission_classes = [permissions.IsAuthenticated, IsPlatformAdmin]
+
+    def get_object(self) -> ApprovalSettings:
+        return ApprovalSettings.current()
+
+    def perform_update(self, serializer: ApprovalSettingsSerializer) -> None:
+        settings = serializer.save()
+        services.record(
+            self.request.user,
+            "approval-settings",
+            "approval-settings",
+            detail={"auto_approve": settings.auto_approve, "frozen": settings.frozen},
+        )

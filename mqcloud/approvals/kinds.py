@@ -1,0 +1,178 @@
+"""What each kind of application carries and what approving it does.
+
+A kind validates its payload with the same serializers as the REST API, as the applicant
+(so team scoping applies), names its target (one open application per target), and
+executes against the catalog. Validation runs again at execution time, because the
+catalog may have changed while the application waited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import models
+from rest_framework import serializers
+
+from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
+from mqcloud.api.scoping import is_platform_admin, user_teams
+from mqcloud.api.serializers import (
+    ConsumerPolicySerializer,
+    ProducerPolicySerializer,
+    TopicSerializer,
+)
+from mqcloud.approvals.models import Kind
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated application: its target, owning team and an executor."""
+
+    target: str
+    team: Team
+    payload: dict
+    execute: Callable[[], dict]
+
+
+def _context(user: AbstractBaseUser) -> dict:
+    return {"request": SimpleNamespace(user=user)}
+
+
+def _owned(queryset: models.QuerySet, user: AbstractBaseUser, team_path: str, **lookup: str):
+    """The object matching ``lookup`` among those ``user``'s teams own, or a field error."""
+    if not is_platform_admin(user):
+        queryset = queryset.filter(**{f"{team_path}__in": user_teams(user)})
+    found = queryset.filter(**lookup).first()
+    if found is None:
+        field, value = next(iter(lookup.items()))
+        raise serializers.ValidationError({field.split("__")[0]: f"No such object: {value!r}."})
+    return found
+
+
+def _text(payload: dict, field: str) -> str:
+    value = payload.get(field)
+    if not isinstance(value, str) or not value:
+        raise serializers.ValidationError({field: "This field is required."})
+    return value
+
+
+def _topic_create(user, payload: dict) -> Prepared:
+    ser = TopicSerializer(data=payload, context=_context(user))
+    ser.is_valid(raise_exception=True)
+    team = ser.validated_data["team"]
+    return Prepared(
+        f"topic:{ser.validated_data['code']}",
+        team,
+        payload,
+        lambda: {"topic": ser.save().code},
+    )
+
+
+def _topic_update(user, payload: dict) -> Prepared:
+    topic = _owned(Topic.objects.all(), user, "team", code=_text(payload, "code"))
+    changes = payload.get("changes")
+    if not isinstance(changes, dict) or not changes:
+        raise serializers.ValidationError({"changes": "Give the fields to change."})
+    ser = TopicSerializer(topic, data=changes, partial=True, context=_context(user))
+    ser.is_valid(raise_exception=True)
+    return Prepared(f"topic:{topic.code}", topic.team, payload, lambda: {"topic": ser.save().code})
+
+
+def _topic_delete(user, payload: dict) -> Prepared:
+    topic = _owned(Topic.objects.all(), user, "team", code=_text(payload, "code"))
+
+    def execute() -> dict:
+        users = (
+            ProducerPolicy.objects.filter(topic=topic).count()
+            + ConsumerPolicy.objects.filter(topic=topic).count()
+        )
+        if users:
+            raise serializers.ValidationError(
+                {"code": f"{topic.code} still has {users} producers/consumers; delete them first."}
+            )
+        topic.delete()
+        return {"deleted": payload["code"]}
+
+    return Prepared(f"topic:{topic.code}", topic.team, payload, execute)
+
+
+def _policy_create(serializer_class: type, prefix: str) -> Callable:
+    def prepare(user, payload: dict) -> Prepared:
+        ser = serializer_class(data=payload, context=_context(user))
+        ser.is_valid(raise_exception=True)
+        name = ser.validated_data["name"]
+        return Prepared(
+            f"{prefix}:{name}",
+            ser.validated_data["app"].team,
+            payload,
+            lambda: {prefix: ser.save().name},
+        )
+
+    return prepare
+
+
+def _policy_delete(model: type, prefix: str) -> Callable:
+    def prepare(user, payload: dict) -> Prepared:
+        policy = _owned(
+            model.objects.select_related("app"), user, "app__team", name=_text(payload, "name")
+        )
+
+        def execute() -> dict:
+            policy.delete()
+            return {"deleted": payload["name"]}
+
+        return Prepared(f"{prefix}:{policy.name}", policy.app.team, payload, execute)
+
+    return prepare
+
+
+def _consumer_change(fields: Callable[[dict], dict]) -> Callable:
+    def prepare(user, payload: dict) -> Prepared:
+        policy = _owned(
+            ConsumerPolicy.objects.select_related("app"),
+            user,
+            "app__team",
+            name=_text(payload, "consumer"),
+        )
+        changes = fields(payload)
+        ser = ConsumerPolicySerializer(policy, data=changes, partial=True, context=_context(user))
+        ser.is_valid(raise_exception=True)
+        return Prepared(
+            f"consumer:{policy.name}",
+            policy.app.team,
+            payload,
+            lambda: {"consumer": ser.save().name, **changes},
+        )
+
+    return prepare
+
+
+def _rate_limit_fields(payload: dict) -> dict:
+    if "rate_limit" not in payload:
+        raise serializers.ValidationError({"rate_limit": "Give a rate (≥ 1) or null for none."})
+    return {"rate_limit": payload["rate_limit"]}
+
+
+PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
+    Kind.TOPIC_CREATE: _topic_create,
+    Kind.TOPIC_UPDATE: _topic_update,
+    Kind.TOPIC_DELETE: _topic_delete,
+    Kind.PRODUCER_CREATE: _policy_create(ProducerPolicySerializer, "producer"),
+    Kind.PRODUCER_DELETE: _policy_delete(ProducerPolicy, "producer"),
+    Kind.CONSUMER_CREATE: _policy_create(ConsumerPolicySerializer, "consumer"),
+    Kind.CONSUMER_DELETE: _policy_delete(ConsumerPolicy, "consumer"),
+    Kind.PAUSE: _consumer_change(lambda p: {"paused": True}),
+    Kind.RESUME: _consumer_change(lambda p: {"paused": False}),
+    Kind.RATE_LIMIT: _consumer_change(_rate_limit_fields),
+}
+
+
+def prepare(kind: str, user: AbstractBaseUser, payload: object) -> Prepared:
+    """Validate ``payload`` for ``kind`` as ``user``; raises a DRF ValidationError."""
+    if kind not in PREPARERS:
+        raise serializers.ValidationError({"kind": f"Unknown kind; use one of {Kind.values}."})
+    if not isinstance(payload, dict):
+        raise serializers.ValidationError({"payload": "Must be a JSON object."})
+    return PREPARERS[kind](user, payload)
