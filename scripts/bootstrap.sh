@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what mqcloud needs on a Debian machine, skipping whatever is already there:
-# PostgreSQL, Redis, a Java 17 runtime (for PySpark), Python's venv, and the Python
-# dependencies of requirements.txt in .venv (reinstalled only when the file changes).
+# PostgreSQL, Redis, a Java 17 runtime (for PySpark), Chromium (browser tests), Python's
+# venv, and the Python dependencies of requirements.txt in .venv (reinstalled only when
+# the file changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,9 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server redis-tools)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 command -v runuser >/dev/null 2>&1 || need+=(util-linux)
+# Browser tests drive Debian's Chromium through Playwright (never a downloaded browser).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v pgrep >/dev/null 2>&1 || need+=(procps)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "bootstrap: installing ${need[*]}"
