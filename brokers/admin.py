@@ -1,6 +1,7 @@
 """Django admin for every catalog model."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db import transaction
 
 from brokers.models import (
     App,
@@ -14,6 +15,7 @@ from brokers.models import (
     TeamMembership,
     Topic,
 )
+from brokers.topology import create_partition_groups
 
 
 class TeamMembershipInline(admin.TabularInline):
@@ -73,6 +75,18 @@ class TopicAdmin(admin.ModelAdmin):
     search_fields = ["code", "description"]
     inlines = [PartitionGroupInline]
 
+    @transaction.atomic
+    def save_model(self, request, obj, form, change) -> None:
+        """A new topic gets its partition groups, leaders spread over writable brokers."""
+        if not change and not obj.creator:
+            obj.creator = request.user.username
+        super().save_model(request, obj, form, change)
+        if not change:
+            create_partition_groups(obj)
+
+    def get_inlines(self, request, obj):
+        return self.inlines if obj is not None else []
+
 
 @admin.register(PartitionGroup)
 class PartitionGroupAdmin(admin.ModelAdmin):
@@ -98,6 +112,20 @@ class AppAdmin(admin.ModelAdmin):
     list_filter = ["team", "is_admin"]
     search_fields = ["code"]
     inlines = [AppTokenInline]
+    actions = ["rotate_token"]
+
+    def save_model(self, request, obj, form, change) -> None:
+        """A new app gets a token, shown once in the confirmation message."""
+        super().save_model(request, obj, form, change)
+        if not change:
+            token = obj.issue_token()
+            messages.warning(request, f"Token of {obj.code} (shown once, store it now): {token}")
+
+    @admin.action(description="Issue a new token (revokes the current ones)")
+    def rotate_token(self, request, queryset) -> None:
+        for app in queryset:
+            token = app.issue_token()
+            messages.warning(request, f"New token of {app.code} (shown once): {token}")
 
 
 @admin.register(AppToken)

@@ -45,9 +45,20 @@ def spread_leaders(brokers: Sequence[Broker], count: int) -> list[Broker]:
     return chosen
 
 
+def default_group_count(topic: Topic) -> int:
+    """One partition group per writable broker of the topic's cluster, at most one per partition."""
+    writable = Broker.objects.filter(cluster_id=topic.cluster_id, writable=True).count()
+    return max(1, min(writable, topic.partitions))
+
+
 @transaction.atomic
-def create_partition_groups(topic: Topic, groups: int) -> list[PartitionGroup]:
-    """Create ``groups`` partition groups for a new topic with leaders on writable brokers."""
+def create_partition_groups(topic: Topic, groups: int | None = None) -> list[PartitionGroup]:
+    """Create ``groups`` partition groups for a new topic with leaders on writable brokers.
+
+    ``groups`` defaults to :func:`default_group_count`.
+    """
+    if groups is None:
+        groups = default_group_count(topic)
     if topic.groups.exists():
         raise ValidationError("The topic already has partition groups.")
     if not 1 <= groups <= topic.partitions:

@@ -179,9 +179,6 @@ class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
         topic = Topic(**validated_data, creator=getattr(request.user, "username", ""))
         topic.set_zbus_token(token)
         topic.save()
-        if groups is None:
-            writable = topic.cluster.brokers.filter(writable=True).count()
-            groups = max(1, min(writable, topic.partitions))
         try:
             create_partition_groups(topic, groups)
         except DjangoValidationError as exc:

@@ -60,3 +60,53 @@ def test_openapi_schema_and_docs(client):
     docs = client.get("/api/docs/")
     assert docs.status_code == 200
     assert "cdn" not in docs.content.decode().lower()
+
+
+def test_admin_add_topic_lays_out_groups(client):
+    cluster = factories.cluster_with_brokers()
+    team = Team.objects.create(name="red")
+    client.force_login(factories.user("root", admin=True))
+    response = client.post(
+        "/admin/brokers/topic/add/",
+        {
+            "code": "from-admin",
+            "cluster": cluster.id,
+            "team": team.id,
+            "type": "normal",
+            "partitions": 4,
+            "delivery_mode": "RoundRobin",
+            "max_queue_size": 10000,
+            "overflow_policy": "DropOldest",
+            "max_retry_attempts": 3,
+            "zbus_mode": 1,
+        },
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    from brokers.models import Topic
+
+    topic = Topic.objects.get(code="from-admin")
+    assert [g.partitions for g in topic.groups.order_by("group_id")] == [[0, 1], [2, 3]]
+    assert topic.creator == "root"
+
+
+def test_admin_add_app_shows_token_once(client):
+    team = Team.objects.create(name="red")
+    client.force_login(factories.user("root", admin=True))
+    response = client.post(
+        "/admin/brokers/app/add/",
+        {
+            "code": "adm-app",
+            "team": team.id,
+            "description": "",
+            "tokens-TOTAL_FORMS": 0,
+            "tokens-INITIAL_FORMS": 0,
+        },
+        follow=True,
+    )
+    page = response.content.decode()
+    assert "shown once" in page
+    from brokers.models import App
+
+    app = App.objects.get(code="adm-app")
+    assert len(app.active_token_hashes()) == 1
+    assert "shown once" not in client.get("/admin/brokers/app/").content.decode()
