@@ -1,0 +1,148 @@
+"""One VibeMQ JSON text ⇄ one typed frame (vibemq.md §1–§4, §13).
+
+:func:`decode_json` is what a WebSocket text frame goes through directly and what the TCP
+stream decoder applies to each length-prefixed body. Checks run in this order, the first
+failure raising: UTF-8 → JSON object (both close the connection) → ``id`` → ``type`` →
+``queue`` → ``headers``. Unknown fields are ignored. On output, absent (``None``) fields and
+empty ``headers`` are omitted, keys come in the spec's order and ``schemaVersion`` is ``"1.0"``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgspec
+
+from brokers.protocols.vibemq.enums import SERVER_ONLY_TYPES, CommandType
+from brokers.protocols.vibemq.errors import (
+    EncodeError,
+    InvalidJson,
+    InvalidMessage,
+    InvalidUtf8,
+    UnknownCommand,
+)
+from brokers.protocols.vibemq.frames import FRAME_CLASSES, Frame
+from brokers.protocols.vibemq.validation import check_headers, check_queue, valid_id
+
+SCHEMA_VERSION = "1.0"
+MAX_FRAME_SIZE = 1_048_576
+"""Default maximum body length of one frame (§1)."""
+LENGTH_PREFIX = struct.Struct(">I")
+
+QUEUE_REQUIRED = frozenset(
+    {
+        CommandType.PUBLISH,
+        CommandType.SUBSCRIBE,
+        CommandType.UNSUBSCRIBE,
+        CommandType.DELIVER,
+        CommandType.CREATE_QUEUE,
+        CommandType.DELETE_QUEUE,
+        CommandType.QUEUE_INFO,
+    }
+)
+_NO_PAYLOAD = (msgspec.Raw(), msgspec.Raw(b"null"))
+
+
+class _Envelope(msgspec.Struct, rename="camel"):
+    """Every field of §2, untyped, so that validation can report precise errors."""
+
+    id: Any = None
+    type: Any = None
+    queue: Any = None
+    payload: msgspec.Raw = msgspec.Raw()
+    headers: Any = None
+    error_code: Any = None
+    error_message: Any = None
+
+
+class _Wire(msgspec.Struct, omit_defaults=True, rename="camel"):
+    """The output shape: spec key order, ``None`` fields omitted."""
+
+    id: str | None = None
+    type: str = ""
+    queue: str | None = None
+    payload: Any = None
+    headers: dict[str, str] | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    schema_version: str = ""
+
+
+_DECODER = msgspec.json.Decoder(_Envelope)
+_ENCODER = msgspec.json.Encoder()
+
+
+def _envelope(data: bytes | str) -> _Envelope:
+    try:
+        if isinstance(data, str):
+            data = data.encode()
+        else:
+            data.decode()
+    except UnicodeError:
+        raise InvalidUtf8("frame is not valid UTF-8") from None
+    try:
+        return _DECODER.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise InvalidJson(f"frame is not a JSON object: {exc}") from None
+
+
+def decode_json(data: bytes | str, *, accept_server_frames: bool = False) -> Frame:
+    """Decode and validate one frame's JSON text; raises a :class:`ProtocolError` subclass.
+
+    By default this is the broker's view: server-only types are ``UNKNOWN_COMMAND``. A client
+    (or a test) passes ``accept_server_frames=True`` to read the broker's frames, where the
+    shutdown ``disconnect`` may lack an id.
+    """
+    env = _envelope(data)
+    rid = valid_id(env.id)
+    kind = CommandType.parse(env.type)
+    if rid is None and not (accept_server_frames and kind is CommandType.DISCONNECT):
+        raise InvalidMessage("id must be a string of 1-256 characters")
+    if env.type is None:
+        raise InvalidMessage("type missing", request_id=rid)
+    if kind is None or (kind in SERVER_ONLY_TYPES and not accept_server_frames):
+        raise UnknownCommand(f"unknown command type {str(env.type)[:64]!r}", request_id=rid)
+    cls = FRAME_CLASSES[kind]
+    fields: dict[str, Any] = {"id": rid}
+    if env.queue is not None or kind in QUEUE_REQUIRED:
+        queue = check_queue(env.queue, rid)
+        if "queue" in cls.__struct_fields__:
+            fields["queue"] = queue
+    headers = check_headers(env.headers, rid)
+    if "headers" in cls.__struct_fields__:
+        fields["headers"] = headers
+    if "payload" in cls.__struct_fields__ and env.payload not in _NO_PAYLOAD:
+        fields["payload"] = env.payload
+    if kind is CommandType.ERROR:
+        if not isinstance(env.error_code, str) or not isinstance(env.error_message, str | None):
+            raise InvalidMessage("errorCode / errorMessage must be strings", request_id=rid)
+        fields["error_code"] = env.error_code
+        fields["error_message"] = env.error_message or ""
+    return cls(**fields)
+
+
+def encode_json(frame: Frame) -> bytes:
+    """The frame as compact UTF-8 JSON, e.g. for a WebSocket text frame (``.decode()`` it)."""
+    wire = _Wire(
+        id=frame.id,
+        type=frame.TYPE.value,
+        queue=getattr(frame, "queue", None),
+        payload=getattr(frame, "payload", None),
+        headers=getattr(frame, "headers", None) or None,
+        error_code=getattr(frame, "error_code", None),
+        error_message=getattr(frame, "error_message", None),
+        schema_version=SCHEMA_VERSION,
+    )
+    try:
+        return _ENCODER.encode(wire)
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+        raise EncodeError(f"cannot encode {frame.TYPE.value} frame: {exc}") from None
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """The frame as TCP bytes: 4-byte big-endian length, then the JSON (§1)."""
+    body = encode_json(frame)
+    if len(body) > 0xFFFFFFFF:
+        raise EncodeError("frame longer than a 32-bit length prefix allows")
+    return LENGTH_PREFIX.pack(len(body)) + body

@@ -1,0 +1,77 @@
+"""Incremental decoder for a VibeMQ TCP connection: length-prefixed bytes in, frames out.
+
+``feed`` returns, in stream order, decoded frames and :class:`ProtocolError` instances
+(returned, not raised, so frames decoded before an error are not lost). An error with
+``close`` false stands for one rejected frame and the stream goes on; after one with
+``close`` true the decoder is closed: a framing error (length 0, over the limit) means close
+silently, an unparseable body means a best-effort ``INVALID_MESSAGE`` and close (§1).
+"""
+
+from __future__ import annotations
+
+from brokers.protocols.vibemq.codec import LENGTH_PREFIX, MAX_FRAME_SIZE, decode_json
+from brokers.protocols.vibemq.errors import (
+    DecoderClosedError,
+    FrameTooLarge,
+    ProtocolError,
+    TruncatedFrame,
+    ZeroLengthFrame,
+)
+from brokers.protocols.vibemq.frames import Frame
+
+
+class FrameDecoder:
+    """Splits one connection's byte stream into frames (see the module docstring)."""
+
+    def __init__(
+        self, *, max_frame_size: int = MAX_FRAME_SIZE, accept_server_frames: bool = False
+    ) -> None:
+        self.max_frame_size = max_frame_size
+        self.accept_server_frames = accept_server_frames
+        self._buffer = bytearray()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True after a closing error or :meth:`eof`; further ``feed`` calls raise."""
+        return self._closed
+
+    def feed(self, data: bytes) -> list[Frame | ProtocolError]:
+        """Add bytes from the connection; return every frame (or error) they complete."""
+        if self._closed:
+            raise DecoderClosedError("decoder is closed")
+        buffer = self._buffer
+        buffer += data
+        events: list[Frame | ProtocolError] = []
+        pos = 0
+        prefix = LENGTH_PREFIX.size
+        while len(buffer) - pos >= prefix:
+            (length,) = LENGTH_PREFIX.unpack_from(buffer, pos)
+            if length == 0:
+                events.append(ZeroLengthFrame("frame length 0"))
+            elif length > self.max_frame_size:
+                events.append(FrameTooLarge(f"frame length {length} over {self.max_frame_size}"))
+            elif len(buffer) - pos - prefix < length:
+                break
+            else:
+                body = bytes(buffer[pos + prefix : pos + prefix + length])
+                pos += prefix + length
+                try:
+                    events.append(decode_json(body, accept_server_frames=self.accept_server_frames))
+                except ProtocolError as exc:
+                    events.append(exc)
+            if events and isinstance(events[-1], ProtocolError) and events[-1].close:
+                self._closed = True
+                buffer.clear()
+                return events
+        del buffer[:pos]
+        return events
+
+    def eof(self) -> TruncatedFrame | None:
+        """The peer closed its side: report a partial frame, if any, and close the decoder."""
+        if self._closed:
+            return None
+        self._closed = True
+        pending = len(self._buffer)
+        self._buffer.clear()
+        return TruncatedFrame(f"stream ended inside a frame ({pending} bytes)") if pending else None

@@ -1,0 +1,130 @@
+"""Parsing one header block (start line + header lines, zbus.md §1).
+
+Hand-written rather than ``httptools``: ``HttpRequestParser`` rejects the response-shaped
+messages clients send on the same stream (``HTTP/1.1 200 OK`` with ``cmd: produce``), and
+both httptools parsers reject header lines the spec says to ignore (lines without ``:``). The
+rules here are the spec's: split at the first ``:``, trim, lower-case keys, last value wins.
+
+Beyond the 2015 server, lines that cannot be written back safely are rejected: invalid UTF-8
+or a control character other than tab anywhere in the start line or a header line, or an
+empty header name. These are recoverable (:class:`MalformedHeader`,
+:class:`MalformedStartLine`) as long as ``content-length`` itself is readable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from brokers.protocols.zbus.aliases import PRECEDENCE
+from brokers.protocols.zbus.constants import Header
+from brokers.protocols.zbus.errors import (
+    BadContentLength,
+    BodyTooLarge,
+    MalformedHeader,
+    MalformedStartLine,
+    ZbusDecodeError,
+)
+from brokers.protocols.zbus.message import RequestLine, StatusLine
+from brokers.protocols.zbus.uri import split_uri
+
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""Characters that may not appear in a start line, header name or value (tab is allowed)."""
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_VERSION = re.compile(r"HTTP/[0-9]\.[0-9]", re.IGNORECASE)
+_STATUS = re.compile(r"[1-9][0-9]{2}")
+_DIGITS = re.compile(rb"[0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A parsed header block: what the decoder needs to read the body and build the message."""
+
+    start: RequestLine | StatusLine | None
+    headers: dict[str, str]
+    content_length: int
+    msgid: str | None
+    """The message's id (headers first, then URL parameters), for echoing in errors."""
+    problem: ZbusDecodeError | None
+    """A recoverable error to report once the body has been skipped."""
+
+
+def parse_start_line(line: str) -> RequestLine | StatusLine:
+    """Parse a request line or a status line (first token starting with ``HTTP``, any case)."""
+    if CONTROL.search(line):
+        raise MalformedStartLine("control character in start line")
+    first, _, rest = line.partition(" ")
+    if first[:4].upper() == "HTTP":
+        status, _, reason = rest.partition(" ")
+        if not _VERSION.fullmatch(first) or not _STATUS.fullmatch(status):
+            raise MalformedStartLine(f"bad status line {line[:80]!r}")
+        return StatusLine(status=int(status), reason=reason, version=first)
+    parts = line.split(" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
+        raise MalformedStartLine(f"bad request line {line[:80]!r}")
+    if not _VERSION.fullmatch(parts[2]):
+        raise MalformedStartLine(f"bad HTTP version in {line[:80]!r}")
+    return RequestLine(method=parts[0], uri=parts[1], version=parts[2])
+
+
+def _content_length(value: bytes, max_body: int, msgid: str | None) -> int:
+    digits = value.strip(b" \t")
+    if not _DIGITS.fullmatch(digits):
+        raise BadContentLength(f"content-length {value[:40]!r} is not a number", msgid=msgid)
+    digits = digits.lstrip(b"0") or b"0"
+    if len(digits) > len(str(max_body)) or int(digits) > max_body:
+        raise BodyTooLarge(f"content-length {digits[:40].decode()} over {max_body}", msgid=msgid)
+    return int(digits)
+
+
+def _msgid(headers: dict[str, str], start: RequestLine | StatusLine | None) -> str | None:
+    """The id to echo in an error: from the headers, else from the URL parameters."""
+    sources = [headers]
+    if isinstance(start, RequestLine):
+        sources.append(split_uri(start.uri)[1])
+    for source in sources:
+        for name in PRECEDENCE[Header.MSGID]:
+            if name in source:
+                return source[name]
+    return None
+
+
+def parse_head(block: bytes, max_body: int) -> Head:
+    """Parse ``block`` (the head without its final blank line).
+
+    Raises :class:`BadContentLength` or :class:`BodyTooLarge` (both fatal); other problems are
+    returned in ``Head.problem`` because the message can still be skipped whole.
+    """
+    raw_start, *lines = block.split(b"\r\n")
+    problem: ZbusDecodeError | None = None
+    start: RequestLine | StatusLine | None = None
+    try:
+        start = parse_start_line(raw_start.decode())
+    except UnicodeDecodeError:
+        problem = MalformedStartLine("start line is not UTF-8")
+    except MalformedStartLine as exc:
+        problem = exc
+    headers: dict[str, str] = {}
+    raw_length: bytes | None = None
+    for line in lines:
+        colon = line.find(b":")
+        if colon < 0:
+            continue
+        if line[:colon].strip(b" \t").lower() == b"content-length":
+            raw_length = line[colon + 1 :]
+            continue
+        try:
+            key = line[:colon].decode().strip(" \t").lower()
+            value = line[colon + 1 :].decode().strip(" \t")
+        except UnicodeDecodeError:
+            problem = problem or MalformedHeader("header line is not UTF-8")
+            continue
+        if not key or CONTROL.search(key) or CONTROL.search(value):
+            problem = problem or MalformedHeader(f"bad header line {line[:80]!r}")
+            continue
+        headers[key] = value
+    msgid = _msgid(headers, start)
+    length = 0 if raw_length is None else _content_length(raw_length, max_body, msgid)
+    if problem is not None:
+        problem.msgid = msgid
+    return Head(start=start, headers=headers, content_length=length, msgid=msgid, problem=problem)

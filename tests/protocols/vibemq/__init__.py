@@ -1,0 +1,1 @@
+"""Tests of the VibeMQ JSON codec (brokers.protocols.vibemq)."""

@@ -1,0 +1,1 @@
+"""Tests of the zbus 5.x codec (brokers.protocols.zbus)."""

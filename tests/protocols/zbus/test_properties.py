@@ -1,0 +1,146 @@
+"""Property tests: encode/decode round trips, arbitrary chunking, and a mutation fuzz."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brokers.protocols.zbus import (
+    AliasFamily,
+    Decoder,
+    Message,
+    RequestLine,
+    StatusLine,
+    ZbusDecodeError,
+    encode_message,
+    make_delivery,
+    make_reply,
+)
+
+_ALIASES = {"id", "rawid", "msgid-raw", "mq-reply", "method", "reply-code", "content-length"}
+_KEY_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-_."
+_TEXT = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs"))
+
+keys = st.text(_KEY_CHARS, min_size=1, max_size=20).filter(lambda k: k not in _ALIASES)
+values = st.text(_TEXT, max_size=40).map(lambda v: v.strip(" \t"))
+headers = st.dictionaries(keys, values, max_size=8)
+bodies = st.binary(max_size=300)
+methods = st.sampled_from(["GET", "POST", "PUT", "X-CMD"])
+paths = st.text(st.sampled_from("abcXYZ019-._~/"), max_size=20).map(lambda p: "/" + p)
+request_lines = st.builds(RequestLine, methods, paths)
+status_lines = st.builds(
+    StatusLine, st.integers(100, 999), st.text(_TEXT | st.just("\t"), max_size=30)
+)
+messages = st.builds(Message, st.one_of(request_lines, status_lines), headers, bodies)
+
+
+def decode_stream(data: bytes, chunks: list[int]) -> list[Message | ZbusDecodeError]:
+    decoder = Decoder()
+    events: list[Message | ZbusDecodeError] = []
+    pos = 0
+    for size in chunks:
+        events += decoder.feed(data[pos : pos + size])
+        pos += size
+    events += decoder.feed(data[pos:])
+    assert decoder.eof() is None
+    return events
+
+
+@settings(deadline=None)
+@given(messages)
+def test_message_round_trip(message: Message) -> None:
+    assert Decoder().feed(encode_message(message)) == [message]
+
+
+@settings(deadline=None)
+@given(st.lists(messages, min_size=1, max_size=5), st.lists(st.integers(0, 40), max_size=40))
+def test_any_chunking_yields_the_same_messages(batch: list[Message], chunks: list[int]) -> None:
+    data = b"".join(encode_message(m) for m in batch)
+    assert decode_stream(data, chunks) == batch
+
+
+@settings(deadline=None)
+@given(
+    st.integers(100, 999),
+    bodies,
+    headers,
+    st.none() | values,
+    st.sampled_from(list(AliasFamily)),
+)
+def test_reply_round_trip(
+    status: int, body: bytes, extra: dict[str, str], msgid: str | None, family: AliasFamily
+) -> None:
+    reply = make_reply(status, body, msgid=msgid, mq_reply="s", headers=extra)
+    (decoded,) = Decoder().feed(encode_message(reply, aliases=family))
+    assert isinstance(decoded, Message)
+    assert decoded.status == status
+    assert decoded.body == body
+    assert dict(decoded.headers) == dict(reply.headers)
+
+
+@settings(deadline=None)
+@given(messages, st.none() | values, st.booleans())
+def test_delivery_round_trip(stored: Message, msgid: str | None, redelivered: bool) -> None:
+    delivered = make_delivery(stored, msgid=msgid, redelivered=redelivered)
+    (decoded,) = Decoder().feed(encode_message(delivered))
+    assert decoded == delivered
+    assert "token" not in decoded.headers
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_arbitrary_bytes_only_raise_typed_errors(data: bytes) -> None:
+    decoder = Decoder(max_head_bytes=256, max_body_bytes=128)
+    events = decoder.feed(data)
+    assert all(isinstance(e, Message | ZbusDecodeError) for e in events)
+    truncated = decoder.eof()
+    assert truncated is None or isinstance(truncated, ZbusDecodeError)
+
+
+SEEDS = [
+    b"GET /MyMQ?cmd=produce&&msgid=m1&&body=hello HTTP/1.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\ncmd: consume\r\nmq: q\r\nid: c1\r\nwindow: -1\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ncmd: produce\r\nmq-reply: r\r\nmsgid: r1\r\ncontent-length: 4\r\n\r\nbody",
+    b'POST /?cmd=admin&method=create_mq HTTP/1.1\r\ncontent-length: 12\r\n\r\n{"mqName":1}',
+]
+
+
+def mutate(rng: random.Random, data: bytes) -> bytes:
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 6)):
+        op = rng.randrange(5)
+        pos = rng.randrange(len(buf) + 1)
+        if op == 0 and buf:
+            buf[min(pos, len(buf) - 1)] = rng.randrange(256)
+        elif op == 1:
+            buf[pos:pos] = rng.choice(
+                [b"\r\n", b":", b" ", b"\x00", b"%", b"?", b"&", b"9", b"\xff"]
+            )
+        elif op == 2:
+            del buf[pos : pos + rng.randint(1, 8)]
+        elif op == 3:
+            buf[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        else:
+            buf[pos:pos] = rng.choice([b"content-length: 99999\r\n", b"content-length: 3\r\n"])
+    return bytes(buf)
+
+
+def test_mutation_fuzz_only_typed_errors_escape() -> None:
+    rng = random.Random(20150101)
+    for _ in range(3000):
+        data = b"".join(mutate(rng, rng.choice(SEEDS)) for _ in range(rng.randint(1, 3)))
+        decoder = Decoder(max_head_bytes=rng.choice([64, 512, 65536]), max_body_bytes=64)
+        events: list[Message | ZbusDecodeError] = []
+        pos = 0
+        while pos < len(data) and not decoder.closed:
+            step = rng.randint(1, 64)
+            events += decoder.feed(data[pos : pos + step])
+            pos += step
+        truncated = decoder.eof()
+        assert truncated is None or isinstance(truncated, ZbusDecodeError)
+        for event in events:
+            assert isinstance(event, Message | ZbusDecodeError)
+            if isinstance(event, Message):
+                assert Decoder().feed(encode_message(event))[0].headers == event.headers
