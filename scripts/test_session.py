@@ -23,6 +23,7 @@ from localservices import PostgresServer, RedisServer, free_port
 def main(argv: list[str]) -> int:
     """Start the services, run pytest with ``argv``, stop the services; pytest's exit code."""
     workdir = Path(tempfile.mkdtemp(prefix="mqcloud-test-"))
+    workdir.chmod(0o755)  # as root, PostgreSQL runs as the postgres user, which must reach it
     postgres = PostgresServer(workdir / "pg", free_port())
     redis = RedisServer(workdir / "redis", free_port())
     try:
