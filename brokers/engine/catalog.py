@@ -176,6 +176,8 @@ class ConsumerPolicyInfo(msgspec.Struct, frozen=True, kw_only=True):
     rate_limit: int | None = None
     backlog_alert_count: int = 10_000
     backlog_alert_age_s: int = 300
+    pull_timeout_ms: int = 10_000
+    start_position: str = "latest"
 
 
 class CatalogSnapshot(msgspec.Struct, frozen=True, kw_only=True, dict=True):

@@ -1,0 +1,163 @@
+"""Acknowledgements: JMQ4 COMMIT_ACK rules and HTTP-MQ requestId commits.
+
+JMQ4 (:func:`ack_range`): the acked indexes of one call form one run ``[start, end)``.
+The ack index moves to ``end`` when the run starts at or before it, then swallows any
+out-of-order runs that now touch it. A run beyond the ack index is kept (sorted set of
+``start:end``) only when the caller holds the partition's lock and the run lies in the
+range handed out under it; otherwise it is ignored (reference: code 0, no move). The lock
+is released once the ack index passes the locked range. A token older than a still-valid
+lock is rejected as stale.
+
+HTTP-MQ (:func:`commit`): http-mq.md §7 verbatim — no lock → dropped; older lockTime
+than a valid lock → dropped; commit when the stored offset equals the batch start (or
+forceAck / no offset yet); "offset has committed" / "committedOffset not equal"
+otherwise; the lock is always released.
+
+Both publish on the topic channel when they release a lock, waking long polls.
+"""
+
+from __future__ import annotations
+
+from brokers.engine.keys import PartitionKeys, notify_channel
+from brokers.engine.model import AckStatus, CommitStatus
+from brokers.engine.redisio import AnyRedis, Script
+
+_MERGE_FN = """
+local function merge(oo, ack)
+  while true do
+    local r = redis.call('ZRANGEBYSCORE', oo, '-inf', s(ack), 'LIMIT', 0, 1)
+    if not r[1] then return ack end
+    local e = tonumber(string.match(r[1], ':(%d+)$'))
+    if e > ack then ack = e end
+    redis.call('ZREM', oo, r[1])
+  end
+end
+local function unlock(state, channel, partition)
+  redis.call('HDEL', state, 'lo', 'lt', 'le', 'ls', 'lend')
+  redis.call('PUBLISH', channel, partition)
+end
+"""
+
+ACK = Script(
+    _MERGE_FN
+    + """
+-- KEYS: state, oo, meta. ARGV: start, end, owner, token(''), now, channel, partition
+local start, stop, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[5])
+local st = redis.call('HMGET', KEYS[1], 'ack', 'lo', 'lt', 'le', 'ls', 'lend')
+local ack = tonumber(st[1])
+if not ack then ack = tonumber(redis.call('HGET', KEYS[3], 'min') or '0') end
+local lt, le = tonumber(st[3]), tonumber(st[4])
+local valid = le and le > now
+if ARGV[4] ~= '' and lt and valid and tonumber(ARGV[4]) < lt then return {'STALE_LOCK', s(ack)} end
+local holder = lt and ((ARGV[4] ~= '' and tonumber(ARGV[4]) == lt) or (ARGV[4] == '' and st[2] == ARGV[3]))
+local status
+if stop <= ack then
+  status = 'ALREADY'
+elseif start <= ack then
+  ack = merge(KEYS[2], stop)
+  redis.call('HSET', KEYS[1], 'ack', s(ack))
+  status = 'OK'
+else
+  local ls, lend = tonumber(st[5]), tonumber(st[6])
+  if holder and ls and lend and start >= ls and stop <= lend then
+    redis.call('ZADD', KEYS[2], s(start), s(start) .. ':' .. s(stop))
+    status = 'PENDING'
+  else
+    status = 'IGNORED'
+  end
+end
+if holder then
+  local lend = tonumber(st[6])
+  if (not lend) or ack >= lend then unlock(KEYS[1], ARGV[6], ARGV[7]) end
+end
+return {status, s(ack)}
+"""
+)
+
+COMMIT = Script(
+    _MERGE_FN
+    + """
+-- KEYS: state, oo. ARGV: offset, next, lockTime, force(0/1), now, channel, partition
+local off, nxt, token, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
+local st = redis.call('HMGET', KEYS[1], 'ack', 'lt', 'le')
+local lt, le = tonumber(st[2]), tonumber(st[3])
+local cmt = tonumber(st[1])
+local cmts = '-1'
+if cmt then cmts = s(cmt) end
+if not lt then return {'lock not exist', cmts, '0', 0, 0} end
+local expired, anomaly = 0, 0
+if le <= now then expired = 1
+elseif token < lt then return {'ack lockTime small than', cmts, s(lt), 0, 0}
+elseif token > lt then anomaly = 1 end
+local status
+if (not cmt) or ARGV[4] == '1' or (cmt == off and nxt > cmt) then
+  if ARGV[4] == '1' or not cmt then redis.call('DEL', KEYS[2]) end
+  cmt = merge(KEYS[2], nxt)
+  redis.call('HSET', KEYS[1], 'ack', s(cmt))
+  status = 'ok'
+elseif cmt == nxt then status = 'offset has committed'
+else status = 'committedOffset not equal' end
+unlock(KEYS[1], ARGV[6], ARGV[7])
+return {status, s(cmt), s(lt), expired, anomaly}
+"""
+)
+
+
+async def ack_range(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str,
+    start: int,
+    end: int,
+    *,
+    owner: str,
+    token: int | None,
+    now_ms: int,
+) -> tuple[AckStatus, int]:
+    """Apply a JMQ4 ack of ``[start, end)``; returns (status, ack index after)."""
+    keys = PartitionKeys(topic, partition)
+    status, ack = await ACK(
+        client,
+        (keys.state(cid), keys.acked(cid), keys.meta),
+        (
+            start,
+            end,
+            owner,
+            "" if token is None else token,
+            now_ms,
+            notify_channel(topic),
+            partition,
+        ),
+    )
+    return AckStatus(status.decode()), int(ack)
+
+
+async def commit(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str,
+    *,
+    offset: int,
+    next_offset: int,
+    lock_time: int,
+    force: bool,
+    now_ms: int,
+) -> tuple[CommitStatus, int, int, bool, bool]:
+    """HTTP-MQ commit; (status, committed, stored lock, lock expired, anomaly)."""
+    keys = PartitionKeys(topic, partition)
+    status, cmt, lt, expired, anomaly = await COMMIT(
+        client,
+        (keys.state(cid), keys.acked(cid)),
+        (
+            offset,
+            next_offset,
+            lock_time,
+            1 if force else 0,
+            now_ms,
+            notify_channel(topic),
+            partition,
+        ),
+    )
+    return CommitStatus(status.decode()), int(cmt), int(lt), bool(expired), bool(anomaly)

@@ -1,0 +1,172 @@
+"""Appending to a partition, choosing the partition, and what each qos guarantees.
+
+One call appends all its records to ONE partition with one Lua script, so the call is
+atomic: every record gets the next index (a batch of n items takes n consecutive
+indexes) or none does. The call's records are stored once, concatenated, as ONE stream
+entry ``<first index>-<indexes taken>`` — one XADD per call whatever the number of
+messages; readers split the entry by the records' size prefixes. The script publishes
+the partition number on the topic's notification channel for long polls.
+
+Partition choice (:func:`choose_partition`): an explicit partition is checked against the
+topic; a sequential topic hashes the businessId (Java ``String.hashCode``) over all its
+partitions so a business key keeps its order; otherwise the producer policy's broker
+weights (default: the broker's own weight) pick among partitions whose leader broker is
+alive and writable.
+
+QoS — the call returns only after Redis executed the script, and then:
+
+* ``NONE`` / ``RECEIVED``: the write is in Redis memory (and, with AOF on, handed to the
+  AOF file before the reply is sent). A Redis crash with ``appendfsync everysec`` can
+  lose up to about one second; ``NONE`` only tells front-ends not to reply.
+* ``PERSISTED``: the write is fsynced to the AOF. Redis ≥ 7.2: ``WAITAOF 1 0`` on the
+  writing connection. Redis 7.0 has no WAITAOF: run it with ``appendfsync always`` (each
+  reply follows the fsync); with ``everysec`` PERSISTED degrades to RECEIVED and the engine
+  logs it once (see :class:`brokers.engine.redisio.Durability`).
+* ``REPLICATED``: ``WAIT`` for the replicas of the owning node (all connected ones, at
+  most the engine's ``replicas`` setting); without replicas it means PERSISTED. A wait
+  that times out raises :class:`WriteTimeout` — the write itself is stored.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Sequence
+
+from brokers.engine.catalog import CatalogSnapshot, ProducerPolicyInfo, TopicInfo
+from brokers.engine.errors import BrokerNotWritable, NoWritablePartition, PartitionNotFound
+from brokers.engine.keys import PartitionKeys, notify_channel
+from brokers.engine.model import QoS
+from brokers.engine.redisio import AnyRedis, Durability, Script
+
+APPEND = Script(
+    """
+-- KEYS: stream, meta. ARGV: channel, partition, expected first index, item count, blob.
+-- The blob is the call's records concatenated (each starts with its size), stored as ONE
+-- entry `<first>-<items>`. When the caller guessed the first index right, the records
+-- already carry their indexes; otherwise each record's index is patched here.
+local nxt = tonumber(redis.call('HGET', KEYS[2], 'next') or '0')
+local total = tonumber(ARGV[4])
+local blob = ARGV[5]
+if tonumber(ARGV[3]) ~= nxt then
+  local parts, pos, idx = {}, 1, nxt
+  while pos <= #blob do
+    local size = struct.unpack('>i4', blob, pos)
+    local c = 1
+    if math.floor(struct.unpack('>i2', blob, pos + 20) / 4096) % 2 == 1 then
+      c = struct.unpack('>i2', blob, pos + 59)
+      if c < 1 then c = 1 end
+    end
+    parts[#parts + 1] = string.sub(blob, pos, pos + 5) .. struct.pack('>i8', idx)
+      .. string.sub(blob, pos + 14, pos + size - 1)
+    idx = idx + c
+    pos = pos + size
+  end
+  blob = table.concat(parts)
+end
+redis.call('XADD', KEYS[1], s(nxt) .. '-' .. s(total), 'm', blob)
+redis.call('HSET', KEYS[2], 'next', s(nxt + total))
+redis.call('HSETNX', KEYS[2], 'min', '0')
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return nxt
+"""
+)
+
+_I64 = struct.Struct(">q")
+
+
+def pack_records(records: Sequence[tuple[bytes, int]], first: int) -> bytes:
+    """Concatenate records, writing the index each gets when the append starts at ``first``."""
+    blob = bytearray(b"".join(r for r, _ in records))
+    pos, index = 0, first
+    for record, count in records:
+        _I64.pack_into(blob, pos + 6, index)
+        pos += len(record)
+        index += count
+    return bytes(blob)
+
+
+async def append_records(
+    client: AnyRedis,
+    durability: Durability,
+    topic: str,
+    partition: int,
+    records: Sequence[tuple[bytes, int]],
+    qos: QoS = QoS.RECEIVED,
+    expected_first: int = -1,
+) -> int:
+    """Append ``(record, count)`` pairs atomically to one partition; the first index.
+
+    ``expected_first`` is the caller's guess of the partition's next index (the engine
+    remembers it per partition): a right guess saves the script from rewriting records.
+    """
+    keys = PartitionKeys(topic, partition)
+    blob = pack_records(records, max(0, expected_first))
+    total = sum(count for _, count in records)
+    args = (notify_channel(topic), partition, expected_first, total, blob)
+    return int(await durability.run(APPEND, (keys.stream, keys.meta), args, qos))
+
+
+def java_hash(text: str) -> int:
+    """Java ``String.hashCode`` (UTF-16 code units, 32-bit wrap-around)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _leader_ok(snapshot: CatalogSnapshot, topic: TopicInfo, partition: int) -> bool:
+    if not topic.groups:
+        return True
+    leader = topic.leader_of(partition)
+    broker = snapshot.brokers.get(leader) if leader is not None else None
+    return broker is not None and broker.alive and broker.writable
+
+
+def writable_partitions(snapshot: CatalogSnapshot, topic: TopicInfo) -> list[int]:
+    """Partitions whose group leader is alive and writable (all, for a topic without groups)."""
+    return [p for p in range(topic.partitions) if _leader_ok(snapshot, topic, p)]
+
+
+def choose_partition(
+    snapshot: CatalogSnapshot,
+    topic: TopicInfo,
+    policy: ProducerPolicyInfo | None,
+    *,
+    partition: int | None = None,
+    business_id: str = "",
+    rng: random.Random | None = None,
+) -> int:
+    """Pick the partition of an append (see the module docstring)."""
+    if partition is not None and partition >= 0:
+        if partition >= topic.partitions:
+            raise PartitionNotFound(f"{topic.code} has no partition {partition}")
+        if not _leader_ok(snapshot, topic, partition):
+            raise BrokerNotWritable(f"leader of {topic.code}/{partition} is not writable")
+        return partition
+    if topic.type == "sequential":
+        if topic.partitions < 1:
+            raise NoWritablePartition(f"{topic.code} has no partitions")
+        chosen = abs(java_hash(business_id)) % topic.partitions if business_id else 0
+        if not _leader_ok(snapshot, topic, chosen):
+            raise BrokerNotWritable(f"leader of {topic.code}/{chosen} is not writable")
+        return chosen
+    candidates = writable_partitions(snapshot, topic)
+    weights: list[int] = []
+    for p in candidates:
+        leader = topic.leader_of(p)
+        broker = snapshot.brokers.get(leader) if leader is not None else None
+        weight = broker.weight if broker is not None else 1
+        if policy is not None and leader is not None and policy.weights:
+            weight = policy.weights.get(leader, policy.weights.get(str(leader), weight))  # type: ignore[call-overload]
+        weights.append(max(0, int(weight)))
+    pairs = [(p, w) for p, w in zip(candidates, weights, strict=True) if w > 0]
+    if not pairs:
+        raise NoWritablePartition(f"{topic.code} has no writable partition")
+    pick = (rng or random).random() * sum(w for _, w in pairs)
+    for p, w in pairs:
+        pick -= w
+        if pick < 0:
+            return p
+    return pairs[-1][0]

@@ -1,0 +1,177 @@
+"""Broker-managed consumption: lock a partition and read from its ack index.
+
+State per (app, topic, partition) — per clientId for broadcast — is the hash
+``{t:<topic>:<p>}:c:<cid>`` with ``ack`` (next index to consume), the lock ``lo`` (owner),
+``lt`` (token), ``le`` (expiry ms), ``ls``/``lend`` (range handed out under the lock),
+``lk`` (last token issued), ``t`` (last access ms) and ``ip`` (last client address).
+
+One Lua script per attempt checks the lock, initialises the ack index on first use,
+reads from ``max(ack, min)`` and takes the lock only if it found messages — so a fetch is
+a single round trip on the partition's slot. Tokens are ms timestamps made strictly
+increasing per partition, which is what HTTP-MQ's ``lockTime`` needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from brokers.engine.keys import PartitionKeys, notify_channel
+from brokers.engine.model import Delivery
+from brokers.engine.read import READ_FN, parse_entries
+from brokers.engine.redisio import AnyRedis, Script
+
+LOCKED, EMPTY, FOUND = -1, 0, 1
+
+FETCH = Script(
+    READ_FN
+    + """
+-- KEYS: stream, meta, state. ARGV: owner, now, timeout_ms, want, addr, init, max_store
+local now = tonumber(ARGV[2])
+local st = redis.call('HMGET', KEYS[3], 'ack', 'le', 'lk')
+local le = tonumber(st[2])
+if le and le > now then return {-1, s(le)} end
+local m = redis.call('HMGET', KEYS[2], 'min', 'next')
+local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+local ack = tonumber(st[1])
+local first = 0
+if not ack then
+  first = 1
+  if ARGV[6] == 'latest' then ack = nxt else ack = mn end
+  redis.call('HSET', KEYS[3], 'ack', s(ack))
+end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], 't', s(now), 'ip', ARGV[5])
+else redis.call('HSET', KEYS[3], 't', s(now)) end
+local start = ack
+if start < mn then start = mn end
+if start >= nxt then return {0, s(ack), s(nxt), s(mn), '0'} end
+local max_store = nil
+if ARGV[7] ~= '' then max_store = tonumber(ARGV[7]) end
+local out = {}
+local items, blocked = read_from(KEYS[1], start, tonumber(ARGV[4]), out, max_store)
+if items == 0 then return {0, s(ack), s(nxt), s(mn), s(blocked or 0)} end
+local token = now
+local lk = tonumber(st[3])
+if lk and token <= lk then token = lk + 1 end
+local exp = now + tonumber(ARGV[3])
+local lend = tonumber(out[#out - 2]) + tonumber(out[#out - 1])
+redis.call('HSET', KEYS[3], 'lo', ARGV[1], 'lt', s(token), 'le', s(exp), 'ls', s(start),
+  'lend', s(lend), 'lk', s(token))
+local res = {1, s(ack), s(nxt), s(mn), s(token), s(exp), first}
+for _, v in ipairs(out) do res[#res + 1] = v end
+return res
+"""
+)
+
+RELEASE = Script(
+    """
+-- KEYS: state. ARGV: token, channel, partition, owner. Unlock without committing, only
+-- for the given token ('' = no token: then only for the given owner; both '' = any).
+local st = redis.call('HMGET', KEYS[1], 'lt', 'lo')
+local lt = st[1]
+if not lt then return 0 end
+if ARGV[1] ~= '' and lt ~= ARGV[1] then return 0 end
+if ARGV[1] == '' and ARGV[4] ~= '' and st[2] ~= ARGV[4] then return 0 end
+redis.call('HDEL', KEYS[1], 'lo', 'lt', 'le', 'ls', 'lend')
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+"""
+)
+
+STATE_FIELDS = ("ack", "lo", "lt", "le", "t", "ip")
+
+
+class Attempt:
+    """Outcome of one FETCH script call."""
+
+    __slots__ = (
+        "ack",
+        "blocked",
+        "deliveries",
+        "expires",
+        "first",
+        "max",
+        "min",
+        "status",
+        "token",
+    )
+
+    def __init__(self, partition: int, raw: list) -> None:
+        self.status = int(raw[0])
+        self.deliveries: list[Delivery] = []
+        self.token = self.expires = 0
+        self.first = False
+        self.blocked = 0  # store time of the first message held back by a delay
+        self.ack = self.max = self.min = -1
+        if self.status == LOCKED:
+            self.expires = int(raw[1])
+            return
+        self.ack, self.max, self.min = int(raw[1]), int(raw[2]), int(raw[3])
+        if self.status == EMPTY:
+            self.blocked = int(raw[4])
+            return
+        self.token, self.expires, self.first = int(raw[4]), int(raw[5]), bool(int(raw[6]))
+        self.deliveries = parse_entries(partition, raw, 7)
+
+
+async def try_partition(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str,
+    *,
+    owner: str,
+    now_ms: int,
+    timeout_ms: int,
+    count: int,
+    address: str,
+    init: str,
+    max_store_ms: int | None,
+) -> Attempt:
+    """Run the lock-and-read script on one partition."""
+    keys = PartitionKeys(topic, partition)
+    raw = await FETCH(
+        client,
+        (keys.stream, keys.meta, keys.state(cid)),
+        (
+            owner,
+            now_ms,
+            timeout_ms,
+            count,
+            address,
+            init,
+            "" if max_store_ms is None else max_store_ms,
+        ),
+    )
+    return Attempt(partition, raw)
+
+
+async def release(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str,
+    token: int | None = None,
+    owner: str = "",
+) -> bool:
+    """Drop the lock if it still carries ``token`` (or, without one, belongs to ``owner``;
+    neither given: whoever holds it); wakes long polls."""
+    keys = PartitionKeys(topic, partition)
+    args = ("" if token is None else str(token), notify_channel(topic), partition, owner)
+    return bool(await RELEASE(client, (keys.state(cid),), args))
+
+
+async def read_states(
+    client: AnyRedis, topic: str, partitions: Sequence[int], cid: str
+) -> list[tuple[int, int, dict[str, bytes | None]]]:
+    """(min, next, state fields) of each partition, in one pipeline."""
+    pipe = client.pipeline(transaction=False)
+    for p in partitions:
+        keys = PartitionKeys(topic, p)
+        pipe.hmget(keys.meta, "min", "next")
+        pipe.hmget(keys.state(cid), *STATE_FIELDS)
+    raw = await pipe.execute()
+    out = []
+    for i in range(len(partitions)):
+        (lo, hi), st = raw[2 * i], raw[2 * i + 1]
+        out.append((int(lo or 0), int(hi or 0), dict(zip(STATE_FIELDS, st, strict=True))))
+    return out

@@ -1,0 +1,877 @@
+"""The engine facade: the one API every protocol server, the proxy, the console and the
+pipeline call. It resolves the catalog snapshot, enforces producer/consumer policies and
+delegates each operation to its module.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from brokers.engine import ack as ack_mod
+from brokers.engine import offsets as offsets_mod
+from brokers.engine import resend as resend_mod
+from brokers.engine.append import append_records, choose_partition
+from brokers.engine.catalog import CatalogSnapshot, ConsumerPolicyInfo, QueueSettings, TopicInfo
+from brokers.engine.consume import release
+from brokers.engine.counters import Counters, MinuteTraffic
+from brokers.engine.errors import (
+    AckRejected,
+    ClientIdNotAllowed,
+    ClientIdRequired,
+    ClientNotAllowed,
+    ConsumerNotFound,
+    IndexOutOfRange,
+    InvalidMessage,
+    PartitionNotFound,
+    ProducerNotFound,
+    StoreUnavailable,
+    TopicNotFound,
+)
+from brokers.engine.fetch import Fetcher, FetchRequest, blacklisted
+from brokers.engine.keys import RETRY_PARTITION, GroupKeys, PartitionKeys, consumer_id
+from brokers.engine.model import (
+    AckResult,
+    AckStatus,
+    AppendResult,
+    CommitResult,
+    Delivery,
+    FetchResult,
+    FetchStatus,
+    PartitionProgress,
+    QoS,
+    RetryRecord,
+    RetryType,
+    TransactionInfo,
+)
+from brokers.engine.notify import Notifier
+from brokers.engine.queues import Queues, QueueStats
+from brokers.engine.read import bounds, index_at_time, read_range
+from brokers.engine.record import (
+    DEFAULT_MAX_BODY,
+    Message,
+    RecordEncoder,
+    decode_record,
+    encode_record,
+    restamp_record,
+)
+from brokers.engine.redisio import AnyRedis, Durability
+from brokers.engine.retention import trim_partition
+from brokers.engine.retry import RetryPolicy, RetryStore
+from brokers.engine.transactions import Transactions
+
+DEFAULT_RETRY = RetryPolicy()
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def contiguous(indexes: Sequence[int]) -> tuple[int, int]:
+    """``[start, end)`` of a contiguous run of distinct indexes; AckRejected otherwise."""
+    if isinstance(indexes, range):
+        if indexes.step != 1 or len(indexes) == 0:
+            raise AckRejected("acked indexes must be a non-empty contiguous run")
+        return indexes.start, indexes.stop
+    if not indexes:
+        raise AckRejected("no indexes to ack")
+    lo, hi = min(indexes), max(indexes)
+    if hi - lo + 1 != len(indexes) or len(set(indexes)) != len(indexes):
+        raise AckRejected("acked indexes are not contiguous or have duplicates")
+    return lo, hi + 1
+
+
+class Engine:
+    """asyncio message engine on redis.asyncio (single Redis or RedisCluster).
+
+    ``catalog`` returns the current :class:`CatalogSnapshot` (a CatalogWatcher's
+    ``current``); ``broker_id`` limits fetches to the partitions this broker leads;
+    ``clock`` (seconds) stamps messages and drives lock expiry (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        redis: AnyRedis,
+        catalog: Callable[[], CatalogSnapshot],
+        *,
+        broker_id: int | None = None,
+        clock: Callable[[], float] = time.time,
+        max_body: int = DEFAULT_MAX_BODY,
+        retry_policy: RetryPolicy = DEFAULT_RETRY,
+        force_ack: bool = False,
+        durability_timeout_ms: int = 5_000,
+        replicas: int = 1,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.redis = redis
+        self._catalog = catalog
+        self.broker_id = broker_id
+        self._clock = clock
+        self.max_body = max_body
+        self.retry_policy = retry_policy
+        self.force_ack = force_ack
+        self._rng = rng or random.Random()
+        self.durability = Durability(redis, timeout_ms=durability_timeout_ms, replicas=replicas)
+        self.notifier = Notifier(redis)
+        self.counters = Counters(redis, clock)
+        self._next_guess: dict[tuple[str, int], int] = {}
+        self._fetcher = Fetcher(redis, self.notifier, self.now_ms, self._retry_for, self._rng)
+
+    # ------------------------------------------------------------------ basics
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    @property
+    def catalog(self) -> CatalogSnapshot:
+        return self._catalog()
+
+    async def close(self) -> None:
+        """Flush counters and stop the notification listener."""
+        await self.counters.close()
+        await self.notifier.close()
+
+    def topic(self, code: str) -> TopicInfo:
+        """The topic from the current snapshot, or TopicNotFound."""
+        info = self._catalog().topics.get(code)
+        if info is None:
+            raise TopicNotFound(f"topic {code} does not exist")
+        return info
+
+    def _partition(self, topic: TopicInfo, partition: int) -> None:
+        if not 0 <= partition < topic.partitions:
+            raise PartitionNotFound(f"{topic.code} has no partition {partition}")
+
+    def _consumer(self, topic: str, app: str) -> ConsumerPolicyInfo:
+        policy = self._catalog().consumer(topic, app)
+        if policy is None:
+            raise ConsumerNotFound(f"{app} does not consume {topic}")
+        return policy
+
+    def _retry_for(self, policy: ConsumerPolicyInfo) -> RetryPolicy:
+        base = self.retry_policy
+        return RetryPolicy(base.base_ms, base.cap_ms, policy.err_times, base.max_age_ms)
+
+    def _broadcast(
+        self, topic: TopicInfo, policy: ConsumerPolicyInfo, client_id: str | None
+    ) -> None:
+        if policy.broadcast or topic.type == "broadcast":
+            if not client_id:
+                raise ClientIdRequired(f"{policy.name} consumes by broadcast: clientId required")
+        elif client_id:
+            raise ClientIdNotAllowed(f"{policy.name} consumes by clustering: no clientId")
+
+    def readable_partitions(self, topic: TopicInfo) -> tuple[int, ...]:
+        """This broker's partitions of ``topic`` (all of them without a broker id)."""
+        if self.broker_id is None or not topic.groups:
+            return tuple(range(topic.partitions))
+        return topic.partitions_led_by(self.broker_id)
+
+    # ------------------------------------------------------------------ produce
+
+    async def append(
+        self,
+        topic: str,
+        app: str,
+        messages: Sequence[Message | bytes],
+        *,
+        partition: int | None = None,
+        qos: QoS = QoS.RECEIVED,
+        client_address: str | None = None,
+        check_policy: bool = True,
+    ) -> AppendResult:
+        """Append messages (Message objects or JMQ4 BrokerMessage bytes) to one partition.
+
+        The call is atomic; it returns once Redis accepted the write with the ``qos``
+        durability. ``partition`` None/-1 lets the engine choose (see append.py).
+        """
+        if not messages:
+            raise InvalidMessage("no messages")
+        snap = self._catalog()
+        info = self.topic(topic)
+        policy = snap.producer(topic, app)
+        if check_policy:
+            if policy is None:
+                raise ProducerNotFound(f"{app} does not produce to {topic}")
+            if blacklisted(client_address, tuple(policy.blacklist)):
+                raise ClientNotAllowed(f"{client_address} may not produce to {topic}")
+        first = messages[0]
+        business_id = first.business_id if isinstance(first, Message) else ""
+        chosen = choose_partition(
+            snap, info, policy, partition=partition, business_id=business_id, rng=self._rng
+        )
+        now = self.now_ms()
+        records = self._encode(messages, app, chosen, now, client_address)
+        slot = (topic, chosen)
+        first_index = await append_records(
+            self.redis,
+            self.durability,
+            topic,
+            chosen,
+            records,
+            qos,
+            expected_first=self._next_guess.get(slot, -1),
+        )
+        indexes, pos, size = [], first_index, 0
+        for record, count in records:
+            indexes.append(pos)
+            pos += count
+            size += len(record)
+        self._next_guess[slot] = pos
+        self.counters.record(
+            topic=topic,
+            app=app,
+            broker=self.broker_id,
+            produced=pos - first_index,
+            produced_bytes=size,
+        )
+        return AppendResult(topic, chosen, first_index, tuple(indexes), pos - first_index, now)
+
+    def _encode(
+        self,
+        messages: Sequence[Message | bytes],
+        app: str,
+        partition: int,
+        now: int,
+        client_address: str | None,
+    ) -> list[tuple[bytes, int]]:
+        out = []
+        encoder = RecordEncoder(
+            app=app,
+            partition=partition,
+            now_ms=now,
+            client_address=client_address,
+            max_body=self.max_body,
+        )
+        for msg in messages:
+            if isinstance(msg, Message):
+                out.append(encoder.encode(msg))
+            else:
+                out.append(
+                    restamp_record(
+                        bytes(msg),
+                        partition=partition,
+                        now_ms=now,
+                        client_address=client_address,
+                        max_body=self.max_body,
+                    )
+                )
+        return out
+
+    # ------------------------------------------------------------------ read
+
+    async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(min index, max index) of a partition; max is the next index to be written."""
+        self._partition(self.topic(topic), partition)
+        return await bounds(self.redis, topic, partition)
+
+    async def read(self, topic: str, partition: int, start: int, count: int = 32) -> list[Delivery]:
+        """Records from ``start`` (at least ``count`` items unless the end comes first).
+
+        ``start == max`` gives an empty list; outside ``[min, max]`` raises IndexOutOfRange.
+        """
+        self._partition(self.topic(topic), partition)
+        return await read_range(self.redis, topic, partition, start, count)
+
+    async def index_at_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """First index stored at or after ``timestamp_ms`` (the max index if none)."""
+        self._partition(self.topic(topic), partition)
+        return await index_at_time(self.redis, topic, partition, timestamp_ms)
+
+    # ------------------------------------------------------------------ consume
+
+    async def fetch(
+        self,
+        topic: str,
+        app: str,
+        *,
+        count: int = 0,
+        ack_timeout_ms: int = 0,
+        long_poll_ms: int = 0,
+        owner: str = "",
+        client_id: str | None = None,
+        address: str = "",
+        start_position: str | None = None,
+    ) -> FetchResult:
+        """Lock a partition and read from its ack index (JMQ4 FETCH_TOPIC_MESSAGE, HTTP-MQ).
+
+        ``count``/``ack_timeout_ms`` ≤ 0 take the policy's batch size / ack timeout.
+        ``owner`` identifies the lock holder (connection or client); ``client_id`` is
+        required for broadcast consumers. ``start_position`` ('earliest' | 'latest')
+        applies to a partition the consumer has no ack index on yet; by default a
+        broadcast client starts at its policy's ``start_position`` (HTTP-MQ §13.3: latest
+        = the end at the client's first access) and a clustering consumer at 'earliest' —
+        its 'latest' is pinned at approval with :meth:`register_consumer`, so nothing
+        produced after approval is skipped.
+        """
+        info = self.topic(topic)
+        policy = self._consumer(topic, app)
+        self._broadcast(info, policy, client_id)
+        if policy.paused:
+            return FetchResult(FetchStatus.PAUSED, topic)
+        if blacklisted(address, tuple(policy.blacklist)):
+            return FetchResult(FetchStatus.BLACKLISTED, topic)
+        if client_id:
+            await self.redis.zadd(GroupKeys(topic, app).clients, {client_id: self.now_ms()})
+        req = FetchRequest(
+            topic=info,
+            app=app,
+            policy=policy,
+            partitions=self.readable_partitions(info),
+            count=count if count > 0 else policy.batch_size,
+            ack_timeout_ms=ack_timeout_ms if ack_timeout_ms > 0 else policy.ack_timeout_ms,
+            owner=owner,
+            client_id=client_id,
+            address=address,
+            sequential=info.type == "sequential" or policy.sequential,
+            init=start_position or (policy.start_position if client_id else "earliest"),
+        )
+        result = await self._fetcher.fetch(req, long_poll_ms)
+        if result.found:
+            self.counters.record(
+                topic=topic,
+                app=app,
+                broker=self.broker_id,
+                consumed=sum(d.count for d in result.messages),
+                consumed_bytes=sum(len(d.record) for d in result.messages),
+            )
+        return result
+
+    async def ack(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        indexes: Sequence[int],
+        *,
+        retry_type: RetryType = RetryType.NONE,
+        owner: str = "",
+        token: int | None = None,
+        client_id: str | None = None,
+        reason: str | None = None,
+    ) -> AckResult:
+        """JMQ4 COMMIT_ACK of a contiguous run of indexes on one partition.
+
+        Partition 32767 acks retry ids. A ``retry_type`` other than NONE copies the
+        messages to the retry store and still acks (a sequential topic, or a policy with
+        retry off and no force-ack, only releases the lock: the run is delivered again).
+        """
+        info = self.topic(topic)
+        policy = self._consumer(topic, app)
+        self._broadcast(info, policy, client_id)
+        start, end = contiguous(indexes)
+        now = self.now_ms()
+        if partition == RETRY_PARTITION:
+            return await self._ack_retries(topic, app, policy, start, end, retry_type, now, reason)
+        self._partition(info, partition)
+        cid = consumer_id(app, client_id)
+        retry_ids: tuple[int, ...] = ()
+        if retry_type is not RetryType.NONE:
+            sequential = info.type == "sequential" or policy.sequential
+            if sequential or not (policy.retry or self.force_ack):
+                await release(self.redis, topic, partition, cid, token, owner)
+                mn, _ = await bounds(self.redis, topic, partition)
+                state = await self.redis.hget(PartitionKeys(topic, partition).state(cid), "ack")
+                return AckResult(AckStatus.REDELIVER, int(state) if state else mn)
+            if policy.retry:
+                retry_ids = await self._copy_to_retry(
+                    topic, app, partition, start, end, now, reason or retry_type.name
+                )
+        status, ack = await ack_mod.ack_range(
+            self.redis, topic, partition, cid, start, end, owner=owner, token=token, now_ms=now
+        )
+        return AckResult(status, ack, retry_ids)
+
+    async def _copy_to_retry(
+        self, topic: str, app: str, partition: int, start: int, end: int, now: int, reason: str
+    ) -> tuple[int, ...]:
+        try:
+            records = await read_range(self.redis, topic, partition, start, end - start)
+        except IndexOutOfRange:
+            return ()
+        items = [(partition, d.index, d.count, d.record) for d in records if d.index < end]
+        if not items:
+            return ()
+        store = RetryStore(self.redis, topic, app)
+        ids = await store.add(
+            items, now_ms=now, due_ms=now + self.retry_policy.base_ms, reason=reason
+        )
+        return tuple(ids)
+
+    async def _ack_retries(
+        self,
+        topic: str,
+        app: str,
+        policy: ConsumerPolicyInfo,
+        start: int,
+        end: int,
+        retry_type: RetryType,
+        now: int,
+        reason: str | None,
+    ) -> AckResult:
+        store = RetryStore(self.redis, topic, app)
+        ids = list(range(start, min(end, start + 10_000)))
+        ok = retry_type is RetryType.NONE
+        done, dead = await store.settle(
+            ids,
+            ok=ok,
+            now_ms=now,
+            policy=self._retry_for(policy),
+            reason=reason or "MaxRetriesExceeded",
+        )
+        status = AckStatus.OK if done else AckStatus.ALREADY
+        return AckResult(status, end, dead_lettered=dead)
+
+    async def commit(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        *,
+        offset: int,
+        next_offset: int,
+        lock_time: int,
+        force: bool = False,
+        client_id: str | None = None,
+    ) -> CommitResult:
+        """HTTP-MQ acknowledgement of a requestId (http-mq.md §7); releases the lock."""
+        info = self.topic(topic)
+        policy = self._consumer(topic, app)
+        self._broadcast(info, policy, client_id)
+        self._partition(info, partition)
+        if offset < 0 or (next_offset < offset and not force):
+            raise InvalidMessage(f"ack illegal {partition}:{offset},{next_offset}")
+        status, cmt, lt, expired, anomaly = await ack_mod.commit(
+            self.redis,
+            topic,
+            partition,
+            consumer_id(app, client_id),
+            offset=offset,
+            next_offset=next_offset,
+            lock_time=lock_time,
+            force=force,
+            now_ms=self.now_ms(),
+        )
+        return CommitResult(status, cmt, lt, expired, anomaly)
+
+    async def unlock(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        *,
+        token: int | None = None,
+        client_id: str | None = None,
+    ) -> bool:
+        """Release a partition lock without committing (only if ``token`` still holds it)."""
+        info = self.topic(topic)
+        self._partition(info, partition)
+        return await release(self.redis, topic, partition, consumer_id(app, client_id), token)
+
+    # ------------------------------------------------------------------ offsets
+
+    async def reset_offsets(
+        self,
+        topic: str,
+        app: str,
+        *,
+        position: str | int | None = None,
+        timestamp_ms: int | None = None,
+        partition: int | None = None,
+        client_id: str | None = None,
+    ) -> dict[int, int]:
+        """Set the ack index: ``position`` 'earliest' | 'latest' | an index, or the first
+        message stored at/after ``timestamp_ms``; one partition or all. For a broadcast
+        consumer without ``client_id`` every registered client is reset. Returns the new
+        ack index per partition (of the last client reset)."""
+        info = self.topic(topic)
+        policy = self._consumer(topic, app)
+        parts = range(info.partitions) if partition is None else [partition]
+        for p in parts:
+            self._partition(info, p)
+        if (position is None) == (timestamp_ms is None):
+            raise InvalidMessage("give exactly one of position and timestamp_ms")
+        broadcast = policy.broadcast or info.type == "broadcast"
+        clients: list[str | None] = [client_id]
+        if broadcast and client_id is None:
+            clients = list(await self.broadcast_clients(topic, app, active_within_ms=None))
+        result: dict[int, int] = {}
+        for cid_client in clients:
+            cid = consumer_id(app, cid_client)
+            for p in parts:
+                target: int | str = (
+                    position
+                    if position is not None
+                    else await index_at_time(
+                        self.redis,
+                        topic,
+                        p,
+                        timestamp_ms,  # type: ignore[arg-type]
+                    )
+                )
+                result[p] = await offsets_mod.set_ack(self.redis, topic, p, cid, target)
+        return result
+
+    async def register_consumer(
+        self, topic: str, app: str, *, start: str = "latest", client_id: str | None = None
+    ) -> dict[int, int]:
+        """Pin the start position of a new consumer (HTTP-MQ §13.3): partitions without an
+        ack index get the current end ('latest') or the first retained index."""
+        info = self.topic(topic)
+        self._consumer(topic, app)
+        cid = consumer_id(app, client_id)
+        return {
+            p: await offsets_mod.set_ack(self.redis, topic, p, cid, start, only_if_missing=True)
+            for p in range(info.partitions)
+        }
+
+    async def progress(
+        self, topic: str, app: str, *, client_id: str | None = None
+    ) -> list[PartitionProgress]:
+        """Per partition: min, max, ack index, lag, lock owner/expiry, last access/address."""
+        info = self.topic(topic)
+        return await offsets_mod.progress(
+            self.redis, topic, range(info.partitions), consumer_id(app, client_id), self.now_ms()
+        )
+
+    async def broadcast_clients(
+        self, topic: str, app: str, *, active_within_ms: int | None = 600_000
+    ) -> list[str]:
+        """Registered broadcast clientIds (seen within ``active_within_ms``; None = all)."""
+        key = GroupKeys(topic, app).clients
+        low = "-inf" if active_within_ms is None else self.now_ms() - active_within_ms
+        return [c.decode() for c in await self.redis.zrangebyscore(key, low, "+inf")]
+
+    # ------------------------------------------------------------------ retries and DLQ
+
+    def retry_store(self, topic: str, app: str) -> RetryStore:
+        self.topic(topic)
+        return RetryStore(self.redis, topic, app)
+
+    async def retry(
+        self, topic: str, app: str, partition: int, indexes: Sequence[int], *, reason: str = "Retry"
+    ) -> tuple[int, ...]:
+        """Copy stored messages into the consumer group's retry store (no ack)."""
+        info = self.topic(topic)
+        self._partition(info, partition)
+        start, end = contiguous(indexes)
+        return await self._copy_to_retry(topic, app, partition, start, end, self.now_ms(), reason)
+
+    async def retries(
+        self, topic: str, app: str, offset: int = 0, limit: int = 100
+    ) -> list[RetryRecord]:
+        return await self.retry_store(topic, app).list_retries(offset, limit)
+
+    async def dead_letters(
+        self, topic: str, app: str, offset: int = 0, limit: int = 100
+    ) -> list[RetryRecord]:
+        return await self.retry_store(topic, app).list_dead_letters(offset, limit)
+
+    async def retry_counts(self, topic: str, app: str) -> tuple[int, int]:
+        """(messages waiting for a retry, dead letters)."""
+        return await self.retry_store(topic, app).counts()
+
+    async def resend_dead_letters(self, topic: str, app: str, ids: Sequence[int] = ()) -> int:
+        """Dead letters (all if ``ids`` is empty) back to the retry store, due now."""
+        return await self.retry_store(topic, app).resend_dead_letters(ids, now_ms=self.now_ms())
+
+    async def skip_dead_letters(self, topic: str, app: str, ids: Sequence[int]) -> int:
+        """Delete the chosen dead letters."""
+        if not ids:
+            return 0
+        return await self.retry_store(topic, app).remove("dlq", ids)
+
+    async def purge_dead_letters(
+        self, topic: str, app: str, *, before_ms: int | None = None
+    ) -> int:
+        """Delete every dead letter (or those dead-lettered before ``before_ms``)."""
+        return await self.retry_store(topic, app).remove("dlq", before_ms=before_ms)
+
+    async def resend_retries(self, topic: str, app: str, ids: Sequence[int] = ()) -> int:
+        """Make retries (all if ``ids`` is empty) due now."""
+        return await self.retry_store(topic, app).retry_now(ids, now_ms=self.now_ms())
+
+    async def skip_retries(self, topic: str, app: str, ids: Sequence[int]) -> int:
+        """Delete the chosen retries (treated as consumed)."""
+        if not ids:
+            return 0
+        return await self.retry_store(topic, app).remove("retry", ids)
+
+    async def purge_retries(self, topic: str, app: str) -> int:
+        """Delete every retry of the consumer group."""
+        return await self.retry_store(topic, app).remove("retry")
+
+    # ------------------------------------------------------------------ counters
+
+    async def traffic(
+        self, dimension: str, name: str, start_ms: int, end_ms: int
+    ) -> list[MinuteTraffic]:
+        """Per-minute produce/consume counts and bytes of a 'topic', 'app' or 'broker'."""
+        await self.counters.flush()
+        return await self.counters.traffic(dimension, name, start_ms, end_ms)
+
+    # ------------------------------------------------------------------ transactions
+
+    def _tx(self, topic: str, app: str) -> Transactions:
+        self.topic(topic)
+        return Transactions(self.redis, self.durability, topic, app)
+
+    async def prepare_transaction(
+        self, topic: str, app: str, *, transaction_id: str = "", timeout_ms: int = 1_800_000
+    ) -> str:
+        """Open a transaction (JMQ4 PREPARE); returns the broker-generated txId."""
+        if self._catalog().producer(topic, app) is None:
+            self.topic(topic)
+            raise ProducerNotFound(f"{app} does not produce to {topic}")
+        return await self._tx(topic, app).prepare(transaction_id, timeout_ms, self.now_ms())
+
+    async def append_to_transaction(
+        self,
+        topic: str,
+        app: str,
+        tx_id: str,
+        messages: Sequence[Message | bytes],
+        *,
+        partition: int | None = None,
+        client_address: str | None = None,
+    ) -> int:
+        """Log messages in an open transaction (not visible until commit); messages logged."""
+        if not messages:
+            raise InvalidMessage("no messages")
+        snap = self._catalog()
+        info = self.topic(topic)
+        first = messages[0]
+        chosen = choose_partition(
+            snap,
+            info,
+            snap.producer(topic, app),
+            partition=partition,
+            business_id=first.business_id if isinstance(first, Message) else "",
+            rng=self._rng,
+        )
+        records = self._encode(messages, app, chosen, self.now_ms(), client_address)
+        return await self._tx(topic, app).add(tx_id, [(chosen, r, c) for r, c in records])
+
+    async def commit_transaction(
+        self, topic: str, app: str, tx_id: str, *, qos: QoS = QoS.RECEIVED
+    ) -> dict[int, int]:
+        """Append the transaction's messages (atomic per partition, idempotent)."""
+        return await self._tx(topic, app).commit(tx_id, qos)
+
+    async def rollback_transaction(self, topic: str, app: str, tx_id: str) -> None:
+        """Discard an open transaction (TransactionNotFound if it is not open)."""
+        await self._tx(topic, app).rollback(tx_id)
+
+    async def transaction_feedback(self, topic: str, app: str) -> TransactionInfo | None:
+        """One overdue open transaction with a query id (JMQ4 FETCH_PRODUCE_FEEDBACK)."""
+        return await self._tx(topic, app).feedback(self.now_ms())
+
+    async def open_transactions(self, topic: str, app: str) -> list[TransactionInfo]:
+        return await self._tx(topic, app).open()
+
+    async def sweep_transactions(self, topic: str, app: str) -> int:
+        """Drop expired transactions and finish interrupted commits (Celery calls this)."""
+        return await self._tx(topic, app).sweep(self.now_ms())
+
+    # ------------------------------------------------------------------ retention
+
+    async def trim(self, topic: str) -> dict[int, int]:
+        """Apply the topic's retention to every partition; the new min index of each."""
+        info = self.topic(topic)
+        now = self.now_ms()
+        return {p: await trim_partition(self.redis, info, p, now) for p in range(info.partitions)}
+
+    async def trim_all(self) -> dict[str, dict[int, int]]:
+        """Apply retention to every topic that has a limit."""
+        return {
+            code: await self.trim(code)
+            for code, info in self._catalog().topics.items()
+            if info.retention_max_age_s is not None or info.retention_max_count is not None
+        }
+
+    # ------------------------------------------------------------------ VibeMQ queues
+
+    def _queue(self, topic: str, partition: int) -> Queues:
+        return Queues(self.redis, self.durability, topic, partition)
+
+    def _queue_settings(self, topic: str) -> QueueSettings:
+        info = self._catalog().topics.get(topic)
+        if info is not None:
+            return info.queue
+        if topic.endswith(".dlq"):  # a DLQ is created on first use with the defaults
+            return QueueSettings()
+        raise TopicNotFound(f"queue {topic} does not exist")
+
+    async def queue_publish(
+        self,
+        topic: str,
+        app: str,
+        message: Message,
+        *,
+        partition: int = 0,
+        qos: QoS = QoS.PERSISTED,
+        client_address: str | None = None,
+    ) -> AppendResult:
+        """Publish to a queue with its priority, max size and overflow policy.
+
+        ``dropped`` (DropNewest) and ``dead_lettered`` (RedirectToDlq) say where the
+        message went; BlockPublisher raises QueueFull.
+        """
+        settings = self._queue_settings(topic)
+        now = self.now_ms()
+        record, count = encode_record(
+            message,
+            app=app,
+            partition=partition,
+            now_ms=now,
+            client_address=client_address,
+            max_body=self.max_body,
+        )
+        outcome = await self._queue(topic, partition).publish(
+            record, count, priority=message.priority, settings=settings, qos=qos
+        )
+        if outcome.dead_lettered:
+            await self._to_queue_dlq(
+                topic, app, record, reason="QueueOverflow", attempts=0, qos=qos
+            )
+            return AppendResult(topic, partition, -1, (), 0, now, dead_lettered=True)
+        if outcome.dropped:
+            return AppendResult(topic, partition, -1, (), 0, now, dropped=True)
+        self.counters.record(
+            topic=topic, app=app, broker=self.broker_id, produced=count, produced_bytes=len(record)
+        )
+        return AppendResult(topic, partition, outcome.index, (outcome.index,), count, now)
+
+    async def _to_queue_dlq(
+        self, topic: str, app: str, record: bytes, *, reason: str, attempts: int, qos: QoS
+    ) -> None:
+        stored = decode_record(record)
+        attributes = dict(stored.attributes)
+        attributes.update(
+            deadLetterReason=reason,
+            originalQueue=topic,
+            deadLetteredAt=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.now_ms() / 1000)),
+            deliveryAttempts=str(attempts),
+        )
+        msg = Message(
+            stored.body,
+            business_id=stored.business_id,
+            attributes=attributes,
+            priority=stored.priority,
+            send_time_ms=stored.send_time_ms,
+            flag=stored.flag,
+            sys_code=stored.sys_code & ~0x1000,
+            extension=stored.extension,
+        )
+        dlq = f"{topic}.dlq"
+        new, count = encode_record(msg, app=stored.app or app, partition=0, now_ms=self.now_ms())
+        await self._queue(dlq, 0).publish(
+            new, count, priority=stored.priority, settings=self._queue_settings(dlq), qos=qos
+        )
+
+    async def queue_take(
+        self, topic: str, *, count: int = 1, lease_ms: int = 30_000, partition: int = 0
+    ) -> list[Delivery]:
+        """Lease ready messages (priority order in PriorityBased mode; TTL enforced)."""
+        settings = self._queue_settings(topic)
+        got = await self._queue(topic, partition).take(
+            now_ms=self.now_ms(), count=count, lease_ms=lease_ms, settings=settings
+        )
+        await self.queue_flush_dead(topic, partition=partition)
+        return got
+
+    async def queue_flush_dead(self, topic: str, *, partition: int = 0) -> int:
+        """Copy dead (expired / out of retries) messages to the DLQ, or count them dropped."""
+        settings = self._queue_settings(topic)
+        queue = self._queue(topic, partition)
+        moved = 0
+        while True:
+            dead = await queue.dead(100)
+            if not dead:
+                return moved
+            if settings.dead_letter_enabled:
+                for _member, _idx, attempts, reason, record in dead:
+                    if record:
+                        await self._to_queue_dlq(
+                            topic, "", record, reason=reason, attempts=attempts, qos=QoS.RECEIVED
+                        )
+            await queue.drop_dead([d[0] for d in dead], counted=not settings.dead_letter_enabled)
+            moved += len(dead)
+
+    async def queue_ack(self, topic: str, indexes: Sequence[int], *, partition: int = 0) -> int:
+        """Settle deliveries for good; unknown or already settled ones are ignored."""
+        return await self._queue(topic, partition).settle(
+            "ack", list(indexes), now_ms=self.now_ms(), settings=self._queue_settings(topic)
+        )
+
+    async def queue_fail(self, topic: str, indexes: Sequence[int], *, partition: int = 0) -> int:
+        """Count a failed attempt now: retry with backoff, or dead-letter past the limit."""
+        settings = self._queue_settings(topic)
+        n = await self._queue(topic, partition).settle(
+            "fail", list(indexes), now_ms=self.now_ms(), settings=settings
+        )
+        await self.queue_flush_dead(topic, partition=partition)
+        return n
+
+    async def queue_release(self, topic: str, indexes: Sequence[int], *, partition: int = 0) -> int:
+        """Return deliveries to the queue head at once (a subscriber went away)."""
+        return await self._queue(topic, partition).settle(
+            "release", list(indexes), now_ms=self.now_ms(), settings=self._queue_settings(topic)
+        )
+
+    async def queue_stats(self, topic: str, *, partition: int = 0) -> QueueStats:
+        return await self._queue(topic, partition).stats()
+
+    async def queue_purge(self, topic: str, *, partition: int = 0) -> None:
+        """Delete a queue's messages and in-flight tracking (VibeMQ deleteQueue)."""
+        await self._queue(topic, partition).purge()
+
+    # ------------------------------------------------------------------ operator resends
+
+    async def add_resend(
+        self,
+        topic: str,
+        app: str,
+        entries: Sequence[tuple[int, int]],
+        *,
+        client_id: str | None = None,
+    ) -> int:
+        """Queue (partition, index) messages to be handed once to the consumer (HTTP-MQ
+        ``retryMsgId``); a broadcast consumer without ``client_id`` queues them for every
+        registered client."""
+        info = self.topic(topic)
+        policy = self._consumer(topic, app)
+        for p, _ in entries:
+            self._partition(info, p)
+        clients: list[str | None] = [client_id]
+        if (policy.broadcast or info.type == "broadcast") and client_id is None:
+            clients = list(await self.broadcast_clients(topic, app))
+        return await resend_mod.add(self.redis, topic, app, entries, clients)
+
+    async def take_resends(
+        self, topic: str, app: str, *, client_id: str | None = None, limit: int = 32
+    ) -> list[Delivery]:
+        """Pop queued resends (each is returned exactly once, cluster-wide)."""
+        self.topic(topic)
+        return await resend_mod.take(self.redis, topic, app, client_id, limit)
+
+
+def _store_errors(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        except REDIS_DOWN as exc:
+            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+
+    return guarded
+
+
+# Every public coroutine of the facade reports an unreachable Redis as StoreUnavailable.
+for _name, _method in list(vars(Engine).items()):
+    if not _name.startswith("_") and inspect.iscoroutinefunction(_method):
+        setattr(Engine, _name, _store_errors(_method))

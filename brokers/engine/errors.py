@@ -1,0 +1,149 @@
+"""Typed errors of the engine; front-ends map ``code`` / ``jmq4_code`` to their protocol.
+
+Every error carries a stable machine-readable ``code`` (HTTP-MQ style names) and the
+JMQ4 numeric code closest in meaning, so each server is a table lookup away from its own
+wire error. Redis being unreachable surfaces as :class:`StoreUnavailable`.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+    code = "INTERNAL_ERROR"
+    jmq4_code = 4
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.__class__.__name__)
+        self.message = message or self.__class__.__name__
+
+
+class StoreUnavailable(EngineError):
+    """Redis could not be reached or did not answer."""
+
+    code = "UNAVAILABLE"
+    jmq4_code = 3
+
+
+class TopicNotFound(EngineError):
+    """The topic is not in the catalog snapshot."""
+
+    code = "TOPIC_NOT_FOUND"
+    jmq4_code = 189
+
+
+class PartitionNotFound(EngineError):
+    """The partition number is not one of the topic's partitions."""
+
+    code = "BAD_PARAMETER"
+    jmq4_code = 6
+
+
+class ProducerNotFound(EngineError):
+    """The app has no producer policy on the topic."""
+
+    code = "PRODUCER_NOT_FOUND"
+    jmq4_code = 144
+
+
+class ConsumerNotFound(EngineError):
+    """The app has no consumer policy on the topic."""
+
+    code = "CONSUMER_NOT_FOUND"
+    jmq4_code = 145
+
+
+class ClientNotAllowed(EngineError):
+    """The client address is on the policy's blacklist (produce side)."""
+
+    code = "FORBIDDEN"
+    jmq4_code = 146
+
+
+class InvalidMessage(EngineError):
+    """A message or request argument is malformed."""
+
+    code = "BAD_PARAMETER"
+    jmq4_code = 6
+
+
+class MessageTooLarge(InvalidMessage):
+    """The body is over the engine's size limit."""
+
+    code = "MESSAGE_TOO_LARGE"
+    jmq4_code = 6
+
+
+class NoWritablePartition(EngineError):
+    """No partition of the topic has a writable, alive leader."""
+
+    code = "UNAVAILABLE"
+    jmq4_code = 190
+
+
+class BrokerNotWritable(EngineError):
+    """The explicit partition's leader broker is not writable or not alive."""
+
+    code = "UNAVAILABLE"
+    jmq4_code = 193
+
+
+class IndexOutOfRange(EngineError):
+    """A read index lies outside ``[min, max]`` of the partition."""
+
+    code = "OFFSET_ILLEGAL"
+    jmq4_code = 184
+
+    def __init__(self, index: int, min_index: int, max_index: int) -> None:
+        super().__init__(f"index {index} outside [{min_index}, {max_index}]")
+        self.index, self.min_index, self.max_index = index, min_index, max_index
+
+
+class AckRejected(EngineError):
+    """Acked indexes are not one contiguous run without duplicates (JMQ4 code 140)."""
+
+    code = "BAD_PARAMETER"
+    jmq4_code = 140
+
+
+class ClientIdRequired(EngineError):
+    """A broadcast consumer must name its client id."""
+
+    code = "CLIENT_ID_REQUIRED"
+    jmq4_code = 6
+
+
+class ClientIdNotAllowed(EngineError):
+    """A clustering consumer must not name a client id."""
+
+    code = "CLIENT_ID_NOT_ALLOWED"
+    jmq4_code = 6
+
+
+class TransactionNotFound(EngineError):
+    """The transaction id is unknown, committed, rolled back or swept."""
+
+    code = "BAD_PARAMETER"
+    jmq4_code = 34
+
+
+class TransactionLimit(EngineError):
+    """Too many open transactions for the (topic, app)."""
+
+    code = "RATE_LIMITED"
+    jmq4_code = 148
+
+
+class QueueFull(EngineError):
+    """A BlockPublisher queue is at its max size; the message was not stored."""
+
+    code = "QUEUE_FULL"
+    jmq4_code = 141
+
+
+class WriteTimeout(EngineError):
+    """The write is stored, but the requested durability was not confirmed in time."""
+
+    code = "SEND_PENDING"
+    jmq4_code = 108

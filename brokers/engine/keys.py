@@ -1,0 +1,190 @@
+"""Redis key names; every key a Lua script touches shares one hash tag.
+
+* ``{t:<topic>:<partition>}`` — a partition: its stream, meta hash, per-consumer state
+  (ack index, out-of-order acks, lock), queue-mode sets and transaction commit markers.
+* ``{r:<topic>:<app>}`` — the retry store and dead-letter queue of one consumer group.
+* ``{x:<topic>:<app>}`` — open transactions of one producer.
+* ``{g:<topic>:<app>}`` — consumer group bookkeeping (broadcast registry, resend list,
+  rate-limit bucket).
+* ``{c:<minute>}``-free counters live under ``mq:cnt:…`` (plain keys, no script).
+
+Topic and app names are restricted by the catalog to ``[A-Za-z0-9._-]``, so ``:`` and
+``#`` are safe separators; a broadcast consumer id is ``<app>#<clientId>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "mq"
+RETRY_PARTITION = 32767
+
+
+def notify_channel(topic: str) -> str:
+    """Pub/sub channel the append script publishes a partition number on."""
+    return f"{PREFIX}:n:{topic}"
+
+
+def consumer_id(app: str, client_id: str | None = None) -> str:
+    """The state owner: the app for clustering, ``app#clientId`` for broadcast."""
+    return app if client_id is None else f"{app}#{client_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionKeys:
+    """Keys of one partition, all in the slot of ``{t:<topic>:<partition>}``."""
+
+    topic: str
+    partition: int
+
+    @property
+    def tag(self) -> str:
+        return f"{PREFIX}:{{t:{self.topic}:{self.partition}}}"
+
+    @property
+    def stream(self) -> str:
+        return f"{self.tag}:s"
+
+    @property
+    def meta(self) -> str:
+        return f"{self.tag}:m"
+
+    def state(self, cid: str) -> str:
+        """Hash: ack, lock owner/token/expiry/end, last access time and address."""
+        return f"{self.tag}:c:{cid}"
+
+    def acked(self, cid: str) -> str:
+        """Sorted set of out-of-order acked ranges ``start:end`` scored by start."""
+        return f"{self.tag}:o:{cid}"
+
+    def tx_done(self, tx_id: str) -> str:
+        """Marker of a transaction already committed into this partition."""
+        return f"{self.tag}:x:{tx_id}"
+
+    @property
+    def q_ready(self) -> str:
+        """Queue mode: ready message indexes, scored for dispatch order."""
+        return f"{self.tag}:qr"
+
+    @property
+    def q_inflight(self) -> str:
+        """Queue mode: delivered, unacked indexes scored by ack deadline."""
+        return f"{self.tag}:qf"
+
+    @property
+    def q_delayed(self) -> str:
+        """Queue mode: indexes waiting for a retry, scored by due time."""
+        return f"{self.tag}:qd"
+
+    @property
+    def q_attempts(self) -> str:
+        """Queue mode: delivery attempts per index."""
+        return f"{self.tag}:qa"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryKeys:
+    """Retry store and dead-letter queue of (app, topic), slot ``{r:<topic>:<app>}``."""
+
+    topic: str
+    app: str
+
+    @property
+    def tag(self) -> str:
+        return f"{PREFIX}:{{r:{self.topic}:{self.app}}}"
+
+    @property
+    def due(self) -> str:
+        """Sorted set: retry id -> due time (ms), or lease expiry while delivered."""
+        return f"{self.tag}:due"
+
+    @property
+    def data(self) -> str:
+        """Hash: retry id -> stored record bytes."""
+        return f"{self.tag}:data"
+
+    @property
+    def meta(self) -> str:
+        """Hash: retry id -> ``attempts|partition|index|created_ms|reason``."""
+        return f"{self.tag}:meta"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.tag}:seq"
+
+    @property
+    def dlq(self) -> str:
+        """Sorted set: dead letter id -> dead-lettered time (ms)."""
+        return f"{self.tag}:dlq"
+
+    @property
+    def dlq_data(self) -> str:
+        return f"{self.tag}:dlqd"
+
+    @property
+    def dlq_meta(self) -> str:
+        return f"{self.tag}:dlqm"
+
+
+@dataclass(frozen=True, slots=True)
+class TxKeys:
+    """Transactions of (topic, app), slot ``{x:<topic>:<app>}``."""
+
+    topic: str
+    app: str
+
+    @property
+    def tag(self) -> str:
+        return f"{PREFIX}:{{x:{self.topic}:{self.app}}}"
+
+    @property
+    def open(self) -> str:
+        """Sorted set: txId -> deadline (start + timeout, ms)."""
+        return f"{self.tag}:open"
+
+    def meta(self, tx_id: str) -> str:
+        return f"{self.tag}:h:{tx_id}"
+
+    def log(self, tx_id: str) -> str:
+        """List of ``<partition>|<record>`` entries produced into the transaction."""
+        return f"{self.tag}:l:{tx_id}"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.tag}:seq"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKeys:
+    """Consumer-group bookkeeping of (topic, app), slot ``{g:<topic>:<app>}``."""
+
+    topic: str
+    app: str
+
+    @property
+    def tag(self) -> str:
+        return f"{PREFIX}:{{g:{self.topic}:{self.app}}}"
+
+    @property
+    def clients(self) -> str:
+        """Broadcast client registry: clientId -> last access (ms)."""
+        return f"{self.tag}:clients"
+
+    def resend(self, client_id: str | None) -> str:
+        """Operator resend list of ``partition:index`` entries."""
+        return f"{self.tag}:resend" + ("" if client_id is None else f":{client_id}")
+
+    @property
+    def bucket(self) -> str:
+        """Token bucket of the consumer rate limit."""
+        return f"{self.tag}:rate"
+
+
+def producer_bucket(topic: str, app: str) -> str:
+    """Token bucket of a producer rate limit (its own slot)."""
+    return f"{PREFIX}:{{p:{topic}:{app}}}:rate"
+
+
+def counter_key(dimension: str, name: str, day: str) -> str:
+    """Per-day hash of per-minute counters for a topic, app or broker."""
+    return f"{PREFIX}:cnt:{dimension}:{name}:{day}"

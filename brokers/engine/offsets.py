@@ -1,0 +1,96 @@
+"""Consumer offsets: set the ack index, report progress, pin a start position.
+
+A reset sets ``ack``, drops out-of-order acks and the locked range (``ls``/``lend``) but
+keeps the lock itself, so a batch acknowledged afterwards under an older HTTP-MQ
+requestId gets "committedOffset not equal" and a JMQ4 ack beyond the new ack index is
+ignored: a reset always takes effect at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from brokers.engine.keys import PartitionKeys
+from brokers.engine.model import PartitionProgress
+from brokers.engine.redisio import AnyRedis, Script
+
+SET_ACK = Script(
+    """
+-- KEYS: state, oo, meta. ARGV: index | 'earliest' | 'latest', only_if_missing (0/1)
+if ARGV[2] == '1' and redis.call('HEXISTS', KEYS[1], 'ack') == 1 then
+  return redis.call('HGET', KEYS[1], 'ack')
+end
+local m = redis.call('HMGET', KEYS[3], 'min', 'next')
+local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+local idx
+if ARGV[1] == 'earliest' then idx = mn elseif ARGV[1] == 'latest' then idx = nxt
+else idx = tonumber(ARGV[1]) end
+if idx < mn then idx = mn end
+if idx > nxt then idx = nxt end
+redis.call('HSET', KEYS[1], 'ack', s(idx))
+redis.call('HDEL', KEYS[1], 'ls', 'lend')
+redis.call('DEL', KEYS[2])
+return s(idx)
+"""
+)
+
+
+async def set_ack(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str,
+    position: int | str,
+    *,
+    only_if_missing: bool = False,
+) -> int:
+    """Set the ack index to an index (clamped to [min, max]), 'earliest' or 'latest'."""
+    keys = PartitionKeys(topic, partition)
+    result = await SET_ACK(
+        client,
+        (keys.state(cid), keys.acked(cid), keys.meta),
+        (position, 1 if only_if_missing else 0),
+    )
+    return int(result)
+
+
+async def progress(
+    client: AnyRedis, topic: str, partitions: Sequence[int], cid: str, now_ms: int
+) -> list[PartitionProgress]:
+    """Min, max, ack index, lag, lock and last access of each partition."""
+    pipe = client.pipeline(transaction=False)
+    for p in partitions:
+        keys = PartitionKeys(topic, p)
+        pipe.hmget(keys.meta, "min", "next")
+        pipe.hgetall(keys.state(cid))
+        pipe.zrange(keys.acked(cid), 0, -1)
+    raw = await pipe.execute()
+    out = []
+    for i, p in enumerate(partitions):
+        (lo, hi), st, oo = raw[3 * i], raw[3 * i + 1], raw[3 * i + 2]
+        mn, mx = int(lo or 0), int(hi or 0)
+        st = {k.decode(): v.decode() for k, v in st.items()}
+        ack = int(st["ack"]) if "ack" in st else -1
+        expires = int(st.get("le", 0))
+        locked = expires > now_ms
+        pending = 0
+        for member in oo:
+            a, b = member.decode().split(":")
+            pending += int(b) - int(a)
+        out.append(
+            PartitionProgress(
+                topic=topic,
+                partition=p,
+                min_index=mn,
+                max_index=mx,
+                ack_index=ack,
+                lag=mx - max(ack, mn) if ack >= 0 else mx - mn,
+                lock_owner=st.get("lo", "") if locked else "",
+                lock_token=int(st.get("lt", 0)) if locked else 0,
+                lock_expires_ms=expires if locked else 0,
+                last_access_ms=int(st.get("t", 0)),
+                last_address=st.get("ip", ""),
+                pending_acks=pending,
+            )
+        )
+    return out

@@ -1,0 +1,148 @@
+"""Reading a partition: bounds, index ranges, and index-by-store-time.
+
+A stream entry holds the records of one append call and its id is ``<first index>-<indexes
+taken>``, so the entry holding index ``i`` is the last entry with id ≤ ``i-<max>``
+(XREVRANGE … COUNT 1) and a range read is that entry plus XRANGE from ``i+1`` —
+O(log n + k) whatever the backlog. Records of an entry before ``i`` are skipped; a batch
+is returned whole even when the range starts inside it (the reader expands items).
+"""
+
+from __future__ import annotations
+
+from brokers.engine.errors import IndexOutOfRange
+from brokers.engine.keys import PartitionKeys
+from brokers.engine.model import Delivery
+from brokers.engine.redisio import AnyRedis, Script
+
+# Lua: append records covering [start, ...) to `out` (flat: index, count, record) until
+# at least `want` items; returns the items added and, when a record stored after
+# `max_store` stopped the read, that record's store time. A stream entry holds one
+# append call: one or more records, each starting with its size (JMQ4 layout).
+READ_FN = """
+local function rec_count(v, pos)
+  if math.floor(struct.unpack('>i2', v, pos + 20) / 4096) % 2 == 1 then
+    local c = struct.unpack('>i2', v, pos + 59)
+    if c < 1 then c = 1 end
+    return c
+  end
+  return 1
+end
+local function read_from(stream, start, want, out, max_store)
+  local items = 0
+  local function take(e)
+    local fi, c = first_of(e[1])
+    if fi + c <= start then return nil end
+    local v = e[2][2]
+    if max_store then
+      local st = struct.unpack('>i8', v, 40) + struct.unpack('>i4', v, 48)
+      if st > max_store then return st end
+    end
+    local size = struct.unpack('>i4', v, 1)
+    if size == #v then
+      out[#out + 1] = s(fi); out[#out + 1] = s(c); out[#out + 1] = v
+      items = items + c
+      return nil
+    end
+    local pos, idx = 1, fi
+    while pos <= #v and items < want do
+      size = struct.unpack('>i4', v, pos)
+      local rc = rec_count(v, pos)
+      if idx + rc > start then
+        out[#out + 1] = s(idx); out[#out + 1] = s(rc); out[#out + 1] = string.sub(v, pos, pos + size - 1)
+        items = items + rc
+      end
+      idx = idx + rc
+      pos = pos + size
+    end
+    return nil
+  end
+  local head = redis.call('XREVRANGE', stream, s(start) .. '-18446744073709551615', '-', 'COUNT', 1)
+  if head[1] then
+    local blocked = take(head[1])
+    if blocked then return items, blocked end
+  end
+  local from = start + 1
+  while items < want do
+    local n = want - items
+    if n > 16 then n = 16 end
+    local rest = redis.call('XRANGE', stream, s(from) .. '-0', '+', 'COUNT', n)
+    if not rest[1] then break end
+    for _, e in ipairs(rest) do
+      local blocked = take(e)
+      if blocked then return items, blocked end
+      if items >= want then break end
+      local fi, c = first_of(e[1])
+      from = fi + c
+    end
+  end
+  return items, nil
+end
+"""
+
+READ = Script(
+    READ_FN
+    + """
+-- KEYS: stream, meta. ARGV: start, want. Returns {min, next, ok, flat entries...}
+local m = redis.call('HMGET', KEYS[2], 'min', 'next')
+local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+local start = tonumber(ARGV[1])
+local out = {s(mn), s(nxt), 1}
+if start < mn or start > nxt then out[3] = 0; return out end
+if start < nxt then read_from(KEYS[1], start, tonumber(ARGV[2]), out, nil) end
+return out
+"""
+)
+
+FIND_TIME = Script(
+    """
+-- KEYS: stream, meta. ARGV: timestamp ms. First index whose store time >= ts.
+local m = redis.call('HMGET', KEYS[2], 'min', 'next')
+local lo, hi = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+local ts = tonumber(ARGV[1])
+while lo < hi do
+  local mid = math.floor((lo + hi) / 2)
+  local e = redis.call('XREVRANGE', KEYS[1], s(mid) .. '-18446744073709551615', '-', 'COUNT', 1)[1]
+  if not e then hi = mid else
+    local fi, c = first_of(e[1])
+    local rec = e[2][2]
+    local st = struct.unpack('>i8', rec, 40) + struct.unpack('>i4', rec, 48)
+    if st >= ts then hi = fi else lo = fi + c end
+  end
+end
+return s(lo)
+"""
+)
+
+
+def parse_entries(partition: int, flat: list, offset: int = 0) -> list[Delivery]:
+    """Turn a script's flat ``first, count, record`` triples into deliveries."""
+    return [
+        Delivery(partition, int(flat[i]), int(flat[i + 1]), flat[i + 2])
+        for i in range(offset, len(flat), 3)
+    ]
+
+
+async def bounds(client: AnyRedis, topic: str, partition: int) -> tuple[int, int]:
+    """(min index, next index) of a partition; (0, 0) for one never written."""
+    lo, hi = await client.hmget(PartitionKeys(topic, partition).meta, "min", "next")
+    return int(lo or 0), int(hi or 0)
+
+
+async def read_range(
+    client: AnyRedis, topic: str, partition: int, start: int, count: int
+) -> list[Delivery]:
+    """Records covering ``start`` onwards, at least ``count`` items unless the end is hit.
+
+    ``start == max`` returns nothing; outside ``[min, max]`` raises IndexOutOfRange.
+    """
+    keys = PartitionKeys(topic, partition)
+    flat = await READ(client, (keys.stream, keys.meta), (start, max(1, count)))
+    if not int(flat[2]):
+        raise IndexOutOfRange(start, int(flat[0]), int(flat[1]))
+    return parse_entries(partition, flat, 3)
+
+
+async def index_at_time(client: AnyRedis, topic: str, partition: int, timestamp_ms: int) -> int:
+    """First index whose store time is ≥ ``timestamp_ms`` (max index if none)."""
+    keys = PartitionKeys(topic, partition)
+    return int(await FIND_TIME(client, (keys.stream, keys.meta), (timestamp_ms,)))

@@ -1,0 +1,571 @@
+"""The stored message record: byte-compatible with the JMQ4 BrokerMessage layout.
+
+Layout (big-endian; JMQ4 spec §3)::
+
+    0 size INT | 4 partition SHORT | 6 index LONG | 14 term INT | 18 magic SHORT 0x1234
+    20 sysCode SHORT | 22 priority BYTE | 23 clientIp 16 bytes | 39 sendTime LONG
+    47 storeTime INT (store - send, ms) | 51 bodyCRC LONG | 59 flag SHORT
+    61 body BYTES4 | businessId S1 | attributes S2 (Java properties) | extension BYTES4 | app S1
+
+A batch message (sysCode bit 12) carries ``flag`` items and takes ``flag`` consecutive
+indexes. The engine stores one record per message (or batch) and patches partition,
+index and storeTime on store, so a JMQ4 fetch copies the stored bytes unchanged.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from brokers.engine.errors import InvalidMessage, MessageTooLarge
+
+MAGIC = 0x1234
+FIXED_SIZE = 73
+HEADER = struct.Struct(">ihqihhb16sqiqh")  # up to and including flag: 61 bytes
+SYS_COMPRESSED = 0x0001
+SYS_SHORT_ADDRESS = 0x0080
+SYS_BATCH = 0x1000
+SYS_DEFAULT = 0x010C  # message version 1, source JOYQUEUE
+MAX_BUSINESS_ID = 100
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+OFF_PARTITION, OFF_INDEX, OFF_STORE_TIME = 4, 6, 47
+_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_ITEM_HEAD = struct.Struct(">ibh")
+INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
+
+
+# ---------------------------------------------------------------- attributes (properties)
+
+
+def _escape(text: str, *, key: bool) -> str:
+    out: list[str] = []
+    for pos, ch in enumerate(text):
+        code = ord(ch)
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch in "=:#!":
+            out.append("\\" + ch)
+        elif ch == " ":
+            out.append("\\ " if key or pos == 0 else " ")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\f":
+            out.append("\\f")
+        elif code < 0x20 or code > 0x7E:
+            units = ch.encode("utf-16-be")
+            for i in range(0, len(units), 2):
+                out.append(f"\\u{int.from_bytes(units[i : i + 2], 'big'):04X}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def encode_attributes(attributes: Mapping[str, str] | None) -> bytes:
+    """Java-Properties text of ``attributes`` (``key=value`` lines, no trailing newline)."""
+    if not attributes:
+        return b""
+    text = "\n".join(
+        f"{_escape(str(k), key=True)}={_escape(str(v), key=False)}" for k, v in attributes.items()
+    )
+    return text.encode("ascii")
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    result: list[str] = []
+    pending: str | None = None
+    for raw in lines:
+        line = raw.lstrip(" \t\f")
+        if pending is None and (not line or line[0] in "#!"):
+            continue
+        backslashes = len(line) - len(line.rstrip("\\"))
+        continued = backslashes % 2 == 1
+        if continued:
+            line = line[:-1]
+        pending = line if pending is None else pending + line
+        if not continued:
+            result.append(pending)
+            pending = None
+    if pending is not None:
+        result.append(pending)
+    return result
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch != "\\" or i + 1 >= n:
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u":
+            digits = text[i + 2 : i + 6]
+            if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                raise InvalidMessage("malformed \\uXXXX in attributes")
+            out.append(chr(int(digits, 16)))
+            i += 6
+            continue
+        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
+        i += 2
+    joined = "".join(out)
+    # join surrogate pairs written as two \u escapes
+    return joined.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+
+
+def decode_attributes(data: bytes) -> dict[str, str]:
+    """Parse Java-Properties text (separators, comments, continuations, escapes)."""
+    if not data:
+        return {}
+    try:
+        text = data.decode("latin-1") if not _is_utf8(data) else data.decode("utf-8")
+    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 never fails
+        raise InvalidMessage("attributes are not text") from exc
+    result: dict[str, str] = {}
+    for line in _logical_lines(text):
+        i, n = 0, len(line)
+        while i < n:
+            ch = line[i]
+            if ch == "\\":
+                i += 2
+                continue
+            if ch in "=: \t\f":
+                break
+            i += 1
+        key = line[:i]
+        while i < n and line[i] in " \t\f":
+            i += 1
+        if i < n and line[i] in "=:":
+            i += 1
+            while i < n and line[i] in " \t\f":
+                i += 1
+        result[_unescape(key)] = _unescape(line[i:])
+    return result
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- client address
+
+
+def encode_client_ip(address: str | None) -> tuple[bytes, bool]:
+    """``host[:port]`` (or ``[v6]:port``) -> (16-byte JMQ4 clientIp, is IPv4)."""
+    if not address:
+        return bytes(16), True
+    host, port = address, 0
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        port = int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else 0
+    elif address.count(":") == 1:
+        host, _, p = address.partition(":")
+        port = int(p) if p.isdigit() else 0
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return bytes(16), True
+    raw = bytes([port & 0xFF, (port >> 8) & 0xFF]) + ip.packed
+    return raw[:16].ljust(16, b"\0"), ip.version == 4
+
+
+def decode_client_ip(raw: bytes, short: bool) -> str:
+    """Inverse of :func:`encode_client_ip` (IPv6 addresses come back truncated)."""
+    port = raw[0] | (raw[1] << 8)
+    if short:
+        host = str(ipaddress.IPv4Address(raw[2:6]))
+        return f"{host}:{port}"
+    return f"[{raw[2:].hex()}]:{port}"
+
+
+# ---------------------------------------------------------------- messages
+
+
+@dataclass(slots=True)
+class BatchItem:
+    """One item of a batch message body (JMQ4 §3.4)."""
+
+    body: bytes
+    business_id: str = ""
+    attributes: Mapping[str, str] | None = None
+    priority: int = 0
+    flag: int = 0
+
+
+def encode_batch_body(items: Sequence[BatchItem]) -> bytes:
+    """Concatenate items in the JMQ4 batch body layout."""
+    parts: list[bytes] = []
+    for item in items:
+        bid = _s1(item.business_id, "businessId", limit=MAX_BUSINESS_ID)
+        attrs = encode_attributes(item.attributes)
+        if len(attrs) > 32767:
+            raise InvalidMessage("attributes over 32767 bytes")
+        size = 4 + 1 + 2 + 4 + len(item.body) + 1 + len(bid) + 2 + len(attrs)
+        parts.append(_ITEM_HEAD.pack(size, item.priority, item.flag))
+        parts.append(_I32.pack(len(item.body)) + item.body)
+        parts.append(bytes([len(bid)]) + bid + _I16.pack(len(attrs)) + attrs)
+    return b"".join(parts)
+
+
+def decode_batch_body(body: bytes, count: int | None = None) -> list[BatchItem]:
+    """Split a (decompressed) batch body into items; strict about sizes."""
+    items: list[BatchItem] = []
+    pos, n = 0, len(body)
+    try:
+        while pos < n:
+            size, priority, flag = _ITEM_HEAD.unpack_from(body, pos)
+            end = pos + size
+            if size < 14 or end > n:
+                raise InvalidMessage("batch item size out of range")
+            p = pos + 7
+            (blen,) = _I32.unpack_from(body, p)
+            p += 4
+            item_body = body[p : p + blen]
+            p += blen
+            bl = body[p]
+            p += 1
+            bid = body[p : p + bl].decode("utf-8")
+            p += bl
+            (al,) = _I16.unpack_from(body, p)
+            p += 2
+            attrs = decode_attributes(body[p : p + al])
+            p += al
+            if blen < 0 or al < 0 or p != end:
+                raise InvalidMessage("batch item fields do not add up to its size")
+            items.append(BatchItem(item_body, bid, attrs, priority, flag))
+            pos = end
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise InvalidMessage("malformed batch body") from exc
+    if count is not None and len(items) != count:
+        raise InvalidMessage(f"batch has {len(items)} items, flag says {count}")
+    return items
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to append, as the Python API takes it.
+
+    ``batch_count > 0`` marks ``body`` as a batch body of that many items (see
+    :func:`encode_batch_body` / :meth:`Message.batch`); the message then takes
+    ``batch_count`` consecutive indexes.
+    """
+
+    body: bytes
+    business_id: str = ""
+    attributes: Mapping[str, str] | None = None
+    priority: int = 0
+    send_time_ms: int = 0
+    flag: int = 0
+    sys_code: int | None = None
+    extension: bytes = b""
+    batch_count: int = 0
+    client_address: str | None = None
+    body_crc: int | None = None
+
+    @classmethod
+    def batch(cls, items: Sequence[BatchItem], **kwargs: object) -> Message:
+        """A batch message of ``items`` (n items -> n consecutive indexes)."""
+        if not items:
+            raise InvalidMessage("empty batch")
+        return cls(body=encode_batch_body(items), batch_count=len(items), **kwargs)  # type: ignore[arg-type]
+
+
+def _s1(text: str | None, what: str, *, limit: int = 127) -> bytes:
+    raw = (text or "").encode("utf-8")
+    if len(raw) > 127 or len(text or "") > limit:
+        raise InvalidMessage(f"{what} longer than {limit} characters")
+    return raw
+
+
+_HEAD_BODY = struct.Struct(">ihqihhb16sqiqhi")  # header + body length: 65 bytes
+
+
+class RecordEncoder:
+    """Encodes messages of one append call (same app, client address and store time).
+
+    The parts every record of the call shares are computed once; a plain message (no
+    businessId, attributes or extension) costs two struct packs and a join.
+    """
+
+    def __init__(
+        self,
+        *,
+        app: str,
+        partition: int,
+        now_ms: int,
+        client_address: str | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+    ) -> None:
+        self.app_raw = _s1(app, "app")
+        self.partition = partition
+        self.now_ms = now_ms
+        self.client_address = client_address
+        self.max_body = max_body
+        self.ip, self.short = encode_client_ip(client_address)
+        self._plain_tail = b"\0\0\0\0\0\0\0" + bytes([len(self.app_raw)]) + self.app_raw
+
+    def encode(self, msg: Message) -> tuple[bytes, int]:
+        """(record, number of indexes it takes); the index field is left at -1."""
+        body = msg.body if isinstance(msg.body, bytes) else bytes(msg.body)
+        if len(body) > self.max_body:
+            raise MessageTooLarge(f"body of {len(body)} bytes is over {self.max_body}")
+        if not -128 <= msg.priority <= 127:
+            raise InvalidMessage("priority out of range")
+        ip, short = self.ip, self.short
+        if msg.client_address and not self.client_address:
+            ip, short = encode_client_ip(msg.client_address)
+        sys_code = SYS_DEFAULT if msg.sys_code is None else msg.sys_code
+        if sys_code >> 13 or sys_code < 0:
+            raise InvalidMessage("sysCode bits 13-15 must be clear")
+        sys_code = (sys_code | SYS_SHORT_ADDRESS) if short else (sys_code & ~SYS_SHORT_ADDRESS)
+        count, flag = 1, msg.flag
+        if msg.batch_count:
+            if not 0 < msg.batch_count <= 32767:
+                raise InvalidMessage("batch count out of range")
+            sys_code |= SYS_BATCH
+            flag = count = msg.batch_count
+        if msg.business_id or msg.attributes or msg.extension:
+            bid = _s1(msg.business_id, "businessId", limit=MAX_BUSINESS_ID)
+            attrs = encode_attributes(msg.attributes)
+            if len(attrs) > 32767:
+                raise InvalidMessage("attributes over 32767 bytes")
+            ext = msg.extension
+            tail = b"".join(
+                (
+                    bytes([len(bid)]),
+                    bid,
+                    _I16.pack(len(attrs)),
+                    attrs,
+                    _I32.pack(len(ext)),
+                    ext,
+                    bytes([len(self.app_raw)]),
+                    self.app_raw,
+                )
+            )
+        else:
+            tail = self._plain_tail
+        send = msg.send_time_ms or self.now_ms
+        crc = zlib.crc32(body) if msg.body_crc is None else msg.body_crc
+        size = 65 + len(body) + len(tail)
+        head = _HEAD_BODY.pack(
+            size,
+            self.partition,
+            -1,
+            0,
+            MAGIC,
+            sys_code,
+            msg.priority,
+            ip,
+            send,
+            _delta(self.now_ms, send),
+            crc,
+            flag,
+            len(body),
+        )
+        return head + body + tail, count
+
+
+def encode_record(
+    msg: Message,
+    *,
+    app: str,
+    partition: int = -1,
+    now_ms: int,
+    client_address: str | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+) -> tuple[bytes, int]:
+    """Encode ``msg`` as a stored record; returns (record, number of indexes it takes)."""
+    encoder = RecordEncoder(
+        app=app,
+        partition=partition,
+        now_ms=now_ms,
+        client_address=client_address,
+        max_body=max_body,
+    )
+    return encoder.encode(msg)
+
+
+def _delta(now_ms: int, send_ms: int) -> int:
+    return max(INT32_MIN, min(INT32_MAX, now_ms - send_ms))
+
+
+def restamp_record(
+    raw: bytes,
+    *,
+    partition: int,
+    now_ms: int,
+    client_address: str | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+) -> tuple[bytes, int]:
+    """Validate a wire BrokerMessage and rewrite partition, storeTime (and clientIp).
+
+    Returns (record, number of indexes it takes). Raises :class:`InvalidMessage` when
+    the size disagrees with the content, sysCode bits 13–15 are set, the businessId is
+    over 100 characters or a batch body does not add up to ``flag`` items.
+    """
+    view = check_record(raw, max_body=max_body)
+    buf = bytearray(raw)
+    _I16.pack_into(buf, OFF_PARTITION, partition)
+    _I32.pack_into(buf, OFF_STORE_TIME, _delta(now_ms, view.send_time_ms))
+    if client_address is not None:
+        ip, short = encode_client_ip(client_address)
+        buf[23:39] = ip
+        sys_code = (
+            (view.sys_code | SYS_SHORT_ADDRESS) if short else (view.sys_code & ~SYS_SHORT_ADDRESS)
+        )
+        _I16.pack_into(buf, 20, sys_code)
+    return bytes(buf), view.count
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A decoded stored record."""
+
+    size: int
+    partition: int
+    index: int
+    term: int
+    sys_code: int
+    priority: int
+    client_ip: bytes
+    send_time_ms: int
+    store_time_ms: int
+    body_crc: int
+    flag: int
+    body: bytes
+    business_id: str
+    attributes: dict[str, str] = field(default_factory=dict)
+    extension: bytes = b""
+    app: str = ""
+
+    @property
+    def is_batch(self) -> bool:
+        return bool(self.sys_code & SYS_BATCH)
+
+    @property
+    def count(self) -> int:
+        """How many indexes the record takes (items of a batch, else 1)."""
+        return max(1, self.flag) if self.is_batch else 1
+
+    @property
+    def client_address(self) -> str:
+        return decode_client_ip(self.client_ip, bool(self.sys_code & SYS_SHORT_ADDRESS))
+
+    def items(self) -> list[BatchItem]:
+        """Items of a batch (raises for a compressed body, which the engine never inflates)."""
+        if not self.is_batch:
+            return [
+                BatchItem(self.body, self.business_id, self.attributes, self.priority, self.flag)
+            ]
+        if self.sys_code & SYS_COMPRESSED:
+            raise InvalidMessage("compressed batch body")
+        return decode_batch_body(self.body, self.count)
+
+
+def decode_record(raw: bytes, *, parse_attributes: bool = True) -> StoredMessage:
+    """Decode a stored record; raises :class:`InvalidMessage` when malformed."""
+    try:
+        (size, part, index, term, magic, sys_code, prio, ip, send, delta, crc, flag) = (
+            HEADER.unpack_from(raw, 0)
+        )
+        pos = 61
+        (blen,) = _I32.unpack_from(raw, pos)
+        pos += 4
+        if blen < 0 or pos + blen > len(raw):
+            raise InvalidMessage("body length out of range")
+        body = raw[pos : pos + blen]
+        pos += blen
+        bl = raw[pos]
+        if bl > 127:
+            raise InvalidMessage("negative businessId length")
+        bid = raw[pos + 1 : pos + 1 + bl].decode("utf-8")
+        pos += 1 + bl
+        (al,) = _I16.unpack_from(raw, pos)
+        if al < 0:
+            raise InvalidMessage("negative attributes length")
+        attrs_raw = raw[pos + 2 : pos + 2 + al]
+        pos += 2 + al
+        (el,) = _I32.unpack_from(raw, pos)
+        if el < 0:
+            raise InvalidMessage("negative extension length")
+        ext = raw[pos + 4 : pos + 4 + el]
+        pos += 4 + el
+        apl = raw[pos]
+        if apl > 127:
+            raise InvalidMessage("negative app length")
+        app = raw[pos + 1 : pos + 1 + apl].decode("utf-8")
+        pos += 1 + apl
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise InvalidMessage("malformed message record") from exc
+    if pos != len(raw) or size != len(raw):
+        raise InvalidMessage("message size disagrees with its content")
+    if magic != MAGIC:
+        raise InvalidMessage("bad magic")
+    attrs = decode_attributes(attrs_raw) if parse_attributes else {}
+    return StoredMessage(
+        size,
+        part,
+        index,
+        term,
+        sys_code,
+        prio,
+        ip,
+        send,
+        send + delta,
+        crc,
+        flag,
+        body,
+        bid,
+        attrs,
+        ext,
+        app,
+    )
+
+
+def check_record(raw: bytes, *, max_body: int = DEFAULT_MAX_BODY) -> StoredMessage:
+    """Decode and validate a record received from a producer (JMQ4 rules §8.5)."""
+    msg = decode_record(raw, parse_attributes=False)
+    if msg.sys_code < 0 or msg.sys_code >> 13:
+        raise InvalidMessage("sysCode bits 13-15 must be clear")
+    if len(msg.body) > max_body:
+        raise MessageTooLarge(f"body of {len(msg.body)} bytes is over {max_body}")
+    if len(msg.business_id) > MAX_BUSINESS_ID:
+        raise InvalidMessage("businessId longer than 100 characters")
+    if msg.is_batch:
+        if msg.flag < 1:
+            raise InvalidMessage("batch flag must be at least 1")
+        if not msg.sys_code & SYS_COMPRESSED:
+            decode_batch_body(msg.body, msg.flag)
+    return msg
+
+
+def record_store_time(raw: bytes) -> int:
+    """Store time (ms) of a record without decoding the rest."""
+    send = _I64.unpack_from(raw, 39)[0]
+    return send + _I32.unpack_from(raw, OFF_STORE_TIME)[0]
+
+
+def record_index(raw: bytes) -> int:
+    """The index stored in a record."""
+    return _I64.unpack_from(raw, OFF_INDEX)[0]
+
+
+def with_position(raw: bytes, partition: int, index: int) -> bytes:
+    """A copy of ``raw`` carrying another partition and index (retry deliveries)."""
+    buf = bytearray(raw)
+    _I16.pack_into(buf, OFF_PARTITION, partition)
+    _I64.pack_into(buf, OFF_INDEX, index)
+    return bytes(buf)

@@ -1,0 +1,49 @@
+"""Operator resends (HTTP-MQ §11): a per-consumer list of messages to hand out once.
+
+``retryMsgId`` adds ``partition:index`` to the consumer group's list (per clientId for
+broadcast). The next fetch pops entries atomically (LPOP with a count), so each is
+returned exactly once cluster-wide, and survives restarts. Resends are outside the
+ack/lock protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from brokers.engine.errors import IndexOutOfRange
+from brokers.engine.keys import GroupKeys
+from brokers.engine.model import Delivery
+from brokers.engine.read import read_range
+from brokers.engine.redisio import AnyRedis
+
+
+async def add(
+    client: AnyRedis,
+    topic: str,
+    app: str,
+    entries: Sequence[tuple[int, int]],
+    client_ids: Sequence[str | None],
+) -> int:
+    """Queue (partition, index) pairs for each client id (None = the clustering group)."""
+    if not entries:
+        return 0
+    members = [f"{p}:{i}" for p, i in entries]
+    for cid in client_ids:
+        await client.rpush(GroupKeys(topic, app).resend(cid), *members)
+    return len(members) * len(client_ids)
+
+
+async def take(
+    client: AnyRedis, topic: str, app: str, client_id: str | None, limit: int
+) -> list[Delivery]:
+    """Pop up to ``limit`` queued resends and read their records (trimmed ones are skipped)."""
+    raw = await client.lpop(GroupKeys(topic, app).resend(client_id), limit)
+    out: list[Delivery] = []
+    for member in raw or ():
+        p, i = (int(x) for x in member.decode().split(":"))
+        try:
+            found = await read_range(client, topic, p, i, 1)
+        except IndexOutOfRange:
+            continue
+        out.extend(d for d in found if d.index <= i < d.end)
+    return out

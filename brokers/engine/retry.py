@@ -1,0 +1,352 @@
+"""Retry store and dead-letter queue per (app, topic), all in slot ``{r:<topic>:<app>}``.
+
+A failed message (JMQ4 ack with retryType ≠ NONE, an explicit ``retry`` call, a queue
+delivery that timed out) is copied here with a new retry id (a batch of n items takes n
+ids, stored once at the first). Retries are due at ``now + base · 2^(attempt−1)``, capped;
+a delivery leases the record for the ack timeout (it comes back if not acked). A failed
+attempt past ``max_attempts`` (0 = unlimited), or a record older than ``max_age_ms``,
+moves to the dead-letter queue with its reason — nothing is dropped silently. Operators
+list, resend (back into the retry store, due now), skip (delete chosen ids) and purge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from brokers.engine.keys import RetryKeys
+from brokers.engine.model import RetryRecord
+from brokers.engine.redisio import AnyRedis, Script
+
+_MOVE_FN = """
+local function to_dlq(K, id, now, reason)
+  local meta = redis.call('HGET', K.meta, id)
+  local data = redis.call('HGET', K.data, id)
+  redis.call('ZREM', K.due, id)
+  redis.call('HDEL', K.meta, id)
+  redis.call('HDEL', K.data, id)
+  if not meta then return 0 end
+  local a, p, i, c, n = string.match(meta, '^(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%d+)|')
+  redis.call('ZADD', K.dlq, s(now), id)
+  redis.call('HSET', K.dlqd, id, data)
+  redis.call('HSET', K.dlqm, id, a .. '|' .. p .. '|' .. i .. '|' .. c .. '|' .. n .. '|' .. reason)
+  return 1
+end
+local K = {due = KEYS[1], data = KEYS[2], meta = KEYS[3], seq = KEYS[4],
+           dlq = KEYS[5], dlqd = KEYS[6], dlqm = KEYS[7]}
+"""
+
+ADD = Script(
+    _MOVE_FN
+    + """
+-- ARGV: now, due_at, reason, then (partition, index, count, record) quadruples.
+local now, due_at, reason = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local ids = {}
+for j = 4, #ARGV, 4 do
+  local c = tonumber(ARGV[j + 2])
+  local last = redis.call('INCRBY', K.seq, c)
+  local id = s(last - c + 1)
+  redis.call('HSET', K.data, id, ARGV[j + 3])
+  redis.call('HSET', K.meta, id, '1|' .. ARGV[j] .. '|' .. ARGV[j + 1] .. '|' .. s(now) .. '|' .. s(c) .. '|' .. reason)
+  redis.call('ZADD', K.due, due_at, id)
+  ids[#ids + 1] = id
+end
+return ids
+"""
+)
+
+LEASE = Script(
+    _MOVE_FN
+    + """
+-- ARGV: now, lease_until, max items, max_age_ms (0 = none). Returns flat (id, meta, record).
+local now, lease, want, max_age = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local out = {}
+local items = 0
+local due = redis.call('ZRANGEBYSCORE', K.due, '-inf', s(now), 'LIMIT', 0, want)
+for _, id in ipairs(due) do
+  local meta = redis.call('HGET', K.meta, id)
+  local created = tonumber(string.match(meta or '', '^%-?%d+|%-?%d+|%-?%d+|(%-?%d+)|') or now)
+  if max_age > 0 and created + max_age < now then
+    to_dlq(K, id, now, 'Expired')
+  elseif meta then
+    redis.call('ZADD', K.due, lease, id)
+    out[#out + 1] = id; out[#out + 1] = meta; out[#out + 1] = redis.call('HGET', K.data, id)
+    items = items + 1
+  else
+    redis.call('ZREM', K.due, id)
+  end
+end
+return out
+"""
+)
+
+SETTLE = Script(
+    _MOVE_FN
+    + """
+-- ARGV: now, ok (1/0), base_ms, cap_ms, max_attempts, reason, ids...
+local now, ok = tonumber(ARGV[1]), ARGV[2] == '1'
+local base, cap, maxa, reason = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local done, dead = 0, 0
+for j = 7, #ARGV do
+  local id = ARGV[j]
+  local meta = redis.call('HGET', K.meta, id)
+  if meta then
+    done = done + 1
+    if ok then
+      redis.call('ZREM', K.due, id); redis.call('HDEL', K.meta, id); redis.call('HDEL', K.data, id)
+    else
+      local a, rest = string.match(meta, '^(%-?%d+)(|.*)$')
+      local attempts = tonumber(a) + 1
+      if maxa > 0 and attempts > maxa then
+        redis.call('HSET', K.meta, id, s(attempts) .. rest)
+        to_dlq(K, id, now, reason)
+        dead = dead + 1
+      else
+        local delay = base * (2 ^ (attempts - 1))
+        if cap > 0 and delay > cap then delay = cap end
+        redis.call('HSET', K.meta, id, s(attempts) .. rest)
+        redis.call('ZADD', K.due, s(now + delay), id)
+      end
+    end
+  end
+end
+return {done, dead}
+"""
+)
+
+DLQ_ADD = Script(
+    _MOVE_FN
+    + """
+-- ARGV: now, reason, then (partition, index, count, record, attempts). Straight to the DLQ.
+local now, reason = tonumber(ARGV[1]), ARGV[2]
+local ids = {}
+for j = 3, #ARGV, 5 do
+  local c = tonumber(ARGV[j + 2])
+  local last = redis.call('INCRBY', K.seq, c)
+  local id = s(last - c + 1)
+  redis.call('ZADD', K.dlq, s(now), id)
+  redis.call('HSET', K.dlqd, id, ARGV[j + 3])
+  redis.call('HSET', K.dlqm, id, ARGV[j + 4] .. '|' .. ARGV[j] .. '|' .. ARGV[j + 1] .. '|' .. s(now) .. '|' .. s(c) .. '|' .. reason)
+  ids[#ids + 1] = id
+end
+return ids
+"""
+)
+
+DLQ_RESEND = Script(
+    _MOVE_FN
+    + """
+-- ARGV: now, ids... (none = all). Dead letters go back to the retry store, due now.
+local now = ARGV[1]
+local ids = {}
+for j = 2, #ARGV do ids[#ids + 1] = ARGV[j] end
+if #ids == 0 then ids = redis.call('ZRANGE', K.dlq, 0, -1) end
+local moved = 0
+for _, id in ipairs(ids) do
+  local meta = redis.call('HGET', K.dlqm, id)
+  if meta then
+    local rest = string.match(meta, '^%-?%d+|(%-?%d+|%-?%d+|)')
+    local c = string.match(meta, '^%-?%d+|%-?%d+|%-?%d+|%-?%d+|(%d+)|')
+    redis.call('HSET', K.data, id, redis.call('HGET', K.dlqd, id))
+    redis.call('HSET', K.meta, id, '0|' .. rest .. now .. '|' .. c .. '|Resent')
+    redis.call('ZADD', K.due, now, id)
+    redis.call('ZREM', K.dlq, id); redis.call('HDEL', K.dlqd, id); redis.call('HDEL', K.dlqm, id)
+    moved = moved + 1
+  end
+end
+return moved
+"""
+)
+
+REMOVE = Script(
+    _MOVE_FN
+    + """
+-- ARGV: which ('retry'|'dlq'), before_ms (or ''), ids... (none = all before before_ms)
+local z, d, m = K.due, K.data, K.meta
+if ARGV[1] == 'dlq' then z, d, m = K.dlq, K.dlqd, K.dlqm end
+local ids = {}
+for j = 3, #ARGV do ids[#ids + 1] = ARGV[j] end
+if #ids == 0 then
+  if ARGV[2] == '' then ids = redis.call('ZRANGE', z, 0, -1)
+  else ids = redis.call('ZRANGEBYSCORE', z, '-inf', '(' .. ARGV[2]) end
+end
+local n = 0
+for _, id in ipairs(ids) do
+  n = n + redis.call('ZREM', z, id)
+  redis.call('HDEL', d, id); redis.call('HDEL', m, id)
+end
+return n
+"""
+)
+
+DUE_NOW = Script(
+    _MOVE_FN
+    + """
+-- ARGV: now, ids... (none = all): make retries due now.
+local ids = {}
+for j = 2, #ARGV do ids[#ids + 1] = ARGV[j] end
+if #ids == 0 then ids = redis.call('ZRANGE', K.due, 0, -1) end
+local n = 0
+for _, id in ipairs(ids) do
+  if redis.call('ZSCORE', K.due, id) then redis.call('ZADD', K.due, ARGV[1], id); n = n + 1 end
+end
+return n
+"""
+)
+
+
+def _keys(k: RetryKeys) -> tuple[str, ...]:
+    return (k.due, k.data, k.meta, k.seq, k.dlq, k.dlq_data, k.dlq_meta)
+
+
+def _record(rid: int, meta: bytes | str, data: bytes, score: float) -> RetryRecord:
+    text = meta.decode() if isinstance(meta, bytes) else meta
+    attempts, partition, index, created, _count, reason = text.split("|", 5)
+    return RetryRecord(
+        id=rid,
+        partition=int(partition),
+        index=int(index),
+        attempts=int(attempts),
+        created_ms=int(created),
+        reason=reason,
+        due_ms=int(score),
+        record=data,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Backoff and limits of the retry store."""
+
+    base_ms: int = 1_000
+    cap_ms: int = 3_600_000
+    max_attempts: int = 16
+    max_age_ms: int = 3 * 24 * 3_600_000
+
+
+class RetryStore:
+    """Retry store + DLQ of one (topic, app)."""
+
+    def __init__(self, client: AnyRedis, topic: str, app: str) -> None:
+        self._client = client
+        self.keys = RetryKeys(topic, app)
+        self._k = _keys(self.keys)
+
+    async def add(
+        self,
+        items: Sequence[tuple[int, int, int, bytes]],
+        *,
+        now_ms: int,
+        due_ms: int,
+        reason: str,
+    ) -> list[int]:
+        """Store (partition, index, count, record) copies; returns their retry ids."""
+        args: list[object] = [now_ms, due_ms, reason]
+        for partition, index, count, record in items:
+            args += [partition, index, count, record]
+        return [int(x) for x in await ADD(self._client, self._k, args)]
+
+    async def dead_letter(
+        self,
+        items: Sequence[tuple[int, int, int, bytes]],
+        *,
+        now_ms: int,
+        reason: str,
+        attempts: int = 0,
+    ) -> list[int]:
+        """Put (partition, index, count, record) straight into the DLQ."""
+        args: list[object] = [now_ms, reason]
+        for partition, index, count, record in items:
+            args += [partition, index, count, record, attempts]
+        return [int(x) for x in await DLQ_ADD(self._client, self._k, args)]
+
+    async def lease(
+        self, *, now_ms: int, lease_ms: int, max_items: int, policy: RetryPolicy
+    ) -> list[tuple[int, int, int, int, int, bytes]]:
+        """Due retries, leased until ``now + lease_ms``: (id, partition, index, count, attempts, record)."""
+        flat = await LEASE(
+            self._client, self._k, (now_ms, now_ms + lease_ms, max_items, policy.max_age_ms)
+        )
+        out = []
+        for i in range(0, len(flat), 3):
+            attempts, partition, index, _created, count, _reason = (
+                flat[i + 1].decode().split("|", 5)
+            )
+            out.append(
+                (int(flat[i]), int(partition), int(index), int(count), int(attempts), flat[i + 2])
+            )
+        return out
+
+    async def settle(
+        self,
+        ids: Sequence[int],
+        *,
+        ok: bool,
+        now_ms: int,
+        policy: RetryPolicy,
+        reason: str = "MaxRetriesExceeded",
+    ) -> tuple[int, int]:
+        """Ack retries: ``ok`` removes them; else the attempt fails (backoff or DLQ).
+
+        Returns (records found, records dead-lettered).
+        """
+        args = [now_ms, 1 if ok else 0, policy.base_ms, policy.cap_ms, policy.max_attempts, reason]
+        done, dead = await SETTLE(self._client, self._k, [*args, *ids])
+        return int(done), int(dead)
+
+    async def next_due(self) -> int | None:
+        """Due time (ms) of the earliest retry, if any."""
+        first = await self._client.zrange(self.keys.due, 0, 0, withscores=True)
+        return int(first[0][1]) if first else None
+
+    async def _list(self, which: str, offset: int, limit: int) -> list[RetryRecord]:
+        zkey, dkey, mkey = (
+            (self.keys.due, self.keys.data, self.keys.meta)
+            if which == "retry"
+            else (self.keys.dlq, self.keys.dlq_data, self.keys.dlq_meta)
+        )
+        entries = await self._client.zrange(zkey, offset, offset + limit - 1, withscores=True)
+        if not entries:
+            return []
+        ids = [e[0] for e in entries]
+        metas = await self._client.hmget(mkey, ids)
+        datas = await self._client.hmget(dkey, ids)
+        return [
+            _record(int(rid), meta, data, score)
+            for (rid, score), meta, data in zip(entries, metas, datas, strict=True)
+            if meta is not None
+        ]
+
+    async def list_retries(self, offset: int = 0, limit: int = 100) -> list[RetryRecord]:
+        """Retry records by due time."""
+        return await self._list("retry", offset, limit)
+
+    async def list_dead_letters(self, offset: int = 0, limit: int = 100) -> list[RetryRecord]:
+        """Dead letters by dead-lettered time (``due_ms`` is that time)."""
+        return await self._list("dlq", offset, limit)
+
+    async def counts(self) -> tuple[int, int]:
+        """(retry records, dead letters)."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.zcard(self.keys.due)
+        pipe.zcard(self.keys.dlq)
+        retries, dead = await pipe.execute()
+        return int(retries), int(dead)
+
+    async def resend_dead_letters(self, ids: Sequence[int] = (), *, now_ms: int) -> int:
+        """Move dead letters (all when ``ids`` is empty) back into the retry store, due now."""
+        return int(await DLQ_RESEND(self._client, self._k, [now_ms, *ids]))
+
+    async def retry_now(self, ids: Sequence[int] = (), *, now_ms: int) -> int:
+        """Make retries (all when ``ids`` is empty) due now."""
+        return int(await DUE_NOW(self._client, self._k, [now_ms, *ids]))
+
+    async def remove(
+        self, which: str, ids: Sequence[int] = (), *, before_ms: int | None = None
+    ) -> int:
+        """Delete retries or dead letters: chosen ids (skip) or all / older than (purge)."""
+        return int(
+            await REMOVE(
+                self._client, self._k, [which, "" if before_ms is None else before_ms, *ids]
+            )
+        )

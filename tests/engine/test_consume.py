@@ -1,0 +1,335 @@
+"""Fetch, locks, JMQ4 acks, HTTP-MQ commits, offsets, policies."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from brokers.engine import (
+    AckRejected,
+    AckStatus,
+    BatchItem,
+    ClientIdNotAllowed,
+    ClientIdRequired,
+    CommitStatus,
+    ConsumerNotFound,
+    FetchStatus,
+    InvalidMessage,
+    Message,
+)
+from tests.engine.conftest import PartitionGroupInfo, snapshot
+
+
+async def produce(engine, partition: int, n: int, topic: str = "t") -> None:
+    await engine.append(
+        topic, "a", [Message(f"m{i}".encode()) for i in range(n)], partition=partition
+    )
+
+
+async def test_fetch_locks_reads_from_ack_index_and_ack_releases(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await produce(engine, 0, 5)
+    r = await engine.fetch("t", "a", count=3, owner="c1", address="10.0.0.1:1")
+    assert r.status is FetchStatus.FOUND and r.partition == 0
+    assert [d.index for d in r.messages] == [0, 1, 2] and (r.start, r.end) == (0, 3)
+    assert r.first_consume and r.lock_token > 0
+    # locked: a second consumer gets nothing and is told when the lock expires
+    r2 = await engine.fetch("t", "a", count=3, owner="c2")
+    assert r2.status is FetchStatus.NO_PARTITION and r2.retry_after_ms == r.lock_expires_ms
+    ack = await engine.ack("t", "a", 0, [0, 1, 2], owner="c1")
+    assert (ack.status, ack.ack_index) == (AckStatus.OK, 3)
+    r3 = await engine.fetch("t", "a", count=10, owner="c2")
+    assert [d.index for d in r3.messages] == [3, 4] and not r3.first_consume
+    [prog] = await engine.progress("t", "a")
+    assert (prog.ack_index, prog.max_index, prog.lag, prog.lock_owner) == (3, 5, 2, "c2")
+    assert prog.last_address == "10.0.0.1:1"  # c2 gave none: the last known one stays
+
+
+async def test_unacked_messages_come_back_after_lock_expiry(make_engine, clock):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await produce(engine, 0, 2)
+    r = await engine.fetch("t", "a", owner="c1", ack_timeout_ms=1000)
+    assert [d.index for d in r.messages] == [0, 1]
+    clock.advance(0.5)
+    assert (await engine.fetch("t", "a", owner="c2")).status is FetchStatus.NO_PARTITION
+    clock.advance(0.6)
+    r2 = await engine.fetch("t", "a", owner="c2")
+    assert [d.index for d in r2.messages] == [0, 1] and r2.lock_token > r.lock_token
+    # the crashed consumer's late ack with its stale token is rejected
+    stale = await engine.ack("t", "a", 0, [0, 1], token=r.lock_token)
+    assert stale.status is AckStatus.STALE_LOCK and stale.ack_index == 0
+    ok = await engine.ack("t", "a", 0, [0, 1], token=r2.lock_token)
+    assert ok.status is AckStatus.OK
+
+
+async def test_out_of_order_acks_wait_for_the_prefix(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await produce(engine, 0, 6)
+    r = await engine.fetch("t", "a", count=6, owner="c1")
+    assert (await engine.ack("t", "a", 0, [4, 5], owner="c1")).status is AckStatus.PENDING
+    assert (await engine.ack("t", "a", 0, range(2, 4), owner="c1")).status is AckStatus.PENDING
+    [prog] = await engine.progress("t", "a")
+    assert (prog.ack_index, prog.pending_acks, prog.lock_owner) == (0, 4, "c1")
+    done = await engine.ack("t", "a", 0, [0, 1], owner="c1")
+    assert (done.status, done.ack_index) == (AckStatus.OK, 6)
+    [prog] = await engine.progress("t", "a")
+    assert (prog.pending_acks, prog.lock_owner) == (0, "")  # lock released at the end
+    assert (await engine.ack("t", "a", 0, [1], owner="c1")).status is AckStatus.ALREADY
+    assert r.lock_token
+
+
+async def test_ack_beyond_ack_index_without_lock_is_ignored(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await produce(engine, 0, 4)
+    res = await engine.ack("t", "a", 0, [2, 3], owner="nobody")
+    assert (res.status, res.ack_index) == (AckStatus.IGNORED, 0)
+
+
+async def test_ack_validation(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    with pytest.raises(AckRejected):
+        await engine.ack("t", "a", 0, [1, 3])
+    with pytest.raises(AckRejected):
+        await engine.ack("t", "a", 0, [1, 1, 2])
+    with pytest.raises(AckRejected):
+        await engine.ack("t", "a", 0, [])
+    with pytest.raises(ConsumerNotFound):
+        await engine.ack("t", "zz", 0, [0])
+
+
+async def test_partition_choice_by_backlog_and_round_robin(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 3}}))
+    await produce(engine, 0, 1)
+    await produce(engine, 1, 5)
+    await produce(engine, 2, 3)
+    order = []
+    for i in range(3):
+        r = await engine.fetch("t", "a", count=1, owner=f"c{i}")
+        order.append(r.partition)
+    assert order == [1, 2, 0]  # largest backlog first, locked ones skipped
+    # equal backlogs are served round-robin
+    engine2 = make_engine(snapshot(topics={"u": {"partitions": 3}}))
+    for p in range(3):
+        await produce(engine2, p, 2, topic="u")
+    seen = []
+    for _ in range(3):
+        r = await engine2.fetch("u", "a", count=2, owner="c")
+        seen.append(r.partition)
+        await engine2.ack("u", "a", r.partition, [0, 1], owner="c")
+    assert sorted(seen) == [0, 1, 2]
+
+
+async def test_max_partition_num(make_engine):
+    snap = snapshot(
+        topics={"t": {"partitions": 3}},
+        consumers=[{"topic": "t", "app": "a", "max_partition_num": 1}],
+    )
+    engine = make_engine(snap)
+    for p in range(3):
+        await produce(engine, p, 1)
+    assert (await engine.fetch("t", "a", owner="c1")).found
+    assert (await engine.fetch("t", "a", owner="c1")).status is FetchStatus.NO_PARTITION
+    assert (await engine.fetch("t", "a", owner="c2")).found
+
+
+async def test_paused_blacklist_delay(make_engine, clock):
+    snap = snapshot(
+        topics={"t": {"partitions": 1}},
+        consumers=[{"topic": "t", "app": "a", "paused": True}],
+    )
+    engine = make_engine(snap)
+    await produce(engine, 0, 1)
+    assert (await engine.fetch("t", "a")).status is FetchStatus.PAUSED
+    engine.set_snapshot(
+        snapshot(
+            topics={"t": {"partitions": 1}},
+            consumers=[{"topic": "t", "app": "a", "blacklist": ("10.1.0.0/16",)}],
+        )
+    )
+    assert (await engine.fetch("t", "a", address="10.1.2.3:5")).status is FetchStatus.BLACKLISTED
+    assert (await engine.fetch("t", "a", address="10.2.2.3:5")).found
+    engine.set_snapshot(
+        snapshot(
+            topics={"t": {"partitions": 1}},
+            consumers=[{"topic": "t", "app": "b", "delay_ms": 5000}],
+        )
+    )
+    r = await engine.fetch("t", "b")
+    assert r.status is FetchStatus.NO_NEW_MSG
+    assert r.retry_after_ms == int(clock.now * 1000) + 5000
+    clock.advance(5)
+    assert (await engine.fetch("t", "b")).found
+
+
+async def test_broadcast_clients_each_read_everything(make_engine):
+    snap = snapshot(
+        topics={"t": {"partitions": 2}},
+        consumers=[{"topic": "t", "app": "a", "broadcast": True, "start_position": "earliest"}],
+    )
+    engine = make_engine(snap)
+    await produce(engine, 0, 2)
+    await produce(engine, 1, 1)
+    with pytest.raises(ClientIdRequired):
+        await engine.fetch("t", "a")
+    for client in ("x", "y"):
+        got = []
+        for _ in range(2):
+            r = await engine.fetch("t", "a", client_id=client, owner=client)
+            got += [(r.partition, d.index) for d in r.messages]
+            await engine.ack(
+                "t", "a", r.partition, range(r.start, r.end), client_id=client, owner=client
+            )
+        assert sorted(got) == [(0, 0), (0, 1), (1, 0)]
+    assert sorted(await engine.broadcast_clients("t", "a")) == ["x", "y"]
+    # with start_position latest, a new client starts at the end at its first access
+    engine.set_snapshot(
+        snapshot(
+            topics={"t": {"partitions": 2}},
+            consumers=[{"topic": "t", "app": "a", "broadcast": True, "start_position": "latest"}],
+        )
+    )
+    assert (await engine.fetch("t", "a", client_id="z")).status is FetchStatus.NO_NEW_MSG
+    await produce(engine, 1, 1)
+    late = await engine.fetch("t", "a", client_id="z")
+    assert [(late.partition, d.index) for d in late.messages] == [(1, 1)]
+    engine.set_snapshot(snapshot(topics={"t": {"partitions": 2}}))
+    with pytest.raises(ClientIdNotAllowed):
+        await engine.fetch("t", "a", client_id="x")
+
+
+async def test_broker_fetches_only_its_partitions(make_engine):
+    groups = (
+        PartitionGroupInfo(group_id=0, leader=1, partitions=(0,)),
+        PartitionGroupInfo(group_id=1, leader=2, partitions=(1,)),
+    )
+    snap = snapshot(topics={"t": {"partitions": 2, "groups": groups}}, brokers={1: {}, 2: {}})
+    engine = make_engine(snap, broker_id=2)
+    await produce(engine, 0, 3)
+    assert (await engine.fetch("t", "a")).status is FetchStatus.NO_NEW_MSG
+    await produce(engine, 1, 1)
+    assert (await engine.fetch("t", "a")).partition == 1
+
+
+async def test_batch_fetch_returns_whole_batch(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    batch = Message.batch([BatchItem(b"%d" % i) for i in range(5)])
+    await engine.append("t", "a", [batch, Message(b"tail")], partition=0)
+    r = await engine.fetch("t", "a", count=2)
+    assert [(d.index, d.count) for d in r.messages] == [(0, 5)] and r.end == 5
+    assert (await engine.ack("t", "a", 0, range(0, 5))).ack_index == 5
+
+
+async def test_offsets_reset_and_register(make_engine, clock):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 2}}))
+    await produce(engine, 0, 3)
+    t_mid = int(clock.now * 1000) + 1000
+    clock.advance(2)
+    await produce(engine, 0, 2)
+    assert await engine.register_consumer("t", "a", start="latest") == {0: 5, 1: 0}
+    assert await engine.register_consumer("t", "a", start="earliest") == {0: 5, 1: 0}
+    assert (await engine.fetch("t", "a")).status is FetchStatus.NO_NEW_MSG
+    assert await engine.reset_offsets("t", "a", timestamp_ms=t_mid) == {0: 3, 1: 0}
+    assert [d.index for d in (await engine.fetch("t", "a")).messages] == [3, 4]
+    assert await engine.reset_offsets("t", "a", position="earliest", partition=0) == {0: 0}
+    assert await engine.reset_offsets("t", "a", position=99) == {0: 5, 1: 0}
+    with pytest.raises(InvalidMessage):
+        await engine.reset_offsets("t", "a")
+
+
+async def test_http_commit_rules(make_engine, clock):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    no_lock = await engine.commit("t", "a", 0, offset=0, next_offset=2, lock_time=1)
+    assert no_lock.status is CommitStatus.LOCK_NOT_EXIST
+    await produce(engine, 0, 6)
+    r = await engine.fetch("t", "a", count=2, ack_timeout_ms=1000)
+    stale = await engine.commit(
+        "t", "a", 0, offset=r.start, next_offset=r.end, lock_time=r.lock_token - 1
+    )
+    assert stale.status is CommitStatus.LOCK_STALE and stale.stored_lock == r.lock_token
+    ok = await engine.commit("t", "a", 0, offset=r.start, next_offset=r.end, lock_time=r.lock_token)
+    assert (ok.status, ok.committed, ok.applied) == (CommitStatus.OK, 2, True)
+    # reset while a batch is out: the old requestId no longer commits
+    r2 = await engine.fetch("t", "a", count=2, ack_timeout_ms=1000)
+    await engine.reset_offsets("t", "a", position=0)
+    late = await engine.commit(
+        "t", "a", 0, offset=r2.start, next_offset=r2.end, lock_time=r2.lock_token
+    )
+    assert (late.status, late.committed) == (CommitStatus.NOT_EQUAL, 0)
+    # expired lock still commits, flagged
+    r3 = await engine.fetch("t", "a", count=2, ack_timeout_ms=1000)
+    clock.advance(2)
+    exp = await engine.commit(
+        "t", "a", 0, offset=r3.start, next_offset=r3.end, lock_time=r3.lock_token
+    )
+    assert exp.status is CommitStatus.OK and exp.lock_expired
+    r4 = await engine.fetch("t", "a", count=2)
+    assert (r4.start, r4.end) == (2, 4)
+    again = await engine.commit("t", "a", 0, offset=0, next_offset=2, lock_time=r4.lock_token)
+    assert again.status is CommitStatus.COMMITTED and again.committed == 2
+    r4 = await engine.fetch("t", "a", count=2)
+    await engine.commit("t", "a", 0, offset=2, next_offset=4, lock_time=r4.lock_token)
+    r5 = await engine.fetch("t", "a", count=2)
+    assert await engine.unlock("t", "a", 0, token=r5.lock_token - 1) is False
+    assert await engine.unlock("t", "a", 0, token=r5.lock_token) is True
+    dup = await engine.commit("t", "a", 0, offset=2, next_offset=4, lock_time=r5.lock_token)
+    assert dup.status is CommitStatus.LOCK_NOT_EXIST
+    r6 = await engine.fetch("t", "a", count=2)
+    same = await engine.commit("t", "a", 0, offset=0, next_offset=4, lock_time=r6.lock_token)
+    assert same.status is CommitStatus.COMMITTED
+    with pytest.raises(InvalidMessage):
+        await engine.commit("t", "a", 0, offset=5, next_offset=4, lock_time=1)
+
+
+async def test_long_poll_wakes_on_append(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 2}}))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    task = asyncio.create_task(engine.fetch("t", "a", long_poll_ms=5000))
+    await asyncio.sleep(0.2)
+    assert not task.done()
+    await produce(engine, 1, 1)
+    result = await asyncio.wait_for(task, 2)
+    assert result.found and result.partition == 1
+    assert loop.time() - started < 2
+
+
+async def test_long_poll_expires_empty(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    result = await engine.fetch("t", "a", long_poll_ms=300)
+    assert result.status is FetchStatus.NO_NEW_MSG
+    assert 0.25 < loop.time() - started < 2
+
+
+async def test_long_poll_wakes_when_lock_released(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await produce(engine, 0, 2)
+    r = await engine.fetch("t", "a", count=1, owner="c1")
+    task = asyncio.create_task(engine.fetch("t", "a", owner="c2", long_poll_ms=5000))
+    await asyncio.sleep(0.2)
+    assert not task.done()
+    await engine.ack("t", "a", 0, [0], owner="c1")
+    result = await asyncio.wait_for(task, 2)
+    assert [d.index for d in result.messages] == [1]
+    assert r.found
+
+
+async def test_operator_resends_are_handed_out_once(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 2}}))
+    await produce(engine, 1, 3)
+    assert await engine.add_resend("t", "a", [(1, 2), (1, 0)]) == 2
+    got = await engine.take_resends("t", "a")
+    assert [(d.partition, d.index, d.message.body) for d in got] == [(1, 2, b"m2"), (1, 0, b"m0")]
+    assert await engine.take_resends("t", "a") == []
+    snap = snapshot(
+        topics={"t": {"partitions": 2}}, consumers=[{"topic": "t", "app": "a", "broadcast": True}]
+    )
+    engine.set_snapshot(snap)
+    for client in ("x", "y"):
+        await engine.fetch("t", "a", client_id=client)
+    assert await engine.add_resend("t", "a", [(1, 1)]) == 2
+    assert [d.index for d in await engine.take_resends("t", "a", client_id="x")] == [1]
+    assert [d.index for d in await engine.take_resends("t", "a", client_id="y")] == [1]
+    assert await engine.take_resends("t", "a", client_id="x") == []
