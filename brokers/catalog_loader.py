@@ -134,6 +134,8 @@ def build_snapshot(version: int = 0) -> CatalogSnapshot:
             rate_limit=c.rate_limit,
             backlog_alert_count=c.backlog_alert_count,
             backlog_alert_age_s=c.backlog_alert_age_s,
+            pull_timeout_ms=c.pull_timeout_ms,
+            start_position=c.start_position,
         )
         for c in ConsumerPolicy.objects.select_related("topic", "app")
     )

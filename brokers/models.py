@@ -461,6 +461,17 @@ class ConsumerPolicy(PolicyBase):
         default=10, validators=[MaxValueValidator(100)], help_text="Percent."
     )
     mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.CLUSTERING)
+    pull_timeout_ms = models.PositiveIntegerField(
+        default=10_000,
+        validators=[MinValueValidator(1000), MaxValueValidator(60_000)],
+        help_text="How long an HTTP-MQ fetch may wait for the store.",
+    )
+    start_position = models.CharField(
+        max_length=10,
+        choices=[("latest", "Latest"), ("earliest", "Earliest")],
+        default="latest",
+        help_text="Where a new consumer starts: the end when it was approved, or the start.",
+    )
     backlog_alert_count = models.PositiveIntegerField(
         default=10_000, validators=[MinValueValidator(1)]
     )
@@ -488,6 +499,14 @@ class ConsumerPolicy(PolicyBase):
             ),
             models.CheckConstraint(
                 condition=Q(mode__in=["clustering", "broadcast"]), name="consumer_mode_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(pull_timeout_ms__gte=1000, pull_timeout_ms__lte=60_000),
+                name="consumer_pull_timeout_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(start_position__in=["latest", "earliest"]),
+                name="consumer_start_position_valid",
             ),
             models.CheckConstraint(
                 condition=Q(rate_limit__isnull=True) | Q(rate_limit__gte=1),

@@ -6,6 +6,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from brokers.catalog_loader import publish_on_commit
+from brokers.consumer_start import pin_start_on_commit
 from brokers.models import (
     App,
     AppToken,
@@ -34,3 +35,10 @@ def catalog_changed(sender: type, **kwargs: object) -> None:
     """Any saved or deleted catalog row makes the snapshot stale."""
     if sender in CATALOG_MODELS:
         publish_on_commit()
+
+
+@receiver(post_save, sender=ConsumerPolicy)
+def consumer_created(sender: type, instance: ConsumerPolicy, created: bool, **kwargs: object):
+    """A new clustering consumer's start position is pinned when it is created."""
+    if created and instance.mode == ConsumerPolicy.Mode.CLUSTERING:
+        pin_start_on_commit(instance.topic.code, instance.app.code, instance.start_position)

@@ -313,6 +313,8 @@ class ConsumerPolicySerializer(PolicySerializerBase):
             "read_retry_probability",
             "http_enabled",
             "rate_limit",
+            "pull_timeout_ms",
+            "start_position",
             "backlog_alert_enabled",
             "backlog_alert_count",
             "backlog_alert_age_s",
