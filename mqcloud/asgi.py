@@ -1,4 +1,10 @@
-"""ASGI entry point of the web process (daphne): HTTP through Django, WebSockets via Channels."""
+"""ASGI entry point of the web process (daphne).
+
+HTTP-MQ (``/mq/…``) is token-authenticated, CSRF-exempt and sessionless, so it is served
+by a Django handler without the middleware stack: each sync middleware costs two thread
+hops per request, which dominated the proxy's latency. Everything else (console, API,
+admin) goes through the full stack. WebSockets are routed by Channels.
+"""
 
 import os
 
@@ -9,4 +15,27 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mqcloud.settings")
 
 django_application = get_asgi_application()
 
-application = ProtocolTypeRouter({"http": django_application})
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
+
+MQ_PREFIX = "/mq/"
+
+
+class BareASGIHandler(ASGIHandler):
+    """Django's ASGI handler with URL routing and views but no middleware."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        super().load_middleware(is_async=True)
+        self._middleware_chain = convert_exception_to_response(self._get_response_async)
+
+
+mq_application = BareASGIHandler()
+
+
+async def http_application(scope, receive, send) -> None:
+    """Send HTTP-MQ paths to the bare handler and the rest to the full Django stack."""
+    app = mq_application if scope.get("path", "").startswith(MQ_PREFIX) else django_application
+    await app(scope, receive, send)
+
+
+application = ProtocolTypeRouter({"http": http_application})

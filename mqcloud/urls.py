@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from mqcloud import health
+from mqcloud.api import httpmq
 
 urlpatterns = [
     path("", include("mqcloud.console.urls")),
@@ -13,6 +14,12 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("mqcloud.api.urls")),
+    path("mq/config/<str:consumer>", httpmq.consumer_config, name="mq-config"),
+    path("mq/consumer/config", httpmq.update_consumer_config, name="mq-consumer-config"),
+    path("mq/unregister", httpmq.unregister, name="mq-unregister"),
+    path("mq/clustering/queue/offset", httpmq.clustering_offsets, name="mq-clustering-offsets"),
+    path("mq/broadcast/queue/offset", httpmq.broadcast_offsets, name="mq-broadcast-offsets"),
+    path("mq/", include("proxy.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("healthz", health.healthz, name="healthz"),

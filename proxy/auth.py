@@ -1,0 +1,37 @@
+"""App-token authentication of HTTP-MQ requests (http-mq.md §13.1).
+
+The token comes from ``Authorization: Bearer <token>`` or a ``token`` parameter and is
+checked in constant time against the app's hashed tokens in the catalog snapshot; it is
+never logged.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+
+from brokers.engine import AppInfo, CatalogSnapshot
+from proxy.envelope import ProxyError
+
+
+def bearer_token(request: HttpRequest, params: dict[str, str]) -> str | None:
+    """The token the request carries, if any."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return params.get("token") or None
+
+
+def authorize(snapshot: CatalogSnapshot, token: str | None, app: str) -> AppInfo:
+    """The app owning the producer/consumer, if ``token`` is one of its tokens.
+
+    401 without a valid token of any app, 403 when the token belongs to another app.
+    """
+    if not token:
+        raise ProxyError(401, "UNAUTHENTICATED", "token missing: send Authorization: Bearer")
+    owner = snapshot.apps.get(app)
+    if owner is not None and owner.check_token(token):
+        return owner
+    if any(info.check_token(token) for info in snapshot.apps.values()):
+        raise ProxyError(403, "FORBIDDEN", f"this token's app does not own app {app}'s client")
+    raise ProxyError(401, "UNAUTHENTICATED", "token invalid")

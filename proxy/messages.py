@@ -1,0 +1,68 @@
+"""How stored messages look to HTTP-MQ clients: ids, text bodies, send results."""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from typing import Any
+
+from brokers.engine import Delivery, InvalidMessage, TopicInfo
+
+
+def message_id(topic: str, partition: int, index: int) -> str:
+    """32 hex digits naming a stored message: topic checksum, partition, index."""
+    return f"{zlib.crc32(topic.encode()) & 0xFFFFFFFF:08x}{partition:08x}{index:016x}"
+
+
+def offset_message_id(partition: int, index: int, store_ms: int) -> str:
+    """32 hex digits encoding the stored position and its store time."""
+    return f"{partition:08x}{index:016x}{store_ms & 0xFFFFFFFF:08x}"
+
+
+def broker_name(topic: TopicInfo, partition: int) -> str:
+    """The queue's broker name: its partition group's leader."""
+    leader = topic.leader_of(partition)
+    return f"broker-{leader}" if leader is not None else "broker-unknown"
+
+
+def text_entry(body: bytes, entry: dict[str, Any]) -> dict[str, Any]:
+    """Add ``message`` as UTF-8 text, or base64 with ``encoding`` when it is not UTF-8."""
+    try:
+        entry["message"] = body.decode("utf-8")
+    except UnicodeDecodeError:
+        entry["message"] = base64.b64encode(body).decode("ascii")
+        entry["encoding"] = "base64"
+    return entry
+
+
+def deliveries_to_list(topic: str, deliveries: tuple[Delivery, ...]) -> list[dict[str, Any]]:
+    """One msgList entry per message; a batch record yields one entry per item."""
+    out: list[dict[str, Any]] = []
+    for delivery in deliveries:
+        stored = delivery.message
+        try:
+            items = stored.items() if stored.is_batch else None
+        except InvalidMessage:  # a compressed JMQ4 batch: the engine never inflates it
+            items = None
+        if items is None:
+            out.append(
+                text_entry(
+                    stored.body,
+                    {
+                        "messageId": message_id(topic, delivery.partition, delivery.index),
+                        "timestamp": stored.store_time_ms,
+                    },
+                )
+            )
+            continue
+        for i, item in enumerate(items):
+            out.append(
+                text_entry(
+                    item.body,
+                    {
+                        "messageId": message_id(topic, delivery.partition, delivery.index + i),
+                        "timestamp": stored.store_time_ms,
+                    },
+                )
+            )
+    return out

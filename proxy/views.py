@@ -1,0 +1,489 @@
+"""HTTP-MQ endpoints for producers and consumers (app token): produce, fetch, ack, unlock.
+
+Thin adapters: parameters and envelopes here, every rule (locks, acks, offsets, pause,
+broadcast, rate limits) in the engine. Specification: shared/protocols/http-mq.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from brokers.engine import (
+    CommitStatus,
+    ConsumerPolicyInfo,
+    EngineError,
+    FetchStatus,
+    Message,
+    ProducerPolicyInfo,
+    StoreUnavailable,
+)
+from proxy import params as p
+from proxy.auth import authorize, bearer_token
+from proxy.envelope import ProxyError, bad_parameter, envelope, ok
+from proxy.messages import broker_name, deliveries_to_list, message_id, offset_message_id
+from proxy.request_id import InvalidRequestId, RequestId
+from proxy.runtime import Runtime, runtime
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_BATCH = 1000
+ENGINE_STATUS = {
+    "BAD_PARAMETER": 400,
+    "CLIENT_ID_REQUIRED": 400,
+    "CLIENT_ID_NOT_ALLOWED": 400,
+    "OFFSET_ILLEGAL": 400,
+    "FORBIDDEN": 403,
+    "PRODUCER_NOT_FOUND": 404,
+    "CONSUMER_NOT_FOUND": 404,
+    "TOPIC_NOT_FOUND": 404,
+    "MESSAGE_TOO_LARGE": 413,
+    "RATE_LIMITED": 429,
+    "UNAVAILABLE": 503,
+}
+
+Handler = Callable[[HttpRequest, dict[str, str], Runtime], Awaitable[HttpResponse]]
+
+
+def endpoint(handler: Handler) -> Callable[[HttpRequest], Awaitable[HttpResponse]]:
+    """Wrap a handler: GET/POST/OPTIONS only, parameters, envelope for every failure."""
+
+    @csrf_exempt
+    async def view(request: HttpRequest) -> HttpResponse:
+        if request.method == "OPTIONS":
+            return _preflight()
+        if request.method not in ("GET", "POST"):
+            return envelope(405, message="use GET or POST", error="BAD_PARAMETER")
+        try:
+            params = p.collect(request)
+            return await handler(request, params, await runtime())
+        except RequestDataTooBig:
+            return envelope(413, message="request body too large", error="MESSAGE_TOO_LARGE")
+        except ProxyError as exc:
+            return exc.response()
+        except EngineError as exc:
+            status = ENGINE_STATUS.get(exc.code, 500)
+            headers = {"Retry-After": "1"} if status == 503 else None
+            return envelope(status, message=str(exc), error=exc.code, headers=headers)
+        except Exception:
+            log.exception("HTTP-MQ %s failed", request.path)
+            return envelope(500, message="internal error", error="INTERNAL_ERROR")
+
+    view.__name__ = handler.__name__
+    return view
+
+
+def _preflight() -> HttpResponse:
+    response = HttpResponse(status=204)
+    response["Access-Control-Allow-Origin"] = "*"
+    response["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+    response["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+    return response
+
+
+def client_ip(request: HttpRequest, params: dict[str, str]) -> str:
+    """``clientIp`` parameter, else the peer address (forwarding headers are not trusted)."""
+    return params.get("clientIp") or request.META.get("REMOTE_ADDR", "") or ""
+
+
+def producer_for(rt: Runtime, request: HttpRequest, params: dict[str, str]) -> ProducerPolicyInfo:
+    name = p.required(params, "producer")
+    policy = rt.watcher.current.producer_named(name)
+    if policy is None or not policy.http_enabled:
+        raise ProxyError(404, "PRODUCER_NOT_FOUND", f"producer {name} is not registered for HTTP")
+    authorize(rt.watcher.current, bearer_token(request, params), policy.app)
+    return policy
+
+
+def consumer_for(rt: Runtime, request: HttpRequest, params: dict[str, str]) -> ConsumerPolicyInfo:
+    name = p.required(params, "consumer")
+    topic = p.required(params, "topic")
+    policy = rt.watcher.current.consumer_named(name)
+    if policy is None or not policy.http_enabled:
+        raise ProxyError(404, "CONSUMER_NOT_FOUND", f"consumer {name} is not registered for HTTP")
+    authorize(rt.watcher.current, bearer_token(request, params), policy.app)
+    if topic != policy.topic:
+        raise bad_parameter(
+            f"consumer {name} consumes {policy.topic}, not {topic}", "TOPIC_MISMATCH"
+        )
+    return policy
+
+
+def _body(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise ProxyError(413, "MESSAGE_TOO_LARGE", "message over 4 MiB")
+    return raw
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()`` as an unsigned 32-bit value (UTF-16 code units)."""
+    data = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    return h
+
+
+async def _partition_for(rt: Runtime, policy: ProducerPolicyInfo, params: dict[str, str]):
+    topic = rt.engine.topic(policy.topic)
+    if params.get("delayLevel") or params.get("deliveryTimestamp"):
+        raise bad_parameter("delayed and timer messages are not supported by this broker yet")
+    order_id = params.get("orderId", "")
+    if order_id and p.boolean(params, "ordered"):
+        raise bad_parameter("give orderId or ordered, not both")
+    if order_id:
+        return (java_string_hash(order_id) & 0x7FFFFFFF) % topic.partitions
+    if p.boolean(params, "ordered"):
+        return (await rt.redis.incr(f"order:{{{topic.code}}}") - 1) % topic.partitions
+    return None
+
+
+async def _check_send_rate(rt: Runtime, policy: ProducerPolicyInfo, cost: int) -> None:
+    if policy.rate_limit:
+        permit = await rt.limiter.acquire(
+            "produce",
+            policy.topic,
+            policy.app,
+            rate=policy.rate_limit,
+            cost=cost,
+            now_ms=rt.engine.now_ms(),
+        )
+        if not permit.granted:
+            seconds = max(1, -(-permit.retry_after_ms // 1000))
+            raise ProxyError(
+                429,
+                "RATE_LIMITED",
+                f"producer {policy.name} is over its {policy.rate_limit}/s send limit",
+                {"Retry-After": str(seconds)},
+            )
+
+
+def _send_result(rt: Runtime, topic: str, partition: int, index: int, store_ms: int) -> dict:
+    info = rt.engine.topic(topic)
+    return {
+        "sendStatus": "SEND_OK",
+        "msgId": message_id(topic, partition, index),
+        "offsetMsgId": offset_message_id(partition, index, store_ms),
+        "messageQueue": {
+            "topic": topic,
+            "brokerName": broker_name(info, partition),
+            "queueId": partition,
+        },
+        "queueOffset": index,
+        "regionId": "DefaultRegion",
+        "traceOn": False,
+    }
+
+
+def _resend_later(
+    rt: Runtime,
+    policy: ProducerPolicyInfo,
+    messages: list[Message],
+    partition: int | None,
+    address: str,
+    times: int,
+) -> None:
+    async def resend() -> None:
+        for attempt in range(times):
+            await asyncio.sleep(min(30.0, 0.5 * 2**attempt))
+            try:
+                await rt.engine.append(
+                    policy.topic, policy.app, messages, partition=partition, client_address=address
+                )
+                return
+            except StoreUnavailable:
+                continue
+        log.error("producer %s: message lost after %d resend attempts", policy.name, times)
+
+    asyncio.get_running_loop().create_task(resend())
+
+
+@endpoint
+async def produce(request: HttpRequest, params: dict[str, str], rt: Runtime) -> HttpResponse:
+    """POST /mq/produce: one message."""
+    policy = producer_for(rt, request, params)
+    body = _body(p.required(params, "message"))
+    keys = params.get("keys", "")
+    if len(keys) > 100:
+        raise bad_parameter("keys must be at most 100 characters")
+    retries = p.integer(params, "asyncRetryTimesIfSendFailed", 1, 10)
+    partition = await _partition_for(rt, policy, params)
+    await _check_send_rate(rt, policy, 1)
+    address = client_ip(request, params)
+    message = Message(body=body, business_id=keys, attributes={"KEYS": keys} if keys else None)
+    try:
+        result = await rt.engine.append(
+            policy.topic, policy.app, [message], partition=partition, client_address=address
+        )
+    except StoreUnavailable:
+        if not retries:
+            raise
+        _resend_later(rt, policy, [message], partition, address, retries)
+        return envelope(
+            300,
+            message=f"send failed; {retries} background resends scheduled",
+            error="SEND_PENDING",
+        )
+    return ok(
+        _send_result(rt, policy.topic, result.partition, result.first_index, result.store_time_ms)
+    )
+
+
+def _batch_items(params: dict[str, str]) -> list[Any]:
+    raw = p.required(params, "messages")
+    try:
+        items = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise bad_parameter("messages must be a JSON array") from None
+    if not isinstance(items, list) or not items:
+        raise bad_parameter("messages must be a non-empty JSON array")
+    if len(items) > MAX_BATCH:
+        raise bad_parameter(f"at most {MAX_BATCH} messages per batch")
+    return items
+
+
+@endpoint
+async def produce_batch(request: HttpRequest, params: dict[str, str], rt: Runtime) -> HttpResponse:
+    """POST /mq/produce/batch: a JSON array of messages; a result per element."""
+    policy = producer_for(rt, request, params)
+    items = _batch_items(params)
+    partition = await _partition_for(rt, policy, params)
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    accepted: list[tuple[int, Message]] = []
+    for i, item in enumerate(items):
+        text = item if isinstance(item, str) else orjson.dumps(item).decode()
+        raw = text.encode("utf-8")
+        if len(raw) > MAX_MESSAGE_BYTES:
+            results[i] = {"status": 413, "message": "message over 4 MiB"}
+        else:
+            accepted.append((i, Message(body=raw)))
+    if accepted:
+        await _check_send_rate(rt, policy, len(accepted))
+        try:
+            stored = await rt.engine.append(
+                policy.topic,
+                policy.app,
+                [m for _, m in accepted],
+                partition=partition,
+                client_address=client_ip(request, params),
+            )
+        except EngineError as exc:
+            for i, _ in accepted:
+                results[i] = {"status": ENGINE_STATUS.get(exc.code, 500), "message": str(exc)}
+        else:
+            for (i, _), index in zip(accepted, stored.indexes, strict=True):
+                results[i] = {
+                    "status": 200,
+                    "result": _send_result(
+                        rt, policy.topic, stored.partition, index, stored.store_time_ms
+                    ),
+                }
+    if all(r is not None and r["status"] == 200 for r in results):
+        return envelope(200, result=results)
+    return envelope(
+        500, message="some messages failed to send", error="BATCH_FAILED", result=results
+    )
+
+
+def _request_id(request: HttpRequest, params: dict[str, str]) -> RequestId | None:
+    raw = params.get("requestId", "")
+    if not raw and p.boolean(params, "useCookie"):
+        raw = request.COOKIES.get("rid", "")
+    if not raw:
+        return None
+    try:
+        return RequestId.decode(raw)
+    except InvalidRequestId as exc:
+        raise bad_parameter(str(exc), "INVALID_REQUEST_ID") from None
+
+
+async def _acknowledge(
+    rt: Runtime, policy: ConsumerPolicyInfo, rid: RequestId, client_id: str | None
+) -> tuple[int, str]:
+    """Apply the requestId's acknowledgement (§7); (status, message)."""
+    info = rid.ack_info
+    if not rid.broker or rid.offset < 0 or (rid.next_offset < rid.offset and not rid.force_ack):
+        return 400, f"ack illegal {info}"
+    try:
+        result = await rt.engine.commit(
+            policy.topic,
+            policy.app,
+            rid.queue,
+            offset=rid.offset,
+            next_offset=rid.next_offset,
+            lock_time=rid.lock_time,
+            force=rid.force_ack,
+            client_id=client_id,
+        )
+    except EngineError as exc:
+        if exc.code in ("BAD_PARAMETER", "OFFSET_ILLEGAL"):
+            return 400, f"ack illegal {info}: {exc}"
+        raise
+    note = " lock expired" if result.lock_expired else ""
+    messages = {
+        CommitStatus.OK: f"ok {info}{note}",
+        CommitStatus.LOCK_NOT_EXIST: f"lock not exist {info}",
+        CommitStatus.LOCK_STALE: f"ack lockTime small than {result.stored_lock} {info}",
+        CommitStatus.COMMITTED: f"offset has committed {info}{note}",
+        CommitStatus.NOT_EQUAL: f"committedOffset not equal {result.committed} {info}{note}",
+    }
+    return 200, messages[result.status]
+
+
+def _client_id(params: dict[str, str]) -> str | None:
+    value = params.get("clientId") or None
+    if value is not None and len(value) > 128:
+        raise bad_parameter("clientId must be at most 128 characters")
+    return value
+
+
+async def _queue_info(
+    rt: Runtime, policy: ConsumerPolicyInfo, partition: int, client_id: str | None, first: bool
+) -> dict[str, Any]:
+    info = rt.engine.topic(policy.topic)
+    progress = await rt.engine.progress(policy.topic, policy.app, client_id=client_id)
+    row = next(r for r in progress if r.partition == partition)
+    return {
+        "messageQueue": {
+            "topic": policy.topic,
+            "brokerName": broker_name(info, partition),
+            "queueId": partition,
+        },
+        "maxOffset": row.max_index,
+        "committedOffset": row.ack_index,
+        "lockTimestamp": row.lock_token,
+        "lastConsumeTimestamp": row.last_access_ms,
+        "lastConsumeClientIp": row.last_address,
+        "firstConsume": first,
+        "newerMaxOffset": row.max_index,
+    }
+
+
+@endpoint
+async def message(request: HttpRequest, params: dict[str, str], rt: Runtime) -> HttpResponse:
+    """GET|POST /mq/message: acknowledge the previous batch, then fetch the next one."""
+    policy = consumer_for(rt, request, params)
+    client_id = _client_id(params)
+    rid = _request_id(request, params)
+    ack_info = None
+    if rid is not None:
+        status, text = await _acknowledge(rt, policy, rid, client_id)
+        ack_info = {"status": status, "message": text}
+    result: dict[str, Any] = {"msgListSize": 0, "retryMsgListSize": 0}
+    if ack_info:
+        result["ackInfo"] = ack_info
+    if policy.paused:
+        return _fetch_reply(request, params, result | {"status": "PAUSED"}, None)
+    if policy.rate_limit:
+        permit = await rt.limiter.acquire(
+            "consume",
+            policy.topic,
+            policy.app,
+            rate=policy.rate_limit,
+            cost=1,
+            now_ms=rt.engine.now_ms(),
+        )
+        if not permit.granted:
+            return _fetch_reply(request, params, result | {"status": "RATE_LIMITED"}, None)
+    address = client_ip(request, params)
+    # Clustering consumers were pinned at approval (brokers.consumer_start); a partition
+    # they have no position on yet only holds messages produced since, so it starts at its
+    # beginning. A broadcast client starts per startPosition at its first access.
+    fetched = await rt.engine.fetch(
+        policy.topic,
+        policy.app,
+        owner=f"http:{address}",
+        client_id=client_id,
+        address=address,
+        start_position=policy.start_position if client_id else "earliest",
+    )
+    if fetched.status is FetchStatus.NO_PARTITION:
+        raise ProxyError(
+            503,
+            "NO_QUEUE_AVAILABLE",
+            "every queue is locked by other clients",
+            {"Retry-After": "1"},
+        )
+    if fetched.status is FetchStatus.BLACKLISTED:
+        raise ProxyError(403, "FORBIDDEN", f"client {address} may not consume {policy.name}")
+    if fetched.status in (FetchStatus.PAUSED, FetchStatus.RATE_LIMITED):
+        return _fetch_reply(request, params, result | {"status": fetched.status.value}, None)
+    msg_list = deliveries_to_list(policy.topic, fetched.messages)
+    if policy.rate_limit and msg_list:
+        await rt.limiter.charge(
+            "consume",
+            policy.topic,
+            policy.app,
+            rate=policy.rate_limit,
+            cost=len(msg_list),
+            now_ms=rt.engine.now_ms(),
+        )
+    result["status"] = fetched.status.value
+    if msg_list:
+        result["msgList"] = msg_list
+        result["msgListSize"] = len(msg_list)
+    new_rid = None
+    if fetched.partition >= 0:
+        result["queueInfo"] = await _queue_info(
+            rt, policy, fetched.partition, client_id, fetched.first_consume
+        )
+        if fetched.lock_token:
+            info = rt.engine.topic(policy.topic)
+            new_rid = RequestId(
+                broker_name(info, fetched.partition),
+                fetched.partition,
+                fetched.start,
+                fetched.end,
+                fetched.lock_token,
+            ).encode()
+            result["requestId"] = new_rid
+    return _fetch_reply(request, params, result, new_rid)
+
+
+def _fetch_reply(
+    request: HttpRequest, params: dict[str, str], result: dict[str, Any], rid: str | None
+) -> HttpResponse:
+    response = ok(result)
+    if p.boolean(params, "useCookie"):
+        if rid:
+            response.set_cookie("rid", rid, path="/", httponly=True, samesite="Lax")
+        else:
+            response.set_cookie("rid", "", path="/", max_age=0)
+    return response
+
+
+@endpoint
+async def ack(request: HttpRequest, params: dict[str, str], rt: Runtime) -> HttpResponse:
+    """/mq/ack: commit the batch named by requestId without fetching."""
+    policy = consumer_for(rt, request, params)
+    client_id = _client_id(params)
+    rid = _request_id(request, params)
+    if rid is None:
+        raise bad_parameter("requestId is required", "INVALID_REQUEST_ID")
+    status, text = await _acknowledge(rt, policy, rid, client_id)
+    if status == 400:
+        raise bad_parameter(text, "INVALID_REQUEST_ID")
+    return envelope(200, message=text)
+
+
+@endpoint
+async def unlock(request: HttpRequest, params: dict[str, str], rt: Runtime) -> HttpResponse:
+    """/mq/unlock: release the requestId's queue lock without committing."""
+    policy = consumer_for(rt, request, params)
+    client_id = _client_id(params)
+    rid = _request_id(request, params)
+    if rid is None:
+        raise bad_parameter("requestId is required", "INVALID_REQUEST_ID")
+    released = await rt.engine.unlock(
+        policy.topic, policy.app, rid.queue, token=rid.lock_time, client_id=client_id
+    )
+    return envelope(200, message=f"{rid.ack_info} unlock:{'true' if released else 'false'}")

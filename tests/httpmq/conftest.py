@@ -1,0 +1,149 @@
+"""A live daphne (the web process) for HTTP-MQ tests, and a catalog to aim at."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from brokers.catalog_loader import publish
+from brokers.models import ConsumerPolicy, ProducerPolicy, Team
+from tests import factories
+from tests.scripts_path import free_port, wait_for_port
+
+ROOT = Path(__file__).resolve().parents[2]
+_names = itertools.count(1)
+
+
+def test_database_url() -> str:
+    """The URL of the database pytest-django created for this session."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def start_daphne(port: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "DEBUG": "false", "DATABASE_URL": test_database_url()}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "mqcloud.asgi:application",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    wait_for_port(port, timeout=30)
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def web_urls(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[list[str]]:
+    """Two web processes on the session's Redis and test database (statelessness is tested
+    across them); their output goes to web-*.log in the session's temp dir."""
+    from tests.redis_fixtures import require_test_session
+
+    require_test_session()
+    logs = tmp_path_factory.mktemp("web")
+    ports = [free_port(), free_port()]
+    procs = [start_daphne(port, logs / f"web-{port}.log") for port in ports]
+    yield [f"http://127.0.0.1:{port}" for port in ports]
+    for proc in procs:
+        stop(proc)
+
+
+@pytest.fixture
+def web(web_urls) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=web_urls[0], timeout=20) as client:
+        yield client
+
+
+@dataclass
+class Setup:
+    topic: str
+    app: str
+    token: str
+    producer: str
+    consumer: str
+    other_token: str
+
+
+def make_catalog(
+    partitions: int = 2, *, broadcast: bool = False, with_consumer: bool = True, **consumer: object
+) -> Setup:
+    """A fresh topic, app, producer and consumer (unique names), published to Redis."""
+    n = next(_names)
+    team = Team.objects.create(name=f"t{n}-{time.monotonic_ns()}")
+    cluster = factories.cluster_with_brokers(f"c{n}-{time.monotonic_ns()}", first_id=1000 + 10 * n)
+    topic = factories.topic(
+        f"topic{n}-{time.monotonic_ns()}", cluster, team, partitions=partitions, groups=1
+    )
+    app, token = factories.app(f"app{n}-{time.monotonic_ns()}", team)
+    _, other_token = factories.app(f"other{n}-{time.monotonic_ns()}", team)
+    ProducerPolicy.objects.create(topic=topic, app=app, http_enabled=True)
+    consumer.setdefault("start_position", "earliest")
+    if with_consumer:
+        ConsumerPolicy.objects.create(
+            topic=topic,
+            app=app,
+            http_enabled=True,
+            mode="broadcast" if broadcast else "clustering",
+            **consumer,
+        )
+    publish()
+    return Setup(
+        topic.code,
+        app.code,
+        token,
+        f"{app.code}.{topic.code}",
+        f"{app.code}.{topic.code}",
+        other_token,
+    )
+
+
+def wait_known(client: httpx.Client, setup: Setup, *, producer_only: bool = False) -> None:
+    """Wait until the web process has the snapshot naming ``setup`` (well under 1 s)."""
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        if producer_only:
+            r = client.post(
+                "/mq/produce",
+                data={"producer": setup.producer},
+                headers={"Authorization": "Bearer x"},
+            )
+        else:
+            r = client.get(
+                "/mq/message",
+                headers={"Authorization": "Bearer x"},
+                params={"topic": setup.topic, "consumer": setup.consumer},
+            )
+        if r.status_code != 404:
+            return
+        time.sleep(0.02)
+    raise AssertionError("web process never saw the catalog change")

@@ -1,0 +1,166 @@
+"""Console-token HTTP-MQ endpoints: config, reset, unregister, progress; auth and audit."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import orjson
+import pytest
+
+from brokers.models import ConsumerPolicy, Team, TeamMembership
+from mqcloud.approvals.models import AuditEvent
+from tests import factories
+from tests.httpmq.conftest import make_catalog, wait_known
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def app_headers(s) -> dict[str, str]:
+    return {"Authorization": f"Bearer {s.token}"}
+
+
+def member_of(s, username: str) -> str:
+    user = factories.user(username)
+    policy = ConsumerPolicy.objects.select_related("app__team").get(name=s.consumer)
+    TeamMembership.objects.create(team=policy.app.team, user=user)
+    return factories.token_for(user)
+
+
+def post_config(web, token: str, body: dict) -> httpx.Response:
+    return web.post(
+        "/mq/consumer/config",
+        content=orjson.dumps(body),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+
+
+def test_config_read_and_change_reach_the_proxy(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    console = member_of(s, "ops1")
+    r = web.get(f"/mq/config/{s.consumer}", headers={"Authorization": f"Bearer {console}"})
+    assert r.status_code == 200
+    config = r.json()["result"]
+    assert config["messageModel"] == "CLUSTERING" and config["pause"] is False
+    assert config["maxPullSize"] == 32 and config["rateLimitEnabled"] is False
+
+    r = post_config(web, console, {"consumer": s.consumer, "pause": 1, "maxPullSize": 5})
+    assert r.status_code == 200 and r.json()["status"] == 201
+    deadline = time.monotonic() + 1.0
+    while True:
+        body = web.get(
+            "/mq/message", params={"topic": s.topic, "consumer": s.consumer}, headers=app_headers(s)
+        ).json()["result"]
+        if body["status"] == "PAUSED":
+            break
+        assert time.monotonic() < deadline, "config change not applied within 1 s"
+        time.sleep(0.05)
+    event = AuditEvent.objects.get(action="httpmq-config")
+    assert event.actor.username == "ops1" and event.detail["pause"] == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"maxPullSize": 500},
+        {"consumeTimeoutInMillis": 5},
+        {"pullTimeoutInMillis": 999_999},
+        {"pause": 2},
+        {"limitRate": 0},
+        {"startPosition": "middle"},
+        {"surprise": 1},
+        {"maxPullSize": "10"},
+    ],
+)
+def test_config_out_of_range_is_400(web, body):
+    s = make_catalog(partitions=1)
+    console = member_of(s, f"ops-{len(body)}-{next(iter(body))}")
+    r = post_config(web, console, {"consumer": s.consumer, **body})
+    assert r.status_code == 400 and r.json()["error"] == "BAD_PARAMETER"
+    assert ConsumerPolicy.objects.get(name=s.consumer).batch_size == 32
+
+
+def test_console_endpoints_need_a_console_token(web):
+    s = make_catalog(partitions=1)
+    outsider = factories.token_for(factories.user("outsider"))
+    assert web.get(f"/mq/config/{s.consumer}").status_code == 401
+    app_token = web.get(f"/mq/config/{s.consumer}", headers=app_headers(s))
+    assert app_token.status_code == 401  # an app token is not a console token
+    r = web.get(f"/mq/config/{s.consumer}", headers={"Authorization": f"Bearer {outsider}"})
+    assert r.status_code == 403
+    admin = factories.token_for(factories.user("boss", admin=True))
+    assert (
+        web.get("/mq/config/nope", headers={"Authorization": f"Bearer {admin}"}).status_code == 404
+    )
+
+
+def test_reset_by_timestamp_replays(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    for text in ("a", "b"):
+        web.post(
+            "/mq/produce", data={"producer": s.producer, "message": text}, headers=app_headers(s)
+        )
+    params = {"topic": s.topic, "consumer": s.consumer}
+    body = web.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    web.get("/mq/ack", params={**params, "requestId": body["requestId"]}, headers=app_headers(s))
+    console = member_of(s, "ops2")
+    r = post_config(web, console, {"consumer": s.consumer, "resetOffsetTimestamp": 0})
+    assert r.status_code == 200
+    again = web.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    assert [m["message"] for m in again["msgList"]] == ["a", "b"]
+    offsets = web.get(
+        "/mq/clustering/queue/offset",
+        params={"consumer": s.consumer},
+        headers={"Authorization": f"Bearer {console}"},
+    ).json()["result"]
+    assert offsets[0]["maxOffset"] == 2 and offsets[0]["committedOffset"] == 0
+    assert offsets[0]["lockTimestamp"] > 0
+
+
+def test_unregister_stops_http_service(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    console = member_of(s, "ops3")
+    r = web.post(
+        "/mq/unregister",
+        params={"consumer": s.consumer},
+        headers={"Authorization": f"Bearer {console}"},
+    )
+    assert r.status_code == 200
+    deadline = time.monotonic() + 1.0
+    while (
+        web.get(
+            "/mq/message", params={"topic": s.topic, "consumer": s.consumer}, headers=app_headers(s)
+        ).status_code
+        != 404
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_broadcast_offsets_per_client(web):
+    s = make_catalog(partitions=1, broadcast=True)
+    wait_known(web, s)
+    web.post("/mq/produce", data={"producer": s.producer, "message": "x"}, headers=app_headers(s))
+    for client in ("c1", "c2"):
+        web.get(
+            "/mq/message",
+            params={"topic": s.topic, "consumer": s.consumer, "clientId": client},
+            headers=app_headers(s),
+        )
+    console = member_of(s, "ops4")
+    result = web.get(
+        "/mq/broadcast/queue/offset",
+        params={"consumer": s.consumer},
+        headers={"Authorization": f"Bearer {console}"},
+    ).json()["result"]
+    assert set(result) == {"c1", "c2"}
+    wrong = web.get(
+        "/mq/clustering/queue/offset",
+        params={"consumer": s.consumer},
+        headers={"Authorization": f"Bearer {console}"},
+    )
+    assert wrong.status_code == 400
+    assert Team.objects.exists()

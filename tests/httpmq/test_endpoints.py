@@ -1,0 +1,321 @@
+"""HTTP-MQ endpoints against a live daphne: produce, fetch, ack, unlock, broadcast, errors."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import orjson
+import pytest
+
+from brokers.catalog_loader import publish
+from brokers.models import ConsumerPolicy, ProducerPolicy
+from proxy.request_id import RequestId
+from tests.httpmq.conftest import make_catalog, wait_known
+
+pytestmark = pytest.mark.django_db
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def produce(web, s, text: str, **extra):
+    return web.post(
+        "/mq/produce",
+        data={"producer": s.producer, "message": text, **extra},
+        headers=auth(s.token),
+    )
+
+
+def fetch(web, s, **extra):
+    return web.get(
+        "/mq/message",
+        params={"topic": s.topic, "consumer": s.consumer, **extra},
+        headers=auth(s.token),
+    )
+
+
+def drain(web, s, **extra) -> list[str]:
+    """Fetch (acking each batch with the next call) until nothing is left."""
+    got, rid = [], None
+    for _ in range(50):
+        params = dict(extra)
+        if rid:
+            params["requestId"] = rid
+        body = fetch(web, s, **params).json()["result"]
+        got += [m["message"] for m in body.get("msgList", [])]
+        rid = body.get("requestId")
+        if body["status"] == "NO_NEW_MSG" and body["msgListSize"] == 0 and not rid:
+            break
+    return got
+
+
+def test_produce_fetch_ack_flow(web):
+    s = make_catalog()
+    wait_known(web, s)
+    response = produce(web, s, "hello", keys="order-1")
+    assert response.status_code == 200
+    result = response.json()["result"]
+    assert result["sendStatus"] == "SEND_OK" and len(result["msgId"]) == 32
+    assert result["messageQueue"]["topic"] == s.topic
+    first = fetch(web, s).json()
+    assert first["status"] == 200
+    body = first["result"]
+    assert body["status"] == "FOUND"
+    assert [m["message"] for m in body["msgList"]] == ["hello"]
+    assert body["msgListSize"] == 1 and body["retryMsgListSize"] == 0
+    rid = RequestId.decode(body["requestId"])
+    assert (rid.queue, rid.offset, rid.next_offset) == (result["messageQueue"]["queueId"], 0, 1)
+    assert body["queueInfo"]["messageQueue"]["queueId"] == rid.queue
+    acked = fetch(web, s, requestId=body["requestId"]).json()["result"]
+    assert acked["ackInfo"]["status"] == 200
+    assert acked["ackInfo"]["message"].startswith("ok ")
+    assert acked.get("msgListSize") == 0
+    assert drain(web, s) == []
+
+
+def test_non_utf8_and_batch_produce(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    batch = web.post(
+        "/mq/produce/batch",
+        headers=auth(s.token),
+        data={"producer": s.producer, "messages": orjson.dumps(["a", {"k": 1}, [1, 2]]).decode()},
+    )
+    assert batch.status_code == 200
+    results = batch.json()["result"]
+    assert [r["status"] for r in results] == [200, 200, 200]
+    assert [r["result"]["queueOffset"] for r in results] == [0, 1, 2]
+    assert drain(web, s) == ["a", '{"k":1}', "[1,2]"]
+
+
+def test_batch_with_failed_items_reports_each(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    big = "x" * (4 * 1024 * 1024 + 1)
+    response = web.post(
+        "/mq/produce/batch",
+        headers=auth(s.token),
+        data={"producer": s.producer, "messages": orjson.dumps(["ok", big]).decode()},
+    )
+    assert response.status_code == 500
+    body = response.json()
+    assert body["error"] == "BATCH_FAILED"
+    assert [r["status"] for r in body["result"]] == [200, 413]
+    assert drain(web, s) == ["ok"]
+
+
+@pytest.mark.parametrize(
+    ("data", "code", "error"),
+    [
+        ({}, 400, "BAD_PARAMETER"),
+        ({"producer": "nope", "message": "m"}, 404, "PRODUCER_NOT_FOUND"),
+        ({"message": "m", "delayLevel": "3"}, 400, "BAD_PARAMETER"),
+        ({"message": "m", "asyncRetryTimesIfSendFailed": "11"}, 400, "BAD_PARAMETER"),
+        ({"message": "m", "orderId": "1", "ordered": "true"}, 400, "BAD_PARAMETER"),
+        ({"message": "m", "ordered": "maybe"}, 400, "BAD_PARAMETER"),
+        ({"message": "x" * (4 * 1024 * 1024 + 1)}, 413, "MESSAGE_TOO_LARGE"),
+    ],
+)
+def test_produce_bad_parameters(web, data, code, error):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    payload = {"producer": s.producer, **data} if data else {}
+    response = web.post("/mq/produce", data=payload, headers=auth(s.token))
+    assert response.status_code == code
+    assert response.json()["status"] == code and response.json()["error"] == error
+    assert response.json()["message"]
+
+
+def test_auth_failures(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    data = {"producer": s.producer, "message": "m"}
+    missing = web.post("/mq/produce", data=data)
+    assert missing.status_code == 401 and missing.json()["error"] == "UNAUTHENTICATED"
+    wrong = web.post("/mq/produce", data=data, headers=auth("garbage"))
+    assert wrong.status_code == 401
+    other = web.post("/mq/produce", data=data, headers=auth(s.other_token))
+    assert other.status_code == 403 and other.json()["error"] == "FORBIDDEN"
+    by_param = web.post("/mq/produce", data={**data, "token": s.token})
+    assert by_param.status_code == 200
+    for path in ("/mq/message", "/mq/ack", "/mq/unlock"):
+        r = web.get(path, params={"topic": s.topic, "consumer": s.consumer})
+        assert r.status_code == 401, path
+
+
+def test_not_http_enabled_is_not_served(web):
+    s = make_catalog(partitions=1)
+    ConsumerPolicy.objects.filter(name=s.consumer).update(http_enabled=False)
+    ProducerPolicy.objects.filter(name=s.producer).update(http_enabled=False)
+    publish()
+    time.sleep(0.5)
+    assert produce(web, s, "m").status_code == 404
+    assert fetch(web, s).status_code == 404
+
+
+def test_topic_mismatch_and_bad_request_ids(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    r = web.get(
+        "/mq/message", params={"topic": "other", "consumer": s.consumer}, headers=auth(s.token)
+    )
+    assert r.status_code == 400 and r.json()["error"] == "TOPIC_MISMATCH"
+    for bad in ("!!!", base64.urlsafe_b64encode(b"a,b,c").decode(), "x" * 600):
+        r = fetch(web, s, requestId=bad)
+        assert r.status_code == 400 and r.json()["error"] == "INVALID_REQUEST_ID", bad
+    illegal = RequestId("broker-1", 0, 5, 2, 1).encode()  # nextOffset < offset
+    r = fetch(web, s, requestId=illegal)
+    assert r.status_code == 200
+    assert r.json()["result"]["ackInfo"]["status"] == 400
+    assert r.json()["result"]["ackInfo"]["message"].startswith("ack illegal")
+    r = web.get(
+        "/mq/ack",
+        params={"topic": s.topic, "consumer": s.consumer, "requestId": illegal},
+        headers=auth(s.token),
+    )
+    assert r.status_code == 400
+
+
+def test_stale_and_wrong_offset_acks(web):
+    s = make_catalog(partitions=1, ack_timeout_ms=1000)
+    wait_known(web, s)
+    produce(web, s, "one")
+    first = fetch(web, s).json()["result"]
+    old_rid = first["requestId"]
+    time.sleep(1.2)  # the lock expires; the batch is delivered again under a new lock
+    again = fetch(web, s).json()["result"]
+    assert [m["message"] for m in again["msgList"]] == ["one"]
+    stale = web.get(
+        "/mq/ack",
+        params={"topic": s.topic, "consumer": s.consumer, "requestId": old_rid},
+        headers=auth(s.token),
+    )
+    assert stale.status_code == 200
+    assert stale.json()["message"].startswith("ack lockTime small than")
+    ok = web.get(
+        "/mq/ack",
+        params={"topic": s.topic, "consumer": s.consumer, "requestId": again["requestId"]},
+        headers=auth(s.token),
+    )
+    assert ok.json()["message"].startswith("ok ")
+    twice = web.get(
+        "/mq/ack",
+        params={"topic": s.topic, "consumer": s.consumer, "requestId": again["requestId"]},
+        headers=auth(s.token),
+    )
+    assert twice.json()["message"].startswith("lock not exist")
+    assert drain(web, s) == []
+
+
+def test_unlock_redelivers_at_once(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    produce(web, s, "again")
+    body = fetch(web, s).json()["result"]
+    r = web.post(
+        "/mq/unlock",
+        data={"topic": s.topic, "consumer": s.consumer, "requestId": body["requestId"]},
+        headers=auth(s.token),
+    )
+    assert r.status_code == 200 and r.json()["message"].endswith("unlock:true")
+    assert [m["message"] for m in fetch(web, s).json()["result"]["msgList"]] == ["again"]
+
+
+def test_all_queues_locked_gives_503(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    produce(web, s, "held")
+    assert fetch(web, s).json()["result"]["status"] == "FOUND"
+    r = fetch(web, s)
+    assert r.status_code == 503 and r.json()["error"] == "NO_QUEUE_AVAILABLE"
+    assert r.headers["Retry-After"] == "1"
+
+
+def test_broadcast_each_client_gets_everything(web):
+    s = make_catalog(partitions=2, broadcast=True)
+    wait_known(web, s)
+    assert fetch(web, s).json()["error"] == "CLIENT_ID_REQUIRED"
+    for text in ("a", "b", "c"):
+        produce(web, s, text)
+    assert sorted(drain(web, s, clientId="c1")) == ["a", "b", "c"]
+    assert sorted(drain(web, s, clientId="c2")) == ["a", "b", "c"]
+    assert drain(web, s, clientId="c1") == []
+    clustering = make_catalog(partitions=1)
+    wait_known(web, clustering)
+    assert fetch(web, clustering, clientId="x").json()["error"] == "CLIENT_ID_NOT_ALLOWED"
+
+
+def test_pause_takes_effect_within_a_second(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    produce(web, s, "waiting")
+    policy = ConsumerPolicy.objects.get(name=s.consumer)
+    policy.paused = True
+    policy.save()
+    publish()
+    deadline = time.monotonic() + 1.0
+    while fetch(web, s).json()["result"]["status"] != "PAUSED":
+        assert time.monotonic() < deadline, "pause not seen within a second"
+        time.sleep(0.05)
+    body = fetch(web, s).json()["result"]
+    assert "requestId" not in body and body["msgListSize"] == 0
+
+
+def test_consumer_rate_limit(web):
+    s = make_catalog(partitions=1, rate_limit=2)
+    wait_known(web, s)
+    statuses = [fetch(web, s).json()["result"]["status"] for _ in range(4)]
+    assert "RATE_LIMITED" in statuses
+    limited = fetch(web, s).json()["result"]
+    assert limited["status"] == "RATE_LIMITED" and "requestId" not in limited
+
+
+def test_producer_rate_limit_429(web):
+    s = make_catalog(partitions=1)
+    ProducerPolicy.objects.filter(name=s.producer).update(rate_limit=2)
+    publish()
+    time.sleep(0.3)
+    codes = [produce(web, s, f"m{i}").status_code for i in range(5)]
+    assert 429 in codes
+    r = produce(web, s, "more")
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+
+
+def test_use_cookie_carries_request_id(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    produce(web, s, "c")
+    r = fetch(web, s, useCookie="true")
+    assert "rid" in r.cookies
+    web.cookies.set("rid", r.cookies["rid"])
+    r2 = fetch(web, s, useCookie="true")
+    assert r2.json()["result"]["ackInfo"]["message"].startswith("ok ")
+    web.cookies.clear()
+
+
+def test_cors_and_methods(web):
+    r = web.options("/mq/produce")
+    assert r.status_code == 204 and r.headers["Access-Control-Allow-Origin"] == "*"
+    assert web.put("/mq/produce").status_code == 405
+
+
+@pytest.mark.django_db(transaction=True)
+def test_latest_start_is_pinned_at_approval_not_first_fetch(web):
+    """Messages produced between the consumer's creation and its first fetch are kept."""
+    from brokers.models import App, Topic
+
+    s = make_catalog(partitions=2, with_consumer=False)
+    wait_known(web, s, producer_only=True)
+    produce(web, s, "before-consumer")
+    ConsumerPolicy.objects.create(
+        topic=Topic.objects.get(code=s.topic),
+        app=App.objects.get(code=s.app),
+        http_enabled=True,
+        start_position="latest",
+    )
+    publish()
+    produce(web, s, "after-approval")
+    wait_known(web, s)
+    assert drain(web, s) == ["after-approval"]
