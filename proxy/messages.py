@@ -14,6 +14,19 @@ def message_id(topic: str, partition: int, index: int) -> str:
     return f"{zlib.crc32(topic.encode()) & 0xFFFFFFFF:08x}{partition:08x}{index:016x}"
 
 
+def parse_message_id(topic: str, value: str) -> tuple[int, int]:
+    """(partition, index) of a :func:`message_id` of ``topic``; ValueError otherwise."""
+    if len(value) != 32:
+        raise ValueError("a message id has 32 hex digits")
+    try:
+        crc, partition, index = int(value[:8], 16), int(value[8:16], 16), int(value[16:], 16)
+    except ValueError:
+        raise ValueError("a message id has 32 hex digits") from None
+    if crc != zlib.crc32(topic.encode()) & 0xFFFFFFFF:
+        raise ValueError(f"message id {value} is not of topic {topic}")
+    return partition, index
+
+
 def offset_message_id(partition: int, index: int, store_ms: int) -> str:
     """32 hex digits encoding the stored position and its store time."""
     return f"{partition:08x}{index:016x}{store_ms & 0xFFFFFFFF:08x}"

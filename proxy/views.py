@@ -431,6 +431,10 @@ async def message(request: HttpRequest, params: dict[str, str], rt: Runtime) -> 
     if msg_list:
         result["msgList"] = msg_list
         result["msgListSize"] = len(msg_list)
+    resends = await rt.engine.take_resends(policy.topic, policy.app, client_id=client_id)
+    if resends:
+        result["retryMsgList"] = deliveries_to_list(policy.topic, tuple(resends))
+        result["retryMsgListSize"] = len(result["retryMsgList"])
     new_rid = None
     if fetched.partition >= 0:
         result["queueInfo"] = await _queue_info(

@@ -26,7 +26,7 @@ from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.approvals.services import record
 from mqcloud.engine_access import engine_session
 from proxy.envelope import ProxyError, bad_parameter, envelope, ok
-from proxy.messages import broker_name
+from proxy.messages import broker_name, parse_message_id
 
 DEFAULT_LIMIT_RATE = 1024
 RANGES = {
@@ -130,8 +130,8 @@ def _parse_config(body: bytes) -> dict[str, Any]:
                 raise bad_parameter(f"{name} must be an integer from {low} to {high}")
     if "startPosition" in data and data["startPosition"] not in ("earliest", "latest"):
         raise bad_parameter("startPosition must be earliest or latest")
-    if "retryMsgId" in data:
-        raise bad_parameter("retryMsgId resend is not supported by this broker yet")
+    if "retryMsgId" in data and not isinstance(data["retryMsgId"], str):
+        raise bad_parameter("retryMsgId must be a message id")
     if not isinstance(data.get("consumer"), str) or not data["consumer"]:
         raise bad_parameter("consumer is required")
     if "clientId" in data and not isinstance(data["clientId"], str):
@@ -172,15 +172,27 @@ async def update_consumer_config(request: HttpRequest, user: AbstractBaseUser):
     if request.method != "POST":
         raise ProxyError(405, "BAD_PARAMETER", "use POST with a JSON body")
     data = _parse_config(request.body)
+    policy = await sync_to_async(_managed_policy)(user, data["consumer"])
+    resend = None
+    if "retryMsgId" in data:  # validated before anything is changed
+        try:
+            resend = parse_message_id(policy.topic.code, data["retryMsgId"])
+        except ValueError as exc:
+            raise bad_parameter(str(exc)) from None
     policy = await sync_to_async(_apply)(user, data)
-    if "resetOffsetTimestamp" in data:
+    if "resetOffsetTimestamp" in data or resend:
         async with engine_session() as engine:
-            await engine.reset_offsets(
-                policy.topic.code,
-                policy.app.code,
-                timestamp_ms=data["resetOffsetTimestamp"],
-                client_id=data.get("clientId"),
-            )
+            if "resetOffsetTimestamp" in data:
+                await engine.reset_offsets(
+                    policy.topic.code,
+                    policy.app.code,
+                    timestamp_ms=data["resetOffsetTimestamp"],
+                    client_id=data.get("clientId"),
+                )
+            if resend:
+                await engine.add_resend(
+                    policy.topic.code, policy.app.code, [resend], client_id=data.get("clientId")
+                )
     return ok()
 
 

@@ -164,3 +164,29 @@ def test_broadcast_offsets_per_client(web):
     )
     assert wrong.status_code == 400
     assert Team.objects.exists()
+
+
+def test_resend_reaches_the_next_fetch_once(web):
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    sent = web.post(
+        "/mq/produce",
+        data={"producer": s.producer, "message": "again please"},
+        headers=app_headers(s),
+    ).json()["result"]
+    params = {"topic": s.topic, "consumer": s.consumer}
+    body = web.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    web.get("/mq/ack", params={**params, "requestId": body["requestId"]}, headers=app_headers(s))
+    console = member_of(s, "ops5")
+    bad = post_config(
+        web, console, {"consumer": s.consumer, "retryMsgId": "f" * 32, "maxPullSize": 7}
+    )
+    assert bad.status_code == 400
+    assert ConsumerPolicy.objects.get(name=s.consumer).batch_size == 32  # nothing applied
+    r = post_config(web, console, {"consumer": s.consumer, "retryMsgId": sent["msgId"]})
+    assert r.status_code == 200
+    first = web.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    assert [m["message"] for m in first["retryMsgList"]] == ["again please"]
+    assert first["retryMsgList"][0]["messageId"] == sent["msgId"]
+    second = web.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    assert second["retryMsgListSize"] == 0
