@@ -146,6 +146,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.mark_silent_brokers_down",
         "schedule": timedelta(seconds=10),
     },
+    "release-delayed-messages": {
+        "task": "mqcloud.tasks.release_delayed_messages",
+        "schedule": timedelta(seconds=1),
+    },
     "catalog-republish": {
         "task": "mqcloud.tasks.republish_catalog",
         "schedule": timedelta(minutes=1),

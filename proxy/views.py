@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from brokers.engine import (
+    DELAY_LEVELS,
     CommitStatus,
     ConsumerPolicyInfo,
     EngineError,
@@ -135,8 +137,6 @@ def java_string_hash(text: str) -> int:
 
 async def _partition_for(rt: Runtime, policy: ProducerPolicyInfo, params: dict[str, str]):
     topic = rt.engine.topic(policy.topic)
-    if params.get("delayLevel") or params.get("deliveryTimestamp"):
-        raise bad_parameter("delayed and timer messages are not supported by this broker yet")
     order_id = params.get("orderId", "")
     if order_id and p.boolean(params, "ordered"):
         raise bad_parameter("give orderId or ordered, not both")
@@ -144,6 +144,19 @@ async def _partition_for(rt: Runtime, policy: ProducerPolicyInfo, params: dict[s
         return (java_string_hash(order_id) & 0x7FFFFFFF) % topic.partitions
     if p.boolean(params, "ordered"):
         return (await rt.redis.incr(f"order:{{{topic.code}}}") - 1) % topic.partitions
+    return None
+
+
+def _deliver_at(rt: Runtime, params: dict[str, str]) -> int | None:
+    """Epoch ms of a delayed (delayLevel 1–18) or timer (deliveryTimestamp) message."""
+    level = p.integer(params, "delayLevel", 1, len(DELAY_LEVELS))
+    timestamp = p.integer(params, "deliveryTimestamp", 0, 2**53)
+    if level is not None and timestamp is not None:
+        raise bad_parameter("give delayLevel or deliveryTimestamp, not both")
+    if level is not None:
+        return rt.engine.now_ms() + DELAY_LEVELS[level - 1] * 1000
+    if timestamp is not None:
+        return max(timestamp, rt.engine.now_ms())
     return None
 
 
@@ -184,6 +197,20 @@ def _send_result(rt: Runtime, topic: str, partition: int, index: int, store_ms: 
     }
 
 
+def _delayed_result(rt: Runtime, topic: str, delay_id: int, deliver_at: int) -> dict:
+    """The send result of a held message: no queue or offset yet (queueId/offset -1)."""
+    return {
+        "sendStatus": "SEND_OK",
+        "msgId": f"{zlib.crc32(topic.encode()) & 0xFFFFFFFF:08x}ffffffff{delay_id:016x}",
+        "offsetMsgId": f"ffffffff{delay_id:016x}{deliver_at & 0xFFFFFFFF:08x}",
+        "messageQueue": {"topic": topic, "brokerName": "", "queueId": -1},
+        "queueOffset": -1,
+        "deliverAt": deliver_at,
+        "regionId": "DefaultRegion",
+        "traceOn": False,
+    }
+
+
 def _resend_later(
     rt: Runtime,
     policy: ProducerPolicyInfo,
@@ -216,10 +243,21 @@ async def produce(request: HttpRequest, params: dict[str, str], rt: Runtime) -> 
     if len(keys) > 100:
         raise bad_parameter("keys must be at most 100 characters")
     retries = p.integer(params, "asyncRetryTimesIfSendFailed", 1, 10)
+    deliver_at = _deliver_at(rt, params)
     partition = await _partition_for(rt, policy, params)
     await _check_send_rate(rt, policy, 1)
     address = client_ip(request, params)
     message = Message(body=body, business_id=keys, attributes={"KEYS": keys} if keys else None)
+    if deliver_at is not None:
+        delay_id = await rt.engine.append_delayed(
+            policy.topic,
+            policy.app,
+            message,
+            deliver_at_ms=deliver_at,
+            partition=partition,
+            client_address=address,
+        )
+        return ok(_delayed_result(rt, policy.topic, delay_id, deliver_at))
     try:
         result = await rt.engine.append(
             policy.topic, policy.app, [message], partition=partition, client_address=address
@@ -256,6 +294,8 @@ async def produce_batch(request: HttpRequest, params: dict[str, str], rt: Runtim
     """POST /mq/produce/batch: a JSON array of messages; a result per element."""
     policy = producer_for(rt, request, params)
     items = _batch_items(params)
+    if params.get("delayLevel") or params.get("deliveryTimestamp"):
+        raise bad_parameter("delayed and timer messages are produced one per request")
     partition = await _partition_for(rt, policy, params)
     results: list[dict[str, Any] | None] = [None] * len(items)
     accepted: list[tuple[int, Message]] = []

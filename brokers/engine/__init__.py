@@ -18,6 +18,7 @@ from brokers.engine.catalog import (
     publish_snapshot,
 )
 from brokers.engine.counters import MinuteTraffic
+from brokers.engine.delay import DELAY_LEVELS
 from brokers.engine.engine import Engine, contiguous
 from brokers.engine.errors import (
     AckRejected,
@@ -71,6 +72,7 @@ from brokers.engine.record import (
 from brokers.engine.retry import RetryPolicy
 
 __all__ = [
+    "DELAY_LEVELS",
     "RETRY_PARTITION",
     "AckRejected",
     "AckResult",

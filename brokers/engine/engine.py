@@ -22,6 +22,7 @@ from brokers.engine.append import append_records, choose_partition
 from brokers.engine.catalog import CatalogSnapshot, ConsumerPolicyInfo, QueueSettings, TopicInfo
 from brokers.engine.consume import release
 from brokers.engine.counters import Counters, MinuteTraffic
+from brokers.engine.delay import MAX_DELAY_MS, DelayStore, Held, topics_with_delays
 from brokers.engine.errors import (
     AckRejected,
     ClientIdNotAllowed,
@@ -851,6 +852,88 @@ class Engine:
         if (policy.broadcast or info.type == "broadcast") and client_id is None:
             clients = list(await self.broadcast_clients(topic, app))
         return await resend_mod.add(self.redis, topic, app, entries, clients)
+
+    async def append_delayed(
+        self,
+        topic: str,
+        app: str,
+        message: Message,
+        *,
+        deliver_at_ms: int,
+        partition: int | None = None,
+        client_address: str | None = None,
+    ) -> int:
+        """Hold ``message`` until ``deliver_at_ms`` (a delayed or timer message).
+
+        It is checked now exactly as :meth:`append` would (policy, blacklist, size) and
+        appended by :meth:`release_delayed` once due. Returns its delay id.
+        """
+        info = self.topic(topic)
+        policy = self._catalog().producer(topic, app)
+        if policy is None:
+            raise ProducerNotFound(f"{app} does not produce to {topic}")
+        if blacklisted(client_address, tuple(policy.blacklist)):
+            raise ClientNotAllowed(f"{client_address} may not produce to {topic}")
+        if partition is not None and partition >= 0:
+            self._partition(info, partition)
+        now = self.now_ms()
+        if not now <= deliver_at_ms <= now + MAX_DELAY_MS:
+            raise InvalidMessage("delivery time must be from now to 30 days ahead")
+        self._encode([message], app, 0, now, client_address)  # validates size and fields
+        held = Held(
+            app=app,
+            partition=partition,
+            client_address=client_address,
+            body=bytes(message.body),
+            business_id=message.business_id,
+            attributes=dict(message.attributes) if message.attributes else None,
+            priority=message.priority,
+            send_time_ms=message.send_time_ms or now,
+        )
+        return await DelayStore(self.redis, topic).add(held, deliver_at_ms)
+
+    async def release_delayed(self, topic: str, *, limit: int = 1000) -> int:
+        """Append this topic's due delayed messages; returns how many were appended."""
+        store = DelayStore(self.redis, topic)
+        token = await store.lock(ttl_ms=30_000)
+        if token is None:
+            return 0
+        moved = 0
+        try:
+            for delay_id, held in await store.due(self.now_ms(), limit):
+                message = Message(
+                    body=held.body,
+                    business_id=held.business_id,
+                    attributes=held.attributes,
+                    priority=held.priority,
+                    send_time_ms=held.send_time_ms,
+                )
+                await self.append(
+                    topic,
+                    held.app,
+                    [message],
+                    partition=held.partition,
+                    client_address=held.client_address,
+                    check_policy=False,
+                )
+                await store.remove([delay_id])
+                moved += 1
+            await store.forget_if_empty()
+        finally:
+            await store.unlock(token)
+        return moved
+
+    async def release_all_delayed(self) -> int:
+        """Release the due delayed messages of every topic that holds some."""
+        moved = 0
+        for topic in await topics_with_delays(self.redis):
+            if topic in self._catalog().topics:
+                moved += await self.release_delayed(topic)
+        return moved
+
+    async def delayed_pending(self, topic: str) -> int:
+        """How many delayed messages of ``topic`` wait for their time."""
+        return await DelayStore(self.redis, topic).pending()
 
     async def take_resends(
         self, topic: str, app: str, *, client_id: str | None = None, limit: int = 32

@@ -111,7 +111,8 @@ def test_batch_with_failed_items_reports_each(web):
     [
         ({}, 400, "BAD_PARAMETER"),
         ({"producer": "nope", "message": "m"}, 404, "PRODUCER_NOT_FOUND"),
-        ({"message": "m", "delayLevel": "3"}, 400, "BAD_PARAMETER"),
+        ({"message": "m", "delayLevel": "19"}, 400, "BAD_PARAMETER"),
+        ({"message": "m", "delayLevel": "1", "deliveryTimestamp": "1"}, 400, "BAD_PARAMETER"),
         ({"message": "m", "asyncRetryTimesIfSendFailed": "11"}, 400, "BAD_PARAMETER"),
         ({"message": "m", "orderId": "1", "ordered": "true"}, 400, "BAD_PARAMETER"),
         ({"message": "m", "ordered": "maybe"}, 400, "BAD_PARAMETER"),
@@ -319,3 +320,36 @@ def test_latest_start_is_pinned_at_approval_not_first_fetch(web):
     produce(web, s, "after-approval")
     wait_known(web, s)
     assert drain(web, s) == ["after-approval"]
+
+
+def test_delayed_message_arrives_when_due(web):
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from django.conf import settings
+
+    from brokers.catalog_loader import build_snapshot
+    from brokers.engine import Engine
+
+    s = make_catalog(partitions=1)
+    wait_known(web, s)
+    r = produce(web, s, "in a second", delayLevel="1")
+    assert r.status_code == 200
+    sent = r.json()["result"]
+    assert sent["queueOffset"] == -1 and sent["deliverAt"] > 0
+    assert fetch(web, s).json()["result"]["status"] == "NO_NEW_MSG"
+    time.sleep(1.1)
+
+    snapshot = build_snapshot()
+
+    async def release() -> int:
+        client = aioredis.from_url(settings.REDIS_URL)
+        engine = Engine(client, lambda: snapshot)
+        try:
+            return await engine.release_delayed(s.topic)
+        finally:
+            await engine.close()
+            await client.aclose()
+
+    assert asyncio.run(release()) == 1
+    assert drain(web, s) == ["in a second"]

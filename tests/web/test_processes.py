@@ -199,3 +199,40 @@ def test_silent_brokers_are_marked_down(settings):
     assert mark_silent_brokers_down() == [1]
     assert Broker.objects.get(id=1).status == "down"
     assert Broker.objects.get(id=2).status == "up"
+
+
+@pytest.mark.django_db
+def test_release_delayed_messages_task(redis_url):
+    import asyncio
+
+    import redis.asyncio as aioredis
+
+    from brokers.catalog_loader import build_snapshot, publish
+    from brokers.engine import Engine, Message
+    from brokers.models import ProducerPolicy, Team
+    from mqcloud.tasks import release_delayed_messages
+    from tests import factories
+
+    team = Team.objects.create(name="delays")
+    topic = factories.topic("delayed", factories.cluster_with_brokers("dc"), team, 1, 1)
+    app, _ = factories.app("delayer", team)
+    ProducerPolicy.objects.create(topic=topic, app=app)
+    publish()
+    snapshot = build_snapshot()
+
+    async def hold_then_read(release: bool) -> tuple[int, int]:
+        client = aioredis.from_url(redis_url)
+        engine = Engine(client, lambda: snapshot)
+        try:
+            if not release:
+                await engine.append_delayed(
+                    "delayed", "delayer", Message(b"d"), deliver_at_ms=engine.now_ms()
+                )
+            return await engine.bounds("delayed", 0)
+        finally:
+            await engine.close()
+            await client.aclose()
+
+    assert asyncio.run(hold_then_read(False)) == (0, 0)
+    assert release_delayed_messages() == 1
+    assert asyncio.run(hold_then_read(True)) == (0, 1)

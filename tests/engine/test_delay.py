@@ -1,0 +1,75 @@
+"""Delayed and timer messages: held until due, then appended once, in due order."""
+
+from __future__ import annotations
+
+import pytest
+
+from brokers.engine import InvalidMessage, Message, MessageTooLarge, ProducerNotFound
+
+
+async def test_held_until_due_then_appended(make_engine, clock):
+    engine = make_engine()
+    now = engine.now_ms()
+    await engine.append_delayed(
+        "t", "a", Message(b"later", business_id="k"), deliver_at_ms=now + 5_000, partition=2
+    )
+    await engine.append_delayed(
+        "t", "a", Message(b"sooner"), deliver_at_ms=now + 1_000, partition=2
+    )
+    assert await engine.delayed_pending("t") == 2
+    assert await engine.release_delayed("t") == 0
+    assert await engine.bounds("t", 2) == (0, 0)
+    clock.advance(1.5)
+    assert await engine.release_delayed("t") == 1
+    clock.advance(5)
+    assert await engine.release_delayed("t") == 1
+    got = await engine.read("t", 2, 0, 10)
+    assert [d.message.body for d in got] == [b"sooner", b"later"]
+    assert got[1].message.business_id == "k"
+    assert await engine.delayed_pending("t") == 0
+    assert await engine.release_delayed("t") == 0
+
+
+async def test_delayed_input_is_checked_when_produced(make_engine):
+    engine = make_engine()
+    now = engine.now_ms()
+    with pytest.raises(ProducerNotFound):
+        await engine.append_delayed("t", "nobody", Message(b"x"), deliver_at_ms=now + 10)
+    with pytest.raises(InvalidMessage):
+        await engine.append_delayed("t", "a", Message(b"x"), deliver_at_ms=now - 10)
+    with pytest.raises(InvalidMessage):
+        await engine.append_delayed(
+            "t", "a", Message(b"x"), deliver_at_ms=now + 31 * 24 * 3600 * 1000
+        )
+    with pytest.raises(MessageTooLarge):
+        await engine.append_delayed(
+            "t", "a", Message(b"x" * (engine.max_body + 1)), deliver_at_ms=now + 10
+        )
+    assert await engine.delayed_pending("t") == 0
+
+
+async def test_one_mover_at_a_time(make_engine, clock):
+    first, second = make_engine(), make_engine()
+    now = first.now_ms()
+    for i in range(5):
+        await first.append_delayed(
+            "t", "a", Message(f"m{i}".encode()), deliver_at_ms=now, partition=0
+        )
+    moved = await first.release_delayed("t") + await second.release_delayed("t")
+    assert moved == 5
+    assert [d.message.body for d in await first.read("t", 0, 0, 10)] == [
+        b"m0",
+        b"m1",
+        b"m2",
+        b"m3",
+        b"m4",
+    ]
+
+
+async def test_release_all_only_visits_topics_with_delays(make_engine, clock):
+    engine = make_engine()
+    await engine.append_delayed("t", "a", Message(b"x"), deliver_at_ms=engine.now_ms() + 100)
+    assert await engine.release_all_delayed() == 0
+    clock.advance(1)
+    assert await engine.release_all_delayed() == 1
+    assert await engine.redis.smembers("mq:delayed-topics") == set()
