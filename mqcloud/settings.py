@@ -82,6 +82,8 @@ REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # HTTP-MQ batches carry up to 1,000 messages of up to 4 MiB each; bodies above this limit
 # are refused with 413 before they are read into memory.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("HTTP_MAX_BODY_BYTES", default=64 * 1024 * 1024)
+# Peers whose X-Forwarded-For / X-Real-IP name the real client (load balancers).
+HTTPMQ_TRUSTED_PROXIES = env.list("HTTPMQ_TRUSTED_PROXIES", default=[])
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -92,8 +93,19 @@ def _preflight() -> HttpResponse:
 
 
 def client_ip(request: HttpRequest, params: dict[str, str]) -> str:
-    """``clientIp`` parameter, else the peer address (forwarding headers are not trusted)."""
-    return params.get("clientIp") or request.META.get("REMOTE_ADDR", "") or ""
+    """The consumer's address (http-mq.md §3.1): ``clientIp``, else — only when the peer is
+    a trusted proxy (HTTPMQ_TRUSTED_PROXIES) — the first X-Forwarded-For entry or
+    X-Real-IP, else the peer address."""
+    if params.get("clientIp"):
+        value = params["clientIp"]
+        if len(value) > 64:
+            raise bad_parameter("clientIp must be at most 64 characters")
+        return value
+    peer = request.META.get("REMOTE_ADDR", "") or ""
+    if peer in settings.HTTPMQ_TRUSTED_PROXIES:
+        forwarded = request.headers.get("X-Forwarded-For", "").split(",")[0].strip()
+        return forwarded or request.headers.get("X-Real-IP", "").strip() or peer
+    return peer
 
 
 def producer_for(rt: Runtime, request: HttpRequest, params: dict[str, str]) -> ProducerPolicyInfo:

@@ -31,8 +31,8 @@ def test_database_url() -> str:
     return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
-def start_daphne(port: int, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "DEBUG": "false", "DATABASE_URL": test_database_url()}
+def start_daphne(port: int, log: Path, **extra_env: str) -> subprocess.Popen:
+    env = {**os.environ, "DEBUG": "false", "DATABASE_URL": test_database_url(), **extra_env}
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [
@@ -72,7 +72,11 @@ def web_urls(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[l
     require_test_session()
     logs = tmp_path_factory.mktemp("web")
     ports = [free_port(), free_port()]
-    procs = [start_daphne(port, logs / f"web-{port}.log") for port in ports]
+    # The second process trusts the loopback peer as a proxy (X-Forwarded-For tests).
+    procs = [
+        start_daphne(ports[0], logs / "web-0.log"),
+        start_daphne(ports[1], logs / "web-1.log", HTTPMQ_TRUSTED_PROXIES="127.0.0.1"),
+    ]
     yield [f"http://127.0.0.1:{port}" for port in ports]
     for proc in procs:
         stop(proc)

@@ -353,3 +353,27 @@ def test_delayed_message_arrives_when_due(web):
 
     assert asyncio.run(release()) == 1
     assert drain(web, s) == ["in a second"]
+
+
+def test_forwarded_client_address_only_from_trusted_proxies(web_urls):
+    import httpx
+
+    s = make_catalog(partitions=1)
+    forwarded = {"Authorization": f"Bearer {s.token}", "X-Forwarded-For": "10.1.2.3, 10.0.0.1"}
+    seen = []
+    for url in web_urls:  # web 0 trusts nobody, web 1 trusts 127.0.0.1
+        with httpx.Client(base_url=url, timeout=20) as client:
+            wait_known(client, s)
+            client.post(
+                "/mq/produce", data={"producer": s.producer, "message": "m"}, headers=forwarded
+            )
+            body = client.get(
+                "/mq/message", params={"topic": s.topic, "consumer": s.consumer}, headers=forwarded
+            ).json()["result"]
+            seen.append(body["queueInfo"]["lastConsumeClientIp"])
+            client.get(
+                "/mq/unlock",
+                params={"topic": s.topic, "consumer": s.consumer, "requestId": body["requestId"]},
+                headers=forwarded,
+            )
+    assert seen == ["127.0.0.1", "10.1.2.3"]
