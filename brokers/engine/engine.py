@@ -863,7 +863,8 @@ class Engine:
         partition: int | None = None,
         client_address: str | None = None,
     ) -> int:
-        """Hold ``message`` until ``deliver_at_ms`` (a delayed or timer message).
+        """Hold ``message`` until ``deliver_at_ms`` (a delayed or timer message; a time
+        already past is due at once).
 
         It is checked now exactly as :meth:`append` would (policy, blacklist, size) and
         appended by :meth:`release_delayed` once due. Returns its delay id.
@@ -877,8 +878,9 @@ class Engine:
         if partition is not None and partition >= 0:
             self._partition(info, partition)
         now = self.now_ms()
-        if not now <= deliver_at_ms <= now + MAX_DELAY_MS:
-            raise InvalidMessage("delivery time must be from now to 30 days ahead")
+        if deliver_at_ms > now + MAX_DELAY_MS:
+            raise InvalidMessage("delivery time must be at most 30 days ahead")
+        deliver_at_ms = max(deliver_at_ms, now)  # a time already past is due at once
         self._encode([message], app, 0, now, client_address)  # validates size and fields
         held = Held(
             app=app,
