@@ -402,8 +402,9 @@ async def _queue_info(
     rt: Runtime, policy: ConsumerPolicyInfo, partition: int, client_id: str | None, first: bool
 ) -> dict[str, Any]:
     info = rt.engine.topic(policy.topic)
-    progress = await rt.engine.progress(policy.topic, policy.app, client_id=client_id)
-    row = next(r for r in progress if r.partition == partition)
+    (row,) = await rt.engine.progress(
+        policy.topic, policy.app, client_id=client_id, partitions=[partition]
+    )
     return {
         "messageQueue": {
             "topic": policy.topic,

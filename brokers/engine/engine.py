@@ -531,12 +531,21 @@ class Engine:
         }
 
     async def progress(
-        self, topic: str, app: str, *, client_id: str | None = None
+        self,
+        topic: str,
+        app: str,
+        *,
+        client_id: str | None = None,
+        partitions: Sequence[int] | None = None,
     ) -> list[PartitionProgress]:
-        """Per partition: min, max, ack index, lag, lock owner/expiry, last access/address."""
+        """Per partition (all, or ``partitions``): min, max, ack index, lag, lock owner and
+        expiry, last access and address."""
         info = self.topic(topic)
+        parts = range(info.partitions) if partitions is None else partitions
+        for p in parts:
+            self._partition(info, p)
         return await offsets_mod.progress(
-            self.redis, topic, range(info.partitions), consumer_id(app, client_id), self.now_ms()
+            self.redis, topic, parts, consumer_id(app, client_id), self.now_ms()
         )
 
     async def broadcast_clients(
