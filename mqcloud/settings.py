@@ -152,6 +152,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.release_delayed_messages",
         "schedule": timedelta(seconds=1),
     },
+    "retention": {
+        "task": "mqcloud.tasks.apply_retention",
+        "schedule": timedelta(minutes=1),
+    },
+    "transaction-sweep": {
+        "task": "mqcloud.tasks.sweep_transactions",
+        "schedule": timedelta(minutes=1),
+    },
     "catalog-republish": {
         "task": "mqcloud.tasks.republish_catalog",
         "schedule": timedelta(minutes=1),

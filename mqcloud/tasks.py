@@ -8,16 +8,19 @@ from asgiref.sync import async_to_sync
 from celery import shared_task
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from brokers.catalog_loader import publish, publish_on_commit
-from brokers.models import Broker
+from brokers.models import Broker, PartitionGroup
+from mqcloud.approvals.services import record
 from mqcloud.engine_access import engine_session
 
 
 @shared_task
 def mark_silent_brokers_down() -> list[int]:
-    """Mark brokers whose heartbeat is older than BROKER_DEAD_AFTER_SECONDS as down."""
+    """Mark brokers silent for BROKER_DEAD_AFTER_SECONDS as down and fail their partition
+    groups over to live writable brokers of the same cluster."""
     cutoff = timezone.now() - timedelta(seconds=settings.BROKER_DEAD_AFTER_SECONDS)
     with transaction.atomic():
         silent = list(
@@ -27,8 +30,68 @@ def mark_silent_brokers_down() -> list[int]:
         )
         if silent:
             Broker.objects.filter(id__in=silent).update(status=Broker.Status.DOWN)
+        moved = fail_over_partition_groups()
+        if silent or moved:
             publish_on_commit()
     return silent
+
+
+def fail_over_partition_groups() -> int:
+    """Give every partition group led by a down broker a live writable leader.
+
+    The new leader is the live writable broker of the topic's cluster leading the fewest
+    groups per unit of weight; groups with no such broker keep their leader (and stay
+    unavailable until one comes back). Returns how many groups moved.
+    """
+    moved = 0
+    orphans = PartitionGroup.objects.select_related("topic", "leader").filter(
+        leader__status=Broker.Status.DOWN
+    )
+    for group in orphans:
+        candidates = list(
+            Broker.objects.filter(
+                cluster_id=group.topic.cluster_id, status=Broker.Status.UP, writable=True
+            ).annotate(led=Count("led_groups"))
+        )
+        if not candidates:
+            continue
+        best = min(candidates, key=lambda b: ((b.led + 1) / max(b.weight, 1), b.id))
+        record(
+            None,
+            "leader-failover",
+            f"topic:{group.topic.code}",
+            team=group.topic.team,
+            detail={"group": group.group_id, "from": group.leader_id, "to": best.id},
+        )
+        group.leader = best
+        group.save(update_fields=["leader"])
+        moved += 1
+    return moved
+
+
+@shared_task
+def apply_retention() -> int:
+    """Trim every topic with a retention limit (beat: every minute)."""
+    return async_to_sync(_trim_all)()
+
+
+async def _trim_all() -> int:
+    async with engine_session() as engine:
+        return len(await engine.trim_all())
+
+
+@shared_task
+def sweep_transactions() -> int:
+    """Drop expired transactions of every producer (beat: every minute)."""
+    return async_to_sync(_sweep_transactions)()
+
+
+async def _sweep_transactions() -> int:
+    swept = 0
+    async with engine_session() as engine:
+        for producer in engine.catalog.producers:
+            swept += await engine.sweep_transactions(producer.topic, producer.app)
+    return swept
 
 
 @shared_task

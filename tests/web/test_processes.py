@@ -236,3 +236,68 @@ def test_release_delayed_messages_task(redis_url):
     assert asyncio.run(hold_then_read(False)) == (0, 0)
     assert release_delayed_messages() == 1
     assert asyncio.run(hold_then_read(True)) == (0, 1)
+
+
+@pytest.mark.django_db
+def test_leader_failover_moves_groups_to_a_live_writable_broker(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from brokers.models import Broker, PartitionGroup, Team
+    from mqcloud.approvals.models import AuditEvent
+    from tests import factories
+
+    cluster = factories.cluster_with_brokers("fo", brokers=3, first_id=70)
+    team = Team.objects.create(name="fo-team")
+    topic = factories.topic("fo-topic", cluster, team, partitions=6, groups=3)
+    assert {g.leader_id for g in topic.groups.all()} == {70, 71, 72}
+    Broker.objects.filter(id=72).update(writable=False)
+    settings.BROKER_DEAD_AFTER_SECONDS = 10
+    now = timezone.now()
+    Broker.objects.filter(id=70).update(last_heartbeat=now - timedelta(seconds=60))
+    Broker.objects.filter(id__in=[71, 72]).update(last_heartbeat=now)
+    assert mark_silent_brokers_down() == [70]
+    leaders = sorted(PartitionGroup.objects.filter(topic=topic).values_list("leader_id", flat=True))
+    assert leaders == [71, 71, 72]  # 72 keeps its group but, read-only, gets no new one
+    assert AuditEvent.objects.filter(action="leader-failover", target="topic:fo-topic").count() == 1
+
+
+@pytest.mark.django_db
+def test_retention_task_trims(redis_url):
+    import asyncio
+
+    import redis.asyncio as aioredis
+
+    from brokers.catalog_loader import build_snapshot, publish
+    from brokers.engine import Engine, Message
+    from brokers.models import ProducerPolicy, Team
+    from mqcloud.tasks import apply_retention, sweep_transactions
+    from tests import factories
+
+    team = Team.objects.create(name="ret")
+    topic = factories.topic("ret-topic", factories.cluster_with_brokers("rc"), team, 1, 1)
+    topic.retention_max_count = 2
+    topic.save()
+    app, _ = factories.app("ret-app", team)
+    ProducerPolicy.objects.create(topic=topic, app=app)
+    publish()
+    snapshot = build_snapshot()
+
+    async def produce_and_bounds(count: int) -> tuple[int, int]:
+        client = aioredis.from_url(redis_url)
+        engine = Engine(client, lambda: snapshot)
+        try:
+            for i in range(count):
+                await engine.append(
+                    "ret-topic", "ret-app", [Message(f"m{i}".encode())], partition=0
+                )
+            return await engine.bounds("ret-topic", 0)
+        finally:
+            await engine.close()
+            await client.aclose()
+
+    assert asyncio.run(produce_and_bounds(5)) == (0, 5)
+    assert apply_retention() >= 1
+    assert asyncio.run(produce_and_bounds(0)) == (3, 5)
+    assert sweep_transactions() == 0
