@@ -6,7 +6,7 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -19,6 +19,7 @@ from mqcloud.approvals.models import (
     Kind,
     Notification,
 )
+from mqcloud.operations import progress as operation_progress
 
 
 class ApplicationSerializer(serializers.ModelSerializer):
@@ -123,6 +124,27 @@ class ApplicationViewSet(
                 ).data
             )
         )
+
+    @extend_schema(
+        request=None,
+        responses=inline_serializer(
+            "OperationProgress",
+            {
+                "task_id": serializers.CharField(),
+                "state": serializers.CharField(),
+                "done": serializers.IntegerField(required=False),
+                "total": serializers.IntegerField(required=False),
+            },
+        ),
+    )
+    @action(detail=True, methods=["get"])
+    def progress(self, request: Request, pk: str | None = None) -> Response:
+        """Progress of the operation an approved application started (offset resets)."""
+        app = self.get_object()
+        task_id = app.result.get("task_id") if isinstance(app.result, dict) else None
+        if not task_id:
+            raise NotFound("This application started no long operation.")
+        return Response(operation_progress(task_id))
 
     @extend_schema(request=None, responses=ApplicationSerializer)
     @action(detail=True, methods=["post"])

@@ -155,6 +155,50 @@ def _rate_limit_fields(payload: dict) -> dict:
     return {"rate_limit": payload["rate_limit"]}
 
 
+class OffsetResetSerializer(serializers.Serializer):
+    """Where to move a consumer's ack index: earliest, latest, a time, or an index."""
+
+    consumer = serializers.CharField(max_length=255)
+    position = serializers.ChoiceField(choices=["earliest", "latest", "timestamp", "index"])
+    timestamp_ms = serializers.IntegerField(required=False, min_value=0, max_value=2**53)
+    index = serializers.IntegerField(required=False, min_value=0, max_value=2**62)
+    partition = serializers.IntegerField(required=False, min_value=0, max_value=1023)
+    client_id = serializers.CharField(required=False, max_length=128)
+
+    def validate(self, attrs: dict) -> dict:
+        if attrs["position"] == "timestamp" and "timestamp_ms" not in attrs:
+            raise serializers.ValidationError({"timestamp_ms": "Give the time to reset to."})
+        if attrs["position"] == "index" and ("index" not in attrs or "partition" not in attrs):
+            raise serializers.ValidationError(
+                {"index": "An index reset names a partition and an index."}
+            )
+        return attrs
+
+
+def _reset(user, payload: dict, *, skip: bool = False) -> Prepared:
+    from mqcloud.operations import start_offset_reset
+
+    if skip:
+        payload = {"consumer": payload.get("consumer"), "position": "timestamp", "timestamp_ms": 0}
+    ser = OffsetResetSerializer(data=payload)
+    ser.is_valid(raise_exception=True)
+    data = dict(ser.validated_data)
+    policy = _owned(
+        ConsumerPolicy.objects.select_related("app", "topic"),
+        user,
+        "app__team",
+        name=data["consumer"],
+    )
+    if data.get("partition") is not None and data["partition"] >= policy.topic.partitions:
+        raise serializers.ValidationError({"partition": "The topic has no such partition."})
+    return Prepared(
+        f"consumer:{policy.name}",
+        policy.app.team,
+        payload,
+        lambda: start_offset_reset(policy.topic.code, policy.app.code, data, skip_backlog=skip),
+    )
+
+
 PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.TOPIC_CREATE: _topic_create,
     Kind.TOPIC_UPDATE: _topic_update,
@@ -166,6 +210,8 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.PAUSE: _consumer_change(lambda p: {"paused": True}),
     Kind.RESUME: _consumer_change(lambda p: {"paused": False}),
     Kind.RATE_LIMIT: _consumer_change(_rate_limit_fields),
+    Kind.OFFSET_RESET: _reset,
+    Kind.SKIP_BACKLOG: lambda user, payload: _reset(user, payload, skip=True),
 }
 
 

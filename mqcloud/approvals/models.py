@@ -22,6 +22,8 @@ class Kind(models.TextChoices):
     PAUSE = "pause", "Pause consumer"
     RESUME = "resume", "Resume consumer"
     RATE_LIMIT = "rate_limit", "Consumer rate limit"
+    OFFSET_RESET = "offset_reset", "Reset consumer offsets"
+    SKIP_BACKLOG = "skip_backlog", "Skip backlog"
 
 
 class Status(models.TextChoices):

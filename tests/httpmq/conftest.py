@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _names = itertools.count(1)
 
 
-def test_database_url() -> str:
+def session_database_url() -> str:
     """The URL of the database pytest-django created for this session."""
     from django.conf import settings
 
@@ -32,7 +32,7 @@ def test_database_url() -> str:
 
 
 def start_daphne(port: int, log: Path, **extra_env: str) -> subprocess.Popen:
-    env = {**os.environ, "DEBUG": "false", "DATABASE_URL": test_database_url(), **extra_env}
+    env = {**os.environ, "DEBUG": "false", "DATABASE_URL": session_database_url(), **extra_env}
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [

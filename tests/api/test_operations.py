@@ -1,0 +1,145 @@
+"""Offset resets and skip backlog: applied for, approved, run by a real Celery worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from brokers.catalog_loader import build_snapshot, publish
+from brokers.engine import Engine, Message
+from brokers.models import ConsumerPolicy, ProducerPolicy, Team
+from tests import factories
+from tests.httpmq.conftest import session_database_url
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def worker(tmp_path):
+    """A real Celery worker on the session's Redis and test database."""
+    env = {**os.environ, "DATABASE_URL": session_database_url()}
+    log = (tmp_path / "worker.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "mqcloud",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--without-mingle",
+            "--without-gossip",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    yield proc
+    proc.terminate()
+    proc.wait(timeout=20)
+    log.close()
+
+
+def engine_call(fn):
+    """Run ``fn(engine)`` on an engine over the current catalog (from the test database)."""
+    snapshot = build_snapshot()
+
+    async def run():
+        client = aioredis.from_url(settings.REDIS_URL)
+        engine = Engine(client, lambda: snapshot)
+        try:
+            return await fn(engine)
+        finally:
+            await engine.close()
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+def test_offset_reset_runs_on_a_worker_with_progress(worker):
+    team = Team.objects.create(name="ops")
+    topic = factories.topic("ops-topic", factories.cluster_with_brokers("oc"), team, 2, 1)
+    app, _ = factories.app("ops-app", team)
+    ProducerPolicy.objects.create(topic=topic, app=app)
+    ConsumerPolicy.objects.create(topic=topic, app=app, start_position="earliest")
+    publish()
+
+    async def produce_and_consume(engine: Engine) -> None:
+        for p in (0, 1):
+            await engine.append("ops-topic", "ops-app", [Message(b"a"), Message(b"b")], partition=p)
+        await engine.reset_offsets("ops-topic", "ops-app", position="latest")
+
+    engine_call(produce_and_consume)
+    alice = APIClient()
+    alice.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {factories.token_for(factories.user('al', team=team))}"
+    )
+    root = APIClient()
+    root.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {factories.token_for(factories.user('rt', admin=True))}"
+    )
+
+    bad = alice.post(
+        "/api/v1/applications/",
+        {
+            "kind": "offset_reset",
+            "payload": {"consumer": "ops-app.ops-topic", "position": "timestamp"},
+        },
+        format="json",
+    )
+    assert bad.status_code == 400 and "timestamp_ms" in bad.json()["fields"]
+    created = alice.post(
+        "/api/v1/applications/",
+        {
+            "kind": "offset_reset",
+            "payload": {"consumer": "ops-app.ops-topic", "position": "earliest"},
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    app_id = created.json()["id"]
+    approved = root.post(f"/api/v1/applications/{app_id}/approve/").json()
+    assert approved["status"] == "approved" and approved["result"]["task_id"]
+
+    deadline = time.monotonic() + 60
+    while (state := alice.get(f"/api/v1/applications/{app_id}/progress/").json())[
+        "state"
+    ] != "SUCCESS":
+        assert state["state"] in ("PENDING", "PROGRESS", "STARTED"), state
+        assert time.monotonic() < deadline, "the worker never finished the reset"
+        time.sleep(0.2)
+    assert state["done"] == state["total"] == 2
+    assert state["positions"] == {"0": 0, "1": 0}
+
+    progress = engine_call(lambda e: e.progress("ops-topic", "ops-app"))
+    assert [(r.ack_index, r.lag) for r in progress] == [(0, 2), (0, 2)]
+
+    skip = alice.post(
+        "/api/v1/applications/",
+        {"kind": "skip_backlog", "payload": {"consumer": "ops-app.ops-topic"}},
+        format="json",
+    ).json()
+    result = root.post(f"/api/v1/applications/{skip['id']}/approve/").json()
+    assert result["result"]["spec"]["position"] == "timestamp"
+    deadline = time.monotonic() + 60
+    while alice.get(f"/api/v1/applications/{skip['id']}/progress/").json()["state"] != "SUCCESS":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    progress = engine_call(lambda e: e.progress("ops-topic", "ops-app"))
+    # Skip backlog resets to now − 60 s: these messages are seconds old, so they stay.
+    assert [r.lag for r in progress] == [2, 2]
