@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "mqcloud.console",
     "mqcloud.api",
     "mqcloud.approvals",
+    "mqcloud.alerts",
 ]
 
 MIDDLEWARE = [
@@ -160,6 +161,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.sweep_transactions",
         "schedule": timedelta(minutes=1),
     },
+    "backlog-alerts": {
+        "task": "mqcloud.tasks.check_backlog_alerts",
+        "schedule": timedelta(minutes=1),
+    },
     "catalog-republish": {
         "task": "mqcloud.tasks.republish_catalog",
         "schedule": timedelta(minutes=1),
@@ -183,6 +188,7 @@ EMAIL_URL = env.email_url("EMAIL_URL", default="consolemail://")
 vars().update(EMAIL_URL)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="mqcloud@localhost")
 ALERT_WEBHOOK_URL = env.str("ALERT_WEBHOOK_URL", default="")
+ALERT_THROTTLE_SECONDS = env.int("ALERT_THROTTLE_SECONDS", default=3600)
 
 LOGGING = {
     "version": 1,

@@ -109,3 +109,11 @@ async def _release_delayed() -> int:
 def release_delayed_messages() -> int:
     """Append the delayed and timer messages that are due (beat runs it every second)."""
     return async_to_sync(_release_delayed)()
+
+
+@shared_task
+def check_backlog_alerts() -> int:
+    """Fire backlog alerts (beat: every minute); returns how many fired."""
+    from mqcloud.alerts.backlog import check_backlogs
+
+    return len(check_backlogs())

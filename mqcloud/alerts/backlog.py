@@ -1,0 +1,141 @@
+"""The backlog check: a consumer whose lag is at least its threshold AND whose oldest
+unconsumed message is older than its age threshold (defaults 10,000 and 5 minutes) alerts.
+Broadcast consumers are checked on count only, per registered client. An alert key fires at
+most once per ALERT_THROTTLE_SECONDS (Redis ``SET NX EX``, shared by all workers).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import httpx
+import redis
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.core.mail import send_mail
+
+from brokers.engine import Engine
+from brokers.models import ConsumerPolicy
+from mqcloud.alerts.models import AlertEvent
+from mqcloud.engine_access import engine_session
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """A consumer (or one broadcast client) over its thresholds."""
+
+    consumer: str
+    client_id: str | None
+    lag: int
+    oldest_age_s: float | None
+
+
+async def _backlog_of(
+    engine: Engine, policy: ConsumerPolicy, client_id: str | None, now_ms: int
+) -> Backlog | None:
+    rows = await engine.progress(policy.topic.code, policy.app.code, client_id=client_id)
+    lag = sum(max(r.lag, 0) for r in rows)
+    if lag < policy.backlog_alert_count:
+        return None
+    if client_id is not None:  # broadcast: count only
+        return Backlog(policy.name, client_id, lag, None)
+    oldest: int | None = None
+    for r in rows:
+        if r.lag > 0:
+            start = max(r.ack_index, r.min_index)
+            first = await engine.read(policy.topic.code, r.partition, start, 1)
+            if first:
+                stored = first[0].message.store_time_ms
+                oldest = stored if oldest is None else min(oldest, stored)
+    if oldest is None:
+        return None
+    age = (now_ms - oldest) / 1000
+    if age < policy.backlog_alert_age_s:
+        return None
+    return Backlog(policy.name, None, lag, age)
+
+
+async def _find(policies: list[ConsumerPolicy]) -> list[Backlog]:
+    found: list[Backlog] = []
+    async with engine_session() as engine:
+        now = engine.now_ms()
+        for policy in policies:
+            if policy.topic.code not in engine.catalog.topics:
+                continue
+            if policy.mode == ConsumerPolicy.Mode.BROADCAST:
+                clients = await engine.broadcast_clients(policy.topic.code, policy.app.code)
+            else:
+                clients = [None]
+            for client in clients:
+                backlog = await _backlog_of(engine, policy, client, now)
+                if backlog:
+                    found.append(backlog)
+    return found
+
+
+def _deliver(event: AlertEvent, recipients: list[str]) -> None:
+    if recipients:
+        try:
+            send_mail(
+                f"[mqcloud] {event.message}", event.message, settings.DEFAULT_FROM_EMAIL, recipients
+            )
+            event.emailed = True
+        except Exception:  # the alert stays in the history even when mail is down
+            log.exception("could not e-mail alert %s", event.pk)
+    if settings.ALERT_WEBHOOK_URL:
+        payload = {
+            "kind": event.kind,
+            "target": event.target,
+            "message": event.message,
+            "detail": event.detail,
+            "at": event.created_at.isoformat(),
+        }
+        try:
+            response = httpx.post(settings.ALERT_WEBHOOK_URL, json=payload, timeout=5)
+            event.webhook_status = str(response.status_code)
+        except httpx.HTTPError as exc:
+            event.webhook_status = type(exc).__name__
+    event.save(update_fields=["emailed", "webhook_status"])
+
+
+def check_backlogs() -> list[AlertEvent]:
+    """Check every consumer with backlog alerts on; fire the new (unthrottled) alerts."""
+    policies = list(
+        ConsumerPolicy.objects.select_related("topic", "app__team").filter(
+            backlog_alert_enabled=True
+        )
+    )
+    backlogs = async_to_sync(_find)(policies)
+    by_name = {p.name: p for p in policies}
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    fired: list[AlertEvent] = []
+    try:
+        for b in backlogs:
+            key = f"mqcloud:alert:backlog:{b.consumer}:{b.client_id or ''}"
+            if not client.set(key, 1, nx=True, ex=settings.ALERT_THROTTLE_SECONDS):
+                continue
+            policy = by_name[b.consumer]
+            who = f"{b.consumer}" + (f" (client {b.client_id})" if b.client_id else "")
+            age = f", oldest {b.oldest_age_s:.0f} s old" if b.oldest_age_s is not None else ""
+            event = AlertEvent.objects.create(
+                kind=AlertEvent.Kind.BACKLOG,
+                target=f"consumer:{b.consumer}",
+                team=policy.app.team,
+                message=f"Backlog of {who}: {b.lag} messages{age}",
+                detail={
+                    "lag": b.lag,
+                    "oldest_age_s": b.oldest_age_s,
+                    "client_id": b.client_id,
+                    "threshold": policy.backlog_alert_count,
+                    "age_threshold_s": policy.backlog_alert_age_s,
+                },
+            )
+            recipients = sorted({u.email for u in policy.app.team.members.all() if u.email})
+            _deliver(event, recipients)
+            fired.append(event)
+    finally:
+        client.close()
+    return fired

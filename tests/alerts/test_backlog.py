@@ -1,0 +1,108 @@
+"""Backlog alerts: count AND age thresholds, throttling, e-mail and webhook delivery."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+from django.core import mail
+
+from brokers.catalog_loader import publish
+from brokers.models import ConsumerPolicy, ProducerPolicy, Team
+from mqcloud.alerts.backlog import check_backlogs
+from mqcloud.alerts.models import AlertEvent
+from tests import factories
+from tests.api.test_operations import engine_call
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def webhook(settings):
+    """A local HTTP server that records the alerts posted to it."""
+    received: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers["Content-Length"])
+            received.append(json.loads(self.rfile.read(length)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    settings.ALERT_WEBHOOK_URL = f"http://127.0.0.1:{server.server_port}/hook"
+    yield received
+    server.shutdown()
+
+
+@pytest.fixture
+def backlog_consumer():
+    """A consumer with low thresholds (3 messages, 1 s), and no throttle left from before."""
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    for key in client.scan_iter("mqcloud:alert:*"):
+        client.delete(key)
+    client.close()
+    team = Team.objects.create(name="alerting")
+    factories.user("watcher", team=team)
+    topic = factories.topic("busy", factories.cluster_with_brokers("ac"), team, 2, 1)
+    app, _ = factories.app("slow-app", team)
+    ProducerPolicy.objects.create(topic=topic, app=app)
+    policy = ConsumerPolicy.objects.create(
+        topic=topic,
+        app=app,
+        start_position="earliest",
+        backlog_alert_count=3,
+        backlog_alert_age_s=1,
+    )
+    publish()
+    return policy
+
+
+def produce(n: int) -> None:
+    from brokers.engine import Message
+
+    async def run(engine):
+        for i in range(n):
+            await engine.append("busy", "slow-app", [Message(f"m{i}".encode())], partition=i % 2)
+
+    engine_call(run)
+
+
+def test_count_and_age_must_both_be_exceeded(backlog_consumer, webhook):
+    produce(2)
+    time.sleep(1.1)
+    assert check_backlogs() == []  # old enough, but only 2 < 3
+    produce(2)
+    fired = check_backlogs()
+    assert len(fired) == 1  # 4 ≥ 3 and the oldest is > 1 s old
+    event = AlertEvent.objects.get()
+    assert event.target == "consumer:slow-app.busy" and event.detail["lag"] == 4
+    assert event.emailed and mail.outbox[0].to == ["watcher@example.test"]
+    assert event.webhook_status == "204"
+    assert webhook[0]["target"] == "consumer:slow-app.busy"
+    assert check_backlogs() == []  # throttled
+    assert AlertEvent.objects.count() == 1
+
+
+def test_young_backlog_does_not_alert(backlog_consumer, webhook):
+    ConsumerPolicy.objects.filter(pk=backlog_consumer.pk).update(backlog_alert_age_s=3600)
+    produce(5)
+    assert check_backlogs() == []
+    assert webhook == []
+
+
+def test_disabled_alerts_are_skipped(backlog_consumer, webhook):
+    ConsumerPolicy.objects.filter(pk=backlog_consumer.pk).update(backlog_alert_enabled=False)
+    produce(5)
+    time.sleep(1.1)
+    assert check_backlogs() == []
