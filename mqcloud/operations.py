@@ -75,3 +75,13 @@ def progress(task_id: str) -> dict[str, Any]:
     elif result.state == "FAILURE":
         info["error"] = str(result.info)
     return info
+
+
+def resend_dead_letters(topic: str, app: str, ids: list[int]) -> int:
+    """Move dead letters (all when ``ids`` is empty) back to the retry store, due now."""
+
+    async def run() -> int:
+        async with engine_session() as engine:
+            return await engine.resend_dead_letters(topic, app, ids)
+
+    return async_to_sync(run)()

@@ -199,6 +199,35 @@ def _reset(user, payload: dict, *, skip: bool = False) -> Prepared:
     )
 
 
+class DeadLetterResendSerializer(serializers.Serializer):
+    """Which dead letters of a consumer go back to its retry store (none listed: all)."""
+
+    consumer = serializers.CharField(max_length=255)
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=0), required=False, max_length=10_000
+    )
+
+
+def _dlq_resend(user, payload: dict) -> Prepared:
+    from mqcloud.operations import resend_dead_letters
+
+    ser = DeadLetterResendSerializer(data=payload)
+    ser.is_valid(raise_exception=True)
+    policy = _owned(
+        ConsumerPolicy.objects.select_related("app", "topic"),
+        user,
+        "app__team",
+        name=ser.validated_data["consumer"],
+    )
+    ids = list(ser.validated_data.get("ids", []))
+    return Prepared(
+        f"consumer:{policy.name}",
+        policy.app.team,
+        payload,
+        lambda: {"resent": resend_dead_letters(policy.topic.code, policy.app.code, ids)},
+    )
+
+
 PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.TOPIC_CREATE: _topic_create,
     Kind.TOPIC_UPDATE: _topic_update,
@@ -212,6 +241,7 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.RATE_LIMIT: _consumer_change(_rate_limit_fields),
     Kind.OFFSET_RESET: _reset,
     Kind.SKIP_BACKLOG: lambda user, payload: _reset(user, payload, skip=True),
+    Kind.DLQ_RESEND: _dlq_resend,
 }
 
 

@@ -24,6 +24,7 @@ class Kind(models.TextChoices):
     RATE_LIMIT = "rate_limit", "Consumer rate limit"
     OFFSET_RESET = "offset_reset", "Reset consumer offsets"
     SKIP_BACKLOG = "skip_backlog", "Skip backlog"
+    DLQ_RESEND = "dlq_resend", "Resend dead letters"
 
 
 class Status(models.TextChoices):

@@ -143,3 +143,59 @@ def test_offset_reset_runs_on_a_worker_with_progress(worker):
     progress = engine_call(lambda e: e.progress("ops-topic", "ops-app"))
     # Skip backlog resets to now − 60 s: these messages are seconds old, so they stay.
     assert [r.lag for r in progress] == [2, 2]
+
+
+def test_dead_letter_resend_application():
+    from brokers.engine import RETRY_PARTITION, RetryType
+
+    team = Team.objects.create(name="dlq")
+    topic = factories.topic("dlq-topic", factories.cluster_with_brokers("dq"), team, 1, 1)
+    app, _ = factories.app("dlq-app", team)
+    ProducerPolicy.objects.create(topic=topic, app=app)
+    ConsumerPolicy.objects.create(topic=topic, app=app, start_position="earliest", err_times=1)
+    publish()
+
+    async def make_dead_letter(engine: Engine) -> tuple[int, int]:
+        await engine.append("dlq-topic", "dlq-app", [Message(b"poison")], partition=0)
+        fetched = await engine.fetch("dlq-topic", "dlq-app", owner="c")
+        acked = await engine.ack(
+            "dlq-topic",
+            "dlq-app",
+            0,
+            [fetched.messages[0].index],
+            retry_type=RetryType.EXCEPTION,
+            owner="c",
+            token=fetched.lock_token,
+        )
+        await engine.ack(
+            "dlq-topic",
+            "dlq-app",
+            RETRY_PARTITION,
+            list(acked.retry_ids),
+            retry_type=RetryType.EXCEPTION,
+        )
+        return await engine.retry_counts("dlq-topic", "dlq-app")
+
+    assert engine_call(make_dead_letter) == (0, 1)
+    member = APIClient()
+    member.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {factories.token_for(factories.user('dm', team=team))}"
+    )
+    admin = APIClient()
+    admin.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {factories.token_for(factories.user('da', admin=True))}"
+    )
+    bad = member.post(
+        "/api/v1/applications/",
+        {"kind": "dlq_resend", "payload": {"consumer": "dlq-app.dlq-topic", "ids": [-1]}},
+        format="json",
+    )
+    assert bad.status_code == 400 and "ids" in bad.json()["fields"]
+    created = member.post(
+        "/api/v1/applications/",
+        {"kind": "dlq_resend", "payload": {"consumer": "dlq-app.dlq-topic"}},
+        format="json",
+    ).json()
+    result = admin.post(f"/api/v1/applications/{created['id']}/approve/").json()
+    assert result["status"] == "approved" and result["result"] == {"resent": 1}
+    assert engine_call(lambda e: e.retry_counts("dlq-topic", "dlq-app")) == (1, 0)
