@@ -20,7 +20,6 @@ import asyncio
 import random
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,8 +28,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import redis.asyncio as aioredis
+from localservices import RedisServer, free_port
 
 from brokers.engine import (
     BatchItem,
@@ -48,40 +49,11 @@ from brokers.engine.record import RecordEncoder
 BODY = b"x" * 100
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_redis(datadir: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(datadir),
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--save",
-            "",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(200):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, port
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("redis-server did not start")
+    """The benchmark's own redis-server (AOF, appendfsync everysec) on a free port."""
+    server = RedisServer(datadir, free_port())
+    server.start()
+    return server.process, server.port
 
 
 def redis_benchmark(port: int, *command: str, n: int = 200_000) -> float:

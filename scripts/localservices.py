@@ -211,6 +211,7 @@ class RedisServer:
     datadir: Path
     port: int
     appendfsync: str = "everysec"
+    extra_args: tuple[str, ...] = ()  # later directives override the defaults above
     process: subprocess.Popen | None = None
 
     @property
@@ -242,6 +243,7 @@ class RedisServer:
                 "no",
                 "--logfile",
                 str(self.datadir / "redis.log"),
+                *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -29,12 +29,7 @@ from brokers.engine import (
     ProducerPolicyInfo,
     TopicInfo,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.scripts_path import wait_for_port as wait_port
 
 
 def _is_free(port: int) -> bool:
@@ -53,17 +48,6 @@ def cluster_port(taken: list[int]) -> int:
         port = rng.randint(20000, 50000)
         if port not in taken and _is_free(port) and _is_free(port + 10000):
             return port
-
-
-def wait_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"redis on {port} did not start")
 
 
 @pytest.fixture(scope="session")

@@ -197,7 +197,7 @@ async def test_unreachable_redis_is_store_unavailable():
     import redis.asyncio as aioredis
 
     from brokers.engine import Engine, StoreUnavailable
-    from tests.engine.conftest import free_port
+    from tests.scripts_path import free_port
 
     client = aioredis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.5)
     engine = Engine(client, lambda: snapshot())

@@ -19,56 +19,26 @@ import pytest
 import redis.asyncio as aioredis
 
 from brokers.engine import Engine, Message, QoS, StoreUnavailable, WriteTimeout
-from tests.engine.conftest import free_port, snapshot, wait_port
+from tests.engine.conftest import snapshot
+from tests.scripts_path import RedisServer, free_port
 
 
 def start_redis(port: int, datadir: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(datadir),
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--save",
-            "",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_port(port)
-    return proc
+    """A redis-server with AOF and ``appendfsync always``; its process."""
+    server = RedisServer(datadir, port, appendfsync="always")
+    server.start()
+    return server.process
 
 
 def start_replica(port: int, datadir: Path, master_port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(datadir),
-            "--replicaof",
-            "127.0.0.1",
-            str(master_port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    """A replica of the server on ``master_port`` (no AOF of its own); its process."""
+    server = RedisServer(
+        datadir,
+        port,
+        extra_args=("--replicaof", "127.0.0.1", str(master_port), "--appendonly", "no"),
     )
-    wait_port(port)
-    return proc
+    server.start()
+    return server.process
 
 
 async def test_sigkill_under_load_loses_no_acknowledged_message():
