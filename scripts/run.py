@@ -43,6 +43,8 @@ def main() -> int:
     try:
         if not env.get("DATABASE_URL"):
             pg = PostgresServer(run_dir / "pg", int(env.get("MQCLOUD_PG_PORT", "5433")))
+            if pg.datadir != (run_dir / "pg").resolve():
+                print(f"PostgreSQL data: {pg.datadir} (the postgres user cannot reach {run_dir})")
             pg.start()
             started.append(pg)
             env["DATABASE_URL"] = pg.url
