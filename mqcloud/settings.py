@@ -173,6 +173,8 @@ CELERY_BEAT_SCHEDULE = {
 
 # Broker processes: ports, advertised host, liveness.
 BROKER_ADVERTISED_HOST = env.str("BROKER_ADVERTISED_HOST", default="127.0.0.1")
+BROKER_BIND_HOST = env.str("BROKER_BIND_HOST", default="127.0.0.1")
+BROKER_REDIS_CONNECTIONS = env.int("BROKER_REDIS_CONNECTIONS", default=64)
 JMQ4_PORT = env.int("JMQ4_PORT", default=50088)
 ZBUS_PORT = env.int("ZBUS_PORT", default=15555)
 VIBEMQ_PORT = env.int("VIBEMQ_PORT", default=2925)

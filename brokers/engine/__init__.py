@@ -4,6 +4,7 @@ Public API: :class:`Engine` (the facade) and the types its methods take and retu
 Front-ends, the console and the pipeline import from here only.
 """
 
+from brokers.engine.append import java_hash
 from brokers.engine.catalog import (
     AppInfo,
     BrokerInfo,
@@ -129,6 +130,7 @@ __all__ = [
     "encode_attributes",
     "encode_batch_body",
     "encode_record",
+    "java_hash",
     "load_snapshot",
     "publish_snapshot",
 ]

@@ -1,9 +1,11 @@
 """``manage.py runbroker --broker-id N``: run one broker process.
 
 The process registers itself in the catalog (creating its Broker row on first start),
-heartbeats every BROKER_HEARTBEAT_SECONDS, follows catalog snapshots published on Redis,
-and on SIGINT/SIGTERM marks itself down and exits cleanly. The protocol servers (JMQ4,
-zbus, VibeMQ) are attached to this process by their own issues.
+heartbeats every BROKER_HEARTBEAT_SECONDS, follows catalog snapshots published on Redis and
+serves JMQ4 on the jmq4_port of its catalog row (uvloop when installed). On SIGINT/SIGTERM
+it stops gracefully: no new connections, in-flight requests finish (up to a grace period),
+partition locks held by sessions are released, then it marks itself down. The zbus and
+VibeMQ servers are attached to this process by their own issues.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from brokers.catalog_loader import publish_on_commit
+from brokers.engine import Engine
 from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher
 from brokers.models import Broker, Cluster
+from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
 
 log = logging.getLogger("mqcloud.broker")
 
@@ -34,6 +38,11 @@ class Command(BaseCommand):
         parser.add_argument("--broker-id", type=int, required=True)
         parser.add_argument("--cluster", default=None, help="Cluster to register in if new.")
         parser.add_argument("--host", default=None, help="Advertised host (default: catalog).")
+        parser.add_argument(
+            "--bind",
+            default=settings.BROKER_BIND_HOST,
+            help="Address the protocol servers listen on (default: BROKER_BIND_HOST).",
+        )
 
     def handle(self, *args: object, **options: object) -> None:
         broker_id = int(options["broker_id"])
@@ -44,7 +53,8 @@ class Command(BaseCommand):
             f"broker {broker.id} registered: {broker.host} jmq4={broker.jmq4_port}"
             f" zbus={broker.zbus_port} vibemq={broker.vibemq_port}"
         )
-        asyncio.run(run(broker.id))
+        install_uvloop()
+        asyncio.run(run(broker.id, bind=str(options["bind"]), jmq4_port=broker.jmq4_port))
         self.stdout.write(f"broker {broker.id} stopped")
 
 
@@ -101,13 +111,17 @@ def _mark_down(broker_id: int) -> None:
     publish_on_commit()
 
 
-async def run(broker_id: int) -> None:
-    """Heartbeat and follow the catalog until SIGINT or SIGTERM."""
+async def run(broker_id: int, *, bind: str = "127.0.0.1", jmq4_port: int | None = None) -> None:
+    """Serve JMQ4, heartbeat and follow the catalog until SIGINT or SIGTERM."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    client = aioredis.from_url(settings.REDIS_URL)
+    # A blocking pool: under load requests wait for a connection instead of failing.
+    pool = aioredis.BlockingConnectionPool.from_url(
+        settings.REDIS_URL, max_connections=settings.BROKER_REDIS_CONNECTIONS, timeout=10
+    )
+    client = aioredis.Redis(connection_pool=pool)
     watcher = CatalogWatcher(client)
 
     def changed(snapshot: CatalogSnapshot) -> None:
@@ -120,6 +134,10 @@ async def run(broker_id: int) -> None:
 
     watcher.on_change(changed)
     await watcher.start()
+    engine = Engine(client, lambda: watcher.current, broker_id=broker_id)
+    jmq4 = None
+    if jmq4_port is not None:
+        jmq4 = await start_jmq4_server(engine, watcher, bind, jmq4_port, broker_id)
     try:
         while not stop.is_set():
             if await sync_to_async(_was_down)(broker_id):
@@ -129,6 +147,10 @@ async def run(broker_id: int) -> None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), settings.BROKER_HEARTBEAT_SECONDS)
     finally:
+        if jmq4 is not None:
+            await jmq4.stop()
+        await engine.close()
         await watcher.stop()
         await sync_to_async(_mark_down)(broker_id)
         await client.aclose()
+        await pool.disconnect()

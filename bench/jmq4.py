@@ -1,0 +1,285 @@
+"""JMQ4 broker benchmark (a script, not a test): ``python bench/jmq4.py``.
+
+Starts its own redis-server (free port, AOF everysec) and an in-process JMQ4 server with a
+minimal catalog snapshot published to that Redis, then prints:
+
+* produce msgs/s — 100-byte messages, 32 per request, 4 connections;
+* produce msgs/s — one batch message of 100 items per request, 4 connections;
+* consume msgs/s — FETCH_TOPIC_MESSAGE + COMMIT_ACK over the produced backlog;
+* end-to-end latency p50/p99 at a paced 5,000 msg/s (produce → long-polling consumer);
+* the raw baseline: ``redis-benchmark -P 100 -q XADD`` on the same Redis, in the same run.
+
+Each line shows its ratio to the raw XADD rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis.asyncio as aioredis
+
+from brokers.clients.jmq4 import Jmq4Client, OutgoingMessage, build_batch, build_message
+from brokers.engine import (
+    AppInfo,
+    BrokerInfo,
+    CatalogSnapshot,
+    CatalogWatcher,
+    ConsumerPolicyInfo,
+    Engine,
+    PartitionGroupInfo,
+    ProducerPolicyInfo,
+    TopicInfo,
+    publish_snapshot,
+)
+from brokers.engine.catalog import hash_token
+from brokers.protocols.jmq4 import ProduceMessageRequest, ProduceTopic
+from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
+
+TOKEN = "bench-token"
+BODY = b"x" * 100
+PARTITIONS = 8
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_redis(workdir: Path) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(workdir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("redis-server did not start")
+
+
+def snapshot(jmq4_port: int) -> CatalogSnapshot:
+    topics = {
+        code: TopicInfo(
+            code=code,
+            partitions=PARTITIONS,
+            groups=(PartitionGroupInfo(group_id=0, leader=1, partitions=tuple(range(PARTITIONS))),),
+        )
+        for code in ("bench", "batch", "latency")
+    }
+    return CatalogSnapshot(
+        version=1,
+        brokers={
+            1: BrokerInfo(id=1, host="127.0.0.1", jmq4_port=jmq4_port, zbus_port=0, vibemq_port=0)
+        },
+        topics=topics,
+        apps={"bench": AppInfo(code="bench", token_hashes=(hash_token(TOKEN),))},
+        producers=tuple(ProducerPolicyInfo(name=f"p{t}", topic=t, app="bench") for t in topics),
+        consumers=tuple(
+            ConsumerPolicyInfo(
+                name=f"c{t}", topic=t, app="bench", batch_size=256, ack_timeout_ms=60_000
+            )
+            for t in topics
+        ),
+    )
+
+
+def raw_xadd(port: int, requests: int) -> float:
+    out = subprocess.run(
+        [
+            "redis-benchmark",
+            "-p",
+            str(port),
+            "-P",
+            "100",
+            "-q",
+            "-n",
+            str(requests),
+            "XADD",
+            "bench:raw",
+            "*",
+            "f",
+            "x" * 100,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    match = re.findall(r"([\d.]+) requests per second", out)
+    return float(match[-1])
+
+
+async def produce_load(port: int, topic: str, seconds: float, *, batch: bool) -> float:
+    async def worker(client: Jmq4Client, stop: float) -> int:
+        conn = await client.connection(client.bootstrap)
+        sent = 0
+        while time.perf_counter() < stop:
+            p = sent // 32 % PARTITIONS
+            if batch:
+                msgs = (
+                    build_batch(
+                        [OutgoingMessage(BODY)] * 100, app="bench", partition=p, compress=False
+                    ),
+                )
+                n = 100
+            else:
+                msgs = tuple(
+                    build_message(OutgoingMessage(BODY), app="bench", partition=p, compress=False)
+                    for _ in range(32)
+                )
+                n = 32
+            frame = await conn.request(
+                ProduceMessageRequest(
+                    topics=(ProduceTopic(topic=topic, messages=msgs),), app="bench"
+                )
+            )
+            assert frame.payload.topics[0].code == 0, frame.payload.topics[0].code
+            sent += n
+        return sent
+
+    clients = [Jmq4Client("127.0.0.1", port, app="bench", token=TOKEN) for _ in range(4)]
+    for c in clients:
+        await c.connect()
+    # 8 requests in flight per connection
+    stop = time.perf_counter() + seconds
+    start = time.perf_counter()
+    counts = await asyncio.gather(*(worker(c, stop) for c in clients for _ in range(8)))
+    elapsed = time.perf_counter() - start
+    for c in clients:
+        await c.close()
+    return sum(counts) / elapsed
+
+
+async def consume_load(port: int, topic: str, total: int) -> float:
+    client = Jmq4Client("127.0.0.1", port, app="bench", token=TOKEN)
+    await client.connect()
+    got = 0
+    start = time.perf_counter()
+    while got < total:
+        batch = await client.fetch(topic, count=256)
+        if not batch:
+            break
+        await client.ack(batch)
+        got += len(batch)
+    elapsed = time.perf_counter() - start
+    await client.close()
+    return got / elapsed
+
+
+async def latency(port: int, rate: int, seconds: float) -> tuple[float, float]:
+    producer = Jmq4Client("127.0.0.1", port, app="bench", token=TOKEN, compress=False)
+    consumer = Jmq4Client("127.0.0.1", port, app="bench", token=TOKEN)
+    await producer.connect()
+    await consumer.connect()
+    samples: list[float] = []
+    done = asyncio.Event()
+
+    async def consume() -> None:
+        while not done.is_set():
+            batch = await consumer.fetch("latency", count=256, long_poll_ms=200)
+            now = time.time() * 1000
+            samples.extend(now - float(m.body.decode()) for m in batch)
+            if batch:
+                await consumer.ack(batch)
+
+    task = asyncio.create_task(consume())
+    interval = 1 / rate * 10  # 10 messages per tick
+    start = time.perf_counter()
+    tick = 0
+    sends = []
+    gate = asyncio.Semaphore(64)
+
+    async def send(body: list[bytes], partition: int) -> None:
+        async with gate:
+            await producer.produce("latency", body, partition=partition)
+
+    while time.perf_counter() - start < seconds:
+        body = [f"{time.time() * 1000:.3f}".encode()] * 10
+        sends.append(asyncio.create_task(send(body, tick % PARTITIONS)))
+        tick += 1
+        delay = start + tick * interval - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    await asyncio.gather(*sends)
+    await asyncio.sleep(1.0)
+    done.set()
+    await task
+    await producer.close()
+    await consumer.close()
+    q = statistics.quantiles(samples, n=100)
+    return q[49], q[98]
+
+
+async def main() -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
+    redis_proc, redis_port = start_redis(workdir)
+    try:
+        raw = raw_xadd(redis_port, 1_000_000)
+        client = aioredis.Redis(
+            connection_pool=aioredis.BlockingConnectionPool.from_url(
+                f"redis://127.0.0.1:{redis_port}", max_connections=64
+            )
+        )
+        jmq4_port = free_port()
+        await publish_snapshot(client, snapshot(jmq4_port))
+        watcher = CatalogWatcher(client)
+        await watcher.start()
+        engine = Engine(client, lambda: watcher.current, broker_id=1)
+        server = await start_jmq4_server(engine, watcher, "127.0.0.1", jmq4_port, 1)
+        produce = await produce_load(jmq4_port, "bench", 5.0, batch=False)
+        batched = await produce_load(jmq4_port, "batch", 5.0, batch=True)
+        consume = await consume_load(jmq4_port, "bench", 200_000)
+        p50, p99 = await latency(jmq4_port, 5000, 5.0)
+        await server.stop()
+        await engine.close()
+        await watcher.stop()
+        await client.aclose()
+        print(f"raw redis-benchmark -P 100 XADD : {raw:12,.0f} ops/s   1.00x")
+        print(
+            f"JMQ4 produce 32/request, 4 conns : {produce:12,.0f} msg/s   {produce / raw:.2f}x raw"
+        )
+        print(
+            f"JMQ4 produce batch of 100        : {batched:12,.0f} msg/s   {batched / raw:.2f}x raw"
+        )
+        print(
+            f"JMQ4 consume fetch+ack           : {consume:12,.0f} msg/s   {consume / raw:.2f}x raw"
+        )
+        print(f"JMQ4 e2e latency @5,000 msg/s    : p50 {p50:.2f} ms  p99 {p99:.2f} ms")
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    install_uvloop()
+    asyncio.run(main())

@@ -1,0 +1,148 @@
+"""Connection-level commands (spec §5.1, §5.2, §6.1): ADD/REMOVE_CONNECTION, HEARTBEAT,
+FETCH_HEALTH and the ADD/REMOVE_CONSUMER/PRODUCER registrations."""
+
+from __future__ import annotations
+
+from brokers.protocols.jmq4 import (
+    AddConnectionRequest,
+    AddConnectionResponse,
+    AddConsumerRequest,
+    AddConsumerResponse,
+    AddProducerRequest,
+    AddProducerResponse,
+    Code,
+    CommandType,
+    FetchHealthResponse,
+    Frame,
+    Header,
+    RegisteredTopic,
+    RemoveConsumerRequest,
+    RemoveProducerRequest,
+    boolean_ack,
+    response_frame,
+    validate_name,
+)
+from brokers.servers.jmq4.context import ServerContext
+from brokers.servers.jmq4.errors import Reject
+from brokers.servers.jmq4.session import Session
+
+
+async def add_connection(
+    ctx: ServerContext, session: Session, header: Header, req: AddConnectionRequest
+) -> Frame:
+    """Check app + token against the catalog (status 2 on failure); idempotent."""
+    if session.established:
+        return response_frame(header, AddConnectionResponse(connection_id=session.connection_id))
+    info = ctx.snapshot.apps.get(req.app) if validate_name(req.app) is None else None
+    if info is None or not info.check_token(req.token):
+        raise Reject(Code.CN_AUTHENTICATION_ERROR, f"app {req.app} authentication failed")
+    connection_id = session.establish(req.app, req.region, ctx.broker_id)
+    return response_frame(header, AddConnectionResponse(connection_id=connection_id))
+
+
+async def remove_connection(
+    ctx: ServerContext, session: Session, header: Header, req: object
+) -> Frame:
+    """Forget the session and release the partitions it still holds."""
+    if not session.established:
+        raise Reject(Code.FW_CONNECTION_NOT_EXISTS, "connection not exists")
+    await release_locks(ctx, session)
+    session.reset()
+    return boolean_ack(header)
+
+
+async def release_locks(ctx: ServerContext, session: Session) -> None:
+    """Release every partition lock the session fetched and did not ack."""
+    held, session.locks = session.locks, {}
+    for (topic, app, partition), token in held.items():
+        try:
+            await ctx.engine.unlock(topic, app, partition, token=token)
+        except Exception:  # best effort: the lock expires anyway
+            continue
+
+
+async def heartbeat(ctx: ServerContext, session: Session, header: Header, req: object) -> Frame:
+    """No connection needed."""
+    return boolean_ack(header)
+
+
+async def fetch_health(ctx: ServerContext, session: Session, header: Header, req: object) -> Frame:
+    """Always 0.0, as the reference."""
+    return response_frame(header, FetchHealthResponse(point=0.0))
+
+
+def _registration_id(session: Session, sequence: int, kind: str, app: str, topic: str) -> str:
+    text = f"{session.connection_id}_{sequence}_{kind}_{app}_{topic}"
+    return text[:32767]
+
+
+async def add_consumer(
+    ctx: ServerContext, session: Session, header: Header, req: AddConsumerRequest
+) -> Frame:
+    """Every topic needs a consumer subscription for the app, otherwise status 1."""
+    snapshot = ctx.snapshot
+    session.authorize(req.app, snapshot)
+    for topic in req.topics:
+        if snapshot.consumer(topic, req.app) is None:
+            raise Reject(Code.CN_NO_PERMISSION, f"app {req.app} does not consume {topic}")
+    entries = []
+    for topic in req.topics:
+        key = (topic, req.app)
+        if key not in session.consumers:
+            session.consumers[key] = _registration_id(
+                session, req.sequence, "consumer", req.app, topic
+            )
+        entries.append(RegisteredTopic(topic=topic, id=session.consumers[key]))
+    return response_frame(header, AddConsumerResponse(entries=tuple(entries)))
+
+
+async def add_producer(
+    ctx: ServerContext, session: Session, header: Header, req: AddProducerRequest
+) -> Frame:
+    """Every topic needs a producer subscription for the app, otherwise status 1."""
+    snapshot = ctx.snapshot
+    session.authorize(req.app, snapshot)
+    for topic in req.topics:
+        if snapshot.producer(topic, req.app) is None:
+            raise Reject(Code.CN_NO_PERMISSION, f"app {req.app} does not produce to {topic}")
+    entries = []
+    for topic in req.topics:
+        key = (topic, req.app)
+        if key not in session.producers:
+            session.producers[key] = _registration_id(
+                session, req.sequence, "producer", req.app, topic
+            )
+        entries.append(RegisteredTopic(topic=topic, id=session.producers[key]))
+    return response_frame(header, AddProducerResponse(entries=tuple(entries)))
+
+
+async def remove_consumer(
+    ctx: ServerContext, session: Session, header: Header, req: RemoveConsumerRequest
+) -> Frame:
+    """Drop the consumer registrations."""
+    session.authorize(req.app, ctx.snapshot)
+    for topic in req.topics:
+        session.consumers.pop((topic, req.app), None)
+    return boolean_ack(header)
+
+
+async def remove_producer(
+    ctx: ServerContext, session: Session, header: Header, req: RemoveProducerRequest
+) -> Frame:
+    """Drop the producer registrations."""
+    session.authorize(req.app, ctx.snapshot)
+    for topic in req.topics:
+        session.producers.pop((topic, req.app), None)
+    return boolean_ack(header)
+
+
+HANDLERS = {
+    CommandType.ADD_CONNECTION: add_connection,
+    CommandType.REMOVE_CONNECTION: remove_connection,
+    CommandType.HEARTBEAT: heartbeat,
+    CommandType.FETCH_HEALTH: fetch_health,
+    CommandType.ADD_CONSUMER: add_consumer,
+    CommandType.REMOVE_CONSUMER: remove_consumer,
+    CommandType.ADD_PRODUCER: add_producer,
+    CommandType.REMOVE_PRODUCER: remove_producer,
+}

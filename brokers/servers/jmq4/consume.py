@@ -1,0 +1,311 @@
+"""Consumer commands (spec §5.5, §6.2–§6.5): FETCH_TOPIC_MESSAGE, FETCH_PARTITION_MESSAGE,
+COMMIT_ACK, COMMIT_ACK_INDEX and FETCH_INDEX, each mapped onto the engine."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from brokers.engine import (
+    RETRY_PARTITION,
+    CatalogSnapshot,
+    Delivery,
+    EngineError,
+    FetchResult,
+    FetchStatus,
+    IndexOutOfRange,
+    TopicInfo,
+)
+from brokers.engine import RetryType as EngineRetryType
+from brokers.protocols.jmq4 import (
+    ACK_INDEX_MAX,
+    ACK_INDEX_MIN,
+    AckPartition,
+    Code,
+    CommandType,
+    CommitAckIndexRequest,
+    CommitAckIndexResponse,
+    CommitAckRequest,
+    CommitAckResponse,
+    FetchIndexRequest,
+    FetchIndexResponse,
+    FetchPartitionMessageRequest,
+    FetchPartitionMessageResponse,
+    FetchTopicMessageRequest,
+    FetchTopicMessageResponse,
+    Frame,
+    Header,
+    IndexResultTopic,
+    PartitionCode,
+    PartitionFetch,
+    PartitionIndexResult,
+    PartitionMessages,
+    PartitionMessagesTopic,
+    TopicFetch,
+    TopicMessages,
+    TopicPartitionCodes,
+    response_frame,
+)
+from brokers.servers.jmq4.context import ServerContext
+from brokers.servers.jmq4.errors import engine_code
+from brokers.servers.jmq4.partitions import leads, local_partitions
+from brokers.servers.jmq4.session import Session
+from brokers.servers.jmq4.stored import StoredMessage
+
+_STATUS_CODES = {
+    FetchStatus.PAUSED: Code.FW_FETCH_TOPIC_MESSAGE_PAUSED,
+    FetchStatus.BLACKLISTED: Code.FW_GET_MESSAGE_APP_CLIENT_IP_NOT_READ,
+}
+
+
+def _messages(deliveries: tuple[Delivery, ...] | list[Delivery]) -> tuple[StoredMessage, ...]:
+    return tuple(StoredMessage(d.record) for d in deliveries)
+
+
+def _client_id(
+    snapshot: CatalogSnapshot, topic: TopicInfo, app: str, session: Session
+) -> str | None:
+    """Broadcast consumers are tracked per client IP; clustering ones per app."""
+    policy = snapshot.consumer(topic.code, app)
+    if topic.type == "broadcast" or (policy is not None and policy.broadcast):
+        return session.peer_host
+    return None
+
+
+async def _fetch_topic(
+    ctx: ServerContext,
+    session: Session,
+    req: FetchTopicMessageRequest,
+    entry: TopicFetch,
+    long_poll_ms: int,
+) -> TopicMessages:
+    snapshot = ctx.snapshot
+    topic = snapshot.topics.get(entry.topic)
+    if topic is None:
+        return TopicMessages(topic=entry.topic, code=Code.FW_TOPIC_NOT_EXIST)
+    if (entry.topic, req.app) not in session.consumers:
+        return TopicMessages(topic=entry.topic, code=Code.FW_CONSUMER_NOT_EXISTS)
+    if not local_partitions(topic, ctx.broker_id):
+        return TopicMessages(topic=entry.topic, code=Code.FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER)
+    try:
+        result: FetchResult = await ctx.engine.fetch(
+            entry.topic,
+            req.app,
+            count=entry.count,
+            ack_timeout_ms=req.ack_timeout,
+            long_poll_ms=long_poll_ms,
+            owner=session.connection_id,
+            client_id=_client_id(snapshot, topic, req.app, session),
+            address=session.address,
+        )
+    except EngineError as exc:
+        return TopicMessages(topic=entry.topic, code=engine_code(exc))
+    if result.status in _STATUS_CODES:
+        return TopicMessages(topic=entry.topic, code=_STATUS_CODES[result.status])
+    if result.found and result.partition != RETRY_PARTITION and result.lock_token:
+        session.locks[(entry.topic, req.app, result.partition)] = result.lock_token
+    return TopicMessages(topic=entry.topic, messages=_messages(result.messages))
+
+
+async def fetch_topic_message(
+    ctx: ServerContext, session: Session, header: Header, req: FetchTopicMessageRequest
+) -> Frame:
+    """Broker-managed consumption; long polls only for a single topic."""
+    session.authorize(req.app, ctx.snapshot)
+    long_poll = 0
+    if len(req.topics) == 1 and req.long_poll_timeout > 0:
+        long_poll = min(req.long_poll_timeout, ctx.config.max_long_poll_ms)
+    topics = tuple([await _fetch_topic(ctx, session, req, e, long_poll) for e in req.topics])
+    return response_frame(header, FetchTopicMessageResponse(topics=topics))
+
+
+async def _start_index(
+    ctx: ServerContext, topic: str, app: str, partition: int, cid: str | None
+) -> int:
+    progress = (await ctx.engine.progress(topic, app, client_id=cid, partitions=[partition]))[0]
+    if progress.ack_index < 0:
+        return progress.min_index
+    return max(progress.ack_index, progress.min_index)
+
+
+async def _fetch_partition(
+    ctx: ServerContext, session: Session, app: str, topic: TopicInfo, entry: PartitionFetch
+) -> PartitionMessages:
+    p = entry.partition
+    if not 0 <= p < topic.partitions:
+        return PartitionMessages(partition=p, code=Code.CN_PARAM_ERROR)
+    if not leads(topic, p, ctx.broker_id):
+        return PartitionMessages(partition=p, code=Code.FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER)
+    try:
+        index = entry.index
+        if index == -1:
+            cid = _client_id(ctx.snapshot, topic, app, session)
+            index = await _start_index(ctx, topic.code, app, p, cid)
+        count = max(1, min(entry.count, 1000)) if entry.count > 0 else 1
+        deliveries = await ctx.engine.read(topic.code, p, index, count)
+    except IndexOutOfRange:
+        return PartitionMessages(partition=p, code=Code.FW_FETCH_MESSAGE_INDEX_OUT_OF_RANGE)
+    except EngineError as exc:
+        return PartitionMessages(partition=p, code=engine_code(exc))
+    return PartitionMessages(partition=p, messages=_messages(deliveries))
+
+
+async def fetch_partition_message(
+    ctx: ServerContext, session: Session, header: Header, req: FetchPartitionMessageRequest
+) -> Frame:
+    """Client-managed consumption: no lock, no retry partition."""
+    snapshot = ctx.snapshot
+    session.authorize(req.app, snapshot)
+    out = []
+    for entry in req.topics:
+        topic = snapshot.topics.get(entry.topic)
+        if topic is None:
+            parts = tuple(
+                PartitionMessages(partition=p.partition, code=Code.FW_TOPIC_NOT_EXIST)
+                for p in entry.partitions
+            )
+        elif snapshot.consumer(entry.topic, req.app) is None:
+            parts = tuple(
+                PartitionMessages(partition=p.partition, code=Code.FW_GET_MESSAGE_TOPIC_NOT_READ)
+                for p in entry.partitions
+            )
+        else:
+            parts = tuple(
+                [await _fetch_partition(ctx, session, req.app, topic, p) for p in entry.partitions]
+            )
+        out.append(PartitionMessagesTopic(topic=entry.topic, partitions=parts))
+    return response_frame(header, FetchPartitionMessageResponse(topics=tuple(out)))
+
+
+def _contiguous(indexes: list[int]) -> bool:
+    return len(set(indexes)) == len(indexes) and max(indexes) - min(indexes) + 1 == len(indexes)
+
+
+async def _ack_partition(
+    ctx: ServerContext, session: Session, topic: str, app: str, part: AckPartition
+) -> int:
+    acks = sorted(part.acks, key=lambda a: a.index)
+    if not acks or not _contiguous([a.index for a in acks]):
+        return Code.FW_CONSUMER_ACK_FAIL
+    info = ctx.snapshot.topics.get(topic)
+    if info is None:
+        return Code.FW_TOPIC_NOT_EXIST
+    cid = _client_id(ctx.snapshot, info, app, session)
+    token = session.locks.get((topic, app, part.partition))
+    try:
+        for retry_type, run in groupby(acks, key=lambda a: a.retry_type):
+            indexes = [a.index for a in run]
+            await ctx.engine.ack(
+                topic,
+                app,
+                part.partition,
+                range(indexes[0], indexes[-1] + 1),
+                retry_type=EngineRetryType(int(retry_type)),
+                owner=session.connection_id,
+                token=token,
+                client_id=cid,
+            )
+    except EngineError as exc:
+        return engine_code(exc)
+    session.locks.pop((topic, app, part.partition), None)
+    return Code.SUCCESS
+
+
+async def commit_ack(
+    ctx: ServerContext, session: Session, header: Header, req: CommitAckRequest
+) -> Frame:
+    """Per partition: contiguous, duplicate-free indexes (else 140), then the engine ack."""
+    session.authorize(req.app, ctx.snapshot)
+    out = []
+    for entry in req.topics:
+        codes = tuple(
+            [
+                PartitionCode(
+                    partition=p.partition,
+                    code=await _ack_partition(ctx, session, entry.topic, req.app, p),
+                )
+                for p in entry.partitions
+            ]
+        )
+        out.append(TopicPartitionCodes(topic=entry.topic, partitions=codes))
+    return response_frame(header, CommitAckResponse(topics=tuple(out)))
+
+
+async def commit_ack_index(
+    ctx: ServerContext, session: Session, header: Header, req: CommitAckIndexRequest
+) -> Frame:
+    """Set ack indexes (−1 = max, −2 = min); only failing partitions are listed."""
+    snapshot = ctx.snapshot
+    session.authorize(req.app, snapshot)
+    out = []
+    for entry in req.topics:
+        failed = []
+        topic = snapshot.topics.get(entry.topic)
+        for p in entry.partitions:
+            position: str | int = p.index
+            if p.index == ACK_INDEX_MAX:
+                position = "latest"
+            elif p.index == ACK_INDEX_MIN:
+                position = "earliest"
+            elif p.index < 0:
+                failed.append(PartitionCode(partition=p.partition, code=Code.CN_PARAM_ERROR))
+                continue
+            try:
+                cid = _client_id(snapshot, topic, req.app, session) if topic else None
+                await ctx.engine.reset_offsets(
+                    entry.topic, req.app, position=position, partition=p.partition, client_id=cid
+                )
+            except EngineError as exc:
+                failed.append(PartitionCode(partition=p.partition, code=engine_code(exc)))
+        if failed:
+            out.append(TopicPartitionCodes(topic=entry.topic, partitions=tuple(failed)))
+    return response_frame(header, CommitAckIndexResponse(topics=tuple(out)))
+
+
+async def fetch_index(
+    ctx: ServerContext, session: Session, header: Header, req: FetchIndexRequest
+) -> Frame:
+    """Ack index per partition (−1 if unknown) and, from version 3, the min/max indexes."""
+    snapshot = ctx.snapshot
+    session.authorize(req.app, snapshot)
+    out = []
+    for entry in req.topics:
+        topic = snapshot.topics.get(entry.topic)
+        known = [p for p in entry.partitions if topic is not None and 0 <= p < topic.partitions]
+        progress = {}
+        failed = False
+        if known and topic is not None:
+            try:
+                cid = _client_id(snapshot, topic, req.app, session)
+                rows = await ctx.engine.progress(
+                    entry.topic, req.app, client_id=cid, partitions=known
+                )
+                progress = {row.partition: row for row in rows}
+            except EngineError:
+                failed = True
+        results = []
+        for p in entry.partitions:
+            row = progress.get(p)
+            if row is None:
+                code = Code.CN_UNKNOWN_ERROR if failed and p in known else Code.SUCCESS
+                results.append(PartitionIndexResult(partition=p, index=-1, code=code))
+                continue
+            index = row.ack_index if row.ack_index >= 0 else row.min_index
+            results.append(
+                PartitionIndexResult(
+                    partition=p,
+                    index=max(index, row.min_index),
+                    left_index=row.min_index,
+                    right_index=row.max_index,
+                )
+            )
+        out.append(IndexResultTopic(topic=entry.topic, partitions=tuple(results)))
+    return response_frame(header, FetchIndexResponse(topics=tuple(out)))
+
+
+HANDLERS = {
+    CommandType.FETCH_TOPIC_MESSAGE: fetch_topic_message,
+    CommandType.FETCH_PARTITION_MESSAGE: fetch_partition_message,
+    CommandType.COMMIT_ACK: commit_ack,
+    CommandType.COMMIT_ACK_INDEX: commit_ack_index,
+    CommandType.FETCH_INDEX: fetch_index,
+}

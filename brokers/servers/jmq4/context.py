@@ -1,0 +1,40 @@
+"""Shared state of one JMQ4 server: the engine, the catalog, the coordinator and settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from brokers.engine import CatalogSnapshot, Engine
+from brokers.protocols.jmq4 import DEFAULT_MAX_FRAME_SIZE
+from brokers.servers.jmq4.coordinator import Coordinator
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Tunables of a JMQ4 server (all have production defaults)."""
+
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_inflight: int = 128
+    """Requests handled concurrently per connection; reading pauses beyond it."""
+    produce_timeout: float = 3.0
+    """A multi-topic produce reports topics unfinished after this many seconds as 108."""
+    shutdown_grace: float = 5.0
+    """How long a graceful stop waits for in-flight requests (long polls included)."""
+    max_long_poll_ms: int = 60_000
+
+
+@dataclass(slots=True)
+class ServerContext:
+    """Everything a command handler needs besides its session and request."""
+
+    engine: Engine
+    catalog: Callable[[], CatalogSnapshot]
+    broker_id: int
+    coordinator: Coordinator
+    config: ServerConfig = field(default_factory=ServerConfig)
+
+    @property
+    def snapshot(self) -> CatalogSnapshot:
+        """The current catalog snapshot."""
+        return self.catalog()

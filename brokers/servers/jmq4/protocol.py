@@ -1,0 +1,142 @@
+"""The asyncio protocol: bytes ↔ codec ↔ session, nothing else (like uvicorn's protocols).
+
+Frames are decoded as they arrive and each request runs as its own task, so replies may
+complete out of order. At most ``max_inflight`` requests run per connection; beyond that,
+and while the transport's write buffer is full, reading pauses (TCP backpressure).
+Framing errors close the connection; malformed payloads get a BooleanAck status 6;
+unknown types are skipped without a reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from brokers.protocols.jmq4 import (
+    FatalError,
+    Frame,
+    FrameDecoder,
+    MalformedFrame,
+    UnknownCommand,
+    boolean_ack,
+)
+from brokers.servers.jmq4.context import ServerContext
+from brokers.servers.jmq4.dispatch import dispatch
+from brokers.servers.jmq4.session import Session
+
+log = logging.getLogger("mqcloud.jmq4")
+
+
+class Jmq4Protocol(asyncio.Protocol):
+    """One JMQ4 connection."""
+
+    def __init__(self, ctx: ServerContext, connections: set[Jmq4Protocol]) -> None:
+        self.ctx = ctx
+        self._connections = connections
+        self._decoder = FrameDecoder(ctx.config.max_frame_size)
+        self._transport: asyncio.Transport | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reading_paused = False
+        self._writing_paused = False
+        self._stopping = False
+        self.session = Session("", 0)
+
+    # -------------------------------------------------------------- asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Remember the transport and the peer address."""
+        self._transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername") or ("", 0)
+        self.session = Session(str(peer[0]), int(peer[1]))
+        self._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Cancel whatever is still running for this connection."""
+        self._connections.discard(self)
+        self._transport = None
+        for task in self._tasks:
+            task.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        """Feed the decoder and act on every complete event."""
+        self._decoder.feed(data)
+        for event in self._decoder:
+            if isinstance(event, Frame):
+                if not event.header.is_response:
+                    self._spawn(event)
+            elif isinstance(event, MalformedFrame):
+                log.info("JMQ4 malformed frame from %s: %s", self.session.address, event.reason)
+                if event.needs_reply:
+                    self._write(boolean_ack(event.header, event.code, event.reason).encode())
+            elif isinstance(event, UnknownCommand):
+                log.info("JMQ4 unknown type %s from %s", event.header.type, self.session.address)
+            elif isinstance(event, FatalError):
+                log.info("JMQ4 closing %s: %s", self.session.address, event.reason)
+                self.close()
+                return
+
+    def pause_writing(self) -> None:
+        """The peer does not read: stop reading its requests too."""
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        """The write buffer drained."""
+        self._writing_paused = False
+        self._update_reading()
+
+    # -------------------------------------------------------------- requests
+
+    def _spawn(self, frame: Frame) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(frame))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        self._update_reading()
+
+    async def _run(self, frame: Frame) -> None:
+        reply = await dispatch(self.ctx, self.session, frame)
+        if reply is not None:
+            self._write(reply)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("JMQ4 request task failed", exc_info=task.exception())
+        self._update_reading()
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        busy = (
+            self._stopping
+            or self._writing_paused
+            or len(self._tasks) >= self.ctx.config.max_inflight
+        )
+        if busy and not self._reading_paused:
+            transport.pause_reading()
+            self._reading_paused = True
+        elif not busy and self._reading_paused:
+            transport.resume_reading()
+            self._reading_paused = False
+
+    # -------------------------------------------------------------- shutdown
+
+    def stop_reading(self) -> None:
+        """Take no new requests (graceful shutdown)."""
+        self._stopping = True
+        self._update_reading()
+
+    @property
+    def inflight(self) -> set[asyncio.Task[None]]:
+        """The requests still running."""
+        return self._tasks
+
+    def close(self) -> None:
+        """Close the connection after flushing what was written."""
+        if self._transport is not None:
+            self._transport.close()

@@ -1,0 +1,92 @@
+"""The JMQ4 server: :func:`start_jmq4_server` binds the protocol to a port; graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from brokers.engine import CatalogWatcher, Engine
+from brokers.servers.jmq4.connection import release_locks
+from brokers.servers.jmq4.context import ServerConfig, ServerContext
+from brokers.servers.jmq4.coordinator import Coordinator
+from brokers.servers.jmq4.protocol import Jmq4Protocol
+
+log = logging.getLogger("mqcloud.jmq4")
+
+
+class Jmq4Server:
+    """A listening JMQ4 server and its open connections."""
+
+    def __init__(self, ctx: ServerContext, server: asyncio.Server, connections: set) -> None:
+        self.ctx = ctx
+        self._server = server
+        self._connections: set[Jmq4Protocol] = connections
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful with port 0)."""
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def connections(self) -> int:
+        """Open connections."""
+        return len(self._connections)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting, let in-flight requests finish (up to ``grace`` seconds, then cancel
+        them), release the partition locks sessions still hold, and close every connection."""
+        grace = self.ctx.config.shutdown_grace if grace is None else grace
+        self._server.close()
+        protocols = list(self._connections)
+        for proto in protocols:
+            proto.stop_reading()
+        pending = {t for proto in protocols for t in proto.inflight}
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=grace)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.wait(still, timeout=1.0)
+        for proto in protocols:
+            with contextlib.suppress(Exception):
+                await release_locks(self.ctx, proto.session)
+            proto.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+
+def install_uvloop() -> bool:
+    """Use uvloop for new event loops when it is installed; True if it is."""
+    try:
+        import uvloop
+    except ImportError:
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+async def start_jmq4_server(
+    engine: Engine,
+    watcher: CatalogWatcher,
+    host: str,
+    port: int,
+    broker_id: int,
+    *,
+    config: ServerConfig | None = None,
+) -> Jmq4Server:
+    """Listen for JMQ4 on ``host:port`` as broker ``broker_id`` (``port`` 0 picks a free one)."""
+    ctx = ServerContext(
+        engine=engine,
+        catalog=lambda: watcher.current,
+        broker_id=broker_id,
+        coordinator=Coordinator(engine.redis),
+        config=config or ServerConfig(),
+    )
+    connections: set[Jmq4Protocol] = set()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: Jmq4Protocol(ctx, connections), host, port, reuse_address=True
+    )
+    log.info("JMQ4 broker %s listening on %s:%s", broker_id, host, port)
+    return Jmq4Server(ctx, server, connections)

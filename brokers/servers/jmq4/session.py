@@ -1,0 +1,66 @@
+"""Per-connection session state and the authorization rules of spec §6.1."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from brokers.engine import CatalogSnapshot
+from brokers.protocols.jmq4 import Code
+from brokers.servers.jmq4.errors import Reject
+
+_counter = itertools.count(1)
+
+
+@dataclass(slots=True)
+class Session:
+    """What one TCP connection established: identity, registrations and held locks."""
+
+    peer_host: str
+    peer_port: int
+    connection_id: str = ""
+    app: str = ""
+    region: str = ""
+    consumers: dict[tuple[str, str], str] = field(default_factory=dict)
+    producers: dict[tuple[str, str], str] = field(default_factory=dict)
+    locks: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    """(topic, app, partition) → lock token of partitions fetched and not yet acked."""
+
+    @property
+    def established(self) -> bool:
+        """True once ADD_CONNECTION succeeded."""
+        return bool(self.connection_id)
+
+    @property
+    def address(self) -> str:
+        """``host:port`` (``[v6]:port``) of the peer, as the engine records it."""
+        if ":" in self.peer_host:
+            return f"[{self.peer_host}]:{self.peer_port}"
+        return f"{self.peer_host}:{self.peer_port}"
+
+    def establish(self, app: str, region: str, broker_id: int) -> str:
+        """Mark the connection established for ``app``; returns the connection id."""
+        if not self.connection_id:
+            self.connection_id = f"{broker_id}-{next(_counter)}-{self.peer_host}-{self.peer_port}"
+            self.app, self.region = app, region
+        return self.connection_id
+
+    def reset(self) -> None:
+        """Forget the connection (REMOVE_CONNECTION)."""
+        self.connection_id = self.app = self.region = ""
+        self.consumers.clear()
+        self.producers.clear()
+
+    def authorize(self, app: str, snapshot: CatalogSnapshot) -> None:
+        """Reject with 132 unless the connection is established and may act for ``app``."""
+        if not self.established:
+            raise Reject(Code.FW_CONNECTION_NOT_EXISTS, "connection not exists")
+        if app == self.app:
+            return
+        base, dot, _ = app.partition(".")
+        if dot and base == self.app:
+            return
+        info = snapshot.apps.get(self.app)
+        if info is not None and info.admin:
+            return
+        raise Reject(Code.FW_CONNECTION_NOT_EXISTS, f"connection not authorized for app {app}")

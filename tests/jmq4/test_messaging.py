@@ -1,0 +1,412 @@
+"""Produce, consume, ack, retry, indexes, long poll and leader rules, with the project's
+client and raw frames."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from brokers.clients.jmq4 import Jmq4Client, Jmq4Error, OutgoingMessage, build_message
+from brokers.protocols.jmq4 import (
+    AckEntry,
+    AckIndexTopic,
+    AckPartition,
+    AckTopic,
+    AddConsumerRequest,
+    Code,
+    CommitAckIndexRequest,
+    CommitAckRequest,
+    FetchIndexRequest,
+    FetchPartitionMessageRequest,
+    FetchTopicMessageRequest,
+    IndexTopic,
+    PartitionFetch,
+    PartitionFetchTopic,
+    PartitionIndex,
+    ProduceMessageRequest,
+    ProduceTopic,
+    RetryType,
+    TopicFetch,
+)
+from tests.jmq4.raw import RawClient
+
+pytestmark = pytest.mark.django_db
+
+
+def client(catalog, broker: int = 1, app: str = "app1", token: str | None = None) -> Jmq4Client:
+    return Jmq4Client(
+        "127.0.0.1", catalog.ports[broker], app=app, token=token or catalog.token, timeout=5
+    )
+
+
+def produce_request(topic: str, partition: int, *bodies: bytes, app: str = "app1"):
+    messages = tuple(
+        build_message(OutgoingMessage(b), app=app, partition=partition) for b in bodies
+    )
+    return ProduceMessageRequest(topics=(ProduceTopic(topic=topic, messages=messages),), app=app)
+
+
+async def test_bad_token_raises_status_2(catalog, brokers):
+    with pytest.raises(Jmq4Error) as info:
+        await client(catalog, token="nope").connect()
+    assert info.value.code == Code.CN_AUTHENTICATION_ERROR
+
+
+async def test_produce_fetch_ack_round_trip(catalog, brokers):
+    async with client(catalog) as c:
+        big = b"x" * 5000
+        items = await c.produce(
+            "local",
+            [OutgoingMessage(b"hello", business_id="b-1", attributes={"k": "v=1"}), big],
+            partition=0,
+        )
+        assert [(i.partition, i.index) for i in items] == [(0, 0), (0, 1)]
+        got = await c.fetch("local")
+        assert [(m.partition, m.index, m.body) for m in got] == [(0, 0, b"hello"), (0, 1, big)]
+        assert got[0].business_id == "b-1" and got[0].attributes == {"k": "v=1"}
+        assert await c.ack(got) == {0: 0}
+        assert await c.fetch("local") == []
+
+
+async def test_stored_bytes_are_sent_verbatim_with_broker_fields(catalog, brokers):
+    raw = await RawClient.open(catalog.ports[1])
+    await raw.login("app1", catalog.token)
+    request = produce_request("local", 1, b"abc")
+    reply = await raw.call(request)
+    assert reply.payload.topics[0].code == 0
+    sent = request.topics[0].messages[0].to_bytes()
+    await raw.call(AddConsumerRequest(topics=("local",), app="app1"))
+    fetched = await raw.call(
+        FetchTopicMessageRequest(topics=(TopicFetch(topic="local", count=5),), app="app1")
+    )
+    message = fetched.payload.topics[0].messages[0]
+    stored = message.raw
+    assert len(stored) == len(sent)
+    # partition, index, clientIp, sysCode bit7 and storeTime are the broker's; the rest is ours
+    assert (
+        stored[61:] == sent[61:] and stored[18:20] == sent[18:20] and stored[51:59] == sent[51:59]
+    )
+    host, _port = message.client_address()
+    assert host == "127.0.0.1" and message.partition == 1 and message.index == 0
+    await raw.close()
+
+
+async def test_batch_of_100_takes_100_indexes(catalog, brokers):
+    async with client(catalog) as c:
+        bodies = [f"m{i}".encode() * 40 for i in range(100)]
+        items = await c.produce("local", bodies, partition=1, batch=True)
+        assert len(items) == 1 and items[0].index == 0
+        more = await c.produce("local", [b"after"], partition=1)
+        assert more[0].index == 100
+        got = await c.fetch("local", count=200)
+        assert [m.body for m in got[:100]] == bodies and got[100].index == 100
+        assert [m.index for m in got[:100]] == list(range(100))
+        await c.ack(got)
+
+
+async def test_produce_errors_per_topic(catalog, brokers):
+    raw = await RawClient.open(catalog.ports[1])
+    await raw.login("app1", catalog.token)
+    reply = await raw.call(produce_request("remote", 0, b"x"))
+    assert reply.payload.topics[0].code == Code.FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER
+    assert reply.payload.topics[0].items[0].index == -1
+    reply = await raw.call(produce_request("remote", -1, b"x"))
+    assert reply.payload.topics[0].code == Code.FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER
+    reply = await raw.call(produce_request("nope", 0, b"x"))
+    assert reply.payload.topics[0].code == Code.FW_TOPIC_NOT_EXIST
+    mixed = produce_request("local", 0, b"a")
+    second = build_message(OutgoingMessage(b"b"), app="app1", partition=1)
+    mixed = ProduceMessageRequest(
+        topics=(ProduceTopic(topic="local", messages=(*mixed.topics[0].messages, second)),),
+        app="app1",
+    )
+    reply = await raw.call(mixed)
+    assert reply.payload.topics[0].code == Code.CN_PARAM_ERROR
+    empty = ProduceMessageRequest(topics=(ProduceTopic(topic="local"),), app="app1")
+    assert (await raw.call(empty)).payload.topics[0].code == Code.CN_PARAM_ERROR
+    bad_size = produce_request("local", 0, b"abc")
+    msg = bad_size.topics[0].messages[0]
+    from dataclasses import replace
+
+    wrong = replace(msg, size=msg.encoded_size + 5)
+    reply = await raw.call(
+        ProduceMessageRequest(topics=(ProduceTopic(topic="local", messages=(wrong,)),), app="app1")
+    )
+    assert reply.payload.topics[0].code == Code.CN_PARAM_ERROR
+    index = await raw.call(
+        FetchIndexRequest(topics=(IndexTopic(topic="local", partitions=(0,)),), app="app1")
+    )
+    assert index.payload.topics[0].partitions[0].right_index == 0  # nothing partial was stored
+    await raw.close()
+    async with client(catalog, app="other", token=catalog.other_token) as c:
+        with pytest.raises(Jmq4Error) as info:
+            await c.produce("local", [b"x"], partition=0)
+        assert info.value.code == Code.FW_PUT_MESSAGE_TOPIC_NOT_WRITE
+
+
+async def test_fetch_rules_136_187_186_147_146(catalog, brokers):
+    raw = await RawClient.open(catalog.ports[1])
+    await raw.login("app1", catalog.token)
+    fetch = FetchTopicMessageRequest(topics=(TopicFetch(topic="local"),), app="app1")
+    assert (await raw.call(fetch)).payload.topics[0].code == Code.FW_CONSUMER_NOT_EXISTS
+    await raw.call(AddConsumerRequest(topics=("local", "remote"), app="app1"))
+    remote = FetchTopicMessageRequest(topics=(TopicFetch(topic="remote"),), app="app1")
+    assert (await raw.call(remote)).payload.topics[0].code == (
+        Code.FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER
+    )
+    by_partition = await raw.call(
+        FetchPartitionMessageRequest(
+            topics=(
+                PartitionFetchTopic(topic="orders", partitions=(PartitionFetch(partition=2),)),
+            ),
+            app="app1",
+        )
+    )
+    assert by_partition.payload.topics[0].partitions[0].code == (
+        Code.FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER
+    )
+    await raw.close()
+    for app, token, code in (
+        ("paused", catalog.paused_token, Code.FW_FETCH_TOPIC_MESSAGE_PAUSED),
+        ("blocked", catalog.blocked_token, Code.FW_GET_MESSAGE_APP_CLIENT_IP_NOT_READ),
+    ):
+        raw = await RawClient.open(catalog.ports[1])
+        await raw.login(app, token)
+        await raw.call(AddConsumerRequest(topics=("local",), app=app))
+        reply = await raw.call(
+            FetchTopicMessageRequest(topics=(TopicFetch(topic="local"),), app=app)
+        )
+        assert reply.payload.topics[0].code == code
+        await raw.close()
+    async with client(catalog, app="blocked", token=catalog.blocked_token) as c:
+        with pytest.raises(Jmq4Error) as info:
+            await c.produce("local", [b"x"], partition=0)
+        assert info.value.code == Code.FW_PUT_MESSAGE_APP_CLIENT_IP_NOT_WRITE
+
+
+async def test_ack_rules_and_retry_partition(catalog, brokers):
+    async with client(catalog) as c:
+        await c.produce("local", [b"a", b"b", b"c"], partition=0)
+        got = await c.fetch("local")
+        assert len(got) == 3
+        raw = await RawClient.open(catalog.ports[1])
+        await raw.login("app1", catalog.token)
+        gap = CommitAckRequest(
+            topics=(
+                AckTopic(
+                    topic="local",
+                    partitions=(
+                        AckPartition(
+                            partition=0,
+                            acks=(AckEntry(partition=0, index=0), AckEntry(partition=0, index=2)),
+                        ),
+                    ),
+                ),
+            ),
+            app="app1",
+        )
+        reply = await raw.call(gap)
+        assert reply.payload.topics[0].partitions[0].code == Code.FW_CONSUMER_ACK_FAIL
+        await raw.close()
+        assert await c.ack(got[:1], RetryType.EXCEPTION) == {0: 0}
+        assert await c.ack(got[1:]) == {0: 0}
+        retried = []
+        deadline = time.monotonic() + 5
+        while not retried and time.monotonic() < deadline:
+            retried = await c.fetch("local", long_poll_ms=1500)
+        assert [(m.partition, m.body) for m in retried] == [(32767, b"a")]
+        assert await c.ack(retried) == {32767: 0}
+
+
+async def test_partition_fetch_index_and_commit_ack_index(catalog, brokers):
+    async with client(catalog) as c:
+        await c.produce("local", [b"0", b"1", b"2", b"3"], partition=0)
+    raw = await RawClient.open(catalog.ports[1])
+    await raw.login("app1", catalog.token)
+
+    def read(index: int, count: int = 10):
+        return FetchPartitionMessageRequest(
+            topics=(
+                PartitionFetchTopic(
+                    topic="local",
+                    partitions=(PartitionFetch(partition=0, count=count, index=index),),
+                ),
+            ),
+            app="app1",
+        )
+
+    part = (await raw.call(read(-1))).payload.topics[0].partitions[0]
+    assert part.code == 0 and [m.index for m in part.messages] == [0, 1, 2, 3]
+    part = (await raw.call(read(2, 1))).payload.topics[0].partitions[0]
+    assert [m.body for m in part.messages] == [b"2"]
+    part = (await raw.call(read(4))).payload.topics[0].partitions[0]
+    assert part.code == 0 and part.messages == ()
+    part = (await raw.call(read(9))).payload.topics[0].partitions[0]
+    assert part.code == Code.FW_FETCH_MESSAGE_INDEX_OUT_OF_RANGE
+
+    async def ack_index(index: int):
+        return await raw.call(
+            CommitAckIndexRequest(
+                topics=(
+                    AckIndexTopic(
+                        topic="local", partitions=(PartitionIndex(partition=0, index=index),)
+                    ),
+                ),
+                app="app1",
+            )
+        )
+
+    async def indexes():
+        reply = await raw.call(
+            FetchIndexRequest(topics=(IndexTopic(topic="local", partitions=(0,)),), app="app1")
+        )
+        p = reply.payload.topics[0].partitions[0]
+        return p.index, p.left_index, p.right_index
+
+    assert (await ack_index(-1)).payload.topics == ()
+    assert await indexes() == (4, 0, 4)
+    await ack_index(-2)
+    assert await indexes() == (0, 0, 4)
+    await ack_index(3)
+    assert await indexes() == (3, 0, 4)
+    bad = await raw.call(
+        CommitAckIndexRequest(
+            topics=(
+                AckIndexTopic(topic="local", partitions=(PartitionIndex(partition=7, index=0),)),
+            ),
+            app="app1",
+        )
+    )
+    assert bad.payload.topics[0].partitions[0].code == Code.CN_PARAM_ERROR
+    await raw.close()
+
+
+async def test_long_poll_is_woken_by_a_produce(catalog, brokers):
+    async with client(catalog) as consumer, client(catalog) as producer:
+        await consumer.fetch("local")  # registers the consumer
+        started = time.monotonic()
+        task = asyncio.create_task(consumer.fetch("local", long_poll_ms=5000))
+        await asyncio.sleep(0.3)
+        await producer.produce("local", [b"wake"], partition=1)
+        got = await task
+        assert [m.body for m in got] == [b"wake"]
+        assert time.monotonic() - started < 2.0
+        empty_started = time.monotonic()
+        assert await consumer.fetch("local", long_poll_ms=400) == []
+        assert 0.35 < time.monotonic() - empty_started < 2.0
+
+
+async def test_client_follows_leaders_across_brokers(catalog, brokers):
+    async with client(catalog) as c:
+        for partition in range(4):
+            items = await c.produce("orders", [f"p{partition}".encode()], partition=partition)
+            assert items[0].partition == partition
+        seen = []
+        for _ in range(6):
+            batch = await c.fetch("orders")
+            seen += [m.body for m in batch]
+            await c.ack(batch)
+        assert sorted(seen) == [b"p0", b"p1", b"p2", b"p3"]
+        remote = await c.produce("remote", [b"r"])
+        assert remote[0].index == 0
+
+
+async def test_transactions(catalog, brokers):
+    raw = await RawClient.open(catalog.ports[1])
+    await raw.login("app1", catalog.token)
+    from brokers.protocols.jmq4 import (
+        CommitRequest,
+        FetchProduceFeedbackRequest,
+        PrepareRequest,
+        RollbackRequest,
+    )
+
+    denied = await raw.call(PrepareRequest(topic="local", app="app1"))
+    assert denied.header.status == Code.FW_PRODUCER_NOT_EXISTS
+    unknown = await raw.call(RollbackRequest(topic="local", app="app1", tx_id="nope"))
+    assert unknown.payload.code == Code.CN_TRANSACTION_NOT_EXISTS
+    unknown = await raw.call(CommitRequest(topic="local", app="app1", tx_id="nope"))
+    assert unknown.payload.code == Code.CN_TRANSACTION_NOT_EXISTS
+    bad_tx = ProduceMessageRequest(
+        topics=(
+            ProduceTopic(
+                topic="local",
+                tx_id="nope",
+                messages=(build_message(OutgoingMessage(b"x"), app="app1", partition=0),),
+            ),
+        ),
+        app="app1",
+    )
+    assert (await raw.call(bad_tx)).payload.topics[0].code == Code.CN_TRANSACTION_NOT_EXISTS
+    feedback = await raw.call(FetchProduceFeedbackRequest(app="app1", topic="local"))
+    assert feedback.payload.entries == () and feedback.payload.code == 0
+    await raw.close()
+    async with client(catalog) as c:
+        tx = await c.transaction("local", transaction_id="q-1")
+        await tx.produce([b"t1", b"t2"])
+        assert await c.fetch("local") == []
+        await tx.commit()
+        got = await c.fetch("local")
+        assert [m.body for m in got] == [b"t1", b"t2"]
+        await c.ack(got)
+        tx = await c.transaction("local")
+        await tx.produce([b"gone"])
+        await tx.rollback()
+        with pytest.raises(Jmq4Error) as info:
+            await tx.commit()
+        assert info.value.code == Code.CN_TRANSACTION_NOT_EXISTS
+        assert await c.fetch("local") == []
+
+
+async def test_consume_loop_retries_failed_messages(catalog, brokers):
+    async with client(catalog) as c:
+        await c.produce("local", [b"ok", b"boom"], partition=0)
+        await c.produce("local", [b"ok2"], partition=0)
+        stop = asyncio.Event()
+        handled: list[bytes] = []
+        failures = 0
+
+        async def handler(message):
+            nonlocal failures
+            if message.body == b"boom" and failures == 0:
+                failures += 1
+                raise RuntimeError("first attempt fails")
+            handled.append(message.body)
+            if {b"ok", b"ok2", b"boom"} <= set(handled):
+                stop.set()
+
+        await asyncio.wait_for(c.consume("local", handler, stop=stop, long_poll_ms=300), 10)
+        assert failures == 1 and sorted(handled) == [b"boom", b"ok", b"ok2"]
+        assert (await c.fetch_index("local", [0]))[0] == (3, 0, 3)
+
+
+async def _cli(catalog, *args: str) -> str:
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "brokers.clients.jmq4",
+        "--port",
+        str(catalog.ports[1]),
+        "--app",
+        "app1",
+        "--token",
+        catalog.token,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, out
+    return out.decode()
+
+
+async def test_cli_cluster_produce_consume(catalog, brokers):
+    assert "group 1 leader 2" in await _cli(catalog, "cluster", "orders")
+    assert "partition=0 index=0" in await _cli(
+        catalog, "produce", "local", "hi", "--partition", "0"
+    )
+    assert "0:0 hi" in await _cli(catalog, "consume", "local", "--max", "1")
