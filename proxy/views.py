@@ -27,6 +27,7 @@ from brokers.engine import (
     Message,
     ProducerPolicyInfo,
     StoreUnavailable,
+    java_hash,
 )
 from proxy import params as p
 from proxy.auth import authorize, bearer_token
@@ -138,22 +139,13 @@ def _body(text: str) -> bytes:
     return raw
 
 
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode()`` as an unsigned 32-bit value (UTF-16 code units)."""
-    data = text.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
-    return h
-
-
 async def _partition_for(rt: Runtime, policy: ProducerPolicyInfo, params: dict[str, str]):
     topic = rt.engine.topic(policy.topic)
     order_id = params.get("orderId", "")
     if order_id and p.boolean(params, "ordered"):
         raise bad_parameter("give orderId or ordered, not both")
     if order_id:
-        return (java_string_hash(order_id) & 0x7FFFFFFF) % topic.partitions
+        return (java_hash(order_id) & 0x7FFFFFFF) % topic.partitions
     if p.boolean(params, "ordered"):
         return (await rt.redis.incr(f"order:{{{topic.code}}}") - 1) % topic.partitions
     return None
