@@ -5,6 +5,7 @@ Front-ends, the console and the pipeline import from here only.
 """
 
 from brokers.engine.append import java_hash
+from brokers.engine.background import cancel_and_wait
 from brokers.engine.catalog import (
     AppInfo,
     BrokerInfo,
@@ -123,6 +124,7 @@ __all__ = [
     "TransactionLimit",
     "TransactionNotFound",
     "WriteTimeout",
+    "cancel_and_wait",
     "contiguous",
     "decode_attributes",
     "decode_batch_body",

@@ -11,7 +11,6 @@ changes made in the console never need a restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import hmac
@@ -20,6 +19,8 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 import redis.asyncio as aioredis
+
+from brokers.engine.background import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -277,11 +278,8 @@ class CatalogWatcher:
 
     async def stop(self) -> None:
         """Stop following invalidations."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def refresh(self) -> None:
         """Reload the snapshot from Redis now."""

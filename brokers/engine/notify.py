@@ -16,6 +16,7 @@ import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
+from brokers.engine.background import cancel_and_wait
 from brokers.engine.keys import PREFIX, notify_channel
 from brokers.engine.redisio import AnyRedis
 
@@ -51,11 +52,8 @@ class Notifier:
             self._task = asyncio.create_task(self._run(), name="engine-notifier")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()

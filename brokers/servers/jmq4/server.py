@@ -50,7 +50,7 @@ class Jmq4Server:
                 await asyncio.wait(still, timeout=1.0)
         for proto in protocols:
             with contextlib.suppress(Exception):
-                await release_locks(self.ctx, proto.session)
+                await asyncio.wait_for(release_locks(self.ctx, proto.session), 5.0)
             proto.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), 2.0)
