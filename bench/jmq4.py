@@ -1,12 +1,14 @@
 """JMQ4 broker benchmark (a script, not a test): ``python bench/jmq4.py``.
 
-Starts its own redis-server (free port, AOF everysec) and an in-process JMQ4 server with a
-minimal catalog snapshot published to that Redis, then prints:
+Starts its own redis-server (free port, AOF everysec) and a JMQ4 server in a separate process
+(``--serve``, so the load generator does not share its core) with a minimal catalog snapshot
+published to that Redis, then prints:
 
 * produce msgs/s — 100-byte messages, 32 per request, 4 connections;
 * produce msgs/s — one batch message of 100 items per request, 4 connections;
 * consume msgs/s — FETCH_TOPIC_MESSAGE + COMMIT_ACK over the produced backlog;
-* end-to-end latency p50/p99 at a paced 5,000 msg/s (produce → long-polling consumer);
+* end-to-end latency p50/p99 at a paced 5,000 msg/s (produce → long-polling consumer with
+  one fetch loop per partition);
 * the raw baseline: ``redis-benchmark -P 100 -q XADD`` on the same Redis, in the same run.
 
 Each line shows its ratio to the raw XADD rate.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -138,30 +141,40 @@ def raw_xadd(port: int, requests: int) -> float:
     return float(match[-1])
 
 
-async def produce_load(port: int, topic: str, seconds: float, *, batch: bool) -> float:
-    async def worker(client: Jmq4Client, stop: float) -> int:
-        conn = await client.connection(client.bootstrap)
-        sent = 0
-        while time.perf_counter() < stop:
-            p = sent // 32 % PARTITIONS
-            if batch:
-                msgs = (
-                    build_batch(
-                        [OutgoingMessage(BODY)] * 100, app="bench", partition=p, compress=False
-                    ),
-                )
-                n = 100
-            else:
-                msgs = tuple(
-                    build_message(OutgoingMessage(BODY), app="bench", partition=p, compress=False)
-                    for _ in range(32)
-                )
-                n = 32
-            frame = await conn.request(
-                ProduceMessageRequest(
-                    topics=(ProduceTopic(topic=topic, messages=msgs),), app="bench"
-                )
+def produce_requests(topic: str, *, batch: bool) -> list[tuple[ProduceMessageRequest, int]]:
+    """One prebuilt request per partition, so the load generator spends no time encoding."""
+    out = []
+    for p in range(PARTITIONS):
+        if batch:
+            msgs = (
+                build_batch(
+                    [OutgoingMessage(BODY)] * 100, app="bench", partition=p, compress=False
+                ),
             )
+            n = 100
+        else:
+            msgs = tuple(
+                build_message(OutgoingMessage(BODY), app="bench", partition=p, compress=False)
+                for _ in range(32)
+            )
+            n = 32
+        request = ProduceMessageRequest(
+            topics=(ProduceTopic(topic=topic, messages=msgs),), app="bench"
+        )
+        out.append((request, n))
+    return out
+
+
+async def produce_load(port: int, topic: str, seconds: float, *, batch: bool) -> float:
+    requests = produce_requests(topic, batch=batch)
+
+    async def worker(client: Jmq4Client, stop: float, offset: int) -> int:
+        conn = await client.connection(client.bootstrap)
+        sent, turn = 0, offset
+        while time.perf_counter() < stop:
+            request, n = requests[turn % PARTITIONS]
+            turn += 1
+            frame = await conn.request(request)
             assert frame.payload.topics[0].code == 0, frame.payload.topics[0].code
             sent += n
         return sent
@@ -172,7 +185,7 @@ async def produce_load(port: int, topic: str, seconds: float, *, batch: bool) ->
     # 8 requests in flight per connection
     stop = time.perf_counter() + seconds
     start = time.perf_counter()
-    counts = await asyncio.gather(*(worker(c, stop) for c in clients for _ in range(8)))
+    counts = await asyncio.gather(*(worker(c, stop, i) for i, c in enumerate(clients * 8)))
     elapsed = time.perf_counter() - start
     for c in clients:
         await c.close()
@@ -211,7 +224,9 @@ async def latency(port: int, rate: int, seconds: float) -> tuple[float, float]:
             if batch:
                 await consumer.ack(batch)
 
-    task = asyncio.create_task(consume())
+    # As JMQ4 consumers do, one fetch loop per partition, all on one connection: a fetch
+    # locks one partition, so a single loop would leave the others waiting their turn.
+    task = asyncio.gather(*(consume() for _ in range(PARTITIONS)))
     interval = 1 / rate * 10  # 10 messages per tick
     start = time.perf_counter()
     tick = 0
@@ -239,30 +254,54 @@ async def latency(port: int, rate: int, seconds: float) -> tuple[float, float]:
     return q[49], q[98]
 
 
+async def serve(redis_port: int, jmq4_port: int) -> None:
+    """The broker side, run in its own process so load generation does not share its core."""
+    client = aioredis.Redis(
+        connection_pool=aioredis.BlockingConnectionPool.from_url(
+            f"redis://127.0.0.1:{redis_port}", max_connections=64
+        )
+    )
+    await publish_snapshot(client, snapshot(jmq4_port))
+    watcher = CatalogWatcher(client)
+    await watcher.start()
+    engine = Engine(client, lambda: watcher.current, broker_id=1)
+    server = await start_jmq4_server(engine, watcher, "127.0.0.1", jmq4_port, 1)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    print("ready", flush=True)
+    await stop.wait()
+    await server.stop()
+    await engine.close()
+    await watcher.stop()
+    await client.aclose()
+
+
+def start_server(redis_port: int) -> tuple[subprocess.Popen, int]:
+    jmq4_port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(redis_port), str(jmq4_port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline() if proc.stdout else ""
+    if line.strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"bench broker did not start: {line!r}")
+    return proc, jmq4_port
+
+
 async def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
     redis_proc, redis_port = start_redis(workdir)
+    server = None
     try:
         raw = raw_xadd(redis_port, 1_000_000)
-        client = aioredis.Redis(
-            connection_pool=aioredis.BlockingConnectionPool.from_url(
-                f"redis://127.0.0.1:{redis_port}", max_connections=64
-            )
-        )
-        jmq4_port = free_port()
-        await publish_snapshot(client, snapshot(jmq4_port))
-        watcher = CatalogWatcher(client)
-        await watcher.start()
-        engine = Engine(client, lambda: watcher.current, broker_id=1)
-        server = await start_jmq4_server(engine, watcher, "127.0.0.1", jmq4_port, 1)
+        server, jmq4_port = start_server(redis_port)
         produce = await produce_load(jmq4_port, "bench", 5.0, batch=False)
         batched = await produce_load(jmq4_port, "batch", 5.0, batch=True)
         consume = await consume_load(jmq4_port, "bench", 200_000)
         p50, p99 = await latency(jmq4_port, 5000, 5.0)
-        await server.stop()
-        await engine.close()
-        await watcher.stop()
-        await client.aclose()
         print(f"raw redis-benchmark -P 100 XADD : {raw:12,.0f} ops/s   1.00x")
         print(
             f"JMQ4 produce 32/request, 4 conns : {produce:12,.0f} msg/s   {produce / raw:.2f}x raw"
@@ -275,6 +314,9 @@ async def main() -> None:
         )
         print(f"JMQ4 e2e latency @5,000 msg/s    : p50 {p50:.2f} ms  p99 {p99:.2f} ms")
     finally:
+        if server is not None:
+            server.terminate()
+            server.wait(30)
         redis_proc.terminate()
         redis_proc.wait(10)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -282,4 +324,7 @@ async def main() -> None:
 
 if __name__ == "__main__":
     install_uvloop()
-    asyncio.run(main())
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
+        asyncio.run(serve(int(sys.argv[2]), int(sys.argv[3])))
+    else:
+        asyncio.run(main())

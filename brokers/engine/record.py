@@ -14,6 +14,7 @@ index and storeTime on store, so a JMQ4 fetch copies the stored bytes unchanged.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -163,6 +164,7 @@ def _is_utf8(data: bytes) -> bool:
 # ---------------------------------------------------------------- client address
 
 
+@functools.lru_cache(maxsize=4096)
 def encode_client_ip(address: str | None) -> tuple[bytes, bool]:
     """``host[:port]`` (or ``[v6]:port``) -> (16-byte JMQ4 clientIp, is IPv4)."""
     if not address:
@@ -416,18 +418,75 @@ def restamp_record(
     the size disagrees with the content, sysCode bits 13–15 are set, the businessId is
     over 100 characters or a batch body does not add up to ``flag`` items.
     """
-    view = check_record(raw, max_body=max_body)
+    sys_code, send_time, count = _check_wire_record(raw, max_body)
     buf = bytearray(raw)
     _I16.pack_into(buf, OFF_PARTITION, partition)
-    _I32.pack_into(buf, OFF_STORE_TIME, _delta(now_ms, view.send_time_ms))
+    _I32.pack_into(buf, OFF_STORE_TIME, _delta(now_ms, send_time))
     if client_address is not None:
         ip, short = encode_client_ip(client_address)
         buf[23:39] = ip
-        sys_code = (
-            (view.sys_code | SYS_SHORT_ADDRESS) if short else (view.sys_code & ~SYS_SHORT_ADDRESS)
-        )
+        sys_code = (sys_code | SYS_SHORT_ADDRESS) if short else (sys_code & ~SYS_SHORT_ADDRESS)
         _I16.pack_into(buf, 20, sys_code)
-    return bytes(buf), view.count
+    return bytes(buf), count
+
+
+_CHECK_HEAD = struct.Struct(">i14xhh17xq12xh")  # size, magic, sysCode, sendTime, flag
+
+
+def _check_wire_record(raw: bytes, max_body: int) -> tuple[int, int, int]:
+    """:func:`check_record`'s rules without building a message: (sysCode, sendTime, count).
+
+    Walks the variable-length fields by their lengths only; the strings a reader decodes
+    (businessId, app) are checked for UTF-8 so nothing unreadable is stored.
+    """
+    n = len(raw)
+    try:
+        size, magic, sys_code, send, flag = _CHECK_HEAD.unpack_from(raw, 0)
+        (blen,) = _I32.unpack_from(raw, 61)
+        if blen < 0:
+            raise InvalidMessage("body length out of range")
+        body_end = 65 + blen
+        bl = raw[body_end]
+        if bl > 127:
+            raise InvalidMessage("negative businessId length")
+        bid_end = body_end + 1 + bl
+        long_bid = bl > MAX_BUSINESS_ID and (
+            len(raw[body_end + 1 : bid_end].decode("utf-8")) > MAX_BUSINESS_ID
+        )
+        if bl and not long_bid:
+            raw[body_end + 1 : bid_end].decode("utf-8")
+        (al,) = _I16.unpack_from(raw, bid_end)
+        if al < 0:
+            raise InvalidMessage("negative attributes length")
+        pos = bid_end + 2 + al
+        (el,) = _I32.unpack_from(raw, pos)
+        if el < 0:
+            raise InvalidMessage("negative extension length")
+        pos += 4 + el
+        apl = raw[pos]
+        if apl > 127:
+            raise InvalidMessage("negative app length")
+        raw[pos + 1 : pos + 1 + apl].decode("utf-8")
+        pos += 1 + apl
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise InvalidMessage("malformed message record") from exc
+    if pos != n or size != n:
+        raise InvalidMessage("message size disagrees with its content")
+    if magic != MAGIC:
+        raise InvalidMessage("bad magic")
+    if sys_code < 0 or sys_code >> 13:
+        raise InvalidMessage("sysCode bits 13-15 must be clear")
+    if blen > max_body:
+        raise MessageTooLarge(f"body of {blen} bytes is over {max_body}")
+    if long_bid:
+        raise InvalidMessage("businessId longer than 100 characters")
+    if not sys_code & SYS_BATCH:
+        return sys_code, send, 1
+    if flag < 1:
+        raise InvalidMessage("batch flag must be at least 1")
+    if not sys_code & SYS_COMPRESSED:
+        decode_batch_body(raw[65:body_end], flag)
+    return sys_code, send, flag
 
 
 @dataclass(slots=True)

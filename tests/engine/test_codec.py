@@ -12,6 +12,7 @@ from brokers.engine import (
     BatchItem,
     InvalidMessage,
     Message,
+    MessageTooLarge,
     decode_attributes,
     decode_batch_body,
     decode_record,
@@ -19,7 +20,7 @@ from brokers.engine import (
     encode_batch_body,
     encode_record,
 )
-from brokers.engine.record import check_record, restamp_record
+from brokers.engine.record import _check_wire_record, check_record, restamp_record
 
 text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
 
@@ -112,3 +113,40 @@ def test_invalid_records_are_rejected():
     batch[20:22] = struct.pack(">h", 0x118C)  # batch bit, flag 0, body not a batch
     with pytest.raises(InvalidMessage):
         restamp_record(bytes(batch), partition=0, now_ms=5)
+
+
+def _verdict(check, raw: bytes):
+    try:
+        return check(raw)
+    except (InvalidMessage, MessageTooLarge) as exc:
+        return type(exc)
+
+
+@given(
+    body=st.binary(max_size=60),
+    bid=st.text(max_size=120),
+    sys_code=st.sampled_from([0x010C, 0x018C, 0x110C, 0x1000, 0x1001, 0x2000, -1]),
+    flag=st.integers(-2, 3),
+    cut=st.integers(0, 400),
+    flip=st.tuples(st.integers(0, 400), st.integers(0, 255)),
+)
+def test_fast_wire_check_agrees_with_full_check(body, bid, sys_code, flag, cut, flip):
+    """restamp_record's fast validation accepts and rejects exactly what check_record does."""
+    raw, _ = encode_record(Message(body), app="ap", partition=1, now_ms=7)
+    bid_raw = bid.encode()[:127]
+    bid_raw = bid_raw.decode("utf-8", "ignore").encode()
+    head = bytearray(raw[: 65 + len(body)])
+    tail = raw[65 + len(body) + 1 :]
+    rec = bytearray(head + bytes([len(bid_raw)]) + bid_raw + tail)
+    struct.pack_into(">i", rec, 0, len(rec))
+    struct.pack_into(">h", rec, 20, sys_code)
+    struct.pack_into(">h", rec, 59, flag)
+    if flip[0] < len(rec):
+        rec[flip[0]] = flip[1]
+    data = bytes(rec[: len(rec) - cut % 3])
+    full = _verdict(lambda r: check_record(r, max_body=40), data)
+    fast = _verdict(lambda r: _check_wire_record(r, 40), data)
+    if isinstance(full, type):
+        assert fast is full
+    else:
+        assert fast == (full.sys_code, full.send_time_ms, full.count)

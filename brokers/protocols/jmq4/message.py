@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 
 from brokers.protocols.jmq4.attributes import decode_attributes
@@ -134,7 +134,7 @@ def decode_client_address(client_ip: bytes, short_address: bool) -> tuple[str, i
     return str(ipaddress.IPv6Address(client_ip[2:] + b"\0\0")), port
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class BrokerMessage:
     """One message in wire/storage layout (§3). Strings use ``""`` for null.
 
@@ -226,42 +226,32 @@ class BrokerMessage:
 
     @classmethod
     def read(cls, r: Reader) -> BrokerMessage:
-        """Read one message field by field (as the reference does, ignoring ``size``)."""
-        start = r.position
-        (
-            size,
-            partition,
-            index,
-            term,
-            magic,
-            sys_code,
-            priority,
-            client_ip,
-            send_time,
-            store_time,
-            body_crc,
-            flag,
-        ) = r.unpack(_FIXED)
-        message = cls(
-            size=size,
-            partition=partition,
-            index=index,
-            term=term,
-            magic=magic,
-            sys_code=sys_code,
-            priority=priority,
-            client_ip=client_ip,
-            send_time=send_time,
-            store_time=store_time,
-            body_crc=body_crc,
-            flag=flag,
-            body=r.read_bytes4(),
-            business_id=r.read_s1(),
-            attributes=r.read_s2(),
-            extension=r.read_bytes4(),
-            app=r.read_s1(),
+        """Read one message field by field (as the reference does, ignoring ``size``).
+
+        This is the produce hot path, so it walks the buffer directly instead of calling
+        one Reader method per field; the bounds and sign checks are the Reader's.
+        """
+        data, start, end = r.window()
+        if start + _FIXED_SIZE > end:
+            raise DecodeError(
+                f"read of {_FIXED_SIZE} bytes at offset {start} overruns the data ({end})"
+            )
+        fixed = _FIXED.unpack_from(data, start)
+        pos = start + _FIXED_SIZE
+        body, pos = _bytes4(data, pos, end)
+        business_id, pos = _string(data, pos, end, 1)
+        attributes, pos = _string(data, pos, end, 2)
+        extension, pos = _bytes4(data, pos, end)
+        app, pos = _string(data, pos, end, 1)
+        r.seek(pos)
+        message = object.__new__(cls)
+        message.__dict__.update(
+            zip(
+                _FIELDS,
+                (*fixed, body, business_id, attributes, extension, app, data[start:pos]),
+                strict=True,
+            )
         )
-        object.__setattr__(message, "raw", r.slice(start, r.position))
         return message
 
     @classmethod
@@ -272,6 +262,46 @@ class BrokerMessage:
         if r.remaining:
             raise DecodeError(f"{r.remaining} bytes after the message")
         return message
+
+
+# BrokerMessage.read fills the frozen instance's fields in one step (no per-field
+# object.__setattr__, which cost more than the parsing), in declaration order.
+_FIELDS = tuple(f.name for f in fields(BrokerMessage))
+_FIXED_SIZE = _FIXED.size
+_LEN1, _LEN2, _LEN4 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i")
+
+
+def _overrun(n: int, pos: int, end: int) -> DecodeError:
+    return DecodeError(f"read of {n} bytes at offset {pos} overruns the data ({end})")
+
+
+def _bytes4(data: bytes, pos: int, end: int) -> tuple[bytes, int]:
+    if pos + 4 > end:
+        raise _overrun(4, pos, end)
+    (n,) = _LEN4.unpack_from(data, pos)
+    if n < 0:
+        raise DecodeError(f"negative BYTES4 length {n}")
+    pos += 4
+    if pos + n > end:
+        raise _overrun(n, pos, end)
+    return data[pos : pos + n], pos + n
+
+
+def _string(data: bytes, pos: int, end: int, width: int) -> tuple[str, int]:
+    if pos + width > end:
+        raise _overrun(width, pos, end)
+    (n,) = (_LEN1 if width == 1 else _LEN2).unpack_from(data, pos)
+    if n < 0:
+        raise DecodeError(f"negative S{width} length {n}")
+    pos += width
+    if not n:
+        return "", pos
+    if pos + n > end:
+        raise _overrun(n, pos, end)
+    try:
+        return data[pos : pos + n].decode("utf-8"), pos + n
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"invalid UTF-8 string: {exc.reason}") from None
 
 
 def write_message_item(w: Writer, message: BrokerMessage) -> None:

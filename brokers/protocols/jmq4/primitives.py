@@ -135,6 +135,16 @@ class Reader:
         """Read ``A{…}``: a count, then that many items produced by ``read_item``."""
         return tuple([read_item(self) for _ in range(self.read_count())])
 
+    def window(self) -> tuple[bytes, int, int]:
+        """``(data, position, end)`` for a hot-path parser that walks the bytes itself."""
+        return self._data, self._pos, self._end
+
+    def seek(self, position: int) -> None:
+        """Move to ``position`` (after a :meth:`window` parse); it must stay within bounds."""
+        if not self._pos <= position <= self._end:
+            raise DecodeError(f"seek to {position} outside [{self._pos}, {self._end}]")
+        self._pos = position
+
     def slice(self, start: int, end: int) -> bytes:
         """Return already-read bytes ``[start, end)`` of the underlying data."""
         return self._data[start:end]
