@@ -117,11 +117,15 @@ class Fetcher:
             return result
         loop = asyncio.get_running_loop()
         deadline = loop.time() + long_poll_ms / 1000
-        async with self._notifier.watch(topic) as event:
+        group = f"{req.app}\n{req.client_id or ''}"
+        async with self._notifier.watch(topic, group) as event:
+            woken = False
             while True:
                 event.clear()
                 result = await self.fetch_once(req)
                 remaining = deadline - loop.time()
+                if result.found and woken:
+                    self._notifier.pass_on(topic, event)
                 if result.found or remaining <= 0:
                     return result
                 wait = remaining
@@ -130,6 +134,7 @@ class Fetcher:
                     wait = min(wait, hint)
                 try:
                     await asyncio.wait_for(event.wait(), wait)
+                    woken = True
                 except TimeoutError:
                     if loop.time() >= deadline:
                         return await self.fetch_once(req)

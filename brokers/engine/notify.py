@@ -24,12 +24,30 @@ log = logging.getLogger(__name__)
 _SENTINEL = f"{PREFIX}:n"
 
 
+class Wakeup(asyncio.Event):
+    """A waiter's event; ``group`` waiters compete for the same messages."""
+
+    def __init__(self, group: str | None) -> None:
+        super().__init__()
+        self.group = group
+        self.seen = -1  # the notification number this waiter was last woken for
+
+
 class Notifier:
-    """Fans topic notifications out to in-process waiters."""
+    """Fans topic notifications out to in-process waiters.
+
+    Waiters without a group are all woken by every notification. Waiters of one group
+    (one consumer group competing for the same partitions) are woken one at a time: the
+    first idle one per notification, and a waiter that then found messages passes the
+    wake-up on to the next (there may be more), each at most once per notification. A
+    notification so wakes one or two fetchers of a group instead of all of them, which
+    kept a broker with many parked fetches busy re-reading Redis.
+    """
 
     def __init__(self, client: AnyRedis) -> None:
         self._client = client
-        self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._waiters: dict[str, list[Wakeup]] = defaultdict(list)
+        self._seq: dict[str, int] = defaultdict(int)
         self._confirmed: dict[str, asyncio.Future[None]] = {}
         self._pubsub = None
         self._task: asyncio.Task[None] | None = None
@@ -71,24 +89,55 @@ class Notifier:
         await asyncio.wait_for(asyncio.shield(fut), 5.0)
 
     @contextlib.asynccontextmanager
-    async def watch(self, topic: str) -> AsyncIterator[asyncio.Event]:
-        """An event set whenever ``topic`` gets a notification while inside the block."""
-        event = asyncio.Event()
-        self._waiters[topic].add(event)
+    async def watch(self, topic: str, group: str | None = None) -> AsyncIterator[Wakeup]:
+        """An event set when ``topic`` gets a notification while inside the block.
+
+        Without ``group`` every notification sets it; with one, see the class docstring
+        (call :meth:`pass_on` after taking messages).
+        """
+        event = Wakeup(group)
+        self._waiters[topic].append(event)
         try:
             await self._subscribe(topic)
             yield event
         finally:
             waiters = self._waiters.get(topic)
             if waiters is not None:
-                waiters.discard(event)
+                with contextlib.suppress(ValueError):
+                    waiters.remove(event)
                 if not waiters:
                     del self._waiters[topic]
+                    self._seq.pop(topic, None)
+
+    def pass_on(self, topic: str, event: Wakeup) -> None:
+        """``event``'s waiter took messages: wake the next idle waiter of its group."""
+        seq = self._seq.get(topic)
+        if seq is None or event.group is None:
+            return
+        for other in self._waiters.get(topic, ()):
+            if other.group == event.group and not other.is_set() and other.seen < seq:
+                other.seen = seq
+                other.set()
+                return
 
     def _wake(self, topic: str | None) -> None:
-        groups = self._waiters.values() if topic is None else [self._waiters.get(topic, ())]
-        for waiters in groups:
-            for event in waiters:
+        if topic is None:  # the connection was lost: everyone re-checks
+            for waiters in self._waiters.values():
+                for event in waiters:
+                    event.set()
+            return
+        waiters = self._waiters.get(topic)
+        if not waiters:
+            return
+        self._seq[topic] += 1
+        seq = self._seq[topic]
+        woken: set[str] = set()
+        for event in waiters:
+            if event.group is None:
+                event.set()
+            elif event.group not in woken and not event.is_set():
+                woken.add(event.group)
+                event.seen = seq
                 event.set()
 
     async def _run(self) -> None:

@@ -316,6 +316,38 @@ async def test_long_poll_wakes_when_lock_released(make_engine):
     assert r.found
 
 
+async def test_parked_fetchers_of_a_group_all_get_served(make_engine):
+    """Wake-ups go to one fetcher of a group at a time; none of the data waits out a poll."""
+    engine = make_engine(
+        snapshot(
+            topics={"t": {"partitions": 4}},
+            consumers=[{"topic": "t", "app": "a"}, {"topic": "t", "app": "b"}],
+        )
+    )
+    loop = asyncio.get_running_loop()
+    tasks = [
+        asyncio.create_task(engine.fetch("t", "a", owner=f"c{i}", long_poll_ms=10_000))
+        for i in range(6)
+    ]
+    other = asyncio.create_task(engine.fetch("t", "b", owner="x", long_poll_ms=10_000))
+    await asyncio.sleep(0.2)
+    started = loop.time()
+    for p in range(4):  # four partitions' messages in one notification burst
+        await produce(engine, p, 1)
+    pending, done = set(tasks), set()
+    while len(done) < 4 and loop.time() - started < 5:
+        finished, pending = await asyncio.wait(
+            pending, timeout=5, return_when=asyncio.FIRST_COMPLETED
+        )
+        done |= finished
+    served = sorted(t.result().partition for t in done if t.result().found)
+    assert served == [0, 1, 2, 3]  # four fetchers got one partition each, well before 10 s
+    assert loop.time() - started < 5
+    assert (await asyncio.wait_for(other, 5)).found  # another group is woken on its own
+    for t in tasks:
+        t.cancel()
+
+
 async def test_operator_resends_are_handed_out_once(make_engine):
     engine = make_engine(snapshot(topics={"t": {"partitions": 2}}))
     await produce(engine, 1, 3)
