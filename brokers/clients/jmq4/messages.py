@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from brokers.protocols.jmq4 import (
+    SYS_BATCH,
+    SYS_COMPRESSED,
     BatchItem,
     BrokerMessage,
     CompressionType,
@@ -118,18 +120,18 @@ class ReceivedMessage:
 
 
 def _decompress(message: BrokerMessage) -> bytes:
-    flags = message.flags
-    if not flags.compressed:
+    if not message.sys_code & SYS_COMPRESSED:
         return message.body
-    if flags.compression in (CompressionType.ZLIB, CompressionType.ZIP):
+    compression = message.flags.compression
+    if compression in (CompressionType.ZLIB, CompressionType.ZIP):
         return zlib.decompress(message.body)
-    raise ValueError(f"unsupported compression {flags.compression}")
+    raise ValueError(f"unsupported compression {compression}")
 
 
 def expand(topic: str, message: BrokerMessage) -> list[ReceivedMessage]:
     """The messages a fetched BrokerMessage carries, decompressed."""
     body = _decompress(message)
-    if not message.flags.batch:
+    if not message.sys_code & SYS_BATCH:
         return [
             ReceivedMessage(
                 topic=topic,

@@ -111,6 +111,8 @@ from brokers.protocols.jmq4.frame import (
 )
 from brokers.protocols.jmq4.header import CURRENT_VERSION, Direction, Header, QosLevel
 from brokers.protocols.jmq4.message import (
+    SYS_BATCH,
+    SYS_COMPRESSED,
     BrokerMessage,
     CompressionType,
     Source,
@@ -155,6 +157,8 @@ __all__ = [
     "REQUEST_PAYLOADS",
     "RESPONSE_PAYLOADS",
     "RETRY_PARTITION",
+    "SYS_BATCH",
+    "SYS_COMPRESSED",
     "AckEntry",
     "AckIndexTopic",
     "AckPartition",
