@@ -360,6 +360,33 @@ async def test_transactions(catalog, brokers):
         assert await c.fetch("local") == []
 
 
+async def test_produce_feedback_long_polls_until_a_transaction_is_overdue(catalog, brokers):
+    from brokers.protocols.jmq4 import FetchProduceFeedbackRequest
+
+    async with client(catalog) as c:
+        tx = await c.transaction("local", transaction_id="q-late", timeout_ms=800)
+        await tx.produce([b"pending"])
+        raw = await RawClient.open(catalog.ports[1])
+        await raw.login("app1", catalog.token)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        quick = await raw.call(FetchProduceFeedbackRequest(app="app1", topic="local"))
+        assert quick.payload.entries == ()  # not overdue yet, and no long poll asked for
+        waited = await raw.call(
+            FetchProduceFeedbackRequest(app="app1", topic="local", long_poll_timeout=10_000)
+        )
+        assert [(e.tx_id, e.transaction_id) for e in waited.payload.entries] == [
+            (tx.tx_id, "q-late")
+        ]
+        assert loop.time() - started < 9  # answered when it came due, not at the poll's end
+        again = await raw.call(
+            FetchProduceFeedbackRequest(app="app1", topic="local", long_poll_timeout=300)
+        )
+        assert again.payload.entries == ()  # offered once per 60 s
+        await raw.close()
+        await tx.rollback()
+
+
 async def test_consume_loop_retries_failed_messages(catalog, brokers):
     async with client(catalog) as c:
         await c.produce("local", [b"ok", b"boom"], partition=0)

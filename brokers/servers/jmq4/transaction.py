@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from brokers.engine import EngineError, QoS
 from brokers.protocols.jmq4 import (
     Code,
@@ -70,10 +72,23 @@ async def rollback(
 async def fetch_produce_feedback(
     ctx: ServerContext, session: Session, header: Header, req: FetchProduceFeedbackRequest
 ) -> Frame:
-    """At most one overdue open transaction with a query id (no count on the wire)."""
+    """At most one overdue open transaction with a query id (no count on the wire).
+
+    With ``longPollTimeout`` the request waits for one to come due: it sleeps until the
+    earliest open transaction's timeout (re-checking at least every second, so one
+    prepared meanwhile is seen) or the poll's end.
+    """
     session.authorize(req.app, ctx.snapshot)
+    loop = asyncio.get_running_loop()
+    poll_ms = max(0, min(req.long_poll_timeout, ctx.config.max_long_poll_ms))
+    deadline = loop.time() + poll_ms / 1000
     try:
-        info = await ctx.engine.transaction_feedback(req.topic, req.app)
+        while True:
+            info = await ctx.engine.transaction_feedback(req.topic, req.app)
+            remaining = deadline - loop.time()
+            if info is not None or remaining <= 0:
+                break
+            await asyncio.sleep(min(remaining, await _until_next_due(ctx, req)))
     except EngineError as exc:
         return response_frame(header, FetchProduceFeedbackResponse(code=engine_code(exc)))
     entries = ()
@@ -82,6 +97,17 @@ async def fetch_produce_feedback(
             FeedbackEntry(topic=info.topic, tx_id=info.tx_id, transaction_id=info.transaction_id),
         )
     return response_frame(header, FetchProduceFeedbackResponse(entries=entries))
+
+
+async def _until_next_due(ctx: ServerContext, req: FetchProduceFeedbackRequest) -> float:
+    """Seconds until an open transaction with a query id passes its timeout (at most 1)."""
+    now = ctx.engine.now_ms()
+    dues = [
+        t.start_ms + t.timeout_ms
+        for t in await ctx.engine.open_transactions(req.topic, req.app)
+        if t.transaction_id and t.start_ms + t.timeout_ms > now
+    ]
+    return min([1.0, *((due - now) / 1000 + 0.005 for due in dues)])
 
 
 HANDLERS = {
