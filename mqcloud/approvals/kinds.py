@@ -128,6 +128,36 @@ def _policy_delete(model: type, prefix: str) -> Callable:
     return prepare
 
 
+def _policy_update(model: type, serializer_class: type, prefix: str, allowed: set[str]):
+    """Change only the ``allowed`` fields of a producer or consumer policy: {name, changes}."""
+
+    def prepare(user, payload: dict) -> Prepared:
+        policy = _owned(
+            model.objects.select_related("app", "topic"),
+            user,
+            "app__team",
+            name=_text(payload, "name"),
+        )
+        changes = payload.get("changes")
+        if not isinstance(changes, dict) or not changes:
+            raise serializers.ValidationError({"changes": "Give the fields to change."})
+        extra = sorted(set(changes) - allowed)
+        if extra:
+            raise serializers.ValidationError(
+                {"changes": f"Only {', '.join(sorted(allowed))} change here, not {extra}."}
+            )
+        ser = serializer_class(policy, data=changes, partial=True, context=_context(user))
+        ser.is_valid(raise_exception=True)
+        return Prepared(
+            f"{prefix}:{policy.name}",
+            policy.app.team,
+            payload,
+            lambda: {prefix: ser.save().name, **changes},
+        )
+
+    return prepare
+
+
 def _consumer_change(fields: Callable[[dict], dict]) -> Callable:
     def prepare(user, payload: dict) -> Prepared:
         policy = _owned(
@@ -234,8 +264,17 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.TOPIC_DELETE: _topic_delete,
     Kind.PRODUCER_CREATE: _policy_create(ProducerPolicySerializer, "producer"),
     Kind.PRODUCER_DELETE: _policy_delete(ProducerPolicy, "producer"),
+    Kind.PRODUCER_UPDATE: _policy_update(
+        ProducerPolicy, ProducerPolicySerializer, "producer", {"blacklist", "weights"}
+    ),
     Kind.CONSUMER_CREATE: _policy_create(ConsumerPolicySerializer, "consumer"),
     Kind.CONSUMER_DELETE: _policy_delete(ConsumerPolicy, "consumer"),
+    Kind.CONSUMER_UPDATE: _policy_update(
+        ConsumerPolicy,
+        ConsumerPolicySerializer,
+        "consumer",
+        {"blacklist", "backlog_alert_enabled", "backlog_alert_count", "backlog_alert_age_s"},
+    ),
     Kind.PAUSE: _consumer_change(lambda p: {"paused": True}),
     Kind.RESUME: _consumer_change(lambda p: {"paused": False}),
     Kind.RATE_LIMIT: _consumer_change(_rate_limit_fields),

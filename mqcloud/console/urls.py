@@ -1,11 +1,67 @@
-"""Console routes."""
+"""Console routes: one module per page group."""
 
 from django.urls import path
 
-from mqcloud.console import views
+from mqcloud.console import (
+    applications,
+    appviews,
+    clusters,
+    consumers,
+    dashboard,
+    messages,
+    notices,
+    topics,
+)
 
 app_name = "console"
 
 urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
+    path("", dashboard.dashboard, name="dashboard"),
+    path("topics/", topics.topic_list, name="topics"),
+    path("topics/<str:code>/", topics.topic_detail, name="topic"),
+    path("topics/<str:code>/traffic.json", topics.topic_traffic, name="topic-traffic"),
+    path("topics/<str:code>/messages/", messages.browse, name="messages"),
+    path("consumers/", consumers.consumer_list, name="consumers"),
+    path("consumers/<str:name>/", consumers.consumer_detail, name="consumer"),
+    path("consumers/<str:name>/progress/", consumers.consumer_progress, name="consumer-progress"),
+    path(
+        "consumers/<str:name>/<str:which>/",
+        consumers.retry_list,
+        name="retries",
+    ),
+    path(
+        "consumers/<str:name>/<str:which>/action/",
+        consumers.retry_action,
+        name="retry-action",
+    ),
+    path("clusters/", clusters.cluster_list, name="clusters"),
+    path("brokers/<int:broker_id>/", clusters.broker_detail, name="broker"),
+    path("apps/", appviews.app_list, name="apps"),
+    path("apps/new/", appviews.app_create, name="app-new"),
+    path("apps/<str:code>/", appviews.app_detail, name="app"),
+    path("apps/<str:code>/rotate/", appviews.app_rotate, name="app-rotate"),
+    path("applications/", applications.application_list, name="applications"),
+    path("applications/new/", applications.application_new, name="application-new"),
+    path("applications/queue/", applications.application_queue, name="application-queue"),
+    path("applications/<int:pk>/", applications.application_detail, name="application"),
+    path(
+        "applications/<int:pk>/progress/",
+        applications.application_progress,
+        name="application-progress",
+    ),
+    path(
+        "applications/<int:pk>/approve/",
+        applications.application_approve,
+        name="application-approve",
+    ),
+    path(
+        "applications/<int:pk>/reject/", applications.application_reject, name="application-reject"
+    ),
+    path(
+        "applications/<int:pk>/cancel/", applications.application_cancel, name="application-cancel"
+    ),
+    path("notifications/", notices.notifications, name="notifications"),
+    path("notifications/read/", notices.notifications_read, name="notifications-read"),
+    path("audit/", notices.audit, name="audit"),
+    path("alerts/", notices.alerts, name="alerts"),
 ]

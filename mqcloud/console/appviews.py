@@ -1,0 +1,108 @@
+"""App pages: the list, an app's producers, consumers and tokens, creation and token
+rotation (team admins). A token is shown once, in the response that issued it."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.db import IntegrityError, transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from brokers.models import App, ConsumerPolicy, ProducerPolicy
+from brokers.validators import APP_CODE_MAX, name_validator
+from mqcloud.approvals.services import record
+from mqcloud.console import access
+
+
+class AppForm(forms.Form):
+    code = forms.CharField(max_length=APP_CODE_MAX, validators=[name_validator])
+    team = forms.ChoiceField()
+    description = forms.CharField(max_length=500, required=False)
+
+    def __init__(self, *args: object, user: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["team"].choices = [(t.name, t.name) for t in access.admin_teams(user)]
+
+    def clean_code(self) -> str:
+        code = self.cleaned_data["code"]
+        if App.objects.filter(code=code).exists():
+            raise forms.ValidationError("An app with this code exists.")
+        return code
+
+
+@login_required
+def app_list(request: HttpRequest) -> HttpResponse:
+    apps = access.apps_for(request.user).prefetch_related("tokens")
+    return render(
+        request,
+        "console/apps.html",
+        {"apps": apps, "can_create": access.admin_teams(request.user).exists()},
+    )
+
+
+def _get_app(user, code: str) -> App:
+    app = access.apps_for(user).filter(code=code).first()
+    if app is None:
+        raise Http404("No such app.")
+    return app
+
+
+def _detail(request: HttpRequest, app: App, token: str = "") -> HttpResponse:
+    return render(
+        request,
+        "console/app_detail.html",
+        {
+            "app": app,
+            "token": token,
+            "tokens": app.tokens.all(),
+            "producers": ProducerPolicy.objects.filter(app=app).select_related("topic"),
+            "consumers": ConsumerPolicy.objects.filter(app=app).select_related("topic"),
+            "can_admin": access.admin_teams(request.user).filter(pk=app.team_id).exists(),
+        },
+    )
+
+
+@login_required
+def app_detail(request: HttpRequest, code: str) -> HttpResponse:
+    return _detail(request, _get_app(request.user, code))
+
+
+@never_cache
+@login_required
+@require_POST
+def app_rotate(request: HttpRequest, code: str) -> HttpResponse:
+    """Issue a new token, revoke the old ones; the page shows the new token this once."""
+    app = _get_app(request.user, code)
+    access.require_team_admin(request.user, app.team)
+    with transaction.atomic():
+        token = app.issue_token()
+        record(request.user, "app-token-rotated", f"app:{app.code}", team=app.team)
+    return _detail(request, app, token)
+
+
+@never_cache
+@login_required
+def app_create(request: HttpRequest) -> HttpResponse:
+    """Create an app for a team the user administers; its first token is shown once."""
+    if not access.admin_teams(request.user).exists():
+        access.require_platform_admin(request.user)
+    form = AppForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        team = access.admin_teams(request.user).get(name=form.cleaned_data["team"])
+        try:
+            with transaction.atomic():
+                app = App.objects.create(
+                    code=form.cleaned_data["code"],
+                    team=team,
+                    description=form.cleaned_data["description"],
+                )
+                token = app.issue_token()
+                record(request.user, "app-created", f"app:{app.code}", team=team)
+        except IntegrityError:
+            form.add_error("code", "An app with this code exists.")
+        else:
+            return _detail(request, app, token)
+    return render(request, "console/app_form.html", {"form": form})

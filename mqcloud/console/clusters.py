@@ -1,0 +1,37 @@
+"""Clusters and brokers: status, heartbeat, partition groups led, weights, permissions."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from brokers.models import Broker, Cluster, PartitionGroup
+from mqcloud.console import access
+
+
+@login_required
+def cluster_list(request: HttpRequest) -> HttpResponse:
+    """Every cluster with its brokers (the platform's layout is visible to all users)."""
+    brokers = Broker.objects.select_related("cluster").annotate(groups_led=Count("led_groups"))
+    clusters = [
+        {"cluster": c, "brokers": [b for b in brokers if b.cluster_id == c.id]}
+        for c in Cluster.objects.annotate(topic_count=Count("topics"))
+    ]
+    return render(request, "console/clusters.html", {"clusters": clusters})
+
+
+@login_required
+def broker_detail(request: HttpRequest, broker_id: int) -> HttpResponse:
+    """One broker and the partition groups it leads (topics of other teams are counted,
+    not named, unless the user is a platform admin)."""
+    broker = get_object_or_404(Broker.objects.select_related("cluster"), pk=broker_id)
+    led = PartitionGroup.objects.filter(leader=broker).select_related("topic", "topic__team")
+    visible = set(access.topics_for(request.user).values_list("id", flat=True))
+    groups = [g for g in led if g.topic_id in visible]
+    return render(
+        request,
+        "console/broker_detail.html",
+        {"broker": broker, "groups": groups, "hidden": len(led) - len(groups)},
+    )

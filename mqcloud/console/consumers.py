@@ -1,0 +1,194 @@
+"""Consumer pages: the list, per-partition progress (live through an htmx partial), and the
+retry and dead-letter lists with their actions."""
+
+from __future__ import annotations
+
+import time
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from brokers.models import ConsumerPolicy
+from mqcloud.approvals.models import Application, Kind
+from mqcloud.approvals.services import record
+from mqcloud.console import access, engine_calls
+
+PROGRESS_POLL_S = 2
+RETRY_PAGE = 50
+ACTIONS = {
+    "retry-resend": "resent now",
+    "retry-skip": "skipped",
+    "dlq-skip": "skipped",
+    "dlq-purge": "purged",
+}
+
+
+@login_required
+def consumer_list(request: HttpRequest) -> HttpResponse:
+    consumers = access.consumers_for(request.user).order_by("name")
+    return render(request, "console/consumers.html", {"consumers": consumers})
+
+
+def _check_which(which: str) -> None:
+    if which not in ("retry", "dlq"):
+        raise Http404("No such list.")
+
+
+def _owns(user, consumer: ConsumerPolicy) -> bool:
+    return access.user_teams(user).filter(pk=consumer.app.team_id).exists()
+
+
+def _progress_context(consumer: ConsumerPolicy, client_id: str | None) -> dict:
+    now = int(time.time() * 1000)
+    try:
+        rows = engine_calls.progress(consumer.topic.code, consumer.app.code, client_id)
+        error = ""
+    except engine_calls.EngineUnavailable as exc:
+        rows, error = [], str(exc)
+    partitions = [
+        {
+            "p": r,
+            "locked": r.lock_expires_ms > now and bool(r.lock_owner),
+            "lock_expires": engine_calls.fmt_ms(r.lock_expires_ms),
+            "last_access": engine_calls.fmt_ms(r.last_access_ms),
+        }
+        for r in rows
+    ]
+    return {
+        "consumer": consumer,
+        "client_id": client_id or "",
+        "partitions": partitions,
+        "total_lag": sum(max(r.lag, 0) for r in rows),
+        "progress_error": error,
+        "updated": engine_calls.fmt_ms(now),
+        "poll_s": PROGRESS_POLL_S,
+    }
+
+
+def _client_id(request: HttpRequest, consumer: ConsumerPolicy) -> str | None:
+    if consumer.mode != ConsumerPolicy.Mode.BROADCAST:
+        return None
+    value = request.GET.get("client", "")[:128]
+    return value or None
+
+
+@login_required
+def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
+    consumer = access.get_consumer(request.user, name)
+    client_id = _client_id(request, consumer)
+    context = _progress_context(consumer, client_id)
+    clients: list[str] = []
+    if consumer.mode == ConsumerPolicy.Mode.BROADCAST:
+        try:
+            clients = engine_calls.broadcast_clients(consumer.topic.code, consumer.app.code)
+        except engine_calls.EngineUnavailable:
+            clients = []
+    try:
+        retries, dead = engine_calls.retry_counts(consumer.topic.code, consumer.app.code)
+    except engine_calls.EngineUnavailable:
+        retries = dead = None
+    open_apps = Application.objects.filter(
+        target=f"consumer:{consumer.name}", status__in=["pending", "executing"]
+    )
+    context.update(
+        {
+            "clients": clients,
+            "retries": retries,
+            "dead": dead,
+            "owns": _owns(request.user, consumer),
+            "can_admin": access.admin_teams(request.user).filter(pk=consumer.app.team_id).exists(),
+            "open_applications": open_apps,
+            "kinds": Kind,
+        }
+    )
+    return render(request, "console/consumer_detail.html", context)
+
+
+@login_required
+def consumer_progress(request: HttpRequest, name: str) -> HttpResponse:
+    """The progress table alone, for htmx polling."""
+    consumer = access.get_consumer(request.user, name)
+    context = _progress_context(consumer, _client_id(request, consumer))
+    return render(request, "console/partials/consumer_progress.html", context)
+
+
+@login_required
+def retry_list(request: HttpRequest, name: str, which: str) -> HttpResponse:
+    """The retry ('retry') or dead-letter ('dlq') list of a consumer."""
+    _check_which(which)
+    consumer = access.get_consumer(request.user, name)
+    try:
+        page = max(0, int(request.GET.get("page", "0")))
+    except ValueError:
+        page = 0
+    try:
+        rows, retries, dead = engine_calls.retry_lists(
+            consumer.topic.code, consumer.app.code, which, page * RETRY_PAGE, RETRY_PAGE
+        )
+        error = ""
+    except engine_calls.EngineUnavailable as exc:
+        rows, retries, dead, error = [], 0, 0, str(exc)
+    template = "console/partials/retry_rows.html" if request.htmx else "console/retries.html"
+    return render(
+        request,
+        template,
+        {
+            "consumer": consumer,
+            "which": which,
+            "rows": rows,
+            "retries": retries,
+            "dead": dead,
+            "error": error,
+            "page": page,
+            "next_page": page + 1 if len(rows) == RETRY_PAGE else None,
+            "owns": _owns(request.user, consumer),
+            "can_admin": access.admin_teams(request.user).filter(pk=consumer.app.team_id).exists(),
+        },
+    )
+
+
+@login_required
+@require_POST
+def retry_action(request: HttpRequest, name: str, which: str) -> HttpResponse:
+    """Resend/skip retries, skip/purge dead letters (team admins; audited). Resending dead
+    letters is an application (see the approvals kinds), filed from the same form."""
+    _check_which(which)
+    consumer = access.get_consumer(request.user, name)
+    if not _owns(request.user, consumer):
+        raise PermissionDenied("Only the consumer's team acts on its messages.")
+    action = request.POST.get("action", "")
+    back = reverse("console:retries", args=[consumer.name, which])
+    ids_raw = request.POST.getlist("ids")
+    if any(not i.isdigit() for i in ids_raw):
+        messages.error(request, "Message ids are whole numbers.")
+        return redirect(back)
+    ids = [int(i) for i in ids_raw]
+    if which == "dlq" and action == "dlq-resend":
+        query = f"?kind={Kind.DLQ_RESEND}&consumer={consumer.name}&ids={','.join(map(str, ids))}"
+        return redirect(reverse("console:application-new") + query)
+    if action not in ACTIONS or not action.startswith(which):
+        messages.error(request, "Unknown action.")
+        return redirect(back)
+    access.require_team_admin(request.user, consumer.app.team)
+    if action != "dlq-purge" and not ids:
+        messages.error(request, "Select at least one message.")
+        return redirect(back)
+    try:
+        done = engine_calls.retry_action(consumer.topic.code, consumer.app.code, action, ids)
+    except engine_calls.EngineUnavailable as exc:
+        messages.error(request, str(exc))
+        return redirect(back)
+    record(
+        request.user,
+        action,
+        f"consumer:{consumer.name}",
+        team=consumer.app.team,
+        detail={"ids": ids, "count": done},
+    )
+    messages.success(request, f"{done} message(s) {ACTIONS[action]}.")
+    return redirect(back)

@@ -1,0 +1,275 @@
+"""Synchronous engine reads and actions for console views (through ``engine_session``).
+
+Every call opens a short engine session; engine and store errors become
+:class:`EngineUnavailable`, which pages show as a notice instead of failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import redis
+from asgiref.sync import async_to_sync
+
+from brokers.engine import (
+    Delivery,
+    Engine,
+    EngineError,
+    MinuteTraffic,
+    PartitionProgress,
+    RetryRecord,
+    java_hash,
+)
+from mqcloud.engine_access import engine_session
+
+T = TypeVar("T")
+PREVIEW = 160  # characters of a body shown in lists
+SCAN_LIMIT = 5000  # records a businessId or time scan reads per partition at most
+
+
+class EngineUnavailable(Exception):
+    """The engine could not answer (store down, catalog not published yet, bad request)."""
+
+
+def run(fn: Callable[[Engine], Awaitable[T]]) -> T:
+    """Run ``fn(engine)`` in a short engine session."""
+
+    async def call() -> T:
+        async with engine_session() as engine:
+            return await fn(engine)
+
+    try:
+        return async_to_sync(call)()
+    except EngineError as exc:
+        raise EngineUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    except (redis.RedisError, OSError) as exc:
+        raise EngineUnavailable(f"The message store did not answer: {exc}") from exc
+
+
+def fmt_ms(ms: int) -> str:
+    """A millisecond epoch time as ``YYYY-MM-DD HH:MM:SS.mmm`` UTC ('' for 0)."""
+    if ms <= 0:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """One stored record as the message browser shows it."""
+
+    partition: int
+    index: int
+    count: int
+    business_id: str
+    app: str
+    client_address: str
+    priority: int
+    send_time: str
+    store_time: str
+    store_time_ms: int
+    size: int
+    body_preview: str
+    body_is_text: bool
+    attributes: dict[str, str] = field(default_factory=dict)
+    item_ids: tuple[str, ...] = ()
+
+
+def preview(body: bytes, limit: int = PREVIEW) -> tuple[str, bool]:
+    """Text of a body (UTF-8) or its hex when it is binary, cut to ``limit`` characters."""
+    try:
+        text, is_text = body.decode("utf-8"), True
+    except UnicodeDecodeError:
+        text, is_text = body.hex(" "), False
+    return (text if len(text) <= limit else text[:limit] + "…"), is_text
+
+
+def to_row(delivery: Delivery) -> MessageRow:
+    msg = delivery.message
+    item_ids: tuple[str, ...] = ()
+    if msg.is_batch:
+        try:
+            item_ids = tuple(i.business_id for i in msg.items() if i.business_id)
+        except EngineError:
+            item_ids = ()
+    body, is_text = preview(msg.body)
+    return MessageRow(
+        partition=delivery.partition,
+        index=delivery.index,
+        count=delivery.count,
+        business_id=msg.business_id,
+        app=msg.app,
+        client_address=msg.client_address,
+        priority=msg.priority,
+        send_time=fmt_ms(msg.send_time_ms),
+        store_time=fmt_ms(msg.store_time_ms),
+        store_time_ms=msg.store_time_ms,
+        size=msg.size,
+        body_preview=body,
+        body_is_text=is_text,
+        attributes=dict(msg.attributes),
+        item_ids=item_ids,
+    )
+
+
+def traffic(dimension: str, name: str, start_ms: int, end_ms: int) -> list[MinuteTraffic]:
+    """Per-minute produce/consume counters of a topic, app or broker."""
+    return run(lambda e: e.traffic(dimension, name, start_ms, end_ms))
+
+
+def bounds(topic: str, partitions: int) -> list[tuple[int, int, int]]:
+    """(partition, min index, max index) of every partition of ``topic``."""
+
+    async def call(engine: Engine) -> list[tuple[int, int, int]]:
+        return [(p, *(await engine.bounds(topic, p))) for p in range(partitions)]
+
+    return run(call)
+
+
+def progress(topic: str, app: str, client_id: str | None = None) -> list[PartitionProgress]:
+    return run(lambda e: e.progress(topic, app, client_id=client_id))
+
+
+def broadcast_clients(topic: str, app: str) -> list[str]:
+    return run(lambda e: e.broadcast_clients(topic, app, active_within_ms=None))
+
+
+def read_range(topic: str, partition: int, start: int, count: int) -> list[MessageRow]:
+    """Up to ``count`` records of one partition from ``start``."""
+
+    async def call(engine: Engine) -> list[MessageRow]:
+        lo, hi = await engine.bounds(topic, partition)
+        if start > hi:
+            raise EngineUnavailable(f"Partition {partition} holds indexes {lo}–{hi - 1} only.")
+        first = max(start, lo)
+        rows = [to_row(d) for d in await engine.read(topic, partition, first, count)]
+        out, taken = [], 0
+        for row in rows:
+            if taken >= count:
+                break
+            out.append(row)
+            taken += row.count
+        return out
+
+    return run(call)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """Result of a scan over a time window: matches and whether the scan was cut short."""
+
+    rows: list[MessageRow]
+    truncated: bool
+
+
+def scan(
+    topic: str,
+    partitions: Sequence[int],
+    from_ms: int,
+    to_ms: int,
+    *,
+    business_id: str = "",
+    limit: int = 100,
+) -> Scan:
+    """Records stored in ``[from_ms, to_ms]`` (matching ``business_id`` when given)."""
+
+    async def call(engine: Engine) -> Scan:
+        found: list[MessageRow] = []
+        truncated = False
+        for p in partitions:
+            lo, hi = await engine.bounds(topic, p)
+            index = max(lo, await engine.index_at_time(topic, p, from_ms))
+            scanned = 0
+            while index < hi and len(found) < limit:
+                if scanned >= SCAN_LIMIT:
+                    truncated = True
+                    break
+                batch = await engine.read(topic, p, index, 64)
+                if not batch:
+                    break
+                stop = False
+                for d in batch:
+                    row = to_row(d)
+                    scanned += 1
+                    index = d.index + d.count
+                    if row.store_time_ms > to_ms:
+                        stop = True
+                        break
+                    if not business_id or business_id in (row.business_id, *row.item_ids):
+                        found.append(row)
+                        if len(found) >= limit:
+                            truncated = True
+                            break
+                if stop:
+                    break
+        found.sort(key=lambda r: (r.store_time_ms, r.partition, r.index))
+        return Scan(found, truncated)
+
+    return run(call)
+
+
+def business_partitions(partitions: int, sequential: bool, business_id: str) -> list[int]:
+    """Where a businessId can be: its hashed partition on a sequential topic, else all."""
+    if sequential and business_id:
+        return [abs(java_hash(business_id)) % partitions]
+    return list(range(partitions))
+
+
+@dataclass(frozen=True)
+class RetryRow:
+    """A retry or dead-letter entry as the console lists it."""
+
+    id: int
+    partition: int
+    index: int
+    attempts: int
+    created: str
+    due: str
+    reason: str
+    business_id: str
+    body_preview: str
+
+
+def _retry_row(r: RetryRecord) -> RetryRow:
+    try:
+        msg = r.message
+        bid, (body, _) = msg.business_id, preview(msg.body)
+    except EngineError:
+        bid, body = "", "(undecodable record)"
+    return RetryRow(
+        r.id, r.partition, r.index, r.attempts, fmt_ms(r.created_ms), fmt_ms(r.due_ms),
+        r.reason, bid, body,
+    )  # fmt: skip
+
+
+def retry_lists(
+    topic: str, app: str, which: str, offset: int = 0, limit: int = 50
+) -> tuple[list[RetryRow], int, int]:
+    """(rows of the 'retry' or 'dlq' list, retry count, dead-letter count)."""
+
+    async def call(engine: Engine) -> tuple[list[RetryRow], int, int]:
+        lister = engine.dead_letters if which == "dlq" else engine.retries
+        rows = [_retry_row(r) for r in await lister(topic, app, offset, limit)]
+        retries, dead = await engine.retry_counts(topic, app)
+        return rows, retries, dead
+
+    return run(call)
+
+
+def retry_counts(topic: str, app: str) -> tuple[int, int]:
+    return run(lambda e: e.retry_counts(topic, app))
+
+
+def retry_action(topic: str, app: str, action: str, ids: Sequence[int]) -> int:
+    """Direct actions on the retry store: resend/skip retries, skip/purge dead letters."""
+    calls: dict[str, Callable[[Engine], Awaitable[Any]]] = {
+        "retry-resend": lambda e: e.resend_retries(topic, app, ids),
+        "retry-skip": lambda e: e.skip_retries(topic, app, ids),
+        "dlq-skip": lambda e: e.skip_dead_letters(topic, app, ids),
+        "dlq-purge": lambda e: e.purge_dead_letters(topic, app),
+    }
+    if action not in calls:
+        raise ValueError(f"unknown action {action!r}")
+    return run(calls[action])

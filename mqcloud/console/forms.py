@@ -1,0 +1,467 @@
+"""Application forms: one Django form per application kind, each building the payload.
+
+A form only shapes what a person types into the kind's payload; the approvals service
+validates it (with the REST API's serializers) and its errors come back inline through
+:func:`add_service_errors`. Nothing here changes the catalog.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django import forms
+from django.contrib.auth.models import AbstractBaseUser
+
+from brokers.models import Broker, Cluster, ConsumerPolicy, ProducerPolicy, Topic
+from mqcloud.approvals.models import Kind
+from mqcloud.console import access
+
+TIME_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M")
+
+
+def parse_utc(text: str) -> int:
+    """``YYYY-MM-DD HH:MM:SS[.mmm]`` (UTC) as epoch milliseconds; ValueError if neither."""
+    text = text.strip()
+    for fmt in TIME_FORMATS:
+        try:
+            return int(datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp() * 1000)
+        except ValueError:
+            continue
+    raise ValueError("Use YYYY-MM-DD HH:MM:SS.mmm (UTC).")
+
+
+class UtcTimeField(forms.CharField):
+    """A UTC time typed as text with millisecond precision, cleaned to epoch ms."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", "UTC, YYYY-MM-DD HH:MM:SS.mmm")
+        kwargs.setdefault(
+            "widget", forms.TextInput(attrs={"placeholder": "2025-01-31 23:59:00.000"})
+        )
+        super().__init__(**kwargs)
+
+    def clean(self, value: Any) -> int | None:
+        value = super().clean(value)
+        if not value:
+            return None
+        try:
+            return parse_utc(value)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+def parse_ip_lines(text: str) -> list[str]:
+    """One address or network per line (or comma-separated)."""
+    return [p.strip() for p in text.replace(",", "\n").splitlines() if p.strip()]
+
+
+def parse_weights(text: str) -> dict[str, int]:
+    """``broker=weight`` pairs, one per line or comma-separated."""
+    weights: dict[str, int] = {}
+    for part in parse_ip_lines(text):
+        broker, sep, weight = part.partition("=")
+        if not sep or not broker.strip().isdigit() or not weight.strip().lstrip("-").isdigit():
+            raise forms.ValidationError(f"{part!r}: write broker=weight, e.g. 1=100.")
+        weights[broker.strip()] = int(weight.strip())
+    return weights
+
+
+class ApplicationForm(forms.Form):
+    """Base: a kind, the user it is filed for, and the payload it builds."""
+
+    kind: str = ""
+    title: str = ""
+    help: str = ""
+
+    def __init__(self, *args: Any, user: AbstractBaseUser, **kwargs: Any) -> None:
+        self.user = user
+        super().__init__(*args, **kwargs)
+        self.setup()
+
+    def setup(self) -> None:
+        """Narrow choices to what the user may use."""
+
+    def payload(self) -> dict[str, Any]:
+        return {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
+
+
+def _consumer_choices(user: AbstractBaseUser) -> list[tuple[str, str]]:
+    rows = ConsumerPolicy.objects.select_related("app")
+    if not access.is_platform_admin(user):
+        rows = rows.filter(app__team__in=access.user_teams(user))
+    return [(c.name, c.name) for c in rows.order_by("name")]
+
+
+def _producer_choices(user: AbstractBaseUser) -> list[tuple[str, str]]:
+    rows = ProducerPolicy.objects.select_related("app")
+    if not access.is_platform_admin(user):
+        rows = rows.filter(app__team__in=access.user_teams(user))
+    return [(p.name, p.name) for p in rows.order_by("name")]
+
+
+def _app_choices(user: AbstractBaseUser) -> list[tuple[str, str]]:
+    return [(a.code, a.code) for a in access.apps_for(user).order_by("code")]
+
+
+def _topic_choices(user: AbstractBaseUser, *, own: bool) -> list[tuple[str, str]]:
+    topics = access.topics_for(user) if own else Topic.objects.all()
+    return [(t.code, t.code) for t in topics.order_by("code")]
+
+
+class TopicCreateForm(ApplicationForm):
+    kind = Kind.TOPIC_CREATE
+    title = "Apply for a topic"
+    help = "Partitions are laid out in groups led by the cluster's writable brokers."
+    code = forms.CharField(max_length=200, help_text="Unique across all clusters.")
+    team = forms.ChoiceField()
+    cluster = forms.ChoiceField()
+    type = forms.ChoiceField(choices=Topic.Type.choices, initial=Topic.Type.NORMAL)
+    partitions = forms.IntegerField(min_value=1, max_value=1024, initial=4)
+    partition_groups = forms.IntegerField(
+        min_value=1, max_value=1024, required=False, help_text="Default: one per writable broker."
+    )
+    retention_max_age_s = forms.IntegerField(
+        min_value=60, required=False, label="Retention: max age (s)"
+    )
+    retention_max_count = forms.IntegerField(
+        min_value=1, required=False, label="Retention: max messages per partition"
+    )
+    description = forms.CharField(max_length=500, required=False, help_text="Purpose.")
+
+    def setup(self) -> None:
+        self.fields["team"].choices = [(t.name, t.name) for t in access.user_teams(self.user)]
+        self.fields["cluster"].choices = [(c.name, c.name) for c in Cluster.objects.all()]
+
+
+class TopicUpdateForm(ApplicationForm):
+    kind = Kind.TOPIC_UPDATE
+    title = "Change a topic"
+    code = forms.ChoiceField(label="Topic")
+    description = forms.CharField(max_length=500, required=False)
+    retention_max_age_s = forms.IntegerField(min_value=60, required=False)
+    retention_max_count = forms.IntegerField(min_value=1, required=False)
+
+    def setup(self) -> None:
+        self.fields["code"].choices = _topic_choices(self.user, own=True)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if not any(data.get(f) not in (None, "") for f in self.changed_fields()):
+            raise forms.ValidationError("Change at least one field.")
+        return data
+
+    @staticmethod
+    def changed_fields() -> tuple[str, ...]:
+        return ("description", "retention_max_age_s", "retention_max_count")
+
+    def payload(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        changes = {f: d[f] for f in self.changed_fields() if d.get(f) not in (None, "")}
+        return {"code": d["code"], "changes": changes}
+
+
+class TopicDeleteForm(ApplicationForm):
+    kind = Kind.TOPIC_DELETE
+    title = "Delete a topic"
+    help = "Its producers and consumers must be deleted first."
+    code = forms.ChoiceField(label="Topic")
+
+    def setup(self) -> None:
+        self.fields["code"].choices = _topic_choices(self.user, own=True)
+
+
+class ProducerCreateForm(ApplicationForm):
+    kind = Kind.PRODUCER_CREATE
+    title = "Apply to produce to a topic"
+    topic = forms.ChoiceField()
+    app = forms.ChoiceField()
+    http_enabled = forms.BooleanField(required=False, label="Produce over HTTP-MQ")
+    rate_limit = forms.IntegerField(min_value=1, max_value=1_000_000, required=False)
+
+    def setup(self) -> None:
+        self.fields["topic"].choices = _topic_choices(self.user, own=False)
+        self.fields["app"].choices = _app_choices(self.user)
+
+
+class ConsumerCreateForm(ApplicationForm):
+    kind = Kind.CONSUMER_CREATE
+    title = "Apply to consume a topic"
+    topic = forms.ChoiceField()
+    app = forms.ChoiceField()
+    mode = forms.ChoiceField(choices=ConsumerPolicy.Mode.choices)
+    start_position = forms.ChoiceField(choices=[("latest", "Latest"), ("earliest", "Earliest")])
+    sequential = forms.BooleanField(required=False)
+    http_enabled = forms.BooleanField(required=False, label="Consume over HTTP-MQ")
+    rate_limit = forms.IntegerField(
+        min_value=1, max_value=1_000_000, required=False, label="Flow control (messages/s)"
+    )
+
+    def setup(self) -> None:
+        self.fields["topic"].choices = _topic_choices(self.user, own=False)
+        self.fields["app"].choices = _app_choices(self.user)
+
+
+class _PolicyDeleteForm(ApplicationForm):
+    name = forms.ChoiceField()
+
+
+class ProducerDeleteForm(_PolicyDeleteForm):
+    kind = Kind.PRODUCER_DELETE
+    title = "Delete a producer"
+
+    def setup(self) -> None:
+        self.fields["name"].choices = _producer_choices(self.user)
+
+
+class ConsumerDeleteForm(_PolicyDeleteForm):
+    kind = Kind.CONSUMER_DELETE
+    title = "Delete a consumer"
+
+    def setup(self) -> None:
+        self.fields["name"].choices = _consumer_choices(self.user)
+
+
+class ConsumerForm(ApplicationForm):
+    """A kind whose payload is just the consumer."""
+
+    consumer = forms.ChoiceField()
+
+    def setup(self) -> None:
+        self.fields["consumer"].choices = _consumer_choices(self.user)
+
+
+class PauseForm(ConsumerForm):
+    kind = Kind.PAUSE
+    title = "Pause a consumer"
+    help = "Delivery stops on every broker and proxy within a second of approval."
+
+
+class ResumeForm(ConsumerForm):
+    kind = Kind.RESUME
+    title = "Resume a consumer"
+
+
+class SkipBacklogForm(ConsumerForm):
+    kind = Kind.SKIP_BACKLOG
+    title = "Skip the backlog"
+    help = "Moves the consumer to what was stored in the last 60 s before the run."
+
+
+class RateLimitForm(ConsumerForm):
+    kind = Kind.RATE_LIMIT
+    title = "Set a consumer's rate limit"
+    rate_limit = forms.IntegerField(
+        min_value=1, max_value=1_000_000, required=False, help_text="Empty: unlimited."
+    )
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "consumer": self.cleaned_data["consumer"],
+            "rate_limit": self.cleaned_data["rate_limit"],
+        }
+
+
+class OffsetResetForm(ConsumerForm):
+    kind = Kind.OFFSET_RESET
+    title = "Reset a consumer's offsets"
+    help = "Runs on a worker after approval; the application page shows its progress."
+    position = forms.ChoiceField(
+        choices=[
+            ("earliest", "Earliest stored message"),
+            ("latest", "Latest (skip everything)"),
+            ("timestamp", "A point in time"),
+            ("index", "An index of one partition"),
+        ]
+    )
+    timestamp = UtcTimeField(required=False, label="Time")
+    partition = forms.IntegerField(min_value=0, max_value=1023, required=False)
+    index = forms.IntegerField(min_value=0, required=False)
+    client_id = forms.CharField(max_length=128, required=False, help_text="Broadcast consumers.")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        position = data.get("position")
+        if position == "timestamp" and data.get("timestamp") is None:
+            self.add_error("timestamp", "Give the time to reset to.")
+        if position == "index":
+            if data.get("index") is None:
+                self.add_error("index", "Give the index.")
+            if data.get("partition") is None:
+                self.add_error("partition", "An index reset names a partition.")
+        return data
+
+    def payload(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        out: dict[str, Any] = {"consumer": d["consumer"], "position": d["position"]}
+        if d["position"] == "timestamp":
+            out["timestamp_ms"] = d["timestamp"]
+        if d["position"] == "index":
+            out["index"] = d["index"]
+        if d.get("partition") is not None:
+            out["partition"] = d["partition"]
+        if d.get("client_id"):
+            out["client_id"] = d["client_id"]
+        return out
+
+
+class DeadLetterResendForm(ConsumerForm):
+    kind = Kind.DLQ_RESEND
+    title = "Resend dead letters"
+    help = "They go back to the consumer's retry store, due at once."
+    ids = forms.CharField(
+        required=False, help_text="Dead-letter ids, comma-separated. Empty: all of them."
+    )
+
+    def clean_ids(self) -> list[int]:
+        parts = [p.strip() for p in self.cleaned_data["ids"].split(",") if p.strip()]
+        if any(not p.isdigit() for p in parts):
+            raise forms.ValidationError("Ids are whole numbers, comma-separated.")
+        return [int(p) for p in parts]
+
+    def payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"consumer": self.cleaned_data["consumer"]}
+        if self.cleaned_data["ids"]:
+            out["ids"] = self.cleaned_data["ids"]
+        return out
+
+
+class ProducerUpdateForm(ApplicationForm):
+    kind = Kind.PRODUCER_UPDATE
+    title = "Change a producer's blacklist and broker weights"
+    name = forms.ChoiceField(label="Producer")
+    blacklist = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="IP addresses or networks refused, one per line.",
+    )
+    weights = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="broker=weight (0–10000), one per line; empty: equal weights.",
+    )
+
+    def setup(self) -> None:
+        self.fields["name"].choices = _producer_choices(self.user)
+
+    def clean_weights(self) -> dict[str, int]:
+        weights = parse_weights(self.cleaned_data["weights"])
+        producer = ProducerPolicy.objects.filter(name=self.data.get("name")).first()
+        if producer and weights:
+            known = {
+                str(b)
+                for b in Broker.objects.filter(cluster=producer.topic.cluster).values_list(
+                    "id", flat=True
+                )
+            }
+            unknown = sorted(set(weights) - known)
+            if unknown:
+                raise forms.ValidationError(
+                    f"Not brokers of the topic's cluster: {', '.join(unknown)}."
+                )
+        return weights
+
+    def payload(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        changes = {"blacklist": parse_ip_lines(d["blacklist"]), "weights": d["weights"]}
+        return {"name": d["name"], "changes": changes}
+
+
+class ConsumerUpdateForm(ApplicationForm):
+    kind = Kind.CONSUMER_UPDATE
+    title = "Change a consumer's blacklist and backlog alert rule"
+    name = forms.ChoiceField(label="Consumer")
+    blacklist = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="IP addresses or networks refused, one per line.",
+    )
+    backlog_alert_enabled = forms.BooleanField(required=False, label="Backlog alert on")
+    backlog_alert_count = forms.IntegerField(
+        min_value=1, initial=10_000, label="Alert at this many unconsumed messages"
+    )
+    backlog_alert_age_s = forms.IntegerField(
+        min_value=1, initial=300, label="… when the oldest is older than (s)"
+    )
+
+    def setup(self) -> None:
+        self.fields["name"].choices = _consumer_choices(self.user)
+
+    def payload(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        return {
+            "name": d["name"],
+            "changes": {
+                "blacklist": parse_ip_lines(d["blacklist"]),
+                "backlog_alert_enabled": d["backlog_alert_enabled"],
+                "backlog_alert_count": d["backlog_alert_count"],
+                "backlog_alert_age_s": d["backlog_alert_age_s"],
+            },
+        }
+
+
+FORMS: dict[str, type[ApplicationForm]] = {
+    f.kind: f
+    for f in (
+        TopicCreateForm,
+        TopicUpdateForm,
+        TopicDeleteForm,
+        ProducerCreateForm,
+        ProducerUpdateForm,
+        ProducerDeleteForm,
+        ConsumerCreateForm,
+        ConsumerUpdateForm,
+        ConsumerDeleteForm,
+        PauseForm,
+        ResumeForm,
+        RateLimitForm,
+        OffsetResetForm,
+        SkipBacklogForm,
+        DeadLetterResendForm,
+    )
+}
+
+
+def add_service_errors(form: forms.Form, detail: object) -> None:
+    """Put a DRF ValidationError's detail on the form: per field where it names one."""
+    if not isinstance(detail, dict):
+        form.add_error(None, error_text(detail))
+        return
+    for key, value in detail.items():
+        if key == "changes" and isinstance(value, dict):
+            add_service_errors(form, value)
+        elif key in form.fields and key != "kind":
+            form.add_error(key, error_text(value))
+        elif key in ("timestamp_ms",) and "timestamp" in form.fields:
+            form.add_error("timestamp", error_text(value))
+        else:
+            label = "" if key in ("non_field_errors", "target") else f"{key}: "
+            form.add_error(None, f"{label}{error_text(value)}")
+
+
+def error_text(detail: object) -> str:
+    if isinstance(detail, dict):
+        return "; ".join(f"{k}: {error_text(v)}" for k, v in detail.items())
+    if isinstance(detail, list):
+        return " ".join(error_text(v) for v in detail)
+    return str(detail)
+
+
+def initial_for(kind: str, user: AbstractBaseUser, params: dict[str, str]) -> dict[str, Any]:
+    """Initial form values from the query string; update forms start from the current
+    policy so an editor shows what is in force."""
+    initial: dict[str, Any] = {k: v for k, v in params.items() if k != "kind"}
+    name = params.get("name", "")
+    if kind == Kind.PRODUCER_UPDATE and name:
+        producer = access.producers_for(user).filter(name=name).first()
+        if producer is not None:
+            initial["blacklist"] = "\n".join(producer.blacklist)
+            initial["weights"] = "\n".join(f"{b}={w}" for b, w in producer.weights.items())
+    if kind == Kind.CONSUMER_UPDATE and name:
+        consumer = access.consumers_for(user).filter(name=name).first()
+        if consumer is not None:
+            initial["blacklist"] = "\n".join(consumer.blacklist)
+            initial["backlog_alert_enabled"] = consumer.backlog_alert_enabled
+            initial["backlog_alert_count"] = consumer.backlog_alert_count
+            initial["backlog_alert_age_s"] = consumer.backlog_alert_age_s
+    return initial

@@ -1,0 +1,38 @@
+"""Console template helpers: the unread-notification count, millisecond times, roles."""
+
+from __future__ import annotations
+
+from django import template
+
+from mqcloud.approvals.models import Application, Notification, Status
+from mqcloud.console import access, engine_calls
+
+register = template.Library()
+
+
+@register.simple_tag(takes_context=True)
+def unread_notifications(context: template.Context) -> int:
+    user = context["request"].user
+    if not user.is_authenticated:
+        return 0
+    return Notification.objects.filter(user=user, read=False).count()
+
+
+@register.simple_tag(takes_context=True)
+def pending_applications(context: template.Context) -> int:
+    """Pending applications an admin could decide (0 for everybody else)."""
+    user = context["request"].user
+    if not access.is_platform_admin(user):
+        return 0
+    return Application.objects.filter(status=Status.PENDING).count()
+
+
+@register.filter
+def ms_time(value: int | None) -> str:
+    """Epoch milliseconds as a UTC time with milliseconds."""
+    return engine_calls.fmt_ms(int(value or 0))
+
+
+@register.filter
+def is_platform_admin(user: object) -> bool:
+    return access.is_platform_admin(user)

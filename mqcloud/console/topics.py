@@ -1,0 +1,111 @@
+"""Topic pages: the list, a topic's detail, its per-minute traffic as JSON for Chart.js."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.shortcuts import render
+
+from brokers.models import ConsumerPolicy, ProducerPolicy
+from mqcloud.console import access, engine_calls
+
+RANGES = {"1h": 60, "6h": 360, "24h": 1440}
+
+
+@login_required
+def topic_list(request: HttpRequest) -> HttpResponse:
+    topics = access.topics_for(request.user).prefetch_related("groups")
+    query = request.GET.get("q", "").strip()[:200]
+    if query:
+        topics = topics.filter(code__icontains=query)
+    return render(request, "console/topics.html", {"topics": topics, "q": query})
+
+
+@login_required
+def topic_detail(request: HttpRequest, code: str) -> HttpResponse:
+    topic = access.get_topic(request.user, code)
+    groups = topic.groups.select_related("leader").order_by("group_id")
+    leaders = {p: g for g in groups for p in g.partitions}
+    try:
+        bounds, engine_error = engine_calls.bounds(topic.code, topic.partitions), ""
+    except engine_calls.EngineUnavailable as exc:
+        bounds, engine_error = [], str(exc)
+    partitions = [
+        {
+            "partition": p,
+            "min": lo,
+            "max": hi,
+            "count": hi - lo,
+            "group": leaders.get(p),
+        }
+        for p, lo, hi in bounds
+    ]
+    return render(
+        request,
+        "console/topic_detail.html",
+        {
+            "topic": topic,
+            "groups": groups,
+            "partitions": partitions,
+            "engine_error": engine_error,
+            "producers": ProducerPolicy.objects.filter(topic=topic).select_related("app"),
+            "consumers": ConsumerPolicy.objects.filter(topic=topic).select_related("app"),
+            "ranges": list(RANGES),
+            "can_manage": access.user_teams(request.user).filter(pk=topic.team_id).exists(),
+        },
+    )
+
+
+def window(request: HttpRequest) -> tuple[int, int]:
+    """[start, end) in ms: a UTC ``day`` (YYYY-MM-DD) or a ``range`` ending now."""
+    now = int(time.time() * 1000)
+    day = request.GET.get("day")
+    if day:
+        start_dt = datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC)
+        start = int(start_dt.timestamp() * 1000)
+        return start, min(start + 86_400_000, now + 60_000)
+    minutes = RANGES.get(request.GET.get("range", "1h"))
+    if minutes is None:
+        raise ValueError(f"range is one of {', '.join(RANGES)}")
+    end = (now // 60_000 + 1) * 60_000
+    return end - minutes * 60_000, end
+
+
+def series(dimension: str, name: str, start: int, end: int) -> dict:
+    """Per-minute series with zero-filled minutes, as Chart.js data."""
+    rows = {m.minute_ms: m for m in engine_calls.traffic(dimension, name, start, end)}
+    labels, produced, consumed, pbytes, cbytes = [], [], [], [], []
+    for minute in range(start - start % 60_000, end, 60_000):
+        m = rows.get(minute)
+        labels.append(datetime.fromtimestamp(minute / 1000, UTC).strftime("%H:%M"))
+        produced.append(m.produced if m else 0)
+        consumed.append(m.consumed if m else 0)
+        pbytes.append(m.produced_bytes if m else 0)
+        cbytes.append(m.consumed_bytes if m else 0)
+    return {
+        "labels": labels,
+        "produced": produced,
+        "consumed": consumed,
+        "produced_bytes": pbytes,
+        "consumed_bytes": cbytes,
+        "total_produced": sum(produced),
+        "total_consumed": sum(consumed),
+    }
+
+
+@login_required
+def topic_traffic(request: HttpRequest, code: str) -> HttpResponse:
+    """Per-minute produce/consume counts and bytes of a topic (UTC minutes), as JSON."""
+    topic = access.get_topic(request.user, code)
+    try:
+        start, end = window(request)
+    except ValueError as exc:
+        return HttpResponseBadRequest(str(exc))
+    try:
+        data = series("topic", topic.code, start, end)
+    except engine_calls.EngineUnavailable as exc:
+        return JsonResponse({"error": str(exc)}, status=503)
+    return JsonResponse({"topic": topic.code, "start_ms": start, "end_ms": end, **data})

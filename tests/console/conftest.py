@@ -1,0 +1,83 @@
+"""A small catalog for console tests: two teams, their users, a topic, app and consumer."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from brokers.catalog_loader import build_snapshot, publish
+from brokers.engine import Engine
+from brokers.models import App, ConsumerPolicy, ProducerPolicy, Team, Topic
+from tests import factories
+
+
+@dataclass
+class World:
+    red: Team
+    blue: Team
+    alice: object  # red member
+    carol: object  # red team admin
+    bob: object  # blue member
+    root: object  # platform admin
+    topic: Topic
+    app: App
+    consumer: ConsumerPolicy
+    producer: ProducerPolicy
+    blue_topic: Topic
+    blue_consumer: ConsumerPolicy
+
+
+def engine_call(fn):
+    """Run ``fn(engine)`` on an engine over the test database's catalog."""
+    snapshot = build_snapshot()
+
+    async def run():
+        client = aioredis.from_url(settings.REDIS_URL)
+        engine = Engine(client, lambda: snapshot)
+        try:
+            return await fn(engine)
+        finally:
+            await engine.close()
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+@pytest.fixture
+def world(db, redis_url) -> World:
+    asyncio.run(_flush(redis_url))
+    red, blue = Team.objects.create(name="red"), Team.objects.create(name="blue")
+    cluster = factories.cluster_with_brokers()
+    topic = factories.topic("orders", cluster, red, partitions=2, groups=1)
+    blue_topic = factories.topic("blue-secret", cluster, blue, partitions=1, groups=1)
+    app, _ = factories.app("shop", red)
+    blue_app, _ = factories.app("blue-app", blue)
+    producer = ProducerPolicy.objects.create(topic=topic, app=app)
+    consumer = ConsumerPolicy.objects.create(topic=topic, app=app, start_position="earliest")
+    ProducerPolicy.objects.create(topic=blue_topic, app=blue_app)
+    blue_consumer = ConsumerPolicy.objects.create(topic=blue_topic, app=blue_app)
+    publish()
+    return World(
+        red=red,
+        blue=blue,
+        alice=factories.user("alice", team=red),
+        carol=factories.user("carol", team=red, role="admin"),
+        bob=factories.user("bob", team=blue),
+        root=factories.user("root", admin=True),
+        topic=topic,
+        app=app,
+        consumer=consumer,
+        producer=producer,
+        blue_topic=blue_topic,
+        blue_consumer=blue_consumer,
+    )
+
+
+async def _flush(url: str) -> None:
+    client = aioredis.from_url(url)
+    await client.flushall()
+    await client.aclose()

@@ -1,0 +1,127 @@
+"""Every console page renders for the owner and is refused to another team."""
+
+from __future__ import annotations
+
+import pytest
+
+from brokers.engine import Message
+from tests.console.conftest import engine_call
+
+pytestmark = pytest.mark.django_db
+
+
+def pages(w) -> list[str]:
+    return [
+        "/",
+        "/topics/",
+        f"/topics/{w.topic.code}/",
+        f"/topics/{w.topic.code}/traffic.json",
+        f"/topics/{w.topic.code}/messages/",
+        "/consumers/",
+        f"/consumers/{w.consumer.name}/",
+        f"/consumers/{w.consumer.name}/progress/",
+        f"/consumers/{w.consumer.name}/retry/",
+        f"/consumers/{w.consumer.name}/dlq/",
+        "/clusters/",
+        "/brokers/1/",
+        "/apps/",
+        f"/apps/{w.app.code}/",
+        "/applications/",
+        "/applications/new/",
+        "/notifications/",
+        "/audit/",
+        "/alerts/",
+    ]
+
+
+def test_every_page_renders_for_a_member(client, world):
+    client.force_login(world.alice)
+    for url in pages(world):
+        response = client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+
+
+def test_every_page_renders_for_an_admin(client, world):
+    client.force_login(world.root)
+    for url in [*pages(world), "/applications/queue/", f"/topics/{world.blue_topic.code}/"]:
+        assert client.get(url).status_code == 200, url
+
+
+def test_pages_need_login(client, world):
+    for url in pages(world):
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), url
+
+
+def test_another_team_gets_404(client, world):
+    client.force_login(world.bob)
+    w = world
+    for url in [
+        f"/topics/{w.topic.code}/",
+        f"/topics/{w.topic.code}/traffic.json",
+        f"/topics/{w.topic.code}/messages/",
+        f"/consumers/{w.consumer.name}/",
+        f"/consumers/{w.consumer.name}/progress/",
+        f"/consumers/{w.consumer.name}/dlq/",
+        f"/apps/{w.app.code}/",
+    ]:
+        assert client.get(url).status_code == 404, url
+    assert client.post(f"/apps/{w.app.code}/rotate/").status_code == 404
+    assert (
+        client.post(
+            f"/consumers/{w.consumer.name}/dlq/action/", {"action": "dlq-purge"}
+        ).status_code
+        == 404
+    )
+
+
+def test_lists_show_own_team_only(client, world):
+    client.force_login(world.alice)
+    for url in ("/", "/topics/", "/consumers/", "/apps/", "/alerts/"):
+        page = client.get(url).content.decode()
+        assert "blue-secret" not in page and "blue-app" not in page, url
+    assert "orders" in client.get("/topics/").content.decode()
+    broker = client.get("/brokers/1/").content.decode()
+    assert "blue-secret" not in broker and "other teams" in broker
+
+
+def test_member_cannot_open_the_approval_queue(client, world):
+    client.force_login(world.alice)
+    assert client.get("/applications/queue/").status_code == 403
+
+
+def test_topic_detail_shows_partitions_groups_and_consumers(client, world):
+    engine_call(lambda e: e.append("orders", "shop", [Message(b"x")] * 3, partition=1))
+    client.force_login(world.alice)
+    page = client.get("/topics/orders/")
+    text = page.content.decode()
+    rows = page.context["partitions"]
+    assert [(r["partition"], r["min"], r["max"]) for r in rows] == [(0, 0, 0), (1, 0, 3)]
+    assert rows[1]["group"].leader_id == world.topic.groups.get().leader_id
+    assert world.consumer.name in text and world.producer.name in text
+    assert "chart.umd.min.js" in text and "cdn" not in text.lower()
+
+
+def test_traffic_json_counts_produced_and_consumed(client, world):
+    async def produce_and_fetch(engine):
+        await engine.append("orders", "shop", [Message(b"abc")] * 4, partition=0)
+        await engine.fetch("orders", "shop", count=10)
+
+    engine_call(produce_and_fetch)
+    client.force_login(world.alice)
+    data = client.get("/topics/orders/traffic.json?range=1h").json()
+    assert len(data["labels"]) == 60
+    assert data["total_produced"] == 4 and data["total_consumed"] >= 1
+    assert sum(data["produced_bytes"]) > 0
+    assert client.get("/topics/orders/traffic.json?range=2y").status_code == 400
+    today = client.get("/topics/orders/traffic.json", {"day": data["labels"] and "2020-01-01"})
+    assert today.status_code == 200 and today.json()["total_produced"] == 0
+    assert client.get("/topics/orders/traffic.json?day=nope").status_code == 400
+
+
+def test_dashboard_ranks_topics_by_traffic(client, world):
+    engine_call(lambda e: e.append("orders", "shop", [Message(b"x")] * 2, partition=0))
+    client.force_login(world.alice)
+    response = client.get("/")
+    assert response.context["top_topics"] == [{"code": "orders", "produced": 2, "consumed": 0}]
+    assert response.context["clusters"][0]["healthy"]
