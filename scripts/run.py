@@ -32,6 +32,7 @@ def main() -> int:
     env["MQCLOUD_RUN_DIR"] = str(run_dir)
     env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
     env.setdefault("DEBUG", "true")
+    env.setdefault("ARCHIVE_URL", str(run_dir / "archive"))
     started: list[PostgresServer | RedisServer] = []
     honcho: subprocess.Popen | None = None
 

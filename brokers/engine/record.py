@@ -489,6 +489,26 @@ def _check_wire_record(raw: bytes, max_body: int) -> tuple[int, int, int]:
     return sys_code, send, flag
 
 
+MAX_INFLATED = 64 * 1024 * 1024
+_ZIP, _ZLIB = 1, 2  # JMQ4 sysCode compression types both written with java.util.zip
+
+
+def inflate_body(body: bytes, sys_code: int) -> bytes:
+    """The decompressed body of a compressed record (zlib or zip type, at most 64 MiB)."""
+    version = (sys_code >> 8) & 0xF
+    kind = (sys_code >> 4) & (0x3 if version == 0 else 0x7)
+    if kind not in (_ZIP, _ZLIB):
+        raise InvalidMessage(f"compression type {kind} is not supported")
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, MAX_INFLATED)
+    except zlib.error as exc:
+        raise InvalidMessage(f"compressed body does not inflate: {exc}") from None
+    if inflater.unconsumed_tail:
+        raise InvalidMessage("compressed body inflates past 64 MiB")
+    return out
+
+
 @dataclass(slots=True)
 class StoredMessage:
     """A decoded stored record."""
@@ -524,14 +544,16 @@ class StoredMessage:
         return decode_client_ip(self.client_ip, bool(self.sys_code & SYS_SHORT_ADDRESS))
 
     def items(self) -> list[BatchItem]:
-        """Items of a batch (raises for a compressed body, which the engine never inflates)."""
+        """Items of a batch; a zlib/zip-compressed batch body is inflated (the stored record
+        keeps it compressed, so protocol fetches copy it as the producer sent it)."""
         if not self.is_batch:
             return [
                 BatchItem(self.body, self.business_id, self.attributes, self.priority, self.flag)
             ]
-        if self.sys_code & SYS_COMPRESSED:
-            raise InvalidMessage("compressed batch body")
-        return decode_batch_body(self.body, self.count)
+        body = (
+            inflate_body(self.body, self.sys_code) if self.sys_code & SYS_COMPRESSED else self.body
+        )
+        return decode_batch_body(body, self.count)
 
 
 def decode_record(raw: bytes, *, parse_attributes: bool = True) -> StoredMessage:

@@ -1,0 +1,64 @@
+"""The catalog as a data-source option: a JSON snapshot of the topics a read covers.
+
+The driver builds it from the Django catalog (:mod:`pipeline.catalog`); Spark's Python
+workers decode it into a :class:`brokers.engine.CatalogSnapshot` for the engine, so no
+worker ever touches the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from brokers.engine import CatalogSnapshot, TopicInfo
+
+
+class OptionError(ValueError):
+    """A data-source option is missing or malformed."""
+
+
+def encode_catalog(snapshot: CatalogSnapshot, topics: Iterable[str] | None = None) -> str:
+    """JSON of ``snapshot`` reduced to ``topics`` (all when None): topics only, no apps."""
+    wanted = snapshot.topics if topics is None else {c: snapshot.topics[c] for c in topics}
+    return msgspec.json.encode(CatalogSnapshot(version=snapshot.version, topics=wanted)).decode()
+
+
+def decode_catalog(text: str | None) -> CatalogSnapshot:
+    """Inverse of :func:`encode_catalog`; OptionError when absent or malformed."""
+    if not text:
+        raise OptionError("option 'catalog' is required (a snapshot JSON from the driver)")
+    try:
+        snap = msgspec.json.decode(text, type=CatalogSnapshot)
+    except msgspec.DecodeError as exc:
+        raise OptionError(f"option 'catalog' is not a catalog snapshot: {exc}") from exc
+    for code, info in snap.topics.items():
+        if code != info.code or info.partitions < 1:
+            raise OptionError(f"option 'catalog': topic {code!r} is inconsistent")
+    return snap
+
+
+def select_topics(snapshot: CatalogSnapshot, names: str | None) -> tuple[TopicInfo, ...]:
+    """The topics named in a comma-separated ``topics`` option (all in the snapshot if empty)."""
+    if not names:
+        return tuple(snapshot.topics[c] for c in sorted(snapshot.topics))
+    chosen = []
+    for code in dict.fromkeys(n.strip() for n in names.split(",") if n.strip()):
+        if code not in snapshot.topics:
+            raise OptionError(f"option 'topics': {code!r} is not in the catalog snapshot")
+        chosen.append(snapshot.topics[code])
+    return tuple(chosen)
+
+
+def int_option(options: dict, name: str, default: int | None, *, minimum: int = 0) -> int | None:
+    """An integer option ≥ ``minimum`` (``default`` when absent)."""
+    raw = options.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except (TypeError, ValueError) as exc:
+        raise OptionError(f"option {name!r} must be an integer, got {raw!r}") from exc
+    if value < minimum:
+        raise OptionError(f"option {name!r} must be at least {minimum}, got {value}")
+    return value

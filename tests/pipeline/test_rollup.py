@@ -1,0 +1,99 @@
+"""The rollup job: per-minute traffic and consumer lag match what was produced."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from brokers.engine import Message
+from pipeline import jobs
+from pipeline.models import ConsumerLag, JobRun, TrafficMinute
+from tests.pipeline.conftest import Store
+
+pytestmark = pytest.mark.django_db
+
+BASE = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
+BASE_MS = int(BASE.timestamp() * 1000)
+
+
+class Clock:
+    """Engine clock the test moves (seconds)."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> float:
+        return self.ms / 1000
+
+
+def produce_with_latency(store: Store, clock: Clock, topic: str, app: str, partition: int,
+                         latencies: list[int], body_size: int) -> None:  # fmt: skip
+    """One message per latency (ms between its send time and its store time)."""
+
+    async def work(engine):
+        for lat in latencies:
+            msg = Message(b"x" * body_size, business_id="b", send_time_ms=clock.ms - lat)
+            await engine.append(topic, app, [msg], partition=partition)
+
+    store.run(work)
+
+
+def traffic(dimension: str, name: str) -> list[tuple]:
+    return [
+        (t.minute, t.messages, t.bytes, t.latency_p50_ms, t.latency_p99_ms)
+        for t in TrafficMinute.objects.filter(dimension=dimension, name=name).order_by("minute")
+    ]
+
+
+def test_rollup_matches_production(spark, catalog, store, settings):
+    clock = Clock(BASE_MS + 5_000)  # 10:00:05
+    timed = Store(store.redis_url, catalog, clock)
+    # orders: partition 0 led by broker 1, partition 2 by broker 2 (two groups)
+    leader = catalog.topics["orders"].leader_of
+    assert leader(0) != leader(2)
+    produce_with_latency(timed, clock, "orders", "shop", 0, list(range(1, 101)), 10)
+    clock.ms = BASE_MS + 65_000  # 10:01:05
+    produce_with_latency(timed, clock, "orders", "shop", 2, [7] * 20, 3)
+    produce_with_latency(timed, clock, "clicks", "web", 1, [2, 4], 100)
+    clock.ms = BASE_MS + 185_000  # 10:03:05: outside the rolled-up window
+    produce_with_latency(timed, clock, "orders", "shop", 1, [1], 1)
+
+    minute0, minute1 = BASE, BASE + dt.timedelta(minutes=1)
+    result = jobs.rollup(since=BASE, until=BASE + dt.timedelta(minutes=2), spark=spark)
+
+    assert traffic("topic", "orders") == [(minute0, 100, 1000, 50, 99), (minute1, 20, 60, 7, 7)]
+    assert traffic("topic", "clicks") == [(minute1, 2, 200, 2, 4)]
+    assert traffic("app", "shop") == [(minute0, 100, 1000, 50, 99), (minute1, 20, 60, 7, 7)]
+    assert traffic("app", "web") == [(minute1, 2, 200, 2, 4)]
+    b0, b2 = str(leader(0)), str(leader(2))
+    by_broker = {
+        b: traffic("broker", b) for b in {b0, b2, str(catalog.topics["clicks"].leader_of(1))}
+    }
+    assert by_broker[b0][0] == (minute0, 100, 1000, 50, 99)
+    assert sum(row[1] for rows in by_broker.values() for row in rows) == 122
+
+    # the consumer of orders never fetched: its lag is every message of orders
+    lag = ConsumerLag.objects.get(topic="orders", app="billing")
+    assert lag.lag == 121
+    assert (
+        result.traffic_rows
+        == TrafficMinute.objects.count()
+        == 6 + len([r for rows in by_broker.values() for r in rows])
+    )
+    run = JobRun.last("rollup")
+    assert (run.status, run.rows) == ("ok", result.rows)
+
+    # a second run over the same window upserts the same numbers; old rows expire
+    TrafficMinute.objects.create(
+        dimension="topic", name="old", minute=timezone.now() - dt.timedelta(days=31),
+        messages=1, bytes=1, latency_p50_ms=0, latency_p99_ms=0,
+    )  # fmt: skip
+    call_command(
+        "pipeline", "rollup", "--since", BASE.isoformat(), "--until", str(BASE_MS + 120_000)
+    )
+    assert traffic("topic", "orders") == [(minute0, 100, 1000, 50, 99), (minute1, 20, 60, 7, 7)]
+    assert not TrafficMinute.objects.filter(name="old").exists()
+    assert JobRun.objects.filter(job="rollup", status="ok").count() == 2
