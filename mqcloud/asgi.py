@@ -38,4 +38,11 @@ async def http_application(scope, receive, send) -> None:
     await app(scope, receive, send)
 
 
-application = ProtocolTypeRouter({"http": http_application})
+from channels.routing import URLRouter  # noqa: E402
+from django.urls import path  # noqa: E402
+
+from proxy.vibemq_ws import VibeMQConsumer  # noqa: E402
+
+websocket_application = URLRouter([path("ws/vibemq", VibeMQConsumer.as_asgi())])
+
+application = ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})

@@ -145,6 +145,8 @@ CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=REDIS_URL)
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# An application still executing after this long, with no live executor, is failed.
+APPLICATION_EXECUTION_LIMIT_SECONDS = env.int("APPLICATION_EXECUTION_LIMIT_SECONDS", default=600)
 CELERY_BEAT_SCHEDULE = {
     "broker-liveness": {
         "task": "mqcloud.tasks.mark_silent_brokers_down",
@@ -166,6 +168,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_backlog_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "interrupted-applications": {
+        "task": "mqcloud.tasks.fail_interrupted_applications",
+        "schedule": timedelta(minutes=1),
+    },
     "catalog-republish": {
         "task": "mqcloud.tasks.republish_catalog",
         "schedule": timedelta(minutes=1),
@@ -184,6 +190,7 @@ BROKER_BIND_HOST = env.str("BROKER_BIND_HOST", default="127.0.0.1")
 BROKER_REDIS_CONNECTIONS = env.int("BROKER_REDIS_CONNECTIONS", default=64)
 JMQ4_PORT = env.int("JMQ4_PORT", default=50088)
 ZBUS_PORT = env.int("ZBUS_PORT", default=15555)
+ZBUS_ADMIN_TOKEN = env.str("ZBUS_ADMIN_TOKEN", default="")  # empty: zbus admin is open
 VIBEMQ_PORT = env.int("VIBEMQ_PORT", default=2925)
 BROKER_HEARTBEAT_SECONDS = env.float("BROKER_HEARTBEAT_SECONDS", default=2.0)
 BROKER_DEAD_AFTER_SECONDS = env.float("BROKER_DEAD_AFTER_SECONDS", default=15.0)

@@ -59,7 +59,7 @@ from brokers.engine.model import (
     RetryType,
     TransactionInfo,
 )
-from brokers.engine.queues import QueueStats
+from brokers.engine.queues import QueueRetry, QueueStats
 from brokers.engine.record import (
     BatchItem,
     Message,
@@ -111,6 +111,7 @@ __all__ = [
     "ProducerPolicyInfo",
     "QoS",
     "QueueFull",
+    "QueueRetry",
     "QueueSettings",
     "QueueStats",
     "RetryPolicy",

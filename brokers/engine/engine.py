@@ -53,7 +53,7 @@ from brokers.engine.model import (
     TransactionInfo,
 )
 from brokers.engine.notify import Notifier
-from brokers.engine.queues import Queues, QueueStats
+from brokers.engine.queues import QueueRetry, Queues, QueueStats
 from brokers.engine.read import bounds, index_at_time, read_range
 from brokers.engine.record import (
     DEFAULT_MAX_BODY,
@@ -69,6 +69,7 @@ from brokers.engine.retry import RetryPolicy, RetryStore
 from brokers.engine.transactions import Transactions
 
 DEFAULT_RETRY = RetryPolicy()
+DEFAULT_QUEUE_RETRY = QueueRetry()
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
@@ -107,8 +108,10 @@ class Engine:
         durability_timeout_ms: int = 5_000,
         replicas: int = 1,
         rng: random.Random | None = None,
+        queue_retry: QueueRetry = DEFAULT_QUEUE_RETRY,
     ) -> None:
         self.redis = redis
+        self.queue_retry = queue_retry
         self._catalog = catalog
         self.broker_id = broker_id
         self._clock = clock
@@ -706,7 +709,7 @@ class Engine:
     # ------------------------------------------------------------------ VibeMQ queues
 
     def _queue(self, topic: str, partition: int) -> Queues:
-        return Queues(self.redis, self.durability, topic, partition)
+        return Queues(self.redis, self.durability, topic, partition, self.queue_retry)
 
     def _queue_settings(self, topic: str) -> QueueSettings:
         info = self._catalog().topics.get(topic)
@@ -839,6 +842,17 @@ class Engine:
     async def queue_purge(self, topic: str, *, partition: int = 0) -> None:
         """Delete a queue's messages and in-flight tracking (VibeMQ deleteQueue)."""
         await self._queue(topic, partition).purge()
+
+    async def queue_dead_letter(
+        self, topic: str, record: bytes, *, reason: str, attempts: int, qos: QoS = QoS.RECEIVED
+    ) -> bool:
+        """Dead-letter a message held outside the queue's sets (a fan-out copy): copy it to
+        the DLQ when the queue has one (True), else count it dropped (False)."""
+        if not self._queue_settings(topic).dead_letter_enabled:
+            await self.redis.hincrby(PartitionKeys(topic, 0).meta, "dropped", 1)
+            return False
+        await self._to_queue_dlq(topic, "", record, reason=reason, attempts=attempts, qos=qos)
+        return True
 
     # ------------------------------------------------------------------ operator resends
 

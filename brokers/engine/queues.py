@@ -7,7 +7,8 @@ FIFO within a priority). Taking moves indexes to the *in-flight* set with an ack
 deadline; an ack removes them; a failure or an expired deadline schedules a retry in
 the *delayed* set with backoff ``base·2^(n−1)`` (capped) until ``max_retry_attempts``,
 then the message becomes dead. Expired (TTL) and dead messages move to the *dead* set in
-the same script and are then copied to the queue's DLQ topic (``<queue>.dlq``) by
+the same script (a take of 0 messages is a sweep: expired leases, due retries and
+TTL-expired heads of the ready set) and are then copied to the queue's DLQ topic (``<queue>.dlq``) by
 :class:`Queues`, which removes them only after the copy — or counted as dropped when
 the queue has no DLQ. Nothing leaves silently.
 
@@ -108,6 +109,18 @@ end
 for _, idx in ipairs(redis.call('ZRANGEBYSCORE', K.delayed, '-inf', s(now))) do
   redis.call('ZREM', K.delayed, idx)
   redis.call('ZADD', K.ready, redis.call('HGET', K.scores, idx) or idx, idx)
+end
+-- TTL sweep: expired messages at the head of each band die even when nobody takes
+if ttl > 0 then
+  for band = 0, 3 do
+    local lo, hi = s(band * 1099511627776), '(' .. s((band + 1) * 1099511627776)
+    for _, idx in ipairs(redis.call('ZRANGEBYSCORE', K.ready, lo, hi, 'LIMIT', 0, 100)) do
+      local rec = record_of(idx)
+      if not rec then forget(idx)
+      elseif store_time(rec) + ttl <= now then kill(idx, 'MessageExpired')
+      else break end
+    end
+  end
 end
 local out = {}
 local got = 0

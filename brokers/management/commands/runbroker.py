@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from typing import Protocol
 
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
@@ -27,6 +28,8 @@ from brokers.engine import Engine
 from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher
 from brokers.models import Broker, Cluster
 from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
+from brokers.servers.vibemq import start_vibemq_server
+from brokers.servers.zbus import start_zbus_server
 
 log = logging.getLogger("mqcloud.broker")
 
@@ -54,7 +57,15 @@ class Command(BaseCommand):
             f" zbus={broker.zbus_port} vibemq={broker.vibemq_port}"
         )
         install_uvloop()
-        asyncio.run(run(broker.id, bind=str(options["bind"]), jmq4_port=broker.jmq4_port))
+        asyncio.run(
+            run(
+                broker.id,
+                bind=str(options["bind"]),
+                jmq4_port=broker.jmq4_port,
+                zbus_port=broker.zbus_port,
+                vibemq_port=broker.vibemq_port,
+            )
+        )
         self.stdout.write(f"broker {broker.id} stopped")
 
 
@@ -111,8 +122,42 @@ def _mark_down(broker_id: int) -> None:
     publish_on_commit()
 
 
-async def run(broker_id: int, *, bind: str = "127.0.0.1", jmq4_port: int | None = None) -> None:
-    """Serve JMQ4, heartbeat and follow the catalog until SIGINT or SIGTERM."""
+class ProtocolServer(Protocol):
+    """What runbroker needs of a protocol server: a graceful stop."""
+
+    async def stop(self) -> None: ...
+
+
+async def start_servers(
+    engine: Engine,
+    watcher: CatalogWatcher,
+    broker_id: int,
+    bind: str,
+    *,
+    jmq4_port: int | None,
+    zbus_port: int | None,
+    vibemq_port: int | None,
+) -> list[ProtocolServer]:
+    """Start every protocol server whose port is set; each stops gracefully on its own."""
+    servers: list[ProtocolServer] = []
+    if jmq4_port is not None:
+        servers.append(await start_jmq4_server(engine, watcher, bind, jmq4_port, broker_id))
+    if zbus_port is not None:
+        servers.append(await start_zbus_server(engine, watcher, bind, zbus_port, broker_id))
+    if vibemq_port is not None:
+        servers.append(await start_vibemq_server(engine, watcher, bind, vibemq_port, broker_id))
+    return servers
+
+
+async def run(
+    broker_id: int,
+    *,
+    bind: str = "127.0.0.1",
+    jmq4_port: int | None = None,
+    zbus_port: int | None = None,
+    vibemq_port: int | None = None,
+) -> None:
+    """Serve the protocols, heartbeat and follow the catalog until SIGINT or SIGTERM."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -135,9 +180,15 @@ async def run(broker_id: int, *, bind: str = "127.0.0.1", jmq4_port: int | None 
     watcher.on_change(changed)
     await watcher.start()
     engine = Engine(client, lambda: watcher.current, broker_id=broker_id)
-    jmq4 = None
-    if jmq4_port is not None:
-        jmq4 = await start_jmq4_server(engine, watcher, bind, jmq4_port, broker_id)
+    servers = await start_servers(
+        engine,
+        watcher,
+        broker_id,
+        bind,
+        jmq4_port=jmq4_port,
+        zbus_port=zbus_port,
+        vibemq_port=vibemq_port,
+    )
     try:
         while not stop.is_set():
             if await sync_to_async(_was_down)(broker_id):
@@ -147,8 +198,7 @@ async def run(broker_id: int, *, bind: str = "127.0.0.1", jmq4_port: int | None 
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), settings.BROKER_HEARTBEAT_SECONDS)
     finally:
-        if jmq4 is not None:
-            await jmq4.stop()
+        await asyncio.gather(*(server.stop() for server in servers))
         await engine.close()
         await watcher.stop()
         await sync_to_async(_mark_down)(broker_id)

@@ -1,0 +1,186 @@
+"""VibeMQ broker benchmark (a script, not a test): ``python bench/vibemq.py``.
+
+Starts its own redis-server (AOF everysec) and a VibeMQ server in a separate process
+(``--serve``) with queues pre-declared in a catalog snapshot, then prints:
+
+* publish-with-ack msgs/s — 100-byte JSON payloads, 4 connections, 64 publishes in flight each
+  (every publishAck means the message is stored);
+* deliver-with-ack msgs/s — one subscriber acking every delivery over the published backlog;
+* publish→deliver latency p50/p99 at a paced 500 msg/s;
+* the raw baseline: ``redis-benchmark -P 100 -q XADD`` on the same Redis, in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis.asyncio as aioredis
+
+from bench.jmq4 import free_port, raw_xadd, start_redis
+from brokers.clients.vibemq import VibeMQClient
+from brokers.engine import (
+    AppInfo,
+    CatalogSnapshot,
+    CatalogWatcher,
+    Engine,
+    QueueSettings,
+    TopicInfo,
+    publish_snapshot,
+)
+from brokers.engine.catalog import hash_token
+from brokers.servers.jmq4 import install_uvloop
+from brokers.servers.vibemq import start_vibemq_server
+
+TOKEN = "bench-token"
+PAYLOAD = {"data": "x" * 88}  # about 100 bytes of JSON
+
+
+def snapshot() -> CatalogSnapshot:
+    big = QueueSettings(max_queue_size=10_000_000)
+    return CatalogSnapshot(
+        version=1,
+        topics={q: TopicInfo(code=q, partitions=1, queue=big) for q in ("bench", "latency")},
+        apps={"bench": AppInfo(code="bench", token_hashes=(hash_token(TOKEN),))},
+    )
+
+
+async def publish_load(port: int, seconds: float, conns: int = 4, window: int = 64) -> float:
+    clients = [await VibeMQClient.open("127.0.0.1", port, TOKEN) for _ in range(conns)]
+    stop = time.monotonic() + seconds
+    counts = [0] * conns
+
+    async def worker(i: int) -> None:
+        client = clients[i]
+        while time.monotonic() < stop:
+            await asyncio.gather(*(client.publish("bench", PAYLOAD) for _ in range(window)))
+            counts[i] += window
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker(i) for i in range(conns)))
+    elapsed = time.monotonic() - started
+    for c in clients:
+        await c.close()
+    return sum(counts) / elapsed
+
+
+async def deliver_load(port: int, total: int) -> float:
+    client = await VibeMQClient.open("127.0.0.1", port, TOKEN)
+    await client.subscribe("bench")
+    started = time.monotonic()
+    for _ in range(total):
+        m = await client.receive(30)
+        client.ack(m.id)
+    elapsed = time.monotonic() - started
+    await client.close()
+    return total / elapsed
+
+
+async def latency(port: int, rate: int, seconds: float) -> tuple[float, float]:
+    pub = await VibeMQClient.open("127.0.0.1", port, TOKEN)
+    sub = await VibeMQClient.open("127.0.0.1", port, TOKEN)
+    await sub.subscribe("latency")
+    samples: list[float] = []
+    n = int(rate * seconds)
+
+    async def consume() -> None:
+        for _ in range(n):
+            m = await sub.receive(30)
+            sub.ack(m.id)
+            samples.append((time.time() - m.payload["t"]) * 1000)
+
+    task = asyncio.create_task(consume())
+    start = time.monotonic()
+    pending = set()
+    for i in range(n):
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        pending.add(asyncio.create_task(pub.publish("latency", {"t": time.time()})))
+    await asyncio.gather(*pending)
+    await task
+    await pub.close()
+    await sub.close()
+    cuts = statistics.quantiles(samples, n=100)
+    return cuts[49], cuts[98]
+
+
+async def serve(redis_port: int, port: int) -> None:
+    """The broker side, in its own process so load generation does not share its core."""
+    client = aioredis.Redis(
+        connection_pool=aioredis.BlockingConnectionPool.from_url(
+            f"redis://127.0.0.1:{redis_port}", max_connections=64
+        )
+    )
+    await publish_snapshot(client, snapshot())
+    watcher = CatalogWatcher(client)
+    await watcher.start()
+    engine = Engine(client, lambda: watcher.current, broker_id=1)
+    server = await start_vibemq_server(engine, watcher, "127.0.0.1", port, 1)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    print("ready", flush=True)
+    await stop.wait()
+    await server.stop(grace=1.0)
+    await engine.close()
+    await watcher.stop()
+    await client.aclose()
+
+
+def start_server(redis_port: int) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(redis_port), str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline() if proc.stdout else ""
+    if line.strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"bench broker did not start: {line!r}")
+    return proc, port
+
+
+async def main() -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
+    redis_proc, redis_port = start_redis(workdir)
+    server = None
+    try:
+        raw = raw_xadd(redis_port, 1_000_000)
+        server, port = start_server(redis_port)
+        publish = await publish_load(port, 5.0)
+        backlog = min(int(publish * 5), 100_000)
+        deliver = await deliver_load(port, backlog)
+        p50, p99 = await latency(port, 500, 5.0)
+        print(f"raw redis-benchmark -P 100 XADD  : {raw:12,.0f} ops/s   1.00x")
+        print(
+            f"VibeMQ publish+ack, 4 conns      : {publish:12,.0f} msg/s   {publish / raw:.3f}x raw"
+        )
+        print(
+            f"VibeMQ deliver+ack, 1 subscriber : {deliver:12,.0f} msg/s   {deliver / raw:.3f}x raw"
+        )
+        print(f"VibeMQ publish→deliver @500/s    : p50 {p50:.2f} ms  p99 {p99:.2f} ms")
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(30)
+        redis_proc.terminate()
+        redis_proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    install_uvloop()
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
+        asyncio.run(serve(int(sys.argv[2]), int(sys.argv[3])))
+    else:
+        asyncio.run(main())

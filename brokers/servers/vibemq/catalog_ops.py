@@ -1,0 +1,146 @@
+"""createQueue / deleteQueue in the catalog (PostgreSQL), for the async servers.
+
+A queue is a topic with one partition whose VibeMQ settings are the queue options. The
+ORM runs in a thread (``sync_to_async``); the catalog snapshot is published when the
+transaction commits (the model signals call ``publish_on_commit``), and the caller then
+refreshes its watcher so the next command already sees the change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db import connection as db_connection
+from django.db.models import ProtectedError
+
+from brokers.catalog_loader import publish_on_commit
+from brokers.models import Broker, Cluster, Team, Topic
+from brokers.topology import create_partition_groups
+
+ANONYMOUS_TEAM = "vibemq-anonymous"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """What a new queue's topic row holds."""
+
+    code: str
+    team: str
+    delivery_mode: str = "RoundRobin"
+    max_queue_size: int = 10_000
+    overflow_policy: str = "DropOldest"
+    message_ttl_ms: int | None = None
+    dead_letter_enabled: bool = False
+    max_retry_attempts: int = 3
+    creator: str = ""
+
+
+class CatalogRefused(Exception):
+    """The catalog cannot hold the queue (no cluster or writable broker, protected rows)."""
+
+
+def _cluster(broker_id: int | None) -> Cluster:
+    if broker_id is not None:
+        broker = Broker.objects.select_related("cluster").filter(id=broker_id).first()
+        if broker is not None:
+            return broker.cluster
+    cluster = Cluster.objects.order_by("id").first()
+    if cluster is None:
+        raise CatalogRefused("the catalog has no cluster")
+    return cluster
+
+
+def _team(name: str) -> Team:
+    if name:
+        team = Team.objects.filter(name=name).first()
+        if team is not None:
+            return team
+    team, _ = Team.objects.get_or_create(
+        name=ANONYMOUS_TEAM, defaults={"description": "Queues created by anonymous VibeMQ"}
+    )
+    return team
+
+
+def _create_row(spec: QueueSpec, cluster: Cluster, team: Team) -> bool:
+    if Topic.objects.filter(code=spec.code).exists():
+        return False
+    try:
+        with transaction.atomic():
+            topic = Topic.objects.create(
+                code=spec.code,
+                cluster=cluster,
+                team=team,
+                partitions=1,
+                delivery_mode=spec.delivery_mode,
+                max_queue_size=spec.max_queue_size,
+                overflow_policy=spec.overflow_policy,
+                message_ttl_ms=spec.message_ttl_ms,
+                dead_letter_enabled=spec.dead_letter_enabled,
+                max_retry_attempts=spec.max_retry_attempts,
+                creator=spec.creator,
+            )
+            create_partition_groups(topic, 1)
+    except IntegrityError:  # created concurrently by another connection or process
+        return False
+    return True
+
+
+def _create_queue(spec: QueueSpec, dead_letter_queue: str | None, broker_id: int | None) -> bool:
+    try:
+        with transaction.atomic():
+            cluster, team = _cluster(broker_id), _team(spec.team)
+            created = _create_row(spec, cluster, team)
+            if created and dead_letter_queue is not None:
+                dlq = QueueSpec(code=dead_letter_queue, team=spec.team, creator=spec.creator)
+                _create_row(dlq, cluster, team)
+            if created:
+                publish_on_commit()
+            return created
+    except ValidationError as exc:
+        raise CatalogRefused("; ".join(exc.messages)) from None
+
+
+def _delete_queue(code: str) -> bool:
+    with transaction.atomic():
+        topic = Topic.objects.filter(code=code).first()
+        if topic is None:
+            return False
+        try:
+            topic.delete()
+        except ProtectedError as exc:
+            raise CatalogRefused(f"queue {code} is still referenced") from exc
+        publish_on_commit()
+        return True
+
+
+def _closing(fn: Callable[..., T]) -> Callable[..., T]:
+    """Run ``fn`` and close the thread's database connection (catalog writes are rare;
+    a pool thread must not keep a connection open)."""
+
+    def run(*args: object) -> T:
+        try:
+            return fn(*args)
+        finally:
+            db_connection.close()
+
+    return run
+
+
+async def create_queue(
+    spec: QueueSpec, dead_letter_queue: str | None, broker_id: int | None
+) -> bool:
+    """Create the queue (and its DLQ, if named and missing); False if it already existed."""
+    return await sync_to_async(_closing(_create_queue), thread_sensitive=False)(
+        spec, dead_letter_queue, broker_id
+    )
+
+
+async def delete_queue(code: str) -> bool:
+    """Delete the queue's topic row; False if there was none."""
+    return await sync_to_async(_closing(_delete_queue), thread_sensitive=False)(code)

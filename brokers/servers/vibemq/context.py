@@ -1,0 +1,69 @@
+"""Shared state of one VibeMQ endpoint (a TCP server or a web process's consumers)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, QueueSettings
+from brokers.engine.ratelimit import RateLimiter
+from brokers.protocols.vibemq.options import DLQ_SUFFIX
+from brokers.servers.vibemq.auth import TokenIndex
+from brokers.servers.vibemq.config import ServerConfig
+from brokers.servers.vibemq.limits import ConnectionGate
+from brokers.servers.vibemq.registry import SubscriberRegistry
+
+
+@dataclass(slots=True)
+class ServerContext:
+    """Everything a session needs besides itself."""
+
+    engine: Engine
+    watcher: CatalogWatcher
+    config: ServerConfig
+    broker_id: int | None = None
+    node: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    tokens: TokenIndex = field(default_factory=TokenIndex)
+    counters: Counter[str] = field(default_factory=Counter)
+    registry: SubscriberRegistry = field(init=False)
+    limiter: RateLimiter = field(init=False)
+    gate: ConnectionGate = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.registry = SubscriberRegistry(
+            self.engine.redis, self.node, self.config.registry_ttl_ms
+        )
+        self.limiter = RateLimiter(self.engine.redis)
+        self.gate = ConnectionGate(self.config.max_connections, self.config.connections_per_ip)
+
+    @property
+    def snapshot(self) -> CatalogSnapshot:
+        """The current catalog snapshot."""
+        return self.watcher.current
+
+    def queue_settings(self, queue: str) -> QueueSettings | None:
+        """The settings of an existing queue, None if there is none.
+
+        A queue's DLQ exists as soon as the queue has its DLQ on, even before the
+        catalog has a row for it (the engine creates it on first use with the defaults).
+        """
+        topics = self.snapshot.topics
+        info = topics.get(queue)
+        if info is not None:
+            return info.queue
+        if queue.endswith(DLQ_SUFFIX):
+            parent = topics.get(queue[: -len(DLQ_SUFFIX)])
+            if parent is not None and parent.queue.dead_letter_enabled:
+                return QueueSettings()
+        return None
+
+    def queue_names(self) -> list[str]:
+        """Every queue, DLQs included, sorted by name."""
+        names = set(self.snapshot.topics)
+        names.update(
+            code + DLQ_SUFFIX
+            for code, info in self.snapshot.topics.items()
+            if info.queue.dead_letter_enabled
+        )
+        return sorted(names)

@@ -1,0 +1,148 @@
+"""The commands of vibemq.md §5–§7: connect, ping, disconnect, publish, subscribe,
+unsubscribe (ack is settled inline by the session); queue management is in
+:mod:`.queue_admin`. Each handler takes the session and a validated frame."""
+
+from __future__ import annotations
+
+import logging
+
+from brokers.engine import (
+    ClientNotAllowed,
+    EngineError,
+    InvalidMessage,
+    MessageTooLarge,
+    QoS,
+    QueueFull,
+    StoreUnavailable,
+    TopicNotFound,
+)
+from brokers.engine.fetch import blacklisted
+from brokers.protocols.vibemq import (
+    Ack,
+    Connect,
+    CreateQueue,
+    DeleteQueue,
+    Disconnect,
+    ErrorCode,
+    Frame,
+    ListQueues,
+    Ping,
+    Publish,
+    QueueInfo,
+    Subscribe,
+    Unsubscribe,
+    connect_ack,
+    pong,
+    publish_ack,
+    subscribe_ack,
+    unsubscribe_ack,
+)
+from brokers.servers.vibemq import queue_admin
+from brokers.servers.vibemq.messages import to_message
+from brokers.servers.vibemq.session import Session
+
+log = logging.getLogger("mqcloud.vibemq")
+
+
+async def handle(session: Session, frame: Frame) -> None:
+    """Session check (§4 step 3), then dispatch."""
+    if isinstance(frame, Connect):
+        return _connect(session, frame)
+    if isinstance(frame, Ping):
+        return session.send(pong(frame))
+    if not session.authenticated:
+        return session.error(ErrorCode.NOT_AUTHENTICATED, "connect first", frame.id)
+    if isinstance(frame, Disconnect):
+        session.transport.close()
+        return await session.close()
+    if isinstance(frame, Publish):
+        return await _publish(session, frame)
+    if isinstance(frame, Subscribe):
+        return await _subscribe(session, frame)
+    if isinstance(frame, Unsubscribe):
+        await session.hub.unsubscribe(frame.queue, session)
+        session.subscriptions.discard(frame.queue)
+        return session.send(unsubscribe_ack(frame))
+    if isinstance(frame, Ack):
+        return session._ack(frame)
+    if isinstance(frame, CreateQueue):
+        return await queue_admin.create(session, frame)
+    if isinstance(frame, DeleteQueue):
+        return await queue_admin.delete(session, frame)
+    if isinstance(frame, QueueInfo):
+        return await queue_admin.info(session, frame)
+    if isinstance(frame, ListQueues):
+        return queue_admin.list_queues(session, frame)
+    session.error(ErrorCode.UNKNOWN_COMMAND, f"{frame.TYPE.value} not accepted", frame.id)
+
+
+def _connect(session: Session, frame: Connect) -> None:
+    token = frame.auth_token
+    if token:
+        app = session.ctx.tokens.app_for_token(session.ctx.snapshot, token)
+        if app is None:
+            return session.error(ErrorCode.AUTH_FAILED, "unknown app token", frame.id)
+        session.app = app
+    elif session.ctx.config.auth_required:
+        return session.error(ErrorCode.AUTH_REQUIRED, "headers.authToken required", frame.id)
+    session.authenticated = True
+    session.send(
+        connect_ack(
+            frame,
+            server_version=session.ctx.config.server_version,
+            connection_id=session.key,
+        )
+    )
+
+
+async def _publish(session: Session, frame: Publish) -> None:
+    ctx = session.ctx
+    if not await queue_admin.ensure(session, frame.queue, frame.id):
+        return
+    policy = ctx.snapshot.producer(frame.queue, session.app_code) if session.app else None
+    if policy is not None:
+        if blacklisted(session.peer, tuple(policy.blacklist)):
+            return session.error(ErrorCode.AUTH_FAILED, "client address not allowed", frame.id)
+        if policy.rate_limit:
+            permit = await ctx.limiter.acquire(
+                "produce",
+                frame.queue,
+                session.app_code,
+                rate=policy.rate_limit,
+                cost=1,
+                now_ms=ctx.engine.now_ms(),
+            )
+            if not permit.granted:
+                return session.error(ErrorCode.RATE_LIMITED, "publish rate exceeded", frame.id)
+    try:
+        result = await ctx.engine.queue_publish(
+            frame.queue,
+            session.app_code,
+            to_message(frame),
+            qos=QoS.PERSISTED,
+            client_address=session.peer or None,
+        )
+    except QueueFull as exc:
+        return session.error(ErrorCode.QUEUE_FULL, str(exc), frame.id)
+    except TopicNotFound:
+        return session.error(ErrorCode.QUEUE_NOT_FOUND, f"queue {frame.queue} not found", frame.id)
+    except (MessageTooLarge, InvalidMessage) as exc:
+        return session.error(ErrorCode.INVALID_MESSAGE, str(exc), frame.id)
+    except ClientNotAllowed as exc:
+        return session.error(ErrorCode.AUTH_FAILED, str(exc), frame.id)
+    except (StoreUnavailable, EngineError) as exc:
+        log.warning("VibeMQ publish to %s failed: %s", frame.queue, exc)
+        return session.error(ErrorCode.SERVER_ERROR, "message not stored", frame.id)
+    ctx.counters["published"] += 1
+    session.send(publish_ack(frame, dropped=result.dropped, dead_lettered=result.dead_lettered))
+
+
+async def _subscribe(session: Session, frame: Subscribe) -> None:
+    if not await queue_admin.ensure(session, frame.queue, frame.id):
+        return
+    policy = session.ctx.snapshot.consumer(frame.queue, session.app_code) if session.app else None
+    if policy is not None and blacklisted(session.peer, tuple(policy.blacklist)):
+        return session.error(ErrorCode.AUTH_FAILED, "client address not allowed", frame.id)
+    session.send(subscribe_ack(frame))  # before any delivery of the backlog
+    session.subscriptions.add(frame.queue)
+    await session.hub.subscribe(frame.queue, session)

@@ -1,0 +1,267 @@
+"""Dispatch: queues → this process's subscribers (vibemq.md §7, §9).
+
+One :class:`QueueDispatcher` per queue with local subscribers takes ready messages from
+the engine whenever some subscriber is eligible, and sleeps on the engine's notification
+for the queue (never polling faster than ``timer_interval``, which is also how often ack
+deadlines and retries are checked). RoundRobin and PriorityBased hand each leased message
+to the next eligible subscriber in turn; FanOut modes publish each taken message on the
+queue's fan channel (see :mod:`.fanout`) so that every subscriber of every process gets a
+copy. Dispatchers of several processes compete for the same queue through the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Protocol
+
+from brokers.engine import Delivery, EngineError
+from brokers.servers.vibemq.context import ServerContext
+from brokers.servers.vibemq.fanout import FanoutListener, encode_copy, fan_channel
+
+log = logging.getLogger("mqcloud.vibemq")
+FANOUT_MODES = ("FanOutWithAck", "FanOutWithoutAck")
+TAKE_BATCH = 64
+REGISTRY_REFRESH_S = 5.0
+
+
+class Subscriber(Protocol):
+    """What the hub needs of a session."""
+
+    key: str
+
+    def capacity(self, queue: str) -> int: ...
+    def deliver_lease(self, queue: str, delivery: Delivery, deadline_ms: int) -> bool: ...
+    def deliver_copy(self, queue: str, delivery: Delivery, tracked: bool) -> None: ...
+    def drop_subscription(self, queue: str) -> None: ...
+    async def tick(self, now_ms: int) -> None: ...
+
+
+class QueueDispatcher:
+    """Feeds one queue's local subscribers."""
+
+    def __init__(self, hub: Hub, queue: str) -> None:
+        self.hub, self.queue = hub, queue
+        self.subscribers: list[Subscriber] = []
+        self.wakeup = asyncio.Event()
+        self._next = 0
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name=f"vibemq-dispatch-{self.queue}")
+
+    async def _run(self) -> None:
+        ctx = self.hub.ctx
+        try:
+            async with ctx.engine.notifier.watch(self.queue) as notified:
+                while self.subscribers:
+                    notified.clear()
+                    self.wakeup.clear()
+                    try:
+                        full = await self._round()
+                    except EngineError as exc:
+                        log.warning("VibeMQ dispatch on %s failed: %s", self.queue, exc)
+                        full = False
+                    if full:
+                        continue
+                    waits = [asyncio.ensure_future(e.wait()) for e in (notified, self.wakeup)]
+                    try:
+                        await asyncio.wait(
+                            waits,
+                            timeout=ctx.config.timer_interval,
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                    finally:
+                        for w in waits:
+                            w.cancel()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("VibeMQ dispatcher of %s stopped", self.queue)
+        finally:
+            self.hub._dispatcher_done(self)
+
+    async def _round(self) -> bool:
+        """Take and hand out one batch; True if more may be waiting right away."""
+        ctx = self.hub.ctx
+        settings = ctx.queue_settings(self.queue)
+        if settings is None:  # deleted: subscribers are dropped silently
+            for sub in list(self.subscribers):
+                sub.drop_subscription(self.queue)
+            self.subscribers.clear()
+            return False
+        lease_ms = ctx.config.ack_timeout_ms
+        if settings.delivery_mode in FANOUT_MODES:
+            want = TAKE_BATCH
+        else:
+            caps = {id(s): s.capacity(self.queue) for s in self.subscribers}
+            want = min(TAKE_BATCH, sum(caps.values()))
+        got = await ctx.engine.queue_take(self.queue, count=want, lease_ms=lease_ms)
+        if not got:
+            return False
+        if settings.delivery_mode in FANOUT_MODES:
+            await self._fan_out(got)
+        else:
+            await self._round_robin(got, caps, lease_ms)
+        return len(got) == want
+
+    async def _round_robin(self, got: list[Delivery], caps: dict[int, int], lease_ms: int) -> None:
+        subs = self.subscribers
+        deadline = self.hub.ctx.engine.now_ms() + lease_ms
+        unplaced: list[int] = []
+        for delivery in got:
+            for _ in range(len(subs)):
+                sub = subs[self._next % len(subs)]
+                self._next = (self._next + 1) % len(subs)
+                if caps.get(id(sub), 0) > 0 and sub.deliver_lease(self.queue, delivery, deadline):
+                    caps[id(sub)] -= 1
+                    break
+            else:
+                unplaced.append(delivery.index)
+        if unplaced:  # every subscriber left meanwhile: back to the head at once
+            await self.hub.ctx.engine.queue_release(self.queue, unplaced)
+
+    async def _fan_out(self, got: list[Delivery]) -> None:
+        redis = self.hub.ctx.engine.redis
+        pipe = redis.pipeline(transaction=False)
+        for delivery in got:
+            pipe.publish(fan_channel(self.queue), encode_copy(delivery))
+        await pipe.execute()
+        await self.hub.ctx.engine.queue_ack(self.queue, [d.index for d in got])
+
+
+class Hub:
+    """This process's subscriptions, dispatchers and timers."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.dispatchers: dict[str, QueueDispatcher] = {}
+        self.sessions: set[Subscriber] = set()
+        self._fanout = FanoutListener(ctx.engine.redis, self._copy)
+        self._timer: asyncio.Task[None] | None = None
+        self._paused = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro) -> None:
+        """Run ``coro`` in the background, keeping a reference until it ends."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def start(self) -> None:
+        await self._fanout.start()
+        self._timer = asyncio.create_task(self._timers(), name="vibemq-timers")
+
+    async def stop(self) -> None:
+        """Stop dispatching (sessions are closed by their transports)."""
+        self._paused = True
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+        for disp in list(self.dispatchers.values()):
+            if disp.task is not None:
+                disp.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await disp.task
+        self.dispatchers.clear()
+        await self._fanout.stop()
+
+    def pause_dispatch(self) -> None:
+        """Stop taking new messages (graceful shutdown); timers keep running."""
+        self._paused = True
+        for disp in list(self.dispatchers.values()):
+            if disp.task is not None:
+                disp.task.cancel()
+
+    # ---------------------------------------------------------------- subscriptions
+
+    async def subscribe(self, queue: str, sub: Subscriber) -> None:
+        disp = self.dispatchers.get(queue)
+        if disp is None:
+            disp = self.dispatchers[queue] = QueueDispatcher(self, queue)
+        if sub not in disp.subscribers:
+            disp.subscribers.append(sub)
+            await self._fanout.follow(queue)
+            await self.ctx.registry.add(queue, sub.key)
+        if disp.task is None and not self._paused:
+            disp.start()
+        disp.wakeup.set()
+
+    async def unsubscribe(self, queue: str, sub: Subscriber) -> None:
+        disp = self.dispatchers.get(queue)
+        if disp is not None and sub in disp.subscribers:
+            disp.subscribers.remove(sub)
+            await self.ctx.registry.remove(queue, sub.key)
+            if not disp.subscribers:
+                disp.wakeup.set()
+
+    def wake(self, queue: str) -> None:
+        """A subscriber of ``queue`` may take more now."""
+        disp = self.dispatchers.get(queue)
+        if disp is not None:
+            disp.wakeup.set()
+
+    def _dispatcher_done(self, disp: QueueDispatcher) -> None:
+        if self.dispatchers.get(disp.queue) is not disp:
+            return
+        if disp.subscribers and not self._paused:
+            disp.start()  # a subscriber arrived while it was finishing
+            return
+        del self.dispatchers[disp.queue]
+        if not self._paused:
+            self.spawn(self._fanout.unfollow(disp.queue))
+
+    def _copy(self, queue: str, delivery: Delivery) -> None:
+        disp = self.dispatchers.get(queue)
+        settings = self.ctx.queue_settings(queue)
+        if disp is None or settings is None:
+            return
+        tracked = settings.delivery_mode == "FanOutWithAck"
+        for sub in list(disp.subscribers):
+            sub.deliver_copy(queue, delivery, tracked)
+
+    # ---------------------------------------------------------------- timers
+
+    async def _timers(self) -> None:
+        last_refresh = 0.0
+        while True:
+            await asyncio.sleep(self.ctx.config.timer_interval)
+            try:
+                now = self.ctx.engine.now_ms()
+                for sub in list(self.sessions):
+                    await sub.tick(now)
+                await self._sweep_ttl()
+                if time.monotonic() - last_refresh >= REGISTRY_REFRESH_S:
+                    last_refresh = time.monotonic()
+                    await self.ctx.registry.refresh(
+                        [(q, s.key) for q, d in self.dispatchers.items() for s in d.subscribers]
+                    )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("VibeMQ timers failed; retrying")
+
+    async def _sweep_ttl(self) -> None:
+        """Expire TTL'd messages of queues nobody here dispatches (§11: every second)."""
+        broker = self.ctx.broker_id
+        if broker is None:
+            return  # the web process leaves sweeping to the brokers
+        for code, info in self.ctx.snapshot.topics.items():
+            if info.queue.message_ttl_ms is None or code in self.dispatchers:
+                continue
+            leader = info.leader_of(0)
+            if leader is None or leader == broker:
+                await self.ctx.engine.queue_take(code, count=0)
+
+    async def drop_queue(self, queue: str) -> None:
+        """A deleted queue: its local subscribers are unsubscribed silently."""
+        disp = self.dispatchers.get(queue)
+        if disp is not None:
+            for sub in list(disp.subscribers):
+                sub.drop_subscription(queue)
+            disp.subscribers.clear()
+            disp.wakeup.set()
+        await self.ctx.registry.clear(queue)

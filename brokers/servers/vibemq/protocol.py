@@ -1,0 +1,125 @@
+"""The TCP transport: bytes ↔ length-prefixed codec ↔ :class:`Session`, nothing else.
+
+Reading pauses while the session has ``max_pending_frames`` unprocessed frames or the
+write buffer is over its high-water mark (the peer does not read), so neither direction
+grows without bound. Framing errors close the connection silently (§1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from brokers.protocols.vibemq import (
+    CommandType,
+    ErrorCode,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    encode_frame,
+    error_frame,
+)
+from brokers.servers.vibemq.context import ServerContext
+from brokers.servers.vibemq.hub import Hub
+from brokers.servers.vibemq.session import Session
+
+log = logging.getLogger("mqcloud.vibemq")
+
+
+class VibeMQProtocol(asyncio.Protocol):
+    """One VibeMQ TCP connection."""
+
+    def __init__(self, ctx: ServerContext, hub: Hub, connections: set[VibeMQProtocol]) -> None:
+        self.ctx, self.hub = ctx, hub
+        self._connections = connections
+        self._decoder = FrameDecoder(max_frame_size=ctx.config.max_frame_size)
+        self._transport: asyncio.Transport | None = None
+        self._write_paused = False
+        self._read_paused = False
+        self._admitted = False
+        self.session: Session | None = None
+
+    # -------------------------------------------------------------- asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername") or ("", 0)
+        verdict = self.ctx.gate.admit(str(peer[0]))
+        if verdict is not None:
+            if verdict == "limit":
+                frame = error_frame(ErrorCode.CONNECTION_LIMIT, "too many connections")
+                self._transport.write(encode_frame(frame))
+            self._transport.close()
+            return
+        self._admitted = True
+        self._connections.add(self)
+        self.session = Session(self.ctx, self.hub, self, str(peer[0]))
+        self.session.start()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._connections.discard(self)
+        if self._admitted:
+            self._admitted = False
+            self.ctx.gate.release()
+        self._transport = None
+        if self.session is not None:
+            self.hub.spawn(self.session.close())
+
+    def data_received(self, data: bytes) -> None:
+        if self.session is None or self._decoder.closed:
+            return
+        for event in self._decoder.feed(data):
+            self.session.feed(event)
+        self._update_reading()
+
+    def eof_received(self) -> bool | None:
+        if not self._decoder.closed:
+            self._decoder.eof()  # a truncated frame is simply dropped: the peer left
+        return None
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+        if self.session is not None:
+            self.session.on_writable()
+
+    # -------------------------------------------------------------- Transport (session side)
+
+    def send(self, frame: Frame) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(encode_frame(frame))
+
+    @property
+    def writable(self) -> bool:
+        return self._transport is not None and not self._write_paused
+
+    def close(self, error: ProtocolError | None = None) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def shutdown_notice(self, frame: Frame) -> None:
+        """Write the server's ``disconnect`` (acks are still read afterwards)."""
+        assert frame.TYPE is CommandType.DISCONNECT
+        self.send(frame)
+
+    # -------------------------------------------------------------- flow control
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing() or self.session is None:
+            return
+        busy = self._write_paused or self.session.backlog >= self.ctx.config.max_pending_frames
+        if busy and not self._read_paused:
+            transport.pause_reading()
+            self._read_paused = True
+        elif not busy and self._read_paused:
+            transport.resume_reading()
+            self._read_paused = False
+
+    def frames_done(self) -> None:
+        """The session caught up: read again if reading was paused for it."""
+        self._update_reading()

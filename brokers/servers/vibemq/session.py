@@ -1,0 +1,347 @@
+"""One VibeMQ connection's state and command loop, whatever carries its frames.
+
+A transport (the TCP protocol or the WebSocket consumer) decodes frames and
+:meth:`Session.feed` s them; the session processes them strictly in order on its own task
+(§4) and writes replies and deliveries through :class:`Transport`. Everything between a
+decoded frame and the frames written back lives here and in :mod:`.handlers`, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import defaultdict, deque
+from typing import Protocol
+
+from brokers.engine import AppInfo, Delivery, EngineError
+from brokers.protocols.vibemq import (
+    Ack,
+    ErrorCode,
+    Frame,
+    ProtocolError,
+    error_for,
+    error_frame,
+)
+from brokers.servers.vibemq.context import ServerContext
+from brokers.servers.vibemq.hub import Hub
+from brokers.servers.vibemq.limits import SlidingWindow
+from brokers.servers.vibemq.messages import message_id, to_deliver
+from brokers.servers.vibemq.tracking import Inflight, Tracked
+
+log = logging.getLogger("mqcloud.vibemq")
+ACK_BATCH = 128
+
+
+class Transport(Protocol):
+    """What a session needs of its connection."""
+
+    def send(self, frame: Frame) -> None:
+        """Write one frame (never blocks; the transport buffers)."""
+
+    @property
+    def writable(self) -> bool:
+        """False while the peer does not keep up with what was written."""
+
+    def close(self, error: ProtocolError | None = None) -> None:
+        """Close the connection (``error``: the decode error that made it close)."""
+
+    def frames_done(self) -> None:
+        """The session processed a frame (a paused reader may resume)."""
+
+
+class Session:
+    """A connection's authentication, subscriptions and unacknowledged deliveries."""
+
+    def __init__(self, ctx: ServerContext, hub: Hub, transport: Transport, peer: str) -> None:
+        self.ctx, self.hub, self.transport, self.peer = ctx, hub, transport, peer
+        self.key = uuid.uuid4().hex
+        self.app: AppInfo | None = None
+        self.authenticated = False
+        self.subscriptions: set[str] = set()
+        self.inflight = Inflight()
+        self.inbox: dict[str, deque[tuple[Delivery, bool]]] = defaultdict(deque)
+        self.closed = False
+        self.stopping = False
+        self._frames: asyncio.Queue[Frame | ProtocolError] = asyncio.Queue()
+        self._acks: dict[str, list[int]] = defaultdict(list)
+        self._window = (
+            SlidingWindow(ctx.config.frames_per_second, 1.0)
+            if ctx.config.frames_per_second
+            else None
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._settled = asyncio.Event()
+        self._room = asyncio.Event()
+
+    @property
+    def app_code(self) -> str:
+        return self.app.code if self.app is not None else ""
+
+    # ---------------------------------------------------------------- input
+
+    def start(self) -> None:
+        """Start processing fed frames."""
+        self.hub.sessions.add(self)
+        self._task = asyncio.create_task(self._work(), name=f"vibemq-session-{self.key[:8]}")
+
+    def feed(self, event: Frame | ProtocolError) -> None:
+        """A decoded frame (or a decode error) from the transport."""
+        if self.closed or (self.stopping and not isinstance(event, Ack)):
+            return  # shutting down: only acks of in-flight deliveries still count
+        self._frames.put_nowait(event)
+
+    @property
+    def backlog(self) -> int:
+        """Frames fed and not processed yet (transports pause reading above a limit)."""
+        return self._frames.qsize()
+
+    async def room(self) -> None:
+        """Wait while ``max_pending_frames`` frames are queued (transports without their
+        own flow control call this before feeding)."""
+        while self._frames.qsize() >= self.ctx.config.max_pending_frames and not self.closed:
+            self._room.clear()
+            await self._room.wait()
+
+    async def _work(self) -> None:
+        from brokers.servers.vibemq.handlers import handle
+
+        while not self.closed:
+            event = await self._frames.get()
+            self._room.set()
+            try:
+                if isinstance(event, Ack) and self.authenticated and self._admit(event.id):
+                    self._ack(event)
+                else:
+                    await self._flush_acks()
+                    await self._process(event, handle)
+                if self._frames.empty() or sum(map(len, self._acks.values())) >= ACK_BATCH:
+                    await self._flush_acks()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("VibeMQ session %s failed on a frame", self.key)
+                rid = getattr(event, "id", None)
+                self.send(error_frame(ErrorCode.SERVER_ERROR, "internal error", request_id=rid))
+            self.transport.frames_done()
+
+    def _admit(self, request_id: str | None) -> bool:
+        if self._window is None or self._window.allow():
+            return True
+        self.ctx.counters["rate_limited"] += 1
+        self.send(error_frame(ErrorCode.RATE_LIMITED, "frame rate exceeded", request_id=request_id))
+        return False
+
+    async def _process(self, event: Frame | ProtocolError, handle) -> None:
+        if isinstance(event, ProtocolError):
+            if event.close:  # unparseable: best-effort INVALID_MESSAGE, then close (§1)
+                reply = error_for(event)
+                if reply is not None:
+                    self.send(reply)
+                self.ctx.counters["errors"] += 1
+                self.transport.close(event)
+                await self.close()
+                return
+            if self._admit(event.request_id):
+                reply = error_for(event)
+                if reply is not None:
+                    self.ctx.counters["errors"] += 1
+                    self.send(reply)
+            return
+        if self._admit(event.id):
+            await handle(self, event)
+
+    # ---------------------------------------------------------------- output
+
+    def send(self, frame: Frame) -> None:
+        """Write a frame unless the connection is gone."""
+        if not self.closed:
+            self.transport.send(frame)
+
+    def error(self, code: ErrorCode, message: str, request_id: str | None) -> None:
+        """Send an ``error`` echoing ``request_id``."""
+        self.ctx.counters["errors"] += 1
+        self.send(error_frame(code, message, request_id=request_id))
+
+    # ---------------------------------------------------------------- acks
+
+    def _ack(self, frame: Ack) -> None:
+        item = self.inflight.settle(frame.message_id, self.ctx.engine.now_ms())
+        if item is None:
+            log.debug("VibeMQ ack for unknown delivery %r ignored", frame.message_id[:64])
+            return
+        self.ctx.counters["acknowledged"] += 1
+        self._settled.set()
+        if not item.copy:
+            self._acks[item.queue].append(item.delivery.index)
+        self._drain(item.queue)
+        self.hub.wake(item.queue)
+
+    async def _flush_acks(self) -> None:
+        if not self._acks:
+            return
+        pending, self._acks = self._acks, defaultdict(list)
+        for queue, indexes in pending.items():
+            try:
+                await self.ctx.engine.queue_ack(queue, indexes)
+            except EngineError as exc:  # a deleted queue, Redis trouble: the lease lapses
+                log.info("VibeMQ ack on %s not applied: %s", queue, exc)
+
+    # ---------------------------------------------------------------- deliveries (hub side)
+
+    def capacity(self, queue: str) -> int:
+        """How many more ack-tracked deliveries of ``queue`` this subscriber may take."""
+        if self.closed or self.stopping or not self.transport.writable:
+            return 0
+        if self.app is not None:
+            policy = self.ctx.snapshot.consumer(queue, self.app.code)
+            if policy is not None and policy.paused:
+                return 0
+        return max(0, self.ctx.config.max_unacked_per_subscriber - self.inflight.per_queue[queue])
+
+    def deliver_lease(self, queue: str, delivery: Delivery, deadline_ms: int) -> bool:
+        """Write an engine-leased message; False if this subscriber cannot take it."""
+        if self.closed or queue not in self.subscriptions:
+            return False
+        self.inflight.add(Tracked(queue, message_id(delivery), delivery, deadline_ms))
+        self.ctx.counters["delivered"] += 1
+        self.send(to_deliver(queue, delivery))
+        return True
+
+    def deliver_copy(self, queue: str, delivery: Delivery, tracked: bool) -> None:
+        """A fan-out copy for this subscriber: written now, or buffered (bounded)."""
+        if self.closed or queue not in self.subscriptions:
+            return
+        inbox = self.inbox[queue]
+        inbox.append((delivery, tracked))
+        if len(inbox) > self.ctx.config.fanout_buffer:
+            inbox.popleft()  # a slow subscriber never grows an unbounded buffer
+            self.ctx.counters["fanout_dropped"] += 1
+        self._drain(queue)
+
+    def _drain(self, queue: str) -> None:
+        inbox = self.inbox.get(queue)
+        while inbox and not self.closed:
+            delivery, tracked = inbox[0]
+            if tracked:
+                if self.capacity(queue) <= 0:
+                    return
+                deadline = self.ctx.engine.now_ms() + self.ctx.config.ack_timeout_ms
+                item = Tracked(queue, message_id(delivery), delivery, deadline, copy=True)
+                self.inflight.add(item)
+            elif not self.transport.writable:
+                return
+            inbox.popleft()
+            self.ctx.counters["delivered"] += 1
+            self.send(to_deliver(queue, delivery, attempt=1))
+
+    def on_writable(self) -> None:
+        """The transport drained: buffered copies and the dispatchers may go on."""
+        for queue in list(self.inbox):
+            self._drain(queue)
+        for queue in self.subscriptions:
+            self.hub.wake(queue)
+
+    def drop_subscription(self, queue: str) -> None:
+        """The queue was deleted: forget it silently."""
+        self.subscriptions.discard(queue)
+        self.inbox.pop(queue, None)
+        for item in self.inflight.of_queue(queue):
+            self.inflight.forget(item)
+
+    async def tick(self, now_ms: int) -> None:
+        """Timers: lapsed leases, fan-out copy timeouts, retries and their DLQ (§7, §11)."""
+        config = self.ctx.config
+        for item in self.inflight.items():
+            if not item.copy:
+                if item.deadline_ms <= now_ms:  # the engine retries it now
+                    self.inflight.forget(item)
+                    self._settled.set()
+                    self.hub.wake(item.queue)
+                continue
+            settings = self.ctx.queue_settings(item.queue)
+            if settings is None:
+                self.inflight.forget(item)
+                continue
+            ttl = settings.message_ttl_ms
+            expired = ttl is not None and item.delivery.message.store_time_ms + ttl <= now_ms
+            if item.retry_at_ms is None and item.deadline_ms <= now_ms:
+                self.ctx.counters["retries"] += 1
+                if item.attempt > settings.max_retry_attempts or expired:
+                    reason = "MessageExpired" if expired else "MaxRetriesExceeded"
+                    await self._dead_letter(item, reason)
+                    continue
+                retry = self.ctx.engine.queue_retry
+                backoff = retry.base_ms * 2 ** (item.attempt - 1)
+                item.retry_at_ms = now_ms + min(backoff, retry.cap_ms)
+            if item.retry_at_ms is not None and item.retry_at_ms <= now_ms:
+                if expired:
+                    await self._dead_letter(item, "MessageExpired")
+                    continue
+                if item.queue not in self.subscriptions:
+                    self.inflight.forget(item)
+                    self.ctx.counters["fanout_dropped"] += 1
+                    continue
+                item.attempt += 1
+                item.retry_at_ms = None
+                item.deadline_ms = now_ms + config.ack_timeout_ms
+                self.ctx.counters["delivered"] += 1
+                self.send(to_deliver(item.queue, item.delivery, attempt=item.attempt))
+        for queue in list(self.inbox):
+            self._drain(queue)
+
+    async def _dead_letter(self, item: Tracked, reason: str) -> None:
+        self.inflight.forget(item)
+        self._settled.set()
+        try:
+            await self.ctx.engine.queue_dead_letter(
+                item.queue, item.delivery.record, reason=reason, attempts=item.attempt
+            )
+            self.ctx.counters["dead_lettered"] += 1
+        except EngineError as exc:
+            log.warning("VibeMQ could not dead-letter a copy on %s: %s", item.queue, exc)
+        self._drain(item.queue)
+
+    # ---------------------------------------------------------------- end
+
+    def begin_shutdown(self) -> None:
+        """The server stops: take no new work; acks are still read and settled."""
+        self.stopping = True
+
+    async def wait_settled(self) -> None:
+        """Until every unacknowledged delivery was acked (graceful shutdown)."""
+        while len(self.inflight) and not self.closed:
+            self._settled.clear()
+            await self._settled.wait()
+
+    async def close(self) -> None:
+        """The connection is gone: unsubscribe, return unacked leases to the queue head."""
+        if self.closed:
+            return
+        self.closed = True
+        self._settled.set()
+        self.hub.sessions.discard(self)
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self._flush_acks()
+        for queue in list(self.subscriptions):
+            with contextlib.suppress(Exception):
+                await self.hub.unsubscribe(queue, self)
+        self.subscriptions.clear()
+        leases: dict[str, list[int]] = defaultdict(list)
+        now = self.ctx.engine.now_ms()
+        for item in self.inflight.items():
+            if not item.copy and item.deadline_ms > now:
+                leases[item.queue].append(item.delivery.index)
+            elif item.copy:
+                self.ctx.counters["fanout_dropped"] += 1
+            self.inflight.forget(item)
+        for queue, indexes in leases.items():
+            try:
+                await self.ctx.engine.queue_release(queue, indexes)
+            except EngineError as exc:
+                log.info("VibeMQ release on %s failed (leases lapse): %s", queue, exc)
+        self.inbox.clear()

@@ -1,0 +1,56 @@
+"""Tunables of a zbus server (zbus.md §1, §9, §10, §11, §13), all with production defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from brokers.protocols.zbus import MAX_BODY_BYTES, MAX_HEAD_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class ZbusConfig:
+    """Limits and timings of one zbus server."""
+
+    max_head_bytes: int = MAX_HEAD_BYTES
+    max_body_bytes: int = MAX_BODY_BYTES
+    """Capped at the engine's ``max_body`` when the server starts."""
+    max_inflight: int = 256
+    """Requests handled concurrently per connection; reading pauses beyond it."""
+    admin_token: str = ""
+    """``ZBUS_ADMIN_TOKEN``: empty means admin is open, as zbus 5 shipped (§13.3a)."""
+    advertised: str = ""
+    """``host:port`` written in ``broker`` headers; empty means the bound address."""
+    client_timeout_guess: float = 10.0
+    """Local consume timeout assumed for a connection that has not shown its own (§13.1)."""
+    retire_fraction: float = 0.8
+    """Parked consumes are retired at this fraction of the learned client timeout (§13.1)."""
+    lease_ms: int = 600_000
+    """How long a delivered queue message may stay in flight before the engine takes it back
+    (only matters when the broker died without releasing it)."""
+    reply_ttl: float = 60.0
+    """Replies with no waiter are kept this long (§10)."""
+    pubsub_buffer: int = 10_000
+    """Messages buffered per pub/sub subscriber; the oldest are dropped beyond (§9.2)."""
+    consumer_window_s: float = 60.0
+    """A connection counts as a consumer this long after its last consume (§13.5)."""
+    track_push_interval: float = 10.0
+    """``track_pub`` is pushed to ``track_sub`` subscribers this often (§11.4)."""
+    take_batch: int = 64
+    """Queue messages taken from the engine per round."""
+    idle_recheck: float = 5.0
+    """A parked queue re-checks the engine this often (retry backoffs end without a wake-up)."""
+    shutdown_grace: float = 5.0
+    """How long a graceful stop waits for running requests."""
+
+    @classmethod
+    def from_environment(cls) -> ZbusConfig:
+        """Defaults, with the admin token from Django settings or ``ZBUS_ADMIN_TOKEN``."""
+        token = os.environ.get("ZBUS_ADMIN_TOKEN", "")
+        try:
+            from django.conf import settings
+
+            token = getattr(settings, "ZBUS_ADMIN_TOKEN", token) or token
+        except Exception:  # Django not configured (a bare script): the environment decides
+            pass
+        return cls(admin_token=token)

@@ -1,0 +1,90 @@
+"""Per-connection state: identity, the writer, and what must be undone when it closes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from brokers.protocols.zbus import AliasFamily, EncodeError, Message, encode_message
+
+log = logging.getLogger("mqcloud.zbus")
+
+
+class Connection:
+    """One zbus connection as the handlers see it.
+
+    ``session_id`` is the random UUID stamped as ``mq_reply`` when a message has none
+    (§5). ``learned_timeout`` is the client's local consume timeout once it has shown one
+    (§13.1). Cleanups registered with :meth:`on_close` run once when the connection ends.
+    """
+
+    def __init__(
+        self, peer: str, write: Callable[[bytes], bool], buffered: Callable[[], int] = lambda: 0
+    ) -> None:
+        self.session_id = str(uuid.uuid4())
+        self.remote_addr = peer
+        self._write = write
+        self.buffered = buffered
+        """Bytes written but not yet handed to the kernel."""
+        self._chains: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self.closed = False
+        self.learned_timeout: float | None = None
+        self._cleanups: list[Callable[[], None]] = []
+
+    def send(self, message: Message, aliases: AliasFamily = AliasFamily.NONE) -> bool:
+        """Write ``message`` whole; False if the connection is gone or it cannot be encoded."""
+        if self.closed:
+            return False
+        try:
+            data = encode_message(message, aliases=aliases)
+        except EncodeError:
+            log.warning("zbus: cannot encode a message for %s", self.remote_addr, exc_info=True)
+            return False
+        return self._write(data)
+
+    @contextlib.asynccontextmanager
+    async def ordered(self, kind: str, mq: str) -> AsyncIterator[None]:
+        """Run the block after this connection's earlier ``kind`` blocks for ``mq`` finished:
+        requests run concurrently, but two produces (or two consumes) to one MQ from one
+        connection take effect in the order they arrived."""
+        key = (kind, mq)
+        previous = self._chains.get(key)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._chains[key] = mine
+        try:
+            if previous is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(previous)
+            yield
+        finally:
+            mine.set_result(None)
+            if self._chains.get(key) is mine:
+                del self._chains[key]
+
+    def on_close(self, cleanup: Callable[[], None]) -> None:
+        """Run ``cleanup`` when the connection closes (at once if it already has)."""
+        if self.closed:
+            cleanup()
+        else:
+            self._cleanups.append(cleanup)
+
+    def close(self) -> None:
+        """Mark closed and run the cleanups (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        cleanups, self._cleanups = self._cleanups, []
+        for cleanup in reversed(cleanups):
+            try:
+                cleanup()
+            except Exception:
+                log.exception("zbus: cleanup of %s failed", self.remote_addr)
+
+    @staticmethod
+    def now() -> float:
+        """Monotonic seconds, the clock of every timing rule."""
+        return time.monotonic()

@@ -1,0 +1,43 @@
+"""Resolving an MQ name: this server's Temp MQs first, then the catalog's topics (§7, §13.3a).
+
+Every catalog topic is a zbus MQ; its ``zbus_mode`` says queue or pub/sub (the PubSub bit
+decides, §7) and its ``zbus_token_hash`` is the hashed MQ access token (empty: open).
+Queue and pub/sub MQs use partition 0 of their topic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from brokers.engine import TopicInfo
+from brokers.protocols.zbus import MqMode
+from brokers.servers.zbus.context import ServerContext
+from brokers.servers.zbus.temp import TempMq
+
+
+@dataclass(frozen=True, slots=True)
+class MqRef:
+    """An MQ as a handler needs it."""
+
+    name: str
+    mode: int
+    topic: TopicInfo | None = None
+    temp: TempMq | None = None
+
+    @property
+    def pubsub(self) -> bool:
+        """PubSub bit set (otherwise a queue)."""
+        return bool(self.mode & MqMode.PUBSUB)
+
+
+def lookup(ctx: ServerContext, name: str | None) -> MqRef | None:
+    """The MQ called ``name``, or None."""
+    if not name:
+        return None
+    temp = ctx.temps.get(name)
+    if temp is not None:
+        return MqRef(name, temp.mode, temp=temp)
+    topic = ctx.snapshot.topics.get(name)
+    if topic is None:
+        return None
+    return MqRef(name, topic.zbus_mode, topic=topic)

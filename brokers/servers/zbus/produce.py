@@ -1,0 +1,64 @@
+"""``produce`` (zbus.md §8): store into a queue, pub/sub or Temp MQ, then ack with the time.
+
+Produces from one connection to one MQ are stored in the order they arrived (each waits for
+the previous one's store), while produces to other MQs and other commands run beside them.
+"""
+
+from __future__ import annotations
+
+from brokers.engine import QoS
+from brokers.protocols.zbus import Header, Message
+from brokers.protocols.zbus.replies import mq_forbidden, mq_not_found
+from brokers.servers.zbus.access import Forbidden, authorize
+from brokers.servers.zbus.connection import Connection
+from brokers.servers.zbus.context import ServerContext
+from brokers.servers.zbus.mqs import MqRef, lookup
+from brokers.servers.zbus.replies import Refuse, reply
+from brokers.servers.zbus.stored import to_engine
+
+
+def resolve(
+    ctx: ServerContext, conn: Connection, msg: Message, *, consume: bool
+) -> tuple[MqRef, str]:
+    """The target MQ and the app acting; 404 or 403 otherwise."""
+    name = msg.mq or ""
+    mq = lookup(ctx, name)
+    if mq is None:
+        raise Refuse(404, mq_not_found(name))
+    try:
+        app = authorize(ctx.snapshot, mq, msg.token, conn.remote_addr, consume=consume)
+    except Forbidden:
+        raise Refuse(403, mq_forbidden(name, msg.token)) from None
+    return mq, app
+
+
+async def store(ctx: ServerContext, conn: Connection, mq: MqRef, app: str, msg: Message) -> None:
+    """Store ``msg`` (token removed) in ``mq``, after this connection's earlier produces."""
+    msg = msg.with_headers({Header.TOKEN: None})
+    if mq.temp is not None:
+        mq.temp.put(msg)
+        return
+    async with conn.ordered("produce", mq.name):
+        record = to_engine(msg)
+        if mq.pubsub:
+            await ctx.engine.append(
+                mq.name,
+                app,
+                [record],
+                partition=0,
+                qos=QoS.RECEIVED,
+                client_address=conn.remote_addr,
+                check_policy=False,
+            )
+        else:
+            await ctx.engine.queue_publish(
+                mq.name, app, record, qos=QoS.PERSISTED, client_address=conn.remote_addr
+            )
+
+
+async def produce(ctx: ServerContext, conn: Connection, msg: Message) -> None:
+    """Store, then reply 200 with the broker time unless ``ack`` is off."""
+    mq, app = resolve(ctx, conn, msg, consume=False)
+    await store(ctx, conn, mq, app, msg)
+    if msg.ack:
+        reply(conn, msg, 200, str(ctx.engine.now_ms()))

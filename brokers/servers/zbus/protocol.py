@@ -1,0 +1,156 @@
+"""The asyncio protocol: bytes ↔ codec ↔ handlers, nothing else (like uvicorn's protocols).
+
+Each decoded message runs as its own task, so replies are written as soon as they are
+ready, out of order when that is faster (§6). At most ``max_inflight`` run per connection;
+beyond that, and while the peer does not read, reading pauses. A recoverable decode error
+answers 400 and the stream goes on; a fatal one (lost framing, a message over the limits)
+answers 400 and closes (§1). Bytes of two messages never interleave: every message is
+encoded whole and written with one ``write`` call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from brokers.protocols.zbus import Decoder, Message, ZbusDecodeError, make_reply
+from brokers.servers.zbus.connection import Connection
+from brokers.servers.zbus.context import ServerContext
+from brokers.servers.zbus.dispatch import dispatch
+
+log = logging.getLogger("mqcloud.zbus")
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername") or ("", 0)
+    host, port = str(peer[0]), int(peer[1])
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class ZbusProtocol(asyncio.Protocol):
+    """One zbus connection."""
+
+    def __init__(self, ctx: ServerContext, connections: set[ZbusProtocol]) -> None:
+        self.ctx = ctx
+        self._connections = connections
+        self._decoder = Decoder(
+            max_head_bytes=ctx.config.max_head_bytes, max_body_bytes=ctx.config.max_body_bytes
+        )
+        self._transport: asyncio.Transport | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reading_paused = False
+        self._writing_paused = False
+        self._stopping = False
+        self.conn = Connection("", self._write)
+
+    # -------------------------------------------------------------- asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Create the connection state."""
+        self._transport = transport  # type: ignore[assignment]
+        self.conn = Connection(_peer(transport), self._write, self._buffered)
+        self._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Undo what the connection holds (in-flight messages go back) and cancel its tasks."""
+        self._connections.discard(self)
+        self._transport = None
+        self.conn.close()
+        for task in self._tasks:
+            task.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        """Feed the decoder and start a task per message."""
+        if self._decoder.closed:
+            return
+        for event in self._decoder.feed(data):
+            if isinstance(event, Message):
+                self._spawn(event)
+            else:
+                self._bad(event)
+                if event.fatal:
+                    return
+
+    def eof_received(self) -> bool | None:
+        """The peer closed: a cut-off message gets its 400, then the connection closes (what
+        it held in flight goes back)."""
+        problem = self._decoder.eof()
+        if problem is not None:
+            self._bad(problem)
+        return False
+
+    def pause_writing(self) -> None:
+        """The peer does not read: stop reading its requests too."""
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        """The write buffer drained."""
+        self._writing_paused = False
+        self._update_reading()
+
+    # -------------------------------------------------------------- messages
+
+    def _bad(self, error: ZbusDecodeError) -> None:
+        log.info("zbus bad input from %s: %s", self.conn.remote_addr, error)
+        self.conn.send(
+            make_reply(400, error.reply_body, msgid=error.msgid, mq_reply=self.conn.session_id)
+        )
+        if error.fatal:
+            self.close()
+
+    def _spawn(self, message: Message) -> None:
+        task = asyncio.get_running_loop().create_task(dispatch(self.ctx, self.conn, message))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        self._update_reading()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("zbus request task failed", exc_info=task.exception())
+        self._update_reading()
+
+    def _write(self, data: bytes) -> bool:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return False
+        transport.write(data)
+        return True
+
+    def _buffered(self) -> int:
+        transport = self._transport
+        return transport.get_write_buffer_size() if transport is not None else 0
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        busy = (
+            self._stopping
+            or self._writing_paused
+            or len(self._tasks) >= self.ctx.config.max_inflight
+        )
+        if busy and not self._reading_paused:
+            transport.pause_reading()
+            self._reading_paused = True
+        elif not busy and self._reading_paused:
+            transport.resume_reading()
+            self._reading_paused = False
+
+    # -------------------------------------------------------------- shutdown
+
+    def stop_reading(self) -> None:
+        """Take no new requests (graceful shutdown)."""
+        self._stopping = True
+        self._update_reading()
+
+    @property
+    def inflight(self) -> set[asyncio.Task[None]]:
+        """The requests still running."""
+        return self._tasks
+
+    def close(self) -> None:
+        """Close the connection after flushing what was written."""
+        if self._transport is not None:
+            self._transport.close()

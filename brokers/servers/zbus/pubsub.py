@@ -1,0 +1,161 @@
+"""PubSub mode (zbus.md §9.2): a copy of each message for every matching subscriber.
+
+Published messages are appended to partition 0 of the MQ's topic (so every broker sees
+them); each subscribing connection has a cursor into that stream, set to its end by the
+connection's first consume. The stretch between the cursor and the end *is* the
+subscriber's buffer: bounded at ``pubsub_buffer`` messages (the cursor skips the oldest,
+counted as dropped) and gone with the connection. A message matches a subscriber whose
+topics contain its ``topic`` or ``*``; a message without ``topic`` reaches ``*`` only.
+Non-matching messages just move the cursor. Window and ``msgid`` work as for queues; the
+delivered status is 200 and ``msgid_raw`` the producer's id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from brokers.engine import Delivery, EngineError
+from brokers.protocols.zbus import AliasFamily, make_delivery
+from brokers.servers.zbus.connection import Connection
+from brokers.servers.zbus.context import ServerContext
+from brokers.servers.zbus.stored import from_record
+
+log = logging.getLogger("mqcloud.zbus")
+READ_BATCH = 128
+
+
+@dataclass(eq=False, slots=True)
+class Subscriber:
+    """One connection's subscription to a pub/sub MQ."""
+
+    conn: Connection
+    cursor: int
+    topics: set[str] = field(default_factory=set)
+    msgid: str | None = None
+    window: int = 0
+    aliases: AliasFamily = AliasFamily.NONE
+    dropped: int = 0
+
+    def matches(self, topic: str | None) -> bool:
+        """Whether a message with ``topic`` belongs in this subscriber's buffer."""
+        return "*" in self.topics or (bool(topic) and topic in self.topics)
+
+
+@dataclass(eq=False)
+class PubSubMq:
+    """Subscribers and pump of one pub/sub MQ on this server."""
+
+    ctx: ServerContext
+    name: str
+    subscribers: dict[Connection, Subscriber] = field(default_factory=dict)
+    _event: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
+    _end: int = 0
+
+    async def consume(
+        self,
+        conn: Connection,
+        msgid: str | None,
+        window: int,
+        topics: list[str],
+        aliases: AliasFamily,
+    ) -> None:
+        """Add ``topics`` to ``conn``'s subscription and (re)arm its window."""
+        sub = self.subscribers.get(conn)
+        if sub is None:
+            _, end = await self.ctx.engine.bounds(self.name, 0)
+            if conn.closed:
+                return
+            sub = self.subscribers.get(conn)
+            if sub is None:
+                sub = self.subscribers[conn] = Subscriber(conn, end)
+                conn.on_close(lambda: self.subscribers.pop(conn, None))
+        sub.topics.update(topics)
+        sub.msgid, sub.window, sub.aliases = msgid, window, aliases
+        self.ctx.consumed(self.name, conn)
+        self._event.set()
+        if self._task is None or self._task.done():
+            self._task = self.ctx.spawn(self._pump(), f"zbus-pubsub-{self.name}")
+
+    def buffered(self) -> int:
+        """Messages waiting in all subscribers' buffers (upper bound: not yet filtered)."""
+        cap = self.ctx.config.pubsub_buffer
+        return sum(min(cap, max(0, self._end - s.cursor)) for s in self.subscribers.values())
+
+    def parked(self) -> int:
+        """Subscribers waiting with window left."""
+        return sum(1 for s in self.subscribers.values() if s.window != 0)
+
+    async def stop(self) -> None:
+        """Stop the pump (server shutdown)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    async def _pump(self) -> None:
+        engine = self.ctx.engine
+        async with engine.notifier.watch(self.name) as event:
+            self._event = event
+            while any(s.window != 0 for s in self.subscribers.values()):
+                event.clear()
+                try:
+                    progressed = await self._round()
+                except EngineError as exc:
+                    log.warning("zbus pubsub %s: %s", self.name, exc)
+                    await asyncio.sleep(0.5)
+                    continue
+                if not progressed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(event.wait(), self.ctx.config.idle_recheck)
+
+    async def _round(self) -> bool:
+        engine, cap = self.ctx.engine, self.ctx.config.pubsub_buffer
+        start, end = await engine.bounds(self.name, 0)
+        self._end = end
+        reads: dict[int, list[Delivery]] = {}
+        progressed = False
+        for sub in list(self.subscribers.values()):
+            if sub.window == 0 or sub.conn.closed:
+                continue
+            floor = max(start, end - cap)
+            if sub.cursor < floor:
+                sub.dropped += floor - sub.cursor
+                sub.cursor = floor
+            if sub.cursor >= end:
+                continue
+            batch = reads.get(sub.cursor)
+            if batch is None:
+                batch = reads[sub.cursor] = await engine.read(self.name, 0, sub.cursor, READ_BATCH)
+            progressed |= self._deliver(sub, batch)
+        return progressed
+
+    def _deliver(self, sub: Subscriber, batch: list[Delivery]) -> bool:
+        moved = False
+        for d in batch:
+            if sub.window == 0:
+                break
+            if d.index < sub.cursor:
+                continue
+            sub.cursor = d.index + d.count
+            moved = True
+            stored = from_record(d.record)
+            if not sub.matches(stored.topic):
+                continue
+            out = make_delivery(stored, msgid=sub.msgid, status=200)
+            if not sub.conn.send(out, sub.aliases):
+                return moved
+            if sub.window > 0:
+                sub.window -= 1
+        return moved
+
+
+def pubsub_for(ctx: ServerContext, name: str) -> PubSubMq:
+    """The runtime of pub/sub MQ ``name`` on this server (created on first use)."""
+    mq = ctx.pubsubs.get(name)
+    if mq is None:
+        mq = ctx.pubsubs[name] = PubSubMq(ctx, name)
+    return mq

@@ -1,0 +1,104 @@
+"""The zbus server: :func:`start_zbus_server` binds the protocol to a port; graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import replace
+
+from brokers.engine import CatalogWatcher, Engine
+from brokers.servers.zbus.config import ZbusConfig
+from brokers.servers.zbus.context import ServerContext
+from brokers.servers.zbus.protocol import ZbusProtocol
+from brokers.servers.zbus.track import report_key, run_reporter
+
+log = logging.getLogger("mqcloud.zbus")
+
+
+class ZbusServer:
+    """A listening zbus server and its open connections."""
+
+    def __init__(
+        self, ctx: ServerContext, server: asyncio.Server, connections: set[ZbusProtocol]
+    ) -> None:
+        self.ctx = ctx
+        self._server = server
+        self._connections = connections
+        self._reporter = ctx.spawn(run_reporter(ctx), "zbus-reporter")
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful with port 0)."""
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def connections(self) -> int:
+        """Open connections."""
+        return len(self._connections)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting, let running requests finish (up to ``grace`` seconds), give
+        in-flight queue messages back, and close every connection."""
+        grace = self.ctx.config.shutdown_grace if grace is None else grace
+        self._server.close()
+        self._reporter.cancel()
+        protocols = list(self._connections)
+        for proto in protocols:
+            proto.stop_reading()
+        pending = {t for proto in protocols for t in proto.inflight}
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=grace)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.wait(still, timeout=1.0)
+        for runtime in [*self.ctx.queues.values(), *self.ctx.pubsubs.values()]:
+            await runtime.stop()
+        for proto in protocols:
+            proto.conn.close()  # releases in-flight messages (background tasks)
+            proto.close()
+        background = [t for t in self.ctx.background if not t.done()]
+        if background:
+            _, still = await asyncio.wait(background, timeout=grace)
+            for task in still:
+                task.cancel()
+        with contextlib.suppress(Exception):
+            await self.ctx.engine.redis.delete(report_key(self.ctx.address))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+
+async def start_zbus_server(
+    engine: Engine,
+    watcher: CatalogWatcher,
+    host: str,
+    port: int,
+    broker_id: int,
+    *,
+    config: ZbusConfig | None = None,
+) -> ZbusServer:
+    """Listen for zbus on ``host:port`` as broker ``broker_id`` (``port`` 0 picks a free one)."""
+    config = config or ZbusConfig.from_environment()
+    connections: set[ZbusProtocol] = set()
+    ctx = ServerContext(
+        engine=engine, watcher=watcher, broker_id=broker_id, address="", config=config
+    )
+    if config.max_body_bytes > engine.max_body:
+        ctx.config = replace(config, max_body_bytes=engine.max_body)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: ZbusProtocol(ctx, connections), host, port, reuse_address=True
+    )
+    bound = int(server.sockets[0].getsockname()[1])
+    ctx.address = config.advertised or _advertised(watcher, broker_id, host, bound)
+    ctx.started_ms = engine.now_ms()
+    log.info("zbus broker %s listening on %s:%s", broker_id, host, bound)
+    return ZbusServer(ctx, server, connections)
+
+
+def _advertised(watcher: CatalogWatcher, broker_id: int, host: str, port: int) -> str:
+    info = watcher.current.brokers.get(broker_id)
+    if info is not None and info.zbus_port == port:
+        return f"{info.host}:{port}"
+    return f"{host}:{port}"

@@ -1,0 +1,129 @@
+"""Temp MQs (zbus.md §7, §10, §13.2): reply queues that live and die with a connection.
+
+Decision: a Temp MQ is not a catalog row. It lives in the memory of the broker process
+that holds its owner connection and vanishes with that connection, contents included (they
+are never persisted, §13.4). It delivers by ``msgid``: each waiter (a ``request``, or a
+``consume`` on the reply queue) waits for one ``msgid``; a stored message goes to the
+waiter of its own ``msgid``. Any number of waiters may be registered per connection;
+a reply that finds no waiter is kept for ``reply_ttl`` seconds (it may have overtaken its
+request's registration), then discarded.
+
+Limitation: a reply must be produced on the broker holding the reply queue. A worker
+connected to another broker of the cluster (service MQs are shared through the store)
+produces its reply there, where the reply queue is unknown; forwarding replies between
+brokers (e.g. over Redis pub/sub keyed by the owner) is not implemented yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from brokers.protocols.zbus import AliasFamily, Message, make_delivery
+from brokers.servers.zbus.connection import Connection
+from brokers.servers.zbus.context import ServerContext
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    """A connection waiting for replies carrying one ``msgid``."""
+
+    conn: Connection
+    window: int
+    aliases: AliasFamily
+
+
+@dataclass(eq=False)
+class TempMq:
+    """One temporary MQ owned by one connection."""
+
+    ctx: ServerContext
+    name: str
+    mode: int
+    owner: Connection
+    token: str = ""
+    created_ms: int = 0
+    waiters: dict[str, Waiter] = field(default_factory=dict)
+    pending: dict[str, list[tuple[Message, asyncio.TimerHandle]]] = field(default_factory=dict)
+    _watched: set[Connection] = field(default_factory=set)
+
+    def wait(self, conn: Connection, msgid: str | None, window: int, aliases: AliasFamily) -> None:
+        """Register ``conn`` as the waiter for ``msgid`` and hand it what already arrived."""
+        key = msgid or ""
+        if window == 0:
+            self.waiters.pop(key, None)
+            return
+        waiter = Waiter(conn, window, aliases)
+        self.waiters[key] = waiter
+        if conn not in self._watched:
+            self._watched.add(conn)
+            conn.on_close(lambda: self._forget(conn))
+        self.ctx.consumed(self.name, conn)
+        for message, timer in self.pending.pop(key, []):
+            timer.cancel()
+            if not self._hand(key, waiter, message):
+                self._keep(key, message)
+
+    def put(self, message: Message) -> None:
+        """A message produced to this queue: to its waiter, else kept for ``reply_ttl``."""
+        key = message.msgid or ""
+        waiter = self.waiters.get(key)
+        if waiter is None or not self._hand(key, waiter, message):
+            self._keep(key, message)
+
+    def unconsumed(self) -> int:
+        """Replies kept without a waiter."""
+        return sum(len(v) for v in self.pending.values())
+
+    def _hand(self, key: str, waiter: Waiter, message: Message) -> bool:
+        if waiter.window == 0 or not waiter.conn.send(
+            make_delivery(message, msgid=key or None), waiter.aliases
+        ):
+            return False
+        if waiter.window > 0:
+            waiter.window -= 1
+            if waiter.window == 0 and self.waiters.get(key) is waiter:
+                del self.waiters[key]
+        return True
+
+    def _keep(self, key: str, message: Message) -> None:
+        loop = asyncio.get_running_loop()
+        entry: list[tuple[Message, asyncio.TimerHandle]] = self.pending.setdefault(key, [])
+        timer = loop.call_later(self.ctx.config.reply_ttl, self._expire, key, message)
+        entry.append((message, timer))
+
+    def _expire(self, key: str, message: Message) -> None:
+        entries = self.pending.get(key, [])
+        entries[:] = [(m, t) for m, t in entries if m is not message]
+        if not entries:
+            self.pending.pop(key, None)
+
+    def _forget(self, conn: Connection) -> None:
+        self._watched.discard(conn)
+        for key in [k for k, w in self.waiters.items() if w.conn is conn]:
+            del self.waiters[key]
+
+    def drop(self) -> None:
+        """The owner closed: forget everything."""
+        for entries in self.pending.values():
+            for _, timer in entries:
+                timer.cancel()
+        self.pending.clear()
+        self.waiters.clear()
+
+
+def open_temp(
+    ctx: ServerContext, name: str, mode: int, owner: Connection, token: str = ""
+) -> TempMq:
+    """Create the temp MQ ``name`` owned by ``owner`` (removed when ``owner`` closes)."""
+    temp = TempMq(ctx, name, mode, owner, token, ctx.engine.now_ms())
+    ctx.temps[name] = temp
+
+    def closed() -> None:
+        if ctx.temps.get(name) is temp:
+            del ctx.temps[name]
+            ctx.activity.pop(name, None)
+        temp.drop()
+
+    owner.on_close(closed)
+    return temp

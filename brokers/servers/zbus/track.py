@@ -1,0 +1,111 @@
+"""``track_sub`` / ``track_pub`` (zbus.md §11.4), with Redis in the tracker's place.
+
+Every zbus server reports its ``data`` JSON to Redis every ``REPORT_INTERVAL`` seconds (the
+``track_report`` of 5.x; the entry expires when the broker stops reporting, which drops it
+as the tracker's probe would). A ``track_sub`` is answered with the TrackTable of every
+broker whose report is fresh, echoing the request's headers, and the connection then gets a
+``track_pub`` push every ``track_push_interval`` seconds and after every MQ creation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import orjson
+
+from brokers.protocols.zbus import Command, Header, Message, make_reply, make_request
+from brokers.servers.zbus.connection import Connection
+from brokers.servers.zbus.context import ServerContext
+from brokers.servers.zbus.data import broker_data, track_table
+
+log = logging.getLogger("mqcloud.zbus")
+REPORT_INTERVAL = 3.0
+REPORT_TTL_MS = 10_000
+
+
+def report_key(address: str) -> str:
+    """Redis key of one broker's latest report."""
+    return f"zbus:track:{address}"
+
+
+def _addresses(ctx: ServerContext) -> list[str]:
+    return sorted(
+        {f"{b.host}:{b.zbus_port}" for b in ctx.snapshot.brokers.values() if b.alive}
+        | {ctx.address}
+    )
+
+
+async def report(ctx: ServerContext) -> dict[str, Any]:
+    """Store this broker's data in Redis and return it."""
+    data = await broker_data(ctx)
+    await ctx.engine.redis.set(report_key(ctx.address), orjson.dumps(data), px=REPORT_TTL_MS)
+    return data
+
+
+async def cluster_table(ctx: ServerContext) -> dict[str, Any]:
+    """The TrackTable: this broker's fresh data plus every other broker's last report."""
+    own = await report(ctx)
+    others = [a for a in _addresses(ctx) if a != ctx.address]
+    reports: dict[str, Any] = {ctx.address: own}
+    if others:
+        values = await ctx.engine.redis.mget([report_key(a) for a in others])
+        for address, raw in zip(others, values, strict=True):
+            if raw:
+                reports[address] = orjson.loads(raw)
+    return track_table(reports)
+
+
+async def track_sub(ctx: ServerContext, conn: Connection, msg: Message) -> None:
+    """Reply with the table (request headers echoed) and subscribe the connection."""
+    table = await cluster_table(ctx)
+    headers = {k: v for k, v in msg.headers.items() if k not in (Header.MSGID, Header.MQ_REPLY)}
+    conn.send(
+        make_reply(
+            200,
+            orjson.dumps(table),
+            msgid=msg.msgid,
+            mq_reply=conn.session_id,
+            headers=headers,
+        ),
+        msg.aliases,
+    )
+    if conn not in ctx.track_subscribers:
+        ctx.track_subscribers[conn] = msg.aliases
+        conn.on_close(lambda: ctx.track_subscribers.pop(conn, None))
+
+
+async def push(ctx: ServerContext) -> None:
+    """Send ``track_pub`` with the current table to every subscriber."""
+    if not ctx.track_subscribers:
+        return
+    table = orjson.dumps(await cluster_table(ctx))
+    message = make_request({Header.CMD: Command.TRACK_PUB.value}, table)
+    for conn, aliases in list(ctx.track_subscribers.items()):
+        conn.send(message, aliases)
+
+
+async def run_reporter(ctx: ServerContext) -> None:
+    """Report every few seconds and push to subscribers on their interval."""
+    loop = asyncio.get_running_loop()
+    next_push = loop.time() + ctx.config.track_push_interval
+    while True:
+        try:
+            await report(ctx)
+            if loop.time() >= next_push:
+                next_push = loop.time() + ctx.config.track_push_interval
+                await push(ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("zbus track report failed", exc_info=True)
+        await asyncio.sleep(min(REPORT_INTERVAL, ctx.config.track_push_interval))
+
+
+def push_soon(ctx: ServerContext) -> None:
+    """Push after an MQ creation (§11.4), in the background."""
+    if ctx.track_subscribers:
+        with contextlib.suppress(RuntimeError):
+            ctx.spawn(push(ctx), "zbus-track-push")

@@ -1,0 +1,225 @@
+"""Delivery modes, flow control, overflow policies, TTL, retry and the DLQ (§7, §9–§12)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+
+async def drain(client, n: int, *, ack: bool = True) -> list:
+    got = []
+    for _ in range(n):
+        m = await client.receive()
+        got.append(m)
+        if ack:
+            client.ack(m.id)
+    return got
+
+
+async def nothing_more(client, wait: float = 0.3) -> bool:
+    with pytest.raises(asyncio.TimeoutError):
+        await client.receive(wait)
+    return True
+
+
+async def test_backlog_delivered_on_join_and_round_robin(clients):
+    pub = await clients()
+    for i in range(6):
+        await pub.publish("rr", i, message_id=f"m{i}")
+    a = await clients()
+    await a.subscribe("rr")  # the backlog waits for no new publish
+    first = await drain(a, 6)
+    assert [m.payload for m in first] == list(range(6))
+    b = await clients()
+    await b.subscribe("rr")
+    for i in range(10):
+        await pub.publish("rr", i)
+    got_a, got_b = [], []
+
+    async def collect(c, into):
+        while True:
+            m = await c.receive()
+            into.append(m.payload)
+            c.ack(m.id)
+
+    tasks = [asyncio.create_task(collect(a, got_a)), asyncio.create_task(collect(b, got_b))]
+    for _ in range(100):
+        if len(got_a) + len(got_b) == 10:
+            break
+        await asyncio.sleep(0.02)
+    for t in tasks:
+        t.cancel()
+    assert sorted(got_a + got_b) == list(range(10))
+    assert got_a and got_b  # both subscribers took turns
+
+
+async def test_priority_based_is_stable_highest_first(clients):
+    pub = await clients()
+    await pub.create_queue("prio", deliveryMode="PriorityBased")
+    order = [
+        ("low", "l1"),
+        ("normal", "n1"),
+        ("critical", "c1"),
+        ("HIGH", "h1"),
+        ("low", "l2"),
+        ("3", "c2"),
+        (None, "n2"),
+        ("bogus", "n3"),
+        ("high", "h2"),
+    ]
+    for prio, mid in order:
+        await pub.publish("prio", mid, priority=prio, message_id=mid)
+    sub = await clients()
+    await sub.subscribe("prio")
+    got = [m.id for m in await drain(sub, len(order))]
+    assert got == ["c1", "c2", "h1", "h2", "n1", "n2", "n3", "l1", "l2"]
+
+
+async def test_max_unacked_flow_limit(catalog, redis_url):
+    from dataclasses import replace
+
+    from brokers.clients.vibemq import VibeMQClient
+    from tests.vibemq.conftest import FAST, Broker
+
+    b = Broker(1, redis_url)
+    await b.start(replace(FAST, max_unacked_per_subscriber=3, ack_timeout_ms=30_000))
+    try:
+        c = await VibeMQClient.open("127.0.0.1", b.port, catalog.token)
+        for i in range(5):
+            await c.publish("flow", i)
+        await c.subscribe("flow")
+        first = await drain(c, 3, ack=False)
+        assert await nothing_more(c)
+        c.ack(first[0].id)
+        [fourth] = await drain(c, 1, ack=False)
+        assert fourth.payload == 3
+        assert await nothing_more(c)
+        await c.close()
+    finally:
+        await b.stop()
+
+
+async def test_fanout_with_ack_tracks_and_retries_each_copy(clients, catalog):
+    pub = await clients()
+    await pub.create_queue(
+        "fan", deliveryMode="FanOutWithAck", maxRetryAttempts="1", enableDeadLetterQueue="true"
+    )
+    a, b = await clients(), await clients()
+    await a.subscribe("fan")
+    await b.subscribe("fan")
+    await pub.publish("fan", {"x": 1}, message_id="f1")
+    ma, mb = await a.receive(), await b.receive()
+    assert ma.id == mb.id == "f1" and ma.payload == mb.payload == {"x": 1}
+    a.ack("f1")  # b does not ack: only b's copy is retried
+    again = await b.receive(3)
+    assert again.id == "f1" and again.attempts == 2
+    assert await nothing_more(a, 0.2)
+    # b never acks: after maxRetryAttempts its copy is dead-lettered, a's is not
+    reader = await clients()
+    await reader.subscribe("fan.dlq")
+    dead = await reader.receive(5)
+    assert dead.id == "f1" and dead.headers["deadLetterReason"] == "MaxRetriesExceeded"
+    # deliveryAttempts counts this delivery from the DLQ (§7): its first
+    assert dead.headers["originalQueue"] == "fan" and dead.attempts == 1
+    reader.ack(dead.id)
+    assert await nothing_more(reader, 0.3)
+
+
+async def test_fanout_without_ack_and_waiting_backlog(clients):
+    pub = await clients()
+    await pub.create_queue("news", deliveryMode="FanOutWithoutAck")
+    await pub.publish("news", "early")  # no subscriber: it waits
+    a = await clients()
+    await a.subscribe("news")
+    assert (await a.receive()).payload == "early"
+    b = await clients()
+    await b.subscribe("news")
+    await pub.publish("news", "both")
+    assert (await a.receive()).payload == "both"
+    assert (await b.receive()).payload == "both"
+    info = await pub.queue_info("news")
+    assert info["messageCount"] == 0 and info["inFlightCount"] == 0
+    assert info["subscriberCount"] == 2
+    assert await nothing_more(a, 0.6)  # never redelivered: no tracking
+
+
+@pytest.mark.parametrize(
+    ("policy", "ack_headers", "kept", "dlq"),
+    [
+        ("DropOldest", {}, [2, 3], []),
+        ("DropNewest", {"dropped": "true"}, [1, 2], []),
+        ("RedirectToDlq", {"deadLettered": "true"}, [1, 2], [3]),
+        ("BlockPublisher", None, [1, 2], []),
+    ],
+)
+async def test_overflow_policies(clients, policy, ack_headers, kept, dlq):
+    c = await clients()
+    await c.create_queue("small", maxQueueSize="2", overflowStrategy=policy)
+    await c.publish("small", 1)
+    await c.publish("small", 2)
+    if ack_headers is None:
+        with pytest.raises(Exception, match="QUEUE_FULL"):
+            await c.publish("small", 3)
+    else:
+        ack = await c.publish("small", 3)
+        assert {k: ack.headers[k] for k in ack_headers} == ack_headers
+        assert set(ack.headers) - set(ack_headers) == {"messageId", "queueName"}
+    assert (await c.queue_info("small"))["messageCount"] == 2
+    await c.subscribe("small")
+    assert [m.payload for m in await drain(c, 2)] == kept
+    if dlq:
+        await c.subscribe("small.dlq")
+        dead = await c.receive()
+        assert dead.payload == 3 and dead.headers["deadLetterReason"] == "QueueOverflow"
+
+
+async def test_ttl_is_enforced_and_dead_lettered(clients):
+    c = await clients()
+    await c.create_queue("ttl", messageTtl="200", enableDeadLetterQueue="true")
+    await c.publish("ttl", "stale", message_id="old")
+    await asyncio.sleep(0.5)  # the broker's sweep expires it without any subscriber
+    info = await c.queue_info("ttl")
+    assert info["messageCount"] == 0
+    await c.publish("ttl", "fresh", message_id="new")
+    await c.subscribe("ttl")
+    got = await c.receive()
+    assert got.id == "new"
+    c.ack(got.id)
+    await c.subscribe("ttl.dlq")
+    dead = await c.receive()
+    assert dead.id == "old" and dead.headers["deadLetterReason"] == "MessageExpired"
+    assert dead.headers["originalQueue"] == "ttl" and "deadLetteredAt" in dead.headers
+
+
+async def test_ack_timeout_redelivery_then_dlq(clients):
+    c = await clients()
+    await c.create_queue("retry", maxRetryAttempts="2", enableDeadLetterQueue="true")
+    await c.publish("retry", "work", message_id="w", headers={"trace": "t1"})
+    await c.subscribe("retry")
+    attempts = [(await c.receive(5)).attempts for _ in range(3)]  # never acked
+    assert attempts == [1, 2, 3]
+    await c.subscribe("retry.dlq")
+    dead = await c.receive(5)
+    assert dead.queue == "retry.dlq" and dead.id == "w"
+    assert dead.headers["deadLetterReason"] == "MaxRetriesExceeded"
+    assert dead.attempts == 1 and dead.headers["trace"] == "t1"
+    c.ack("w")
+    info = await c.queue_info("retry")
+    assert info["messageCount"] == 0 and info["inFlightCount"] == 0
+
+
+async def test_ack_by_headers_message_id_and_unknown_ack_ignored(raw, catalog):
+    from tests.vibemq.test_commands import connected
+
+    r = await connected(raw, catalog)
+    r.send({"id": "p", "type": "publish", "queue": "acks", "payload": 1})
+    await r.recv()
+    r.send({"id": "s", "type": "subscribe", "queue": "acks"})
+    await r.recv()
+    assert (await r.recv())["id"] == "p"
+    r.send({"id": "a-1", "type": "ack", "headers": {"messageId": "nope"}})  # ignored
+    r.send({"id": "a-2", "type": "ack", "headers": {"messageId": "p"}})
+    r.send({"id": "i", "type": "queueInfo", "queue": "acks"})
+    info = (await r.recv())["payload"]  # the only reply: acks have none
+    assert info["inFlightCount"] == 0 and info["messageCount"] == 0

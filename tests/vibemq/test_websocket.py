@@ -1,0 +1,148 @@
+"""VibeMQ over WebSocket through a live daphne (§16), sharing queues with TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import websockets
+
+from brokers.clients.vibemq import VibeMQClient
+
+
+def ws_url(console_url: str) -> str:
+    return console_url.replace("http://", "ws://") + "/ws/vibemq"
+
+
+async def ws_open(console_url: str, **kwargs):
+    return await websockets.connect(ws_url(console_url), **kwargs)
+
+
+async def call(ws, frame: dict) -> dict:
+    await ws.send(json.dumps(frame))
+    return json.loads(await asyncio.wait_for(ws.recv(), 10))
+
+
+async def ws_connect(console_url: str, token: str):
+    ws = await ws_open(console_url, subprotocols=["vibemq"])
+    assert ws.subprotocol == "vibemq"
+    # the web process sees the test's catalog within its resync interval
+    for _ in range(100):
+        reply = await call(ws, {"id": "c", "type": "connect", "headers": {"authToken": token}})
+        if reply["type"] == "connectAck":
+            return ws
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"connect failed: {reply}")
+
+
+async def test_websocket_session_shares_queues_with_tcp(console_url, broker, catalog):
+    ws = await ws_connect(console_url, catalog.token)
+    try:
+        ack = await call(ws, {"id": "w1", "type": "publish", "queue": "mixed", "payload": [1]})
+        assert ack["type"] == "publishAck" and ack["headers"]["messageId"] == "w1"
+        assert (await call(ws, {"id": "p", "type": "ping"}))["type"] == "pong"
+        tcp = await VibeMQClient.open("127.0.0.1", broker.port, catalog.token)
+        await broker.watcher.refresh()
+        await tcp.subscribe("mixed")
+        got = await tcp.receive()
+        assert (got.id, got.payload) == ("w1", [1])
+        tcp.ack(got.id)
+        sub = await call(ws, {"id": "s", "type": "subscribe", "queue": "mixed"})
+        assert sub["type"] == "subscribeAck"
+        await tcp.unsubscribe("mixed")
+        await tcp.publish("mixed", {"from": "tcp"}, message_id="t1")
+        deliver = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert deliver["type"] == "deliver" and deliver["id"] == "t1"
+        assert deliver["payload"] == {"from": "tcp"}
+        await ws.send(json.dumps({"id": "a", "type": "ack", "headers": {"messageId": "t1"}}))
+        err = await call(ws, {"id": "bad", "type": "publish", "queue": "no way"})
+        assert (err["id"], err["errorCode"]) == ("bad", "INVALID_QUEUE")
+        info = await call(ws, {"id": "i", "type": "queueInfo", "queue": "mixed"})
+        assert info["payload"]["messageCount"] == 0 and info["payload"]["inFlightCount"] == 0
+        await tcp.close()
+    finally:
+        await ws.close()
+
+
+async def test_websocket_auth_and_session_check(console_url, catalog):
+    ws = await ws_open(console_url)
+    try:
+        assert ws.subprotocol is None  # not offered: not echoed
+        err = await call(ws, {"id": "x", "type": "subscribe", "queue": "q"})
+        assert err["errorCode"] == "NOT_AUTHENTICATED"
+        err = await call(ws, {"id": "y", "type": "connect"})
+        assert err["errorCode"] == "AUTH_REQUIRED"
+        err = await call(ws, {"id": "z", "type": "connect", "headers": {"authToken": "bad"}})
+        assert err["errorCode"] == "AUTH_FAILED"
+    finally:
+        await ws.close()
+
+
+@pytest.mark.parametrize(
+    ("send", "code", "error"),
+    [
+        (b"\x00\x01binary", 1003, False),
+        ("{not json", 1007, True),
+        ("[1]", 1007, True),
+    ],
+)
+async def test_websocket_bad_input_closes_with_the_documented_code(console_url, send, code, error):
+    ws = await ws_open(console_url, max_size=None, compression=None)
+    await ws.send(send)
+    if error:
+        reply = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert reply["type"] == "error" and reply["errorCode"] == "INVALID_MESSAGE"
+    with pytest.raises(websockets.ConnectionClosed):
+        await asyncio.wait_for(ws.recv(), 10)
+    assert ws.close_code == code
+
+
+async def test_oversized_message_closes_the_socket(console_url):
+    """daphne's own 1 MiB limit (Autobahn) fails the connection before the consumer sees
+    the message; the consumer's check (1009) covers larger daphne limits, tested below."""
+    ws = await ws_open(console_url, max_size=None, compression=None)
+    await ws.send("x" * 1_048_577)
+    with pytest.raises(websockets.ConnectionClosed):
+        await asyncio.wait_for(ws.recv(), 10)
+    assert ws.close_code in (1009, 1006)
+
+
+@pytest.fixture
+async def in_process_endpoint(redis_client):
+    """The consumer's engine and hub in this test's event loop, stopped afterwards."""
+    import proxy.runtime
+    from proxy.vibemq_ws import close_endpoint
+
+    yield
+    await close_endpoint()
+    rt = proxy.runtime._runtime
+    if rt is not None:
+        await rt.watcher.stop()
+        await rt.engine.close()
+        await rt.redis.aclose()
+        proxy.runtime._runtime = None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "code", "error"),
+    [
+        ({"bytes_data": b"\x00"}, 1003, False),
+        ({"text_data": "x" * 1_048_577}, 1009, False),
+        ({"text_data": "{bad"}, 1007, True),
+    ],
+)
+async def test_consumer_close_codes(in_process_endpoint, kwargs, code, error):
+    from channels.testing import WebsocketCommunicator
+
+    from proxy.vibemq_ws import VibeMQConsumer
+
+    comm = WebsocketCommunicator(VibeMQConsumer.as_asgi(), "/ws/vibemq", subprotocols=["vibemq"])
+    connected, subprotocol = await comm.connect()
+    assert connected and subprotocol == "vibemq"
+    await comm.send_to(**kwargs)
+    if error:
+        reply = json.loads(await comm.receive_from(5))
+        assert reply["errorCode"] == "INVALID_MESSAGE"
+    assert await comm.receive_output(5) == {"type": "websocket.close", "code": code}
+    await comm.disconnect()

@@ -1,0 +1,129 @@
+"""Admin: index page, jquery, data JSON, create_mq outcomes, track_sub (zbus.md §11)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from brokers.clients.zbus import ZbusClient, ZbusError
+from brokers.models import Topic
+from tests.zbus.conftest import Raw, msg
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _fields(code: str) -> tuple[int, int, str]:
+    try:
+        t = Topic.objects.get(code=code)
+        return t.zbus_mode, t.partitions, t.creator
+    finally:
+        connection.close()
+
+
+async def test_index_page_from_a_browser_address_bar(raw: Raw) -> None:
+    await raw.send(
+        msg(
+            "Host: 127.0.0.1",
+            "Connection: keep-alive",
+            "User-Agent: Mozilla/5.0 (X11; Linux x86_64) Chrome/120.0",
+            "Accept: text/html,application/xhtml+xml",
+            "Accept-Encoding: gzip, deflate, br",
+        )
+    )
+    page = await raw.recv()
+    assert page.status == 200 and page.headers["content-type"].startswith("text/html")
+    html = page.body.decode()
+    assert "<title>ZBUS Admin</title>" in html and "ZBUS服务总线监控管理【" in html
+    for name in ("orders", "news", "secure"):
+        assert f'data-mq="{name}"' in html
+    assert "pub/sub, permanent" in html and "10.0.0.1:1234" in html
+    await raw.send(msg(start="GET /?cmd=admin&&method=index&&msgid=i1 HTTP/1.1"))
+    page = await raw.recv()
+    assert page.msgid == "i1" and b"ZBUS Admin" in page.body
+
+
+async def test_browser_produce_from_address_bar_changes_count(raw: Raw) -> None:
+    await raw.send(
+        msg(
+            "Host: 127.0.0.1",
+            "User-Agent: Mozilla/5.0",
+            start="GET /orders?cmd=produce&&body=hello HTTP/1.1",
+        )
+    )
+    ack = await raw.recv()
+    assert ack.status == 200 and ack.msgid is None
+    await raw.send(msg(start="GET /?cmd=admin&&sub_cmd=data&&msgid=d HTTP/1.1"))
+    data = orjson.loads((await raw.recv()).body)
+    assert data["mqTable"]["orders"]["unconsumedMsgCount"] == 1
+
+
+async def test_jquery_and_data_shape(raw: Raw, broker) -> None:
+    await raw.send(msg("cmd: admin", "sub_cmd: jquery", "msgid: j"))
+    got = await raw.recv()
+    assert (got.status, got.msgid, got.headers["content-type"]) == (
+        200,
+        "j",
+        "application/javascript",
+    )
+    await raw.send(msg("cmd: consume", "mq: news", "msgid: c", "topic: a,b"))
+    for _ in range(50):  # the consume and the data request run concurrently
+        await raw.send(msg("cmd: admin", "sub_cmd: data", "msgid: d"))
+        got = await raw.recv()
+        data = orjson.loads(got.body)
+        if data["mqTable"]["news"]["consumerCount"]:
+            break
+    assert got.headers["content-type"] == "application/json"
+    assert data["broker"] == f"127.0.0.1:{broker.port}"
+    news = data["mqTable"]["news"]
+    assert news["mode"] == 2 and news["consumerCount"] == 1
+    assert news["consumerInfoList"][0]["topics"] == ["a", "b"]
+    assert news["loadFactor"] == pytest.approx(0.000001)
+    orders = data["mqTable"]["orders"]
+    assert orders["consumerCount"] == 0 and orders["loadFactor"] == 1.7976931348623157e308
+    assert orders["creator"] == "10.0.0.1:1234" and orders["createdTime"] > 0
+    assert "consumerInfoList" in orders and "inFlightMsgCount" in orders
+
+
+async def test_create_mq_outcomes(broker) -> None:
+    async with ZbusClient("127.0.0.1", broker.port, timeout=5) as c:
+        created = await c.create_mq("fresh", 1, access_token="tok")
+        assert int(created.body) > 0
+        mode, partitions, creator = await sync_to_async(_fields)("fresh")
+        assert (mode, partitions) == (1, 1) and creator.startswith("127.0.0.1:")
+        assert (await c.produce("fresh", b"x", token="tok")).status == 200
+        again = await c.create_mq("fresh", 1, access_token="other")
+        assert again.status == 200
+        assert (await c.produce("fresh", b"y", token="tok")).status == 200  # token unchanged
+        cases = [
+            ({"mqName": "fresh", "mqMode": 2}, "Bad format: Pubsub, type not matched"),
+            ({"mqName": "news", "mqMode": 1}, "Bad format: MsgQueue, type not matched"),
+            ({"mqName": "x", "mqMode": "q"}, "Bad format: mqMode invalid"),
+            ({"mqMode": 1}, "Bad format: Missing mq_name filed"),
+            ({"mqName": "a b", "mqMode": 1}, "Bad format: mqName invalid"),
+            ({"mqName": "bad*chars", "mqMode": 1}, "Bad format: mqName invalid"),
+        ]
+        for body, text in cases:
+            reply = await c.invoke({"cmd": "admin", "sub_cmd": "create_mq"}, orjson.dumps(body))
+            assert (reply.status, reply.body.decode()) == (400, text)
+        reply = await c.invoke({"cmd": "admin", "sub_cmd": "create_mq"}, b"{nope")
+        assert (reply.status, reply.body) == (400, b"Bad format: register param json body invalid")
+        with pytest.raises(ZbusError):
+            await c.create_mq("", 1)
+        data = await c.data()
+        assert data["mqTable"]["fresh"]["creator"].startswith("127.0.0.1:")
+
+
+async def test_track_sub(broker) -> None:
+    async with ZbusClient("127.0.0.1", broker.port, timeout=5) as c:
+        reply = await c.invoke({"cmd": "track_sub", "x-echo": "yes"})
+        assert reply.status == 200 and reply.headers["x-echo"] == "yes"
+        table = orjson.loads(reply.body)
+        address = f"127.0.0.1:{broker.port}"
+        assert address in table["brokerTable"]
+        assert [i["broker"] for i in table["mqTable"]["orders"]] == [address]
+        await c.create_mq("pushed", 1)
+        push = await c.unmatched.get()
+        assert push.headers["cmd"] == "track_pub"
+        assert "pushed" in orjson.loads(push.body)["mqTable"]

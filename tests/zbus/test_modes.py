@@ -1,0 +1,181 @@
+"""PubSub filters, RPC with several requests in flight, Temp queues, redelivery (§9, §10, §13)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from brokers.clients.zbus import ZbusClient
+from tests.zbus.conftest import Raw, msg
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def test_pubsub_topic_filters(broker) -> None:
+    a, b, p = [await Raw.open(broker.port) for _ in range(3)]
+    try:
+        await a.send(msg("cmd: consume", "mq: news", "msgid: a", "topic: sport", "window: -1"))
+        await a.send(msg("cmd: consume", "mq: news", "msgid: a2", "topic: tech", "window: -1"))
+        await b.send(msg("cmd: consume", "mq: news", "msgid: b", "topic: *", "window: -1"))
+        for _ in range(50):  # subscriptions register concurrently with this test
+            await p.send(msg("cmd: admin", "sub_cmd: data"))
+            info = orjson.loads((await p.recv()).body)["mqTable"]["news"]
+            topics = [tuple(c["topics"]) for c in info["consumerInfoList"]]
+            if sorted(topics) == [("*",), ("sport", "tech")]:
+                break
+        for topic, body in (
+            ("sport", b"goal"),
+            ("tech", b"chip"),
+            ("food", b"soup"),
+            (None, b"bare"),
+        ):
+            lines = ["cmd: produce", "mq: news", f"msgid: {body.decode()}"]
+            if topic:
+                lines.append(f"topic: {topic}")
+            await p.send(msg(*lines, body=body))
+            assert (await p.recv()).status == 200
+        got_a = [await a.recv() for _ in range(2)]
+        assert [m.body for m in got_a] == [b"goal", b"chip"]
+        assert got_a[0].msgid == "a2" and got_a[0].msgid_raw == "goal"  # the producer's id
+        assert [(await b.recv()).body for _ in range(4)] == [b"goal", b"chip", b"soup", b"bare"]
+        assert await a.silent(0.2)
+    finally:
+        for r in (a, b, p):
+            await r.close()
+
+
+async def test_rpc_several_requests_in_flight_out_of_order(broker) -> None:
+    requester, worker = await Raw.open(broker.port), await Raw.open(broker.port)
+    try:
+        for i in range(3):
+            await requester.send(
+                msg("cmd: request", "mq: svc", f"msgid: r{i}", body=f"q{i}".encode())
+            )
+        await worker.send(msg("cmd: consume", "mq: svc", "msgid: w", "window: 3"))
+        calls = [await worker.recv() for _ in range(3)]
+        assert [c.body for c in calls] == [b"q0", b"q1", b"q2"]
+        assert all(c.headers["ack"] == "0" and c.msgid == "w" for c in calls)
+        reply_queue = calls[0].mq_reply
+        for call in reversed(calls):  # answer in reverse order, response-shaped
+            await worker.send(
+                msg(
+                    "cmd: produce",
+                    f"mq: {call.mq_reply}",
+                    f"msgid: {call.msgid_raw}",
+                    "ack: 0",
+                    start="HTTP/1.1 201 Created",
+                    body=b"re:" + call.body,
+                )
+            )
+        replies = {m.msgid: m for m in [await requester.recv() for _ in range(3)]}
+        assert {k: (m.status, m.body) for k, m in replies.items()} == {
+            f"r{i}": (201, f"re:q{i}".encode()) for i in range(3)
+        }
+        assert await worker.silent(0.1)  # ack: 0 — the worker got no produce replies
+        await requester.send(msg("cmd: admin", "sub_cmd: data"))
+        table = orjson.loads((await requester.recv()).body)["mqTable"]
+        assert table[reply_queue]["mode"] == 5
+    finally:
+        await requester.close()
+        await worker.close()
+    async with ZbusClient("127.0.0.1", broker.port, timeout=5) as c:
+        for _ in range(50):
+            if reply_queue not in (await c.data())["mqTable"]:
+                break
+            await asyncio.sleep(0.02)
+        assert reply_queue not in (await c.data())["mqTable"]  # Temp MQs vanish with their owner
+
+
+async def test_reply_overtaking_its_waiter_is_kept(broker) -> None:
+    requester = await Raw.open(broker.port)
+    try:
+        await requester.send(
+            msg(
+                "cmd: admin",
+                "sub_cmd: create_mq",
+                "msgid: t",
+                body=b'{"mqName":"mybox","mqMode":5}',
+            )
+        )
+        assert (await requester.recv()).status == 200
+        await requester.send(msg("cmd: produce", "mq: mybox", "msgid: x1", "ack: 0", body=b"early"))
+        assert await requester.silent(0.1)
+        await requester.send(msg("cmd: consume", "mq: mybox", "msgid: x1"))
+        got = await requester.recv()
+        assert (got.msgid, got.body) == ("x1", b"early")
+    finally:
+        await requester.close()
+
+
+async def test_client_rpc_with_worker(broker) -> None:
+    async with (
+        ZbusClient("127.0.0.1", broker.port, timeout=5) as caller,
+        ZbusClient("127.0.0.1", broker.port, timeout=5) as worker,
+    ):
+
+        async def serve() -> None:
+            async for call in worker.stream("svc"):
+                worker.reply(call, call.body.upper(), status=200)
+
+        task = asyncio.create_task(serve())
+        try:
+            answers = await asyncio.gather(*(caller.request("svc", f"ping{i}") for i in range(8)))
+            assert [a.body for a in answers] == [f"PING{i}".encode() for i in range(8)]
+        finally:
+            task.cancel()
+
+
+async def test_abandoned_delivery_is_redelivered(broker) -> None:
+    first = await Raw.open(broker.port)
+    await first.send(msg("cmd: produce", "mq: orders", "msgid: p1", body=b"precious"))
+    await first.recv()
+    await first.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
+    assert (await first.recv()).body == b"precious"
+    await first.close()  # gone before settling it with another consume
+    second = await Raw.open(broker.port)
+    try:
+        await second.send(msg("cmd: consume", "mq: orders", "msgid: c2"))
+        again = await second.recv()
+        assert (again.body, again.headers.get("redelivered")) == (b"precious", "1")
+        await second.send(msg("cmd: consume", "mq: orders", "msgid: c3"))  # settles it
+        assert await second.silent(0.2)
+    finally:
+        await second.close()
+
+
+async def test_timeout_resend_learns_and_retires(broker) -> None:
+    raw = await Raw.open(broker.port)
+    try:
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
+        await asyncio.sleep(0.6)  # the client's local timeout in this test
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c2"))  # re-sent: T learned
+        await asyncio.sleep(0.6)  # c2 is retired silently at 0.8·T
+        p = await Raw.open(broker.port)
+        await p.send(msg("cmd: produce", "mq: orders", "msgid: p", body=b"safe"))
+        await p.recv()
+        await p.close()
+        assert await raw.silent(0.2)  # nothing goes to the abandoned c2
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c3"))
+        got = await raw.recv()
+        assert (got.msgid, got.body) == ("c3", b"safe")
+    finally:
+        await raw.close()
+
+
+async def test_first_timeout_race_costs_a_redelivery(broker) -> None:
+    raw = await Raw.open(broker.port)
+    try:
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
+        await asyncio.sleep(0.85)  # delivered late in the assumed 1 s client timeout
+        p = await Raw.open(broker.port)
+        await p.send(msg("cmd: produce", "mq: orders", "msgid: p", body=b"raced"))
+        await p.recv()
+        await p.close()
+        assert (await raw.recv()).msgid == "c1"
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c2"))  # the client's re-send
+        again = await raw.recv()
+        assert (again.msgid, again.body, again.headers.get("redelivered")) == ("c2", b"raced", "1")
+    finally:
+        await raw.close()
