@@ -77,6 +77,14 @@ def progress(task_id: str) -> dict[str, Any]:
     return info
 
 
+RUNNING_STATES = ("RECEIVED", "STARTED", "PROGRESS", "RETRY")
+
+
+def task_running(task_id: str) -> bool:
+    """Whether a worker reports the task as running (PENDING means unknown to Celery)."""
+    return AsyncResult(task_id).state in RUNNING_STATES
+
+
 def resend_dead_letters(topic: str, app: str, ids: list[int]) -> int:
     """Move dead letters (all when ``ids`` is empty) back to the retry store, due now."""
 

@@ -1,4 +1,5 @@
-"""Celery tasks: broker liveness, the catalog safety-net republish, delayed messages."""
+"""Celery tasks: broker liveness, the catalog safety-net republish, delayed messages, and
+failing applications whose execution was interrupted."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.utils import timezone
 
 from brokers.catalog_loader import publish, publish_on_commit
 from brokers.models import Broker, PartitionGroup
-from mqcloud.approvals.services import record
+from mqcloud.approvals.services import fail_interrupted, record
 from mqcloud.engine_access import engine_session
 
 
@@ -117,3 +118,13 @@ def check_backlog_alerts() -> int:
     from mqcloud.alerts.backlog import check_backlogs
 
     return len(check_backlogs())
+
+
+@shared_task
+def fail_interrupted_applications() -> list[int]:
+    """Fail applications left executing by a process that died (beat: every minute);
+    returns their ids. The limit is APPLICATION_EXECUTION_LIMIT_SECONDS."""
+    from mqcloud.operations import task_running
+
+    limit = timedelta(seconds=settings.APPLICATION_EXECUTION_LIMIT_SECONDS)
+    return [app.pk for app in fail_interrupted(limit, task_running)]

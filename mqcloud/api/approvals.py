@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiExample,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied
@@ -11,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from mqcloud.api.scoping import is_platform_admin, user_teams
-from mqcloud.approvals import services
+from mqcloud.approvals import kinds, services
 from mqcloud.approvals.models import (
     Application,
     ApprovalSettings,
@@ -21,18 +26,26 @@ from mqcloud.approvals.models import (
 )
 from mqcloud.operations import progress as operation_progress
 
+PAYLOAD_HELP = "What the kind needs (an example of each is in the request examples):\n\n" + (
+    "\n".join(f"- `{kind}`: {text}" for kind, (text, _) in kinds.PAYLOADS.items())
+)
+PAYLOAD_EXAMPLES = [
+    OpenApiExample(
+        kind,
+        summary=Kind(kind).label,
+        value={"kind": kind, "payload": example},
+        request_only=True,
+    )
+    for kind, (_, example) in kinds.PAYLOADS.items()
+]
+
 
 class ApplicationSerializer(serializers.ModelSerializer):
     applicant = serializers.SlugRelatedField(slug_field="username", read_only=True)
     decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     team = serializers.SlugRelatedField(slug_field="name", read_only=True)
     kind = serializers.ChoiceField(choices=Kind.choices)
-    payload = serializers.JSONField(
-        help_text="What the kind needs: topic_create takes a topic (as POST /topics/),"
-        " topic_update {code, changes}, topic_delete {code}, producer_create/consumer_create a"
-        " policy, producer_delete/consumer_delete {name}, pause/resume {consumer},"
-        " rate_limit {consumer, rate_limit}."
-    )
+    payload = serializers.JSONField(help_text=PAYLOAD_HELP)
 
     class Meta:
         model = Application
@@ -82,6 +95,12 @@ def _workflow(call) -> Response:
         raise PermissionDenied(str(exc)) from None
 
 
+@extend_schema_view(
+    create=extend_schema(
+        summary="Apply for a change (auto-approved kinds execute at once)",
+        examples=PAYLOAD_EXAMPLES,
+    )
+)
 class ApplicationViewSet(
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -201,6 +220,8 @@ class NotificationViewSet(
     http_method_names = ["get", "patch", "post", "head", "options"]
 
     def get_queryset(self) -> QuerySet[Notification]:
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no user
+            return Notification.objects.none()
         return Notification.objects.filter(user=self.request.user)
 
     @extend_schema(

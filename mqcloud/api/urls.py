@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from mqcloud.api import approvals, views
+from mqcloud.api import approvals, operations, views
 
 router = DefaultRouter()
 router.register("teams", views.TeamViewSet, basename="team")
@@ -17,6 +17,7 @@ router.register("consumer-policies", views.ConsumerPolicyViewSet, basename="cons
 router.register("applications", approvals.ApplicationViewSet, basename="application")
 router.register("audit-events", approvals.AuditEventViewSet, basename="auditevent")
 router.register("notifications", approvals.NotificationViewSet, basename="notification")
+router.register("consumers", operations.ConsumerOperationsViewSet, basename="consumer")
 
 approval_settings = approvals.ApprovalSettingsView.as_view(
     {"get": "retrieve", "put": "update", "patch": "partial_update"}

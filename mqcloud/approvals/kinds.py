@@ -284,6 +284,62 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
 }
 
 
+# What each kind's payload holds, with an example: the REST API's schema documents these.
+PAYLOADS: dict[str, tuple[str, dict]] = {
+    Kind.TOPIC_CREATE: (
+        "a topic, as POST /topics/ takes it",
+        {"code": "orders", "cluster": "c1", "team": "red", "partitions": 4},
+    ),
+    Kind.TOPIC_UPDATE: (
+        "{code, changes}: changes are topic fields (description, retention, queue settings)",
+        {"code": "orders", "changes": {"retention_max_age_s": 86400}},
+    ),
+    Kind.TOPIC_DELETE: ("{code}; its producers and consumers go first", {"code": "orders"}),
+    Kind.PRODUCER_CREATE: (
+        "a producer policy, as POST /producer-policies/ takes it",
+        {"topic": "orders", "app": "shop"},
+    ),
+    Kind.PRODUCER_UPDATE: (
+        "{name, changes}: changes holds blacklist (IPs/networks) and/or weights"
+        " ({broker id: 0–10000})",
+        {"name": "shop.orders", "changes": {"blacklist": ["10.0.0.0/8"], "weights": {"1": 100}}},
+    ),
+    Kind.PRODUCER_DELETE: ("{name}", {"name": "shop.orders"}),
+    Kind.CONSUMER_CREATE: (
+        "a consumer policy, as POST /consumer-policies/ takes it",
+        {"topic": "orders", "app": "shop", "start_position": "earliest"},
+    ),
+    Kind.CONSUMER_UPDATE: (
+        "{name, changes}: changes holds blacklist and/or the backlog alert rule"
+        " (backlog_alert_enabled, backlog_alert_count, backlog_alert_age_s)",
+        {
+            "name": "shop.orders",
+            "changes": {"backlog_alert_enabled": True, "backlog_alert_count": 5000},
+        },
+    ),
+    Kind.CONSUMER_DELETE: ("{name}", {"name": "shop.orders"}),
+    Kind.PAUSE: ("{consumer}", {"consumer": "shop.orders"}),
+    Kind.RESUME: ("{consumer}", {"consumer": "shop.orders"}),
+    Kind.RATE_LIMIT: (
+        "{consumer, rate_limit}: messages per second, null for none",
+        {"consumer": "shop.orders", "rate_limit": 100},
+    ),
+    Kind.OFFSET_RESET: (
+        "{consumer, position: earliest|latest|timestamp|index, timestamp_ms, index, partition,"
+        " client_id}; runs on a worker, see /applications/{id}/progress/",
+        {"consumer": "shop.orders", "position": "timestamp", "timestamp_ms": 1735689600000},
+    ),
+    Kind.SKIP_BACKLOG: (
+        "{consumer}: reset to what was stored in the last 60 s; runs on a worker",
+        {"consumer": "shop.orders"},
+    ),
+    Kind.DLQ_RESEND: (
+        "{consumer, ids}: dead letters back to the retry store (no ids: all)",
+        {"consumer": "shop.orders", "ids": [3, 4]},
+    ),
+}
+
+
 def prepare(kind: str, user: AbstractBaseUser, payload: object) -> Prepared:
     """Validate ``payload`` for ``kind`` as ``user``; raises a DRF ValidationError."""
     if kind not in PREPARERS:

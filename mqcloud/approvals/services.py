@@ -1,4 +1,5 @@
-"""The application workflow: submit, approve (execute), reject, cancel — all audited.
+"""The application workflow: submit, approve (execute), reject, cancel — all audited —
+and the sweep that fails executions interrupted by a dying process.
 
 Decisions lock the application row, so two admins approving at once execute it once.
 Execution runs in its own transaction: a failure leaves the catalog untouched and the
@@ -8,6 +9,8 @@ application marked failed with the error, visible to the applicant.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -125,6 +128,9 @@ def approve(application: Application, admin: AbstractBaseUser | None) -> Applica
         )
     try:
         with transaction.atomic():
+            # The row stays locked while it executes: the interrupted-execution sweep skips
+            # locked rows, so it only ever fails an application whose executor is gone.
+            Application.objects.select_for_update().get(pk=app.pk)
             result = kinds.prepare(app.kind, app.applicant, app.payload).execute()
             app.status, app.result, app.error = Status.APPROVED, result, ""
             app.save()
@@ -140,6 +146,10 @@ def approve(application: Application, admin: AbstractBaseUser | None) -> Applica
 
 def _failed(app: Application, admin: AbstractBaseUser | None, error: str) -> None:
     with transaction.atomic():
+        current = Application.objects.select_for_update().get(pk=app.pk)
+        if current.status != Status.EXECUTING:  # the interrupted sweep got there first
+            app.status, app.error = current.status, current.error
+            return
         app.status, app.error = Status.FAILED, error
         app.save()
         record(admin, "failed", app.target, team=app.team, application=app, detail={"error": error})
@@ -183,6 +193,50 @@ def cancel(application: Application, user: AbstractBaseUser) -> Application:
         app.save()
         record(user, "cancelled", app.target, team=app.team, application=app)
     return app
+
+
+def fail_interrupted(
+    older_than: timedelta, task_running: Callable[[str], bool]
+) -> list[Application]:
+    """Mark failed the applications executing for longer than ``older_than`` whose executor
+    is gone: no process holds the row (a live execution keeps it locked) and the Celery
+    task they started, if any, is not running (``task_running(task_id)`` is false).
+    Each is audited ("interrupted") and its applicant notified; returns them."""
+    cutoff = timezone.now() - older_than
+    failed: list[Application] = []
+    stale = Application.objects.filter(status=Status.EXECUTING, updated_at__lt=cutoff)
+    for pk in stale.values_list("pk", flat=True):
+        with transaction.atomic():
+            app = (
+                Application.objects.select_for_update(skip_locked=True)
+                .filter(pk=pk, status=Status.EXECUTING, updated_at__lt=cutoff)
+                .select_related("applicant", "team")
+                .first()
+            )
+            if app is None:  # executing right now, or finished meanwhile
+                continue
+            task_id = app.result.get("task_id") if isinstance(app.result, dict) else None
+            if task_id and task_running(task_id):
+                continue
+            since = app.decided_at or app.updated_at
+            error = (
+                f"Execution was interrupted: it started at {since:%Y-%m-%d %H:%M:%S} UTC and"
+                f" its process{' and task ' + task_id if task_id else ''} ended without a"
+                " result. Check the target's state and apply again if the change is missing."
+            )
+            app.status, app.error = Status.FAILED, error
+            app.save()
+            record(
+                None,
+                "interrupted",
+                app.target,
+                team=app.team,
+                application=app,
+                detail={"error": error, "task_id": task_id or ""},
+            )
+            notify(app, f"Application #{app.pk} ({app.get_kind_display()}) failed: {error}")
+            failed.append(app)
+    return failed
 
 
 def _flatten(detail: object) -> str:

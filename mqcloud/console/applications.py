@@ -189,7 +189,8 @@ def application_reject(request: HttpRequest, pk: int) -> HttpResponse:
                 "events": application.events.select_related("actor"),
                 "is_admin": True,
                 "reject_form": form,
-                "progress": None,
+                "progress": _progress(application),
+                "frozen": ApprovalSettings.current().frozen,
             },
             status=400,
         )

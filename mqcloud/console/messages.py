@@ -95,7 +95,8 @@ def browse(request: HttpRequest, code: str) -> HttpResponse:
             rows, truncated = _search(topic, form.cleaned_data)
         except engine_calls.EngineUnavailable as exc:
             error = str(exc)
-    template = "console/partials/message_rows.html" if request.htmx else "console/messages.html"
+    # htmx swaps the form with the results, so field errors show inline after a search too
+    template = "console/partials/message_search.html" if request.htmx else "console/messages.html"
     return render(
         request,
         template,

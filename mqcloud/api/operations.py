@@ -1,0 +1,209 @@
+"""API of the operations the console runs directly on a consumer's messages.
+
+``/api/v1/consumers/{name}/``: per-partition progress, the retry and dead-letter lists, and
+retry-now, skip and purge (team admins, audited) — what the consumer and retry pages offer.
+Resending dead letters and moving offsets change the cluster, so they are applications
+(kinds ``dlq_resend``, ``offset_reset``, ``skip_backlog``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import exceptions, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from brokers.models import ConsumerPolicy
+from mqcloud.approvals.services import record
+from mqcloud.console import access, engine_calls
+
+MAX_PAGE = 500
+
+
+class EngineUnavailableError(exceptions.APIException):
+    status_code = 503
+    default_detail = "The message store did not answer."
+    default_code = "engine_unavailable"
+
+
+class ConsumerRefSerializer(serializers.ModelSerializer):
+    topic = serializers.SlugRelatedField(slug_field="code", read_only=True)
+    app = serializers.SlugRelatedField(slug_field="code", read_only=True)
+
+    class Meta:
+        model = ConsumerPolicy
+        fields = ["name", "topic", "app", "mode", "paused", "rate_limit"]
+        read_only_fields = fields
+
+
+class PartitionProgressSerializer(serializers.Serializer):
+    partition = serializers.IntegerField()
+    min_index = serializers.IntegerField()
+    max_index = serializers.IntegerField()
+    ack_index = serializers.IntegerField()
+    lag = serializers.IntegerField()
+    lock_owner = serializers.CharField()
+    lock_expires_ms = serializers.IntegerField()
+    last_access_ms = serializers.IntegerField()
+    last_address = serializers.CharField()
+
+
+class RetryRowSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    partition = serializers.IntegerField()
+    index = serializers.IntegerField()
+    attempts = serializers.IntegerField()
+    created = serializers.CharField(help_text="First failure, UTC.")
+    due = serializers.CharField(help_text="Next attempt (retries) or death (dead letters), UTC.")
+    reason = serializers.CharField()
+    business_id = serializers.CharField()
+    body_preview = serializers.CharField()
+
+
+class IdsSerializer(serializers.Serializer):
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=0), min_length=1, max_length=10_000
+    )
+
+
+RetryPage = inline_serializer(
+    "RetryPage",
+    {
+        "results": RetryRowSerializer(many=True),
+        "retries": serializers.IntegerField(),
+        "dead_letters": serializers.IntegerField(),
+    },
+)
+Done = inline_serializer("OperationDone", {"count": serializers.IntegerField()})
+PAGING = [
+    OpenApiParameter("offset", OpenApiTypes.INT, description="Skip this many (default 0)."),
+    OpenApiParameter("limit", OpenApiTypes.INT, description=f"At most {MAX_PAGE} (default 50)."),
+]
+PROGRESS_PARAMS = [
+    OpenApiParameter("client_id", OpenApiTypes.STR, description="A broadcast consumer's client.")
+]
+
+
+def _engine(call):
+    try:
+        return call()
+    except engine_calls.EngineUnavailable as exc:
+        raise EngineUnavailableError(str(exc)) from None
+
+
+def _int_param(request: Request, name: str, default: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) > high:
+        raise exceptions.ValidationError({name: f"A whole number from 0 to {high}."})
+    return int(raw)
+
+
+class ConsumerOperationsViewSet(viewsets.GenericViewSet):
+    """A consumer's progress, retries and dead letters (consumers of the caller's apps and
+    topics; every consumer for admins). Acting on messages takes a team admin of the app."""
+
+    serializer_class = ConsumerRefSerializer
+    lookup_field = "name"
+    lookup_value_regex = r"[A-Za-z0-9][A-Za-z0-9._:-]*"
+
+    def get_queryset(self) -> QuerySet[ConsumerPolicy]:
+        return access.consumers_for(self.request.user)
+
+    def _act(self, which: str, verb: str, ids: list[int]) -> Response:
+        consumer = self.get_object()
+        if not access.admin_teams(self.request.user).filter(pk=consumer.app.team_id).exists():
+            raise exceptions.PermissionDenied(
+                "Only the app's team admins (or platform admins) act on its messages."
+            )
+        name = f"{which}-{verb}"
+        count = _engine(
+            lambda: engine_calls.retry_action(consumer.topic.code, consumer.app.code, name, ids)
+        )
+        record(
+            self.request.user,
+            name,
+            f"consumer:{consumer.name}",
+            team=consumer.app.team,
+            detail={"ids": ids, "count": count, "via": "api"},
+        )
+        return Response({"count": count})
+
+    def _ids(self, request: Request) -> list[int]:
+        body = IdsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return list(body.validated_data["ids"])
+
+    def _page(self, request: Request, which: str) -> Response:
+        consumer = self.get_object()
+        offset = _int_param(request, "offset", 0, 10**9)
+        limit = _int_param(request, "limit", 50, MAX_PAGE) or 50
+        rows, retries, dead = _engine(
+            lambda: engine_calls.retry_lists(
+                consumer.topic.code, consumer.app.code, which, offset, limit
+            )
+        )
+        return Response(
+            {
+                "results": RetryRowSerializer([asdict(r) for r in rows], many=True).data,
+                "retries": retries,
+                "dead_letters": dead,
+            }
+        )
+
+    @extend_schema(parameters=PROGRESS_PARAMS, responses=PartitionProgressSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def progress(self, request: Request, name: str | None = None) -> Response:
+        """Per partition: min/max/ack index, lag, lock owner and expiry, last access."""
+        consumer = self.get_object()
+        client_id = request.query_params.get("client_id") or None
+        if client_id is not None and len(client_id) > 128:
+            raise exceptions.ValidationError({"client_id": "At most 128 characters."})
+        if client_id and consumer.mode != ConsumerPolicy.Mode.BROADCAST:
+            raise exceptions.ValidationError({"client_id": "Only broadcast consumers have one."})
+        rows = _engine(
+            lambda: engine_calls.progress(consumer.topic.code, consumer.app.code, client_id)
+        )
+        return Response(PartitionProgressSerializer([asdict(r) for r in rows], many=True).data)
+
+    @extend_schema(parameters=PAGING, responses=RetryPage)
+    @action(detail=True, methods=["get"])
+    def retries(self, request: Request, name: str | None = None) -> Response:
+        """Messages waiting for a retry."""
+        return self._page(request, "retry")
+
+    @extend_schema(parameters=PAGING, responses=RetryPage)
+    @action(detail=True, methods=["get"], url_path="dead-letters")
+    def dead_letters(self, request: Request, name: str | None = None) -> Response:
+        """Dead letters (resend them with an application of kind dlq_resend)."""
+        return self._page(request, "dlq")
+
+    @extend_schema(request=IdsSerializer, responses=Done)
+    @action(detail=True, methods=["post"], url_path="retries/retry-now")
+    def retry_now(self, request: Request, name: str | None = None) -> Response:
+        """Make the listed retries due at once (team admins)."""
+        return self._act("retry", "resend", self._ids(request))
+
+    @extend_schema(request=IdsSerializer, responses=Done)
+    @action(detail=True, methods=["post"], url_path="retries/skip")
+    def skip_retries(self, request: Request, name: str | None = None) -> Response:
+        """Drop the listed retries: they count as consumed (team admins)."""
+        return self._act("retry", "skip", self._ids(request))
+
+    @extend_schema(request=IdsSerializer, responses=Done)
+    @action(detail=True, methods=["post"], url_path="dead-letters/skip")
+    def skip_dead_letters(self, request: Request, name: str | None = None) -> Response:
+        """Drop the listed dead letters (team admins)."""
+        return self._act("dlq", "skip", self._ids(request))
+
+    @extend_schema(request=None, responses=Done)
+    @action(detail=True, methods=["post"], url_path="dead-letters/purge")
+    def purge_dead_letters(self, request: Request, name: str | None = None) -> Response:
+        """Delete every dead letter of the consumer (team admins)."""
+        return self._act("dlq", "purge", [])

@@ -1,0 +1,243 @@
+"""Through /api/v1/: the producer_update and consumer_update kinds end to end, the schema
+documenting every kind and action, and a consumer's retries and dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as aioredis
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from brokers.catalog_loader import build_snapshot, publish
+from brokers.engine import RETRY_PARTITION, Engine, Message, RetryType
+from brokers.models import ConsumerPolicy, ProducerPolicy, Team
+from mqcloud.approvals.models import AuditEvent, Kind
+from tests import factories
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def client_for(user) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {factories.token_for(user)}")
+    return client
+
+
+def engine_call(fn):
+    snapshot = build_snapshot()
+
+    async def run():
+        client = aioredis.from_url(settings.REDIS_URL)
+        engine = Engine(client, lambda: snapshot)
+        try:
+            return await fn(engine)
+        finally:
+            await engine.close()
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+@pytest.fixture
+def world(redis_url):
+    async def flush():
+        client = aioredis.from_url(redis_url)
+        await client.flushall()
+        await client.aclose()
+
+    asyncio.run(flush())
+    red, blue = Team.objects.create(name="red"), Team.objects.create(name="blue")
+    cluster = factories.cluster_with_brokers()
+    topic = factories.topic("orders", cluster, red, partitions=1, groups=1)
+    shop, _ = factories.app("shop", red)
+    ProducerPolicy.objects.create(topic=topic, app=shop)
+    ConsumerPolicy.objects.create(topic=topic, app=shop, start_position="earliest", err_times=1)
+    blue_topic = factories.topic("blue-topic", cluster, blue, partitions=1, groups=1)
+    blue_app, _ = factories.app("blue-app", blue)
+    ConsumerPolicy.objects.create(topic=blue_topic, app=blue_app)
+    publish()
+    return {
+        "alice": client_for(factories.user("alice", team=red)),
+        "carol": client_for(factories.user("carol", team=red, role="admin")),
+        "bob": client_for(factories.user("bob", team=blue)),
+        "root": client_for(factories.user("root", admin=True)),
+    }
+
+
+def apply_and_approve(world, kind: str, payload: dict) -> dict:
+    created = world["alice"].post(
+        "/api/v1/applications/", {"kind": kind, "payload": payload}, format="json"
+    )
+    assert created.status_code == 201, created.json()
+    approved = world["root"].post(f"/api/v1/applications/{created.json()['id']}/approve/")
+    assert approved.status_code == 200
+    return approved.json()
+
+
+def test_producer_update_changes_blacklist_and_weights(world):
+    bad = world["alice"].post(
+        "/api/v1/applications/",
+        {"kind": "producer_update", "payload": {"name": "shop.orders", "changes": {"app": "x"}}},
+        format="json",
+    )
+    assert bad.status_code == 400 and "changes" in bad.json()["fields"]
+    bad_ip = world["alice"].post(
+        "/api/v1/applications/",
+        {
+            "kind": "producer_update",
+            "payload": {"name": "shop.orders", "changes": {"blacklist": ["not-an-ip"]}},
+        },
+        format="json",
+    )
+    assert bad_ip.status_code == 400 and "blacklist" in bad_ip.json()["fields"]
+
+    changes = {"blacklist": ["10.9.0.0/16"], "weights": {"1": 70, "2": 30}}
+    done = apply_and_approve(world, "producer_update", {"name": "shop.orders", "changes": changes})
+    assert done["status"] == "approved", done
+    (policy,) = world["alice"].get("/api/v1/producer-policies/?app__code=shop").json()["results"]
+    assert policy["blacklist"] == ["10.9.0.0/16"] and policy["weights"] == {"1": 70, "2": 30}
+    # the engine's catalog carries the change too
+    (producer,) = [p for p in build_snapshot().producers if p.app == "shop"]
+    assert list(producer.blacklist) == ["10.9.0.0/16"]
+
+
+def test_consumer_update_changes_blacklist_and_alert_rule(world):
+    other_team = world["bob"].post(
+        "/api/v1/applications/",
+        {"kind": "consumer_update", "payload": {"name": "shop.orders", "changes": {}}},
+        format="json",
+    )
+    assert other_team.status_code == 400 and "name" in other_team.json()["fields"]
+    changes = {
+        "blacklist": ["192.0.2.7"],
+        "backlog_alert_enabled": True,
+        "backlog_alert_count": 50,
+        "backlog_alert_age_s": 30,
+    }
+    done = apply_and_approve(world, "consumer_update", {"name": "shop.orders", "changes": changes})
+    assert done["status"] == "approved" and done["result"]["backlog_alert_count"] == 50
+    (policy,) = world["alice"].get("/api/v1/consumer-policies/?app__code=shop").json()["results"]
+    assert policy["blacklist"] == ["192.0.2.7"]
+    assert (policy["backlog_alert_count"], policy["backlog_alert_age_s"]) == (50, 30)
+
+
+def test_schema_documents_every_kind_action_and_operation(world):
+    schema = world["alice"].get("/api/schema/?format=json").json()
+    paths = schema["paths"]
+    create = paths["/api/v1/applications/"]["post"]
+    examples = create["requestBody"]["content"]["application/json"]["examples"]
+    kinds = {e["value"]["kind"] for e in examples.values()}
+    assert kinds == set(Kind.values)
+    payload_doc = schema["components"]["schemas"]["Application"]["properties"]["payload"]
+    for kind in Kind.values:
+        assert f"`{kind}`" in payload_doc["description"]
+    assert "weights" in payload_doc["description"] and "backlog_alert_count" in str(payload_doc)
+    for action in ("approve", "reject", "cancel", "progress"):
+        assert f"/api/v1/applications/{{id}}/{action}/" in paths
+    assert "/api/v1/approval-settings/" in paths
+    assert "/api/v1/apps/{code}/rotate-token/" in paths
+    consumer = "/api/v1/consumers/{name}/"
+    for tail in (
+        "progress/",
+        "retries/",
+        "retries/retry-now/",
+        "retries/skip/",
+        "dead-letters/",
+        "dead-letters/skip/",
+        "dead-letters/purge/",
+    ):
+        assert consumer + tail in paths, tail
+
+
+async def _fail_three(engine: Engine) -> None:
+    """Three messages fail once: with err_times=1 the retried ones die after one retry."""
+    await engine.append("orders", "shop", [Message(b"m%d" % i) for i in range(3)], partition=0)
+    got = await engine.fetch("orders", "shop", count=3, owner="c")
+    acked = await engine.ack(
+        "orders",
+        "shop",
+        0,
+        [d.index for d in got.messages],
+        retry_type=RetryType.EXCEPTION,
+        owner="c",
+        token=got.lock_token,
+    )
+    assert len(acked.retry_ids) == 3
+
+
+def test_retries_and_dead_letters_listed_and_acted_on(world):
+    engine_call(_fail_three)
+    base = "/api/v1/consumers/shop.orders"
+    listed = world["alice"].get(f"{base}/retries/").json()
+    assert (listed["retries"], listed["dead_letters"]) == (3, 0)
+    ids = [r["id"] for r in listed["results"]]
+    assert [r["index"] for r in listed["results"]] == [0, 1, 2]
+    assert (
+        world["alice"].get(f"{base}/retries/?limit=1&offset=1").json()["results"][0]["id"]
+        == (ids[1])
+    )
+    assert world["alice"].get(f"{base}/retries/?limit=x").status_code == 400
+    assert world["bob"].get(f"{base}/retries/").status_code == 404  # another team's
+
+    # a member reads, only team admins act
+    assert (
+        world["alice"].post(f"{base}/retries/skip/", {"ids": ids[:1]}, format="json").status_code
+        == 403
+    )
+    assert (
+        world["carol"].post(f"{base}/retries/skip/", {"ids": []}, format="json").status_code == 400
+    )
+    assert (
+        world["carol"].post(f"{base}/retries/skip/", {"ids": ["a"]}, format="json").status_code
+        == 400
+    )
+    skipped = world["carol"].post(f"{base}/retries/skip/", {"ids": ids[:1]}, format="json")
+    assert skipped.status_code == 200 and skipped.json() == {"count": 1}
+    now = world["carol"].post(f"{base}/retries/retry-now/", {"ids": ids[1:]}, format="json")
+    assert now.json() == {"count": 2}
+
+    # the two due retries fail again and die (err_times=1)
+    async def fail_retries(engine: Engine) -> None:
+        got = await engine.fetch("orders", "shop", count=5, owner="c")
+        assert got.partition == RETRY_PARTITION, got
+        await engine.ack(
+            "orders",
+            "shop",
+            RETRY_PARTITION,
+            [d.index for d in got.messages],
+            retry_type=RetryType.EXCEPTION,
+        )
+
+    engine_call(fail_retries)
+    dead = world["alice"].get(f"{base}/dead-letters/").json()
+    assert (dead["retries"], dead["dead_letters"]) == (0, 2)
+    dead_ids = [r["id"] for r in dead["results"]]
+    one = world["root"].post(f"{base}/dead-letters/skip/", {"ids": dead_ids[:1]}, format="json")
+    assert one.json() == {"count": 1}
+    assert world["alice"].post(f"{base}/dead-letters/purge/").status_code == 403
+    assert world["carol"].post(f"{base}/dead-letters/purge/").json() == {"count": 1}
+    assert world["alice"].get(f"{base}/dead-letters/").json()["dead_letters"] == 0
+
+    actions = list(
+        AuditEvent.objects.filter(target="consumer:shop.orders")
+        .order_by("id")
+        .values_list("action", flat=True)
+    )
+    assert actions == ["retry-skip", "retry-resend", "dlq-skip", "dlq-purge"]
+
+
+def test_consumer_progress_endpoint(world):
+    async def produce_and_take(engine: Engine) -> None:
+        await engine.append("orders", "shop", [Message(b"a"), Message(b"b")], partition=0)
+        got = await engine.fetch("orders", "shop", count=1, owner="c", address="10.0.0.9:1")
+        await engine.ack("orders", "shop", 0, [got.messages[0].index], owner="c")
+
+    engine_call(produce_and_take)
+    (row,) = world["alice"].get("/api/v1/consumers/shop.orders/progress/").json()
+    assert (row["partition"], row["max_index"], row["ack_index"], row["lag"]) == (0, 2, 1, 1)
+    assert row["last_address"].startswith("10.0.0.9")
+    bad = world["alice"].get("/api/v1/consumers/shop.orders/progress/?client_id=x")
+    assert bad.status_code == 400 and "client_id" in bad.json()["fields"]
+    assert world["alice"].get("/api/v1/consumers/blue-app.blue-topic/progress/").status_code == 404
