@@ -1,11 +1,14 @@
-"""Tables the pipeline writes: job runs, per-minute traffic and consumer lag history.
+"""Tables the pipeline writes: job runs, per-minute traffic, consumer lag history and the
+console's archive searches.
 
 The console reads them for its charts and the pipeline page; rollups keep 30 days.
 """
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 RETENTION_DAYS = 30
 
@@ -88,3 +91,44 @@ class ConsumerLag(models.Model):
             )
         ]
         indexes = [models.Index(fields=["minute"], name="pipeline_lag_minute")]
+
+
+TRACE_LIMIT = 1000
+TRACE_BODY_BYTES = 4096
+TRACE_KEEP_DAYS = 7
+
+
+class TraceSearch(models.Model):
+    """A message trace the console asked for: a Celery task runs ``pipeline trace`` in a
+    subprocess and stores the rows it found here (at most :data:`TRACE_LIMIT`, bodies cut
+    to :data:`TRACE_BODY_BYTES`)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Waiting for a worker"
+        RUNNING = "running", "Running"
+        OK = "ok", "OK"
+        FAILED = "failed", "Failed"
+
+    topic = models.CharField(max_length=200)
+    business_id = models.CharField(max_length=200)
+    start = models.DateTimeField(null=True, blank=True)
+    end = models.DateTimeField(null=True, blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created = models.DateTimeField(default=timezone.now)
+    finished = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    rows = models.JSONField(default=list, blank=True, help_text="Rows of `pipeline trace --json`.")
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["created"], name="pipeline_trace_created")]
+
+    def __str__(self) -> str:
+        return f"trace {self.topic} businessId={self.business_id} {self.status}"
+
+    @property
+    def done(self) -> bool:
+        return self.status in (self.Status.OK, self.Status.FAILED)

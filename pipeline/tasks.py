@@ -1,11 +1,13 @@
-"""Celery task of the pipeline: the per-minute rollup, scheduled by beat.
+"""Celery tasks of the pipeline: the per-minute rollup (scheduled by beat) and the
+console's archive searches (``pipeline trace``).
 
-The job runs in its own process (``manage.py pipeline rollup``) so the worker never
-hosts a JVM; a Redis lock keeps two rollups from running at once.
+Each job runs in its own process (``manage.py pipeline …``) so neither the worker nor the
+web process ever hosts a JVM; a Redis lock keeps two rollups from running at once.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 import sys
 import uuid
@@ -13,11 +15,15 @@ import uuid
 import redis
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
+from pipeline.models import TRACE_BODY_BYTES, TRACE_KEEP_DAYS, TRACE_LIMIT, TraceSearch
 from pipeline.session import PROJECT_ROOT
+from pipeline.trace_json import parse_trace_json
 
 LOCK_KEY = "mqcloud:{pipeline}:rollup:lock"
 TIMEOUT_S = 600
+TRACE_TIMEOUT_S = 600
 
 
 @shared_task(name="pipeline.tasks.rollup", ignore_result=True)
@@ -39,3 +45,65 @@ def rollup(window_minutes: int = 10) -> int | None:
         if client.get(LOCK_KEY) == token.encode():
             client.delete(LOCK_KEY)
         client.close()
+
+
+def trace_command(search: TraceSearch) -> list[str]:
+    """The ``manage.py pipeline trace … --json`` command line of ``search``."""
+    cmd = [
+        sys.executable,
+        "manage.py",
+        "pipeline",
+        "trace",
+        f"--topic={search.topic}",  # "=": a value may start with "-"
+        f"--business-id={search.business_id}",
+        f"--limit={TRACE_LIMIT}",
+        f"--max-body={TRACE_BODY_BYTES}",
+        "--json",
+    ]
+    if search.start is not None:
+        cmd.append(f"--from={int(search.start.timestamp() * 1000)}")
+    if search.end is not None:
+        cmd.append(f"--to={int(search.end.timestamp() * 1000)}")
+    return cmd
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:2000] if lines else ""
+
+
+@shared_task(name="pipeline.tasks.trace", ignore_result=True)
+def trace(search_id: int) -> str | None:
+    """Run a pending archive search and store its rows; its final status (None when the
+    search is gone or another worker took it)."""
+    taken = TraceSearch.objects.filter(pk=search_id, status=TraceSearch.Status.PENDING).update(
+        status=TraceSearch.Status.RUNNING
+    )
+    if not taken:
+        return None
+    search = TraceSearch.objects.get(pk=search_id)
+    try:
+        done = subprocess.run(
+            trace_command(search),
+            cwd=PROJECT_ROOT,
+            timeout=TRACE_TIMEOUT_S,
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(_last_line(done.stderr) or f"the trace exited {done.returncode}")
+        search.rows = parse_trace_json(done.stdout)["rows"][:TRACE_LIMIT]
+        search.status = TraceSearch.Status.OK
+    except subprocess.TimeoutExpired:
+        search.status, search.error = TraceSearch.Status.FAILED, "the trace timed out"
+    except (RuntimeError, ValueError) as exc:
+        search.status, search.error = TraceSearch.Status.FAILED, str(exc)
+    except Exception as exc:  # never leave a search "running" for the console to poll
+        search.status, search.error = TraceSearch.Status.FAILED, f"{type(exc).__name__}: {exc}"
+    search.finished = timezone.now()
+    search.save(update_fields=["rows", "status", "error", "finished"])
+    TraceSearch.objects.filter(
+        created__lt=search.finished - dt.timedelta(days=TRACE_KEEP_DAYS)
+    ).delete()
+    return search.status

@@ -4,13 +4,16 @@ from django.urls import path
 
 from mqcloud.console import (
     applications,
+    approval_settings,
     appviews,
     clusters,
     consumers,
     dashboard,
     messages,
     notices,
+    pipeline,
     topics,
+    vibemq,
 )
 
 app_name = "console"
@@ -43,6 +46,11 @@ urlpatterns = [
     path("applications/", applications.application_list, name="applications"),
     path("applications/new/", applications.application_new, name="application-new"),
     path("applications/queue/", applications.application_queue, name="application-queue"),
+    path(
+        "applications/settings/",
+        approval_settings.approval_settings,
+        name="approval-settings",
+    ),
     path("applications/<int:pk>/", applications.application_detail, name="application"),
     path(
         "applications/<int:pk>/progress/",
@@ -64,4 +72,8 @@ urlpatterns = [
     path("notifications/read/", notices.notifications_read, name="notifications-read"),
     path("audit/", notices.audit, name="audit"),
     path("alerts/", notices.alerts, name="alerts"),
+    path("pipeline/", pipeline.jobs, name="pipeline"),
+    path("pipeline/trace/", pipeline.trace_new, name="trace"),
+    path("pipeline/trace/<int:pk>/", pipeline.trace_result, name="trace-result"),
+    path("vibemq/", vibemq.vibemq_live, name="vibemq"),
 ]

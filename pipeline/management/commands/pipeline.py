@@ -9,6 +9,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from brokers.engine import TopicNotFound
 from pipeline import jobs
+from pipeline.catalog import load_catalog
+from pipeline.trace_json import trace_json
 
 
 def when(text: str) -> dt.datetime:
@@ -42,6 +44,10 @@ class Command(BaseCommand):
         tr.add_argument("--from", dest="start", type=str)
         tr.add_argument("--to", dest="end", type=str)
         tr.add_argument("--limit", type=int, default=1000)
+        tr.add_argument(
+            "--json", action="store_true", help="print one JSON document (bodies in base64)"
+        )
+        tr.add_argument("--max-body", type=int, help="with --json: cut bodies to this many bytes")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         job = opts["job"]
@@ -88,12 +94,23 @@ class Command(BaseCommand):
         end = when(opts["end"]) if opts["end"] else None
         if opts["limit"] < 1:
             raise CommandError("--limit must be at least 1")
+        if opts["max_body"] is not None and opts["max_body"] < 0:
+            raise CommandError("--max-body must not be negative")
+        if start and end and start >= end:
+            raise CommandError("--from must be before --to")
+        if not opts["business_id"]:
+            raise CommandError("a businessId is required")
+        if opts["topic"] not in load_catalog().topics:  # before a JVM starts for nothing
+            raise CommandError(f"topic {opts['topic']} does not exist")
         try:
             rows = jobs.find_messages(
                 opts["topic"], opts["business_id"], start, end, limit=opts["limit"]
             )
         except (TopicNotFound, ValueError) as exc:
             raise CommandError(str(exc)) from exc
+        if opts["json"]:
+            self._say(trace_json(opts["topic"], opts["business_id"], rows, opts["max_body"]))
+            return
         for r in rows:
             where = "+".join(k[3:] for k in ("in_archive", "in_live") if r[k])
             self._say(
