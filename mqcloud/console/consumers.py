@@ -8,7 +8,7 @@ import time
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 from brokers.models import ConsumerPolicy
 from mqcloud.approvals.models import Application, Kind
 from mqcloud.approvals.services import record
-from mqcloud.console import access, engine_calls
+from mqcloud.console import access, engine_calls, rollups, topics
 
 PROGRESS_POLL_S = 2
 RETRY_PAGE = 50
@@ -104,6 +104,7 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
             "can_admin": access.admin_teams(request.user).filter(pk=consumer.app.team_id).exists(),
             "open_applications": open_apps,
             "kinds": Kind,
+            "ranges": list(topics.RANGES),
         }
     )
     return render(request, "console/consumer_detail.html", context)
@@ -192,3 +193,15 @@ def retry_action(request: HttpRequest, name: str, which: str) -> HttpResponse:
     )
     messages.success(request, f"{done} message(s) {ACTIONS[action]}.")
     return redirect(back)
+
+
+@login_required
+def consumer_lag(request: HttpRequest, name: str) -> HttpResponse:
+    """The consumer's lag history (sampled each minute by the pipeline rollup), as JSON."""
+    consumer = access.get_consumer(request.user, name)
+    try:
+        start, end = topics.window(request)
+    except ValueError as exc:
+        return HttpResponseBadRequest(str(exc))
+    data = rollups.lag(consumer.topic.code, consumer.app.code, start, end)
+    return JsonResponse({"consumer": consumer.name, "start_ms": start, "end_ms": end, **data})

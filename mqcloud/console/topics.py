@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonR
 from django.shortcuts import render
 
 from brokers.models import ConsumerPolicy, ProducerPolicy
-from mqcloud.console import access, engine_calls
+from mqcloud.console import access, engine_calls, rollups
 
 RANGES = {"1h": 60, "6h": 360, "24h": 1440}
 
@@ -98,7 +98,8 @@ def series(dimension: str, name: str, start: int, end: int) -> dict:
 
 @login_required
 def topic_traffic(request: HttpRequest, code: str) -> HttpResponse:
-    """Per-minute produce/consume counts and bytes of a topic (UTC minutes), as JSON."""
+    """Per-minute produce/consume counts and bytes of a topic (UTC minutes), with the
+    rollup's produce→store latency percentiles, as JSON."""
     topic = access.get_topic(request.user, code)
     try:
         start, end = window(request)
@@ -108,4 +109,5 @@ def topic_traffic(request: HttpRequest, code: str) -> HttpResponse:
         data = series("topic", topic.code, start, end)
     except engine_calls.EngineUnavailable as exc:
         return JsonResponse({"error": str(exc)}, status=503)
+    data.update(rollups.latency(topic.code, start, end))
     return JsonResponse({"topic": topic.code, "start_ms": start, "end_ms": end, **data})

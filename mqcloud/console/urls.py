@@ -27,6 +27,7 @@ urlpatterns = [
     path("consumers/", consumers.consumer_list, name="consumers"),
     path("consumers/<str:name>/", consumers.consumer_detail, name="consumer"),
     path("consumers/<str:name>/progress/", consumers.consumer_progress, name="consumer-progress"),
+    path("consumers/<str:name>/lag.json", consumers.consumer_lag, name="consumer-lag"),
     path(
         "consumers/<str:name>/<str:which>/",
         consumers.retry_list,

@@ -20,6 +20,7 @@ def pages(w) -> list[str]:
         "/consumers/",
         f"/consumers/{w.consumer.name}/",
         f"/consumers/{w.consumer.name}/progress/",
+        f"/consumers/{w.consumer.name}/lag.json",
         f"/consumers/{w.consumer.name}/retry/",
         f"/consumers/{w.consumer.name}/dlq/",
         "/clusters/",
@@ -62,6 +63,7 @@ def test_another_team_gets_404(client, world):
         f"/topics/{w.topic.code}/messages/",
         f"/consumers/{w.consumer.name}/",
         f"/consumers/{w.consumer.name}/progress/",
+        f"/consumers/{w.consumer.name}/lag.json",
         f"/consumers/{w.consumer.name}/dlq/",
         f"/apps/{w.app.code}/",
     ]:
@@ -125,3 +127,34 @@ def test_dashboard_ranks_topics_by_traffic(client, world):
     response = client.get("/")
     assert response.context["top_topics"] == [{"code": "orders", "produced": 2, "consumed": 0}]
     assert response.context["clusters"][0]["healthy"]
+
+
+def test_charts_read_the_pipeline_rollups(client, world):
+    """Latency percentiles and lag history come from the rollup tables, minute-aligned."""
+    from datetime import UTC, datetime, timedelta
+
+    from pipeline.models import ConsumerLag, TrafficMinute
+
+    minute = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
+    TrafficMinute.objects.create(
+        dimension="topic", name="orders", minute=minute, messages=9, bytes=90,
+        latency_p50_ms=3, latency_p99_ms=41,
+    )  # fmt: skip
+    TrafficMinute.objects.create(
+        dimension="topic", name="blue-secret", minute=minute, messages=1, bytes=1,
+        latency_p50_ms=999, latency_p99_ms=999,
+    )  # fmt: skip
+    ConsumerLag.objects.create(topic="orders", app="shop", minute=minute, lag=17)
+    ConsumerLag.objects.create(topic="orders", app="other", minute=minute, lag=5000)
+    client.force_login(world.alice)
+    label = minute.strftime("%H:%M")
+    traffic = client.get("/topics/orders/traffic.json?range=1h").json()
+    at = traffic["labels"].index(label)
+    assert (traffic["latency_p50"][at], traffic["latency_p99"][at]) == (3, 41)
+    assert [v for v in traffic["latency_p99"] if v is not None] == [41]  # gaps stay gaps
+    lag = client.get(f"/consumers/{world.consumer.name}/lag.json?range=1h").json()
+    assert lag["samples"] == 1 and lag["lag"][lag["labels"].index(label)] == 17
+    assert client.get(f"/consumers/{world.consumer.name}/lag.json?range=9y").status_code == 400
+    page = client.get(f"/consumers/{world.consumer.name}/").content.decode()
+    assert "chart-lag" in page and "lag.json" in page
+    assert "chart-latency" in client.get("/topics/orders/").content.decode()
