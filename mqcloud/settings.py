@@ -145,6 +145,10 @@ CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=REDIS_URL)
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Pool processes get 30 s (not 4) to come up: on a busy machine (make run starts the
+# JVM of the archive job at the same moment) the default made the worker give up with
+# "Could not start worker processes".
+CELERY_WORKER_PROC_ALIVE_TIMEOUT = env.float("CELERY_WORKER_PROC_ALIVE_TIMEOUT", default=30.0)
 # An application still executing after this long, with no live executor, is failed.
 APPLICATION_EXECUTION_LIMIT_SECONDS = env.int("APPLICATION_EXECUTION_LIMIT_SECONDS", default=600)
 CELERY_BEAT_SCHEDULE = {
