@@ -28,6 +28,18 @@ class BareASGIHandler(ASGIHandler):
         super().load_middleware(is_async=True)
         self._middleware_chain = convert_exception_to_response(self._get_response_async)
 
+    async def __call__(self, scope, receive, send) -> None:
+        """Django's entry point without its per-request ThreadSensitiveContext.
+
+        That context gave every request its own executor thread for the sync receivers of
+        request_started/request_finished, created and joined per request — most of the
+        proxy's cost per request. HTTP-MQ views are async and never touch the database,
+        so those receivers can share asgiref's one sync thread.
+        """
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        await self.handle(scope, receive, send)
+
 
 mq_application = BareASGIHandler()
 
