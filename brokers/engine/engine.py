@@ -29,6 +29,7 @@ from brokers.engine.errors import (
     ClientIdRequired,
     ClientNotAllowed,
     ConsumerNotFound,
+    EngineError,
     IndexOutOfRange,
     InvalidMessage,
     PartitionNotFound,
@@ -758,6 +759,67 @@ class Engine:
             topic=topic, app=app, broker=self.broker_id, produced=count, produced_bytes=len(record)
         )
         return AppendResult(topic, partition, outcome.index, (outcome.index,), count, now)
+
+    async def queue_publish_many(
+        self,
+        topic: str,
+        app: str,
+        messages: Sequence[Message],
+        *,
+        partition: int = 0,
+        qos: QoS = QoS.PERSISTED,
+        client_address: str | None = None,
+    ) -> list[AppendResult | EngineError]:
+        """:meth:`queue_publish` for several messages in order, with one Redis round trip.
+
+        Returns one entry per message: its AppendResult, or the error that message alone
+        met (an invalid or oversized message, QueueFull under BlockPublisher); the others
+        are stored all the same. Errors of the store itself raise for the whole call.
+        """
+        settings = self._queue_settings(topic)
+        now = self.now_ms()
+        results: list[AppendResult | EngineError | None] = [None] * len(messages)
+        items: list[tuple[bytes, int, int]] = []
+        positions: list[int] = []
+        for pos, message in enumerate(messages):
+            try:
+                record, count = encode_record(
+                    message,
+                    app=app,
+                    partition=partition,
+                    now_ms=now,
+                    client_address=client_address,
+                    max_body=self.max_body,
+                )
+            except EngineError as exc:
+                results[pos] = exc
+                continue
+            items.append((record, count, message.priority))
+            positions.append(pos)
+        outcomes = await self._queue(topic, partition).publish_many(
+            items, settings=settings, qos=qos
+        )
+        produced = size = 0
+        for pos, (record, count, _), outcome in zip(positions, items, outcomes, strict=True):
+            if isinstance(outcome, EngineError):
+                results[pos] = outcome
+            elif outcome.dead_lettered:
+                await self._to_queue_dlq(
+                    topic, app, record, reason="QueueOverflow", attempts=0, qos=qos
+                )
+                results[pos] = AppendResult(topic, partition, -1, (), 0, now, dead_lettered=True)
+            elif outcome.dropped:
+                results[pos] = AppendResult(topic, partition, -1, (), 0, now, dropped=True)
+            else:
+                produced, size = produced + count, size + len(record)
+                results[pos] = AppendResult(
+                    topic, partition, outcome.index, (outcome.index,), count, now
+                )
+        if produced:
+            self.counters.record(
+                topic=topic, app=app, broker=self.broker_id, produced=produced, produced_bytes=size
+            )
+        return [r for r in results if r is not None]
 
     async def _to_queue_dlq(
         self, topic: str, app: str, record: bytes, *, reason: str, attempts: int, qos: QoS

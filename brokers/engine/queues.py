@@ -20,6 +20,7 @@ partition's sets share its hash tag, so every script is single-slot.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from brokers.engine.catalog import QueueSettings
@@ -87,6 +88,55 @@ redis.call('ZADD', K.ready, s(score), s(nxt))
 redis.call('HSET', K.scores, s(nxt), s(score))
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return {s(nxt), dropped}
+"""
+)
+
+PUBLISH_MANY = Script(
+    _QUEUE_FN
+    + """
+-- ARGV: channel, partition, prioritised(0/1), max_size, policy, then count, record, priority
+-- per message. Each message gets exactly what PUBLISH would have given it, in order;
+-- returns {index or verdict, dropped oldest or ''} per message, one notification for all.
+local prio, max_size, policy = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local size = redis.call('ZCARD', K.ready) + redis.call('ZCARD', K.delayed)
+local nxt = tonumber(redis.call('HGET', K.meta, 'next') or '0')
+local out, stored = {}, 0
+for i = 6, #ARGV, 3 do
+  local verdict, dropped = nil, ''
+  if size >= max_size then
+    if policy == 'DropNewest' then redis.call('HINCRBY', K.meta, 'dropped', 1); verdict = 'dropped'
+    elseif policy == 'BlockPublisher' then verdict = 'full'
+    elseif policy == 'RedirectToDlq' then verdict = 'redirect'
+    else
+      local oldest = nil
+      for band = 0, 3 do
+        local h = redis.call('ZRANGEBYSCORE', K.ready, s(band * 1099511627776), '(' .. s((band + 1) * 1099511627776), 'LIMIT', 0, 1)[1]
+        if h and (not oldest or tonumber(h) < tonumber(oldest)) then oldest = h end
+      end
+      local d = redis.call('ZRANGE', K.delayed, 0, -1)
+      for _, h in ipairs(d) do if not oldest or tonumber(h) < tonumber(oldest) then oldest = h end end
+      if oldest then forget(oldest); redis.call('HINCRBY', K.meta, 'dropped', 1); dropped = oldest; size = size - 1 end
+    end
+  end
+  if verdict then
+    out[#out + 1] = verdict; out[#out + 1] = ''
+  else
+    local rec = string.sub(ARGV[i + 1], 1, 6) .. struct.pack('>i8', nxt) .. string.sub(ARGV[i + 1], 15)
+    redis.call('XADD', K.stream, s(nxt) .. '-' .. ARGV[i], 'm', rec)
+    local score = nxt
+    if prio == '1' then score = (3 - tonumber(ARGV[i + 2])) * 1099511627776 + nxt end
+    redis.call('ZADD', K.ready, s(score), s(nxt))
+    redis.call('HSET', K.scores, s(nxt), s(score))
+    out[#out + 1] = s(nxt); out[#out + 1] = dropped
+    nxt = nxt + tonumber(ARGV[i]); size = size + 1; stored = stored + 1
+  end
+end
+if stored > 0 then
+  redis.call('HSET', K.meta, 'next', s(nxt))
+  redis.call('HSETNX', K.meta, 'min', '0')
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+end
+return out
 """
 )
 
@@ -301,6 +351,43 @@ class Queues:
         if idx == "redirect":
             return PublishOutcome(-1, dead_lettered=True)
         return PublishOutcome(int(idx), dropped_oldest=int(dropped) if dropped else None)
+
+    async def publish_many(
+        self,
+        items: Sequence[tuple[bytes, int, int]],
+        *,
+        settings: QueueSettings,
+        qos: QoS,
+    ) -> list[PublishOutcome | QueueFull]:
+        """Store ``(record, count, priority)`` items in order with one script run: each
+        outcome is what :meth:`publish` would have returned (or raised) for it."""
+        if not items:
+            return []
+        prioritised = settings.delivery_mode == "PriorityBased"
+        args: list[object] = [
+            notify_channel(self.topic),
+            self.partition,
+            1 if prioritised else 0,
+            settings.max_queue_size,
+            settings.overflow_policy,
+        ]
+        for record, count, priority in items:
+            args += (count, record, max(0, min(3, priority)))
+        flat = await self._durability.run(PUBLISH_MANY, self._k, args, qos)
+        out: list[PublishOutcome | QueueFull] = []
+        for i in range(0, len(flat), 2):
+            idx, dropped = flat[i].decode(), flat[i + 1]
+            if idx == "dropped":
+                out.append(PublishOutcome(-1, dropped=True))
+            elif idx == "full":
+                out.append(QueueFull(f"queue {self.topic} is full ({settings.max_queue_size})"))
+            elif idx == "redirect":
+                out.append(PublishOutcome(-1, dead_lettered=True))
+            else:
+                out.append(
+                    PublishOutcome(int(idx), dropped_oldest=int(dropped) if dropped else None)
+                )
+        return out
 
     async def take(
         self, *, now_ms: int, count: int, lease_ms: int, settings: QueueSettings

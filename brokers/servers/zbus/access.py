@@ -56,6 +56,11 @@ def authorize(
 ) -> str:
     """The app the request acts as (``""`` for none); raises :class:`Forbidden`."""
     app = app_of(snapshot, token)
+    if mq.remote is not None:
+        expected_hash = mq.remote.token_hash
+        if expected_hash and not hmac.compare_digest(expected_hash, hash_token(token or "")):
+            raise Forbidden
+        return ""
     if mq.temp is not None:
         expected = mq.temp.token
         if expected and not hmac.compare_digest(expected.encode(), (token or "").encode()):

@@ -8,8 +8,12 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from brokers.protocols.zbus import AliasFamily, EncodeError, Message, encode_message
+
+if TYPE_CHECKING:
+    from brokers.servers.zbus.batch import ProduceLine
 
 log = logging.getLogger("mqcloud.zbus")
 
@@ -34,6 +38,8 @@ class Connection:
         self.closed = False
         self.learned_timeout: float | None = None
         self._cleanups: list[Callable[[], None]] = []
+        self.produce_lines: dict[tuple[str, bool], ProduceLine] = {}
+        """Produces waiting to be stored, per (MQ, pub/sub), see :mod:`.batch`."""
 
     def send(self, message: Message, aliases: AliasFamily = AliasFamily.NONE) -> bool:
         """Write ``message`` whole; False if the connection is gone or it cannot be encoded."""

@@ -15,7 +15,7 @@ from brokers.servers.zbus.queue import queue_for
 
 async def consume(ctx: ServerContext, conn: Connection, msg: Message) -> None:
     """Park a pull session (queue), arm a subscription (pub/sub) or a waiter (Temp)."""
-    mq, app = resolve(ctx, conn, msg, consume=True)
+    mq, app = await resolve(ctx, conn, msg, consume=True)
     if mq.temp is not None:
         mq.temp.wait(conn, msg.msgid, msg.window, msg.aliases)
         return

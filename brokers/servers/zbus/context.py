@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from brokers.servers.zbus.connection import Connection
     from brokers.servers.zbus.pubsub import PubSubMq
     from brokers.servers.zbus.queue import QueueMq
+    from brokers.servers.zbus.relay import Relay
     from brokers.servers.zbus.temp import TempMq
 
 log = logging.getLogger("mqcloud.zbus")
@@ -38,6 +39,8 @@ class ServerContext:
     track_subscribers: dict[Connection, Any] = field(default_factory=dict)
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     started_ms: int = 0
+    relay: Relay | None = None
+    """Temp MQ registry and reply forwarding between brokers (None: this broker only)."""
 
     @property
     def snapshot(self) -> CatalogSnapshot:

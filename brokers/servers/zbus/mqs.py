@@ -1,4 +1,5 @@
-"""Resolving an MQ name: this server's Temp MQs first, then the catalog's topics (§7, §13.3a).
+"""Resolving an MQ name: this server's Temp MQs first, then the catalog's topics (§7, §13.3a),
+then (for produce) the Temp MQs other brokers registered in Redis.
 
 Every catalog topic is a zbus MQ; its ``zbus_mode`` says queue or pub/sub (the PubSub bit
 decides, §7) and its ``zbus_token_hash`` is the hashed MQ access token (empty: open).
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from brokers.engine import TopicInfo
 from brokers.protocols.zbus import MqMode
 from brokers.servers.zbus.context import ServerContext
+from brokers.servers.zbus.relay import RemoteTemp
 from brokers.servers.zbus.temp import TempMq
 
 
@@ -23,6 +25,8 @@ class MqRef:
     mode: int
     topic: TopicInfo | None = None
     temp: TempMq | None = None
+    remote: RemoteTemp | None = None
+    """A Temp MQ of another broker (produce forwards to it, see :mod:`.relay`)."""
 
     @property
     def pubsub(self) -> bool:
@@ -41,3 +45,14 @@ def lookup(ctx: ServerContext, name: str | None) -> MqRef | None:
     if topic is None:
         return None
     return MqRef(name, topic.zbus_mode, topic=topic)
+
+
+async def lookup_anywhere(ctx: ServerContext, name: str | None) -> MqRef | None:
+    """:func:`lookup`, falling back to a Temp MQ owned by another broker."""
+    mq = lookup(ctx, name)
+    if mq is not None or not name or ctx.relay is None:
+        return mq
+    remote = await ctx.relay.find(name)
+    if remote is None:
+        return None
+    return MqRef(name, remote.mode, remote=remote)

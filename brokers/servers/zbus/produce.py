@@ -1,28 +1,30 @@
 """``produce`` (zbus.md §8): store into a queue, pub/sub or Temp MQ, then ack with the time.
 
-Produces from one connection to one MQ are stored in the order they arrived (each waits for
-the previous one's store), while produces to other MQs and other commands run beside them.
+Produces from one connection to one MQ are stored in the order they arrived, those queued
+up together with one engine call (:mod:`.batch`), while produces to other MQs and other
+commands run beside them. A produce to another broker's Temp MQ is forwarded (:mod:`.relay`).
 """
 
 from __future__ import annotations
 
-from brokers.engine import QoS
 from brokers.protocols.zbus import Header, Message
 from brokers.protocols.zbus.replies import mq_forbidden, mq_not_found
 from brokers.servers.zbus.access import Forbidden, authorize
+from brokers.servers.zbus.batch import line_for
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
-from brokers.servers.zbus.mqs import MqRef, lookup
+from brokers.servers.zbus.mqs import MqRef, lookup, lookup_anywhere
 from brokers.servers.zbus.replies import Refuse, reply
 from brokers.servers.zbus.stored import to_engine
 
 
-def resolve(
+async def resolve(
     ctx: ServerContext, conn: Connection, msg: Message, *, consume: bool
 ) -> tuple[MqRef, str]:
-    """The target MQ and the app acting; 404 or 403 otherwise."""
+    """The target MQ and the app acting; 404 or 403 otherwise. Produces may target a Temp
+    MQ of another broker; consumes only this broker's."""
     name = msg.mq or ""
-    mq = lookup(ctx, name)
+    mq = lookup(ctx, name) if consume else await lookup_anywhere(ctx, name)
     if mq is None:
         raise Refuse(404, mq_not_found(name))
     try:
@@ -38,27 +40,18 @@ async def store(ctx: ServerContext, conn: Connection, mq: MqRef, app: str, msg: 
     if mq.temp is not None:
         mq.temp.put(msg)
         return
-    async with conn.ordered("produce", mq.name):
-        record = to_engine(msg)
-        if mq.pubsub:
-            await ctx.engine.append(
-                mq.name,
-                app,
-                [record],
-                partition=0,
-                qos=QoS.RECEIVED,
-                client_address=conn.remote_addr,
-                check_policy=False,
-            )
-        else:
-            await ctx.engine.queue_publish(
-                mq.name, app, record, qos=QoS.PERSISTED, client_address=conn.remote_addr
-            )
+    if mq.remote is not None:
+        assert ctx.relay is not None
+        async with conn.ordered("produce", mq.name):
+            if not await ctx.relay.forward(mq.remote, msg):
+                raise Refuse(404, mq_not_found(mq.name))
+        return
+    await line_for(ctx, conn, mq.name, mq.pubsub).submit(app, to_engine(msg))
 
 
 async def produce(ctx: ServerContext, conn: Connection, msg: Message) -> None:
     """Store, then reply 200 with the broker time unless ``ack`` is off."""
-    mq, app = resolve(ctx, conn, msg, consume=False)
+    mq, app = await resolve(ctx, conn, msg, consume=False)
     await store(ctx, conn, mq, app, msg)
     if msg.ack:
         reply(conn, msg, 200, str(ctx.engine.now_ms()))

@@ -11,6 +11,7 @@ from brokers.engine import CatalogWatcher, Engine
 from brokers.servers.zbus.config import ZbusConfig
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.protocol import ZbusProtocol
+from brokers.servers.zbus.relay import Relay
 from brokers.servers.zbus.track import report_key, run_reporter
 
 log = logging.getLogger("mqcloud.zbus")
@@ -63,6 +64,8 @@ class ZbusServer:
             _, still = await asyncio.wait(background, timeout=grace)
             for task in still:
                 task.cancel()
+        if self.ctx.relay is not None:
+            await self.ctx.relay.stop()
         with contextlib.suppress(Exception):
             await self.ctx.engine.redis.delete(report_key(self.ctx.address))
         with contextlib.suppress(TimeoutError):
@@ -86,10 +89,17 @@ async def start_zbus_server(
     )
     if config.max_body_bytes > engine.max_body:
         ctx.config = replace(config, max_body_bytes=engine.max_body)
+    relay = Relay(ctx)
+    await relay.start()  # before any Temp MQ exists: replies forwarded here are heard
+    ctx.relay = relay
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: ZbusProtocol(ctx, connections), host, port, reuse_address=True
-    )
+    try:
+        server = await loop.create_server(
+            lambda: ZbusProtocol(ctx, connections), host, port, reuse_address=True
+        )
+    except BaseException:
+        await relay.stop()
+        raise
     bound = int(server.sockets[0].getsockname()[1])
     ctx.address = config.advertised or _advertised(watcher, broker_id, host, bound)
     ctx.started_ms = engine.now_ms()

@@ -8,20 +8,25 @@ waiter of its own ``msgid``. Any number of waiters may be registered per connect
 a reply that finds no waiter is kept for ``reply_ttl`` seconds (it may have overtaken its
 request's registration), then discarded.
 
-Limitation: a reply must be produced on the broker holding the reply queue. A worker
-connected to another broker of the cluster (service MQs are shared through the store)
-produces its reply there, where the reply queue is unknown; forwarding replies between
-brokers (e.g. over Redis pub/sub keyed by the owner) is not implemented yet.
+A worker connected to another broker of the cluster may produce the reply there: every
+Temp MQ is registered in Redis while it lives, and other brokers forward messages for it to
+this one (:mod:`.relay`). ``ready`` completes once the registration is written; a request
+waits for it before storing, so its reply always finds the queue.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 
+from brokers.engine.catalog import hash_token
 from brokers.protocols.zbus import AliasFamily, Message, make_delivery
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
+from brokers.servers.zbus.relay import encode_entry
+
+log = logging.getLogger("mqcloud.zbus")
 
 
 @dataclass(eq=False, slots=True)
@@ -46,6 +51,15 @@ class TempMq:
     waiters: dict[str, Waiter] = field(default_factory=dict)
     pending: dict[str, list[tuple[Message, asyncio.TimerHandle]]] = field(default_factory=dict)
     _watched: set[Connection] = field(default_factory=set)
+    entry: bytes = b""
+    """Its registry value (owner instance, mode, token hash), see :mod:`.relay`."""
+    ready: asyncio.Future[None] | None = None
+    """Done once the registration is written (or failed, logged)."""
+
+    async def registered(self) -> None:
+        """Wait until other brokers can find this Temp MQ."""
+        if self.ready is not None:
+            await asyncio.shield(self.ready)
 
     def wait(self, conn: Connection, msgid: str | None, window: int, aliases: AliasFamily) -> None:
         """Register ``conn`` as the waiter for ``msgid`` and hand it what already arrived."""
@@ -118,12 +132,37 @@ def open_temp(
     """Create the temp MQ ``name`` owned by ``owner`` (removed when ``owner`` closes)."""
     temp = TempMq(ctx, name, mode, owner, token, ctx.engine.now_ms())
     ctx.temps[name] = temp
+    relay = ctx.relay
+    if relay is not None:
+        temp.entry = encode_entry(relay.instance, mode, hash_token(token) if token else "")
+        temp.ready = asyncio.get_running_loop().create_future()
+        task = ctx.spawn(_register(temp), f"zbus-temp-register-{name}")
+        task.add_done_callback(lambda _: temp.ready.done() or temp.ready.set_result(None))
 
     def closed() -> None:
         if ctx.temps.get(name) is temp:
             del ctx.temps[name]
             ctx.activity.pop(name, None)
+            if relay is not None:
+                ctx.spawn(_unregister(temp), f"zbus-temp-unregister-{name}")
         temp.drop()
 
     owner.on_close(closed)
     return temp
+
+
+async def _register(temp: TempMq) -> None:
+    assert temp.ready is not None and temp.ctx.relay is not None
+    try:
+        await temp.ctx.relay.register(temp)
+    except Exception:
+        log.warning("zbus: registering temp MQ %s failed (renewed later)", temp.name, exc_info=True)
+    finally:
+        if not temp.ready.done():
+            temp.ready.set_result(None)
+
+
+async def _unregister(temp: TempMq) -> None:
+    assert temp.ctx.relay is not None
+    await temp.registered()
+    await temp.ctx.relay.unregister(temp)

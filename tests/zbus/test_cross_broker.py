@@ -1,0 +1,184 @@
+"""Two zbus servers on one Redis: RPC replies reach the broker holding the reply queue, Temp
+MQ tokens hold across brokers, replies to vanished Temp MQs are dropped, and MQ and PubSub
+messages cross brokers through the store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+
+from brokers.clients.zbus import ZbusClient
+from brokers.servers.zbus.relay import encode_entry, temp_key
+from tests.zbus.conftest import Broker_, Raw, msg
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+async def other(broker: Broker_, redis_url: str) -> AsyncIterator[Broker_]:
+    """A second zbus server (another process in production) on the same Redis."""
+    b = Broker_(redis_url)
+    await b.start()
+    try:
+        yield b
+    finally:
+        await b.stop()
+
+
+async def _gone(broker: Broker_, name: str) -> bool:
+    """True once the registry entry of Temp MQ ``name`` is removed (bounded wait)."""
+    for _ in range(100):
+        if not await broker.redis.exists(temp_key(name)):
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def _reply(call, body: bytes, *, ack: bool = False, token: str | None = None) -> bytes:
+    lines = ["cmd: produce", f"mq: {call.mq_reply}", f"msgid: {call.msgid_raw}"]
+    lines.append("ack: 1" if ack else "ack: 0")
+    if token:
+        lines.append(f"token: {token}")
+    return msg(*lines, start="HTTP/1.1 200 OK", body=body)
+
+
+async def test_rpc_requester_and_worker_on_different_brokers(broker, other) -> None:
+    requester, worker = await Raw.open(broker.port), await Raw.open(other.port)
+    try:
+        n = 6
+        for i in range(n):
+            await requester.send(
+                msg("cmd: request", "mq: svc", f"msgid: r{i}", body=f"q{i}".encode())
+            )
+        await worker.send(msg("cmd: consume", "mq: svc", "msgid: w", "window: -1"))
+        calls = [await worker.recv() for _ in range(n)]
+        assert sorted(c.body for c in calls) == sorted(f"q{i}".encode() for i in range(n))
+        for call in reversed(calls):  # all in flight at once, answered out of order via B
+            await worker.send(_reply(call, b"re:" + call.body))
+        replies = {m.msgid: m.body for m in [await requester.recv() for _ in range(n)]}
+        assert replies == {f"r{i}": f"re:q{i}".encode() for i in range(n)}
+        assert await worker.silent(0.1)  # ack: 0 — no produce replies to the worker
+    finally:
+        await requester.close()
+        await worker.close()
+
+
+async def test_client_rpc_across_brokers(broker, other) -> None:
+    async with (
+        ZbusClient("127.0.0.1", broker.port, timeout=5) as caller,
+        ZbusClient("127.0.0.1", other.port, timeout=5) as worker,
+    ):
+
+        async def serve() -> None:
+            async for call in worker.stream("svc"):
+                worker.reply(call, call.body.upper(), status=200)
+
+        task = asyncio.create_task(serve())
+        try:
+            answers = await asyncio.gather(*(caller.request("svc", f"ping{i}") for i in range(8)))
+            assert [a.body for a in answers] == [f"PING{i}".encode() for i in range(8)]
+        finally:
+            task.cancel()
+
+
+async def test_forwarded_reply_acked_and_reply_to_closed_owner_is_404(broker, other) -> None:
+    requester, worker = await Raw.open(broker.port), await Raw.open(other.port)
+    try:
+        await requester.send(msg("cmd: request", "mq: svc", "msgid: r1", body=b"q"))
+        await worker.send(msg("cmd: consume", "mq: svc", "msgid: w"))
+        call = await worker.recv()
+        await worker.send(_reply(call, b"answer", ack=True))
+        acked = await worker.recv()
+        assert (acked.status, acked.msgid) == (200, "r1")
+        assert (await requester.recv()).body == b"answer"
+        await requester.close()  # the reply queue vanishes, here and in the registry
+        assert await _gone(broker, call.mq_reply)
+        await worker.send(_reply(call, b"late", ack=True))
+        late = await worker.recv()
+        assert (late.status, late.body) == (404, f"MQ({call.mq_reply}) Not Found".encode())
+    finally:
+        await requester.close()
+        await worker.close()
+
+
+async def test_reply_to_a_dead_owner_is_dropped_with_a_log_line(broker, other, caplog) -> None:
+    """A registration left by a broker that died (no one listens on its channel)."""
+    await broker.redis.set(temp_key("orphan"), encode_entry("deadbeef", 5, ""), px=10_000)
+    worker = await Raw.open(other.port)
+    try:
+        with caplog.at_level(logging.INFO, logger="mqcloud.zbus"):
+            await worker.send(msg("cmd: produce", "mq: orphan", "msgid: x", body=b"lost"))
+            got = await worker.recv()
+        assert got.status == 404
+        assert any("orphan is gone" in r.getMessage() for r in caplog.records)
+    finally:
+        await worker.close()
+
+
+async def test_temp_mq_token_and_explicit_consume_across_brokers(broker, other) -> None:
+    owner, producer = await Raw.open(broker.port), await Raw.open(other.port)
+    try:
+        await owner.send(
+            msg(
+                "cmd: admin",
+                "sub_cmd: create_mq",
+                "msgid: t",
+                body=b'{"mqName":"box9","mqMode":5,"accessToken":"tk"}',
+            )
+        )
+        assert (await owner.recv()).status == 200
+        await producer.send(msg("cmd: produce", "mq: box9", "msgid: a", body=b"x"))
+        denied = await producer.recv()
+        assert denied.status == 403
+        await producer.send(msg("cmd: produce", "mq: box9", "msgid: a", "token: tk", body=b"hello"))
+        assert (await producer.recv()).status == 200
+        await owner.send(msg("cmd: consume", "mq: box9", "msgid: a", "token: tk"))
+        got = await owner.recv()
+        assert (got.msgid, got.body) == ("a", b"hello")
+        # consuming another broker's Temp MQ is not offered: it is not found there
+        await producer.send(msg("cmd: consume", "mq: box9", "msgid: c", "token: tk"))
+        assert (await producer.recv()).status == 404
+    finally:
+        await owner.close()
+        await producer.close()
+
+
+async def test_queue_and_pubsub_across_brokers(broker, other) -> None:
+    async with (
+        ZbusClient("127.0.0.1", broker.port, timeout=5) as a,
+        ZbusClient("127.0.0.1", other.port, timeout=5) as b,
+    ):
+        await a.produce("orders", "from-a")
+        got = await b.consume("orders")
+        assert got is not None and got.body == b"from-a"
+
+        stream = a.stream("news", topic="*")
+        pending = asyncio.ensure_future(stream.__anext__())
+        for _ in range(50):  # wait until the subscription on A is registered
+            if (await a.data())["mqTable"]["news"]["consumerCount"]:
+                break
+        await b.produce("news", "from-b", topic="t")
+        delivered = await asyncio.wait_for(pending, 5)
+        assert (delivered.status, delivered.body) == (200, b"from-b")
+        await stream.aclose()
+
+
+async def test_registration_is_renewed_while_the_owner_lives(broker) -> None:
+    requester = await Raw.open(broker.port)
+    try:
+        await requester.send(msg("cmd: request", "mq: svc", "msgid: r1", body=b"q"))
+        relay = broker.server.ctx.relay
+        for _ in range(100):  # the request is stored after its reply queue is registered
+            if (await broker.engine.queue_stats("svc")).ready:
+                break
+            await asyncio.sleep(0.01)
+        (name,) = broker.server.ctx.temps
+        assert 0 < await broker.redis.pttl(temp_key(name)) <= 30_000
+        await broker.redis.delete(temp_key(name))  # e.g. lost with a Redis failover
+        await relay.refresh()
+        assert await broker.redis.get(temp_key(name)) == broker.server.ctx.temps[name].entry
+    finally:
+        await requester.close()
