@@ -17,12 +17,8 @@ Each line shows its ratio to the raw XADD rate.
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,20 +26,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis.asyncio as aioredis
 
+from bench.harness import raw_xadd, serve_broker, spawn_broker, start_redis
 from brokers.clients.jmq4 import Jmq4Client, OutgoingMessage, build_batch, build_message
 from brokers.engine import (
     AppInfo,
     BrokerInfo,
     CatalogSnapshot,
-    CatalogWatcher,
     ConsumerPolicyInfo,
-    Engine,
     PartitionGroupInfo,
     ProducerPolicyInfo,
     TopicInfo,
-    publish_snapshot,
 )
 from brokers.engine.catalog import hash_token
 from brokers.protocols.jmq4 import ProduceMessageRequest, ProduceTopic
@@ -52,42 +45,6 @@ from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
 TOKEN = "bench-token"
 BODY = b"x" * 100
 PARTITIONS = 8
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_redis(workdir: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(workdir),
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--save",
-            "",
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("redis-server did not start")
 
 
 def snapshot(jmq4_port: int) -> CatalogSnapshot:
@@ -114,31 +71,6 @@ def snapshot(jmq4_port: int) -> CatalogSnapshot:
             for t in topics
         ),
     )
-
-
-def raw_xadd(port: int, requests: int) -> float:
-    out = subprocess.run(
-        [
-            "redis-benchmark",
-            "-p",
-            str(port),
-            "-P",
-            "100",
-            "-q",
-            "-n",
-            str(requests),
-            "XADD",
-            "bench:raw",
-            "*",
-            "f",
-            "x" * 100,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    match = re.findall(r"([\d.]+) requests per second", out)
-    return float(match[-1])
 
 
 def produce_requests(topic: str, *, batch: bool) -> list[tuple[ProduceMessageRequest, int]]:
@@ -254,50 +186,13 @@ async def latency(port: int, rate: int, seconds: float) -> tuple[float, float]:
     return q[49], q[98]
 
 
-async def serve(redis_port: int, jmq4_port: int) -> None:
-    """The broker side, run in its own process so load generation does not share its core."""
-    client = aioredis.Redis(
-        connection_pool=aioredis.BlockingConnectionPool.from_url(
-            f"redis://127.0.0.1:{redis_port}", max_connections=64
-        )
-    )
-    await publish_snapshot(client, snapshot(jmq4_port))
-    watcher = CatalogWatcher(client)
-    await watcher.start()
-    engine = Engine(client, lambda: watcher.current, broker_id=1)
-    server = await start_jmq4_server(engine, watcher, "127.0.0.1", jmq4_port, 1)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    print("ready", flush=True)
-    await stop.wait()
-    await server.stop()
-    await engine.close()
-    await watcher.stop()
-    await client.aclose()
-
-
-def start_server(redis_port: int) -> tuple[subprocess.Popen, int]:
-    jmq4_port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(redis_port), str(jmq4_port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline() if proc.stdout else ""
-    if line.strip() != "ready":
-        proc.kill()
-        raise RuntimeError(f"bench broker did not start: {line!r}")
-    return proc, jmq4_port
-
-
 async def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
     redis_proc, redis_port = start_redis(workdir)
     server = None
     try:
         raw = raw_xadd(redis_port, 1_000_000)
-        server, jmq4_port = start_server(redis_port)
+        server, jmq4_port = spawn_broker(__file__, redis_port)
         produce = await produce_load(jmq4_port, "bench", 5.0, batch=False)
         batched = await produce_load(jmq4_port, "batch", 5.0, batch=True)
         consume = await consume_load(jmq4_port, "bench", 200_000)
@@ -325,6 +220,7 @@ async def main() -> None:
 if __name__ == "__main__":
     install_uvloop()
     if len(sys.argv) == 4 and sys.argv[1] == "--serve":
-        asyncio.run(serve(int(sys.argv[2]), int(sys.argv[3])))
+        port = int(sys.argv[3])
+        asyncio.run(serve_broker(int(sys.argv[2]), port, snapshot(port), start_jmq4_server))
     else:
         asyncio.run(main())

@@ -15,8 +15,6 @@ Each line shows its ratio to the raw XADD rate.
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,16 +24,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis.asyncio as aioredis
 
-from bench.jmq4 import free_port, raw_xadd, start_redis
+from bench.harness import raw_xadd, serve_broker, spawn_broker, start_redis
 from brokers.engine import (
     BrokerInfo,
     CatalogSnapshot,
-    CatalogWatcher,
     Engine,
     PartitionGroupInfo,
     QueueSettings,
     TopicInfo,
-    publish_snapshot,
 )
 from brokers.protocols.zbus import Decoder, Message, RequestLine, encode_message
 from brokers.servers.jmq4 import install_uvloop
@@ -171,49 +167,13 @@ async def rpc_load(port: int, seconds: float, requesters: int = 8, workers: int 
     return sum(counts) / elapsed
 
 
-async def serve(redis_port: int, port: int) -> None:
-    """The broker side, in its own process so load generation does not share its core."""
-    client = aioredis.Redis(
-        connection_pool=aioredis.BlockingConnectionPool.from_url(
-            f"redis://127.0.0.1:{redis_port}", max_connections=64
-        )
-    )
-    await publish_snapshot(client, snapshot(port))
-    watcher = CatalogWatcher(client)
-    await watcher.start()
-    engine = Engine(client, lambda: watcher.current, broker_id=1)
-    server = await start_zbus_server(engine, watcher, "127.0.0.1", port, 1)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    print("ready", flush=True)
-    await stop.wait()
-    await server.stop()
-    await engine.close()
-    await watcher.stop()
-    await client.aclose()
-
-
-def start_server(redis_port: int) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(redis_port), str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline() if proc.stdout else ""
-    if line.strip() != "ready":
-        proc.kill()
-        raise RuntimeError(f"bench broker did not start: {line!r}")
-    return proc, port
-
-
 async def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
     redis_proc, redis_port = start_redis(workdir)
     server = None
     try:
         raw = raw_xadd(redis_port, 500_000)
-        server, port = start_server(redis_port)
+        server, port = spawn_broker(__file__, redis_port)
         p1, n1 = await produce_load(port, 1, 4.0)
         print(f"produce 1: {p1:.0f} ({n1})", file=sys.stderr, flush=True)
         c1 = await consume_load(port, 1, [n1])
@@ -252,6 +212,7 @@ async def main() -> None:
 if __name__ == "__main__":
     install_uvloop()
     if len(sys.argv) == 4 and sys.argv[1] == "--serve":
-        asyncio.run(serve(int(sys.argv[2]), int(sys.argv[3])))
+        port = int(sys.argv[3])
+        asyncio.run(serve_broker(int(sys.argv[2]), port, snapshot(port), start_zbus_server))
     else:
         asyncio.run(main())

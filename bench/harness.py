@@ -1,0 +1,102 @@
+"""What the protocol benchmarks share: a throw-away Redis, its raw XADD baseline, and a
+broker server run in its own process (so the load generator does not share its core).
+
+A benchmark script calls :func:`spawn_broker` with its own path; the child re-runs the
+script with ``--serve REDIS_PORT PORT``, which the script hands to :func:`serve_broker`
+with its catalog snapshot and its protocol's ``start_*_server`` function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, publish_snapshot
+
+StartServer = Callable[..., Awaitable[Any]]
+
+
+def free_port() -> int:
+    """A free loopback TCP port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_redis(workdir: Path) -> tuple[subprocess.Popen, int]:
+    """A redis-server with AOF (everysec) under ``workdir`` on a free port."""
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+         "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("redis-server did not start")
+
+
+def raw_xadd(port: int, requests: int) -> float:
+    """``redis-benchmark -P 100`` XADD of 100-byte entries: the raw baseline, ops/s."""
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(port), "-P", "100", "-q", "-n", str(requests),
+         "XADD", "bench:raw", "*", "f", "x" * 100],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return float(re.findall(r"([\d.]+) requests per second", out)[-1])
+
+
+async def serve_broker(
+    redis_port: int, port: int, snapshot: CatalogSnapshot, start: StartServer
+) -> None:
+    """Publish ``snapshot``, run ``start(engine, watcher, host, port, broker_id)`` until
+    SIGTERM, then stop it gracefully."""
+    client = aioredis.Redis(
+        connection_pool=aioredis.BlockingConnectionPool.from_url(
+            f"redis://127.0.0.1:{redis_port}", max_connections=64
+        )
+    )
+    await publish_snapshot(client, snapshot)
+    watcher = CatalogWatcher(client)
+    await watcher.start()
+    engine = Engine(client, lambda: watcher.current, broker_id=1)
+    server = await start(engine, watcher, "127.0.0.1", port, 1)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    print("ready", flush=True)
+    await stop.wait()
+    await server.stop()
+    await engine.close()
+    await watcher.stop()
+    await client.aclose()
+
+
+def spawn_broker(script: str, redis_port: int) -> tuple[subprocess.Popen, int]:
+    """Run ``script --serve REDIS_PORT PORT`` and wait for its "ready" line."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, script, "--serve", str(redis_port), str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline() if proc.stdout else ""
+    if line.strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"bench broker did not start: {line!r}")
+    return proc, port
