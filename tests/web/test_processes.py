@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -55,6 +57,21 @@ def _stop(proc: subprocess.Popen) -> None:
     raise AssertionError("processes of make run still alive 60 s after Ctrl-C")
 
 
+def free_port_pair() -> int:
+    """A port p with p and p + 1 free: the demo's brokers 1 and 2 listen on base + 0 and + 1."""
+    for _ in range(100):
+        port = free_port()
+        with contextlib.ExitStack() as stack:
+            try:
+                for p in (port, port + 1):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two adjacent free ports")
+
+
 def _login(base: str, username: str, password: str) -> httpx.Client:
     client = httpx.Client(base_url=base, follow_redirects=True, timeout=10)
     page = client.get("/login/")
@@ -78,9 +95,9 @@ def test_make_run_serves_demo_and_stops_cleanly(tmp_path):
         WEB_PORT=str(web_port),
         MQCLOUD_PG_PORT=str(free_port()),
         MQCLOUD_REDIS_PORT=str(free_port()),
-        JMQ4_PORT=str(free_port()),
-        ZBUS_PORT=str(free_port()),
-        VIBEMQ_PORT=str(free_port()),
+        JMQ4_PORT=str(free_port_pair()),
+        ZBUS_PORT=str(free_port_pair()),
+        VIBEMQ_PORT=str(free_port_pair()),
         MQCLOUD_DEMO_ADMIN_PASSWORD="admin-Secret-1",
         MQCLOUD_DEMO_APP_TOKEN="demo-token-1",
     )
