@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis.asyncio as aioredis
 
-from bench.jmq4 import free_port, raw_xadd, start_redis
+from bench.harness import free_port, raw_xadd, start_redis
 from brokers.clients.vibemq import VibeMQClient
 from brokers.engine import (
     AppInfo,

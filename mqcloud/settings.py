@@ -196,6 +196,19 @@ JMQ4_PORT = env.int("JMQ4_PORT", default=50088)
 ZBUS_PORT = env.int("ZBUS_PORT", default=15555)
 ZBUS_ADMIN_TOKEN = env.str("ZBUS_ADMIN_TOKEN", default="")  # empty: zbus admin is open
 VIBEMQ_PORT = env.int("VIBEMQ_PORT", default=2925)
+# VibeMQ (brokers/servers/vibemq/config.py `config_from`): anonymous access only when
+# turned on; the WebSocket Origin allow-list (empty: any origin); limits and timers.
+VIBEMQ_ALLOW_ANONYMOUS = env.bool("VIBEMQ_ALLOW_ANONYMOUS", default=False)
+VIBEMQ_WS_ALLOWED_ORIGINS = env.list("VIBEMQ_WS_ALLOWED_ORIGINS", default=[])
+VIBEMQ_AUTO_CREATE = env.bool("VIBEMQ_AUTO_CREATE", default=True)
+VIBEMQ_MAX_FRAME_SIZE = env.int("VIBEMQ_MAX_FRAME_SIZE", default=1_048_576)
+VIBEMQ_ACK_TIMEOUT_MS = env.int("VIBEMQ_ACK_TIMEOUT_MS", default=30_000)
+VIBEMQ_MAX_UNACKED = env.int("VIBEMQ_MAX_UNACKED", default=100)
+VIBEMQ_FRAMES_PER_SECOND = env.int("VIBEMQ_FRAMES_PER_SECOND", default=0)  # 0: off
+VIBEMQ_MAX_CONNECTIONS = env.int("VIBEMQ_MAX_CONNECTIONS", default=10_000)
+VIBEMQ_CONNECTIONS_PER_IP = env.int("VIBEMQ_CONNECTIONS_PER_IP", default=600)  # 0: off
+VIBEMQ_FANOUT_RETENTION_MS = env.int("VIBEMQ_FANOUT_RETENTION_MS", default=86_400_000)
+VIBEMQ_MONITOR_PORT = env.int("VIBEMQ_MONITOR_PORT", default=None)  # /health, /metrics
 BROKER_HEARTBEAT_SECONDS = env.float("BROKER_HEARTBEAT_SECONDS", default=2.0)
 BROKER_DEAD_AFTER_SECONDS = env.float("BROKER_DEAD_AFTER_SECONDS", default=15.0)
 

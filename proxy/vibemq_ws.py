@@ -30,7 +30,7 @@ from brokers.protocols.vibemq import (
     encode_json,
     error_frame,
 )
-from brokers.servers.vibemq import Hub, ServerConfig, ServerContext, Session
+from brokers.servers.vibemq import Hub, ServerConfig, ServerContext, Session, config_from
 from proxy import ws_close_codes
 from proxy.runtime import Runtime, runtime
 
@@ -44,10 +44,7 @@ _endpoint_lock: asyncio.Lock | None = None
 
 def ws_config() -> ServerConfig:
     """The web process's VibeMQ settings (``VIBEMQ_WS_ALLOWED_ORIGINS`` …)."""
-    return ServerConfig(
-        allowed_origins=tuple(getattr(settings, "VIBEMQ_WS_ALLOWED_ORIGINS", ())),
-        auth_required=not getattr(settings, "VIBEMQ_ALLOW_ANONYMOUS", False),
-    )
+    return config_from(settings)
 
 
 async def endpoint() -> tuple[ServerContext, Hub]:

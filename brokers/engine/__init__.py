@@ -19,6 +19,7 @@ from brokers.engine.catalog import (
     load_snapshot,
     publish_snapshot,
 )
+from brokers.engine.copies import Claim, FanoutCopies
 from brokers.engine.counters import MinuteTraffic
 from brokers.engine.delay import DELAY_LEVELS
 from brokers.engine.engine import Engine, contiguous
@@ -86,6 +87,7 @@ __all__ = [
     "BrokerNotWritable",
     "CatalogSnapshot",
     "CatalogWatcher",
+    "Claim",
     "ClientIdNotAllowed",
     "ClientIdRequired",
     "ClientNotAllowed",
@@ -96,6 +98,7 @@ __all__ = [
     "Delivery",
     "Engine",
     "EngineError",
+    "FanoutCopies",
     "FetchResult",
     "FetchStatus",
     "IndexOutOfRange",

@@ -21,6 +21,7 @@ from brokers.engine import resend as resend_mod
 from brokers.engine.append import append_records, choose_partition
 from brokers.engine.catalog import CatalogSnapshot, ConsumerPolicyInfo, QueueSettings, TopicInfo
 from brokers.engine.consume import release
+from brokers.engine.copies import FanoutCopies
 from brokers.engine.counters import Counters, MinuteTraffic
 from brokers.engine.delay import MAX_DELAY_MS, DelayStore, Held, topics_with_delays
 from brokers.engine.errors import (
@@ -915,6 +916,19 @@ class Engine:
             return False
         await self._to_queue_dlq(topic, "", record, reason=reason, attempts=attempts, qos=qos)
         return True
+
+    def fanout_copies(self, topic: str, *, retention_ms: int | None = None) -> FanoutCopies:
+        """The per-subscriber copies of fan-out queue ``topic`` (see :mod:`.copies`),
+        retried with the engine's ``queue_retry`` backoff."""
+        extra = {} if retention_ms is None else {"retention_ms": retention_ms}
+        return FanoutCopies(
+            self.redis,
+            topic,
+            self.now_ms,
+            retry_base_ms=self.queue_retry.base_ms,
+            retry_cap_ms=self.queue_retry.cap_ms,
+            **extra,
+        )
 
     # ------------------------------------------------------------------ operator resends
 

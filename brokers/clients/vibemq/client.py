@@ -89,13 +89,20 @@ class VibeMQClient:
 
     @classmethod
     async def open(
-        cls, host: str, port: int, token: str | None = None, *, connect: bool = True
+        cls,
+        host: str,
+        port: int,
+        token: str | None = None,
+        *,
+        connect: bool = True,
+        client_id: str | None = None,
     ) -> VibeMQClient:
-        """Connect to ``host:port`` and (unless ``connect`` is False) authenticate."""
+        """Connect to ``host:port`` and (unless ``connect`` is False) authenticate;
+        ``client_id`` names a durable fan-out subscriber (see :meth:`connect`)."""
         reader, writer = await asyncio.open_connection(host, port)
         client = cls(reader, writer)
         if connect:
-            await client.connect(token)
+            await client.connect(token, client_id=client_id)
         return client
 
     async def __aenter__(self) -> VibeMQClient:
@@ -163,10 +170,17 @@ class VibeMQClient:
 
     # ---------------------------------------------------------------- commands
 
-    async def connect(self, token: str | None = None) -> dict[str, str]:
+    async def connect(
+        self, token: str | None = None, *, client_id: str | None = None
+    ) -> dict[str, str]:
+        """Authenticate. With ``client_id`` (broker extension ``headers.clientId``) this
+        connection's FanOutWithAck copies belong to ``<app>#<client_id>``: they survive a
+        reconnect, to any broker; without it they end with the connection."""
         headers = {"clientVersion": CLIENT_VERSION}
         if token:
             headers["authToken"] = token
+        if client_id:
+            headers["clientId"] = client_id
         reply = await self.request(Connect(id=self.next_id(), headers=headers))
         return dict(reply.headers)  # type: ignore[union-attr]
 

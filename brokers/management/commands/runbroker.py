@@ -28,7 +28,7 @@ from brokers.engine import Engine
 from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher
 from brokers.models import Broker, Cluster
 from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
-from brokers.servers.vibemq import start_vibemq_server
+from brokers.servers.vibemq import config_from, start_vibemq_server
 from brokers.servers.zbus import start_zbus_server
 
 log = logging.getLogger("mqcloud.broker")
@@ -145,7 +145,10 @@ async def start_servers(
     if zbus_port is not None:
         servers.append(await start_zbus_server(engine, watcher, bind, zbus_port, broker_id))
     if vibemq_port is not None:
-        servers.append(await start_vibemq_server(engine, watcher, bind, vibemq_port, broker_id))
+        config = config_from(settings)
+        servers.append(
+            await start_vibemq_server(engine, watcher, bind, vibemq_port, broker_id, config=config)
+        )
     return servers
 
 

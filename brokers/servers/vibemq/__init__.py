@@ -1,7 +1,7 @@
 """The VibeMQ server (vibemq.md): one transport-independent :class:`Session` per connection,
 fed by the TCP protocol here or by the WebSocket consumer of the web process."""
 
-from brokers.servers.vibemq.config import ServerConfig
+from brokers.servers.vibemq.config import ServerConfig, config_from
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import Hub
 from brokers.servers.vibemq.server import VibeMQServer, start_vibemq_server
@@ -14,5 +14,6 @@ __all__ = [
     "Session",
     "Transport",
     "VibeMQServer",
+    "config_from",
     "start_vibemq_server",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from brokers.protocols.vibemq import MAX_FRAME_SIZE
 
@@ -22,7 +23,11 @@ class ServerConfig:
     timer_interval: float = 1.0
     """Ack deadlines, retries and TTL are checked at least this often (seconds)."""
     fanout_buffer: int = 1_000
-    """Fan-out copies waiting for one slow subscriber; beyond it the oldest are dropped."""
+    """FanOutWithoutAck copies waiting for one slow subscriber; beyond it the oldest are
+    dropped. (FanOutWithAck copies wait in Redis, at most the queue's maxQueueSize per
+    subscriber.)"""
+    fanout_retention_ms: int = 24 * 3600 * 1000
+    """How long a FanOutWithAck subscriber's unacked copies wait for it to come back."""
     frames_per_second: int | None = None
     """Per-connection frame rate limit (sliding 1 s window); None: off."""
     max_connections: int = 10_000
@@ -37,3 +42,28 @@ class ServerConfig:
     """A subscriber not refreshed for this long no longer counts (a crashed process)."""
     allowed_origins: tuple[str, ...] = ()
     """WebSocket Origin allow-list; empty accepts any origin (§16)."""
+    monitor_port: int | None = None
+    """HTTP port of ``/health`` and ``/metrics`` (§15); None: not served."""
+
+
+def config_from(settings: Any) -> ServerConfig:
+    """A :class:`ServerConfig` from the project settings' ``VIBEMQ_*`` values (any object
+    with those attributes; missing ones keep the defaults)."""
+    d = ServerConfig()
+
+    def get(name: str, fallback: Any) -> Any:
+        return getattr(settings, f"VIBEMQ_{name}", fallback)
+
+    return ServerConfig(
+        max_frame_size=int(get("MAX_FRAME_SIZE", d.max_frame_size)),
+        auth_required=not get("ALLOW_ANONYMOUS", False),
+        auto_create=bool(get("AUTO_CREATE", d.auto_create)),
+        max_unacked_per_subscriber=int(get("MAX_UNACKED", d.max_unacked_per_subscriber)),
+        ack_timeout_ms=int(get("ACK_TIMEOUT_MS", d.ack_timeout_ms)),
+        frames_per_second=int(get("FRAMES_PER_SECOND", 0) or 0) or None,
+        max_connections=int(get("MAX_CONNECTIONS", d.max_connections)),
+        connections_per_ip=int(get("CONNECTIONS_PER_IP", d.connections_per_ip) or 0) or None,
+        fanout_retention_ms=int(get("FANOUT_RETENTION_MS", d.fanout_retention_ms)),
+        allowed_origins=tuple(get("WS_ALLOWED_ORIGINS", ()) or ()),
+        monitor_port=get("MONITOR_PORT", None),
+    )

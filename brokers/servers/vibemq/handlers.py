@@ -5,17 +5,8 @@ unsubscribe (ack is settled inline by the session); queue management is in
 from __future__ import annotations
 
 import logging
+import re
 
-from brokers.engine import (
-    ClientNotAllowed,
-    EngineError,
-    InvalidMessage,
-    MessageTooLarge,
-    QoS,
-    QueueFull,
-    StoreUnavailable,
-    TopicNotFound,
-)
 from brokers.engine.fetch import blacklisted
 from brokers.protocols.vibemq import (
     Ack,
@@ -33,15 +24,16 @@ from brokers.protocols.vibemq import (
     Unsubscribe,
     connect_ack,
     pong,
-    publish_ack,
     subscribe_ack,
     unsubscribe_ack,
 )
-from brokers.servers.vibemq import queue_admin
-from brokers.servers.vibemq.messages import to_message
+from brokers.servers.vibemq import publishing, queue_admin
 from brokers.servers.vibemq.session import Session
 
 log = logging.getLogger("mqcloud.vibemq")
+CLIENT_ID_HEADER = "clientId"
+"""Broker extension: names a durable FanOutWithAck subscriber (``<app>#<clientId>``)."""
+CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 async def handle(session: Session, frame: Frame) -> None:
@@ -56,7 +48,7 @@ async def handle(session: Session, frame: Frame) -> None:
         session.transport.close()
         return await session.close()
     if isinstance(frame, Publish):
-        return await _publish(session, frame)
+        return await publishing.publish(session, [frame], admitted=True)
     if isinstance(frame, Subscribe):
         return await _subscribe(session, frame)
     if isinstance(frame, Unsubscribe):
@@ -77,6 +69,13 @@ async def handle(session: Session, frame: Frame) -> None:
 
 
 def _connect(session: Session, frame: Connect) -> None:
+    client_id = frame.headers.get(CLIENT_ID_HEADER)
+    if client_id is not None and not CLIENT_ID.fullmatch(client_id):
+        return session.error(
+            ErrorCode.INVALID_MESSAGE,
+            f"headers.{CLIENT_ID_HEADER} must be 1-128 characters of [A-Za-z0-9._-]",
+            frame.id,
+        )
     token = frame.auth_token
     if token:
         app = session.ctx.tokens.app_for_token(session.ctx.snapshot, token)
@@ -86,6 +85,8 @@ def _connect(session: Session, frame: Connect) -> None:
     elif session.ctx.config.auth_required:
         return session.error(ErrorCode.AUTH_REQUIRED, "headers.authToken required", frame.id)
     session.authenticated = True
+    if not session.fan_queues:  # the identity of subscribed copies never changes
+        session.client_id = client_id
     session.send(
         connect_ack(
             frame,
@@ -93,48 +94,6 @@ def _connect(session: Session, frame: Connect) -> None:
             connection_id=session.key,
         )
     )
-
-
-async def _publish(session: Session, frame: Publish) -> None:
-    ctx = session.ctx
-    if not await queue_admin.ensure(session, frame.queue, frame.id):
-        return
-    policy = ctx.snapshot.producer(frame.queue, session.app_code) if session.app else None
-    if policy is not None:
-        if blacklisted(session.peer, tuple(policy.blacklist)):
-            return session.error(ErrorCode.AUTH_FAILED, "client address not allowed", frame.id)
-        if policy.rate_limit:
-            permit = await ctx.limiter.acquire(
-                "produce",
-                frame.queue,
-                session.app_code,
-                rate=policy.rate_limit,
-                cost=1,
-                now_ms=ctx.engine.now_ms(),
-            )
-            if not permit.granted:
-                return session.error(ErrorCode.RATE_LIMITED, "publish rate exceeded", frame.id)
-    try:
-        result = await ctx.engine.queue_publish(
-            frame.queue,
-            session.app_code,
-            to_message(frame),
-            qos=QoS.PERSISTED,
-            client_address=session.peer or None,
-        )
-    except QueueFull as exc:
-        return session.error(ErrorCode.QUEUE_FULL, str(exc), frame.id)
-    except TopicNotFound:
-        return session.error(ErrorCode.QUEUE_NOT_FOUND, f"queue {frame.queue} not found", frame.id)
-    except (MessageTooLarge, InvalidMessage) as exc:
-        return session.error(ErrorCode.INVALID_MESSAGE, str(exc), frame.id)
-    except ClientNotAllowed as exc:
-        return session.error(ErrorCode.AUTH_FAILED, str(exc), frame.id)
-    except (StoreUnavailable, EngineError) as exc:
-        log.warning("VibeMQ publish to %s failed: %s", frame.queue, exc)
-        return session.error(ErrorCode.SERVER_ERROR, "message not stored", frame.id)
-    ctx.counters["published"] += 1
-    session.send(publish_ack(frame, dropped=result.dropped, dead_lettered=result.dead_lettered))
 
 
 async def _subscribe(session: Session, frame: Subscribe) -> None:

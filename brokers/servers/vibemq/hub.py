@@ -4,9 +4,12 @@ One :class:`QueueDispatcher` per queue with local subscribers takes ready messag
 the engine whenever some subscriber is eligible, and sleeps on the engine's notification
 for the queue (never polling faster than ``timer_interval``, which is also how often ack
 deadlines and retries are checked). RoundRobin and PriorityBased hand each leased message
-to the next eligible subscriber in turn; FanOut modes publish each taken message on the
-queue's fan channel (see :mod:`.fanout`) so that every subscriber of every process gets a
-copy. Dispatchers of several processes compete for the same queue through the engine.
+to the next eligible subscriber in turn. FanOutWithAck copies each taken message, in
+Redis, to every subscriber identity present in the cluster (:mod:`brokers.engine.copies`)
+and each process's dispatcher then claims its subscribers' copies — so they survive a
+reconnect to another process and a broker crash. FanOutWithoutAck publishes each taken
+message on the queue's fan channel (see :mod:`.fanout`) for every process to hand on.
+Dispatchers of several processes compete for the same queue through the engine.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import logging
 import time
 from typing import Protocol
 
-from brokers.engine import Delivery, EngineError
+from brokers.engine import Claim, Delivery, EngineError, FanoutCopies, QueueSettings
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.fanout import FanoutListener, encode_copy, fan_channel
 
@@ -31,10 +34,13 @@ class Subscriber(Protocol):
     """What the hub needs of a session."""
 
     key: str
+    fan_identity: str
+    fan_queues: set[str]
 
     def capacity(self, queue: str) -> int: ...
     def deliver_lease(self, queue: str, delivery: Delivery, deadline_ms: int) -> bool: ...
-    def deliver_copy(self, queue: str, delivery: Delivery, tracked: bool) -> None: ...
+    def deliver_claimed(self, queue: str, deliveries: list[Delivery]) -> list[int]: ...
+    def deliver_copy(self, queue: str, delivery: Delivery) -> None: ...
     def drop_subscription(self, queue: str) -> None: ...
     async def tick(self, now_ms: int) -> None: ...
 
@@ -93,6 +99,8 @@ class QueueDispatcher:
             self.subscribers.clear()
             return False
         lease_ms = ctx.config.ack_timeout_ms
+        if settings.delivery_mode == "FanOutWithAck":
+            return await self._fan_out_tracked(settings, lease_ms)
         if settings.delivery_mode in FANOUT_MODES:
             want = TAKE_BATCH
         else:
@@ -122,6 +130,36 @@ class QueueDispatcher:
                 unplaced.append(delivery.index)
         if unplaced:  # every subscriber left meanwhile: back to the head at once
             await self.hub.ctx.engine.queue_release(self.queue, unplaced)
+
+    async def _fan_out_tracked(self, settings: QueueSettings, lease_ms: int) -> bool:
+        """Copy taken messages to every identity present, then claim for the local
+        subscribers; True if more may be waiting right away."""
+        ctx = self.hub.ctx
+        copies = self.hub.copies(self.queue)
+        got = await ctx.engine.queue_take(self.queue, count=TAKE_BATCH, lease_ms=lease_ms)
+        more = False
+        if got:
+            present, dropped = await copies.assign(got, max_pending=settings.max_queue_size)
+            ctx.counters["fanout_dropped"] += dropped
+            indexes = [d.index for d in got]
+            if present:
+                await ctx.engine.queue_ack(self.queue, indexes)
+                more = len(got) == TAKE_BATCH
+            else:  # every subscriber left meanwhile: the messages wait in the queue
+                await ctx.engine.queue_release(self.queue, indexes)
+        for sub in list(self.subscribers):
+            room = sub.capacity(self.queue)
+            if room <= 0:
+                continue
+            claim = await copies.claim(
+                sub.fan_identity,
+                count=room,
+                lease_ms=lease_ms,
+                max_retry=settings.max_retry_attempts,
+            )
+            await self.hub.hand_over(self.queue, sub, claim, settings)
+            more = more or len(claim.deliveries) == room
+        return more
 
     async def _fan_out(self, got: list[Delivery]) -> None:
         redis = self.hub.ctx.engine.redis
@@ -176,6 +214,41 @@ class Hub:
             if disp.task is not None:
                 disp.task.cancel()
 
+    def copies(self, queue: str) -> FanoutCopies:
+        """The FanOutWithAck copies store of ``queue``."""
+        return self.ctx.engine.fanout_copies(
+            queue, retention_ms=self.ctx.config.fanout_retention_ms
+        )
+
+    async def hand_over(
+        self, queue: str, sub: Subscriber, claim: Claim, settings: QueueSettings
+    ) -> None:
+        """Deliver claimed copies; dead-letter the expired (§11) and those out of
+        retries (§7), then forget them; copies the subscriber could not take go back."""
+        engine, identity = self.ctx.engine, sub.fan_identity
+        now, ttl = engine.now_ms(), settings.message_ttl_ms
+        live: list[Delivery] = []
+        dead: list[tuple[Delivery, str, int]] = []
+        for d in claim.deliveries:
+            if not d.record:
+                dead.append((d, "", 0))
+            elif ttl is not None and d.message.store_time_ms + ttl <= now:
+                dead.append((d, "MessageExpired", d.attempts - 1))
+            else:
+                live.append(d)
+                if d.attempts > 1:
+                    self.ctx.counters["retries"] += 1
+        for d in claim.dead:
+            expired = ttl is not None and d.record and d.message.store_time_ms + ttl <= now
+            dead.append((d, "MessageExpired" if expired else "MaxRetriesExceeded", d.attempts))
+        for d, reason, attempts in dead:
+            if reason:
+                await engine.queue_dead_letter(queue, d.record, reason=reason, attempts=attempts)
+                self.ctx.counters["dead_lettered"] += 1
+        copies = self.copies(queue)
+        await copies.ack(identity, [d.index for d, _, _ in dead])
+        await copies.release(identity, sub.deliver_claimed(queue, live))
+
     # ---------------------------------------------------------------- subscriptions
 
     async def subscribe(self, queue: str, sub: Subscriber) -> None:
@@ -186,6 +259,12 @@ class Hub:
             disp.subscribers.append(sub)
             await self._fanout.follow(queue)
             await self.ctx.registry.add(queue, sub.key)
+            settings = self.ctx.queue_settings(queue)
+            if settings is not None and settings.delivery_mode == "FanOutWithAck":
+                sub.fan_queues.add(queue)
+                await self.copies(queue).join(
+                    [(sub.fan_identity, sub.key)], self.ctx.config.registry_ttl_ms
+                )
         if disp.task is None and not self._paused:
             disp.start()
         disp.wakeup.set()
@@ -195,6 +274,8 @@ class Hub:
         if disp is not None and sub in disp.subscribers:
             disp.subscribers.remove(sub)
             await self.ctx.registry.remove(queue, sub.key)
+            if queue in sub.fan_queues:
+                await self.copies(queue).leave(sub.fan_identity, sub.key)
             if not disp.subscribers:
                 disp.wakeup.set()
 
@@ -219,9 +300,10 @@ class Hub:
         settings = self.ctx.queue_settings(queue)
         if disp is None or settings is None:
             return
-        tracked = settings.delivery_mode == "FanOutWithAck"
+        if settings.delivery_mode != "FanOutWithoutAck":
+            return
         for sub in list(disp.subscribers):
-            sub.deliver_copy(queue, delivery, tracked)
+            sub.deliver_copy(queue, delivery)
 
     # ---------------------------------------------------------------- timers
 
@@ -236,13 +318,21 @@ class Hub:
                 await self._sweep_ttl()
                 if time.monotonic() - last_refresh >= REGISTRY_REFRESH_S:
                     last_refresh = time.monotonic()
-                    await self.ctx.registry.refresh(
-                        [(q, s.key) for q, d in self.dispatchers.items() for s in d.subscribers]
-                    )
+                    await self._refresh_presence()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("VibeMQ timers failed; retrying")
+
+    async def _refresh_presence(self) -> None:
+        """Keep this process's subscribers counted and its fan-out identities present."""
+        await self.ctx.registry.refresh(
+            [(q, s.key) for q, d in self.dispatchers.items() for s in d.subscribers]
+        )
+        ttl = self.ctx.config.registry_ttl_ms
+        for queue, disp in self.dispatchers.items():
+            fans = [(s.fan_identity, s.key) for s in disp.subscribers if queue in s.fan_queues]
+            await self.copies(queue).join(fans, ttl)
 
     async def _sweep_ttl(self) -> None:
         """Expire TTL'd messages of queues nobody here dispatches (§11: every second)."""

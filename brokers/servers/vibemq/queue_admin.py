@@ -142,6 +142,7 @@ async def delete(session: Session, frame: DeleteQueue) -> None:
             await ops.delete_queue(queue)
             await ctx.watcher.refresh()
         await ctx.engine.queue_purge(queue)
+        await session.hub.copies(queue).purge()
     except ops.CatalogRefused as exc:
         return session.error(ErrorCode.SERVER_ERROR, str(exc), frame.id)
     except EngineError as exc:

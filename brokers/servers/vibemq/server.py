@@ -11,6 +11,7 @@ from brokers.protocols.vibemq import shutdown_notice
 from brokers.servers.vibemq.config import ServerConfig
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import Hub
+from brokers.servers.vibemq.monitor import Monitor, start_monitor
 from brokers.servers.vibemq.protocol import VibeMQProtocol
 
 log = logging.getLogger("mqcloud.vibemq")
@@ -20,11 +21,24 @@ class VibeMQServer:
     """A listening VibeMQ server and its open connections."""
 
     def __init__(
-        self, ctx: ServerContext, hub: Hub, server: asyncio.Server, connections: set
+        self,
+        ctx: ServerContext,
+        hub: Hub,
+        server: asyncio.Server,
+        connections: set,
+        monitor: asyncio.Server | None = None,
     ) -> None:
         self.ctx, self.hub = ctx, hub
         self._server = server
         self._connections: set[VibeMQProtocol] = connections
+        self._monitor = monitor
+
+    @property
+    def monitor_port(self) -> int | None:
+        """The port of ``/health`` and ``/metrics`` (§15), None when not served."""
+        if self._monitor is None:
+            return None
+        return int(self._monitor.sockets[0].getsockname()[1])
 
     @property
     def port(self) -> int:
@@ -41,6 +55,8 @@ class VibeMQServer:
         acknowledged, then return the rest to their queues and close."""
         grace = self.ctx.config.shutdown_grace if grace is None else grace
         self._server.close()
+        if self._monitor is not None:
+            self._monitor.close()
         self.hub.pause_dispatch()
         protocols = list(self._connections)
         notice = shutdown_notice()
@@ -82,5 +98,8 @@ async def start_vibemq_server(
     server = await loop.create_server(
         lambda: VibeMQProtocol(ctx, hub, connections), host, port, reuse_address=True
     )
+    monitor = None
+    if ctx.config.monitor_port is not None:
+        monitor = await start_monitor(Monitor(ctx, hub), host, ctx.config.monitor_port)
     log.info("VibeMQ broker %s listening on %s:%s", broker_id, host, port)
-    return VibeMQServer(ctx, hub, server, connections)
+    return VibeMQServer(ctx, hub, server, connections, monitor)

@@ -15,12 +15,13 @@ import uuid
 from collections import defaultdict, deque
 from typing import Protocol
 
-from brokers.engine import AppInfo, Delivery, EngineError
+from brokers.engine import AppInfo, Delivery, EngineError, FanoutCopies
 from brokers.protocols.vibemq import (
     Ack,
     ErrorCode,
     Frame,
     ProtocolError,
+    Publish,
     error_for,
     error_frame,
 )
@@ -58,14 +59,20 @@ class Session:
         self.ctx, self.hub, self.transport, self.peer = ctx, hub, transport, peer
         self.key = uuid.uuid4().hex
         self.app: AppInfo | None = None
+        self.client_id: str | None = None
+        """``headers.clientId`` of connect: names a durable fan-out subscriber."""
+        self.fan_queues: set[str] = set()
+        """FanOutWithAck queues this connection subscribed to (its copies live there)."""
         self.authenticated = False
         self.subscriptions: set[str] = set()
         self.inflight = Inflight()
-        self.inbox: dict[str, deque[tuple[Delivery, bool]]] = defaultdict(deque)
+        self.inbox: dict[str, deque[Delivery]] = defaultdict(deque)
         self.closed = False
         self.stopping = False
         self._frames: asyncio.Queue[Frame | ProtocolError] = asyncio.Queue()
+        self._held: Frame | ProtocolError | None = None
         self._acks: dict[str, list[int]] = defaultdict(list)
+        self._fan_acks: dict[str, list[int]] = defaultdict(list)
         self._window = (
             SlidingWindow(ctx.config.frames_per_second, 1.0)
             if ctx.config.frames_per_second
@@ -78,6 +85,20 @@ class Session:
     @property
     def app_code(self) -> str:
         return self.app.code if self.app is not None else ""
+
+    @property
+    def fan_identity(self) -> str:
+        """Whose FanOutWithAck copies this connection receives: ``<app>#<clientId>``
+        (durable: a reconnect to any broker finds them), else this connection's own."""
+        if self.client_id is not None:
+            return f"{self.app_code}#{self.client_id}"
+        return f"{self.app_code}#~{self.key}"
+
+    def copies(self, queue: str) -> FanoutCopies:
+        """The fan-out copies store of ``queue``."""
+        return self.ctx.engine.fanout_copies(
+            queue, retention_ms=self.ctx.config.fanout_retention_ms
+        )
 
     # ---------------------------------------------------------------- input
 
@@ -104,19 +125,45 @@ class Session:
             self._room.clear()
             await self._room.wait()
 
+    async def _next(self) -> Frame | ProtocolError:
+        if self._held is not None:
+            event, self._held = self._held, None
+            return event
+        return await self._frames.get()
+
+    def _publish_run(self, first: Publish) -> list[Publish]:
+        """``first`` and the publishes read right after it (stored together, §6)."""
+        from brokers.servers.vibemq.publishing import MAX_RUN
+
+        run = [first]
+        while len(run) < MAX_RUN and not self._frames.empty():
+            event = self._frames.get_nowait()
+            if not isinstance(event, Publish):
+                self._held = event
+                break
+            run.append(event)
+        return run
+
     async def _work(self) -> None:
         from brokers.servers.vibemq.handlers import handle
+        from brokers.servers.vibemq.publishing import publish
 
         while not self.closed:
-            event = await self._frames.get()
+            event = await self._next()
             self._room.set()
             try:
                 if isinstance(event, Ack) and self.authenticated and self._admit(event.id):
                     self._ack(event)
+                elif isinstance(event, Publish) and self.authenticated:
+                    await self._flush_acks()
+                    await publish(self, self._publish_run(event))
                 else:
                     await self._flush_acks()
                     await self._process(event, handle)
-                if self._frames.empty() or sum(map(len, self._acks.values())) >= ACK_BATCH:
+                pending = sum(map(len, self._acks.values())) + sum(
+                    map(len, self._fan_acks.values())
+                )
+                if self._frames.empty() or pending >= ACK_BATCH:
                     await self._flush_acks()
             except asyncio.CancelledError:
                 raise
@@ -126,10 +173,16 @@ class Session:
                 self.send(error_frame(ErrorCode.SERVER_ERROR, "internal error", request_id=rid))
             self.transport.frames_done()
 
-    def _admit(self, request_id: str | None) -> bool:
+    def rate_allowed(self) -> bool:
+        """One more frame within the connection's frame rate (§14); counted if not."""
         if self._window is None or self._window.allow():
             return True
         self.ctx.counters["rate_limited"] += 1
+        return False
+
+    def _admit(self, request_id: str | None) -> bool:
+        if self.rate_allowed():
+            return True
         self.send(error_frame(ErrorCode.RATE_LIMITED, "frame rate exceeded", request_id=request_id))
         return False
 
@@ -173,20 +226,25 @@ class Session:
             return
         self.ctx.counters["acknowledged"] += 1
         self._settled.set()
-        if not item.copy:
-            self._acks[item.queue].append(item.delivery.index)
-        self._drain(item.queue)
+        acks = self._fan_acks if item.copy else self._acks
+        acks[item.queue].append(item.delivery.index)
         self.hub.wake(item.queue)
 
     async def _flush_acks(self) -> None:
-        if not self._acks:
-            return
-        pending, self._acks = self._acks, defaultdict(list)
-        for queue, indexes in pending.items():
-            try:
-                await self.ctx.engine.queue_ack(queue, indexes)
-            except EngineError as exc:  # a deleted queue, Redis trouble: the lease lapses
-                log.info("VibeMQ ack on %s not applied: %s", queue, exc)
+        if self._acks:
+            pending, self._acks = self._acks, defaultdict(list)
+            for queue, indexes in pending.items():
+                try:
+                    await self.ctx.engine.queue_ack(queue, indexes)
+                except EngineError as exc:  # a deleted queue, Redis trouble: the lease lapses
+                    log.info("VibeMQ ack on %s not applied: %s", queue, exc)
+        if self._fan_acks:
+            copies, self._fan_acks = self._fan_acks, defaultdict(list)
+            for queue, indexes in copies.items():
+                try:
+                    await self.copies(queue).ack(self.fan_identity, indexes)
+                except Exception as exc:  # Redis trouble: the copy is retried
+                    log.info("VibeMQ copy ack on %s not applied: %s", queue, exc)
 
     # ---------------------------------------------------------------- deliveries (hub side)
 
@@ -205,16 +263,36 @@ class Session:
         if self.closed or queue not in self.subscriptions:
             return False
         self.inflight.add(Tracked(queue, message_id(delivery), delivery, deadline_ms))
-        self.ctx.counters["delivered"] += 1
+        self._delivered(delivery)
         self.send(to_deliver(queue, delivery))
         return True
 
-    def deliver_copy(self, queue: str, delivery: Delivery, tracked: bool) -> None:
-        """A fan-out copy for this subscriber: written now, or buffered (bounded)."""
+    def deliver_claimed(self, queue: str, deliveries: list[Delivery]) -> list[int]:
+        """Write FanOutWithAck copies claimed for this connection (``attempts`` is the
+        delivery's number); returns the indexes it could not take (it went away)."""
+        if self.closed or queue not in self.subscriptions:
+            return [d.index for d in deliveries]
+        deadline = self.ctx.engine.now_ms() + self.ctx.config.ack_timeout_ms
+        for d in deliveries:
+            item = Tracked(queue, message_id(d), d, deadline, copy=True, attempt=d.attempts)
+            self.inflight.add(item)
+            self._delivered(d)
+            self.send(to_deliver(queue, d, attempt=d.attempts))
+        return []
+
+    def _delivered(self, delivery: Delivery) -> None:
+        """Count a delivery and its publish→deliver latency (§15 metrics)."""
+        counters = self.ctx.counters
+        counters["delivered"] += 1
+        stored = delivery.message.store_time_ms
+        counters["delivery_latency_ms"] += max(0, self.ctx.engine.now_ms() - stored)
+
+    def deliver_copy(self, queue: str, delivery: Delivery) -> None:
+        """A FanOutWithoutAck copy: written now, or buffered (bounded)."""
         if self.closed or queue not in self.subscriptions:
             return
         inbox = self.inbox[queue]
-        inbox.append((delivery, tracked))
+        inbox.append(delivery)
         if len(inbox) > self.ctx.config.fanout_buffer:
             inbox.popleft()  # a slow subscriber never grows an unbounded buffer
             self.ctx.counters["fanout_dropped"] += 1
@@ -222,18 +300,9 @@ class Session:
 
     def _drain(self, queue: str) -> None:
         inbox = self.inbox.get(queue)
-        while inbox and not self.closed:
-            delivery, tracked = inbox[0]
-            if tracked:
-                if self.capacity(queue) <= 0:
-                    return
-                deadline = self.ctx.engine.now_ms() + self.ctx.config.ack_timeout_ms
-                item = Tracked(queue, message_id(delivery), delivery, deadline, copy=True)
-                self.inflight.add(item)
-            elif not self.transport.writable:
-                return
-            inbox.popleft()
-            self.ctx.counters["delivered"] += 1
+        while inbox and not self.closed and self.transport.writable:
+            delivery = inbox.popleft()
+            self._delivered(delivery)
             self.send(to_deliver(queue, delivery, attempt=1))
 
     def on_writable(self) -> None:
@@ -251,57 +320,15 @@ class Session:
             self.inflight.forget(item)
 
     async def tick(self, now_ms: int) -> None:
-        """Timers: lapsed leases, fan-out copy timeouts, retries and their DLQ (§7, §11)."""
-        config = self.ctx.config
+        """Timers: a lapsed lease or copy is no longer this connection's (the engine
+        retries a lease, the copies store a copy: :mod:`brokers.engine.copies`)."""
         for item in self.inflight.items():
-            if not item.copy:
-                if item.deadline_ms <= now_ms:  # the engine retries it now
-                    self.inflight.forget(item)
-                    self._settled.set()
-                    self.hub.wake(item.queue)
-                continue
-            settings = self.ctx.queue_settings(item.queue)
-            if settings is None:
+            if item.deadline_ms <= now_ms:
                 self.inflight.forget(item)
-                continue
-            ttl = settings.message_ttl_ms
-            expired = ttl is not None and item.delivery.message.store_time_ms + ttl <= now_ms
-            if item.retry_at_ms is None and item.deadline_ms <= now_ms:
-                self.ctx.counters["retries"] += 1
-                if item.attempt > settings.max_retry_attempts or expired:
-                    reason = "MessageExpired" if expired else "MaxRetriesExceeded"
-                    await self._dead_letter(item, reason)
-                    continue
-                retry = self.ctx.engine.queue_retry
-                backoff = retry.base_ms * 2 ** (item.attempt - 1)
-                item.retry_at_ms = now_ms + min(backoff, retry.cap_ms)
-            if item.retry_at_ms is not None and item.retry_at_ms <= now_ms:
-                if expired:
-                    await self._dead_letter(item, "MessageExpired")
-                    continue
-                if item.queue not in self.subscriptions:
-                    self.inflight.forget(item)
-                    self.ctx.counters["fanout_dropped"] += 1
-                    continue
-                item.attempt += 1
-                item.retry_at_ms = None
-                item.deadline_ms = now_ms + config.ack_timeout_ms
-                self.ctx.counters["delivered"] += 1
-                self.send(to_deliver(item.queue, item.delivery, attempt=item.attempt))
+                self._settled.set()
+                self.hub.wake(item.queue)
         for queue in list(self.inbox):
             self._drain(queue)
-
-    async def _dead_letter(self, item: Tracked, reason: str) -> None:
-        self.inflight.forget(item)
-        self._settled.set()
-        try:
-            await self.ctx.engine.queue_dead_letter(
-                item.queue, item.delivery.record, reason=reason, attempts=item.attempt
-            )
-            self.ctx.counters["dead_lettered"] += 1
-        except EngineError as exc:
-            log.warning("VibeMQ could not dead-letter a copy on %s: %s", item.queue, exc)
-        self._drain(item.queue)
 
     # ---------------------------------------------------------------- end
 
@@ -332,16 +359,29 @@ class Session:
                 await self.hub.unsubscribe(queue, self)
         self.subscriptions.clear()
         leases: dict[str, list[int]] = defaultdict(list)
+        copies: dict[str, list[int]] = defaultdict(list)
         now = self.ctx.engine.now_ms()
         for item in self.inflight.items():
-            if not item.copy and item.deadline_ms > now:
-                leases[item.queue].append(item.delivery.index)
-            elif item.copy:
-                self.ctx.counters["fanout_dropped"] += 1
+            if item.deadline_ms > now:
+                (copies if item.copy else leases)[item.queue].append(item.delivery.index)
             self.inflight.forget(item)
         for queue, indexes in leases.items():
             try:
                 await self.ctx.engine.queue_release(queue, indexes)
             except EngineError as exc:
                 log.info("VibeMQ release on %s failed (leases lapse): %s", queue, exc)
+        await self._end_copies(copies)
         self.inbox.clear()
+
+    async def _end_copies(self, in_flight: dict[str, list[int]]) -> None:
+        """A durable identity's in-flight copies go back to its head (not a failed
+        attempt) for its next connection; a connection's own copies end with it."""
+        for queue in self.fan_queues:
+            store = self.copies(queue)
+            try:
+                if self.client_id is not None:
+                    await store.release(self.fan_identity, in_flight.get(queue, []))
+                else:
+                    self.ctx.counters["fanout_dropped"] += await store.purge(self.fan_identity)
+            except Exception as exc:  # Redis trouble: leases lapse, keys expire
+                log.info("VibeMQ copies of %s on %s not returned: %s", self.key, queue, exc)

@@ -3,7 +3,8 @@
 An ack names a message id; ids need not be unique, so each id maps to the connection's
 deliveries of it in delivery order and an ack settles the oldest live one. A delivery is
 either an engine lease (RoundRobin, PriorityBased: the engine owns retry and the DLQ) or a
-fan-out copy (FanOutWithAck: this connection owns its retries).
+fan-out copy (FanOutWithAck: the engine's per-subscriber copies store owns its retries, see
+:mod:`brokers.engine.copies`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,8 @@ class Tracked:
     delivery: Delivery
     deadline_ms: int
     copy: bool = False
-    """A fan-out copy (retried by the connection) rather than an engine lease."""
+    """A claimed fan-out copy rather than an engine lease."""
     attempt: int = 1
-    retry_at_ms: int | None = None
-    """For a copy waiting for its retry: when to send it again."""
     settled: bool = field(default=False)
 
 

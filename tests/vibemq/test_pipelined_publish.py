@@ -1,0 +1,56 @@
+"""Pipelined publishes (§4, §6): frames written back to back are stored in runs, yet every
+reply comes in the frames' order, errors included, and each publishAck means stored."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.vibemq.conftest import frame
+
+
+async def test_pipelined_publishes_reply_in_order_with_errors_between(raw, catalog, broker):
+    r = await raw()
+    r.send({"id": "c", "type": "connect", "headers": {"authToken": catalog.token}})
+    assert (await r.recv())["type"] == "connectAck"
+    r.send(
+        {
+            "id": "q",
+            "type": "createQueue",
+            "queue": "tight",
+            "headers": {"maxQueueSize": "5", "overflowStrategy": "BlockPublisher"},
+        }
+    )
+    assert (await r.recv())["type"] == "createQueue"
+    burst = b""
+    expected = []
+    for i in range(8):  # 5 fit, then QUEUE_FULL, interleaved with other queues and errors
+        burst += frame({"id": f"t{i}", "type": "publish", "queue": "tight", "payload": i})
+        expected.append((f"t{i}", "publishAck" if i < 5 else "error"))
+        if i == 2:
+            burst += frame({"id": "bad", "type": "publish", "queue": "no way", "payload": 0})
+            expected.append(("bad", "error"))
+            burst += frame({"id": "o1", "type": "publish", "queue": "other", "payload": 1})
+            expected.append(("o1", "publishAck"))
+        if i == 3:
+            burst += frame({"id": "p", "type": "ping"})
+            expected.append(("p", "pong"))
+    r.send(burst)  # one write: the server reads them all before replying
+    replies = [await r.recv() for _ in expected]
+    assert [(m["id"], m["type"]) for m in replies] == expected
+    assert {m["errorCode"] for m in replies if m["type"] == "error"} == {
+        "INVALID_QUEUE",
+        "QUEUE_FULL",
+    }
+    stats = await broker.engine.queue_stats("tight")
+    assert stats.ready == 5
+    taken = await broker.engine.queue_take("tight", count=10)
+    assert [d.message.body for d in taken] == [b"0", b"1", b"2", b"3", b"4"]
+    assert (await broker.engine.queue_stats("other")).ready == 1
+
+
+async def test_a_long_burst_is_stored_whole_and_in_order(clients, broker):
+    pub = await clients()
+    n = 600  # more than one run
+    await asyncio.gather(*(pub.publish("burst", i, message_id=f"b{i}") for i in range(n)))
+    taken = await broker.engine.queue_take("burst", count=n)
+    assert [int(d.message.body) for d in taken] == list(range(n))
