@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,18 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis.asyncio as aioredis
 
-from bench.harness import free_port, raw_xadd, start_redis
+from bench.harness import raw_xadd, serve_broker, spawn_broker, start_redis
 from brokers.clients.vibemq import VibeMQClient
 from brokers.engine import (
     AppInfo,
     CatalogSnapshot,
-    CatalogWatcher,
-    Engine,
     QueueSettings,
     TopicInfo,
-    publish_snapshot,
 )
 from brokers.engine.catalog import hash_token
 from brokers.servers.jmq4 import install_uvloop
@@ -114,49 +108,13 @@ async def latency(port: int, rate: int, seconds: float) -> tuple[float, float]:
     return cuts[49], cuts[98]
 
 
-async def serve(redis_port: int, port: int) -> None:
-    """The broker side, in its own process so load generation does not share its core."""
-    client = aioredis.Redis(
-        connection_pool=aioredis.BlockingConnectionPool.from_url(
-            f"redis://127.0.0.1:{redis_port}", max_connections=64
-        )
-    )
-    await publish_snapshot(client, snapshot())
-    watcher = CatalogWatcher(client)
-    await watcher.start()
-    engine = Engine(client, lambda: watcher.current, broker_id=1)
-    server = await start_vibemq_server(engine, watcher, "127.0.0.1", port, 1)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    print("ready", flush=True)
-    await stop.wait()
-    await server.stop(grace=1.0)
-    await engine.close()
-    await watcher.stop()
-    await client.aclose()
-
-
-def start_server(redis_port: int) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(redis_port), str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stdout.readline() if proc.stdout else ""
-    if line.strip() != "ready":
-        proc.kill()
-        raise RuntimeError(f"bench broker did not start: {line!r}")
-    return proc, port
-
-
 async def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
     redis_proc, redis_port = start_redis(workdir)
     server = None
     try:
         raw = raw_xadd(redis_port, 1_000_000)
-        server, port = start_server(redis_port)
+        server, port = spawn_broker(__file__, redis_port)
         publish = await publish_load(port, 5.0)
         backlog = min(int(publish * 5), 100_000)
         deliver = await deliver_load(port, backlog)
@@ -181,6 +139,8 @@ async def main() -> None:
 if __name__ == "__main__":
     install_uvloop()
     if len(sys.argv) == 4 and sys.argv[1] == "--serve":
-        asyncio.run(serve(int(sys.argv[2]), int(sys.argv[3])))
+        asyncio.run(
+            serve_broker(int(sys.argv[2]), int(sys.argv[3]), snapshot(), start_vibemq_server)
+        )
     else:
         asyncio.run(main())
