@@ -160,14 +160,16 @@ def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> No
 def test_broker_process_registers_heartbeats_and_goes_down():
     Cluster.objects.create(name="solo")
     db = django_settings.DATABASES["default"]
+    # the broker now binds all three protocol ports: fixed numbers could be taken
+    ports = (free_port(), free_port(), free_port())
     env = {
         **os.environ,
         "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}"
         f"/{db['NAME']}",
         "BROKER_HEARTBEAT_SECONDS": "0.2",
-        "JMQ4_PORT": "41001",
-        "ZBUS_PORT": "41002",
-        "VIBEMQ_PORT": "41003",
+        "JMQ4_PORT": str(ports[0]),
+        "ZBUS_PORT": str(ports[1]),
+        "VIBEMQ_PORT": str(ports[2]),
     }
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "runbroker", "--broker-id", "9"],
@@ -186,7 +188,7 @@ def test_broker_process_registers_heartbeats_and_goes_down():
         time.sleep(0.6)
         broker = Broker.objects.get(id=9)
         assert broker.last_heartbeat > first
-        assert (broker.jmq4_port, broker.zbus_port, broker.vibemq_port) == (41001, 41002, 41003)
+        assert (broker.jmq4_port, broker.zbus_port, broker.vibemq_port) == ports
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
