@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from rest_framework import permissions
 
-from brokers.models import Team
+from brokers.models import Team, TeamMembership
 
 
 def is_platform_admin(user: object) -> bool:
@@ -20,6 +20,26 @@ def user_teams(user: object) -> QuerySet[Team]:
     if not getattr(user, "is_authenticated", False):
         return Team.objects.none()
     return Team.objects.filter(memberships__user=user)
+
+
+def admin_teams(user: object) -> QuerySet[Team]:
+    """Teams ``user`` administers (every team for a platform admin)."""
+    if is_platform_admin(user):
+        return Team.objects.all()
+    if not getattr(user, "is_authenticated", False):
+        return Team.objects.none()
+    return Team.objects.filter(memberships__user=user, memberships__role=TeamMembership.Role.ADMIN)
+
+
+class TeamAdminWrites(permissions.BasePermission):
+    """Members read their team's objects; changing one takes a team admin (as in the console)."""
+
+    message = "Only an admin of the team may change its apps and tokens."
+
+    def has_object_permission(self, request, view, obj) -> bool:
+        if request.method in permissions.SAFE_METHODS:
+            return True
+        return admin_teams(request.user).filter(pk=obj.team_id).exists()
 
 
 class AdminWritesOnly(permissions.BasePermission):

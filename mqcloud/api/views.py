@@ -6,13 +6,20 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.api import serializers as s
-from mqcloud.api.scoping import AdminWritesOnly, is_platform_admin, user_teams
+from mqcloud.api.scoping import (
+    AdminWritesOnly,
+    TeamAdminWrites,
+    admin_teams,
+    is_platform_admin,
+    user_teams,
+)
 from mqcloud.approvals.services import record
 
 
@@ -123,6 +130,7 @@ class AppViewSet(TeamScopedViewSet):
     """Apps of the caller's teams; tokens are shown once, when issued or rotated."""
 
     serializer_class = s.AppSerializer
+    permission_classes = [permissions.IsAuthenticated, TeamAdminWrites]
     audit_name = "app"
     filterset_fields = ["team__name", "is_admin"]
     search_fields = ["code", "description"]
@@ -132,6 +140,13 @@ class AppViewSet(TeamScopedViewSet):
 
     def base_queryset(self) -> QuerySet[App]:
         return App.objects.select_related("team").prefetch_related("tokens")
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        """Creating an app (and so a token) for a team takes an admin of that team."""
+        team = serializer.validated_data.get("team")
+        if team is None or not admin_teams(self.request.user).filter(pk=team.pk).exists():
+            raise PermissionDenied(TeamAdminWrites.message)
+        super().perform_create(serializer)
 
     @extend_schema(request=None, responses=s.AppSerializer)
     @action(detail=True, methods=["post"], url_path="rotate-token")

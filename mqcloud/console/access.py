@@ -11,8 +11,8 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
-from brokers.models import App, ConsumerPolicy, ProducerPolicy, Team, TeamMembership, Topic
-from mqcloud.api.scoping import is_platform_admin, user_teams
+from brokers.models import App, ConsumerPolicy, ProducerPolicy, Team, Topic
+from mqcloud.api.scoping import admin_teams, is_platform_admin, user_teams
 
 __all__ = [
     "admin_teams",
@@ -27,13 +27,6 @@ __all__ = [
     "topics_for",
     "user_teams",
 ]
-
-
-def admin_teams(user: AbstractBaseUser) -> QuerySet[Team]:
-    """Teams ``user`` administers (every team for a platform admin)."""
-    if is_platform_admin(user):
-        return Team.objects.all()
-    return Team.objects.filter(memberships__user=user, memberships__role=TeamMembership.Role.ADMIN)
 
 
 def topics_for(user: AbstractBaseUser) -> QuerySet[Topic]:

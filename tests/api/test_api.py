@@ -219,7 +219,15 @@ def test_clusters_and_brokers_admin_writes_only(world):
 
 
 def test_app_token_shown_once_and_rotated(world):
-    alice = client_for(world["alice"])
+    alice = client_for(world["alice"])  # a member: reads, but tokens are a team admin's
+    before = App.objects.get(code="red-app").active_token_hashes()
+    denied = alice.post("/api/v1/apps/", {"code": "new-app", "team": "red"}, format="json")
+    assert denied.status_code == 403
+    assert alice.post("/api/v1/apps/red-app/rotate-token/").status_code == 403
+    assert alice.delete("/api/v1/apps/red-app/").status_code == 403
+    assert alice.get("/api/v1/apps/red-app/").status_code == 200
+    assert App.objects.get(code="red-app").active_token_hashes() == before  # still valid
+    alice = client_for(factories.user("ada", team=world["red"], role="admin"))
     response = alice.post("/api/v1/apps/", {"code": "new-app", "team": "red"}, format="json")
     assert response.status_code == 201
     token = response.json()["token"]
