@@ -43,7 +43,10 @@ def build_catalog(redis_url: str) -> Catalog:
     cluster = factories.cluster_with_brokers(brokers=2)
     ports = {1: free_port(), 2: free_port()}
     for bid, port in ports.items():
-        Broker.objects.filter(id=bid).update(jmq4_port=port)
+        # runbroker (test_two_brokers) binds every protocol port of its row: all free ones
+        Broker.objects.filter(id=bid).update(
+            jmq4_port=port, zbus_port=free_port(), vibemq_port=free_port()
+        )
     orders = factories.topic("orders", cluster, team, partitions=4, groups=2)
     PartitionGroup.objects.filter(topic=orders, group_id=0).update(leader_id=1)
     PartitionGroup.objects.filter(topic=orders, group_id=1).update(leader_id=2)

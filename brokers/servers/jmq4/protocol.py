@@ -20,6 +20,7 @@ from brokers.protocols.jmq4 import (
     UnknownCommand,
     boolean_ack,
 )
+from brokers.servers.flow import FlowControlled
 from brokers.servers.jmq4.context import ServerContext
 from brokers.servers.jmq4.dispatch import dispatch
 from brokers.servers.jmq4.session import Session
@@ -27,18 +28,17 @@ from brokers.servers.jmq4.session import Session
 log = logging.getLogger("mqcloud.jmq4")
 
 
-class Jmq4Protocol(asyncio.Protocol):
+class Jmq4Protocol(FlowControlled):
     """One JMQ4 connection."""
 
+    log = log
+
     def __init__(self, ctx: ServerContext, connections: set[Jmq4Protocol]) -> None:
+        super().__init__()
         self.ctx = ctx
+        self.max_inflight = ctx.config.max_inflight
         self._connections = connections
         self._decoder = FrameDecoder(ctx.config.max_frame_size)
-        self._transport: asyncio.Transport | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._reading_paused = False
-        self._writing_paused = False
-        self._stopping = False
         self.session = Session("", 0)
 
     # -------------------------------------------------------------- asyncio callbacks
@@ -54,8 +54,7 @@ class Jmq4Protocol(asyncio.Protocol):
         """Cancel whatever is still running for this connection."""
         self._connections.discard(self)
         self._transport = None
-        for task in self._tasks:
-            task.cancel()
+        self._cancel_tasks()
 
     def data_received(self, data: bytes) -> None:
         """Feed the decoder and act on every complete event."""
@@ -63,7 +62,7 @@ class Jmq4Protocol(asyncio.Protocol):
         for event in self._decoder:
             if isinstance(event, Frame):
                 if not event.header.is_response:
-                    self._spawn(event)
+                    self._spawn(self._run(event))
             elif isinstance(event, MalformedFrame):
                 log.info("JMQ4 malformed frame from %s: %s", self.session.address, event.reason)
                 if event.needs_reply:
@@ -75,68 +74,13 @@ class Jmq4Protocol(asyncio.Protocol):
                 self.close()
                 return
 
-    def pause_writing(self) -> None:
-        """The peer does not read: stop reading its requests too."""
-        self._writing_paused = True
-        self._update_reading()
-
-    def resume_writing(self) -> None:
-        """The write buffer drained."""
-        self._writing_paused = False
-        self._update_reading()
-
     # -------------------------------------------------------------- requests
-
-    def _spawn(self, frame: Frame) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(frame))
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-        self._update_reading()
 
     async def _run(self, frame: Frame) -> None:
         reply = await dispatch(self.ctx, self.session, frame)
         if reply is not None:
             self._write(reply)
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("JMQ4 request task failed", exc_info=task.exception())
-        self._update_reading()
-
     def _write(self, data: bytes) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
-
-    def _update_reading(self) -> None:
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return
-        busy = (
-            self._stopping
-            or self._writing_paused
-            or len(self._tasks) >= self.ctx.config.max_inflight
-        )
-        if busy and not self._reading_paused:
-            transport.pause_reading()
-            self._reading_paused = True
-        elif not busy and self._reading_paused:
-            transport.resume_reading()
-            self._reading_paused = False
-
-    # -------------------------------------------------------------- shutdown
-
-    def stop_reading(self) -> None:
-        """Take no new requests (graceful shutdown)."""
-        self._stopping = True
-        self._update_reading()
-
-    @property
-    def inflight(self) -> set[asyncio.Task[None]]:
-        """The requests still running."""
-        return self._tasks
-
-    def close(self) -> None:
-        """Close the connection after flushing what was written."""
-        if self._transport is not None:
-            self._transport.close()

@@ -14,6 +14,7 @@ import asyncio
 import logging
 
 from brokers.protocols.zbus import Decoder, Message, ZbusDecodeError, make_reply
+from brokers.servers.flow import FlowControlled
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.dispatch import dispatch
@@ -27,20 +28,19 @@ def _peer(transport: asyncio.BaseTransport) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-class ZbusProtocol(asyncio.Protocol):
+class ZbusProtocol(FlowControlled):
     """One zbus connection."""
 
+    log = log
+
     def __init__(self, ctx: ServerContext, connections: set[ZbusProtocol]) -> None:
+        super().__init__()
         self.ctx = ctx
+        self.max_inflight = ctx.config.max_inflight
         self._connections = connections
         self._decoder = Decoder(
             max_head_bytes=ctx.config.max_head_bytes, max_body_bytes=ctx.config.max_body_bytes
         )
-        self._transport: asyncio.Transport | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._reading_paused = False
-        self._writing_paused = False
-        self._stopping = False
         self.conn = Connection("", self._write)
 
     # -------------------------------------------------------------- asyncio callbacks
@@ -56,8 +56,7 @@ class ZbusProtocol(asyncio.Protocol):
         self._connections.discard(self)
         self._transport = None
         self.conn.close()
-        for task in self._tasks:
-            task.cancel()
+        self._cancel_tasks()
 
     def data_received(self, data: bytes) -> None:
         """Feed the decoder and start a task per message."""
@@ -65,7 +64,7 @@ class ZbusProtocol(asyncio.Protocol):
             return
         for event in self._decoder.feed(data):
             if isinstance(event, Message):
-                self._spawn(event)
+                self._spawn(dispatch(self.ctx, self.conn, event))
             else:
                 self._bad(event)
                 if event.fatal:
@@ -79,16 +78,6 @@ class ZbusProtocol(asyncio.Protocol):
             self._bad(problem)
         return False
 
-    def pause_writing(self) -> None:
-        """The peer does not read: stop reading its requests too."""
-        self._writing_paused = True
-        self._update_reading()
-
-    def resume_writing(self) -> None:
-        """The write buffer drained."""
-        self._writing_paused = False
-        self._update_reading()
-
     # -------------------------------------------------------------- messages
 
     def _bad(self, error: ZbusDecodeError) -> None:
@@ -98,18 +87,6 @@ class ZbusProtocol(asyncio.Protocol):
         )
         if error.fatal:
             self.close()
-
-    def _spawn(self, message: Message) -> None:
-        task = asyncio.get_running_loop().create_task(dispatch(self.ctx, self.conn, message))
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-        self._update_reading()
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("zbus request task failed", exc_info=task.exception())
-        self._update_reading()
 
     def _write(self, data: bytes) -> bool:
         transport = self._transport
@@ -121,36 +98,3 @@ class ZbusProtocol(asyncio.Protocol):
     def _buffered(self) -> int:
         transport = self._transport
         return transport.get_write_buffer_size() if transport is not None else 0
-
-    def _update_reading(self) -> None:
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return
-        busy = (
-            self._stopping
-            or self._writing_paused
-            or len(self._tasks) >= self.ctx.config.max_inflight
-        )
-        if busy and not self._reading_paused:
-            transport.pause_reading()
-            self._reading_paused = True
-        elif not busy and self._reading_paused:
-            transport.resume_reading()
-            self._reading_paused = False
-
-    # -------------------------------------------------------------- shutdown
-
-    def stop_reading(self) -> None:
-        """Take no new requests (graceful shutdown)."""
-        self._stopping = True
-        self._update_reading()
-
-    @property
-    def inflight(self) -> set[asyncio.Task[None]]:
-        """The requests still running."""
-        return self._tasks
-
-    def close(self) -> None:
-        """Close the connection after flushing what was written."""
-        if self._transport is not None:
-            self._transport.close()

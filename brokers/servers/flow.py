@@ -1,0 +1,82 @@
+"""Request flow control shared by the protocol servers' asyncio protocols.
+
+Each decoded request runs as its own task; at most ``max_inflight`` run per connection,
+and reading pauses beyond that, while the peer does not read its replies (the transport
+asked us to pause writing), and for good once a graceful stop began. A server's
+``stop()`` calls :meth:`stop_reading`, waits for :attr:`inflight`, then :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+
+class FlowControlled(asyncio.Protocol):
+    """Base of a server protocol: bounded per-connection concurrency with backpressure."""
+
+    max_inflight: int = 128
+    log: logging.Logger = logging.getLogger("mqcloud.servers")
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reading_paused = False
+        self._writing_paused = False
+        self._stopping = False
+
+    def pause_writing(self) -> None:
+        """The peer does not read: stop reading its requests too."""
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        """The write buffer drained."""
+        self._writing_paused = False
+        self._update_reading()
+
+    def _spawn(self, request: Coroutine[Any, Any, None]) -> None:
+        """Run one request as a task counted against ``max_inflight``."""
+        task = asyncio.get_running_loop().create_task(request)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        self._update_reading()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.log.error("request task failed", exc_info=task.exception())
+        self._update_reading()
+
+    def _cancel_tasks(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        busy = self._stopping or self._writing_paused or len(self._tasks) >= self.max_inflight
+        if busy and not self._reading_paused:
+            transport.pause_reading()
+            self._reading_paused = True
+        elif not busy and self._reading_paused:
+            transport.resume_reading()
+            self._reading_paused = False
+
+    def stop_reading(self) -> None:
+        """Take no new requests (graceful shutdown)."""
+        self._stopping = True
+        self._update_reading()
+
+    @property
+    def inflight(self) -> set[asyncio.Task[None]]:
+        """The requests still running."""
+        return self._tasks
+
+    def close(self) -> None:
+        """Close the connection after flushing what was written."""
+        if self._transport is not None:
+            self._transport.close()
