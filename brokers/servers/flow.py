@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 
@@ -80,3 +80,17 @@ class FlowControlled(asyncio.Protocol):
         """Close the connection after flushing what was written."""
         if self._transport is not None:
             self._transport.close()
+
+
+async def drain(protocols: Sequence[FlowControlled], grace: float) -> None:
+    """Graceful stop, first step: no new requests on ``protocols``; running ones get
+    ``grace`` seconds, then are cancelled (and given one more second to unwind)."""
+    for proto in protocols:
+        proto.stop_reading()
+    pending = {t for proto in protocols for t in proto.inflight}
+    if pending:
+        _, still = await asyncio.wait(pending, timeout=grace)
+        for task in still:
+            task.cancel()
+        if still:
+            await asyncio.wait(still, timeout=1.0)

@@ -17,7 +17,7 @@ from brokers.models import ConsumerPolicy, ProducerPolicy, Team
 from mqcloud.alerts.backlog import check_backlogs
 from mqcloud.alerts.models import AlertEvent
 from tests import factories
-from tests.api.test_operations import engine_call
+from tests.engine_calls import engine_call
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,6 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
-from django.conf import settings
 from rest_framework.test import APIClient
 
 from brokers.catalog_loader import build_snapshot, publish
@@ -15,6 +14,7 @@ from brokers.engine import RETRY_PARTITION, Engine, Message, RetryType
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team
 from mqcloud.approvals.models import AuditEvent, Kind
 from tests import factories
+from tests.engine_calls import engine_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,21 +23,6 @@ def client_for(user) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {factories.token_for(user)}")
     return client
-
-
-def engine_call(fn):
-    snapshot = build_snapshot()
-
-    async def run():
-        client = aioredis.from_url(settings.REDIS_URL)
-        engine = Engine(client, lambda: snapshot)
-        try:
-            return await fn(engine)
-        finally:
-            await engine.close()
-            await client.aclose()
-
-    return asyncio.run(run())
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -10,14 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-import redis.asyncio as aioredis
-from django.conf import settings
 from rest_framework.test import APIClient
 
-from brokers.catalog_loader import build_snapshot, publish
+from brokers.catalog_loader import publish
 from brokers.engine import Engine, Message
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team
 from tests import factories
+from tests.engine_calls import engine_call
 from tests.httpmq.conftest import session_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,22 +51,6 @@ def worker(tmp_path):
     proc.terminate()
     proc.wait(timeout=20)
     log.close()
-
-
-def engine_call(fn):
-    """Run ``fn(engine)`` on an engine over the current catalog (from the test database)."""
-    snapshot = build_snapshot()
-
-    async def run():
-        client = aioredis.from_url(settings.REDIS_URL)
-        engine = Engine(client, lambda: snapshot)
-        try:
-            return await fn(engine)
-        finally:
-            await engine.close()
-            await client.aclose()
-
-    return asyncio.run(run())
 
 
 def test_offset_reset_runs_on_a_worker_with_progress(worker):

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 import redis.asyncio as aioredis
-from django.conf import settings
 
-from brokers.catalog_loader import build_snapshot, publish
-from brokers.engine import Engine
+from brokers.catalog_loader import publish
 from brokers.models import App, ConsumerPolicy, ProducerPolicy, Team, Topic
 from tests import factories
 
@@ -29,22 +27,6 @@ class World:
     producer: ProducerPolicy
     blue_topic: Topic
     blue_consumer: ConsumerPolicy
-
-
-def engine_call(fn):
-    """Run ``fn(engine)`` on an engine over the test database's catalog."""
-    snapshot = build_snapshot()
-
-    async def run():
-        client = aioredis.from_url(settings.REDIS_URL)
-        engine = Engine(client, lambda: snapshot)
-        try:
-            return await fn(engine)
-        finally:
-            await engine.close()
-            await client.aclose()
-
-    return asyncio.run(run())
 
 
 @pytest.fixture

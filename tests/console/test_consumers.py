@@ -9,7 +9,7 @@ import pytest
 from brokers.catalog_loader import publish
 from brokers.engine import RETRY_PARTITION, Message, RetryType
 from mqcloud.approvals.models import Application, AuditEvent
-from tests.console.conftest import engine_call
+from tests.engine_calls import engine_call
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from brokers.engine import Message
-from tests.console.conftest import engine_call
+from tests.engine_calls import engine_call
 
 pytestmark = pytest.mark.django_db
 

@@ -7,6 +7,7 @@ import contextlib
 import logging
 
 from brokers.engine import CatalogWatcher, Engine
+from brokers.servers.flow import drain
 from brokers.servers.jmq4.connection import release_locks
 from brokers.servers.jmq4.context import ServerConfig, ServerContext
 from brokers.servers.jmq4.coordinator import Coordinator
@@ -39,15 +40,7 @@ class Jmq4Server:
         grace = self.ctx.config.shutdown_grace if grace is None else grace
         self._server.close()
         protocols = list(self._connections)
-        for proto in protocols:
-            proto.stop_reading()
-        pending = {t for proto in protocols for t in proto.inflight}
-        if pending:
-            _, still = await asyncio.wait(pending, timeout=grace)
-            for task in still:
-                task.cancel()
-            if still:
-                await asyncio.wait(still, timeout=1.0)
+        await drain(protocols, grace)
         for proto in protocols:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(release_locks(self.ctx, proto.session), 5.0)

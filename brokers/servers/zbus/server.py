@@ -8,6 +8,7 @@ import logging
 from dataclasses import replace
 
 from brokers.engine import CatalogWatcher, Engine
+from brokers.servers.flow import drain
 from brokers.servers.zbus.config import ZbusConfig
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.protocol import ZbusProtocol
@@ -45,15 +46,7 @@ class ZbusServer:
         self._server.close()
         self._reporter.cancel()
         protocols = list(self._connections)
-        for proto in protocols:
-            proto.stop_reading()
-        pending = {t for proto in protocols for t in proto.inflight}
-        if pending:
-            _, still = await asyncio.wait(pending, timeout=grace)
-            for task in still:
-                task.cancel()
-            if still:
-                await asyncio.wait(still, timeout=1.0)
+        await drain(protocols, grace)
         for runtime in [*self.ctx.queues.values(), *self.ctx.pubsubs.values()]:
             await runtime.stop()
         for proto in protocols:
