@@ -19,9 +19,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, publish_snapshot
+from brokers.engine.redisio import broker_client
 
 StartServer = Callable[..., Awaitable[Any]]
 
@@ -67,11 +66,7 @@ async def serve_broker(
 ) -> None:
     """Publish ``snapshot``, run ``start(engine, watcher, host, port, broker_id)`` until
     SIGTERM, then stop it gracefully."""
-    client = aioredis.Redis(
-        connection_pool=aioredis.BlockingConnectionPool.from_url(
-            f"redis://127.0.0.1:{redis_port}", max_connections=64
-        )
-    )
+    client = broker_client(f"redis://127.0.0.1:{redis_port}", max_connections=64)
     await publish_snapshot(client, snapshot)
     watcher = CatalogWatcher(client)
     await watcher.start()
@@ -85,6 +80,7 @@ async def serve_broker(
     await engine.close()
     await watcher.stop()
     await client.aclose()
+    await client.connection_pool.disconnect()
 
 
 def spawn_broker(script: str, redis_port: int) -> tuple[subprocess.Popen, int]:

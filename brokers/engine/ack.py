@@ -32,9 +32,9 @@ local function merge(oo, ack)
     redis.call('ZREM', oo, r[1])
   end
 end
-local function unlock(state, channel, partition)
+local function unlock(state, channel, partition, wake)
   redis.call('HDEL', state, 'lo', 'lt', 'le', 'ls', 'lend')
-  redis.call('PUBLISH', channel, partition)
+  if wake ~= false then redis.call('PUBLISH', channel, partition) end
 end
 """
 
@@ -68,7 +68,11 @@ else
 end
 if holder then
   local lend = tonumber(st[6])
-  if (not lend) or ack >= lend then unlock(KEYS[1], ARGV[6], ARGV[7]) end
+  if (not lend) or ack >= lend then
+    -- wake a fetch only when the partition holds more than was just acknowledged
+    local nxt = tonumber(redis.call('HGET', KEYS[3], 'next') or '0')
+    unlock(KEYS[1], ARGV[6], ARGV[7], nxt > ack)
+  end
 end
 return {status, s(ack)}
 """

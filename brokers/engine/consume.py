@@ -22,43 +22,53 @@ from brokers.engine.redisio import AnyRedis, Script
 
 LOCKED, EMPTY, FOUND = -1, 0, 1
 
+FETCH_FN = """
+-- Lock-and-read one partition. now is a number; the other arguments are ARGV strings.
+-- Returns {-1, lock expiry} | {0, ack, next, min, blocked store time or 0} |
+-- {1, ack, next, min, token, expiry, first, entries...}.
+local function fetch_one(stream, meta, state, owner, now, timeout_ms, want, addr, init, max_store)
+  local st = redis.call('HMGET', state, 'ack', 'le', 'lk')
+  local le = tonumber(st[2])
+  if le and le > now then return {-1, s(le)} end
+  local m = redis.call('HMGET', meta, 'min', 'next')
+  local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+  local ack = tonumber(st[1])
+  local first = 0
+  if not ack then
+    first = 1
+    if init == 'latest' then ack = nxt else ack = mn end
+    redis.call('HSET', state, 'ack', s(ack))
+  end
+  if addr ~= '' then redis.call('HSET', state, 't', s(now), 'ip', addr)
+  else redis.call('HSET', state, 't', s(now)) end
+  local start = ack
+  if start < mn then start = mn end
+  if start >= nxt then return {0, s(ack), s(nxt), s(mn), '0'} end
+  local limit = nil
+  if max_store ~= '' then limit = tonumber(max_store) end
+  local out = {}
+  local items, blocked = read_from(stream, start, tonumber(want), out, limit)
+  if items == 0 then return {0, s(ack), s(nxt), s(mn), s(blocked or 0)} end
+  local token = now
+  local lk = tonumber(st[3])
+  if lk and token <= lk then token = lk + 1 end
+  local exp = now + tonumber(timeout_ms)
+  local lend = tonumber(out[#out - 2]) + tonumber(out[#out - 1])
+  redis.call('HSET', state, 'lo', owner, 'lt', s(token), 'le', s(exp), 'ls', s(start),
+    'lend', s(lend), 'lk', s(token))
+  local res = {1, s(ack), s(nxt), s(mn), s(token), s(exp), first}
+  for _, v in ipairs(out) do res[#res + 1] = v end
+  return res
+end
+"""
+
 FETCH = Script(
     READ_FN
+    + FETCH_FN
     + """
 -- KEYS: stream, meta, state. ARGV: owner, now, timeout_ms, want, addr, init, max_store
-local now = tonumber(ARGV[2])
-local st = redis.call('HMGET', KEYS[3], 'ack', 'le', 'lk')
-local le = tonumber(st[2])
-if le and le > now then return {-1, s(le)} end
-local m = redis.call('HMGET', KEYS[2], 'min', 'next')
-local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
-local ack = tonumber(st[1])
-local first = 0
-if not ack then
-  first = 1
-  if ARGV[6] == 'latest' then ack = nxt else ack = mn end
-  redis.call('HSET', KEYS[3], 'ack', s(ack))
-end
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], 't', s(now), 'ip', ARGV[5])
-else redis.call('HSET', KEYS[3], 't', s(now)) end
-local start = ack
-if start < mn then start = mn end
-if start >= nxt then return {0, s(ack), s(nxt), s(mn), '0'} end
-local max_store = nil
-if ARGV[7] ~= '' then max_store = tonumber(ARGV[7]) end
-local out = {}
-local items, blocked = read_from(KEYS[1], start, tonumber(ARGV[4]), out, max_store)
-if items == 0 then return {0, s(ack), s(nxt), s(mn), s(blocked or 0)} end
-local token = now
-local lk = tonumber(st[3])
-if lk and token <= lk then token = lk + 1 end
-local exp = now + tonumber(ARGV[3])
-local lend = tonumber(out[#out - 2]) + tonumber(out[#out - 1])
-redis.call('HSET', KEYS[3], 'lo', ARGV[1], 'lt', s(token), 'le', s(exp), 'ls', s(start),
-  'lend', s(lend), 'lk', s(token))
-local res = {1, s(ack), s(nxt), s(mn), s(token), s(exp), first}
-for _, v in ipairs(out) do res[#res + 1] = v end
-return res
+return fetch_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4],
+  ARGV[5], ARGV[6], ARGV[7])
 """
 )
 

@@ -2,8 +2,10 @@
 
 Policy first: paused → PAUSED, client address on the blacklist → BLACKLISTED (neither
 reads nor locks). Then the candidate partitions (this broker's, or all when the engine
-has no broker id) are read in one pipeline and ordered by backlog, largest first, ties
-rotated per (topic, app) so equal partitions are served round-robin. Partitions locked
+has no broker id) are ordered by backlog, largest first, ties rotated per (topic, app) so
+equal partitions are served round-robin — on a single Redis inside one script that also
+locks and reads (:mod:`brokers.engine.scan`), on Redis Cluster after reading their
+states in one pipeline. Partitions locked
 by anyone are skipped, and a consumer already holding ``maxPartitionNum`` locks gets no
 more. The first partition whose lock-and-read script returns messages wins, so one
 result carries one partition. Retries (partition 32767) are served with the policy's
@@ -11,7 +13,9 @@ read-retry probability, and whenever the partitions have nothing. Sequential top
 never use the retry store: a failed message is redelivered in order.
 
 Long polling parks the caller on the topic's notification until data arrives, the
-deadline passes, or a locked/delayed partition or a retry may become servable.
+deadline passes, or a locked/delayed partition or a retry may become servable. A
+notification names its partition, and a woken fetch looks only there (one script call);
+it looks at everything again when a timer fires or a notification named no partition.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from redis.asyncio.cluster import RedisCluster
+
 from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
-from brokers.engine.consume import EMPTY, FOUND, LOCKED, read_states, try_partition
+from brokers.engine.consume import EMPTY, FOUND, LOCKED, Attempt, read_states, try_partition
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import Delivery, FetchResult, FetchStatus
 from brokers.engine.notify import Notifier
@@ -34,6 +40,7 @@ from brokers.engine.offsets import set_ack
 from brokers.engine.record import with_position
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryPolicy, RetryStore
+from brokers.engine.scan import ScanOutcome, fetch_any
 
 MAX_PARKED = 10_000
 
@@ -105,53 +112,170 @@ class Fetcher:
         self._rotation: dict[tuple[str, str], itertools.count] = defaultdict(itertools.count)
 
     async def fetch(self, req: FetchRequest, long_poll_ms: int = 0) -> FetchResult:
-        """Fetch once, then park until data arrives if asked to long-poll."""
-        result = await self.fetch_once(req)
-        if result.found or long_poll_ms <= 0:
-            return result
+        """Fetch once, then park until data arrives if asked to long-poll.
+
+        A parked fetch is woken with the partitions that got messages and looks at just
+        those (one script call each); it re-reads everything only when its timer (lock
+        expiry, delay, retry due) fires or a notification named no partition.
+        """
         topic = req.topic.code
-        if (
+        if long_poll_ms <= 0 or (
             self._notifier.parked(topic) >= max(1, len(req.partitions)) * 8
             or self._notifier.total_parked >= MAX_PARKED
         ):
-            return result
+            return await self.fetch_once(req)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + long_poll_ms / 1000
         group = f"{req.app}\n{req.client_id or ''}"
+        # Watching before the first look: a notification that arrives while it runs is
+        # kept in the event, so nothing appended after the look goes unnoticed.
         async with self._notifier.watch(topic, group) as event:
-            woken = False
+            hinted: set[int] | None = None
+            timer: int | None = None  # wall-clock ms of the next full look
             while True:
-                event.clear()
-                result = await self.fetch_once(req)
+                if hinted is None or req.policy.max_partition_num > 0:
+                    result, more = await self._scan(req)
+                    timer = result.retry_after_ms
+                else:
+                    result, more = await self._look_at(req, hinted)
+                    if result.retry_after_ms is not None:
+                        timer = min(timer or result.retry_after_ms, result.retry_after_ms)
+                if result.found:
+                    self._notifier.pass_on(topic, event, more, taken=result.partition)
+                    return result
                 remaining = deadline - loop.time()
-                if result.found and woken:
-                    self._notifier.pass_on(topic, event)
-                if result.found or remaining <= 0:
+                if remaining <= 0:
                     return result
                 wait = remaining
-                if result.retry_after_ms is not None:
-                    hint = max(0.0, (result.retry_after_ms - self._now_ms()) / 1000) + 0.001
-                    wait = min(wait, hint)
+                if timer is not None:
+                    wait = min(wait, max(0.0, (timer - self._now_ms()) / 1000) + 0.001)
                 try:
-                    await asyncio.wait_for(event.wait(), wait)
-                    woken = True
+                    async with asyncio.timeout(wait):  # no task per wait, unlike wait_for
+                        await event.wait()
+                    hinted = event.take()
                 except TimeoutError:
                     if loop.time() >= deadline:
-                        return await self.fetch_once(req)
+                        return (await self._scan(req))[0]
+                    hinted = None
 
     async def fetch_once(self, req: FetchRequest) -> FetchResult:
+        """One look at every partition (and the retry store)."""
+        return (await self._scan(req))[0]
+
+    def _found(self, req: FetchRequest, p: int, att: Attempt) -> FetchResult:
+        return FetchResult(
+            status=FetchStatus.FOUND,
+            topic=req.topic.code,
+            partition=p,
+            messages=tuple(att.deliveries),
+            lock_token=att.token,
+            lock_expires_ms=att.expires,
+            start=max(att.ack, att.min),
+            end=att.deliveries[-1].end,
+            first_consume=att.first,
+        )
+
+    async def _try(self, req: FetchRequest, p: int, cid: str, now: int) -> Attempt:
+        policy = req.policy
+        return await try_partition(
+            self._client,
+            req.topic.code,
+            p,
+            cid,
+            owner=req.owner,
+            now_ms=now,
+            timeout_ms=req.ack_timeout_ms,
+            count=req.count,
+            address=req.address,
+            init=req.init,
+            max_store_ms=now - policy.delay_ms if policy.delay_ms > 0 else None,
+        )
+
+    async def _look_at(self, req: FetchRequest, hinted: set[int]) -> tuple[FetchResult, list[int]]:
+        """Try just the ``hinted`` partitions (those of ours); (result, untried ones)."""
+        ours = [p for p in req.partitions if p in hinted]
+        now = self._now_ms()
+        cid = consumer_id(req.app, req.client_id)
+        hints: list[int] = []
+        any_locked = False
+        for i, p in enumerate(ours):
+            att = await self._try(req, p, cid, now)
+            if att.status == FOUND:
+                return self._found(req, p, att), ours[i + 1 :]
+            if att.status == LOCKED:
+                hints.append(att.expires)
+                any_locked = True
+            elif att.status == EMPTY and att.blocked:
+                hints.append(att.blocked + req.policy.delay_ms)
+        status = FetchStatus.NO_PARTITION if any_locked else FetchStatus.NO_NEW_MSG
+        result = FetchResult(
+            status=status, topic=req.topic.code, retry_after_ms=min(hints) if hints else None
+        )
+        return result, []
+
+    async def _scan(self, req: FetchRequest) -> tuple[FetchResult, list[int]]:
+        """One look at every partition; (result, partitions with a backlog not tried)."""
         now = self._now_ms()
         topic = req.topic.code
         policy = req.policy
         use_retry = policy.retry and not req.sequential
         roll = self._rng.random() * 100
         if use_retry and roll < policy.read_retry_probability:
-            found = await self._fetch_retry(req, now)
+            found, _ = await self._fetch_retry(req, now)
             if found is not None:
-                return found
+                return found, []
         cid = consumer_id(req.app, req.client_id)
-        states = await read_states(self._client, topic, req.partitions, cid)
+        n = len(req.partitions) or 1
+        turn = next(self._rotation[(topic, cid)]) % n
+        if isinstance(self._client, RedisCluster):
+            outcome = await self._scan_pipelined(req, cid, now, turn)
+        else:
+            outcome = await fetch_any(
+                self._client,
+                topic,
+                req.partitions,
+                cid,
+                owner=req.owner,
+                now_ms=now,
+                timeout_ms=req.ack_timeout_ms,
+                count=req.count,
+                address=req.address,
+                init=req.init,
+                max_store_ms=now - policy.delay_ms if policy.delay_ms > 0 else None,
+                turn=turn,
+                max_partition_num=policy.max_partition_num,
+            )
+        if outcome.attempt is not None:
+            return self._found(req, outcome.partition, outcome.attempt), list(outcome.untried)
         hints: list[int] = []
+        if outcome.lock_expiry:
+            hints.append(outcome.lock_expiry)
+        if outcome.blocked:
+            hints.append(outcome.blocked + policy.delay_ms)
+        if use_retry:
+            found, due = await self._fetch_retry(req, now)
+            if found is not None:
+                return found, []
+            if due is not None:
+                hints.append(due)
+        status = (
+            FetchStatus.NO_PARTITION
+            if outcome.locked or outcome.at_max_partitions
+            else FetchStatus.NO_NEW_MSG
+        )
+        result = FetchResult(
+            status=status, topic=topic, retry_after_ms=min(hints) if hints else None
+        )
+        return result, []
+
+    async def _scan_pipelined(
+        self, req: FetchRequest, cid: str, now: int, turn: int
+    ) -> ScanOutcome:
+        """:func:`fetch_any`'s rules on Redis Cluster: the states of every partition in
+        one pipeline, then the lock-and-read script partition by partition."""
+        topic = req.topic.code
+        states = await read_states(self._client, topic, req.partitions, cid)
+        lock_hint = blocked = 0
         held = 0
         any_locked = False
         candidates: list[tuple[int, int]] = []
@@ -165,74 +289,44 @@ class Fetcher:
             locked = expires > now
             if locked and st["lo"] is not None and st["lo"].decode() == req.owner:
                 held += 1
-            ack = int(st["ack"]) if st["ack"] is not None else (nxt if req.init == "latest" else mn)
+            ack = int(st["ack"]) if st["ack"] is not None else mn
             backlog = nxt - max(ack, mn)
             if backlog <= 0:
                 continue
             if locked:
-                hints.append(expires)
+                lock_hint = min(lock_hint or expires, expires)
                 any_locked = True
                 continue
             candidates.append((backlog, p))
-        status = FetchStatus.NO_NEW_MSG
-        if policy.max_partition_num > 0 and held >= policy.max_partition_num:
-            candidates = []
-            status = FetchStatus.NO_PARTITION
+        if req.policy.max_partition_num > 0 and held >= req.policy.max_partition_num:
+            return ScanOutcome(lock_expiry=lock_hint, locked=any_locked, at_max_partitions=True)
         n = len(req.partitions) or 1
-        turn = next(self._rotation[(topic, cid)]) % n
         candidates.sort(key=lambda c: (-c[0], (c[1] - turn) % n))
-        for _backlog, p in candidates:
-            att = await try_partition(
-                self._client,
-                topic,
-                p,
-                cid,
-                owner=req.owner,
-                now_ms=now,
-                timeout_ms=req.ack_timeout_ms,
-                count=req.count,
-                address=req.address,
-                init=req.init,
-                max_store_ms=now - policy.delay_ms if policy.delay_ms > 0 else None,
-            )
+        for i, (_backlog, p) in enumerate(candidates):
+            att = await self._try(req, p, cid, now)
             if att.status == FOUND:
-                return FetchResult(
-                    status=FetchStatus.FOUND,
-                    topic=topic,
-                    partition=p,
-                    messages=tuple(att.deliveries),
-                    lock_token=att.token,
-                    lock_expires_ms=att.expires,
-                    start=max(att.ack, att.min),
-                    end=att.deliveries[-1].end,
-                    first_consume=att.first,
-                )
+                untried = tuple(c[1] for c in candidates[i + 1 :])
+                return ScanOutcome(partition=p, attempt=att, untried=untried)
             if att.status == LOCKED:
-                hints.append(att.expires)
+                lock_hint = min(lock_hint or att.expires, att.expires)
                 any_locked = True
             elif att.status == EMPTY and att.blocked:
-                hints.append(att.blocked + policy.delay_ms)
-        if use_retry:
-            found = await self._fetch_retry(req, now)
-            if found is not None:
-                return found
-            due = await RetryStore(self._client, topic, req.app).next_due()
-            if due is not None:
-                hints.append(due)
-        if any_locked:
-            status = FetchStatus.NO_PARTITION
-        return FetchResult(status=status, topic=topic, retry_after_ms=min(hints) if hints else None)
+                blocked = min(blocked or att.blocked, att.blocked)
+        return ScanOutcome(lock_expiry=lock_hint, blocked=blocked, locked=any_locked)
 
-    async def _fetch_retry(self, req: FetchRequest, now: int) -> FetchResult | None:
+    async def _fetch_retry(
+        self, req: FetchRequest, now: int
+    ) -> tuple[FetchResult | None, int | None]:
+        """(due retries leased, or None; when none: the earliest retry's due time)."""
         store = RetryStore(self._client, req.topic.code, req.app)
-        leased = await store.lease(
+        leased, due = await store.lease_or_next_due(
             now_ms=now,
             lease_ms=req.ack_timeout_ms,
             max_items=req.count,
             policy=self._retry_policy(req.policy),
         )
         if not leased:
-            return None
+            return None, due
         deliveries = tuple(
             Delivery(
                 RETRY_PARTITION,
@@ -244,7 +338,7 @@ class Fetcher:
             )
             for rid, partition, index, count, attempts, record in leased
         )
-        return FetchResult(
+        result = FetchResult(
             status=FetchStatus.FOUND,
             topic=req.topic.code,
             partition=RETRY_PARTITION,
@@ -253,3 +347,4 @@ class Fetcher:
             start=deliveries[0].index,
             end=deliveries[-1].end,
         )
+        return result, None

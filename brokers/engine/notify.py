@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.keys import PREFIX, notify_channel
@@ -25,12 +25,37 @@ _SENTINEL = f"{PREFIX}:n"
 
 
 class Wakeup(asyncio.Event):
-    """A waiter's event; ``group`` waiters compete for the same messages."""
+    """A waiter's event; ``group`` waiters compete for the same messages.
+
+    Besides being set, it collects the partitions named by the notifications that woke
+    it (:meth:`take`), so a fetcher can look at just those instead of every partition.
+    """
 
     def __init__(self, group: str | None) -> None:
         super().__init__()
         self.group = group
-        self.seen = -1  # the notification number this waiter was last woken for
+        self._hints: set[int] = set()
+        self._full = False  # woken without a partition: everything must be re-checked
+
+    def hint(self, partition: int | None) -> None:
+        """Set the event for ``partition`` (None: for anything)."""
+        if partition is None:
+            self._full = True
+        else:
+            self._hints.add(partition)
+        self.set()
+
+    def forget(self, partition: int) -> None:
+        """Drop ``partition`` from the hints (the event stays set: a look at nothing is free)."""
+        self._hints.discard(partition)
+
+    def take(self) -> set[int] | None:
+        """Clear the event; the partitions it was set for, or None when a notification
+        named none (the caller re-checks everything)."""
+        self.clear()
+        hints, full = self._hints, self._full
+        self._hints, self._full = set(), False
+        return None if full else hints
 
 
 class Notifier:
@@ -38,16 +63,16 @@ class Notifier:
 
     Waiters without a group are all woken by every notification. Waiters of one group
     (one consumer group competing for the same partitions) are woken one at a time: the
-    first idle one per notification, and a waiter that then found messages passes the
-    wake-up on to the next (there may be more), each at most once per notification. A
-    notification so wakes one or two fetchers of a group instead of all of them, which
-    kept a broker with many parked fetches busy re-reading Redis.
+    first idle one per notification gets it with the partition it names (a busy one when
+    none is idle: it looks at the partition when it is done). A waiter that takes
+    messages and leaves hands the partitions it did not get to on to the next waiter
+    (:meth:`pass_on`). A notification so costs one fetcher of a group one look at one
+    partition, instead of every parked fetcher re-reading every partition.
     """
 
     def __init__(self, client: AnyRedis) -> None:
         self._client = client
         self._waiters: dict[str, list[Wakeup]] = defaultdict(list)
-        self._seq: dict[str, int] = defaultdict(int)
         self._confirmed: dict[str, asyncio.Future[None]] = {}
         self._pubsub = None
         self._task: asyncio.Task[None] | None = None
@@ -107,44 +132,74 @@ class Notifier:
                     waiters.remove(event)
                 if not waiters:
                     del self._waiters[topic]
-                    self._seq.pop(topic, None)
 
-    def pass_on(self, topic: str, event: Wakeup) -> None:
-        """``event``'s waiter took messages: wake the next idle waiter of its group."""
-        seq = self._seq.get(topic)
-        if seq is None or event.group is None:
+    def pass_on(
+        self, topic: str, event: Wakeup, extra: Iterable[int] = (), taken: int | None = None
+    ) -> None:
+        """``event``'s waiter took messages (from partition ``taken``, now locked for its
+        group, so no other waiter of the group need look there) and is leaving: hand the
+        partitions it was woken for and did not look at, and ``extra`` ones (known to hold
+        more), to the next waiter of its group."""
+        if event.group is None:
             return
-        for other in self._waiters.get(topic, ()):
-            if other.group == event.group and not other.is_set() and other.seen < seq:
-                other.seen = seq
-                other.set()
+        if taken is not None:
+            for other in self._waiters.get(topic, ()):
+                if other.group == event.group:
+                    other.forget(taken)
+        left = event.take()
+        if left is not None:
+            left.update(extra)
+            if not left:
                 return
-
-    def _wake(self, topic: str | None) -> None:
-        if topic is None:  # the connection was lost: everyone re-checks
-            for waiters in self._waiters.values():
-                for event in waiters:
-                    event.set()
+        idle = busy = None
+        for other in self._waiters.get(topic, ()):
+            if other is event or other.group != event.group:
+                continue
+            if not other.is_set():
+                idle = other
+                break
+            busy = busy or other
+        target = idle or busy
+        if target is None:
             return
+        if left is None:
+            target.hint(None)
+        else:
+            for partition in left:
+                target.hint(partition)
+
+    def _wake(self, topic: str, partition: int | None) -> None:
         waiters = self._waiters.get(topic)
         if not waiters:
             return
-        self._seq[topic] += 1
-        seq = self._seq[topic]
         woken: set[str] = set()
+        busy: dict[str, Wakeup] = {}
         for event in waiters:
-            if event.group is None:
-                event.set()
-            elif event.group not in woken and not event.is_set():
-                woken.add(event.group)
-                event.seen = seq
-                event.set()
+            group = event.group
+            if group is None:
+                event.hint(partition)
+            elif group not in woken:
+                if not event.is_set():
+                    woken.add(group)
+                    event.hint(partition)
+                else:
+                    busy.setdefault(group, event)
+        for group, event in busy.items():
+            if group not in woken:
+                event.hint(partition)
+
+    def _wake_all(self) -> None:
+        """The connection was lost: every waiter re-checks everything."""
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.hint(None)
 
     async def _run(self) -> None:
         prefix = notify_channel("")
         while True:
             try:
-                msg = await self._pubsub.get_message(timeout=5.0)  # type: ignore[union-attr]
+                # blocking read: no poll timer per message (a busy broker gets thousands)
+                msg = await self._pubsub.get_message(timeout=None)  # type: ignore[union-attr]
             except asyncio.CancelledError:
                 raise
             except Exception:  # connection lost: wake everyone, resubscribe lazily
@@ -153,7 +208,7 @@ class Notifier:
                     if not fut.done():
                         fut.cancel()
                 self._confirmed.clear()
-                self._wake(None)
+                self._wake_all()
                 await asyncio.sleep(0.5)
                 with contextlib.suppress(Exception):
                     await self._pubsub.aclose()  # type: ignore[union-attr]
@@ -174,4 +229,12 @@ class Notifier:
                 if fut is not None and not fut.done():
                     fut.set_result(None)
             elif kind == "message" and channel.startswith(prefix):
-                self._wake(channel[len(prefix) :])
+                self._wake(channel[len(prefix) :], _partition(msg.get("data")))
+
+
+def _partition(data: object) -> int | None:
+    """The partition a notification names (None if it names none)."""
+    try:
+        return int(data)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None

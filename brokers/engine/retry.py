@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from brokers.engine.keys import RetryKeys
+from brokers.engine.keys import RetryKeys, notify_channel
 from brokers.engine.model import RetryRecord
 from brokers.engine.redisio import AnyRedis, Script
 
@@ -58,7 +58,8 @@ return ids
 LEASE = Script(
     _MOVE_FN
     + """
--- ARGV: now, lease_until, max items, max_age_ms (0 = none). Returns flat (id, meta, record).
+-- ARGV: now, lease_until, max items, max_age_ms (0 = none). Returns flat (id, meta, record)
+-- triples, or (when none is due) the due time of the earliest retry alone, or nothing.
 local now, lease, want, max_age = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {}
 local items = 0
@@ -75,6 +76,11 @@ for _, id in ipairs(due) do
   else
     redis.call('ZREM', K.due, id)
   end
+end
+if items == 0 then
+  -- nothing leased: the earliest due time instead, so a fetcher knows when to look again
+  local first = redis.call('ZRANGE', K.due, 0, 0, 'WITHSCORES')
+  if first[2] then out[1] = first[2] end
 end
 return out
 """
@@ -229,8 +235,15 @@ class RetryStore:
 
     def __init__(self, client: AnyRedis, topic: str, app: str) -> None:
         self._client = client
+        self._topic = topic
         self.keys = RetryKeys(topic, app)
         self._k = _keys(self.keys)
+
+    async def _wake_fetchers(self) -> None:
+        """Tell parked fetches of the topic to look again (a notification naming no
+        partition): a retry was added or made due, and they would not see it otherwise
+        before their long poll ends."""
+        await self._client.publish(notify_channel(self._topic), "retry")
 
     async def add(
         self,
@@ -244,7 +257,9 @@ class RetryStore:
         args: list[object] = [now_ms, due_ms, reason]
         for partition, index, count, record in items:
             args += [partition, index, count, record]
-        return [int(x) for x in await ADD(self._client, self._k, args)]
+        ids = [int(x) for x in await ADD(self._client, self._k, args)]
+        await self._wake_fetchers()
+        return ids
 
     async def dead_letter(
         self,
@@ -264,9 +279,21 @@ class RetryStore:
         self, *, now_ms: int, lease_ms: int, max_items: int, policy: RetryPolicy
     ) -> list[tuple[int, int, int, int, int, bytes]]:
         """Due retries, leased until ``now + lease_ms``: (id, partition, index, count, attempts, record)."""
+        leased, _ = await self.lease_or_next_due(
+            now_ms=now_ms, lease_ms=lease_ms, max_items=max_items, policy=policy
+        )
+        return leased
+
+    async def lease_or_next_due(
+        self, *, now_ms: int, lease_ms: int, max_items: int, policy: RetryPolicy
+    ) -> tuple[list[tuple[int, int, int, int, int, bytes]], int | None]:
+        """:meth:`lease`, and when nothing was due, the due time of the earliest retry
+        (None if the store is empty) — one round trip for a fetch that finds nothing."""
         flat = await LEASE(
             self._client, self._k, (now_ms, now_ms + lease_ms, max_items, policy.max_age_ms)
         )
+        if len(flat) == 1:
+            return [], int(float(flat[0]))
         out = []
         for i in range(0, len(flat), 3):
             attempts, partition, index, _created, count, _reason = (
@@ -275,7 +302,7 @@ class RetryStore:
             out.append(
                 (int(flat[i]), int(partition), int(index), int(count), int(attempts), flat[i + 2])
             )
-        return out
+        return out, None
 
     async def settle(
         self,
@@ -335,11 +362,17 @@ class RetryStore:
 
     async def resend_dead_letters(self, ids: Sequence[int] = (), *, now_ms: int) -> int:
         """Move dead letters (all when ``ids`` is empty) back into the retry store, due now."""
-        return int(await DLQ_RESEND(self._client, self._k, [now_ms, *ids]))
+        moved = int(await DLQ_RESEND(self._client, self._k, [now_ms, *ids]))
+        if moved:
+            await self._wake_fetchers()
+        return moved
 
     async def retry_now(self, ids: Sequence[int] = (), *, now_ms: int) -> int:
         """Make retries (all when ``ids`` is empty) due now."""
-        return int(await DUE_NOW(self._client, self._k, [now_ms, *ids]))
+        due = int(await DUE_NOW(self._client, self._k, [now_ms, *ids]))
+        if due:
+            await self._wake_fetchers()
+        return due
 
     async def remove(
         self, which: str, ids: Sequence[int] = (), *, before_ms: int | None = None

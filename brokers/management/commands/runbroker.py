@@ -16,7 +16,6 @@ import logging
 import signal
 from typing import Protocol
 
-import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -26,6 +25,7 @@ from django.utils import timezone
 from brokers.catalog_loader import publish_on_commit
 from brokers.engine import Engine
 from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher
+from brokers.engine.redisio import broker_client
 from brokers.models import Broker, Cluster
 from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
 from brokers.servers.vibemq import config_from, start_vibemq_server
@@ -165,11 +165,7 @@ async def run(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    # A blocking pool: under load requests wait for a connection instead of failing.
-    pool = aioredis.BlockingConnectionPool.from_url(
-        settings.REDIS_URL, max_connections=settings.BROKER_REDIS_CONNECTIONS, timeout=10
-    )
-    client = aioredis.Redis(connection_pool=pool)
+    client = broker_client(settings.REDIS_URL, max_connections=settings.BROKER_REDIS_CONNECTIONS)
     watcher = CatalogWatcher(client)
 
     def changed(snapshot: CatalogSnapshot) -> None:
@@ -206,4 +202,4 @@ async def run(
         await watcher.stop()
         await sync_to_async(_mark_down)(broker_id)
         await client.aclose()
-        await pool.disconnect()
+        await client.connection_pool.disconnect()

@@ -1,0 +1,89 @@
+"""What wakes a parked fetch, and what a woken fetch reads: only the partitions the
+notifications named, an ack only when more is left, a retry made due at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio.cluster import RedisCluster
+
+from brokers.engine import RETRY_PARTITION, FetchStatus, Message, RetryPolicy, RetryType
+from brokers.engine.keys import notify_channel
+from tests.engine.conftest import snapshot
+
+
+async def _evalsha_calls(store) -> int:
+    stats = await store.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def _settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0.02)
+
+
+async def test_a_woken_fetch_reads_only_the_notified_partitions(make_engine, store):
+    if isinstance(store, RedisCluster):
+        pytest.skip("counts the commands of one server")
+    engine = make_engine(snapshot(topics={"t": {"partitions": 4}}))
+    task = asyncio.create_task(engine.fetch("t", "a", long_poll_ms=5000))
+    await _settle()
+    before = await _evalsha_calls(store)
+    for _ in range(10):  # partitions this fetch does not serve (another broker's, say)
+        await store.publish(notify_channel("t"), 99)
+    await _settle()
+    assert not task.done()
+    assert await _evalsha_calls(store) == before  # woken ten times, read nothing
+    await engine.append("t", "a", [Message(b"x")], partition=2)
+    result = await asyncio.wait_for(task, 2)
+    assert result.found and result.partition == 2
+    # the append and ONE lock-and-read of partition 2 (a full look would have been more)
+    assert await _evalsha_calls(store) - before == 2
+
+
+async def test_an_ack_wakes_fetchers_only_when_the_partition_holds_more(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await engine.append("t", "a", [Message(b"a"), Message(b"b"), Message(b"c")], partition=0)
+    async with engine.notifier.watch("t", "other") as event:
+        first = await engine.fetch("t", "a", count=2, owner="c1")
+        await engine.ack("t", "a", 0, [d.index for d in first.messages], owner="c1")
+        await asyncio.wait_for(event.wait(), 2)
+        assert event.take() == {0}  # index 2 is still there
+        last = await engine.fetch("t", "a", count=2, owner="c1")
+        await engine.ack("t", "a", 0, [d.index for d in last.messages], owner="c1")
+        await _settle()
+        assert not event.is_set()  # nothing left: nobody needs waking
+
+
+async def test_a_retry_made_due_wakes_a_parked_fetch(make_engine):
+    engine = make_engine(
+        snapshot(topics={"t": {"partitions": 1}}),
+        retry_policy=RetryPolicy(base_ms=60_000, cap_ms=60_000),
+    )
+    await engine.append("t", "a", [Message(b"bad")], partition=0)
+    got = await engine.fetch("t", "a", count=1)
+    await engine.ack("t", "a", 0, [got.messages[0].index], retry_type=RetryType.EXCEPTION)
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(engine.fetch("t", "a", long_poll_ms=5000))
+    await _settle()
+    assert not task.done()  # the retry is due in a minute
+    started = loop.time()
+    assert await engine.resend_retries("t", "a") == 1
+    result = await asyncio.wait_for(task, 2)
+    assert result.partition == RETRY_PARTITION and result.messages[0].message.body == b"bad"
+    assert loop.time() - started < 2
+
+
+async def test_an_empty_fetch_learns_when_the_next_retry_is_due(make_engine, clock):
+    engine = make_engine(
+        snapshot(topics={"t": {"partitions": 1}}),
+        retry_policy=RetryPolicy(base_ms=5_000, cap_ms=5_000),
+    )
+    empty = await engine.fetch("t", "a")
+    assert empty.status is FetchStatus.NO_NEW_MSG and empty.retry_after_ms is None
+    await engine.append("t", "a", [Message(b"bad")], partition=0)
+    got = await engine.fetch("t", "a", count=1)
+    await engine.ack("t", "a", 0, [got.messages[0].index], retry_type=RetryType.EXCEPTION)
+    later = await engine.fetch("t", "a")
+    assert later.retry_after_ms == int(clock.now * 1000) + 5_000
