@@ -73,6 +73,7 @@ from brokers.engine.record import (
     encode_record,
 )
 from brokers.engine.retry import RetryPolicy
+from brokers.engine.wire import WireRecords
 
 __all__ = [
     "DELAY_LEVELS",
@@ -127,6 +128,7 @@ __all__ = [
     "TransactionInfo",
     "TransactionLimit",
     "TransactionNotFound",
+    "WireRecords",
     "WriteTimeout",
     "cancel_and_wait",
     "contiguous",

@@ -100,9 +100,24 @@ async def append_records(
     ``expected_first`` is the caller's guess of the partition's next index (the engine
     remembers it per partition): a right guess saves the script from rewriting records.
     """
-    keys = PartitionKeys(topic, partition)
     blob = pack_records(records, max(0, expected_first))
     total = sum(count for _, count in records)
+    return await append_blob(client, durability, topic, partition, blob, total, qos, expected_first)
+
+
+async def append_blob(
+    client: AnyRedis,
+    durability: Durability,
+    topic: str,
+    partition: int,
+    blob: bytes,
+    total: int,
+    qos: QoS = QoS.RECEIVED,
+    expected_first: int = -1,
+) -> int:
+    """Append records already concatenated in ``blob`` (taking ``total`` indexes, carrying
+    indexes from ``max(0, expected_first)`` on) atomically to one partition; the first index."""
+    keys = PartitionKeys(topic, partition)
     args = (notify_channel(topic), partition, expected_first, total, blob)
     return int(await durability.run(APPEND, (keys.stream, keys.meta), args, qos))
 

@@ -18,7 +18,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from brokers.engine import ack as ack_mod
 from brokers.engine import offsets as offsets_mod
 from brokers.engine import resend as resend_mod
-from brokers.engine.append import append_records, choose_partition
+from brokers.engine.append import append_blob, choose_partition, pack_records
 from brokers.engine.catalog import CatalogSnapshot, ConsumerPolicyInfo, QueueSettings, TopicInfo
 from brokers.engine.consume import release
 from brokers.engine.copies import FanoutCopies
@@ -69,6 +69,7 @@ from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retention import trim_partition
 from brokers.engine.retry import RetryPolicy, RetryStore
 from brokers.engine.transactions import Transactions
+from brokers.engine.wire import WireRecords, check_wire, wire_records
 
 DEFAULT_RETRY = RetryPolicy()
 DEFAULT_QUEUE_RETRY = QueueRetry()
@@ -183,14 +184,15 @@ class Engine:
         self,
         topic: str,
         app: str,
-        messages: Sequence[Message | bytes],
+        messages: Sequence[Message | bytes] | WireRecords,
         *,
         partition: int | None = None,
         qos: QoS = QoS.RECEIVED,
         client_address: str | None = None,
         check_policy: bool = True,
     ) -> AppendResult:
-        """Append messages (Message objects or JMQ4 BrokerMessage bytes) to one partition.
+        """Append messages to one partition: Message objects, JMQ4 BrokerMessage bytes, or
+        :class:`WireRecords` (from :meth:`check_wire`, the messages as one checked blob).
 
         The call is atomic; it returns once Redis accepted the write with the ``qos``
         durability. ``partition`` None/-1 lets the engine choose (see append.py).
@@ -205,37 +207,55 @@ class Engine:
                 raise ProducerNotFound(f"{app} does not produce to {topic}")
             if blacklisted(client_address, tuple(policy.blacklist)):
                 raise ClientNotAllowed(f"{client_address} may not produce to {topic}")
-        first = messages[0]
+        first = None if isinstance(messages, WireRecords) else messages[0]
         business_id = first.business_id if isinstance(first, Message) else ""
         chosen = choose_partition(
             snap, info, policy, partition=partition, business_id=business_id, rng=self._rng
         )
+        wire = self._wire(messages)
         now = self.now_ms()
-        records = self._encode(messages, app, chosen, now, client_address)
         slot = (topic, chosen)
-        first_index = await append_records(
-            self.redis,
-            self.durability,
-            topic,
-            chosen,
-            records,
-            qos,
-            expected_first=self._next_guess.get(slot, -1),
+        guess = self._next_guess.get(slot, -1)
+        if wire is not None:
+            blob = wire.stamp(
+                partition=chosen, now_ms=now, client_address=client_address, first=max(0, guess)
+            )
+            counts: Sequence[int] = wire.counts
+            total = wire.total
+        else:
+            records = self._encode(messages, app, chosen, now, client_address)  # type: ignore[arg-type]
+            blob = pack_records(records, max(0, guess))
+            counts = [count for _, count in records]
+            total = sum(counts)
+        first_index = await append_blob(
+            self.redis, self.durability, topic, chosen, blob, total, qos, expected_first=guess
         )
-        indexes, pos, size = [], first_index, 0
-        for record, count in records:
-            indexes.append(pos)
-            pos += count
-            size += len(record)
-        self._next_guess[slot] = pos
+        end = first_index + total
+        if total == len(counts):
+            indexes = tuple(range(first_index, end))
+        else:
+            indexes, pos = [], first_index
+            for count in counts:
+                indexes.append(pos)
+                pos += count
+        self._next_guess[slot] = end
         self.counters.record(
-            topic=topic,
-            app=app,
-            broker=self.broker_id,
-            produced=pos - first_index,
-            produced_bytes=size,
+            topic=topic, app=app, broker=self.broker_id, produced=total, produced_bytes=len(blob)
         )
-        return AppendResult(topic, chosen, first_index, tuple(indexes), pos - first_index, now)
+        return AppendResult(topic, chosen, first_index, tuple(indexes), total, now)
+
+    def check_wire(self, blob: bytes, count: int) -> WireRecords:
+        """Check ``count`` JMQ4 BrokerMessage records filling ``blob`` for :meth:`append` /
+        :meth:`append_to_transaction` (InvalidMessage, MessageTooLarge over ``max_body``)."""
+        return check_wire(blob, count, self.max_body)
+
+    def _wire(self, messages: Sequence[Message | bytes] | WireRecords) -> WireRecords | None:
+        """The messages as checked wire records, or None for a list with Message objects."""
+        if isinstance(messages, WireRecords):
+            return messages
+        if all(isinstance(m, bytes | bytearray | memoryview) for m in messages):
+            return wire_records([bytes(m) for m in messages], self.max_body)  # type: ignore[arg-type]
+        return None
 
     def _encode(
         self,
@@ -649,7 +669,7 @@ class Engine:
         topic: str,
         app: str,
         tx_id: str,
-        messages: Sequence[Message | bytes],
+        messages: Sequence[Message | bytes] | WireRecords,
         *,
         partition: int | None = None,
         client_address: str | None = None,
@@ -659,7 +679,7 @@ class Engine:
             raise InvalidMessage("no messages")
         snap = self._catalog()
         info = self.topic(topic)
-        first = messages[0]
+        first = None if isinstance(messages, WireRecords) else messages[0]
         chosen = choose_partition(
             snap,
             info,
@@ -668,7 +688,13 @@ class Engine:
             business_id=first.business_id if isinstance(first, Message) else "",
             rng=self._rng,
         )
-        records = self._encode(messages, app, chosen, self.now_ms(), client_address)
+        wire = self._wire(messages)
+        now = self.now_ms()
+        if wire is not None:
+            stamped = wire.stamp(partition=chosen, now_ms=now, client_address=client_address)
+            records = wire.records(stamped)
+        else:
+            records = self._encode(messages, app, chosen, now, client_address)  # type: ignore[arg-type]
         return await self._tx(topic, app).add(tx_id, [(chosen, r, c) for r, c in records])
 
     async def commit_transaction(

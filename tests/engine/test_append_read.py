@@ -206,3 +206,89 @@ async def test_unreachable_redis_is_store_unavailable():
     with pytest.raises(StoreUnavailable):
         await engine.fetch("t", "a")
     await client.aclose()
+
+
+SEND_MS = 1_749_999_999_950  # 50 ms before the fake clock
+
+
+def _wire_blob(*bodies: bytes, send_time_ms: int = SEND_MS) -> tuple[bytes, list[bytes]]:
+    records = [
+        encode_record(Message(b, send_time_ms=send_time_ms), app="a", partition=-1, now_ms=0)[0]
+        for b in bodies
+    ]
+    return b"".join(records), records
+
+
+async def test_wire_blob_is_checked_once_and_stamped_in_place(make_engine, clock):
+    engine = make_engine()
+    await engine.append("t", "a", [Message(b"before")], partition=2)
+    blob, records = _wire_blob(b"w0", b"w1", b"w2")
+    wire = engine.check_wire(blob, 3)
+    res = await engine.append("t", "a", wire, partition=2, client_address="10.9.8.7:6")
+    assert (res.partition, res.first_index, res.indexes, res.count) == (2, 1, (1, 2, 3), 3)
+    got = await engine.read("t", 2, 1, 10)
+    assert [d.index for d in got] == [1, 2, 3]
+    for d, raw in zip(got, records, strict=True):
+        msg = decode_record(d.record)
+        assert (msg.partition, msg.index, msg.client_address) == (2, d.index, "10.9.8.7:6")
+        assert msg.store_time_ms == int(clock.now * 1000) and msg.send_time_ms == SEND_MS
+        assert d.record[47:51] != raw[47:51]  # the wire's storeTime was patched
+        assert d.record[51:] == raw[51:] and d.record[14:20] == raw[14:20]
+    # a wrong index guess (another writer appended meanwhile) is fixed by the script
+    other = make_engine()
+    await other.append("t", "a", [Message(b"other")], partition=2)
+    res = await engine.append("t", "a", engine.check_wire(blob, 3), partition=2)
+    assert res.indexes == (5, 6, 7)
+    assert [d.index for d in await engine.read("t", 2, 5, 3)] == [5, 6, 7]
+    assert [decode_record(d.record).index for d in await engine.read("t", 2, 5, 3)] == [5, 6, 7]
+
+
+async def test_wire_batch_takes_its_items_indexes(make_engine):
+    engine = make_engine()
+    batch, _ = encode_record(Message.batch([BatchItem(b"i0"), BatchItem(b"i1")]), app="a", now_ms=0)
+    plain, _ = _wire_blob(b"p")
+    res = await engine.append("t", "a", engine.check_wire(batch + plain, 2), partition=0)
+    assert res.indexes == (0, 2) and res.count == 3
+    assert await engine.bounds("t", 0) == (0, 3)
+
+
+async def test_invalid_wire_records_store_nothing(make_engine):
+    engine = make_engine(max_body=10)
+    blob, records = _wire_blob(b"ok", b"fine")
+    too_big, _ = _wire_blob(b"x" * 11)
+    bad_magic = bytearray(records[1])
+    bad_magic[18:20] = b"\x00\x00"
+    for bad, count, error in (
+        (blob + too_big, 3, MessageTooLarge),
+        (records[0] + bytes(bad_magic), 2, InvalidMessage),
+        (blob[:-1], 2, InvalidMessage),
+        (blob, 3, InvalidMessage),
+    ):
+        with pytest.raises(error):
+            engine.check_wire(bad, count)
+    # raw records given as bytes take the same checks inside append
+    with pytest.raises(MessageTooLarge):
+        await engine.append("t", "a", [records[0], too_big], partition=0)
+    with pytest.raises(InvalidMessage):
+        await engine.append("t", "a", [records[0][:-1], records[1]], partition=0)
+    with pytest.raises(InvalidMessage):  # one record split over two items
+        await engine.append("t", "a", [blob[:10], blob[10:]], partition=0)
+    assert await engine.bounds("t", 0) == (0, 0)
+    ok = await engine.append("t", "a", records, partition=0)
+    assert ok.indexes == (0, 1)
+
+
+async def test_wire_records_in_a_transaction(make_engine):
+    engine = make_engine()
+    tx = await engine.prepare_transaction("t", "a", timeout_ms=60_000)
+    blob, _ = _wire_blob(b"t0", b"t1")
+    logged = await engine.append_to_transaction(
+        "t", "a", tx, engine.check_wire(blob, 2), partition=1, client_address="10.0.0.1:1"
+    )
+    assert logged == 2
+    assert await engine.bounds("t", 1) == (0, 0)
+    assert await engine.commit_transaction("t", "a", tx) == {1: 0}
+    got = await engine.read("t", 1, 0, 5)
+    assert [d.message.body for d in got] == [b"t0", b"t1"]
+    assert [d.message.index for d in got] == [0, 1]
+    assert {d.message.client_address for d in got} == {"10.0.0.1:1"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
@@ -21,6 +22,7 @@ from brokers.engine import (
     encode_record,
 )
 from brokers.engine.record import _check_wire_record, check_record, restamp_record
+from brokers.engine.wire import check_batch_body, check_wire, wire_records
 
 text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
 
@@ -150,3 +152,181 @@ def test_fast_wire_check_agrees_with_full_check(body, bid, sys_code, flag, cut, 
         assert fast is full
     else:
         assert fast == (full.sys_code, full.send_time_ms, full.count)
+
+
+# ---------------------------------------------------------------- one blob per append
+
+
+@st.composite
+def wire_record(draw: st.DrawFn) -> bytes:
+    """A JMQ4 record, often valid, sometimes with one bad field, a flipped byte or cut."""
+    body = draw(st.binary(max_size=60))
+    bid = draw(st.text(max_size=120)).encode()[:127].decode("utf-8", "ignore").encode()
+    attrs = draw(st.sampled_from([None, {"k": "v"}, {"u": "é"}]))
+    raw, _ = encode_record(
+        Message(body, attributes=attrs, send_time_ms=draw(st.integers(0, 2**40))),
+        app=draw(st.sampled_from(["ap", "app", "é"])),
+        partition=1,
+        now_ms=7,
+    )
+    head, tail = raw[: 65 + len(body)], raw[65 + len(body) + 1 :]
+    rec = bytearray(head + bytes([len(bid)]) + bid + tail)
+    struct.pack_into(">i", rec, 0, len(rec))
+    if draw(st.booleans()):
+        sys_code = draw(st.sampled_from([0x010C, 0x110C, 0x1000, 0x1001, 0x2000, -1]))
+        struct.pack_into(">h", rec, 20, sys_code)
+        struct.pack_into(">h", rec, 59, draw(st.integers(-2, 3)))
+    if draw(st.integers(0, 3)) == 0:
+        rec[draw(st.integers(0, len(rec) - 1))] = draw(st.integers(0, 255))
+    return bytes(rec[: len(rec) - draw(st.integers(0, 12)) // 10])
+
+
+@given(records=st.lists(wire_record(), min_size=1, max_size=4))
+def test_check_wire_agrees_with_check_record(records):
+    """One walk over the blob accepts exactly the records check_record accepts, one by one."""
+    verdicts = [_verdict(lambda r: check_record(r, max_body=40), r) for r in records]
+    blob = b"".join(records)
+    wire = _verdict(lambda b: check_wire(b, len(records), 40), blob)
+    if all(not isinstance(v, type) for v in verdicts):
+        assert wire.offsets == tuple(
+            itertools.accumulate((len(r) for r in records[:-1]), initial=0)
+        )
+        assert wire.counts == tuple(v.count for v in verdicts)
+        assert wire.sys_codes == tuple(v.sys_code for v in verdicts)
+        assert wire.send_times == tuple(v.send_time_ms for v in verdicts)
+        assert wire.total == sum(v.count for v in verdicts)
+        assert wire_records(records, 40).offsets == wire.offsets
+    else:
+        assert isinstance(wire, type) and issubclass(wire, InvalidMessage)
+        with pytest.raises(InvalidMessage):
+            wire_records(records, 40)
+    if len(records) == 1:
+        assert (wire if isinstance(wire, type) else None) == (
+            verdicts[0] if isinstance(verdicts[0], type) else None
+        )
+
+
+def _plain(body: bytes = b"x", **kwargs: object) -> bytes:
+    raw, _ = encode_record(Message(body, send_time_ms=1_000), app="ap", now_ms=0, **kwargs)  # type: ignore[arg-type]
+    return raw
+
+
+def _patched(raw: bytes, offset: int, fmt: str, value: object) -> bytes:
+    rec = bytearray(raw)
+    struct.pack_into(fmt, rec, offset, value)
+    return bytes(rec)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (_plain()[:-1], InvalidMessage),  # cut: size disagrees
+        (_plain() + b"x", InvalidMessage),  # trailing byte
+        (_patched(_plain(), 0, ">i", 999), InvalidMessage),  # declared size
+        (_patched(_plain(), 18, ">h", 0x4321), InvalidMessage),  # magic
+        (_patched(_plain(), 20, ">h", 0x210C), InvalidMessage),  # reserved sysCode bit 13
+        (_patched(_plain(), 20, ">h", -0x7EF4), InvalidMessage),  # reserved sysCode bit 15
+        (_plain(b"y" * 41), MessageTooLarge),  # body over max_body
+        (_patched(_plain(), 20, ">h", 0x110C), InvalidMessage),  # batch flag 0
+        (_patched(_patched(_plain(), 20, ">h", 0x110C), 59, ">h", 1), InvalidMessage),  # body
+        (_patched(_plain(), 61, ">i", -1), InvalidMessage),  # negative body length
+    ],
+)
+def test_check_wire_rejects_each_rule(bad, error):
+    good = _plain()
+    for blob, count in ((bad, 1), (good + bad, 2), (bad + good, 2)):
+        with pytest.raises(error):
+            check_wire(blob, count, 40)
+    with pytest.raises(InvalidMessage):
+        check_wire(good, 2, 40)  # fewer records than announced
+    with pytest.raises(InvalidMessage):
+        check_wire(good + good, 1, 40)  # bytes after the announced records
+    with pytest.raises(InvalidMessage):
+        check_wire(b"", 0, 40)
+
+
+def test_check_wire_rejects_bad_strings():
+    body_end = 65 + 1
+    raw = _plain()
+    long_bid = bytearray(raw[:body_end] + bytes([101]) + b"b" * 101 + raw[body_end + 1 :])
+    struct.pack_into(">i", long_bid, 0, len(long_bid))
+    bad_utf8 = bytearray(raw[:body_end] + b"\x02\xff\xfe" + raw[body_end + 1 :])
+    struct.pack_into(">i", bad_utf8, 0, len(bad_utf8))
+    bad_app = raw[:-2] + b"\xc3\x28"
+    for bad in (bytes(long_bid), bytes(bad_utf8), bad_app, raw[:body_end] + b"\xff" + raw[67:]):
+        for blob, count in ((bad, 1), (raw + bad, 2), (bad + raw, 2)):
+            with pytest.raises(InvalidMessage):
+                check_wire(blob, count, 40)
+    # a record cut right after its body: the fast path must not take a lone byte for a tail
+    assert len(check_wire(raw + raw, 2, 40)) == 2
+    with pytest.raises(InvalidMessage):
+        check_wire(raw[:body_end] + b"\xff", 1, 40)
+
+
+def test_stamp_patches_partition_index_store_time_and_client_ip():
+    batch = encode_record(
+        Message.batch([BatchItem(b"a"), BatchItem(b"b")], send_time_ms=900),
+        app="ap",
+        now_ms=0,
+        client_address="[2001:db8::1]:7",
+    )[0]
+    records = [_plain(), batch, _plain(b"z")]
+    wire = check_wire(b"".join(records), 3, 40)
+    assert wire.counts == (1, 2, 1) and wire.total == 4
+    stamped = wire.stamp(partition=5, now_ms=1_250, client_address="10.0.0.9:80", first=40)
+    parts = [r for r, _ in wire.records(stamped)]
+    assert [c for _, c in wire.records(stamped)] == [1, 2, 1]
+    got = [decode_record(p) for p in parts]
+    assert [m.index for m in got] == [40, 41, 43]
+    assert {m.partition for m in got} == {5}
+    assert [m.store_time_ms for m in got] == [1_250] * 3
+    assert [m.client_address for m in got] == ["10.0.0.9:80"] * 3
+    assert all(m.sys_code & 0x80 for m in got)  # IPv4: short address bit set
+    for before, after in zip(records, parts, strict=True):
+        # nothing but partition, index, sysCode bit 7, clientIp and storeTime changed
+        assert len(before) == len(after)
+        assert before[14:20] == after[14:20] and before[22] == after[22]
+        assert before[39:47] == after[39:47] and before[51:] == after[51:]
+    v6 = wire.stamp(partition=0, now_ms=1_000, client_address="[::1]:9")
+    assert not decode_record(wire.records(v6)[0][0]).sys_code & 0x80
+    same = wire.stamp(partition=0, now_ms=2**40)  # clientIp kept, storeTime clamped
+    kept = decode_record(wire.records(same)[1][0])
+    assert kept.client_ip == decode_record(batch).client_ip
+    assert kept.store_time_ms - kept.send_time_ms == 2**31 - 1
+
+
+@st.composite
+def batch_bodies(draw: st.DrawFn) -> tuple[bytes, int]:
+    """A batch body of a few items, sometimes mutated."""
+    items = draw(
+        st.lists(
+            st.builds(
+                BatchItem,
+                body=st.binary(max_size=12),
+                business_id=st.sampled_from(["", "k", "é", "b" * 100]),
+                attributes=st.sampled_from([None, {"k": "v"}, {"é": "\\u"}]),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    body = bytearray(encode_batch_body(items))
+    for _ in range(draw(st.integers(0, 2))):
+        pos = draw(st.integers(0, max(0, len(body) - 1)))
+        kind = draw(st.integers(0, 2))
+        if kind == 0 and body:
+            body[pos] = draw(st.sampled_from([0, 1, 0x7F, 0x80, 0xFF, 0x5C, 0x75]))
+        elif kind == 1:
+            del body[pos:]
+        else:
+            body[pos:pos] = draw(st.sampled_from([b"\\u", b"\\u12", b"\xff", b"\x00" * 3]))
+    return bytes(body), len(items) + draw(st.integers(-1, 1))
+
+
+@given(batch=batch_bodies())
+def test_fast_batch_check_agrees_with_decode_batch_body(batch):
+    body, count = batch
+    full = _verdict(lambda b: decode_batch_body(b, count), body)
+    padded = b"\x00\x00\x00\x0e" + body + b"\x00\x00\x00\x0e\x00"
+    fast = _verdict(lambda b: check_batch_body(b, 4, 4 + len(body), count), padded)
+    assert (fast if isinstance(fast, type) else None) == (full if isinstance(full, type) else None)

@@ -218,7 +218,7 @@ class Jmq4Client:
         ordered: bool = False,
         qos: QosLevel = QosLevel.RECEIVE,
         tx_id: str = "",
-    ) -> tuple[ProducedItem, ...]:
+    ) -> Sequence[ProducedItem]:
         """Produce to one partition (random among writable ones unless given); follows the
         leader on 188. ``batch`` sends one batch message; returns one item per message (or
         one for the batch)."""

@@ -128,6 +128,7 @@ from brokers.protocols.jmq4.produce import (
     AddProducerRequest,
     AddProducerResponse,
     ProducedItem,
+    ProducedItems,
     ProduceMessageRequest,
     ProduceMessageResponse,
     ProduceTopic,
@@ -147,6 +148,7 @@ from brokers.protocols.jmq4.transaction import (
     TransactionStatus,
 )
 from brokers.protocols.jmq4.validation import validate_batch, validate_message, validate_name
+from brokers.protocols.jmq4.wire import WireMessages, read_wire_messages
 
 __all__ = [
     "ACK_INDEX_MAX",
@@ -234,6 +236,7 @@ __all__ = [
     "ProduceTopic",
     "ProduceTopicResult",
     "ProducedItem",
+    "ProducedItems",
     "ProducerPolicy",
     "QosLevel",
     "Reader",
@@ -252,6 +255,7 @@ __all__ = [
     "TopicType",
     "TransactionStatus",
     "UnknownCommand",
+    "WireMessages",
     "Writer",
     "boolean_ack",
     "decode_attributes",
@@ -264,6 +268,7 @@ __all__ = [
     "encode_client_address",
     "encode_frame",
     "payload_class",
+    "read_wire_messages",
     "response_frame",
     "response_header",
     "response_type",

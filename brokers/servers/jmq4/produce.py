@@ -1,7 +1,8 @@
 """PRODUCE_MESSAGE (spec §5.6, §6.8): checks per topic entry, then one engine append each.
 
-The messages' bytes are stored as received (the engine patches partition, index,
-storeTime and clientIp in place); entries run concurrently and a topic not done within
+The messages' bytes are stored as received: the codec hands them over as one contiguous
+:class:`WireMessages`, the engine checks them in one walk and patches partition, index,
+storeTime and clientIp in one copy. Entries run concurrently and a topic not done within
 the produce timeout is reported with code 108.
 """
 
@@ -9,23 +10,29 @@ from __future__ import annotations
 
 import asyncio
 import random
+from functools import reduce
+from operator import or_
 
-from brokers.engine import EngineError, QoS
+from brokers.engine import EngineError, QoS, WireRecords
 from brokers.protocols.jmq4 import (
     FAILED_ITEM,
+    SYS_BATCH,
     Code,
     CommandType,
+    DecodeError,
+    EncodeError,
     Frame,
     Header,
-    ProducedItem,
+    ProducedItems,
     ProduceMessageRequest,
     ProduceMessageResponse,
     ProduceTopic,
     ProduceTopicResult,
+    WireMessages,
     response_frame,
-    validate_message,
     validate_name,
 )
+from brokers.protocols.jmq4.validation import MAX_BODY_SIZE
 from brokers.servers.jmq4.context import ServerContext
 from brokers.servers.jmq4.errors import engine_code
 from brokers.servers.jmq4.partitions import choose_local, leads, local_partitions
@@ -39,29 +46,54 @@ def _failed(topic: str, code: int, count: int) -> ProduceTopicResult:
     return ProduceTopicResult(topic=topic, code=code, items=(FAILED_ITEM,) * max(count, 1))
 
 
-def _check(ctx: ServerContext, entry: ProduceTopic) -> int | None:
-    """The code that fails this entry before any write, or None."""
-    if validate_name(entry.topic) is not None or not entry.messages:
+def _wire(entry: ProduceTopic) -> WireMessages | None:
+    """The entry's messages as wire bytes (decoded entries already are); None if unencodable."""
+    if isinstance(entry.messages, WireMessages):
+        return entry.messages
+    try:
+        return WireMessages.from_messages(entry.messages)
+    except (EncodeError, DecodeError):
+        return None
+
+
+def _check(ctx: ServerContext, topic: str, messages: WireMessages) -> int | WireRecords:
+    """The code that fails this entry before any write, or its records checked by the engine.
+
+    The engine checks every record (size, magic, reserved sysCode bits, businessId, batch
+    flag and body, its own body limit); the protocol adds one partition per entry, the §8.5
+    body limit and its own reading of an uncompressed batch body.
+    """
+    if validate_name(topic) is not None or not messages:
         return Code.CN_PARAM_ERROR
-    first = entry.messages[0].partition
-    for message in entry.messages:
-        if message.partition != first or validate_message(message) is not None:
-            return Code.CN_PARAM_ERROR
-    return None
+    partitions = messages.partitions
+    if partitions.count(partitions[0]) != len(partitions):
+        return Code.CN_PARAM_ERROR
+    if messages.max_body_size > MAX_BODY_SIZE:
+        return Code.CN_PARAM_ERROR
+    if reduce(or_, messages.sys_codes) & SYS_BATCH:
+        for i, sys_code in enumerate(messages.sys_codes):
+            if sys_code & SYS_BATCH and messages.batch_rejected(i):
+                return Code.CN_PARAM_ERROR
+    try:
+        return ctx.engine.check_wire(messages.data, len(messages))
+    except EngineError as exc:
+        return engine_code(exc)
 
 
 async def _produce_topic(
     ctx: ServerContext, session: Session, app: str, entry: ProduceTopic
 ) -> ProduceTopicResult:
     count = len(entry.messages)
-    code = _check(ctx, entry)
-    if code is not None:
-        return _failed(entry.topic, code, count)
+    messages = _wire(entry)
+    if messages is None:
+        return _failed(entry.topic, Code.CN_PARAM_ERROR, count)
+    records = _check(ctx, entry.topic, messages)
+    if not isinstance(records, WireRecords):
+        return _failed(entry.topic, records, count)
     topic = ctx.snapshot.topics.get(entry.topic)
     if topic is None:
         return _failed(entry.topic, Code.FW_TOPIC_NOT_EXIST, count)
-    first = entry.messages[0]
-    partition = first.partition
+    partition = messages.partitions[0]
     if partition >= 0:
         if partition >= topic.partitions:
             return _failed(entry.topic, Code.CN_PARAM_ERROR, count)
@@ -71,38 +103,32 @@ async def _produce_topic(
         local = local_partitions(topic, ctx.broker_id)
         if not local:
             return _failed(entry.topic, Code.FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER, count)
-        ordered = bool(first.sys_code & _ORDERED) or topic.type == "sequential"
-        partition = choose_local(local, ordered=ordered, business_id=first.business_id, rng=_rng)
-    raws = [m.raw for m in entry.messages]
+        ordered = bool(messages.sys_codes[0] & _ORDERED) or topic.type == "sequential"
+        business_id = messages[0].business_id if ordered else ""
+        partition = choose_local(local, ordered=ordered, business_id=business_id, rng=_rng)
     try:
         if entry.tx_id:
             await ctx.engine.append_to_transaction(
                 entry.topic,
                 app,
                 entry.tx_id,
-                raws,
+                records,
                 partition=partition,
                 client_address=session.address,
             )
-            items = tuple(
-                ProducedItem(partition=partition, index=-1, start_time=m.send_time)
-                for m in entry.messages
-            )
+            items = ProducedItems(partition, (-1,) * count, messages.send_times)
             return ProduceTopicResult(topic=entry.topic, items=items)
         result = await ctx.engine.append(
             entry.topic,
             app,
-            raws,
+            records,
             partition=partition,
             qos=QoS.from_jmq4(entry.qos),
             client_address=session.address,
         )
     except EngineError as exc:
         return _failed(entry.topic, engine_code(exc), count)
-    items = tuple(
-        ProducedItem(partition=result.partition, index=index, start_time=m.send_time)
-        for index, m in zip(result.indexes, entry.messages, strict=True)
-    )
+    items = ProducedItems(result.partition, result.indexes, messages.send_times)
     return ProduceTopicResult(topic=entry.topic, items=items)
 
 
