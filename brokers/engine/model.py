@@ -19,7 +19,10 @@ class QoS(enum.IntEnum):
     @classmethod
     def from_jmq4(cls, level: int) -> QoS:
         """JMQ4 qosLevel 0–4 (ONE_WAY, RECEIVE, PERSISTENCE, REPLICATION, ALL)."""
-        return {0: cls.NONE, 1: cls.RECEIVED, 2: cls.PERSISTED}.get(level, cls.REPLICATED)
+        return _JMQ4_QOS.get(level, cls.REPLICATED)
+
+
+_JMQ4_QOS = {0: QoS.NONE, 1: QoS.RECEIVED, 2: QoS.PERSISTED}
 
 
 class RetryType(enum.IntEnum):

@@ -82,5 +82,4 @@ class Jmq4Protocol(FlowControlled):
             self._write(reply)
 
     def _write(self, data: bytes) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(data)
+        self.send(data)

@@ -89,11 +89,7 @@ class ZbusProtocol(FlowControlled):
             self.close()
 
     def _write(self, data: bytes) -> bool:
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return False
-        transport.write(data)
-        return True
+        return self.send(data)
 
     def _buffered(self) -> int:
         transport = self._transport
