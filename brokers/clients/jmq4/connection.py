@@ -104,7 +104,8 @@ class Jmq4Connection:
         self._pending[header.request_id] = fut
         self._writer.write(encode_frame(header, payload))
         try:
-            frame = await asyncio.wait_for(fut, time_limit)
+            async with asyncio.timeout(time_limit):  # no wrapper per request, unlike wait_for
+                frame = await fut
         finally:
             self._pending.pop(header.request_id, None)
         if check and frame.header.type == CommandType.BOOLEAN_ACK and frame.header.status:
