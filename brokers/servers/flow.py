@@ -26,7 +26,6 @@ class FlowControlled(asyncio.Protocol):
         self._reading_paused = False
         self._writing_paused = False
         self._stopping = False
-        self._outbox: list[bytes] = []
 
     def pause_writing(self) -> None:
         """The peer does not read: stop reading its requests too."""
@@ -37,27 +36,6 @@ class FlowControlled(asyncio.Protocol):
         """The write buffer drained."""
         self._writing_paused = False
         self._update_reading()
-
-    def send(self, data: bytes) -> bool:
-        """Queue ``data`` for the peer (False once the connection is closing).
-
-        Everything queued in one loop turn goes out in ONE write at the end of the turn:
-        requests that finish together (their Redis replies came in one pipeline) cost one
-        system call, not one each.
-        """
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return False
-        if not self._outbox:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._outbox.append(data)
-        return True
-
-    def _flush(self) -> None:
-        out, self._outbox = self._outbox, []
-        transport = self._transport
-        if out and transport is not None and not transport.is_closing():
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _spawn(self, request: Coroutine[Any, Any, None]) -> None:
         """Run one request as a task counted against ``max_inflight``."""
@@ -100,7 +78,6 @@ class FlowControlled(asyncio.Protocol):
 
     def close(self) -> None:
         """Close the connection after flushing what was written."""
-        self._flush()
         if self._transport is not None:
             self._transport.close()
 

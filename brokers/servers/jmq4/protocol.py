@@ -82,4 +82,5 @@ class Jmq4Protocol(FlowControlled):
             self._write(reply)
 
     def _write(self, data: bytes) -> None:
-        self.send(data)
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)

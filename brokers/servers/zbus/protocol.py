@@ -89,7 +89,11 @@ class ZbusProtocol(FlowControlled):
             self.close()
 
     def _write(self, data: bytes) -> bool:
-        return self.send(data)
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return False
+        transport.write(data)
+        return True
 
     def _buffered(self) -> int:
         transport = self._transport
