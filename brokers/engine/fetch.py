@@ -110,6 +110,9 @@ class Fetcher:
         self._retry_policy = retry_policy
         self._rng = rng
         self._rotation: dict[tuple[str, str], itertools.count] = defaultdict(itertools.count)
+        # (topic, app) -> notifier stamp of a lease that found the retry store empty: while
+        # the stamp holds, nothing was added (adds publish), so the store need not be asked
+        self._retries_empty: dict[tuple[str, str], tuple[int, int]] = {}
 
     async def fetch(self, req: FetchRequest, long_poll_ms: int = 0) -> FetchResult:
         """Fetch once, then park until data arrives if asked to long-poll.
@@ -318,6 +321,10 @@ class Fetcher:
         self, req: FetchRequest, now: int
     ) -> tuple[FetchResult | None, int | None]:
         """(due retries leased, or None; when none: the earliest retry's due time)."""
+        key = (req.topic.code, req.app)
+        stamp = self._notifier.stamp(req.topic.code)
+        if stamp is not None and self._retries_empty.get(key) == stamp:
+            return None, None  # the store was empty and no retry was added since
         store = RetryStore(self._client, req.topic.code, req.app)
         leased, due = await store.lease_or_next_due(
             now_ms=now,
@@ -325,6 +332,10 @@ class Fetcher:
             max_items=req.count,
             policy=self._retry_policy(req.policy),
         )
+        if not leased and due is None and stamp is not None:
+            self._retries_empty[key] = stamp
+        else:
+            self._retries_empty.pop(key, None)
         if not leased:
             return None, due
         deliveries = tuple(

@@ -73,10 +73,22 @@ class Notifier:
     def __init__(self, client: AnyRedis) -> None:
         self._client = client
         self._waiters: dict[str, list[Wakeup]] = defaultdict(list)
+        self._generation = 0  # bumped whenever the subscription connection is lost
+        self._unnamed: dict[str, int] = defaultdict(int)  # notifications naming no partition
         self._confirmed: dict[str, asyncio.Future[None]] = {}
         self._pubsub = None
         self._task: asyncio.Task[None] | None = None
         self._start_lock = asyncio.Lock()
+
+    def stamp(self, topic: str) -> tuple[int, int] | None:
+        """While ``topic``'s notifications are being received: a value that changes with every
+        notification naming no partition (a retry added or made due) and with every lost
+        connection — so "nothing changed since" can be told without asking Redis. None when
+        they are not being received."""
+        fut = self._confirmed.get(notify_channel(topic))
+        if fut is None or not fut.done() or fut.cancelled():
+            return None
+        return self._generation, self._unnamed[topic]
 
     def parked(self, topic: str) -> int:
         """Waiters currently parked on ``topic``."""
@@ -102,6 +114,7 @@ class Notifier:
                 await self._pubsub.aclose()
             self._pubsub = None
         self._confirmed.clear()
+        self._generation += 1
 
     async def _subscribe(self, topic: str) -> None:
         await self._start()
@@ -208,6 +221,7 @@ class Notifier:
                     if not fut.done():
                         fut.cancel()
                 self._confirmed.clear()
+                self._generation += 1
                 self._wake_all()
                 await asyncio.sleep(0.5)
                 with contextlib.suppress(Exception):
@@ -229,7 +243,10 @@ class Notifier:
                 if fut is not None and not fut.done():
                     fut.set_result(None)
             elif kind == "message" and channel.startswith(prefix):
-                self._wake(channel[len(prefix) :], _partition(msg.get("data")))
+                topic, partition = channel[len(prefix) :], _partition(msg.get("data"))
+                if partition is None:
+                    self._unnamed[topic] += 1
+                self._wake(topic, partition)
 
 
 def _partition(data: object) -> int | None:

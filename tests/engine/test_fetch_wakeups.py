@@ -87,3 +87,27 @@ async def test_an_empty_fetch_learns_when_the_next_retry_is_due(make_engine, clo
     await engine.ack("t", "a", 0, [got.messages[0].index], retry_type=RetryType.EXCEPTION)
     later = await engine.fetch("t", "a")
     assert later.retry_after_ms == int(clock.now * 1000) + 5_000
+
+
+async def test_an_empty_retry_store_is_not_asked_again_until_a_retry_is_added(
+    make_engine, store, clock
+):
+    if isinstance(store, RedisCluster):
+        pytest.skip("counts the commands of one server")
+    snap = snapshot(topics={"t": {"partitions": 1}})
+    engine = make_engine(snap, retry_policy=RetryPolicy(base_ms=1_000, cap_ms=1_000))
+    other = make_engine(snap, retry_policy=RetryPolicy(base_ms=1_000, cap_ms=1_000))
+    await engine.fetch("t", "a", long_poll_ms=50)  # subscribes to the topic's notifications
+    await engine.fetch("t", "a")  # the retry store is found empty
+    before = await _evalsha_calls(store)
+    for _ in range(5):
+        assert (await engine.fetch("t", "a")).status is FetchStatus.NO_NEW_MSG
+    assert await _evalsha_calls(store) - before == 5  # one partition scan each, no lease
+    # another process adds a retry: its notification makes this engine look again
+    await other.append("t", "a", [Message(b"bad")], partition=0)
+    got = await other.fetch("t", "a", count=1)
+    await other.ack("t", "a", 0, [got.messages[0].index], retry_type=RetryType.EXCEPTION)
+    await _settle()
+    clock.advance(2)
+    again = await engine.fetch("t", "a")
+    assert again.partition == RETRY_PARTITION and again.messages[0].message.body == b"bad"
