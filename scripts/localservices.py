@@ -21,12 +21,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+_handed_out: set[int] = set()
+
 
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """Return a TCP port on 127.0.0.1 that is free right now and that this process has not
+    handed out before (the OS may offer a just-released port again, and callers asking for
+    several ports before binding any need distinct ones)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def wait_for_port(port: int, timeout: float = 30.0, host: str = "127.0.0.1") -> None:
