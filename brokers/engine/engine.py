@@ -63,7 +63,6 @@ from brokers.engine.record import (
     RecordEncoder,
     decode_record,
     encode_record,
-    restamp_record,
 )
 from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retention import trim_partition
@@ -276,16 +275,10 @@ class Engine:
         for msg in messages:
             if isinstance(msg, Message):
                 out.append(encoder.encode(msg))
-            else:
-                out.append(
-                    restamp_record(
-                        bytes(msg),
-                        partition=partition,
-                        now_ms=now,
-                        client_address=client_address,
-                        max_body=self.max_body,
-                    )
-                )
+            else:  # a JMQ4 record among Message objects
+                wire = wire_records([bytes(msg)], self.max_body)
+                stamped = wire.stamp(partition=partition, now_ms=now, client_address=client_address)
+                out.append((stamped, wire.counts[0]))
         return out
 
     # ------------------------------------------------------------------ read

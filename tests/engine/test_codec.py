@@ -21,7 +21,7 @@ from brokers.engine import (
     encode_batch_body,
     encode_record,
 )
-from brokers.engine.record import _check_wire_record, check_record, restamp_record
+from brokers.engine.record import check_record
 from brokers.engine.wire import check_batch_body, check_wire, wire_records
 
 text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
@@ -114,7 +114,7 @@ def test_invalid_records_are_rejected():
     batch = bytearray(raw)
     batch[20:22] = struct.pack(">h", 0x118C)  # batch bit, flag 0, body not a batch
     with pytest.raises(InvalidMessage):
-        restamp_record(bytes(batch), partition=0, now_ms=5)
+        check_wire(bytes(batch), 1, 1 << 20)
 
 
 def _verdict(check, raw: bytes):
@@ -133,7 +133,7 @@ def _verdict(check, raw: bytes):
     flip=st.tuples(st.integers(0, 400), st.integers(0, 255)),
 )
 def test_fast_wire_check_agrees_with_full_check(body, bid, sys_code, flag, cut, flip):
-    """restamp_record's fast validation accepts and rejects exactly what check_record does."""
+    """The one-walk check of a single record accepts and rejects exactly what check_record does."""
     raw, _ = encode_record(Message(body), app="ap", partition=1, now_ms=7)
     bid_raw = bid.encode()[:127]
     bid_raw = bid_raw.decode("utf-8", "ignore").encode()
@@ -147,11 +147,12 @@ def test_fast_wire_check_agrees_with_full_check(body, bid, sys_code, flag, cut, 
         rec[flip[0]] = flip[1]
     data = bytes(rec[: len(rec) - cut % 3])
     full = _verdict(lambda r: check_record(r, max_body=40), data)
-    fast = _verdict(lambda r: _check_wire_record(r, 40), data)
+    fast = _verdict(lambda r: check_wire(r, 1, 40), data)
     if isinstance(full, type):
         assert fast is full
     else:
-        assert fast == (full.sys_code, full.send_time_ms, full.count)
+        facts = (fast.sys_codes[0], fast.send_times[0], fast.counts[0])
+        assert facts == (full.sys_code, full.send_time_ms, full.count)
 
 
 # ---------------------------------------------------------------- one blob per append
