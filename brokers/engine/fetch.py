@@ -28,6 +28,7 @@ import random
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
@@ -178,20 +179,23 @@ class Fetcher:
             first_consume=att.first,
         )
 
+    @staticmethod
+    def _lock_args(req: FetchRequest, now: int) -> dict[str, Any]:
+        """What the lock-and-read scripts need besides the partitions."""
+        delay = req.policy.delay_ms
+        return {
+            "owner": req.owner,
+            "now_ms": now,
+            "timeout_ms": req.ack_timeout_ms,
+            "count": req.count,
+            "address": req.address,
+            "init": req.init,
+            "max_store_ms": now - delay if delay > 0 else None,
+        }
+
     async def _try(self, req: FetchRequest, p: int, cid: str, now: int) -> Attempt:
-        policy = req.policy
         return await try_partition(
-            self._client,
-            req.topic.code,
-            p,
-            cid,
-            owner=req.owner,
-            now_ms=now,
-            timeout_ms=req.ack_timeout_ms,
-            count=req.count,
-            address=req.address,
-            init=req.init,
-            max_store_ms=now - policy.delay_ms if policy.delay_ms > 0 else None,
+            self._client, req.topic.code, p, cid, **self._lock_args(req, now)
         )
 
     async def _look_at(self, req: FetchRequest, hinted: set[int]) -> tuple[FetchResult, list[int]]:
@@ -238,15 +242,9 @@ class Fetcher:
                 topic,
                 req.partitions,
                 cid,
-                owner=req.owner,
-                now_ms=now,
-                timeout_ms=req.ack_timeout_ms,
-                count=req.count,
-                address=req.address,
-                init=req.init,
-                max_store_ms=now - policy.delay_ms if policy.delay_ms > 0 else None,
                 turn=turn,
                 max_partition_num=policy.max_partition_num,
+                **self._lock_args(req, now),
             )
         if outcome.attempt is not None:
             return self._found(req, outcome.partition, outcome.attempt), list(outcome.untried)
