@@ -755,30 +755,12 @@ class Engine:
         ``dropped`` (DropNewest) and ``dead_lettered`` (RedirectToDlq) say where the
         message went; BlockPublisher raises QueueFull.
         """
-        settings = self._queue_settings(topic)
-        now = self.now_ms()
-        record, count = encode_record(
-            message,
-            app=app,
-            partition=partition,
-            now_ms=now,
-            client_address=client_address,
-            max_body=self.max_body,
+        [result] = await self.queue_publish_many(
+            topic, app, [message], partition=partition, qos=qos, client_address=client_address
         )
-        outcome = await self._queue(topic, partition).publish(
-            record, count, priority=message.priority, settings=settings, qos=qos
-        )
-        if outcome.dead_lettered:
-            await self._to_queue_dlq(
-                topic, app, record, reason="QueueOverflow", attempts=0, qos=qos
-            )
-            return AppendResult(topic, partition, -1, (), 0, now, dead_lettered=True)
-        if outcome.dropped:
-            return AppendResult(topic, partition, -1, (), 0, now, dropped=True)
-        self.counters.record(
-            topic=topic, app=app, broker=self.broker_id, produced=count, produced_bytes=len(record)
-        )
-        return AppendResult(topic, partition, outcome.index, (outcome.index,), count, now)
+        if isinstance(result, EngineError):
+            raise result
+        return result
 
     async def queue_publish_many(
         self,
