@@ -19,31 +19,22 @@ from django.conf import settings
 from django.db import connection
 from playwright.sync_api import Page, expect
 
-from brokers.catalog_loader import build_snapshot, publish
+from brokers.catalog_loader import publish
 from brokers.engine import CatalogWatcher, Engine, FetchStatus, Message
 from brokers.models import App, Cluster, ConsumerPolicy, ProducerPolicy, Team, TeamMembership, Topic
 from mqcloud.approvals.models import Application
 from tests import factories
+from tests.engine_calls import engine_call as shared_engine_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PASSWORD = "pw-Secret-123"
 
 
 def engine_call(fn):
-    """Run ``fn(engine)`` in a thread of its own (Playwright holds this thread's loop)."""
-    snapshot = build_snapshot()
-
-    async def run():
-        client = aioredis.from_url(settings.REDIS_URL)
-        engine = Engine(client, lambda: snapshot)
-        try:
-            return await fn(engine)
-        finally:
-            await engine.close()
-            await client.aclose()
-
+    """:func:`tests.engine_calls.engine_call` in a thread of its own (Playwright holds this
+    thread's loop)."""
     with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, run()).result()
+        return pool.submit(shared_engine_call, fn).result()
 
 
 @pytest.fixture
