@@ -94,3 +94,22 @@ async def drain(protocols: Sequence[FlowControlled], grace: float) -> None:
             task.cancel()
         if still:
             await asyncio.wait(still, timeout=1.0)
+
+
+class ListeningServer:
+    """What the protocol servers share: the listening asyncio server and the set of open
+    connections (protocols add and remove themselves)."""
+
+    def __init__(self, server: asyncio.Server, connections: set[Any]) -> None:
+        self._server = server
+        self._connections = connections
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful with port 0)."""
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def connections(self) -> int:
+        """Open connections."""
+        return len(self._connections)

@@ -7,7 +7,7 @@ import contextlib
 import logging
 
 from brokers.engine import CatalogWatcher, Engine
-from brokers.servers.flow import drain
+from brokers.servers.flow import ListeningServer, drain
 from brokers.servers.jmq4.connection import release_locks
 from brokers.servers.jmq4.context import ServerConfig, ServerContext
 from brokers.servers.jmq4.coordinator import Coordinator
@@ -16,23 +16,12 @@ from brokers.servers.jmq4.protocol import Jmq4Protocol
 log = logging.getLogger("mqcloud.jmq4")
 
 
-class Jmq4Server:
+class Jmq4Server(ListeningServer):
     """A listening JMQ4 server and its open connections."""
 
     def __init__(self, ctx: ServerContext, server: asyncio.Server, connections: set) -> None:
         self.ctx = ctx
-        self._server = server
-        self._connections: set[Jmq4Protocol] = connections
-
-    @property
-    def port(self) -> int:
-        """The port actually bound (useful with port 0)."""
-        return int(self._server.sockets[0].getsockname()[1])
-
-    @property
-    def connections(self) -> int:
-        """Open connections."""
-        return len(self._connections)
+        super().__init__(server, connections)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting, let in-flight requests finish (up to ``grace`` seconds, then cancel

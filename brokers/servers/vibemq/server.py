@@ -8,6 +8,7 @@ import logging
 
 from brokers.engine import CatalogWatcher, Engine
 from brokers.protocols.vibemq import shutdown_notice
+from brokers.servers.flow import ListeningServer
 from brokers.servers.vibemq.config import ServerConfig
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import Hub
@@ -17,7 +18,7 @@ from brokers.servers.vibemq.protocol import VibeMQProtocol
 log = logging.getLogger("mqcloud.vibemq")
 
 
-class VibeMQServer:
+class VibeMQServer(ListeningServer):
     """A listening VibeMQ server and its open connections."""
 
     def __init__(
@@ -29,8 +30,7 @@ class VibeMQServer:
         monitor: asyncio.Server | None = None,
     ) -> None:
         self.ctx, self.hub = ctx, hub
-        self._server = server
-        self._connections: set[VibeMQProtocol] = connections
+        super().__init__(server, connections)
         self._monitor = monitor
 
     @property
@@ -39,15 +39,6 @@ class VibeMQServer:
         if self._monitor is None:
             return None
         return int(self._monitor.sockets[0].getsockname()[1])
-
-    @property
-    def port(self) -> int:
-        """The port actually bound (useful with port 0)."""
-        return int(self._server.sockets[0].getsockname()[1])
-
-    @property
-    def connections(self) -> int:
-        return len(self._connections)
 
     async def stop(self, grace: float | None = None) -> None:
         """§5 shutdown: stop accepting, tell every client ``disconnect`` (server_shutdown),

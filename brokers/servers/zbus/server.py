@@ -8,7 +8,7 @@ import logging
 from dataclasses import replace
 
 from brokers.engine import CatalogWatcher, Engine
-from brokers.servers.flow import drain
+from brokers.servers.flow import ListeningServer, drain
 from brokers.servers.zbus.config import ZbusConfig
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.protocol import ZbusProtocol
@@ -18,26 +18,15 @@ from brokers.servers.zbus.track import report_key, run_reporter
 log = logging.getLogger("mqcloud.zbus")
 
 
-class ZbusServer:
+class ZbusServer(ListeningServer):
     """A listening zbus server and its open connections."""
 
     def __init__(
         self, ctx: ServerContext, server: asyncio.Server, connections: set[ZbusProtocol]
     ) -> None:
         self.ctx = ctx
-        self._server = server
-        self._connections = connections
+        super().__init__(server, connections)
         self._reporter = ctx.spawn(run_reporter(ctx), "zbus-reporter")
-
-    @property
-    def port(self) -> int:
-        """The port actually bound (useful with port 0)."""
-        return int(self._server.sockets[0].getsockname()[1])
-
-    @property
-    def connections(self) -> int:
-        """Open connections."""
-        return len(self._connections)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting, let running requests finish (up to ``grace`` seconds), give
