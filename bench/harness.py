@@ -9,13 +9,16 @@ with its catalog snapshot and its protocol's ``start_*_server`` function.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +99,24 @@ def spawn_broker(script: str, redis_port: int) -> tuple[subprocess.Popen, int]:
         proc.kill()
         raise RuntimeError(f"bench broker did not start: {line!r}")
     return proc, port
+
+
+@contextlib.contextmanager
+def broker_bench(script: str, raw_requests: int) -> Iterator[tuple[float, int, int]]:
+    """A throw-away Redis, its raw XADD rate measured first, and ``script``'s broker process
+    (:func:`spawn_broker`): yields (raw ops/s, Redis port, broker port); on exit both are
+    stopped and the Redis directory is removed."""
+    workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
+    redis_proc, redis_port = start_redis(workdir)
+    server = None
+    try:
+        raw = raw_xadd(redis_port, raw_requests)
+        server, port = spawn_broker(script, redis_port)
+        yield raw, redis_port, port
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(30)
+        redis_proc.terminate()
+        redis_proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from localservices import RedisServer, free_port, wait_for_port  # noqa: E402
 
+from bench.harness import raw_xadd  # noqa: E402
 from brokers.engine import (  # noqa: E402
     AppInfo,
     BrokerInfo,
@@ -75,30 +75,6 @@ def snapshot() -> CatalogSnapshot:
             ),
         ),
     )
-
-
-def raw_xadd(port: int) -> float:
-    out = subprocess.run(
-        [
-            "redis-benchmark",
-            "-p",
-            str(port),
-            "-P",
-            "100",
-            "-n",
-            "200000",
-            "-q",
-            "XADD",
-            "bench:raw",
-            "*",
-            "body",
-            BODY,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return float(re.findall(r"([\d.]+) requests per second", out)[-1])
 
 
 async def timed(seconds: float, workers: int, one) -> float:
@@ -191,7 +167,7 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         wait_for_port(web_port, timeout=30)
-        raw = raw_xadd(redis.port)
+        raw = raw_xadd(redis.port, 200_000)
         figures = asyncio.run(run(f"http://127.0.0.1:{web_port}", args.seconds))
         print(f"raw redis XADD pipelined (-P 100)  {raw:,.0f} ops/s  ratio=1.00")
         for name, value in figures.items():

@@ -17,17 +17,15 @@ Each line shows its ratio to the raw XADD rate.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from bench.harness import raw_xadd, serve_broker, spawn_broker, start_redis
+from bench.harness import broker_bench, serve_broker
 from brokers.clients.jmq4 import Jmq4Client, OutgoingMessage, build_batch, build_message
 from brokers.engine import (
     AppInfo,
@@ -193,12 +191,7 @@ async def latency(port: int, rate: int, seconds: float) -> tuple[float, float]:
 
 
 async def main() -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
-    redis_proc, redis_port = start_redis(workdir)
-    server = None
-    try:
-        raw = raw_xadd(redis_port, 1_000_000)
-        server, jmq4_port = spawn_broker(__file__, redis_port)
+    with broker_bench(__file__, 1_000_000) as (raw, _, jmq4_port):
         produce = await produce_load(jmq4_port, "bench", 5.0, batch=False)
         batched = await produce_load(jmq4_port, "batch", 5.0, batch=True)
         consume = await consume_load(jmq4_port, "bench", 200_000)
@@ -214,13 +207,6 @@ async def main() -> None:
             f"JMQ4 consume fetch+ack           : {consume:12,.0f} msg/s   {consume / raw:.2f}x raw"
         )
         print(f"JMQ4 e2e latency @5,000 msg/s    : p50 {p50:.2f} ms  p99 {p99:.2f} ms")
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(30)
-        redis_proc.terminate()
-        redis_proc.wait(10)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -13,17 +13,15 @@ Starts its own redis-server (AOF everysec) and a VibeMQ server in a separate pro
 from __future__ import annotations
 
 import asyncio
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from bench.harness import raw_xadd, serve_broker, spawn_broker, start_redis
+from bench.harness import broker_bench, serve_broker
 from brokers.clients.vibemq import VibeMQClient
 from brokers.engine import (
     AppInfo,
@@ -109,12 +107,7 @@ async def latency(port: int, rate: int, seconds: float) -> tuple[float, float]:
 
 
 async def main() -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
-    redis_proc, redis_port = start_redis(workdir)
-    server = None
-    try:
-        raw = raw_xadd(redis_port, 1_000_000)
-        server, port = spawn_broker(__file__, redis_port)
+    with broker_bench(__file__, 1_000_000) as (raw, _, port):
         publish = await publish_load(port, 5.0)
         backlog = min(int(publish * 5), 100_000)
         deliver = await deliver_load(port, backlog)
@@ -127,13 +120,6 @@ async def main() -> None:
             f"VibeMQ deliver+ack, 1 subscriber : {deliver:12,.0f} msg/s   {deliver / raw:.3f}x raw"
         )
         print(f"VibeMQ publish→deliver @500/s    : p50 {p50:.2f} ms  p99 {p99:.2f} ms")
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(30)
-        redis_proc.terminate()
-        redis_proc.wait(10)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis.asyncio as aioredis
 
-from bench.harness import raw_xadd, serve_broker, spawn_broker, start_redis
+from bench.harness import broker_bench, serve_broker
 from brokers.engine import (
     BrokerInfo,
     CatalogSnapshot,
@@ -168,12 +167,7 @@ async def rpc_load(port: int, seconds: float, requesters: int = 8, workers: int 
 
 
 async def main() -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
-    redis_proc, redis_port = start_redis(workdir)
-    server = None
-    try:
-        raw = raw_xadd(redis_port, 500_000)
-        server, port = spawn_broker(__file__, redis_port)
+    with broker_bench(__file__, 500_000) as (raw, redis_port, port):
         p1, n1 = await produce_load(port, 1, 4.0)
         print(f"produce 1: {p1:.0f} ({n1})", file=sys.stderr, flush=True)
         c1 = await consume_load(port, 1, [n1])
@@ -201,12 +195,6 @@ async def main() -> None:
         ]
         for label, value, unit in rows:
             print(f"{label:32}: {value:12,.0f} {unit}  {value / raw:.3f}x raw")
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(30)
-        redis_proc.terminate()
-        redis_proc.wait(10)
 
 
 if __name__ == "__main__":
