@@ -1,12 +1,13 @@
-"""Script calls issued in the same event-loop turn go to a single Redis as ONE pipeline.
+"""Script calls issued in the same event-loop turn go to a single Redis in ONE write.
 
 A broker under load runs many requests at once, and each engine operation is one or two
 script calls. Sent one by one, every call pays redis-py's connection-pool round (locks,
 bookkeeping) and a send and a receive system call of its own — on a busy broker that was
 most of its CPU. Calls made while the loop is running other callbacks are queued and
-written together at the end of the turn as a non-transactional pipeline on one connection;
-each caller gets its own reply or its own error (a NOSCRIPT error stays the caller's, who
-falls back to EVAL). A lone call goes out directly, so an idle broker pays nothing extra.
+written together at the end of the turn on the client's :class:`~brokers.engine.multiplex.
+Multiplexer` connection (without waiting for earlier turns' replies); each caller gets its
+own reply or its own error (a NOSCRIPT error stays the caller's, who falls back to EVAL).
+A RESP3 client uses a non-transactional redis-py pipeline per turn instead.
 
 Only for a single Redis: on Redis Cluster the calls are sent directly (each to its slot's
 node). Scripts are independent, so their order inside a pipeline does not matter beyond
@@ -22,6 +23,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from brokers.engine.multiplex import Multiplexer, supports
+
 MAX_BATCH = 128
 
 
@@ -33,6 +36,7 @@ class Coalescer:
         self.loop = loop
         self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._mux = Multiplexer(client, loop) if supports(client) else None
 
     @property
     def client(self) -> aioredis.Redis | None:
@@ -48,6 +52,9 @@ class Coalescer:
 
     def _flush(self) -> None:
         batch, self._queue = self._queue, []
+        if self._mux is not None:
+            self._mux.send(batch)
+            return
         while batch:
             chunk, batch = batch[:MAX_BATCH], batch[MAX_BATCH:]
             task = self.loop.create_task(self._send(chunk))
