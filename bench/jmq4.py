@@ -8,7 +8,7 @@ published to that Redis, then prints:
 * produce msgs/s — one batch message of 100 items per request, 4 connections;
 * consume msgs/s — FETCH_TOPIC_MESSAGE + COMMIT_ACK over the produced backlog;
 * end-to-end latency p50/p99 at a paced 5,000 msg/s (produce → long-polling consumer with
-  one fetch loop per partition);
+  one fetch loop per partition), over 5 s after a 1 s warm-up at that rate;
 * the raw baseline: ``redis-benchmark -P 100 -q XADD`` on the same Redis, in the same run.
 
 Each line shows its ratio to the raw XADD rate.
@@ -144,19 +144,27 @@ async def consume_load(port: int, topic: str, total: int) -> float:
     return got / elapsed
 
 
-async def latency(port: int, rate: int, seconds: float) -> tuple[float, float]:
+async def latency(port: int, rate: int, seconds: float, warmup: float = 1.0) -> tuple[float, float]:
+    """p50 and p99 in ms from a message's creation to its delivery, over ``seconds`` at
+    ``rate`` msg/s after ``warmup`` seconds at the same rate whose messages are not counted
+    (new connections, the topic's first notification subscription and first script loads
+    are not the steady state this measures)."""
     producer = Jmq4Client("127.0.0.1", port, app="bench", token=TOKEN, compress=False)
     consumer = Jmq4Client("127.0.0.1", port, app="bench", token=TOKEN)
     await producer.connect()
     await consumer.connect()
     samples: list[float] = []
+    counted_from = (time.time() + warmup) * 1000
     done = asyncio.Event()
 
     async def consume() -> None:
         while not done.is_set():
             batch = await consumer.fetch("latency", count=256, long_poll_ms=200)
             now = time.time() * 1000
-            samples.extend(now - float(m.body.decode()) for m in batch)
+            for m in batch:
+                created = float(m.body.decode())
+                if created >= counted_from:
+                    samples.append(now - created)
             if batch:
                 await consumer.ack(batch)
 
@@ -164,6 +172,7 @@ async def latency(port: int, rate: int, seconds: float) -> tuple[float, float]:
     # locks one partition, so a single loop would leave the others waiting their turn.
     task = asyncio.gather(*(consume() for _ in range(PARTITIONS)))
     interval = 1 / rate * 10  # 10 messages per tick
+    seconds += warmup
     start = time.perf_counter()
     tick = 0
     sends = []
