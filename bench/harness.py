@@ -24,6 +24,7 @@ from typing import Any
 
 from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, publish_snapshot
 from brokers.engine.redisio import broker_client
+from brokers.servers.runtime import tune_gc
 
 StartServer = Callable[..., Awaitable[Any]]
 
@@ -75,6 +76,7 @@ async def serve_broker(
     await watcher.start()
     engine = Engine(client, lambda: watcher.current, broker_id=1)
     server = await start(engine, watcher, "127.0.0.1", port, 1)
+    tune_gc()  # as runbroker does
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print("ready", flush=True)

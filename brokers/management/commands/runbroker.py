@@ -28,6 +28,7 @@ from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher
 from brokers.engine.redisio import broker_client
 from brokers.models import Broker, Cluster
 from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
+from brokers.servers.runtime import tune_gc
 from brokers.servers.vibemq import config_from, start_vibemq_server
 from brokers.servers.zbus import start_zbus_server
 
@@ -188,6 +189,7 @@ async def run(
         zbus_port=zbus_port,
         vibemq_port=vibemq_port,
     )
+    tune_gc()
     try:
         while not stop.is_set():
             if await sync_to_async(_was_down)(broker_id):
