@@ -205,7 +205,7 @@ async def main() -> None:
         batched = await produce_load(jmq4_port, "batch", 5.0, batch=True)
         consume = await consume_load(jmq4_port, "bench", 200_000)
         p50, p99 = await latency(jmq4_port, 5000, 5.0)
-        print(f"raw redis-benchmark -P 100 XADD : {raw:12,.0f} ops/s   1.00x")
+        print(f"raw redis-benchmark -P 100 XADD : {raw:12,.0f} ops/s   1.00x (median)")
         print(
             f"JMQ4 produce 32/request, 4 conns : {produce:12,.0f} msg/s   {produce / raw:.2f}x raw"
         )
