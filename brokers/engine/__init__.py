@@ -73,7 +73,7 @@ from brokers.engine.record import (
     encode_record,
 )
 from brokers.engine.retry import RetryPolicy
-from brokers.engine.wire import WireRecords
+from brokers.engine.wire import WireBlob, WireRecords
 
 __all__ = [
     "DELAY_LEVELS",
@@ -128,6 +128,7 @@ __all__ = [
     "TransactionInfo",
     "TransactionLimit",
     "TransactionNotFound",
+    "WireBlob",
     "WireRecords",
     "WriteTimeout",
     "cancel_and_wait",

@@ -68,7 +68,7 @@ from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retention import trim_partition
 from brokers.engine.retry import RetryPolicy, RetryStore
 from brokers.engine.transactions import Transactions
-from brokers.engine.wire import WireRecords, check_wire, wire_records
+from brokers.engine.wire import WireBlob, WireRecords, check_wire, stamp_wire, wire_records
 
 DEFAULT_RETRY = RetryPolicy()
 DEFAULT_QUEUE_RETRY = QueueRetry()
@@ -183,15 +183,16 @@ class Engine:
         self,
         topic: str,
         app: str,
-        messages: Sequence[Message | bytes] | WireRecords,
+        messages: Sequence[Message | bytes] | WireRecords | WireBlob,
         *,
         partition: int | None = None,
         qos: QoS = QoS.RECEIVED,
         client_address: str | None = None,
         check_policy: bool = True,
     ) -> AppendResult:
-        """Append messages to one partition: Message objects, JMQ4 BrokerMessage bytes, or
-        :class:`WireRecords` (from :meth:`check_wire`, the messages as one checked blob).
+        """Append messages to one partition: Message objects, JMQ4 BrokerMessage bytes,
+        :class:`WireRecords` (from :meth:`check_wire`, the messages as one checked blob) or a
+        :class:`WireBlob` (records as received, checked and stamped here in one walk).
 
         The call is atomic; it returns once Redis accepted the write with the ``qos``
         durability. ``partition`` None/-1 lets the engine choose (see append.py).
@@ -206,20 +207,29 @@ class Engine:
                 raise ProducerNotFound(f"{app} does not produce to {topic}")
             if blacklisted(client_address, tuple(policy.blacklist)):
                 raise ClientNotAllowed(f"{client_address} may not produce to {topic}")
-        first = None if isinstance(messages, WireRecords) else messages[0]
+        first = None if isinstance(messages, WireRecords | WireBlob) else messages[0]
         business_id = first.business_id if isinstance(first, Message) else ""
         chosen = choose_partition(
             snap, info, policy, partition=partition, business_id=business_id, rng=self._rng
         )
-        wire = self._wire(messages)
         now = self.now_ms()
         slot = (topic, chosen)
         guess = self._next_guess.get(slot, -1)
-        if wire is not None:
+        counts: Sequence[int]
+        if isinstance(messages, WireBlob):
+            blob, counts, total = stamp_wire(
+                messages,
+                self.max_body,
+                partition=chosen,
+                now_ms=now,
+                client_address=client_address,
+                first=max(0, guess),
+            )
+        elif (wire := self._wire(messages)) is not None:
             blob = wire.stamp(
                 partition=chosen, now_ms=now, client_address=client_address, first=max(0, guess)
             )
-            counts: Sequence[int] = wire.counts
+            counts = wire.counts
             total = wire.total
         else:
             records = self._encode(messages, app, chosen, now, client_address)  # type: ignore[arg-type]
@@ -662,7 +672,7 @@ class Engine:
         topic: str,
         app: str,
         tx_id: str,
-        messages: Sequence[Message | bytes] | WireRecords,
+        messages: Sequence[Message | bytes] | WireRecords | WireBlob,
         *,
         partition: int | None = None,
         client_address: str | None = None,
@@ -672,6 +682,8 @@ class Engine:
             raise InvalidMessage("no messages")
         snap = self._catalog()
         info = self.topic(topic)
+        if isinstance(messages, WireBlob):
+            messages = check_wire(messages.blob, messages.count, self.max_body)
         first = None if isinstance(messages, WireRecords) else messages[0]
         chosen = choose_partition(
             snap,

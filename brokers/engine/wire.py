@@ -1,17 +1,20 @@
 """JMQ4 wire records of one append as ONE contiguous blob: checked in one walk, stamped in one copy.
 
 A JMQ4 producer sends its messages back to back in the stored record layout (see
-:mod:`brokers.engine.record`). :func:`check_wire` walks such a blob once, applying every rule
-of :func:`~brokers.engine.record.check_record` to each record, and returns
-:class:`WireRecords`; :meth:`WireRecords.stamp` then writes partition, index, storeTime and
-clientIp (+ sysCode bit 7) of every record into one copy of the blob, which is what the
-APPEND script stores. No per-record bytes object is built on the way.
+:mod:`brokers.engine.record`). :func:`stamp_wire` walks such a blob (a :class:`WireBlob`)
+once, applying every rule of :func:`~brokers.engine.record.check_record` to each record
+while it writes partition, index, storeTime and clientIp (+ sysCode bit 7) into one copy of
+the blob, which is what the APPEND script stores. :func:`check_wire` is the same walk
+without the stamp, for callers that check before they know where the records go; it returns
+:class:`WireRecords`, which :meth:`WireRecords.stamp` stamps later. No per-record bytes
+object is built on the way.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from brokers.engine.errors import InvalidMessage, MessageTooLarge
 from brokers.engine.record import (
@@ -33,6 +36,31 @@ _HEAD_SIZE = _HEAD.size
 _STAMP = struct.Struct(">hqihhb16sqi")  # partition … storeTime, written at offset 4
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _Head = tuple[int, int, int, int, int, int, int, bytes, int, int, int, int, int]
+
+
+class WireBlob(NamedTuple):
+    """``count`` JMQ4 records back to back in ``blob``, as received: the append that stores
+    them checks them (:func:`stamp_wire`)."""
+
+    blob: bytes
+    count: int
+
+
+def _address_stamp(client_address: str | None) -> tuple[int, int, bytes]:
+    """(sysCode mask, sysCode bits to add, clientIp) for records from ``client_address``;
+    None keeps both as sent."""
+    if client_address is None:
+        return 0xFFFF, 0, b""
+    ip, short = encode_client_ip(client_address)
+    return (0xFFFF, SYS_SHORT_ADDRESS, ip) if short else (~SYS_SHORT_ADDRESS, 0, ip)
+
+
+def _store_delta(now_ms: int, send: int) -> int:
+    """storeTime: ``now_ms`` - sendTime, clamped to an INT."""
+    delta = now_ms - send
+    if not INT32_MIN <= delta <= INT32_MAX:
+        delta = INT32_MIN if delta < 0 else INT32_MAX
+    return delta
 
 
 class WireRecords:
@@ -82,19 +110,13 @@ class WireRecords:
         sysCode bit 7 rewritten; every other byte is kept."""
         buf = bytearray(self.blob)
         pack = _STAMP.pack_into
-        keep, add, ip = 0xFFFF, 0, b""
-        if client_address is not None:
-            ip, short = encode_client_ip(client_address)
-            keep, add = (0xFFFF, SYS_SHORT_ADDRESS) if short else (~SYS_SHORT_ADDRESS, 0)
+        keep, add, ip = _address_stamp(client_address)
         index = first
         try:
             for offset, head, count in zip(self.offsets, self._heads, self.counts, strict=True):
                 _, _, _, term, magic, sys_code, priority, client_ip, send, _, _, _, _ = head
-                delta = now_ms - send
-                if not INT32_MIN <= delta <= INT32_MAX:
-                    delta = INT32_MIN if delta < 0 else INT32_MAX
                 pack(buf, offset + 4, partition, index, term, magic, sys_code & keep | add,
-                     priority, ip or client_ip, send, delta)  # fmt: skip
+                     priority, ip or client_ip, send, _store_delta(now_ms, send))  # fmt: skip
                 index += count
         except struct.error as exc:
             raise InvalidMessage(f"cannot stamp records: {exc}") from None
@@ -107,6 +129,33 @@ class WireRecords:
             (stamped[start:end], count)
             for start, end, count in zip(self.offsets, ends, self.counts, strict=True)
         ]
+
+
+class StampedWire(NamedTuple):
+    """What :func:`stamp_wire` made: the stamped records, the indexes each takes, their sum."""
+
+    blob: bytes
+    counts: list[int]
+    total: int
+
+
+def stamp_wire(
+    wire: WireBlob,
+    max_body: int,
+    *,
+    partition: int,
+    now_ms: int,
+    client_address: str | None = None,
+    first: int = 0,
+) -> StampedWire:
+    """:func:`check_wire` and :meth:`WireRecords.stamp` in ONE walk: each record is checked
+    (raising as :func:`check_wire` does) and stamped in a copy of the blob as it is passed."""
+    keep, add, ip = _address_stamp(client_address)
+    buf = bytearray(wire.blob)
+    _, counts, _ = _walk(
+        wire.blob, wire.count, max_body, (buf, partition, now_ms, keep, add, ip, first)
+    )
+    return StampedWire(bytes(buf), counts, sum(counts))
 
 
 def check_wire(blob: bytes, count: int, max_body: int) -> WireRecords:
@@ -123,6 +172,19 @@ def check_wire(blob: bytes, count: int, max_body: int) -> WireRecords:
     walked again.
     """
     blob = bytes(blob)
+    heads, counts, offsets = _walk(blob, count, max_body, None)
+    return WireRecords(blob, offsets, counts, heads)
+
+
+_Stamp = tuple[bytearray, int, int, int, int, bytes, int]
+
+
+def _walk(
+    blob: bytes, count: int, max_body: int, stamp: _Stamp | None
+) -> tuple[list[_Head], list[int], list[int]]:
+    """The walk of :func:`check_wire`: (heads, counts, offsets) of the records. With
+    ``stamp`` (buffer, partition, now, sysCode mask and bits, clientIp, first index) each
+    record is stamped into the buffer instead, and heads and offsets stay empty."""
     n = len(blob)
     if count < 1:
         raise InvalidMessage("no messages")
@@ -132,6 +194,9 @@ def check_wire(blob: bytes, count: int, max_body: int) -> WireRecords:
     unpack = _HEAD.unpack_from
     tail = b""  # the last checked tail (a valid one is never empty)
     pos = 0
+    if stamp is not None:
+        buf, partition, now_ms, keep, add, ip, index = stamp
+        pack = _STAMP.pack_into
     try:
         for i in range(count):
             if pos + _HEAD_SIZE > n:
@@ -157,15 +222,21 @@ def check_wire(blob: bytes, count: int, max_body: int) -> WireRecords:
                 # a batch record, or one this raises for
                 _check_record_rules(blob, pos, head, end, n, long_bid, max_body)
                 batches[i] = flag
-            offsets.append(pos)
-            heads.append(head)
+            if stamp is None:
+                offsets.append(pos)
+                heads.append(head)
+            else:
+                _, _, _, term, magic, sys_code, priority, client_ip, send, _, _, flag, _ = head
+                pack(buf, pos + 4, partition, index, term, magic, sys_code & keep | add,
+                     priority, ip or client_ip, send, _store_delta(now_ms, send))  # fmt: skip
+                index += flag if i in batches else 1
             pos = end
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise InvalidMessage("malformed message record") from exc
     if pos != n:
         raise InvalidMessage(f"{n - pos} bytes after the {count} records")
     counts = [batches.get(i, 1) for i in range(count)] if batches else [1] * count
-    return WireRecords(blob, offsets, counts, heads)
+    return heads, counts, offsets
 
 
 def _check_record_rules(

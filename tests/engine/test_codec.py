@@ -22,7 +22,7 @@ from brokers.engine import (
     encode_record,
 )
 from brokers.engine.record import check_record
-from brokers.engine.wire import check_batch_body, check_wire, wire_records
+from brokers.engine.wire import WireBlob, check_batch_body, check_wire, stamp_wire, wire_records
 
 text = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
 
@@ -205,6 +205,26 @@ def test_check_wire_agrees_with_check_record(records):
         assert (wire if isinstance(wire, type) else None) == (
             verdicts[0] if isinstance(verdicts[0], type) else None
         )
+
+
+@given(
+    records=st.lists(wire_record(), min_size=1, max_size=4),
+    partition=st.integers(0, 99),
+    first=st.integers(0, 2**40),
+    now=st.integers(0, 2**42),
+    address=st.sampled_from([None, "10.0.0.9:80", "[::1]:9"]),
+)
+def test_stamp_wire_is_check_wire_then_stamp_in_one_walk(records, partition, first, now, address):
+    """The fused walk raises what check_wire raises and stamps what WireRecords.stamp stamps."""
+    blob = b"".join(records)
+    checked = _verdict(lambda b: check_wire(b, len(records), 40), blob)
+    stamp = {"partition": partition, "now_ms": now, "client_address": address, "first": first}
+    fused = _verdict(lambda b: stamp_wire(WireBlob(b, len(records)), 40, **stamp), blob)
+    if isinstance(checked, type):
+        assert fused is checked
+    else:
+        assert fused.blob == checked.stamp(**stamp)
+        assert tuple(fused.counts) == checked.counts and fused.total == checked.total
 
 
 def _plain(body: bytes = b"x", **kwargs: object) -> bytes:

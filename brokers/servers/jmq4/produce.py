@@ -1,9 +1,11 @@
 """PRODUCE_MESSAGE (spec §5.6, §6.8): checks per topic entry, then one engine append each.
 
 The messages' bytes are stored as received: the codec hands them over as one contiguous
-:class:`WireMessages`, the engine checks them in one walk and patches partition, index,
-storeTime and clientIp in one copy. Entries run concurrently and a topic not done within
-the produce timeout is reported with code 108.
+:class:`WireMessages`, and the engine's append checks them against its record rules while
+it patches partition, index, storeTime and clientIp into one copy (one walk). The protocol's
+own checks (names, one partition per entry, the §8.5 body limit and batch bodies) come
+first; a record the engine refuses fails its entry with the engine's code. Entries run
+concurrently and a topic not done within the produce timeout is reported with code 108.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import random
 from functools import reduce
 from operator import or_
 
-from brokers.engine import EngineError, QoS, WireRecords
+from brokers.engine import EngineError, InvalidMessage, QoS, WireBlob
 from brokers.protocols.jmq4 import (
     FAILED_ITEM,
     SYS_BATCH,
@@ -56,12 +58,12 @@ def _wire(entry: ProduceTopic) -> WireMessages | None:
         return None
 
 
-def _check(ctx: ServerContext, topic: str, messages: WireMessages) -> int | WireRecords:
-    """The code that fails this entry before any write, or its records checked by the engine.
+def _check(topic: str, messages: WireMessages) -> int | None:
+    """The protocol's code that fails this entry before any write, or None.
 
-    The engine checks every record (size, magic, reserved sysCode bits, businessId, batch
-    flag and body, its own body limit); the protocol adds one partition per entry, the §8.5
-    body limit and its own reading of an uncompressed batch body.
+    The engine checks every record when it appends (size, magic, reserved sysCode bits,
+    businessId, batch flag and body, its own body limit); the protocol adds one partition
+    per entry, the §8.5 body limit and its own reading of an uncompressed batch body.
     """
     if validate_name(topic) is not None or not messages:
         return Code.CN_PARAM_ERROR
@@ -74,10 +76,20 @@ def _check(ctx: ServerContext, topic: str, messages: WireMessages) -> int | Wire
         for i, sys_code in enumerate(messages.sys_codes):
             if sys_code & SYS_BATCH and messages.batch_rejected(i):
                 return Code.CN_PARAM_ERROR
+    return None
+
+
+def _refused(
+    ctx: ServerContext, topic: str, messages: WireMessages, code: int
+) -> ProduceTopicResult:
+    """The entry fails with ``code`` (a topic, leader or policy rule), unless one of its
+    records breaks the engine's rules: §8.5 reports a bad message (code 6) first. The
+    records are checked here only on this failing path; a write checks them as it stamps."""
     try:
-        return ctx.engine.check_wire(messages.data, len(messages))
+        ctx.engine.check_wire(messages.data, len(messages))
     except EngineError as exc:
-        return engine_code(exc)
+        code = engine_code(exc)
+    return _failed(topic, code, len(messages))
 
 
 async def _produce_topic(
@@ -87,22 +99,23 @@ async def _produce_topic(
     messages = _wire(entry)
     if messages is None:
         return _failed(entry.topic, Code.CN_PARAM_ERROR, count)
-    records = _check(ctx, entry.topic, messages)
-    if not isinstance(records, WireRecords):
-        return _failed(entry.topic, records, count)
+    code = _check(entry.topic, messages)
+    if code is not None:
+        return _failed(entry.topic, code, count)
+    records = WireBlob(messages.data, len(messages))
     topic = ctx.snapshot.topics.get(entry.topic)
     if topic is None:
-        return _failed(entry.topic, Code.FW_TOPIC_NOT_EXIST, count)
+        return _refused(ctx, entry.topic, messages, Code.FW_TOPIC_NOT_EXIST)
     partition = messages.partitions[0]
     if partition >= 0:
         if partition >= topic.partitions:
-            return _failed(entry.topic, Code.CN_PARAM_ERROR, count)
+            return _refused(ctx, entry.topic, messages, Code.CN_PARAM_ERROR)
         if not leads(topic, partition, ctx.broker_id):
-            return _failed(entry.topic, Code.FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER, count)
+            return _refused(ctx, entry.topic, messages, Code.FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER)
     else:
         local = local_partitions(topic, ctx.broker_id)
         if not local:
-            return _failed(entry.topic, Code.FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER, count)
+            return _refused(ctx, entry.topic, messages, Code.FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER)
         ordered = bool(messages.sys_codes[0] & _ORDERED) or topic.type == "sequential"
         business_id = messages[0].business_id if ordered else ""
         partition = choose_local(local, ordered=ordered, business_id=business_id, rng=_rng)
@@ -126,8 +139,10 @@ async def _produce_topic(
             qos=QoS.from_jmq4(entry.qos),
             client_address=session.address,
         )
-    except EngineError as exc:
+    except InvalidMessage as exc:  # a record the engine refused while stamping
         return _failed(entry.topic, engine_code(exc), count)
+    except EngineError as exc:
+        return _refused(ctx, entry.topic, messages, engine_code(exc))
     items = ProducedItems(result.partition, result.indexes, messages.send_times)
     return ProduceTopicResult(topic=entry.topic, items=items)
 
