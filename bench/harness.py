@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, publish_snapshot
 from brokers.engine.redisio import broker_client
 from brokers.servers.runtime import tune_gc
@@ -65,6 +67,7 @@ def raw_xadd(port: int, requests: int, runs: int = 3) -> float:
     """
     rates = []
     for _ in range(runs):
+        clear_raw(port)
         out = subprocess.run(
             ["redis-benchmark", "-p", str(port), "-P", "100", "-q", "-n", str(requests),
              "XADD", "bench:raw", "*", "f", "x" * 100],
@@ -72,7 +75,30 @@ def raw_xadd(port: int, requests: int, runs: int = 3) -> float:
         ).stdout  # fmt: skip
         rates.append(float(re.findall(r"([\d.]+) requests per second", out)[-1]))
     print("raw XADD runs (median used): " + " / ".join(f"{r:,.0f}" for r in rates), flush=True)
+    clear_raw(port)
     return statistics.median(rates)
+
+
+def clear_raw(port: int) -> None:
+    """Drop the baseline's stream and compact the AOF, waiting for the rewrite to end.
+
+    Each run starts from the same empty Redis, and what follows a baseline does not carry
+    its data: a million 100-byte entries made every later AOF rewrite fork and copy a
+    process hundreds of MB larger, on the cores the measured phase runs on.
+    """
+    client = redis.Redis(port=port)
+    try:
+        client.delete("bench:raw")
+        with contextlib.suppress(redis.ResponseError):  # a rewrite already running
+            client.bgrewriteaof()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            info = client.info("persistence")
+            if not (info["aof_rewrite_in_progress"] or info["aof_rewrite_scheduled"]):
+                break
+            time.sleep(0.05)
+    finally:
+        client.close()
 
 
 async def serve_broker(
@@ -96,6 +122,25 @@ async def serve_broker(
     await watcher.stop()
     await client.aclose()
     await client.connection_pool.disconnect()
+
+
+def cpu_times() -> list[int]:
+    """The machine's cumulative CPU times (the ``cpu`` line of /proc/stat; empty elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(v) for v in f.readline().split()[1:]]
+    except OSError:
+        return []
+
+
+def steal_share(before: list[int], after: list[int]) -> float:
+    """The share of CPU time the hypervisor took from this machine between two
+    :func:`cpu_times` (0 where unknown): a run with a large share is not comparable."""
+    if len(before) < 8 or len(after) < 8:
+        return 0.0
+    deltas = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(deltas[:8])
+    return deltas[7] / total if total else 0.0
 
 
 def spawn_broker(script: str, redis_port: int) -> tuple[subprocess.Popen, int]:
@@ -124,7 +169,9 @@ def broker_bench(script: str, raw_requests: int) -> Iterator[tuple[float, int, i
     try:
         raw = raw_xadd(redis_port, raw_requests)
         server, port = spawn_broker(script, redis_port)
+        before = cpu_times()
         yield raw, redis_port, port
+        print(f"cpu steal while measuring: {steal_share(before, cpu_times()):.1%}", flush=True)
     finally:
         if server is not None:
             server.terminate()
