@@ -12,14 +12,20 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from brokers.engine.coalesce import coalescer
 from brokers.engine.multiplex import Multiplexer, supports
-from brokers.engine.redisio import Script, broker_client
+from brokers.engine.redisio import Script
 
 ECHO = Script("return {KEYS[1], ARGV[1]}")
 
 
-async def _connections_running(admin: aioredis.Redis, command: str) -> list[str]:
-    """Ids of the connections whose last command was ``command``."""
-    return [c["id"] for c in await admin.client_list() if c.get("cmd") == command]
+async def _connections_running(
+    admin: aioredis.Redis, command: str, *, name: str | None = None
+) -> list[str]:
+    """Ids of the connections (named ``name``, if given) whose last command was ``command``."""
+    return [
+        c["id"]
+        for c in await admin.client_list()
+        if c.get("cmd") == command and (name is None or c.get("name") == name)
+    ]
 
 
 async def test_the_private_streams_it_relies_on_exist(redis_url):
@@ -35,7 +41,7 @@ async def test_the_private_streams_it_relies_on_exist(redis_url):
 
 
 async def test_many_turns_of_calls_share_one_connection(redis_url):
-    client = broker_client(redis_url, max_connections=8)
+    client = aioredis.from_url(redis_url, client_name="mux-turns")
     watcher = aioredis.from_url(redis_url)
     try:
         await client.script_load(ECHO.source)
@@ -47,11 +53,10 @@ async def test_many_turns_of_calls_share_one_connection(redis_url):
         results = await asyncio.gather(*tasks)
         expected = [[f"t{t}".encode(), str(i).encode()] for t in range(20) for i in range(25)]
         assert results == expected
-        assert len(await _connections_running(watcher, "evalsha")) == 1
+        assert len(await _connections_running(watcher, "evalsha", name="mux-turns")) == 1
     finally:
         await watcher.aclose()
         await client.aclose()
-        await client.connection_pool.disconnect()
 
 
 async def test_error_replies_stay_with_their_caller(redis_url):
@@ -77,7 +82,7 @@ async def test_error_replies_stay_with_their_caller(redis_url):
 
 
 async def test_a_killed_connection_fails_its_waiting_callers_then_is_replaced(redis_url):
-    client = aioredis.from_url(redis_url)
+    client = aioredis.from_url(redis_url, client_name="mux-kill")
     admin = aioredis.from_url(redis_url)
     try:
         mux = coalescer(client)._mux
@@ -86,7 +91,7 @@ async def test_a_killed_connection_fails_its_waiting_callers_then_is_replaced(re
         waiting = asyncio.get_running_loop().create_future()
         mux.send([(("BLPOP", "mux-empty", 10), waiting)])
         for _ in range(100):
-            ids = await _connections_running(admin, "blpop")
+            ids = await _connections_running(admin, "blpop", name="mux-kill")
             if ids:
                 break
             await asyncio.sleep(0.01)

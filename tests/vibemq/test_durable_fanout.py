@@ -23,6 +23,17 @@ from tests.vibemq.test_delivery import nothing_more
 ROOT = Path(__file__).resolve().parents[2]
 
 
+async def closed_on(broker, *, connections: int) -> None:
+    """Wait until ``broker`` has seen a client leave and finished its clean-up (the client's
+    close returns before the broker reads it; a publish racing it could still count the
+    subscriber as present)."""
+    for _ in range(500):
+        if broker.server.connections == connections and not broker.server.hub._background:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the broker did not finish closing the connection")
+
+
 async def test_reconnect_to_another_broker_gets_unacked_copies(broker, broker2, catalog):
     pub = await VibeMQClient.open("127.0.0.1", broker.port, catalog.token)
     sub = await VibeMQClient.open("127.0.0.1", broker.port, catalog.token, client_id="s1")
@@ -39,6 +50,7 @@ async def test_reconnect_to_another_broker_gets_unacked_copies(broker, broker2, 
         sub.ack("f0")
         await sub.ping()  # the ack was read before the disconnect
         await sub.close()  # f1, f2 unacked: kept for s1, not a failed attempt
+        await closed_on(broker, connections=2)
         await pub.publish("feed", "later", message_id="f3")  # s1 is not present: not its
         assert [m.id for m in [await other.receive() for _ in range(4)]] == [
             "f0",
