@@ -7,7 +7,8 @@ most of its CPU. Calls made while the loop is running other callbacks are queued
 written together at the end of the turn on the client's :class:`~brokers.engine.multiplex.
 Multiplexer` connection (without waiting for earlier turns' replies); each caller gets its
 own reply or its own error (a NOSCRIPT error stays the caller's, who falls back to EVAL).
-A RESP3 client uses a non-transactional redis-py pipeline per turn instead.
+A client with a connection class of its own uses a non-transactional redis-py pipeline
+per turn instead.
 
 Only for a single Redis: on Redis Cluster the calls are sent directly (each to its slot's
 node). Scripts are independent, so their order inside a pipeline does not matter beyond

@@ -9,10 +9,13 @@ one reader task parses replies with hiredis and hands each to the next waiting c
 Redis answers the commands of a connection in the order they arrived.
 
 The connection is taken from the client's own pool, so it is set up exactly as redis-py
-sets up any other (TLS, unix sockets, AUTH, SELECT, client name) and is closed with the
-pool. Its byte streams are redis-py's private ``_reader`` / ``_writer`` attributes (present
-in redis-py 4–8; ``tests/engine/test_multiplex.py`` fails if they go away). Only RESP2
-clients are multiplexed; :func:`supports` tells.
+sets up any other (TLS, unix sockets, AUTH, SELECT, client name, RESP2 or RESP3 — redis-py
+8 speaks RESP3 by default) and is closed with the pool. Replies are parsed by hiredis as
+redis-py's own hiredis parser parses them, with the same "not enough data" marker (a RESP3
+``false`` is a reply, not a missing one). Its byte streams are redis-py's private
+``_reader`` / ``_writer`` attributes (present in redis-py 4–8;
+``tests/engine/test_multiplex.py`` fails if they go away); :func:`supports` tells which
+clients qualify.
 
 A caller that is cancelled still has its reply read (and dropped), so a cancellation never
 desynchronises the connection. When the connection fails, every waiting caller gets the
@@ -31,6 +34,7 @@ from typing import Any
 import hiredis
 import redis.asyncio as aioredis
 from redis._parsers.base import BaseParser
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, InvalidResponse
 
@@ -40,13 +44,13 @@ log = logging.getLogger(__name__)
 
 Call = tuple[tuple[Any, ...], "asyncio.Future[Any]"]
 _READ_SIZE = 1 << 16
+_NOT_ENOUGH_DATA = object()  # what hiredis returns while a reply is incomplete
 
 
 def supports(client: aioredis.Redis) -> bool:
-    """True when ``client``'s connections can be multiplexed: RESP2, replies parsed as redis-py
-    parses them without response callbacks (scripts' raw replies)."""
-    kwargs = client.connection_pool.connection_kwargs
-    return str(kwargs.get("protocol") or 2) == "2"
+    """True when ``client``'s connections are redis-py's own asyncio connections (TCP, TLS or
+    unix socket), whose streams a multiplexer can drive."""
+    return issubclass(client.connection_pool.connection_class, AbstractConnection)
 
 
 def pack(command: Sequence[Any]) -> bytes:
@@ -68,6 +72,7 @@ class Multiplexer:
         self._reader_args: dict[str, Any] = {
             "protocolError": InvalidResponse,
             "replyError": BaseParser.parse_error,
+            "notEnoughData": _NOT_ENOUGH_DATA,
         }
         if kwargs.get("decode_responses"):
             self._reader_args["encoding"] = kwargs.get("encoding", "utf-8")
@@ -138,7 +143,7 @@ class Multiplexer:
                     break
                 parser.feed(data)
                 reply = parser.gets()
-                while reply is not False:
+                while reply is not _NOT_ENOUGH_DATA:
                     if not waiting:
                         raise InvalidResponse("a reply nobody asked for")
                     fut = waiting.popleft()

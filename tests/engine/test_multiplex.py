@@ -105,13 +105,36 @@ async def test_a_killed_connection_fails_its_waiting_callers_then_is_replaced(re
         await client.aclose()
 
 
-async def test_replies_decode_like_the_client_does(redis_url):
-    client = aioredis.from_url(redis_url, decode_responses=True)
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_replies_decode_like_the_client_does(redis_url, protocol):
+    """Every reply type as redis-py returns it, a RESP3 ``false`` included (it must not pass
+    for "no reply yet", which would hand later replies to the wrong callers)."""
+    plain = aioredis.from_url(redis_url, protocol=protocol)
+    text = aioredis.from_url(redis_url, protocol=protocol, decode_responses=True)
     try:
-        await client.script_load(ECHO.source)
-        assert await ECHO(client, ["k"], ["välue"]) == ["k", "välue"]
+        await plain.script_load(ECHO.source)
+        assert await ECHO(text, ["k"], ["välue"]) == ["k", "välue"]
+        scripts = [
+            "redis.setresp(3) return false",  # RESP3: a boolean false reply
+            "redis.setresp(3) return true",
+            "return false",
+            "return true",
+            "return nil",
+            "return 7",
+            "return {1, 'a', {2}}",
+            "return redis.status_reply('FINE')",
+        ]
+        for source in scripts:
+            await plain.script_load(Script(source).source)
+        via_mux = await asyncio.wait_for(
+            asyncio.gather(*(Script(src)(plain, [], []) for src in scripts)), 5
+        )
+        direct = [await plain.eval(Script(src).source, 0) for src in scripts]
+        assert via_mux == direct
+        assert await ECHO(plain, ["k"], ["after"]) == [b"k", b"after"]
     finally:
-        await client.aclose()
+        await plain.aclose()
+        await text.aclose()
 
 
 async def test_unreachable_redis_fails_the_queued_calls_and_later_ones(redis_url):
@@ -143,6 +166,6 @@ async def test_closing_the_pool_ends_the_reader_and_close_is_idempotent(redis_ur
     await client.aclose()
 
 
-def test_resp3_clients_keep_the_pipeline_path(redis_url):
-    assert supports(aioredis.from_url(redis_url))
-    assert not supports(aioredis.from_url(redis_url, protocol=3))
+def test_redis_py_connections_of_either_protocol_are_multiplexed(redis_url):
+    assert supports(aioredis.from_url(redis_url, protocol=2))
+    assert supports(aioredis.from_url(redis_url, protocol=3))
