@@ -39,6 +39,7 @@ from brokers.engine import (
 from brokers.engine.catalog import hash_token
 from brokers.protocols.jmq4 import ProduceMessageRequest, ProduceTopic, WireMessages
 from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
+from brokers.servers.runtime import tune_gc
 
 TOKEN = "bench-token"
 BODY = b"x" * 100
@@ -175,21 +176,32 @@ async def latency(port: int, rate: int, seconds: float, warmup: float = 1.0) -> 
     seconds += warmup
     start = time.perf_counter()
     tick = 0
-    sends = []
+    sends: set[asyncio.Task[None]] = set()  # only those in flight: finished ones are let go
     gate = asyncio.Semaphore(64)
+
+    failed: list[BaseException] = []
 
     async def send(body: list[bytes], partition: int) -> None:
         async with gate:
             await producer.produce("latency", body, partition=partition)
 
+    def sent(task: asyncio.Task[None]) -> None:
+        sends.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            failed.append(task.exception())  # type: ignore[arg-type]
+
     while time.perf_counter() - start < seconds:
         body = [f"{time.time() * 1000:.3f}".encode()] * 10
-        sends.append(asyncio.create_task(send(body, tick % PARTITIONS)))
+        sending = asyncio.create_task(send(body, tick % PARTITIONS))
+        sends.add(sending)
+        sending.add_done_callback(sent)
         tick += 1
         delay = start + tick * interval - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
     await asyncio.gather(*sends)
+    if failed:
+        raise failed[0]
     await asyncio.sleep(1.0)
     done.set()
     await task
@@ -200,6 +212,7 @@ async def latency(port: int, rate: int, seconds: float, warmup: float = 1.0) -> 
 
 
 async def main() -> None:
+    tune_gc()  # the load generator pauses no more for garbage collection than the broker
     with broker_bench(__file__, 1_000_000) as (raw, _, jmq4_port):
         produce = await produce_load(jmq4_port, "bench", 5.0, batch=False)
         batched = await produce_load(jmq4_port, "batch", 5.0, batch=True)
