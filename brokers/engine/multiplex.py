@@ -54,12 +54,16 @@ def supports(client: aioredis.Redis) -> bool:
 
 
 def pack(command: Sequence[Any]) -> bytes:
-    """``command`` in RESP, as redis-py's hiredis packer writes it."""
-    args = tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in command)
+    """``command`` in RESP, as redis-py's hiredis packer writes it (bytearray and memoryview
+    arguments as their bytes; anything else hiredis cannot pack is a DataError)."""
     try:
-        return hiredis.pack_command(args)
-    except TypeError as exc:
-        raise DataError(str(exc)) from None
+        return hiredis.pack_command(tuple(command))
+    except TypeError:
+        args = tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in command)
+        try:
+            return hiredis.pack_command(args)
+        except TypeError as exc:
+            raise DataError(str(exc)) from None
 
 
 class Multiplexer:

@@ -8,10 +8,10 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import DataError, NoScriptError, ResponseError
 
 from brokers.engine.coalesce import coalescer
-from brokers.engine.multiplex import Multiplexer, supports
+from brokers.engine.multiplex import Multiplexer, pack, supports
 from brokers.engine.redisio import Script
 
 ECHO = Script("return {KEYS[1], ARGV[1]}")
@@ -169,3 +169,22 @@ async def test_closing_the_pool_ends_the_reader_and_close_is_idempotent(redis_ur
 def test_redis_py_connections_of_either_protocol_are_multiplexed(redis_url):
     assert supports(aioredis.from_url(redis_url, protocol=2))
     assert supports(aioredis.from_url(redis_url, protocol=3))
+
+
+async def test_bytes_like_arguments_are_sent_as_bytes_and_unpackable_ones_fail_alone(redis_url):
+    assert pack(("SET", "k", bytearray(b"v"))) == pack(("SET", "k", b"v"))
+    assert pack(("SET", "k", memoryview(b"v"))) == pack(["SET", "k", b"v"])
+    with pytest.raises(DataError):
+        pack(("SET", "k", None))
+    client = aioredis.from_url(redis_url)
+    try:
+        mux = coalescer(client)._mux
+        assert mux is not None
+        loop = asyncio.get_running_loop()
+        calls = [(("SET", "mux-p", None), loop.create_future()), (("PING",), loop.create_future())]
+        mux.send(calls)
+        with pytest.raises(DataError):
+            await calls[0][1]
+        assert await calls[1][1] in (b"PONG", "PONG")
+    finally:
+        await client.aclose()
