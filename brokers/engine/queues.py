@@ -56,47 +56,14 @@ local function kill(idx, reason)
 end
 """
 
-PUBLISH = Script(
-    _QUEUE_FN
-    + """
--- ARGV: channel, partition, count, record, priority, prioritised(0/1), max_size, policy
-local size = redis.call('ZCARD', K.ready) + redis.call('ZCARD', K.delayed)
-local dropped = ''
-if size >= tonumber(ARGV[7]) then
-  local policy = ARGV[8]
-  if policy == 'DropNewest' then redis.call('HINCRBY', K.meta, 'dropped', 1); return {'dropped', ''} end
-  if policy == 'BlockPublisher' then return {'full', ''} end
-  if policy == 'RedirectToDlq' then return {'redirect', ''} end
-  -- DropOldest: the lowest index among the head of each priority band (and delayed)
-  local oldest = nil
-  for band = 0, 3 do
-    local h = redis.call('ZRANGEBYSCORE', K.ready, s(band * 1099511627776), '(' .. s((band + 1) * 1099511627776), 'LIMIT', 0, 1)[1]
-    if h and (not oldest or tonumber(h) < tonumber(oldest)) then oldest = h end
-  end
-  local d = redis.call('ZRANGE', K.delayed, 0, -1)
-  for _, h in ipairs(d) do if not oldest or tonumber(h) < tonumber(oldest) then oldest = h end end
-  if oldest then forget(oldest); redis.call('HINCRBY', K.meta, 'dropped', 1); dropped = oldest end
-end
-local nxt = tonumber(redis.call('HGET', K.meta, 'next') or '0')
-local rec = string.sub(ARGV[4], 1, 6) .. struct.pack('>i8', nxt) .. string.sub(ARGV[4], 15)
-redis.call('XADD', K.stream, s(nxt) .. '-' .. ARGV[3], 'm', rec)
-redis.call('HSET', K.meta, 'next', s(nxt + tonumber(ARGV[3])))
-redis.call('HSETNX', K.meta, 'min', '0')
-local score = nxt
-if ARGV[6] == '1' then score = (3 - tonumber(ARGV[5])) * 1099511627776 + nxt end
-redis.call('ZADD', K.ready, s(score), s(nxt))
-redis.call('HSET', K.scores, s(nxt), s(score))
-redis.call('PUBLISH', ARGV[1], ARGV[2])
-return {s(nxt), dropped}
-"""
-)
-
 PUBLISH_MANY = Script(
     _QUEUE_FN
     + """
 -- ARGV: channel, partition, prioritised(0/1), max_size, policy, then count, record, priority
--- per message. Each message gets exactly what PUBLISH would have given it, in order;
--- returns {index or verdict, dropped oldest or ''} per message, one notification for all.
+-- per message. Each message meets the overflow policy in turn (DropNewest, BlockPublisher
+-- and RedirectToDlq give a verdict; DropOldest drops the oldest stored message, across
+-- priority bands and delayed ones, and stores it); returns {index or verdict, dropped
+-- oldest or ''} per message, and one notification when anything was stored.
 local prio, max_size, policy = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local size = redis.call('ZCARD', K.ready) + redis.call('ZCARD', K.delayed)
 local nxt = tonumber(redis.call('HGET', K.meta, 'next') or '0')
@@ -326,31 +293,14 @@ class Queues:
     async def publish(
         self, record: bytes, count: int, *, priority: int, settings: QueueSettings, qos: QoS
     ) -> PublishOutcome:
-        """Store a message under the queue's overflow policy."""
-        prioritised = settings.delivery_mode == "PriorityBased"
-        idx, dropped = await self._durability.run(
-            PUBLISH,
-            self._k,
-            (
-                notify_channel(self.topic),
-                self.partition,
-                count,
-                record,
-                max(0, min(3, priority)),
-                1 if prioritised else 0,
-                settings.max_queue_size,
-                settings.overflow_policy,
-            ),
-            qos,
+        """Store a message under the queue's overflow policy (:meth:`publish_many` of one);
+        QueueFull when the policy is BlockPublisher and the queue is full."""
+        (outcome,) = await self.publish_many(
+            [(record, count, priority)], settings=settings, qos=qos
         )
-        idx = idx.decode()
-        if idx == "dropped":
-            return PublishOutcome(-1, dropped=True)
-        if idx == "full":
-            raise QueueFull(f"queue {self.topic} is full ({settings.max_queue_size})")
-        if idx == "redirect":
-            return PublishOutcome(-1, dead_lettered=True)
-        return PublishOutcome(int(idx), dropped_oldest=int(dropped) if dropped else None)
+        if isinstance(outcome, QueueFull):
+            raise outcome
+        return outcome
 
     async def publish_many(
         self,
@@ -359,8 +309,9 @@ class Queues:
         settings: QueueSettings,
         qos: QoS,
     ) -> list[PublishOutcome | QueueFull]:
-        """Store ``(record, count, priority)`` items in order with one script run: each
-        outcome is what :meth:`publish` would have returned (or raised) for it."""
+        """Store ``(record, count, priority)`` items in order with one script run: each gets
+        its :class:`PublishOutcome`, or QueueFull (returned, not raised) when the policy is
+        BlockPublisher and the queue is full."""
         if not items:
             return []
         prioritised = settings.delivery_mode == "PriorityBased"
