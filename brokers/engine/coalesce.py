@@ -7,12 +7,10 @@ most of its CPU. Calls made while the loop is running other callbacks are queued
 written together at the end of the turn on the client's :class:`~brokers.engine.multiplex.
 Multiplexer` connection (without waiting for earlier turns' replies); each caller gets its
 own reply or its own error (a NOSCRIPT error stays the caller's, who falls back to EVAL).
-A client with a connection class of its own uses a non-transactional redis-py pipeline
-per turn instead.
 
 Only for a single Redis: on Redis Cluster the calls are sent directly (each to its slot's
-node). Scripts are independent, so their order inside a pipeline does not matter beyond
-what Redis guarantees anyway: one connection executes them in the order queued.
+node). Scripts are independent, so their order inside a turn does not matter beyond what
+Redis guarantees anyway: one connection executes them in the order queued.
 """
 
 from __future__ import annotations
@@ -22,11 +20,8 @@ import weakref
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
 
-from brokers.engine.multiplex import Multiplexer, supports
-
-MAX_BATCH = 128
+from brokers.engine.multiplex import Multiplexer
 
 
 class Coalescer:
@@ -36,8 +31,7 @@ class Coalescer:
         self._ref = weakref.ref(client)
         self.loop = loop
         self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._mux = Multiplexer(client, loop) if supports(client) else None
+        self._mux = Multiplexer(client, loop)
 
     @property
     def client(self) -> aioredis.Redis | None:
@@ -53,43 +47,7 @@ class Coalescer:
 
     def _flush(self) -> None:
         batch, self._queue = self._queue, []
-        if self._mux is not None:
-            self._mux.send(batch)
-            return
-        while batch:
-            chunk, batch = batch[:MAX_BATCH], batch[MAX_BATCH:]
-            task = self.loop.create_task(self._send(chunk))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _send(self, chunk: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
-        try:
-            client = self._ref()
-            if client is None:  # callers hold the client while they wait: not reached
-                raise RedisConnectionError("the Redis client was closed")
-            if len(chunk) == 1:
-                replies = [await client.execute_command(*chunk[0][0])]
-            else:
-                pipe = client.pipeline(transaction=False)
-                for command, _ in chunk:
-                    pipe.execute_command(*command)
-                replies = await pipe.execute(raise_on_error=False)
-        except asyncio.CancelledError:
-            for _, fut in chunk:
-                fut.cancel()
-            raise
-        except Exception as exc:  # the connection failed: every caller hears of it
-            for _, fut in chunk:
-                if not fut.done():
-                    fut.set_exception(exc)
-            return
-        for (_, fut), reply in zip(chunk, replies, strict=True):
-            if fut.done():
-                continue
-            if isinstance(reply, Exception):
-                fut.set_exception(reply)
-            else:
-                fut.set_result(reply)
+        self._mux.send(batch)
 
 
 # id(client) -> coalescer; the entry goes with the client (a WeakKeyDictionary lookup

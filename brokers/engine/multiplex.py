@@ -14,8 +14,7 @@ sets up any other (TLS, unix sockets, AUTH, SELECT, client name, RESP2 or RESP3 
 redis-py's own hiredis parser parses them, with the same "not enough data" marker (a RESP3
 ``false`` is a reply, not a missing one). Its byte streams are redis-py's private
 ``_reader`` / ``_writer`` attributes (present in redis-py 4–8;
-``tests/engine/test_multiplex.py`` fails if they go away); :func:`supports` tells which
-clients qualify.
+``tests/engine/test_multiplex.py`` fails if they go away).
 
 A caller that is cancelled still has its reply read (and dropped), so a cancellation never
 desynchronises the connection. When the connection fails, every waiting caller gets the
@@ -34,23 +33,14 @@ from typing import Any
 import hiredis
 import redis.asyncio as aioredis
 from redis._parsers.base import BaseParser
-from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, InvalidResponse
-
-from brokers.engine.background import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 Call = tuple[tuple[Any, ...], "asyncio.Future[Any]"]
 _READ_SIZE = 1 << 16
 _NOT_ENOUGH_DATA = object()  # what hiredis returns while a reply is incomplete
-
-
-def supports(client: aioredis.Redis) -> bool:
-    """True when ``client``'s connections are redis-py's own asyncio connections (TCP, TLS or
-    unix socket), whose streams a multiplexer can drive."""
-    return issubclass(client.connection_pool.connection_class, AbstractConnection)
 
 
 def pack(command: Sequence[Any]) -> bytes:
@@ -178,11 +168,6 @@ class Multiplexer:
             await conn.disconnect()
         finally:
             await self._pool.release(conn)
-
-    async def close(self) -> None:
-        """Stop reading; callers still waiting get a connection error."""
-        await cancel_and_wait(self._connecting)
-        await cancel_and_wait(self._reading)
 
     @staticmethod
     def _fail(calls: list[Call], exc: BaseException) -> None:

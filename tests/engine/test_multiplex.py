@@ -11,7 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, NoScriptError, ResponseError
 
 from brokers.engine.coalesce import coalescer
-from brokers.engine.multiplex import Multiplexer, pack, supports
+from brokers.engine.multiplex import Multiplexer, pack
 from brokers.engine.redisio import Script
 
 ECHO = Script("return {KEYS[1], ARGV[1]}")
@@ -149,7 +149,7 @@ async def test_unreachable_redis_fails_the_queued_calls_and_later_ones(redis_url
         await client.aclose()
 
 
-async def test_closing_the_pool_ends_the_reader_and_close_is_idempotent(redis_url):
+async def test_closing_the_pool_ends_the_reader(redis_url):
     client = aioredis.from_url(redis_url)
     mux = Multiplexer(client, asyncio.get_running_loop())
     fut = asyncio.get_running_loop().create_future()
@@ -161,14 +161,7 @@ async def test_closing_the_pool_ends_the_reader_and_close_is_idempotent(redis_ur
             break
         await asyncio.sleep(0.01)
     assert mux._reading is None and mux.in_flight == 0
-    await mux.close()
-    await mux.close()
     await client.aclose()
-
-
-def test_redis_py_connections_of_either_protocol_are_multiplexed(redis_url):
-    assert supports(aioredis.from_url(redis_url, protocol=2))
-    assert supports(aioredis.from_url(redis_url, protocol=3))
 
 
 async def test_bytes_like_arguments_are_sent_as_bytes_and_unpackable_ones_fail_alone(redis_url):
