@@ -189,32 +189,27 @@ def _walk_tail(data: bytes, p: int, end: int, pos: int) -> int:
 
     ``pos`` is the message's start, where the full decoder re-reads it on a problem.
     """
-    if p >= end:
-        _fail(data, pos, end)
-    n = data[p]
-    p += 1
-    if n:
-        if n > 127 or p + n > end or not _utf8(data[p : p + n]):
-            _fail(data, pos, end)
-        p += n
-    if p + 2 > end:
-        _fail(data, pos, end)
-    n = data[p] << 8 | data[p + 1]
-    p += 2
-    if n:
-        if n > 32767 or p + n > end or not _utf8(data[p : p + n]):
-            _fail(data, pos, end)
-        p += n
+    p = _skip_string(data, p, end, pos, 1)  # businessId
+    p = _skip_string(data, p, end, pos, 2)  # attributes
     if p + 4 > end:
         _fail(data, pos, end)
     (n,) = _I32.unpack_from(data, p)
     p += 4 + n
-    if n < 0 or p >= end:  # the extension, then the app length byte
+    if n < 0:  # the extension
         _fail(data, pos, end)
-    n = data[p]
-    p += 1
+    return _skip_string(data, p, end, pos, 1)  # app
+
+
+def _skip_string(data: bytes, p: int, end: int, pos: int, width: int) -> int:
+    """The end of the S1 (``width`` 1) or S2 (2) string at ``p``: a length that fits its
+    signed type and the frame, and UTF-8 content, or the full decoder's error for the
+    message at ``pos``."""
+    if p + width > end:
+        _fail(data, pos, end)
+    n = data[p] if width == 1 else data[p] << 8 | data[p + 1]
+    p += width
     if n:
-        if n > 127 or p + n > end or not _utf8(data[p : p + n]):
+        if n > (127 if width == 1 else 32767) or p + n > end or not _utf8(data[p : p + n]):
             _fail(data, pos, end)
         p += n
     return p
