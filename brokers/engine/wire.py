@@ -202,7 +202,7 @@ def _walk(
             if pos + _HEAD_SIZE > n:
                 raise InvalidMessage("malformed message record")
             head = unpack(blob, pos)
-            size, _, _, _, magic, sys_code, _, _, _, _, _, flag, blen = head
+            size, _, _, term, magic, sys_code, priority, client_ip, send, _, _, flag, blen = head
             if blen < 0:
                 raise InvalidMessage("body length out of range")
             body_end = pos + _HEAD_SIZE + blen
@@ -226,7 +226,6 @@ def _walk(
                 offsets.append(pos)
                 heads.append(head)
             else:
-                _, _, _, term, magic, sys_code, priority, client_ip, send, _, _, flag, _ = head
                 pack(buf, pos + 4, partition, index, term, magic, sys_code & keep | add,
                      priority, ip or client_ip, send, _store_delta(now_ms, send))  # fmt: skip
                 index += flag if i in batches else 1
