@@ -92,27 +92,32 @@ def test_sequence_protocol(msgs, index):
         wire.data = b""  # type: ignore[misc]
 
 
+def mutated(rng: random.Random, data: bytes, most: int = 3) -> bytes:
+    """``data`` with up to ``most`` random byte changes, cuts, insertions or deletions."""
+    out = bytearray(data)
+    for _ in range(rng.randint(0, most)):
+        if not out:
+            break
+        pos = rng.randrange(len(out))
+        op = rng.randrange(4)
+        if op == 0:
+            out[pos] = rng.choice((0x00, 0x01, 0x7F, 0x80, 0xFF, 0xC3, rng.randrange(256)))
+        elif op == 1:
+            del out[pos:]
+        elif op == 2:
+            out[pos:pos] = rng.randbytes(rng.randint(1, 4))
+        else:
+            del out[pos : pos + rng.randint(1, 4)]
+    return bytes(out)
+
+
 @settings(max_examples=600)
 @given(msgs=message_lists, seed=st.integers(0, 2**32 - 1), extra=st.integers(-1, 2))
 def test_malformed_messages_fail_like_the_full_decoder(msgs, seed, extra):
     """Mutated, cut or padded message runs: same messages and end, or the same error."""
-    rng = random.Random(seed)
-    data = bytearray(b"".join(m.to_bytes() for m in msgs))
-    for _ in range(rng.randint(0, 4)):
-        if not data:
-            break
-        pos = rng.randrange(len(data))
-        op = rng.randrange(4)
-        if op == 0:
-            data[pos] = rng.choice((0x00, 0x01, 0x7F, 0x80, 0xFF, 0xC3, rng.randrange(256)))
-        elif op == 1:
-            del data[pos:]
-        elif op == 2:
-            data[pos:pos] = rng.randbytes(rng.randint(1, 4))
-        else:
-            del data[pos : pos + rng.randint(1, 4)]
+    data = mutated(random.Random(seed), b"".join(m.to_bytes() for m in msgs), most=4)
     count = max(0, len(msgs) + extra)
-    assert walked(bytes(data), count) == reference(bytes(data), count)
+    assert walked(data, count) == reference(data, count)
 
 
 def test_invalid_utf8_and_negative_lengths_give_the_reference_errors():
@@ -190,24 +195,6 @@ def test_constructed_messages_still_encode_through_the_tuple_path():
 
 
 # --- batch bodies ----------------------------------------------------------------------
-
-
-def mutated(rng: random.Random, data: bytes) -> bytes:
-    out = bytearray(data)
-    for _ in range(rng.randint(0, 3)):
-        if not out:
-            break
-        pos = rng.randrange(len(out))
-        op = rng.randrange(4)
-        if op == 0:
-            out[pos] = rng.choice((0x00, 0x01, 0x7F, 0x80, 0xFF, 0xC3, rng.randrange(256)))
-        elif op == 1:
-            del out[pos:]
-        elif op == 2:
-            out[pos:pos] = rng.randbytes(rng.randint(1, 4))
-        else:
-            del out[pos : pos + rng.randint(1, 4)]
-    return bytes(out)
 
 
 @settings(max_examples=500)
