@@ -67,15 +67,14 @@ def raw_xadd(port: int, requests: int, runs: int = 3) -> float:
     """
     rates = []
     for _ in range(runs):
-        clear_raw(port)
         out = subprocess.run(
             ["redis-benchmark", "-p", str(port), "-P", "100", "-q", "-n", str(requests),
              "XADD", "bench:raw", "*", "f", "x" * 100],
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         rates.append(float(re.findall(r"([\d.]+) requests per second", out)[-1]))
+        clear_raw(port)  # the next run, or what the caller measures next, starts empty
     print("raw XADD runs (median used): " + " / ".join(f"{r:,.0f}" for r in rates), flush=True)
-    clear_raw(port)
     return statistics.median(rates)
 
 
