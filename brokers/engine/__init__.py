@@ -16,6 +16,7 @@ from brokers.engine.catalog import (
     ProducerPolicyInfo,
     QueueSettings,
     TopicInfo,
+    hash_token,
     load_snapshot,
     publish_snapshot,
 )
@@ -24,12 +25,15 @@ from brokers.engine.counters import MinuteTraffic
 from brokers.engine.delay import DELAY_LEVELS
 from brokers.engine.engine import Engine, contiguous
 from brokers.engine.errors import (
+    AccessDenied,
     AckRejected,
     BrokerNotWritable,
     ClientIdNotAllowed,
     ClientIdRequired,
     ClientNotAllowed,
+    ConsumerClientNotAllowed,
     ConsumerNotFound,
+    ConsumerPaused,
     EngineError,
     IndexOutOfRange,
     InvalidMessage,
@@ -38,6 +42,7 @@ from brokers.engine.errors import (
     PartitionNotFound,
     ProducerNotFound,
     QueueFull,
+    RateLimited,
     StoreUnavailable,
     TopicNotFound,
     TransactionLimit,
@@ -72,15 +77,18 @@ from brokers.engine.record import (
     encode_batch_body,
     encode_record,
 )
+from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryPolicy
 from brokers.engine.wire import WireBlob, WireRecords
 
 __all__ = [
     "DELAY_LEVELS",
     "RETRY_PARTITION",
+    "AccessDenied",
     "AckRejected",
     "AckResult",
     "AckStatus",
+    "AnyRedis",
     "AppInfo",
     "AppendResult",
     "BatchItem",
@@ -94,7 +102,9 @@ __all__ = [
     "ClientNotAllowed",
     "CommitResult",
     "CommitStatus",
+    "ConsumerClientNotAllowed",
     "ConsumerNotFound",
+    "ConsumerPaused",
     "ConsumerPolicyInfo",
     "Delivery",
     "Engine",
@@ -118,6 +128,7 @@ __all__ = [
     "QueueRetry",
     "QueueSettings",
     "QueueStats",
+    "RateLimited",
     "RetryPolicy",
     "RetryRecord",
     "RetryType",
@@ -139,6 +150,7 @@ __all__ = [
     "encode_attributes",
     "encode_batch_body",
     "encode_record",
+    "hash_token",
     "java_hash",
     "load_snapshot",
     "publish_snapshot",

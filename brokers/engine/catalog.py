@@ -105,6 +105,10 @@ class TopicInfo(msgspec.Struct, frozen=True, kw_only=True):
     created_ms: int = 0
     archive: bool = False
     team: str = ""
+    anonymous_app: str = ""
+    """The app a client without an app token acts as on this topic (its team's anonymous
+    app; empty when the team has none). It may do only what its policies on the topic
+    allow: a topic is open to token-less clients only where someone gave it policies."""
 
     def leader_of(self, partition: int) -> int | None:
         """Return the broker id leading ``partition``, or None if it is not in a group."""
@@ -190,6 +194,26 @@ class CatalogSnapshot(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     apps: Mapping[str, AppInfo] = {}
     producers: tuple[ProducerPolicyInfo, ...] = ()
     consumers: tuple[ConsumerPolicyInfo, ...] = ()
+
+    @functools.cached_property
+    def _apps_by_token_hash(self) -> dict[str, AppInfo]:
+        return {h: app for app in self.apps.values() for h in app.token_hashes}
+
+    def app_for_token(self, token: str | None) -> AppInfo | None:
+        """The app whose active token is ``token``, or None — the one token lookup of
+        every front-end. The token is looked up by its SHA-256 (what the catalog stores),
+        so the secret is never compared byte by byte; the hash found is then confirmed
+        with ``compare_digest``."""
+        if not token:
+            return None
+        digest = hash_token(token)
+        app = self._apps_by_token_hash.get(digest)
+        if app is None:
+            return None
+        ok = False
+        for stored in app.token_hashes:
+            ok |= hmac.compare_digest(digest, stored)
+        return app if ok else None
 
     @functools.cached_property
     def _producers_by_pair(self) -> dict[tuple[str, str], ProducerPolicyInfo]:

@@ -1,10 +1,12 @@
 """The engine facade: the one API every protocol server, the proxy, the console and the
-pipeline call. It resolves the catalog snapshot, enforces producer/consumer policies and
-delegates each operation to its module.
+pipeline call. It resolves the catalog snapshot, asks the gate (:mod:`.access`) whether
+the app may produce or consume — every produce and consume method takes the app and the
+client address — and delegates each operation to its module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import random
@@ -18,27 +20,29 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from brokers.engine import ack as ack_mod
 from brokers.engine import offsets as offsets_mod
 from brokers.engine import resend as resend_mod
+from brokers.engine.access import Gate
 from brokers.engine.append import append_blob, choose_partition, pack_records
 from brokers.engine.catalog import CatalogSnapshot, ConsumerPolicyInfo, QueueSettings, TopicInfo
 from brokers.engine.consume import release
-from brokers.engine.copies import FanoutCopies
+from brokers.engine.copies import Claim, FanoutCopies
 from brokers.engine.counters import Counters, MinuteTraffic
 from brokers.engine.delay import MAX_DELAY_MS, DelayStore, Held, topics_with_delays
 from brokers.engine.errors import (
     AckRejected,
     ClientIdNotAllowed,
     ClientIdRequired,
-    ClientNotAllowed,
+    ConsumerClientNotAllowed,
     ConsumerNotFound,
+    ConsumerPaused,
     EngineError,
     IndexOutOfRange,
     InvalidMessage,
     PartitionNotFound,
-    ProducerNotFound,
+    RateLimited,
     StoreUnavailable,
     TopicNotFound,
 )
-from brokers.engine.fetch import Fetcher, FetchRequest, blacklisted
+from brokers.engine.fetch import Fetcher, FetchRequest
 from brokers.engine.keys import RETRY_PARTITION, GroupKeys, PartitionKeys, consumer_id
 from brokers.engine.model import (
     AckResult,
@@ -56,6 +60,7 @@ from brokers.engine.model import (
 )
 from brokers.engine.notify import Notifier
 from brokers.engine.queues import QueueRetry, Queues, QueueStats
+from brokers.engine.ratelimit import RateLimiter
 from brokers.engine.read import bounds, index_at_time, read_range
 from brokers.engine.record import (
     DEFAULT_MAX_BODY,
@@ -124,6 +129,7 @@ class Engine:
         self.durability = Durability(redis, timeout_ms=durability_timeout_ms, replicas=replicas)
         self.notifier = Notifier(redis)
         self.counters = Counters(redis, clock)
+        self.gate = Gate(catalog, RateLimiter(redis), self.now_ms)
         self._next_guess: dict[tuple[str, int], int] = {}
         self._fetcher = Fetcher(redis, self.notifier, self.now_ms, self._retry_for, self._rng)
 
@@ -188,25 +194,46 @@ class Engine:
         partition: int | None = None,
         qos: QoS = QoS.RECEIVED,
         client_address: str | None = None,
-        check_policy: bool = True,
     ) -> AppendResult:
         """Append messages to one partition: Message objects, JMQ4 BrokerMessage bytes,
         :class:`WireRecords` (from :meth:`check_wire`, the messages as one checked blob) or a
         :class:`WireBlob` (records as received, checked and stamped here in one walk).
 
-        The call is atomic; it returns once Redis accepted the write with the ``qos``
+        The gate checks ``app``'s producer policy first (policy, blacklisted
+        ``client_address``, rate limit for every message of the call, all or none). The
+        call is atomic; it returns once Redis accepted the write with the ``qos``
         durability. ``partition`` None/-1 lets the engine choose (see append.py).
         """
         if not messages:
             raise InvalidMessage("no messages")
+        policy = self.gate.producer(topic, app, client_address)
+        return await self._append(
+            topic,
+            app,
+            messages,
+            partition=partition,
+            qos=qos,
+            client_address=client_address,
+            rate_limited=policy.rate_limit is not None,
+        )
+
+    async def _append(
+        self,
+        topic: str,
+        app: str,
+        messages: Sequence[Message | bytes] | WireRecords | WireBlob,
+        *,
+        partition: int | None,
+        qos: QoS,
+        client_address: str | None,
+        rate_limited: bool = False,
+    ) -> AppendResult:
+        """:meth:`append` past the gate's policy check (a delayed message is appended
+        so when due: it was checked when it was accepted). ``rate_limited``: take the
+        producer's permits for the messages before storing them."""
         snap = self._catalog()
         info = self.topic(topic)
         policy = snap.producer(topic, app)
-        if check_policy:
-            if policy is None:
-                raise ProducerNotFound(f"{app} does not produce to {topic}")
-            if blacklisted(client_address, tuple(policy.blacklist)):
-                raise ClientNotAllowed(f"{client_address} may not produce to {topic}")
         first = None if isinstance(messages, WireRecords | WireBlob) else messages[0]
         business_id = first.business_id if isinstance(first, Message) else ""
         chosen = choose_partition(
@@ -236,6 +263,8 @@ class Engine:
             blob = pack_records(records, max(0, guess))
             counts = [count for _, count in records]
             total = sum(counts)
+        if rate_limited and policy is not None:
+            await self.gate.admit_produce(policy, total)
         first_index = await append_blob(
             self.redis, self.durability, topic, chosen, blob, total, qos, expected_first=guess
         )
@@ -252,6 +281,46 @@ class Engine:
             topic=topic, app=app, broker=self.broker_id, produced=total, produced_bytes=len(blob)
         )
         return AppendResult(topic, chosen, first_index, tuple(indexes), total, now)
+
+    async def append_many(
+        self,
+        topic: str,
+        app: str,
+        messages: Sequence[Message],
+        *,
+        partition: int | None = None,
+        qos: QoS = QoS.RECEIVED,
+        client_address: str | None = None,
+    ) -> list[AppendResult | EngineError]:
+        """Append independent messages (a connection's pipelined produces) in order, with
+        one Redis call when all are valid: one entry per message, its AppendResult or the
+        error it alone met — an invalid message, or RateLimited past the permits the
+        producer's rate limit gave (each message costs one, as if sent alone). The gate
+        refuses the whole call for an app without a producer policy or a blacklisted
+        ``client_address``."""
+        if not messages:
+            return []
+        policy = self.gate.producer(topic, app, client_address)
+        admitted = len(messages)
+        if policy.rate_limit:
+            admitted = await self.gate.admit_produce_up_to(policy, len(messages))
+        out: list[AppendResult | EngineError] = []
+        args = {"partition": partition, "qos": qos, "client_address": client_address}
+        try:
+            stored = await self._append(topic, app, messages[:admitted], **args)
+            out.extend(
+                AppendResult(topic, stored.partition, i, (i,), 1, stored.store_time_ms)
+                for i in stored.indexes
+            )
+        except InvalidMessage:  # find the bad ones: the others are stored one by one
+            for message in messages[:admitted]:
+                try:
+                    out.append(await self._append(topic, app, [message], **args))
+                except InvalidMessage as exc:
+                    out.append(exc)
+        refused = RateLimited(f"producer {policy.name} is over its {policy.rate_limit}/s limit")
+        out.extend(refused for _ in messages[admitted:])
+        return out
 
     def check_wire(self, blob: bytes, count: int) -> WireRecords:
         """Check ``count`` JMQ4 BrokerMessage records filling ``blob`` for :meth:`append` /
@@ -311,7 +380,57 @@ class Engine:
         self._partition(self.topic(topic), partition)
         return await index_at_time(self.redis, topic, partition, timestamp_ms)
 
+    # ------------------------------------------------------------------ access
+
+    def authorize_producer(self, topic: str, app: str, address: str | None = None) -> None:
+        """Refuse (AccessDenied, TopicNotFound) unless ``app`` may produce to ``topic``
+        from ``address`` (None: the address is not checked, as for a registration).
+        Every produce method checks this itself; front-ends call it to refuse early."""
+        self.gate.producer(topic, app, address)
+
+    def authorize_consumer(self, topic: str, app: str, address: str | None = None) -> bool:
+        """Refuse (AccessDenied, TopicNotFound) unless ``app`` may consume ``topic`` from
+        ``address``; False while the consumer is paused (it may subscribe, and gets
+        nothing until it is resumed). Every consume method checks this itself."""
+        return not self.gate.consumer(topic, app, address).paused
+
+    def is_broadcast(self, topic: str, app: str) -> bool:
+        """Whether ``app`` consumes ``topic`` by broadcast (each client its own progress)."""
+        info = self.topic(topic)
+        policy = self._consumer(topic, app)
+        return policy.broadcast or info.type == "broadcast"
+
+    def app_for_token(self, token: str | None) -> str | None:
+        """The app whose active token ``token`` is (the catalog's one lookup), or None."""
+        app = self._catalog().app_for_token(token)
+        return app.code if app is not None else None
+
     # ------------------------------------------------------------------ consume
+
+    async def consume_read(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        start: int,
+        count: int = 32,
+        *,
+        address: str | None = None,
+    ) -> list[Delivery]:
+        """:meth:`read` for a consumer of ``app`` that keeps its own position (JMQ4
+        FETCH_PARTITION_MESSAGE, zbus pub/sub): past the gate (no policy or a blacklisted
+        ``address``: refused; paused: ConsumerPaused; over the rate limit: RateLimited,
+        and at most as many records as there are permits)."""
+        policy = self.gate.consumer(topic, app, address)
+        if policy.paused:
+            raise ConsumerPaused(f"consumer {policy.name} is paused")
+        self._partition(self.topic(topic), partition)
+        granted = await self.gate.admit_consume(policy, max(1, count))
+        got = await read_range(self.redis, topic, partition, start, granted)
+        if policy.rate_limit:
+            got = got[:granted]
+            await self.gate.refund_consume(policy, granted - len(got))
+        return got
 
     async def fetch(
         self,
@@ -325,6 +444,7 @@ class Engine:
         client_id: str | None = None,
         address: str = "",
         start_position: str | None = None,
+        reported_address: str | None = None,
     ) -> FetchResult:
         """Lock a partition and read from its ack index (JMQ4 FETCH_TOPIC_MESSAGE, HTTP-MQ).
 
@@ -336,14 +456,57 @@ class Engine:
         = the end at the client's first access) and a clustering consumer at 'earliest' —
         its 'latest' is pinned at approval with :meth:`register_consumer`, so nothing
         produced after approval is skipped.
+
+        ``address`` is the client's address as its connection shows it (what blacklists
+        see); ``reported_address`` is what the client says it is (HTTP-MQ ``clientIp``),
+        recorded as the partition's last client instead of ``address``.
+
+        The gate checks ``app``'s consumer policy: none → ConsumerNotFound; a
+        blacklisted ``address`` → BLACKLISTED, paused → PAUSED, over its rate limit →
+        RATE_LIMITED (none of them reads or locks). A fetch costs one permit of the
+        rate limit and every message it returns one more (http-mq.md §11).
         """
         info = self.topic(topic)
-        policy = self._consumer(topic, app)
+        try:
+            policy = self.gate.consumer(topic, app, address)
+        except ConsumerClientNotAllowed:
+            return FetchResult(FetchStatus.BLACKLISTED, topic)
         self._broadcast(info, policy, client_id)
         if policy.paused:
             return FetchResult(FetchStatus.PAUSED, topic)
-        if blacklisted(address, tuple(policy.blacklist)):
-            return FetchResult(FetchStatus.BLACKLISTED, topic)
+        try:
+            await self.gate.admit_fetch(policy)
+        except RateLimited as exc:
+            return FetchResult(
+                FetchStatus.RATE_LIMITED, topic, retry_after_ms=self.now_ms() + exc.retry_after_ms
+            )
+        result = await self._fetch(
+            info,
+            policy,
+            count if count > 0 else policy.batch_size,
+            ack_timeout_ms,
+            long_poll_ms,
+            owner,
+            client_id,
+            reported_address or address,
+            start_position,
+        )
+        await self.gate.charge_consume(policy, sum(d.count for d in result.messages))
+        return result
+
+    async def _fetch(
+        self,
+        info: TopicInfo,
+        policy: ConsumerPolicyInfo,
+        count: int,
+        ack_timeout_ms: int,
+        long_poll_ms: int,
+        owner: str,
+        client_id: str | None,
+        address: str,
+        start_position: str | None,
+    ) -> FetchResult:
+        topic, app = info.code, policy.app
         if client_id:
             await self.redis.zadd(GroupKeys(topic, app).clients, {client_id: self.now_ms()})
         req = FetchRequest(
@@ -351,7 +514,7 @@ class Engine:
             app=app,
             policy=policy,
             partitions=self.readable_partitions(info),
-            count=count if count > 0 else policy.batch_size,
+            count=count,
             ack_timeout_ms=ack_timeout_ms if ack_timeout_ms > 0 else policy.ack_timeout_ms,
             owner=owner,
             client_id=client_id,
@@ -659,12 +822,16 @@ class Engine:
         return Transactions(self.redis, self.durability, topic, app)
 
     async def prepare_transaction(
-        self, topic: str, app: str, *, transaction_id: str = "", timeout_ms: int = 1_800_000
+        self,
+        topic: str,
+        app: str,
+        *,
+        transaction_id: str = "",
+        timeout_ms: int = 1_800_000,
+        client_address: str | None = None,
     ) -> str:
-        """Open a transaction (JMQ4 PREPARE); returns the broker-generated txId."""
-        if self._catalog().producer(topic, app) is None:
-            self.topic(topic)
-            raise ProducerNotFound(f"{app} does not produce to {topic}")
+        """Open a transaction (JMQ4 PREPARE) past the gate; the broker-generated txId."""
+        self.gate.producer(topic, app, client_address)
         return await self._tx(topic, app).prepare(transaction_id, timeout_ms, self.now_ms())
 
     async def append_to_transaction(
@@ -677,9 +844,13 @@ class Engine:
         partition: int | None = None,
         client_address: str | None = None,
     ) -> int:
-        """Log messages in an open transaction (not visible until commit); messages logged."""
+        """Log messages in an open transaction (not visible until commit); messages logged.
+
+        The gate checks the producer policy and takes the rate limit's permits here, when
+        the messages are given; the commit appends what was logged."""
         if not messages:
             raise InvalidMessage("no messages")
+        policy = self.gate.producer(topic, app, client_address)
         snap = self._catalog()
         info = self.topic(topic)
         if isinstance(messages, WireBlob):
@@ -688,7 +859,7 @@ class Engine:
         chosen = choose_partition(
             snap,
             info,
-            snap.producer(topic, app),
+            policy,
             partition=partition,
             business_id=first.business_id if isinstance(first, Message) else "",
             rng=self._rng,
@@ -700,6 +871,7 @@ class Engine:
             records = wire.records(stamped)
         else:
             records = self._encode(messages, app, chosen, now, client_address)  # type: ignore[arg-type]
+        await self.gate.admit_produce(policy, sum(c for _, c in records))
         return await self._tx(topic, app).add(tx_id, [(chosen, r, c) for r, c in records])
 
     async def commit_transaction(
@@ -786,16 +958,27 @@ class Engine:
     ) -> list[AppendResult | EngineError]:
         """:meth:`queue_publish` for several messages in order, with one Redis round trip.
 
-        Returns one entry per message: its AppendResult, or the error that message alone
-        met (an invalid or oversized message, QueueFull under BlockPublisher); the others
-        are stored all the same. Errors of the store itself raise for the whole call.
+        The gate refuses the whole call when ``app`` has no producer policy on the queue's
+        topic or ``client_address`` is blacklisted. Otherwise it returns one entry per
+        message: its AppendResult, or the error that message alone met (an invalid or
+        oversized message, QueueFull under BlockPublisher, RateLimited past the permits
+        the producer's rate limit gave); the others are stored all the same. Errors of
+        the store itself raise for the whole call.
         """
         settings = self._queue_settings(topic)
+        policy = self.gate.producer(topic, app, client_address)
         now = self.now_ms()
         results: list[AppendResult | EngineError | None] = [None] * len(messages)
+        admitted = len(messages)
+        if policy.rate_limit:
+            admitted = await self.gate.admit_produce_up_to(policy, len(messages))
+            for pos in range(admitted, len(messages)):
+                results[pos] = RateLimited(
+                    f"producer {policy.name} is over its {policy.rate_limit}/s limit"
+                )
         items: list[tuple[bytes, int, int]] = []
         positions: list[int] = []
-        for pos, message in enumerate(messages):
+        for pos, message in enumerate(messages[:admitted]):
             try:
                 record, count = encode_record(
                     message,
@@ -863,9 +1046,49 @@ class Engine:
         )
 
     async def queue_take(
-        self, topic: str, *, count: int = 1, lease_ms: int = 30_000, partition: int = 0
+        self,
+        topic: str,
+        app: str,
+        *,
+        address: str | None = None,
+        count: int = 1,
+        lease_ms: int = 30_000,
+        partition: int = 0,
     ) -> list[Delivery]:
-        """Lease ready messages (priority order in PriorityBased mode; TTL enforced)."""
+        """Lease ready messages for ``app`` (priority order in PriorityBased mode; TTL
+        enforced). The gate checks ``app``'s consumer policy (none, or a blacklisted
+        ``address``: refused); a paused consumer gets nothing; under a rate limit at most
+        as many as there are permits (RateLimited when there are none)."""
+        policy = self.gate.consumer(topic, app, address)
+        if policy.paused or count <= 0:
+            if self._queue_settings(topic).message_ttl_ms is not None:
+                await self.queue_sweep(topic, partition=partition)
+            return []
+        granted = await self.gate.admit_consume(policy, count)
+        try:
+            got = await self._take(topic, granted, lease_ms, partition)
+        except BaseException:
+            if policy.rate_limit:
+                with contextlib.suppress(Exception):
+                    await self.gate.refund_consume(policy, granted)
+            raise
+        await self.gate.refund_consume(policy, granted - len(got))
+        return got
+
+    async def queue_take_for_copies(
+        self, topic: str, *, count: int, lease_ms: int, partition: int = 0
+    ) -> list[Delivery]:
+        """Lease ready messages of a fan-out queue to copy them to its subscribers. No app
+        takes them: each subscriber's copies pass the gate when they are claimed
+        (:meth:`claim_copies`) or handed on (:meth:`admit_deliveries`)."""
+        return await self._take(topic, count, lease_ms, partition)
+
+    async def queue_sweep(self, topic: str, *, partition: int = 0) -> None:
+        """Expire the queue's TTL'd messages now (dead-letter or count them), leasing
+        nothing: the brokers' periodic sweep of queues nobody consumes."""
+        await self._take(topic, 0, 0, partition)
+
+    async def _take(self, topic: str, count: int, lease_ms: int, partition: int) -> list[Delivery]:
         settings = self._queue_settings(topic)
         got = await self._queue(topic, partition).take(
             now_ms=self.now_ms(), count=count, lease_ms=lease_ms, settings=settings
@@ -930,6 +1153,44 @@ class Engine:
         await self._to_queue_dlq(topic, "", record, reason=reason, attempts=attempts, qos=qos)
         return True
 
+    async def claim_copies(
+        self,
+        topic: str,
+        app: str,
+        identity: str,
+        *,
+        address: str | None = None,
+        count: int,
+        lease_ms: int,
+        max_retry: int,
+        retention_ms: int | None = None,
+    ) -> Claim:
+        """:meth:`FanoutCopies.claim` of ``identity``'s copies for a subscriber of
+        ``app``, past the gate: no consumer policy or a blacklisted ``address`` is
+        refused, a paused consumer claims nothing, a rate limit caps the claim."""
+        policy = self.gate.consumer(topic, app, address)
+        if policy.paused or count <= 0:
+            return Claim()
+        granted = await self.gate.admit_consume(policy, count)
+        copies = self.fanout_copies(topic, retention_ms=retention_ms)
+        claim = await copies.claim(identity, count=granted, lease_ms=lease_ms, max_retry=max_retry)
+        await self.gate.refund_consume(policy, granted - len(claim.deliveries))
+        return claim
+
+    async def admit_deliveries(
+        self, topic: str, app: str, count: int, *, address: str | None = None
+    ) -> int:
+        """How many of ``count`` messages pushed outside a lease (fan-out copies without
+        ack) ``app`` may receive now: 0 while paused or over its rate limit; refused
+        without a consumer policy or from a blacklisted ``address``."""
+        policy = self.gate.consumer(topic, app, address)
+        if policy.paused:
+            return 0
+        try:
+            return await self.gate.admit_consume(policy, count)
+        except RateLimited:
+            return 0
+
     def fanout_copies(self, topic: str, *, retention_ms: int | None = None) -> FanoutCopies:
         """The per-subscriber copies of fan-out queue ``topic`` (see :mod:`.copies`),
         retried with the engine's ``queue_retry`` backoff."""
@@ -978,15 +1239,11 @@ class Engine:
         """Hold ``message`` until ``deliver_at_ms`` (a delayed or timer message; a time
         already past is due at once).
 
-        It is checked now exactly as :meth:`append` would (policy, blacklist, size) and
-        appended by :meth:`release_delayed` once due. Returns its delay id.
+        It is checked now exactly as :meth:`append` would (policy, blacklist, rate limit,
+        size) and appended by :meth:`release_delayed` once due. Returns its delay id.
         """
         info = self.topic(topic)
-        policy = self._catalog().producer(topic, app)
-        if policy is None:
-            raise ProducerNotFound(f"{app} does not produce to {topic}")
-        if blacklisted(client_address, tuple(policy.blacklist)):
-            raise ClientNotAllowed(f"{client_address} may not produce to {topic}")
+        policy = self.gate.producer(topic, app, client_address)
         if partition is not None and partition >= 0:
             self._partition(info, partition)
         now = self.now_ms()
@@ -994,6 +1251,7 @@ class Engine:
             raise InvalidMessage("delivery time must be at most 30 days ahead")
         deliver_at_ms = max(deliver_at_ms, now)  # a time already past is due at once
         self._encode([message], app, 0, now, client_address)  # validates size and fields
+        await self.gate.admit_produce(policy, 1)
         held = Held(
             app=app,
             partition=partition,
@@ -1022,13 +1280,13 @@ class Engine:
                     priority=held.priority,
                     send_time_ms=held.send_time_ms,
                 )
-                await self.append(
+                await self._append(
                     topic,
                     held.app,
                     [message],
                     partition=held.partition,
+                    qos=QoS.RECEIVED,
                     client_address=held.client_address,
-                    check_policy=False,
                 )
                 await store.remove([delay_id])
                 moved += 1

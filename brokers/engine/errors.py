@@ -40,25 +40,53 @@ class PartitionNotFound(EngineError):
     jmq4_code = 6
 
 
-class ProducerNotFound(EngineError):
+class AccessDenied(EngineError):
+    """The engine's gate refused the app (:mod:`brokers.engine.access`): every front-end
+    answers its own "forbidden" (JMQ4 status 1 or the specific code below, zbus 403,
+    VibeMQ ``FORBIDDEN``, HTTP-MQ 403); nothing was stored or delivered."""
+
+    code = "FORBIDDEN"
+    jmq4_code = 1
+
+
+class ProducerNotFound(AccessDenied):
     """The app has no producer policy on the topic."""
 
     code = "PRODUCER_NOT_FOUND"
     jmq4_code = 144
 
 
-class ConsumerNotFound(EngineError):
+class ConsumerNotFound(AccessDenied):
     """The app has no consumer policy on the topic."""
 
     code = "CONSUMER_NOT_FOUND"
     jmq4_code = 145
 
 
-class ClientNotAllowed(EngineError):
-    """The client address is on the policy's blacklist (produce side)."""
+class ClientNotAllowed(AccessDenied):
+    """The client address is on the producer policy's blacklist."""
 
     code = "FORBIDDEN"
     jmq4_code = 146
+
+
+class ConsumerClientNotAllowed(AccessDenied):
+    """The client address is on the consumer policy's blacklist."""
+
+    code = "FORBIDDEN"
+    jmq4_code = 147
+
+
+class RateLimited(EngineError):
+    """The policy's rate limit (messages per second, cluster-wide) is used up; nothing
+    was stored or delivered. ``retry_after_ms``: when permits are there again."""
+
+    code = "RATE_LIMITED"
+    jmq4_code = 74
+
+    def __init__(self, message: str = "", retry_after_ms: int = 1000) -> None:
+        super().__init__(message)
+        self.retry_after_ms = max(1, int(retry_after_ms))
 
 
 class InvalidMessage(EngineError):
@@ -105,6 +133,14 @@ class AckRejected(EngineError):
 
     code = "BAD_PARAMETER"
     jmq4_code = 140
+
+
+class ConsumerPaused(EngineError):
+    """The consumer is paused: nothing is delivered to it until it is resumed (a read
+    that cannot answer with an empty result raises this)."""
+
+    code = "PAUSED"
+    jmq4_code = 186
 
 
 class ClientIdRequired(EngineError):

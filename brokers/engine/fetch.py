@@ -1,7 +1,8 @@
 """FETCH for a consumer group (JMQ4 FETCH_TOPIC_MESSAGE and HTTP-MQ /mq/message).
 
-Policy first: paused → PAUSED, client address on the blacklist → BLACKLISTED (neither
-reads nor locks). Then the candidate partitions (this broker's, or all when the engine
+The engine's gate (:mod:`brokers.engine.access`) has already checked the consumer policy
+(paused → PAUSED, blacklisted address → BLACKLISTED, rate limit; none reads or locks)
+and may have cut ``count`` to the permits its rate limit gave. Then the candidate partitions (this broker's, or all when the engine
 has no broker id) are ordered by backlog, largest first, ties rotated per (topic, app) so
 equal partitions are served round-robin — on a single Redis inside one script that also
 locks and reads (:mod:`brokers.engine.scan`), on Redis Cluster after reading their
@@ -21,8 +22,6 @@ it looks at everything again when a timer fires or a notification named no parti
 from __future__ import annotations
 
 import asyncio
-import functools
-import ipaddress
 import itertools
 import random
 from collections import defaultdict
@@ -44,39 +43,6 @@ from brokers.engine.retry import RetryPolicy, RetryStore
 from brokers.engine.scan import ScanOutcome, fetch_any
 
 MAX_PARKED = 10_000
-
-
-@functools.lru_cache(maxsize=1024)
-def _networks(
-    blacklist: tuple[str, ...],
-) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    nets = []
-    for item in blacklist:
-        try:
-            nets.append(ipaddress.ip_network(item, strict=False))
-        except ValueError:
-            continue
-    return tuple(nets)
-
-
-def host_of(address: str) -> str:
-    """The host part of ``host``, ``host:port`` or ``[v6]:port``."""
-    if address.startswith("["):
-        return address[1:].partition("]")[0]
-    if address.count(":") == 1:
-        return address.partition(":")[0]
-    return address
-
-
-def blacklisted(address: str | None, blacklist: tuple[str, ...]) -> bool:
-    """True when the client address falls in one of the policy's IPs or networks."""
-    if not address or not blacklist:
-        return False
-    try:
-        ip = ipaddress.ip_address(host_of(address))
-    except ValueError:
-        return False
-    return any(ip in net for net in _networks(tuple(blacklist)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ FAN = snapshot(
 async def _take(engine, n: int) -> list[Delivery]:
     for i in range(n):
         await engine.queue_publish("fan", "a", Message(b"m%d" % i))
-    return await engine.queue_take("fan", count=n)
+    return await engine.queue_take("fan", "a", count=n)
 
 
 async def test_copies_per_identity_survive_another_engine(make_engine):

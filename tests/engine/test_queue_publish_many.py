@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from brokers.engine import AppendResult, Message, MessageTooLarge, QueueFull, QueueSettings
+from brokers.engine import (
+    AppendResult,
+    Message,
+    MessageTooLarge,
+    QueueFull,
+    QueueSettings,
+    TopicNotFound,
+)
 from tests.engine.conftest import snapshot
 
 
@@ -18,12 +25,12 @@ async def test_batch_keeps_order_indexes_and_priority(make_engine):
     await engine.queue_publish("q", "a", Message(b"first"))
     results = await engine.queue_publish_many("q", "a", [Message(b"%d" % i) for i in range(5)])
     assert [r.first_index for r in results] == [1, 2, 3, 4, 5]
-    got = await engine.queue_take("q", count=10)
+    got = await engine.queue_take("q", "a", count=10)
     assert [d.message.body for d in got] == [b"first", b"0", b"1", b"2", b"3", b"4"]
     assert [d.index for d in got] == list(range(6))
     assert await engine.bounds("q", 0) == (0, 6)
     await engine.queue_publish("q", "a", Message(b"after"))  # the single path continues
-    assert [d.index for d in await engine.queue_take("q")] == [6]
+    assert [d.index for d in await engine.queue_take("q", "a")] == [6]
 
     prio = make_engine(
         snapshot(
@@ -32,7 +39,7 @@ async def test_batch_keeps_order_indexes_and_priority(make_engine):
     )
     batch = [(b"low", 0), (b"n1", 1), (b"crit", 3), (b"n2", 1), (b"high", 2)]
     await prio.queue_publish_many("p", "a", [Message(b, priority=p) for b, p in batch])
-    got = await prio.queue_take("p", count=10)
+    got = await prio.queue_take("p", "a", count=10)
     assert [d.message.body for d in got] == [b"crit", b"high", b"n1", b"n2", b"low"]
 
 
@@ -58,15 +65,16 @@ async def test_overflow_policies_apply_per_message(make_engine, policy):
         assert [r.dropped for r in results[3:]] == [policy == "DropNewest"] * 2
         assert [r.dead_lettered for r in results[3:]] == [policy == "RedirectToDlq"] * 2
     expected = [b"2", b"3", b"4"] if policy == "DropOldest" else [b"0", b"1", b"2"]
-    assert [d.message.body for d in await batched.queue_take("q", count=9)] == expected
+    assert [d.message.body for d in await batched.queue_take("q", "a", count=9)] == expected
     stats = await batched.queue_stats("q")
     assert stats.dropped == (2 if policy in ("DropOldest", "DropNewest") else 0)
-    dlq = await batched.queue_take("q.dlq", count=9)
     if policy == "RedirectToDlq":
+        dlq = await batched.queue_take("q.dlq", "a", count=9)
         assert [d.message.body for d in dlq] == [b"3", b"4"]
         assert {d.message.attributes["deadLetterReason"] for d in dlq} == {"QueueOverflow"}
-    else:
-        assert dlq == []
+    else:  # a queue without a DLQ has none to consume
+        with pytest.raises(TopicNotFound):
+            await batched.queue_take("q.dlq", "a", count=9)
 
 
 async def test_invalid_message_fails_alone(make_engine):
@@ -75,6 +83,6 @@ async def test_invalid_message_fails_alone(make_engine):
     results = await engine.queue_publish_many("q", "a", messages, client_address="1.2.3.4:5")
     assert isinstance(results[1], MessageTooLarge)
     assert [results[0].first_index, results[2].first_index] == [0, 1]
-    got = await engine.queue_take("q", count=5)
+    got = await engine.queue_take("q", "a", count=5)
     assert [d.message.body for d in got] == [b"a", b"b"]
     assert all(d.message.client_address == "1.2.3.4:5" for d in got)

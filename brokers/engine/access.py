@@ -1,0 +1,277 @@
+"""Who may do what: the engine's one gate, the same for every front-end.
+
+An app produces to a topic only with a producer policy on it and consumes only with a
+consumer policy. The policy's blacklist refuses client addresses (IPs or networks), its
+rate limit (messages per second, one token bucket per (topic, app) shared by the whole
+cluster, :mod:`.ratelimit`) throttles, and a paused consumer gets nothing. Every produce
+and consume operation of :class:`~brokers.engine.engine.Engine` asks this gate first;
+front-ends pass the app (from its token, :meth:`CatalogSnapshot.app_for_token`, or the
+topic's anonymous app for a client without one) and the client address, and map the
+typed refusals of :mod:`.errors` to their own wire errors. No server reads a policy.
+
+Refusals: :class:`ProducerNotFound` / :class:`ConsumerNotFound` (no policy),
+:class:`ClientNotAllowed` / :class:`ConsumerClientNotAllowed` (blacklisted address) —
+all :class:`AccessDenied` — and :class:`RateLimited`. A paused consumer is not refused:
+:meth:`Gate.consumer` reports it and the lease paths deliver nothing while it lasts.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+from collections.abc import Callable
+
+from brokers.engine.catalog import (
+    CatalogSnapshot,
+    ConsumerPolicyInfo,
+    ProducerPolicyInfo,
+    TopicInfo,
+)
+from brokers.engine.errors import (
+    ClientNotAllowed,
+    ConsumerClientNotAllowed,
+    ConsumerNotFound,
+    InvalidMessage,
+    ProducerNotFound,
+    RateLimited,
+    TopicNotFound,
+)
+from brokers.engine.ratelimit import RateLimiter
+
+PRODUCE, CONSUME = "produce", "consume"
+DLQ_SUFFIX = ".dlq"
+NAME_MAX = 255
+
+
+def valid_name(name: str) -> bool:
+    """Topic and app names on every protocol: 1–255 characters, no control characters
+    (the catalog's own rule is stricter, so every name it holds passes)."""
+    return 0 < len(name) <= NAME_MAX and name.isprintable()
+
+
+@functools.lru_cache(maxsize=4096)
+def _networks(
+    blacklist: tuple[str, ...],
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    nets = []
+    for item in blacklist:
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:  # the catalog validates entries; an odd one never matches
+            continue
+    return tuple(nets)
+
+
+def host_of(address: str) -> str:
+    """The host part of ``host``, ``host:port`` or ``[v6]:port``."""
+    if address.startswith("["):
+        return address[1:].partition("]")[0]
+    if address.count(":") == 1:
+        return address.partition(":")[0]
+    return address
+
+
+@functools.lru_cache(maxsize=4096)
+def _ips(address: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...]:
+    """The client's IP, and for an IPv4-mapped IPv6 address (``::ffff:10.0.0.1``) also the
+    IPv4 address it carries, so either form of a blacklist entry matches it."""
+    try:
+        ip = ipaddress.ip_address(host_of(address))
+    except ValueError:
+        return ()
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return (ip, ip.ipv4_mapped)
+    return (ip,)
+
+
+def blacklisted(address: str | None, blacklist: tuple[str, ...]) -> bool:
+    """True when the client address falls in one of the policy's IPs or networks."""
+    if not address or not blacklist:
+        return False
+    ips = _ips(address)
+    return any(
+        ip.version == net.version and ip in net for net in _networks(tuple(blacklist)) for ip in ips
+    )
+
+
+def dead_letter_parent(snapshot: CatalogSnapshot, topic: str) -> TopicInfo | None:
+    """The queue topic whose dead-letter queue ``topic`` (``<queue>.dlq``) is, when the
+    catalog has no topic of that name and the queue has its DLQ on; else None."""
+    if not topic.endswith(DLQ_SUFFIX):
+        return None
+    parent = snapshot.topics.get(topic[: -len(DLQ_SUFFIX)])
+    if parent is None:
+        return None
+    settings = parent.queue
+    if not (settings.dead_letter_enabled or settings.overflow_policy == "RedirectToDlq"):
+        return None
+    return parent
+
+
+class Gate:
+    """Checks an app against its policies on a topic (see the module docstring).
+
+    ``catalog`` returns the current snapshot; ``limiter`` holds the rate-limit buckets;
+    ``now_ms`` is the engine's clock.
+    """
+
+    def __init__(
+        self,
+        catalog: Callable[[], CatalogSnapshot],
+        limiter: RateLimiter,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self._catalog = catalog
+        self._limiter = limiter
+        self._now_ms = now_ms
+
+    def _topic(self, snapshot: CatalogSnapshot, topic: str, app: str) -> str:
+        """The topic whose policies govern ``topic``: itself, or for the dead-letter queue
+        of a queue topic that has none of its own in the catalog, that queue (its
+        producers and consumers may use its DLQ). A malformed topic or app name is
+        InvalidMessage on every protocol, before any permission is looked at."""
+        if topic not in snapshot.topics:
+            parent = dead_letter_parent(snapshot, topic)
+            if parent is not None:
+                return parent.code
+            if not valid_name(topic):
+                raise InvalidMessage("invalid topic name")
+            raise TopicNotFound(f"topic {topic} does not exist")
+        if app and app not in snapshot.apps and not valid_name(app):
+            raise InvalidMessage("invalid app name")
+        return topic
+
+    # ------------------------------------------------------------------ produce
+
+    def producer(self, topic: str, app: str, address: str | None) -> ProducerPolicyInfo:
+        """The producer policy of ``app`` on ``topic``; refuses an app without one and a
+        blacklisted ``address`` (None: not checked, as for a registration)."""
+        snapshot = self._catalog()
+        policy = snapshot.producer(self._topic(snapshot, topic, app), app)
+        if policy is None:
+            raise ProducerNotFound(f"app {app or '(none)'} may not produce to {topic}")
+        if blacklisted(address, policy.blacklist):
+            raise ClientNotAllowed(f"client {host_of(address or '')} may not produce to {topic}")
+        return policy
+
+    async def admit_produce(self, policy: ProducerPolicyInfo, count: int) -> None:
+        """Take ``count`` permits of the producer's rate limit, all or none."""
+        if not policy.rate_limit or count <= 0:
+            return
+        permit = await self._limiter.acquire(
+            PRODUCE,
+            policy.topic,
+            policy.app,
+            rate=policy.rate_limit,
+            cost=count,
+            now_ms=self._now_ms(),
+        )
+        if not permit.granted:
+            raise RateLimited(
+                f"producer {policy.name} is over its {policy.rate_limit}/s limit",
+                permit.retry_after_ms,
+            )
+
+    async def admit_produce_up_to(self, policy: ProducerPolicyInfo, count: int) -> int:
+        """Take up to ``count`` permits (messages stored one by one may be cut short);
+        how many were granted. RateLimited when not even one is there."""
+        if not policy.rate_limit or count <= 0:
+            return count
+        permit = await self._limiter.acquire_up_to(
+            PRODUCE,
+            policy.topic,
+            policy.app,
+            rate=policy.rate_limit,
+            cost=count,
+            now_ms=self._now_ms(),
+        )
+        if not permit.granted:
+            raise RateLimited(
+                f"producer {policy.name} is over its {policy.rate_limit}/s limit",
+                permit.retry_after_ms,
+            )
+        return permit.count
+
+    async def produce(
+        self, topic: str, app: str, address: str | None, count: int
+    ) -> ProducerPolicyInfo:
+        """:meth:`producer`, then :meth:`admit_produce` for ``count`` messages."""
+        policy = self.producer(topic, app, address)
+        await self.admit_produce(policy, count)
+        return policy
+
+    # ------------------------------------------------------------------ consume
+
+    def consumer(self, topic: str, app: str, address: str | None) -> ConsumerPolicyInfo:
+        """The consumer policy of ``app`` on ``topic``; refuses an app without one and a
+        blacklisted ``address``. The caller checks ``paused`` (nothing is delivered
+        while it is set; subscribing is still allowed)."""
+        snapshot = self._catalog()
+        policy = snapshot.consumer(self._topic(snapshot, topic, app), app)
+        if policy is None:
+            raise ConsumerNotFound(f"app {app or '(none)'} may not consume {topic}")
+        if blacklisted(address, policy.blacklist):
+            raise ConsumerClientNotAllowed(
+                f"client {host_of(address or '')} may not consume {topic}"
+            )
+        return policy
+
+    async def admit_consume(self, policy: ConsumerPolicyInfo, count: int) -> int:
+        """How many of ``count`` messages the consumer's rate limit lets through now (at
+        least one); RateLimited, blocking the group for a second, when none."""
+        if not policy.rate_limit or count <= 0:
+            return count
+        permit = await self._limiter.acquire_up_to(
+            CONSUME,
+            policy.topic,
+            policy.app,
+            rate=policy.rate_limit,
+            cost=count,
+            now_ms=self._now_ms(),
+        )
+        if not permit.granted:
+            raise RateLimited(
+                f"consumer {policy.name} is over its {policy.rate_limit}/s limit",
+                permit.retry_after_ms,
+            )
+        return permit.count
+
+    async def admit_fetch(self, policy: ConsumerPolicyInfo) -> None:
+        """A consumer's fetch request costs one permit (http-mq.md §11); RateLimited,
+        blocking the group for a second, when there is none. The messages it returns are
+        charged afterwards (:meth:`charge_consume`)."""
+        if not policy.rate_limit:
+            return
+        permit = await self._limiter.acquire(
+            CONSUME, policy.topic, policy.app, rate=policy.rate_limit, cost=1, now_ms=self._now_ms()
+        )
+        if not permit.granted:
+            raise RateLimited(
+                f"consumer {policy.name} is over its {policy.rate_limit}/s limit",
+                permit.retry_after_ms,
+            )
+
+    async def charge_consume(self, policy: ConsumerPolicyInfo, delivered: int) -> None:
+        """Charge messages a fetch returned (the balance may go below zero: the next
+        fetches wait for the debt to refill)."""
+        if policy.rate_limit and delivered > 0:
+            await self._limiter.charge(
+                CONSUME,
+                policy.topic,
+                policy.app,
+                rate=policy.rate_limit,
+                cost=delivered,
+                now_ms=self._now_ms(),
+            )
+
+    async def refund_consume(self, policy: ConsumerPolicyInfo, unused: int) -> None:
+        """Give back permits taken by :meth:`admit_consume` for messages not delivered."""
+        if policy.rate_limit and unused > 0:
+            await self._limiter.charge(
+                CONSUME,
+                policy.topic,
+                policy.app,
+                rate=policy.rate_limit,
+                cost=-unused,
+                now_ms=self._now_ms(),
+            )

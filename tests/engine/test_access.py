@@ -1,0 +1,267 @@
+"""The engine as the one gate: every produce and consume operation checks the app's
+policy, blacklist, pause and rate limit, and a refusal stores and delivers nothing."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from brokers.engine import (
+    AccessDenied,
+    AppInfo,
+    CatalogSnapshot,
+    ClientNotAllowed,
+    ConsumerClientNotAllowed,
+    ConsumerNotFound,
+    ConsumerPaused,
+    FetchStatus,
+    InvalidMessage,
+    Message,
+    ProducerNotFound,
+    QueueSettings,
+    RateLimited,
+    TopicNotFound,
+    hash_token,
+)
+from brokers.engine.access import blacklisted
+from tests.engine.conftest import snapshot
+
+
+def gated(**policy) -> CatalogSnapshot:
+    """Topic ``t`` (1 partition) and queue ``q``: app ``a`` produces and consumes both with
+    ``policy`` applied to both of its policies (the blacklist ``127.0.0.0/8`` when none is
+    given); app ``b`` has no policy."""
+    policy.setdefault("blacklist", ("127.0.0.0/8",))
+    producer = {k: v for k, v in policy.items() if k in ("blacklist", "rate_limit")}
+    consumer = {k: v for k, v in policy.items() if k in ("blacklist", "rate_limit", "paused")}
+    topics = {"t": {"partitions": 1}, "q": {"partitions": 1, "queue": QueueSettings()}}
+    return snapshot(
+        topics=topics,
+        producers=[{"topic": c, "app": "a", **producer} for c in topics],
+        consumers=[{"topic": c, "app": "a", **consumer} for c in topics],
+    )
+
+
+async def stored(engine, topic: str = "t") -> int:
+    low, high = await engine.bounds(topic, 0)
+    return high - low
+
+
+async def test_every_produce_path_refuses_an_app_without_a_producer_policy(make_engine):
+    engine = make_engine(gated())
+    msg = Message(b"x")
+    with pytest.raises(ProducerNotFound):
+        await engine.append("t", "b", [msg])
+    with pytest.raises(ProducerNotFound):
+        await engine.append_delayed("t", "b", msg, deliver_at_ms=engine.now_ms())
+    with pytest.raises(ProducerNotFound):
+        await engine.queue_publish_many("q", "b", [msg])
+    with pytest.raises(ProducerNotFound):
+        await engine.prepare_transaction("t", "b")
+    tx = await engine.prepare_transaction("t", "a")
+    with pytest.raises(ProducerNotFound):
+        await engine.append_to_transaction("t", "b", tx, [msg])
+    assert await stored(engine) == 0 and await engine.delayed_pending("t") == 0
+    assert (await engine.queue_stats("q")).ready == 0
+    await engine.append("t", "a", [msg])
+    assert await stored(engine) == 1
+
+
+async def test_every_consume_path_refuses_an_app_without_a_consumer_policy(make_engine):
+    engine = make_engine(gated())
+    await engine.append("t", "a", [Message(b"x")])
+    await engine.queue_publish("q", "a", Message(b"y"))
+    with pytest.raises(ConsumerNotFound):
+        await engine.fetch("t", "b")
+    with pytest.raises(ConsumerNotFound):
+        await engine.consume_read("t", "b", 0, 0)
+    with pytest.raises(ConsumerNotFound):
+        await engine.queue_take("q", "b", count=5)
+    with pytest.raises(ConsumerNotFound):
+        await engine.claim_copies("q", "b", "b#1", count=5, lease_ms=1000, max_retry=1)
+    with pytest.raises(ConsumerNotFound):
+        await engine.admit_deliveries("q", "b", 1)
+    # nothing was leased away from the rightful consumer
+    assert (await engine.fetch("t", "a")).found
+    assert [d.message.body for d in await engine.queue_take("q", "a", count=5)] == [b"y"]
+
+
+async def test_blacklisted_addresses_neither_produce_nor_consume(make_engine):
+    engine = make_engine(gated(blacklist=("10.1.0.0/16", "2001:db8::/32")))
+    for address in ("10.1.2.3:5000", "[2001:db8::1]:80", "::ffff:10.1.0.9", "10.1.9.9"):
+        with pytest.raises(ClientNotAllowed):
+            await engine.append("t", "a", [Message(b"x")], client_address=address)
+        with pytest.raises(ClientNotAllowed):
+            await engine.queue_publish_many("q", "a", [Message(b"x")], client_address=address)
+    assert await stored(engine) == 0
+    await engine.append("t", "a", [Message(b"ok")], client_address="10.2.0.1:1")
+    await engine.queue_publish("q", "a", Message(b"ok"), client_address="10.2.0.1")
+    fetched = await engine.fetch("t", "a", address="10.1.0.1:1")
+    assert fetched.status is FetchStatus.BLACKLISTED and not fetched.messages
+    with pytest.raises(ConsumerClientNotAllowed):
+        await engine.queue_take("q", "a", address="10.1.0.1", count=5)
+    with pytest.raises(ConsumerClientNotAllowed):
+        await engine.consume_read("t", "a", 0, 0, address="10.1.0.1")
+    with pytest.raises(AccessDenied):
+        engine.authorize_consumer("t", "a", "10.1.0.1")
+    assert (await engine.fetch("t", "a", address="10.2.0.1:1")).found
+
+
+async def test_a_paused_consumer_gets_nothing_and_may_still_subscribe(make_engine):
+    engine = make_engine(gated(paused=True))
+    await engine.append("t", "a", [Message(b"x")])
+    await engine.queue_publish("q", "a", Message(b"y"))
+    assert (await engine.fetch("t", "a")).status is FetchStatus.PAUSED
+    assert await engine.queue_take("q", "a", count=5) == []
+    with pytest.raises(ConsumerPaused):
+        await engine.consume_read("t", "a", 0, 0)
+    claim = await engine.claim_copies("q", "a", "a#1", count=5, lease_ms=1000, max_retry=1)
+    assert claim.deliveries == [] and await engine.admit_deliveries("q", "a", 3) == 0
+    assert engine.authorize_consumer("q", "a") is False  # subscribing is allowed
+    engine.set_snapshot(gated())  # resumed
+    assert engine.authorize_consumer("q", "a") is True
+    assert [d.message.body for d in await engine.queue_take("q", "a", count=5)] == [b"y"]
+
+
+async def test_producer_rate_limit_refuses_beyond_its_permits_and_stores_nothing_more(
+    make_engine,
+):
+    engine = make_engine(gated(rate_limit=3))
+    await engine.append("t", "a", [Message(b"1"), Message(b"2")])
+    await engine.append("t", "a", [Message(b"3")])
+    with pytest.raises(RateLimited) as refused:
+        await engine.append("t", "a", [Message(b"4")])
+    assert refused.value.retry_after_ms > 0 and refused.value.jmq4_code == 74
+    assert await stored(engine) == 3
+    with pytest.raises(RateLimited):
+        await engine.append_delayed("t", "a", Message(b"5"), deliver_at_ms=engine.now_ms())
+    assert await engine.delayed_pending("t") == 0
+
+
+async def test_queue_publish_stores_what_the_rate_limit_admits_and_refuses_the_rest(
+    make_engine,
+):
+    engine = make_engine(gated(rate_limit=2))
+    results = await engine.queue_publish_many("q", "a", [Message(b"%d" % i) for i in range(5)])
+    assert [type(r).__name__ for r in results] == ["AppendResult"] * 2 + ["RateLimited"] * 3
+    assert (await engine.queue_stats("q")).ready == 2
+
+
+async def test_consumer_rate_limit_costs_a_permit_per_fetch_and_per_message(make_engine, clock):
+    engine = make_engine(gated(rate_limit=3))
+    await engine.append("t", "a", [Message(b"%d" % i) for i in range(5)])
+    first = await engine.fetch("t", "a", count=2)  # 1 for the fetch + 2 messages
+    assert len(first.messages) == 2
+    await engine.ack("t", "a", first.partition, range(first.start, first.end))
+    limited = await engine.fetch("t", "a")
+    assert limited.status is FetchStatus.RATE_LIMITED and not limited.messages
+    clock.advance(2)  # blocked for a second, then refilled
+    assert (await engine.fetch("t", "a", count=1)).found
+
+
+async def test_pushed_deliveries_are_capped_by_the_consumer_rate_limit(make_engine):
+    engine = make_engine(
+        snapshot(
+            topics={"q": {"partitions": 1, "queue": QueueSettings()}},
+            consumers=[{"topic": "q", "app": "a", "rate_limit": 2}],
+        )
+    )
+    for i in range(5):
+        await engine.queue_publish("q", "a", Message(b"%d" % i))
+    assert len(await engine.queue_take("q", "a", count=5)) == 2
+    with pytest.raises(RateLimited):
+        await engine.queue_take("q", "a", count=5)
+    assert (await engine.queue_stats("q")).ready == 3  # nothing taken beyond the permits
+
+
+async def test_malformed_names_are_invalid_before_any_permission(make_engine):
+    engine = make_engine(gated())
+    for topic in ("a\x00\x01\nb", "", "x" * 300):
+        with pytest.raises(InvalidMessage):
+            await engine.append(topic, "a", [Message(b"x")])
+        with pytest.raises(InvalidMessage):
+            engine.authorize_producer(topic, "a")
+    with pytest.raises(InvalidMessage):
+        engine.authorize_consumer("t", "bad\napp")
+    with pytest.raises(TopicNotFound):
+        engine.authorize_producer("nothere", "a")
+
+
+async def test_an_implicit_dead_letter_queue_follows_its_queues_policies(make_engine):
+    snap = snapshot(
+        topics={"q": {"partitions": 1, "queue": QueueSettings(dead_letter_enabled=True)}},
+        producers=[{"topic": "q", "app": "a"}],
+        consumers=[{"topic": "q", "app": "a"}],
+    )
+    engine = make_engine(snap)
+    assert engine.authorize_consumer("q.dlq", "a") is True
+    with pytest.raises(ConsumerNotFound):
+        engine.authorize_consumer("q.dlq", "b")
+    with pytest.raises(TopicNotFound):
+        engine.authorize_consumer("other.dlq", "a")
+
+
+def test_app_for_token_is_the_one_lookup() -> None:
+    snap = CatalogSnapshot(
+        apps={
+            "a": AppInfo(code="a", token_hashes=(hash_token("tok-a"), hash_token("tok-a2"))),
+            "b": AppInfo(code="b", token_hashes=(hash_token("tok-b"),)),
+        }
+    )
+    assert snap.app_for_token("tok-a").code == "a"
+    assert snap.app_for_token("tok-a2").code == "a"
+    assert snap.app_for_token("tok-b").code == "b"
+    for bad in (None, "", "tok-c", "tok-a "):
+        assert snap.app_for_token(bad) is None
+
+
+_v4 = st.ip_addresses(v=4)
+_v6 = st.ip_addresses(v=6)
+
+
+@given(
+    address=st.one_of(_v4, _v6),
+    networks=st.lists(
+        st.one_of(
+            st.tuples(_v4, st.integers(0, 32)),
+            st.tuples(_v6, st.integers(0, 128)),
+        ),
+        max_size=4,
+    ),
+    port=st.integers(1, 65535),
+)
+def test_blacklist_matches_exactly_the_listed_networks(address, networks, port) -> None:
+    entries = tuple(str(ipaddress.ip_network(f"{ip}/{n}", strict=False)) for ip, n in networks)
+    forms = [address]
+    if address.version == 6 and address.ipv4_mapped is not None:
+        forms.append(address.ipv4_mapped)  # ::ffff:10.0.0.1 is also 10.0.0.1
+    expected = any(
+        form in net
+        for net in map(ipaddress.ip_network, entries)
+        for form in forms
+        if form.version == net.version
+    )
+    text = f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
+    assert blacklisted(text, entries) is expected
+    assert blacklisted(str(address), entries) is expected
+
+
+async def test_append_many_charges_each_message_as_if_sent_alone(make_engine):
+    engine = make_engine(gated(rate_limit=2))
+    results = await engine.append_many("t", "a", [Message(b"%d" % i) for i in range(5)])
+    assert [type(r).__name__ for r in results] == ["AppendResult"] * 2 + ["RateLimited"] * 3
+    assert [r.first_index for r in results[:2]] == [0, 1]
+    assert await stored(engine) == 2
+    with pytest.raises(ClientNotAllowed):
+        await engine.append_many("t", "a", [Message(b"x")], client_address="127.0.0.1")
+
+
+async def test_append_many_fails_an_invalid_message_alone(make_engine):
+    engine = make_engine(gated())
+    bad = Message(b"x", business_id="b" * 1000)
+    results = await engine.append_many("t", "a", [Message(b"1"), bad, Message(b"3")])
+    assert [type(r).__name__ for r in results] == ["AppendResult", "InvalidMessage", "AppendResult"]
+    assert await stored(engine) == 2
