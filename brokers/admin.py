@@ -108,8 +108,8 @@ class AppTokenInline(admin.TabularInline):
 
 @admin.register(App)
 class AppAdmin(admin.ModelAdmin):
-    list_display = ["code", "team", "is_admin", "created_at"]
-    list_filter = ["team", "is_admin"]
+    list_display = ["code", "team", "is_admin", "is_anonymous", "created_at"]
+    list_filter = ["team", "is_admin", "is_anonymous"]
     search_fields = ["code"]
     inlines = [AppTokenInline]
     actions = ["rotate_token"]
@@ -124,6 +124,9 @@ class AppAdmin(admin.ModelAdmin):
     @admin.action(description="Issue a new token (revokes the current ones)")
     def rotate_token(self, request, queryset) -> None:
         for app in queryset:
+            if app.is_anonymous:
+                messages.error(request, f"{app.code} is an anonymous app: it has no tokens.")
+                continue
             token = app.issue_token()
             messages.warning(request, f"New token of {app.code} (shown once): {token}")
 

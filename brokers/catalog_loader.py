@@ -57,6 +57,7 @@ def build_snapshot(version: int = 0) -> CatalogSnapshot:
     archived_topics = set(
         ProducerPolicy.objects.filter(archive=True).values_list("topic__code", flat=True)
     ) | set(ConsumerPolicy.objects.filter(archive=True).values_list("topic__code", flat=True))
+    anonymous = dict(App.objects.filter(is_anonymous=True).values_list("team_id", "code"))
     topics = {}
     for t in Topic.objects.select_related("team").prefetch_related("groups"):
         topics[t.code] = TopicInfo(
@@ -85,6 +86,7 @@ def build_snapshot(version: int = 0) -> CatalogSnapshot:
             created_ms=int(t.created_at.timestamp() * 1000),
             archive=t.code in archived_topics,
             team=t.team.name,
+            anonymous_app=anonymous.get(t.team_id, ""),
         )
     apps = {
         a.code: AppInfo(

@@ -295,10 +295,21 @@ class App(models.Model):
     is_admin = models.BooleanField(
         default=False, help_text="An admin app may act for every app (JMQ4 session rule)."
     )
+    is_anonymous = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="The team's anonymous app: what token-less clients act as on the team's "
+        "topics opened to them (brokers.anonymous). It has no tokens.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["code"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team"], condition=Q(is_anonymous=True), name="one_anonymous_app_per_team"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.code
@@ -310,6 +321,10 @@ class App(models.Model):
         """
         from django.utils import timezone
 
+        if self.is_anonymous:
+            raise ValidationError(
+                "An anonymous app has no tokens: it is what token-less clients act as."
+            )
         token = token or f"mqa_{secrets.token_urlsafe(32)}"
         if revoke_others:
             self.tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
