@@ -1,8 +1,9 @@
 """App-token authentication of HTTP-MQ requests (http-mq.md §13.1).
 
 The token comes from ``Authorization: Bearer <token>`` or a ``token`` parameter and is
-checked in constant time against the app's hashed tokens in the catalog snapshot; it is
-never logged.
+looked up with the catalog's one token lookup (``CatalogSnapshot.app_for_token``: by hash,
+confirmed in constant time); it is never logged. What the app may then do is the
+engine's decision.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ def authorize(snapshot: CatalogSnapshot, token: str | None, app: str) -> AppInfo
     """
     if not token:
         raise ProxyError(401, "UNAUTHENTICATED", "token missing: send Authorization: Bearer")
-    owner = snapshot.apps.get(app)
-    if owner is not None and owner.check_token(token):
-        return owner
-    if any(info.check_token(token) for info in snapshot.apps.values()):
+    owner = snapshot.app_for_token(token)
+    if owner is None:
+        raise ProxyError(401, "UNAUTHENTICATED", "token invalid")
+    if owner.code != app:
         raise ProxyError(403, "FORBIDDEN", f"this token's app does not own app {app}'s client")
-    raise ProxyError(401, "UNAUTHENTICATED", "token invalid")
+    return owner

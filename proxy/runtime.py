@@ -13,17 +13,15 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from brokers.engine import CatalogWatcher, Engine
-from brokers.engine.ratelimit import RateLimiter
 
 
 class Runtime:
-    """Engine, catalog watcher and rate limiter of this process."""
+    """Engine and catalog watcher of this process."""
 
     def __init__(self, redis: aioredis.Redis, watcher: CatalogWatcher) -> None:
         self.redis = redis
         self.watcher = watcher
         self.engine = Engine(redis, lambda: watcher.current)
-        self.limiter = RateLimiter(redis)
 
 
 _runtime: Runtime | None = None

@@ -1,7 +1,7 @@
 """HTTP-MQ endpoints for producers and consumers (app token): produce, fetch, ack, unlock.
 
-Thin adapters: parameters and envelopes here, every rule (locks, acks, offsets, pause,
-broadcast, rate limits) in the engine. Specification: shared/protocols/http-mq.md.
+Thin adapters: parameters and envelopes here, every rule (who may produce and consume,
+blacklists, pause, rate limits, locks, acks, offsets, broadcast) in the engine. Specification: shared/protocols/http-mq.md.
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ from django.views.decorators.csrf import csrf_exempt
 
 from brokers.engine import (
     DELAY_LEVELS,
+    AccessDenied,
     CommitStatus,
     ConsumerPolicyInfo,
     EngineError,
     FetchStatus,
     Message,
     ProducerPolicyInfo,
+    RateLimited,
     StoreUnavailable,
     java_hash,
 )
@@ -76,6 +78,8 @@ def endpoint(handler: Handler) -> Callable[[HttpRequest], Awaitable[HttpResponse
         except EngineError as exc:
             status = ENGINE_STATUS.get(exc.code, 500)
             headers = {"Retry-After": "1"} if status == 503 else None
+            if isinstance(exc, RateLimited):
+                headers = {"Retry-After": str(max(1, -(-exc.retry_after_ms // 1000)))}
             return envelope(status, message=str(exc), error=exc.code, headers=headers)
         except Exception:
             log.exception("HTTP-MQ %s failed", request.path)
@@ -93,20 +97,26 @@ def _preflight() -> HttpResponse:
     return response
 
 
-def client_ip(request: HttpRequest, params: dict[str, str]) -> str:
-    """The consumer's address (http-mq.md §3.1): ``clientIp``, else — only when the peer is
-    a trusted proxy (HTTPMQ_TRUSTED_PROXIES) — the first X-Forwarded-For entry or
-    X-Real-IP, else the peer address."""
-    if params.get("clientIp"):
-        value = params["clientIp"]
-        if len(value) > 64:
-            raise bad_parameter("clientIp must be at most 64 characters")
-        return value
+def peer_address(request: HttpRequest) -> str:
+    """The client's address as the connection shows it — what blacklists see: the peer,
+    or, only when the peer is a trusted proxy (HTTPMQ_TRUSTED_PROXIES), the first
+    X-Forwarded-For entry or X-Real-IP."""
     peer = request.META.get("REMOTE_ADDR", "") or ""
     if peer in settings.HTTPMQ_TRUSTED_PROXIES:
         forwarded = request.headers.get("X-Forwarded-For", "").split(",")[0].strip()
         return forwarded or request.headers.get("X-Real-IP", "").strip() or peer
     return peer
+
+
+def client_ip(request: HttpRequest, params: dict[str, str]) -> str:
+    """The consumer's address as recorded (http-mq.md §3.1): ``clientIp``, else
+    :func:`peer_address`. A client may name itself, but never past a blacklist."""
+    if params.get("clientIp"):
+        value = params["clientIp"]
+        if len(value) > 64:
+            raise bad_parameter("clientIp must be at most 64 characters")
+        return value
+    return peer_address(request)
 
 
 def producer_for(rt: Runtime, request: HttpRequest, params: dict[str, str]) -> ProducerPolicyInfo:
@@ -162,26 +172,6 @@ def _deliver_at(rt: Runtime, params: dict[str, str]) -> int | None:
     if timestamp is not None:
         return max(timestamp, rt.engine.now_ms())
     return None
-
-
-async def _check_send_rate(rt: Runtime, policy: ProducerPolicyInfo, cost: int) -> None:
-    if policy.rate_limit:
-        permit = await rt.limiter.acquire(
-            "produce",
-            policy.topic,
-            policy.app,
-            rate=policy.rate_limit,
-            cost=cost,
-            now_ms=rt.engine.now_ms(),
-        )
-        if not permit.granted:
-            seconds = max(1, -(-permit.retry_after_ms // 1000))
-            raise ProxyError(
-                429,
-                "RATE_LIMITED",
-                f"producer {policy.name} is over its {policy.rate_limit}/s send limit",
-                {"Retry-After": str(seconds)},
-            )
 
 
 def _send_result(rt: Runtime, topic: str, partition: int, index: int, store_ms: int) -> dict:
@@ -249,8 +239,7 @@ async def produce(request: HttpRequest, params: dict[str, str], rt: Runtime) -> 
     retries = p.integer(params, "asyncRetryTimesIfSendFailed", 1, 10)
     deliver_at = _deliver_at(rt, params)
     partition = await _partition_for(rt, policy, params)
-    await _check_send_rate(rt, policy, 1)
-    address = client_ip(request, params)
+    address = peer_address(request)
     message = Message(body=body, business_id=keys, attributes={"KEYS": keys} if keys else None)
     if deliver_at is not None:
         delay_id = await rt.engine.append_delayed(
@@ -311,15 +300,16 @@ async def produce_batch(request: HttpRequest, params: dict[str, str], rt: Runtim
         else:
             accepted.append((i, Message(body=raw)))
     if accepted:
-        await _check_send_rate(rt, policy, len(accepted))
         try:
             stored = await rt.engine.append(
                 policy.topic,
                 policy.app,
                 [m for _, m in accepted],
                 partition=partition,
-                client_address=client_ip(request, params),
+                client_address=peer_address(request),
             )
+        except (AccessDenied, RateLimited):
+            raise  # refused as a whole (403 / 429): nothing was sent, no per-item result
         except EngineError as exc:
             for i, _ in accepted:
                 results[i] = {"status": ENGINE_STATUS.get(exc.code, 500), "message": str(exc)}
@@ -426,20 +416,8 @@ async def message(request: HttpRequest, params: dict[str, str], rt: Runtime) -> 
     result: dict[str, Any] = {"msgListSize": 0, "retryMsgListSize": 0}
     if ack_info:
         result["ackInfo"] = ack_info
-    if policy.paused:
-        return _fetch_reply(request, params, result | {"status": "PAUSED"}, None)
-    if policy.rate_limit:
-        permit = await rt.limiter.acquire(
-            "consume",
-            policy.topic,
-            policy.app,
-            rate=policy.rate_limit,
-            cost=1,
-            now_ms=rt.engine.now_ms(),
-        )
-        if not permit.granted:
-            return _fetch_reply(request, params, result | {"status": "RATE_LIMITED"}, None)
     address = client_ip(request, params)
+    peer = peer_address(request)
     # Clustering consumers were pinned at approval (brokers.consumer_start); a partition
     # they have no position on yet only holds messages produced since, so it starts at its
     # beginning. A broadcast client starts per startPosition at its first access.
@@ -448,7 +426,8 @@ async def message(request: HttpRequest, params: dict[str, str], rt: Runtime) -> 
         policy.app,
         owner=f"http:{address}",
         client_id=client_id,
-        address=address,
+        address=peer,
+        reported_address=address,
         start_position=policy.start_position if client_id else "earliest",
     )
     if fetched.status is FetchStatus.NO_PARTITION:
@@ -459,19 +438,10 @@ async def message(request: HttpRequest, params: dict[str, str], rt: Runtime) -> 
             {"Retry-After": "1"},
         )
     if fetched.status is FetchStatus.BLACKLISTED:
-        raise ProxyError(403, "FORBIDDEN", f"client {address} may not consume {policy.name}")
+        raise ProxyError(403, "FORBIDDEN", f"client {peer} may not consume {policy.name}")
     if fetched.status in (FetchStatus.PAUSED, FetchStatus.RATE_LIMITED):
         return _fetch_reply(request, params, result | {"status": fetched.status.value}, None)
     msg_list = deliveries_to_list(policy.topic, fetched.messages)
-    if policy.rate_limit and msg_list:
-        await rt.limiter.charge(
-            "consume",
-            policy.topic,
-            policy.app,
-            rate=policy.rate_limit,
-            cost=len(msg_list),
-            now_ms=rt.engine.now_ms(),
-        )
     result["status"] = fetched.status.value
     if msg_list:
         result["msgList"] = msg_list

@@ -12,6 +12,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from brokers.anonymous import open_topic
 from brokers.catalog_loader import publish
 from brokers.engine import CatalogWatcher, Engine
 from brokers.models import Broker, ConsumerPolicy, ProducerPolicy, Team, Topic
@@ -31,8 +32,10 @@ class Catalog:
 
 
 def build_catalog(redis_url: str) -> Catalog:
-    """Broker 1; MQs ``orders`` and ``svc`` (open queues), ``secure`` (queue with token
-    ``s3cret``), ``news`` (pub/sub); app ``app1`` produces and consumes ``secure``."""
+    """Broker 1; MQs ``orders`` and ``svc`` (open queues), ``secure`` (open queue guarded by
+    the token ``s3cret``), ``news`` (open pub/sub) — open as MQs made by ``create_mq`` are:
+    token-less clients act as the team's anonymous app, which has policies on them; app
+    ``app1`` produces and consumes ``secure``; app ``stranger`` has no policy anywhere."""
     redis.Redis.from_url(redis_url).flushall()
     team = Team.objects.create(name="team1")
     cluster = factories.cluster_with_brokers(brokers=1)
@@ -46,6 +49,8 @@ def build_catalog(redis_url: str) -> Catalog:
             topics[code].set_zbus_token(SECRET)
         topics[code].save()
     Topic.objects.filter(code__in=topics).update(max_queue_size=1_000_000)
+    for topic in topics.values():
+        open_topic(topic)
     app, token = factories.app("app1", team)
     ProducerPolicy.objects.create(topic=topics["secure"], app=app)
     ConsumerPolicy.objects.create(topic=topics["secure"], app=app)

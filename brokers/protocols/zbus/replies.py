@@ -81,6 +81,12 @@ def mq_forbidden(mq: str, token: str | None) -> str:
     return f"MQ({mq}) forbbiden, token({'null' if token is None else token}) mismatched"
 
 
+def mq_rate_limited(mq: str, retry_after_ms: int) -> str:
+    """403 body when the acting app is over its rate limit on the MQ (mqcloud §13.3a:
+    zbus has no status of its own for it; nothing was stored or delivered)."""
+    return f"MQ({mq}) forbbiden, rate limit exceeded, retry after {retry_after_ms} ms"
+
+
 ADMIN_FORBIDDEN = "admin forbidden, token mismatched"
 """403 body for an admin token mismatch (§11.2)."""
 MESSAGE_TOO_LARGE = bad_format("message too large")

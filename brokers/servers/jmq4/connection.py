@@ -3,6 +3,7 @@ FETCH_HEALTH and the ADD/REMOVE_CONSUMER/PRODUCER registrations."""
 
 from __future__ import annotations
 
+from brokers.engine import AccessDenied, EngineError, InvalidMessage, TopicNotFound
 from brokers.protocols.jmq4 import (
     AddConnectionRequest,
     AddConnectionResponse,
@@ -33,8 +34,8 @@ async def add_connection(
     """Check app + token against the catalog (status 2 on failure); idempotent."""
     if session.established:
         return response_frame(header, AddConnectionResponse(connection_id=session.connection_id))
-    info = ctx.snapshot.apps.get(req.app) if validate_name(req.app) is None else None
-    if info is None or not info.check_token(req.token):
+    known = validate_name(req.app) is None and ctx.engine.app_for_token(req.token) == req.app
+    if not known:
         raise Reject(Code.CN_AUTHENTICATION_ERROR, f"app {req.app} authentication failed")
     connection_id = session.establish(req.app, req.region, ctx.broker_id)
     return response_frame(header, AddConnectionResponse(connection_id=connection_id))
@@ -76,15 +77,28 @@ def _registration_id(session: Session, sequence: int, kind: str, app: str, topic
     return text[:32767]
 
 
+def _check_topics(topics: tuple[str, ...], check) -> None:
+    """Names first (status 6, §8.5), then the engine's gate for each topic (status 1)."""
+    for topic in topics:
+        if validate_name(topic) is not None:
+            raise Reject(Code.CN_PARAM_ERROR, "invalid topic name")
+    for topic in topics:
+        try:
+            check(topic)
+        except InvalidMessage as exc:
+            raise Reject(Code.CN_PARAM_ERROR, str(exc)) from None
+        except (AccessDenied, TopicNotFound) as exc:
+            raise Reject(Code.CN_NO_PERMISSION, str(exc)) from None
+        except EngineError as exc:
+            raise Reject(exc.jmq4_code, str(exc)) from None
+
+
 async def add_consumer(
     ctx: ServerContext, session: Session, header: Header, req: AddConsumerRequest
 ) -> Frame:
     """Every topic needs a consumer subscription for the app, otherwise status 1."""
-    snapshot = ctx.snapshot
-    session.authorize(req.app, snapshot)
-    for topic in req.topics:
-        if snapshot.consumer(topic, req.app) is None:
-            raise Reject(Code.CN_NO_PERMISSION, f"app {req.app} does not consume {topic}")
+    session.authorize(req.app, ctx.snapshot)
+    _check_topics(req.topics, lambda topic: ctx.engine.authorize_consumer(topic, req.app))
     entries = []
     for topic in req.topics:
         key = (topic, req.app)
@@ -100,11 +114,8 @@ async def add_producer(
     ctx: ServerContext, session: Session, header: Header, req: AddProducerRequest
 ) -> Frame:
     """Every topic needs a producer subscription for the app, otherwise status 1."""
-    snapshot = ctx.snapshot
-    session.authorize(req.app, snapshot)
-    for topic in req.topics:
-        if snapshot.producer(topic, req.app) is None:
-            raise Reject(Code.CN_NO_PERMISSION, f"app {req.app} does not produce to {topic}")
+    session.authorize(req.app, ctx.snapshot)
+    _check_topics(req.topics, lambda topic: ctx.engine.authorize_producer(topic, req.app))
     entries = []
     for topic in req.topics:
         key = (topic, req.app)

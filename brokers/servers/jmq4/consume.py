@@ -7,7 +7,6 @@ from itertools import groupby
 
 from brokers.engine import (
     RETRY_PARTITION,
-    CatalogSnapshot,
     Delivery,
     EngineError,
     FetchResult,
@@ -61,14 +60,13 @@ def _messages(deliveries: tuple[Delivery, ...] | list[Delivery]) -> tuple[Stored
     return tuple(StoredMessage(d.record) for d in deliveries)
 
 
-def _client_id(
-    snapshot: CatalogSnapshot, topic: TopicInfo, app: str, session: Session
-) -> str | None:
+def _client_id(ctx: ServerContext, topic: TopicInfo, app: str, session: Session) -> str | None:
     """Broadcast consumers are tracked per client IP; clustering ones per app."""
-    policy = snapshot.consumer(topic.code, app)
-    if topic.type == "broadcast" or (policy is not None and policy.broadcast):
-        return session.peer_host
-    return None
+    try:
+        broadcast = ctx.engine.is_broadcast(topic.code, app)
+    except EngineError:
+        broadcast = topic.type == "broadcast"
+    return session.peer_host if broadcast else None
 
 
 async def _fetch_topic(
@@ -94,7 +92,7 @@ async def _fetch_topic(
             ack_timeout_ms=req.ack_timeout,
             long_poll_ms=long_poll_ms,
             owner=session.connection_id,
-            client_id=_client_id(snapshot, topic, req.app, session),
+            client_id=_client_id(ctx, topic, req.app, session),
             address=session.address,
         )
     except EngineError as exc:
@@ -136,12 +134,15 @@ async def _fetch_partition(
     if not leads(topic, p, ctx.broker_id):
         return PartitionMessages(partition=p, code=Code.FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER)
     try:
+        ctx.engine.authorize_consumer(topic.code, app, session.address)
         index = entry.index
         if index == -1:
-            cid = _client_id(ctx.snapshot, topic, app, session)
+            cid = _client_id(ctx, topic, app, session)
             index = await _start_index(ctx, topic.code, app, p, cid)
         count = max(1, min(entry.count, 1000)) if entry.count > 0 else 1
-        deliveries = await ctx.engine.read(topic.code, p, index, count)
+        deliveries = await ctx.engine.consume_read(
+            topic.code, app, p, index, count, address=session.address
+        )
     except IndexOutOfRange:
         return PartitionMessages(partition=p, code=Code.FW_FETCH_MESSAGE_INDEX_OUT_OF_RANGE)
     except EngineError as exc:
@@ -161,11 +162,6 @@ async def fetch_partition_message(
         if topic is None:
             parts = tuple(
                 PartitionMessages(partition=p.partition, code=Code.FW_TOPIC_NOT_EXIST)
-                for p in entry.partitions
-            )
-        elif snapshot.consumer(entry.topic, req.app) is None:
-            parts = tuple(
-                PartitionMessages(partition=p.partition, code=Code.FW_GET_MESSAGE_TOPIC_NOT_READ)
                 for p in entry.partitions
             )
         else:
@@ -189,7 +185,7 @@ async def _ack_partition(
     info = ctx.snapshot.topics.get(topic)
     if info is None:
         return Code.FW_TOPIC_NOT_EXIST
-    cid = _client_id(ctx.snapshot, info, app, session)
+    cid = _client_id(ctx, info, app, session)
     token = session.locks.get((topic, app, part.partition))
     try:
         for retry_type, run in groupby(acks, key=lambda a: a.retry_type):
@@ -250,7 +246,7 @@ async def commit_ack_index(
                 failed.append(PartitionCode(partition=p.partition, code=Code.CN_PARAM_ERROR))
                 continue
             try:
-                cid = _client_id(snapshot, topic, req.app, session) if topic else None
+                cid = _client_id(ctx, topic, req.app, session) if topic else None
                 await ctx.engine.reset_offsets(
                     entry.topic, req.app, position=position, partition=p.partition, client_id=cid
                 )
@@ -275,7 +271,7 @@ async def fetch_index(
         failed = False
         if known and topic is not None:
             try:
-                cid = _client_id(snapshot, topic, req.app, session)
+                cid = _client_id(ctx, topic, req.app, session)
                 rows = await ctx.engine.progress(
                     entry.topic, req.app, client_id=cid, partitions=known
                 )

@@ -41,6 +41,7 @@ async def prepare(
             req.app,
             transaction_id=req.transaction_id,
             timeout_ms=req.timeout if req.timeout > 0 else DEFAULT_TIMEOUT_MS,
+            client_address=session.address,
         )
     except EngineError as exc:
         return response_frame(header, PrepareResponse(code=engine_code(exc)))

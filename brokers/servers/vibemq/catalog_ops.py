@@ -1,9 +1,13 @@
 """createQueue / deleteQueue in the catalog (PostgreSQL), for the async servers.
 
-A queue is a topic with one partition whose VibeMQ settings are the queue options. The
-ORM runs in a thread (``sync_to_async``); the catalog snapshot is published when the
-transaction commits (the model signals call ``publish_on_commit``), and the caller then
-refreshes its watcher so the next command already sees the change.
+A queue is a topic with one partition whose VibeMQ settings are the queue options, owned
+by the creating app's team; the creating app gets a producer and a consumer policy on it
+(and on its DLQ), so it may publish and subscribe — others only once they have policies
+of their own (vibemq.md §14). A connection without an app token creates queues in the
+``vibemq-anonymous`` team, open to that team's anonymous app. The ORM runs in a thread
+(``sync_to_async``); the catalog snapshot is published when the transaction commits (the
+model signals call ``publish_on_commit``), and the caller then refreshes its watcher so
+the next command already sees the change.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from django.db import IntegrityError, transaction
 from django.db import connection as db_connection
 from django.db.models import ProtectedError
 
+from brokers.anonymous import anonymous_app
 from brokers.catalog_loader import publish_on_commit
-from brokers.models import Broker, Cluster, Team, Topic
+from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from brokers.topology import create_partition_groups
 
 ANONYMOUS_TEAM = "vibemq-anonymous"
@@ -32,6 +37,8 @@ class QueueSpec:
 
     code: str
     team: str
+    app: str = ""
+    """The creating app, which gets both policies ("": the team's anonymous app)."""
     delivery_mode: str = "RoundRobin"
     max_queue_size: int = 10_000
     overflow_policy: str = "DropOldest"
@@ -67,6 +74,24 @@ def _team(name: str) -> Team:
     return team
 
 
+def _grant(topic: Topic, app: App) -> None:
+    """A producer and a consumer policy of ``app`` on ``topic`` (from the earliest
+    message: a queue keeps what was published before its first subscriber)."""
+    name = f"{app.code}.{topic.code}"[:255]
+    ProducerPolicy.objects.get_or_create(topic=topic, app=app, defaults={"name": name})
+    ConsumerPolicy.objects.get_or_create(
+        topic=topic, app=app, defaults={"name": name, "start_position": "earliest"}
+    )
+
+
+def _creator_app(spec: QueueSpec, team: Team) -> App:
+    if spec.app:
+        app = App.objects.filter(code=spec.app).first()
+        if app is not None:
+            return app
+    return anonymous_app(team)
+
+
 def _create_row(spec: QueueSpec, cluster: Cluster, team: Team) -> bool:
     if Topic.objects.filter(code=spec.code).exists():
         return False
@@ -86,6 +111,7 @@ def _create_row(spec: QueueSpec, cluster: Cluster, team: Team) -> bool:
                 creator=spec.creator,
             )
             create_partition_groups(topic, 1)
+            _grant(topic, _creator_app(spec, team))
     except IntegrityError:  # created concurrently by another connection or process
         return False
     return True
@@ -97,7 +123,9 @@ def _create_queue(spec: QueueSpec, dead_letter_queue: str | None, broker_id: int
             cluster, team = _cluster(broker_id), _team(spec.team)
             created = _create_row(spec, cluster, team)
             if created and dead_letter_queue is not None:
-                dlq = QueueSpec(code=dead_letter_queue, team=spec.team, creator=spec.creator)
+                dlq = QueueSpec(
+                    code=dead_letter_queue, team=spec.team, app=spec.app, creator=spec.creator
+                )
                 _create_row(dlq, cluster, team)
             if created:
                 publish_on_commit()

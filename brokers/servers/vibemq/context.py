@@ -7,9 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, QueueSettings
-from brokers.engine.ratelimit import RateLimiter
 from brokers.protocols.vibemq.options import DLQ_SUFFIX
-from brokers.servers.vibemq.auth import TokenIndex
 from brokers.servers.vibemq.config import ServerConfig
 from brokers.servers.vibemq.limits import ConnectionGate
 from brokers.servers.vibemq.registry import SubscriberRegistry
@@ -24,17 +22,14 @@ class ServerContext:
     config: ServerConfig
     broker_id: int | None = None
     node: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    tokens: TokenIndex = field(default_factory=TokenIndex)
     counters: Counter[str] = field(default_factory=Counter)
     registry: SubscriberRegistry = field(init=False)
-    limiter: RateLimiter = field(init=False)
     gate: ConnectionGate = field(init=False)
 
     def __post_init__(self) -> None:
         self.registry = SubscriberRegistry(
             self.engine.redis, self.node, self.config.registry_ttl_ms
         )
-        self.limiter = RateLimiter(self.engine.redis)
         self.gate = ConnectionGate(self.config.max_connections, self.config.connections_per_ip)
 
     @property
@@ -57,6 +52,15 @@ class ServerContext:
             if parent is not None and parent.queue.dead_letter_enabled:
                 return QueueSettings()
         return None
+
+    def anonymous_app(self, queue: str) -> str:
+        """The app a connection without an app token acts as on ``queue`` (the anonymous
+        app of the queue's team; of the queue's own queue for an implicit DLQ), or ""."""
+        topics = self.snapshot.topics
+        info = topics.get(queue)
+        if info is None and queue.endswith(DLQ_SUFFIX):
+            info = topics.get(queue[: -len(DLQ_SUFFIX)])
+        return info.anonymous_app if info is not None else ""
 
     def queue_names(self) -> list[str]:
         """Every queue, DLQs included, sorted by name."""

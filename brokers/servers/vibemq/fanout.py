@@ -12,8 +12,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from brokers.engine import Delivery
-from brokers.engine.redisio import AnyRedis
+from brokers.engine import AnyRedis, Delivery, cancel_and_wait
 
 log = logging.getLogger("mqcloud.vibemq")
 _PREFIX = "mq:vmq:fan:"
@@ -47,9 +46,7 @@ class FanoutListener:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
         if self._pubsub is not None:
             with contextlib.suppress(Exception):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import re
 
-from brokers.engine.fetch import blacklisted
+from brokers.engine import AccessDenied, EngineError, TopicNotFound
 from brokers.protocols.vibemq import (
     Ack,
     Connect,
@@ -78,7 +78,7 @@ def _connect(session: Session, frame: Connect) -> None:
         )
     token = frame.auth_token
     if token:
-        app = session.ctx.tokens.app_for_token(session.ctx.snapshot, token)
+        app = session.ctx.snapshot.app_for_token(token)
         if app is None:
             return session.error(ErrorCode.AUTH_FAILED, "unknown app token", frame.id)
         session.app = app
@@ -99,9 +99,16 @@ def _connect(session: Session, frame: Connect) -> None:
 async def _subscribe(session: Session, frame: Subscribe) -> None:
     if not await queue_admin.ensure(session, frame.queue, frame.id):
         return
-    policy = session.ctx.snapshot.consumer(frame.queue, session.app_code) if session.app else None
-    if policy is not None and blacklisted(session.peer, tuple(policy.blacklist)):
-        return session.error(ErrorCode.AUTH_FAILED, "client address not allowed", frame.id)
+    try:
+        session.ctx.engine.authorize_consumer(
+            frame.queue, session.acting_app(frame.queue), session.peer
+        )
+    except AccessDenied as exc:
+        return session.error(ErrorCode.FORBIDDEN, str(exc), frame.id)
+    except TopicNotFound as exc:
+        return session.error(ErrorCode.QUEUE_NOT_FOUND, str(exc), frame.id)
+    except EngineError as exc:
+        return session.error(ErrorCode.INVALID_QUEUE, str(exc), frame.id)
     session.send(subscribe_ack(frame))  # before any delivery of the backlog
     session.subscriptions.add(frame.queue)
     await session.hub.subscribe(frame.queue, session)

@@ -3,24 +3,36 @@
 One :class:`QueueDispatcher` per queue with local subscribers takes ready messages from
 the engine whenever some subscriber is eligible, and sleeps on the engine's notification
 for the queue (never polling faster than ``timer_interval``, which is also how often ack
-deadlines and retries are checked). RoundRobin and PriorityBased hand each leased message
-to the next eligible subscriber in turn. FanOutWithAck copies each taken message, in
-Redis, to every subscriber identity present in the cluster (:mod:`brokers.engine.copies`)
-and each process's dispatcher then claims its subscribers' copies — so they survive a
-reconnect to another process and a broker crash. FanOutWithoutAck publishes each taken
-message on the queue's fan channel (see :mod:`.fanout`) for every process to hand on.
-Dispatchers of several processes compete for the same queue through the engine.
+deadlines and retries are checked). RoundRobin and PriorityBased take for each consumer
+— the (app, address) pairs of the local subscribers, each past the engine's gate: its
+policy, blacklist, pause and rate limit — and hand each leased message to that consumer's
+next eligible subscriber in turn. FanOutWithAck copies each taken message, in Redis, to
+every subscriber identity present in the cluster (:mod:`brokers.engine.copies`) and each
+process's dispatcher then claims its subscribers' copies through the gate — so they
+survive a reconnect to another process and a broker crash. FanOutWithoutAck publishes
+each taken message on the queue's fan channel (see :mod:`.fanout`) for every process to
+hand on to the subscribers the gate admits. Dispatchers of several processes compete
+for the same queue through the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+from collections import deque
 from typing import Protocol
 
-from brokers.engine import Claim, Delivery, EngineError, FanoutCopies, QueueSettings
+from brokers.engine import (
+    AccessDenied,
+    Claim,
+    Delivery,
+    EngineError,
+    FanoutCopies,
+    QueueSettings,
+    RateLimited,
+    cancel_and_wait,
+)
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.fanout import FanoutListener, encode_copy, fan_channel
 
@@ -36,7 +48,9 @@ class Subscriber(Protocol):
     key: str
     fan_identity: str
     fan_queues: set[str]
+    peer: str
 
+    def acting_app(self, queue: str) -> str: ...
     def capacity(self, queue: str) -> int: ...
     def deliver_lease(self, queue: str, delivery: Delivery, deadline_ms: int) -> bool: ...
     def deliver_claimed(self, queue: str, deliveries: list[Delivery]) -> list[int]: ...
@@ -54,6 +68,30 @@ class QueueDispatcher:
         self.wakeup = asyncio.Event()
         self._next = 0
         self.task: asyncio.Task[None] | None = None
+        self._blocked: dict[tuple[str, str], float] = {}
+        """Consumer (app, address) → loop time before which it is not taken for again
+        (over its rate limit, or refused by the gate)."""
+        self.copies_in: deque[Delivery] = deque()
+        """FanOutWithoutAck copies received, waiting to be handed on."""
+
+    def consumers(self) -> dict[tuple[str, str], list[Subscriber]]:
+        """The local subscribers by the consumer they take as: (app, address)."""
+        groups: dict[tuple[str, str], list[Subscriber]] = {}
+        for sub in self.subscribers:
+            groups.setdefault((sub.acting_app(self.queue), sub.peer), []).append(sub)
+        return groups
+
+    def _ready(self, key: tuple[str, str]) -> bool:
+        until = self._blocked.get(key)
+        if until is None:
+            return True
+        if asyncio.get_running_loop().time() >= until:
+            del self._blocked[key]
+            return True
+        return False
+
+    def _block(self, key: tuple[str, str], ms: int) -> None:
+        self._blocked[key] = asyncio.get_running_loop().time() + ms / 1000
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"vibemq-dispatch-{self.queue}")
@@ -102,21 +140,41 @@ class QueueDispatcher:
         if settings.delivery_mode == "FanOutWithAck":
             return await self._fan_out_tracked(settings, lease_ms)
         if settings.delivery_mode in FANOUT_MODES:
-            want = TAKE_BATCH
-        else:
-            caps = {id(s): s.capacity(self.queue) for s in self.subscribers}
+            await self._hand_on_copies()
+            got = await ctx.engine.queue_take_for_copies(
+                self.queue, count=TAKE_BATCH, lease_ms=lease_ms
+            )
+            if got:
+                await self._fan_out(got)
+            return len(got) == TAKE_BATCH
+        more = False
+        for key, subs in self.consumers().items():
+            if not self._ready(key):
+                continue
+            caps = {id(s): s.capacity(self.queue) for s in subs}
             want = min(TAKE_BATCH, sum(caps.values()))
-        got = await ctx.engine.queue_take(self.queue, count=want, lease_ms=lease_ms)
-        if not got:
-            return False
-        if settings.delivery_mode in FANOUT_MODES:
-            await self._fan_out(got)
-        else:
-            await self._round_robin(got, caps, lease_ms)
-        return len(got) == want
+            if want <= 0:
+                continue
+            app, address = key
+            try:
+                got = await ctx.engine.queue_take(
+                    self.queue, app, address=address, count=want, lease_ms=lease_ms
+                )
+            except RateLimited as exc:
+                self._block(key, exc.retry_after_ms)
+                continue
+            except AccessDenied as exc:  # its policy went away: nothing for it, recheck later
+                log.info("VibeMQ %s: %s", self.queue, exc)
+                self._block(key, 1000)
+                continue
+            if got:
+                await self._round_robin(subs, got, caps, lease_ms)
+            more = more or len(got) == want
+        return more
 
-    async def _round_robin(self, got: list[Delivery], caps: dict[int, int], lease_ms: int) -> None:
-        subs = self.subscribers
+    async def _round_robin(
+        self, subs: list[Subscriber], got: list[Delivery], caps: dict[int, int], lease_ms: int
+    ) -> None:
         deadline = self.hub.ctx.engine.now_ms() + lease_ms
         unplaced: list[int] = []
         for delivery in got:
@@ -136,7 +194,9 @@ class QueueDispatcher:
         subscribers; True if more may be waiting right away."""
         ctx = self.hub.ctx
         copies = self.hub.copies(self.queue)
-        got = await ctx.engine.queue_take(self.queue, count=TAKE_BATCH, lease_ms=lease_ms)
+        got = await ctx.engine.queue_take_for_copies(
+            self.queue, count=TAKE_BATCH, lease_ms=lease_ms
+        )
         more = False
         if got:
             present, dropped = await copies.assign(got, max_pending=settings.max_queue_size)
@@ -149,17 +209,50 @@ class QueueDispatcher:
                 await ctx.engine.queue_release(self.queue, indexes)
         for sub in list(self.subscribers):
             room = sub.capacity(self.queue)
-            if room <= 0:
+            key = (sub.acting_app(self.queue), sub.peer)
+            if room <= 0 or not self._ready(key):
                 continue
-            claim = await copies.claim(
-                sub.fan_identity,
-                count=room,
-                lease_ms=lease_ms,
-                max_retry=settings.max_retry_attempts,
-            )
+            try:
+                claim = await ctx.engine.claim_copies(
+                    self.queue,
+                    key[0],
+                    sub.fan_identity,
+                    address=sub.peer,
+                    count=room,
+                    lease_ms=lease_ms,
+                    max_retry=settings.max_retry_attempts,
+                    retention_ms=ctx.config.fanout_retention_ms,
+                )
+            except RateLimited as exc:
+                self._block(key, exc.retry_after_ms)
+                continue
+            except AccessDenied as exc:
+                log.info("VibeMQ %s: %s", self.queue, exc)
+                self._block(key, 1000)
+                continue
             await self.hub.hand_over(self.queue, sub, claim, settings)
             more = more or len(claim.deliveries) == room
         return more
+
+    async def _hand_on_copies(self) -> None:
+        """FanOutWithoutAck copies received since the last round, to each consumer of
+        the local subscribers as far as the gate lets them through (a paused, refused or
+        rate-limited consumer misses them: copies without ack are not kept)."""
+        copies, self.copies_in = list(self.copies_in), deque()
+        if not copies:
+            return
+        engine, counters = self.hub.ctx.engine, self.hub.ctx.counters
+        for (app, address), subs in self.consumers().items():
+            try:
+                admitted = await engine.admit_deliveries(
+                    self.queue, app, len(copies), address=address
+                )
+            except AccessDenied:
+                admitted = 0
+            counters["fanout_dropped"] += (len(copies) - admitted) * len(subs)
+            for sub in subs:
+                for delivery in copies[:admitted]:
+                    sub.deliver_copy(self.queue, delivery)
 
     async def _fan_out(self, got: list[Delivery]) -> None:
         redis = self.hub.ctx.engine.redis
@@ -196,14 +289,9 @@ class Hub:
         """Stop dispatching (sessions are closed by their transports)."""
         self._paused = True
         if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
+            await cancel_and_wait(self._timer)
         for disp in list(self.dispatchers.values()):
-            if disp.task is not None:
-                disp.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await disp.task
+            await cancel_and_wait(disp.task)
         self.dispatchers.clear()
         await self._fanout.stop()
 
@@ -302,8 +390,11 @@ class Hub:
             return
         if settings.delivery_mode != "FanOutWithoutAck":
             return
-        for sub in list(disp.subscribers):
-            sub.deliver_copy(queue, delivery)
+        if len(disp.copies_in) >= self.ctx.config.fanout_buffer:
+            disp.copies_in.popleft()  # the dispatcher is behind: the oldest copy goes
+            self.ctx.counters["fanout_dropped"] += 1
+        disp.copies_in.append(delivery)
+        disp.wakeup.set()
 
     # ---------------------------------------------------------------- timers
 
@@ -344,7 +435,7 @@ class Hub:
                 continue
             leader = info.leader_of(0)
             if leader is None or leader == broker:
-                await self.ctx.engine.queue_take(code, count=0)
+                await self.ctx.engine.queue_sweep(code)
 
     async def drop_queue(self, queue: str) -> None:
         """A deleted queue: its local subscribers are unsubscribed silently."""

@@ -1,10 +1,10 @@
 """``publish`` (vibemq.md §6), one frame or a run of them.
 
 A connection's consecutive ``publish`` frames that are already read are checked one by
-one in order (frame rate, queue, producer policy) and those bound for the same queue are
-stored with one engine call (:meth:`Engine.queue_publish_many`, one Redis round trip);
-the replies — ``publishAck`` only once its message is stored, or the frame's error — go
-out in the frames' order (§4). An error reply first stores, and acknowledges, the run
+one in order (frame rate, queue) and those bound for the same queue are stored with one
+engine call (:meth:`Engine.queue_publish_many`, one Redis round trip), which is also the
+gate: producer policy, blacklist, rate limit. The replies — ``publishAck`` only once its
+message is stored, or the frame's error — go out in the frames' order (§4). An error reply first stores, and acknowledges, the run
 before it.
 """
 
@@ -14,17 +14,17 @@ import logging
 from collections.abc import Sequence
 
 from brokers.engine import (
+    AccessDenied,
     AppendResult,
-    ClientNotAllowed,
     EngineError,
     InvalidMessage,
     Message,
     MessageTooLarge,
     QoS,
     QueueFull,
+    RateLimited,
     TopicNotFound,
 )
-from brokers.engine.fetch import blacklisted
 from brokers.protocols.vibemq import ErrorCode, Publish, publish_ack
 from brokers.servers.vibemq import queue_admin
 from brokers.servers.vibemq.messages import to_message
@@ -42,8 +42,10 @@ def _store_error(exc: EngineError) -> tuple[ErrorCode, str]:
         return ErrorCode.QUEUE_NOT_FOUND, str(exc)
     if isinstance(exc, MessageTooLarge | InvalidMessage):
         return ErrorCode.INVALID_MESSAGE, str(exc)
-    if isinstance(exc, ClientNotAllowed):
-        return ErrorCode.AUTH_FAILED, str(exc)
+    if isinstance(exc, AccessDenied):
+        return ErrorCode.FORBIDDEN, str(exc)
+    if isinstance(exc, RateLimited):
+        return ErrorCode.RATE_LIMITED, "publish rate exceeded"
     return ErrorCode.SERVER_ERROR, "message not stored"
 
 
@@ -72,13 +74,14 @@ class PublishRun:
         try:
             results: Sequence[AppendResult | EngineError] = await ctx.engine.queue_publish_many(
                 queue,
-                session.app_code,
+                session.acting_app(queue),
                 messages,
                 qos=QoS.PERSISTED,
                 client_address=session.peer or None,
             )
-        except EngineError as exc:  # the store failed: nothing of the run was stored
-            log.warning("VibeMQ publish to %s failed: %s", queue, exc)
+        except EngineError as exc:  # refused, or the store failed: nothing was stored
+            if not isinstance(exc, AccessDenied | RateLimited | TopicNotFound):
+                log.warning("VibeMQ publish to %s failed: %s", queue, exc)
             results = [exc] * len(frames)
         for frame, result in zip(frames, results, strict=True):
             if isinstance(result, EngineError):
@@ -89,28 +92,6 @@ class PublishRun:
             session.send(
                 publish_ack(frame, dropped=result.dropped, dead_lettered=result.dead_lettered)
             )
-
-
-async def _refusal(session: Session, frame: Publish) -> tuple[ErrorCode, str] | None:
-    """Why the producer policy refuses ``frame`` (blacklist, publish rate), if it does."""
-    ctx = session.ctx
-    policy = ctx.snapshot.producer(frame.queue, session.app_code) if session.app else None
-    if policy is None:
-        return None
-    if blacklisted(session.peer, tuple(policy.blacklist)):
-        return ErrorCode.AUTH_FAILED, "client address not allowed"
-    if policy.rate_limit:
-        permit = await ctx.limiter.acquire(
-            "produce",
-            frame.queue,
-            session.app_code,
-            rate=policy.rate_limit,
-            cost=1,
-            now_ms=ctx.engine.now_ms(),
-        )
-        if not permit.granted:
-            return ErrorCode.RATE_LIMITED, "publish rate exceeded"
-    return None
 
 
 async def publish(session: Session, frames: Sequence[Publish], *, admitted: bool = False) -> None:
@@ -128,10 +109,5 @@ async def publish(session: Session, frames: Sequence[Publish], *, admitted: bool
             await run.flush()  # auto-create (or its error) after the replies before it
             if not await queue_admin.ensure(session, frame.queue, frame.id):
                 continue
-        refused = await _refusal(session, frame)
-        if refused is not None:
-            await run.flush()
-            session.error(refused[0], refused[1], frame.id)
-            continue
         run.add(frame, to_message(frame))
     await run.flush()

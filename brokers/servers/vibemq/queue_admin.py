@@ -53,7 +53,13 @@ log = logging.getLogger("mqcloud.vibemq")
 def _spec(session: Session, queue: str, **settings: object) -> QueueSpec:
     creator = f"vibemq:{session.app_code or 'anonymous'}"
     team = session.app.team if session.app is not None else ""
-    return _catalog_ops().QueueSpec(code=queue, team=team, creator=creator, **settings)  # type: ignore[arg-type]
+    return _catalog_ops().QueueSpec(
+        code=queue,
+        team=team,
+        app=session.app_code,
+        creator=creator,
+        **settings,  # type: ignore[arg-type]
+    )
 
 
 async def _create(session: Session, spec: QueueSpec, dlq: str | None, rid: str) -> bool | None:
@@ -128,15 +134,18 @@ async def create(session: Session, frame: CreateQueue) -> None:
 
 
 async def delete(session: Session, frame: DeleteQueue) -> None:
-    """deleteQueue: the row, the messages, in-flight tracking and subscriptions."""
+    """deleteQueue: the row, the messages, in-flight tracking and subscriptions — only by
+    an app of the team that owns the queue (an implicit DLQ: its queue's team)."""
     ctx, queue = session.ctx, frame.queue
     info = ctx.snapshot.topics.get(queue)
     if ctx.queue_settings(queue) is None:
         return session.error(ErrorCode.QUEUE_NOT_FOUND, f"queue {queue} not found", frame.id)
-    app = session.app
-    if info is not None and app is not None and not app.admin and info.team != app.team:
-        return session.error(ErrorCode.INVALID_QUEUE, f"queue {queue} is another team's", frame.id)
     ops = _catalog_ops()
+    owner = info if info is not None else ctx.snapshot.topics.get(queue[: -len(DLQ_SUFFIX)])
+    app = session.app
+    team = app.team if app is not None else ops.ANONYMOUS_TEAM
+    if owner is not None and not (app is not None and app.admin) and owner.team != team:
+        return session.error(ErrorCode.FORBIDDEN, f"queue {queue} is another team's", frame.id)
     try:
         if info is not None:
             await ops.delete_queue(queue)

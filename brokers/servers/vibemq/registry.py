@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from brokers.engine.redisio import AnyRedis
+from brokers.engine import AnyRedis
 
 
 def registry_key(queue: str) -> str:

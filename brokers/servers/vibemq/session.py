@@ -15,7 +15,7 @@ import uuid
 from collections import defaultdict, deque
 from typing import Protocol
 
-from brokers.engine import AppInfo, Delivery, EngineError, FanoutCopies
+from brokers.engine import AppInfo, Delivery, EngineError, FanoutCopies, cancel_and_wait
 from brokers.protocols.vibemq import (
     Ack,
     ErrorCode,
@@ -85,6 +85,14 @@ class Session:
     @property
     def app_code(self) -> str:
         return self.app.code if self.app is not None else ""
+
+    def acting_app(self, queue: str) -> str:
+        """The app this connection publishes and consumes ``queue`` as: its token's app,
+        or — anonymous access allowed — the queue's anonymous app. What that app may do
+        is the engine's decision."""
+        if self.app is not None:
+            return self.app.code
+        return self.ctx.anonymous_app(queue)
 
     @property
     def fan_identity(self) -> str:
@@ -252,10 +260,6 @@ class Session:
         """How many more ack-tracked deliveries of ``queue`` this subscriber may take."""
         if self.closed or self.stopping or not self.transport.writable:
             return 0
-        if self.app is not None:
-            policy = self.ctx.snapshot.consumer(queue, self.app.code)
-            if policy is not None and policy.paused:
-                return 0
         return max(0, self.ctx.config.max_unacked_per_subscriber - self.inflight.per_queue[queue])
 
     def deliver_lease(self, queue: str, delivery: Delivery, deadline_ms: int) -> bool:
@@ -350,9 +354,7 @@ class Session:
         self._settled.set()
         self.hub.sessions.discard(self)
         if self._task is not None and self._task is not asyncio.current_task():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait(self._task)
         await self._flush_acks()
         for queue in list(self.subscriptions):
             with contextlib.suppress(Exception):

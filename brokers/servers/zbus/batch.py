@@ -2,8 +2,8 @@
 
 Pipelined produces arrive faster than Redis round trips. Each (connection, MQ) has a
 :class:`ProduceLine`: a produce joins the line and waits; one background task stores what
-has queued up with a single engine call (``queue_publish_many`` for a queue, an atomic
-``append`` for pub/sub), then the next run, so order is kept and each produce still gets
+has queued up with a single engine call (``queue_publish_many`` for a queue,
+``append_many`` for pub/sub), then the next run, so order is kept and each produce still gets
 its own outcome (an invalid message fails alone). A produce whose task was cancelled
 before its run started (its connection went away) is not stored.
 """
@@ -14,7 +14,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass
 
-from brokers.engine import EngineError, InvalidMessage, QoS
+from brokers.engine import EngineError, QoS
 from brokers.engine import Message as EngineMessage
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
@@ -101,28 +101,16 @@ class ProduceLine:
                 _settle(item, exc)
 
     async def _append(self, run: list[_Item]) -> None:
-        engine = self.ctx.engine
-        try:
-            await engine.append(
-                self.name,
-                run[0].app,
-                [i.message for i in run],
-                partition=0,
-                qos=QoS.RECEIVED,
-                client_address=self.conn.remote_addr,
-                check_policy=False,
-            )
-        except InvalidMessage:
-            if len(run) == 1:
-                raise
-            for item in run:  # an append is all or nothing: find the bad one alone
-                try:
-                    await self._append([item])
-                except EngineError as exc:
-                    _settle(item, exc)
-            return
-        for item in run:
-            _settle(item, None)
+        results = await self.ctx.engine.append_many(
+            self.name,
+            run[0].app,
+            [i.message for i in run],
+            partition=0,
+            qos=QoS.RECEIVED,
+            client_address=self.conn.remote_addr,
+        )
+        for item, result in zip(run, results, strict=True):
+            _settle(item, result if isinstance(result, EngineError) else None)
 
 
 def _settle(item: _Item, error: BaseException | None) -> None:

@@ -6,6 +6,9 @@ so the new MQ is usable at once; other brokers pick it up within a second.
 A new MQ is a one-partition topic led by this broker, in the broker's cluster, owned by the
 ``zbus`` team, with a queue bound large enough for zbus's unbounded 5.x queues
 (BlockPublisher at 10 million: a full queue answers 500 rather than dropping anything).
+It is open to token-less clients, as zbus 5 MQs were (zbus.md §13.3a): the ``zbus`` team's
+anonymous app gets its producer and consumer policies; an access token, when given,
+still guards it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 
+from brokers.anonymous import open_topic
 from brokers.catalog_loader import publish_on_commit
 from brokers.models import Broker, PartitionGroup, Team, Topic
 
@@ -56,6 +60,7 @@ def _create(name: str, mode: int, token: str, creator: str, broker_id: int) -> O
             topic.full_clean()
             topic.save()
             PartitionGroup.objects.create(topic=topic, group_id=0, leader=broker, partitions=[0])
+            open_topic(topic)
             publish_on_commit()
     except ValidationError as exc:
         if "code" in getattr(exc, "error_dict", {}) and Topic.objects.filter(code=name).exists():

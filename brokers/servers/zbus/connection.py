@@ -41,6 +41,12 @@ class Connection:
         self.produce_lines: dict[tuple[str, bool], ProduceLine] = {}
         """Produces waiting to be stored, per (MQ, pub/sub), see :mod:`.batch`."""
 
+    @property
+    def remote_host(self) -> str:
+        """The host part of ``remote_addr`` (``host:port`` or ``[v6]:port``)."""
+        host = self.remote_addr.rsplit(":", 1)[0] if ":" in self.remote_addr else ""
+        return host[1:-1] if host.startswith("[") else host
+
     def send(self, message: Message, aliases: AliasFamily = AliasFamily.NONE) -> bool:
         """Write ``message`` whole; False if the connection is gone or it cannot be encoded."""
         if self.closed:

@@ -22,6 +22,6 @@ async def consume(ctx: ServerContext, conn: Connection, msg: Message) -> None:
     async with conn.ordered("consume", mq.name):  # a later consume replaces an earlier one
         if mq.pubsub:
             runtime = pubsub_for(ctx, mq.name)
-            await runtime.consume(conn, msg.msgid, msg.window, msg.topics, msg.aliases)
+            await runtime.consume(conn, msg.msgid, msg.window, msg.topics, msg.aliases, app)
         else:
             await queue_for(ctx, mq.name).consume(conn, msg.msgid, msg.window, msg.aliases, app)

@@ -12,9 +12,24 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from brokers.engine import EngineError, InvalidMessage, MessageTooLarge, QueueFull
+from brokers.engine import (
+    AccessDenied,
+    EngineError,
+    InvalidMessage,
+    MessageTooLarge,
+    QueueFull,
+    RateLimited,
+    TopicNotFound,
+)
 from brokers.protocols.zbus import Command, Header, Message
-from brokers.protocols.zbus.replies import MESSAGE_TOO_LARGE, bad_format, command_not_supported
+from brokers.protocols.zbus.replies import (
+    MESSAGE_TOO_LARGE,
+    bad_format,
+    command_not_supported,
+    mq_forbidden,
+    mq_not_found,
+    mq_rate_limited,
+)
 from brokers.servers.zbus.admin import admin
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.consume import consume
@@ -73,6 +88,15 @@ async def dispatch(ctx: ServerContext, conn: Connection, msg: Message) -> None:
     except QueueFull as exc:
         if msg.ack:
             reply(conn, msg, 500, exc.message)
+    except AccessDenied:  # the engine's gate: the acting app may not (any longer)
+        if msg.ack:
+            reply(conn, msg, 403, mq_forbidden(msg.mq or "", msg.token))
+    except RateLimited as exc:
+        if msg.ack:
+            reply(conn, msg, 403, mq_rate_limited(msg.mq or "", exc.retry_after_ms))
+    except TopicNotFound:
+        if msg.ack:
+            reply(conn, msg, 404, mq_not_found(msg.mq or ""))
     except EngineError as exc:
         log.warning("zbus %s from %s: %s", command, conn.remote_addr, exc)
         if msg.ack or command == Command.ADMIN:

@@ -7,9 +7,10 @@ commands run beside them. A produce to another broker's Temp MQ is forwarded (:m
 
 from __future__ import annotations
 
+from brokers.engine import AccessDenied, TopicNotFound
 from brokers.protocols.zbus import Header, Message
 from brokers.protocols.zbus.replies import mq_forbidden, mq_not_found
-from brokers.servers.zbus.access import Forbidden, authorize
+from brokers.servers.zbus.access import Forbidden, acting_app
 from brokers.servers.zbus.batch import line_for
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
@@ -21,16 +22,24 @@ from brokers.servers.zbus.stored import to_engine
 async def resolve(
     ctx: ServerContext, conn: Connection, msg: Message, *, consume: bool
 ) -> tuple[MqRef, str]:
-    """The target MQ and the app acting; 404 or 403 otherwise. Produces may target a Temp
+    """The target MQ and the app acting; 404 or 403 otherwise (the engine's gate decides
+    whether the app may produce to or consume a catalog MQ). Produces may target a Temp
     MQ of another broker; consumes only this broker's."""
     name = msg.mq or ""
     mq = lookup(ctx, name) if consume else await lookup_anywhere(ctx, name)
     if mq is None:
         raise Refuse(404, mq_not_found(name))
     try:
-        app = authorize(ctx.snapshot, mq, msg.token, conn.remote_addr, consume=consume)
-    except Forbidden:
+        app = acting_app(ctx.snapshot, mq, msg.token)
+        if mq.topic is not None:
+            if consume:
+                ctx.engine.authorize_consumer(name, app, conn.remote_addr)
+            else:
+                ctx.engine.authorize_producer(name, app, conn.remote_addr)
+    except (Forbidden, AccessDenied):
         raise Refuse(403, mq_forbidden(name, msg.token)) from None
+    except TopicNotFound:
+        raise Refuse(404, mq_not_found(name)) from None
     return mq, app
 
 

@@ -7,7 +7,9 @@ subscriber's buffer: bounded at ``pubsub_buffer`` messages (the cursor skips the
 counted as dropped) and gone with the connection. A message matches a subscriber whose
 topics contain its ``topic`` or ``*``; a message without ``topic`` reaches ``*`` only.
 Non-matching messages just move the cursor. Window and ``msgid`` work as for queues; the
-delivered status is 200 and ``msgid_raw`` the producer's id.
+delivered status is 200 and ``msgid_raw`` the producer's id. Each subscriber reads as its
+acting app through the engine's gate (:meth:`Engine.consume_read`): while that consumer
+is paused, refused or over its rate limit its buffer simply fills.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from brokers.engine import Delivery, EngineError
+from brokers.engine import (
+    AccessDenied,
+    ConsumerPaused,
+    Delivery,
+    EngineError,
+    RateLimited,
+    cancel_and_wait,
+)
 from brokers.protocols.zbus import AliasFamily, make_delivery
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
@@ -33,6 +42,8 @@ class Subscriber:
 
     conn: Connection
     cursor: int
+    app: str = ""
+    """The app the subscriber reads as (the engine's gate decides what it gets)."""
     topics: set[str] = field(default_factory=set)
     msgid: str | None = None
     window: int = 0
@@ -62,6 +73,7 @@ class PubSubMq:
         window: int,
         topics: list[str],
         aliases: AliasFamily,
+        app: str = "",
     ) -> None:
         """Add ``topics`` to ``conn``'s subscription and (re)arm its window."""
         sub = self.subscribers.get(conn)
@@ -71,8 +83,9 @@ class PubSubMq:
                 return
             sub = self.subscribers.get(conn)
             if sub is None:
-                sub = self.subscribers[conn] = Subscriber(conn, end)
+                sub = self.subscribers[conn] = Subscriber(conn, end, app)
                 conn.on_close(lambda: self.subscribers.pop(conn, None))
+        sub.app = app
         sub.topics.update(topics)
         sub.msgid, sub.window, sub.aliases = msgid, window, aliases
         self.ctx.consumed(self.name, conn)
@@ -92,9 +105,7 @@ class PubSubMq:
     async def stop(self) -> None:
         """Stop the pump (server shutdown)."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait(self._task)
 
     async def _pump(self) -> None:
         engine = self.ctx.engine
@@ -116,7 +127,8 @@ class PubSubMq:
         engine, cap = self.ctx.engine, self.ctx.config.pubsub_buffer
         start, end = await engine.bounds(self.name, 0)
         self._end = end
-        reads: dict[int, list[Delivery]] = {}
+        reads: dict[tuple[str, str, int], list[Delivery]] = {}
+        held: set[tuple[str, str]] = set()
         progressed = False
         for sub in list(self.subscribers.values()):
             if sub.window == 0 or sub.conn.closed:
@@ -127,9 +139,19 @@ class PubSubMq:
                 sub.cursor = floor
             if sub.cursor >= end:
                 continue
-            batch = reads.get(sub.cursor)
+            consumer = (sub.app, sub.conn.remote_host)
+            if consumer in held:
+                continue
+            batch = reads.get((*consumer, sub.cursor))
             if batch is None:
-                batch = reads[sub.cursor] = await engine.read(self.name, 0, sub.cursor, READ_BATCH)
+                try:
+                    batch = await engine.consume_read(
+                        self.name, sub.app, 0, sub.cursor, READ_BATCH, address=consumer[1]
+                    )
+                except (AccessDenied, ConsumerPaused, RateLimited):
+                    held.add(consumer)  # its buffer waits (bounded, oldest dropped)
+                    continue
+                reads[(*consumer, sub.cursor)] = batch
             progressed |= self._deliver(sub, batch)
         return progressed
 

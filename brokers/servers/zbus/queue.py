@@ -5,7 +5,9 @@ operations: ``queue_publish`` stores, ``queue_take`` leases (the message stays s
 flight*), ``queue_ack`` settles and ``queue_release`` puts it back at the head. One
 :class:`QueueMq` per MQ and server keeps the pull sessions (one per connection, a new
 consume replaces it) and a pump task that takes messages while some session has window
-left, parked on the engine's notifier otherwise (no busy polling).
+left, parked on the engine's notifier otherwise (no busy polling). It takes for each
+consumer of its sessions — (acting app, client host) — through the engine's gate, so a
+paused, refused or rate-limited consumer's sessions simply wait.
 
 Settling (§13.1):
 
@@ -31,10 +33,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from brokers.engine import Delivery, EngineError, QueueStats
+from brokers.engine import (
+    AccessDenied,
+    Delivery,
+    EngineError,
+    QueueStats,
+    RateLimited,
+    cancel_and_wait,
+)
 from brokers.protocols.zbus import AliasFamily, make_delivery
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
@@ -62,6 +72,8 @@ class PullSession:
     aliases: AliasFamily
     app: str
     parked_at: float
+    address: str = ""
+    """The client's host: with ``app``, the consumer the pump takes for."""
     delivered: int = 0
     active: bool = True
     timer: asyncio.TimerHandle | None = None
@@ -89,6 +101,8 @@ class QueueMq:
     _event: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
     _watched: set[Connection] = field(default_factory=set)
+    _blocked: dict[tuple[str, str], float] = field(default_factory=dict)
+    """Consumer → monotonic time before which it is not taken for (rate limit, refusal)."""
 
     # ------------------------------------------------------------------ consume
 
@@ -109,7 +123,7 @@ class QueueMq:
             return
         self._watch(conn)
         self.ctx.consumed(self.name, conn)
-        session = PullSession(conn, msgid, window, aliases, app, now)
+        session = PullSession(conn, msgid, window, aliases, app, now, conn.remote_host)
         self.sessions[conn] = session
         if window == 0:
             return
@@ -199,9 +213,7 @@ class QueueMq:
     async def stop(self) -> None:
         """Stop the pump (server shutdown)."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait(self._task)
 
     async def _pump(self) -> None:
         engine, cfg = self.ctx.engine, self.ctx.config
@@ -209,50 +221,79 @@ class QueueMq:
             self._event = event
             while self.line:
                 event.clear()
-                want = 0
+                wants: dict[tuple[str, str], int] = {}
                 for s in self.line:
-                    want += cfg.take_batch if s.window < 0 else s.window
-                    if want >= cfg.take_batch:
-                        break
-                try:
-                    got = await engine.queue_take(
-                        self.name, count=min(want, cfg.take_batch), lease_ms=cfg.lease_ms
-                    )
-                except EngineError as exc:
-                    log.warning("zbus queue %s: %s", self.name, exc)
-                    await asyncio.sleep(0.5)
+                    key = (s.app, s.address)
+                    if wants.get(key, 0) < cfg.take_batch and self._ready(key):
+                        want = wants.get(key, 0) + (cfg.take_batch if s.window < 0 else s.window)
+                        wants[key] = min(want, cfg.take_batch)
+                progressed = False
+                for (app, address), want in wants.items():
+                    try:
+                        got = await engine.queue_take(
+                            self.name, app, address=address, count=want, lease_ms=cfg.lease_ms
+                        )
+                    except RateLimited as exc:
+                        self._block((app, address), exc.retry_after_ms / 1000)
+                        continue
+                    except AccessDenied as exc:  # its policy went away: its sessions wait
+                        log.info("zbus queue %s: %s", self.name, exc)
+                        self._block((app, address), 1.0)
+                        continue
+                    except EngineError as exc:
+                        log.warning("zbus queue %s: %s", self.name, exc)
+                        await asyncio.sleep(0.5)
+                        continue
+                    if got:
+                        await self._dispatch(got, (app, address))
+                        progressed = True
+                if progressed:
                     continue
-                if got:
-                    await self._dispatch(got)
-                    continue
+                wait = cfg.idle_recheck
+                if self._blocked:
+                    wait = min(wait, max(0.01, min(self._blocked.values()) - time.monotonic()))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), cfg.idle_recheck)
+                    await asyncio.wait_for(event.wait(), wait)
 
-    def _next_session(self) -> PullSession | None:
-        snapshot = self.ctx.snapshot
-        for _ in range(len(self.line)):
+    def _ready(self, key: tuple[str, str]) -> bool:
+        until = self._blocked.get(key)
+        if until is None:
+            return True
+        if time.monotonic() >= until:
+            del self._blocked[key]
+            return True
+        return False
+
+    def _block(self, key: tuple[str, str], seconds: float) -> None:
+        self._blocked[key] = time.monotonic() + seconds
+
+    def _next_session(self, key: tuple[str, str]) -> PullSession | None:
+        """The next session in line of the consumer ``key`` (others keep their turn)."""
+        skipped: list[PullSession] = []
+        found = None
+        while self.line:
             session = self.line.popleft()
             if not session.active or session.conn.closed:
                 continue
-            if session.app:
-                policy = snapshot.consumer(self.name, session.app)
-                if policy is not None and policy.paused:
-                    self.line.append(session)
-                    continue
-            return session
-        return None
+            if (session.app, session.address) != key:
+                skipped.append(session)
+                continue
+            found = session
+            break
+        self.line.extendleft(reversed(skipped))
+        return found
 
-    async def _dispatch(self, deliveries: list[Delivery]) -> None:
+    async def _dispatch(self, deliveries: list[Delivery], consumer: tuple[str, str]) -> None:
         redis = self.ctx.engine.redis
-        key = redelivered_key(self.name)
+        marks_key = redelivered_key(self.name)
         pipe = redis.pipeline(transaction=False)
         for d in deliveries:
-            pipe.srem(key, d.index)
+            pipe.srem(marks_key, d.index)
         marks = await pipe.execute()
         leftover: list[int] = []
         now = Connection.now()
         for d, marked in zip(deliveries, marks, strict=True):
-            session = self._next_session()
+            session = self._next_session(consumer)
             if session is None:
                 leftover.append(d.index)
                 continue

@@ -20,7 +20,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from brokers.engine.catalog import hash_token
+from brokers.engine import hash_token
 from brokers.protocols.zbus import AliasFamily, Message, make_delivery
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext

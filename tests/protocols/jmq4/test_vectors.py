@@ -12,7 +12,9 @@ import pytest
 from brokers.protocols import jmq4
 
 VECTORS_FILE = Path(__file__).with_name("jmq4_vectors.txt")
-SHARED_VECTORS_FILE = Path("/work/shared/protocols/jmq4_vectors.txt")
+REPOSITORY = Path(__file__).resolve().parents[3]
+SHARED_VECTORS_FILE = REPOSITORY.parent / "shared" / "protocols" / "jmq4_vectors.txt"
+"""The spec's own copy, beside the checkout (README: ``../shared/protocols/``)."""
 SEND_TIME = 1_600_000_000_000
 
 

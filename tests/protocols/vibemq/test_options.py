@@ -184,6 +184,7 @@ def test_enumeration_values() -> None:
         "QUEUE_NOT_FOUND",
         "QUEUE_EXISTS",
         "QUEUE_FULL",
+        "FORBIDDEN",
         "RATE_LIMITED",
         "CONNECTION_LIMIT",
         "UNKNOWN_COMMAND",
