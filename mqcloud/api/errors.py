@@ -1,13 +1,16 @@
 """One JSON error body for every failed API call: what went wrong and in which field.
 
 ``{"error": "<code>", "message": "<text>", "fields": {"<field>": ["<problem>", …]}}`` —
-``fields`` appears for validation errors only.
+``fields`` appears for validation errors only. :class:`ApiErrorSerializer` documents the
+body in the OpenAPI schema, and :func:`error_responses` declares it for an operation's
+error status codes.
 """
 
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from rest_framework import exceptions, status
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -44,3 +47,34 @@ def _strings(value: object) -> list[str]:
     if isinstance(value, dict):
         return [f"{k}: {m}" for k, v in value.items() for m in _strings(v)]
     return [str(value)]
+
+
+class ApiErrorSerializer(serializers.Serializer):
+    """The body of every failed API call."""
+
+    # For the schema only: exception_handler builds the body.
+    error = serializers.CharField(
+        help_text="What failed: invalid, not_authenticated, permission_denied, not_found, …"
+    )
+    message = serializers.CharField(help_text="What went wrong, in one sentence.")
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="Validation errors only: the problems of each field.",
+    )
+
+
+ERROR_DESCRIPTIONS = {
+    400: "Invalid input; `fields` names each field's problems.",
+    401: "No valid API token.",
+    403: "The caller's role does not allow this.",
+    404: "No such object among those the caller may see.",
+}
+
+
+def error_responses(*codes: int) -> dict[int, OpenApiResponse]:
+    """OpenAPI responses for the error status codes an operation answers."""
+    return {
+        code: OpenApiResponse(ApiErrorSerializer, description=ERROR_DESCRIPTIONS[code])
+        for code in codes
+    }

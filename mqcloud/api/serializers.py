@@ -7,6 +7,7 @@ from django.db import transaction
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from brokers import anonymous
 from brokers.models import (
     App,
     Broker,
@@ -19,6 +20,12 @@ from brokers.models import (
 )
 from brokers.topology import create_partition_groups
 from mqcloud.api.scoping import is_platform_admin, user_teams
+from mqcloud.zbus_access import OPEN_HELP
+
+RESERVED_HELP = (
+    f"'{anonymous.PREFIX}' and '{anonymous.PREFIX}.…' are reserved for the teams' anonymous"
+    " apps and their policies (what token-less clients act as)."
+)
 
 
 class ModelCleanMixin:
@@ -120,6 +127,7 @@ class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
         help_text="zbus MQ access token (stored hashed; empty clears it).",
     )
     zbus_token_set = serializers.SerializerMethodField()
+    zbus_open = serializers.SerializerMethodField(help_text=OPEN_HELP)
 
     class Meta:
         model = Topic
@@ -143,6 +151,7 @@ class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "zbus_mode",
             "zbus_token",
             "zbus_token_set",
+            "zbus_open",
             "creator",
             "description",
             "created_at",
@@ -152,6 +161,12 @@ class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
     @extend_schema_field(serializers.BooleanField)
     def get_zbus_token_set(self, obj: Topic) -> bool:
         return bool(obj.zbus_token_hash)
+
+    @extend_schema_field(serializers.BooleanField(help_text=OPEN_HELP))
+    def get_zbus_open(self, obj: Topic) -> bool:
+        """From the viewset's ``zbus_open`` annotation; one query for a lone topic."""
+        annotated = getattr(obj, "zbus_open", None)
+        return bool(annotated) if annotated is not None else anonymous.is_open(obj)
 
     def validate(self, attrs: dict) -> dict:
         if self.instance is not None:
@@ -206,6 +221,7 @@ class AppSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "team",
             "description",
             "is_admin",
+            "is_anonymous",
             "token",
             "token_hints",
             "created_at",
@@ -223,11 +239,17 @@ class AppSerializer(ModelCleanMixin, serializers.ModelSerializer):
         request = self.context.get("request")
         if value and not (request and is_platform_admin(request.user)):
             raise serializers.ValidationError("Only platform admins may create admin apps.")
+        if value and self.instance is not None and self.instance.is_anonymous:
+            raise serializers.ValidationError(
+                "An anonymous app cannot be an admin app: token-less clients act as it."
+            )
         return value
 
     def validate_code(self, value: str) -> str:
         if self.instance is not None and value != self.instance.code:
             raise serializers.ValidationError("An app's code cannot change.")
+        if self.instance is None and anonymous.is_reserved(value):
+            raise serializers.ValidationError(RESERVED_HELP)
         return value
 
     @transaction.atomic
@@ -265,7 +287,25 @@ class PolicySerializerBase(ModelCleanMixin, serializers.ModelSerializer):
                     )
         if not attrs.get("name") and self.instance is None and "app" in attrs and "topic" in attrs:
             attrs["name"] = f"{attrs['app'].code}.{attrs['topic'].code}"
+        self._refuse_anonymous(attrs)
         return super().validate(attrs)
+
+    def _refuse_anonymous(self, attrs: dict) -> None:
+        """Anonymous policies come from opening a topic (application ``zbus_open``), never
+        from here: no anonymous app in a new policy, no reserved name for any."""
+        app = attrs.get("app")
+        if self.instance is None and app is not None and app.is_anonymous:
+            raise serializers.ValidationError(
+                {
+                    "app": f"{app.code} is an anonymous app: it gets its producer and consumer"
+                    " on a topic when the topic is opened to token-less zbus clients"
+                    " (application zbus_open)."
+                }
+            )
+        name = attrs.get("name")
+        renamed = self.instance is None or name != self.instance.name
+        if name and renamed and anonymous.is_reserved(name):
+            raise serializers.ValidationError({"name": RESERVED_HELP})
 
 
 class ProducerPolicySerializer(PolicySerializerBase):

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
+from brokers.anonymous import with_open_flag
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.api import serializers as s
+from mqcloud.api.errors import error_responses
 from mqcloud.api.scoping import (
     AdminWritesOnly,
     TeamAdminWrites,
@@ -21,6 +23,27 @@ from mqcloud.api.scoping import (
     user_teams,
 )
 from mqcloud.approvals.services import record
+
+NO_ANONYMOUS_TOKENS = (
+    "An anonymous app has no tokens: token-less clients act as it on its team's topics"
+    " opened to them (zbus_open). Use an app of your own for a token."
+)
+
+
+def write_schema(serializer: type, *, created: bool = False, detail: bool = True) -> object:
+    """The schema of a write operation: its answer and every error status it gives."""
+    success = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+    errors = (400, 401, 403, 404) if detail else (400, 401, 403)
+    return extend_schema(responses={success: serializer, **error_responses(*errors)})
+
+
+def policy_write_schemas(serializer: type) -> dict[str, object]:
+    """Create and update of a policy: a reserved name or an anonymous app answers 400."""
+    return {
+        "create": write_schema(serializer, created=True, detail=False),
+        "update": write_schema(serializer),
+        "partial_update": write_schema(serializer),
+    }
 
 
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):
@@ -123,16 +146,23 @@ class TopicViewSet(TeamScopedViewSet):
     lookup_value_regex = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 
     def base_queryset(self) -> QuerySet[Topic]:
-        return Topic.objects.select_related("cluster", "team").prefetch_related("groups")
+        topics = Topic.objects.select_related("cluster", "team").prefetch_related("groups")
+        return with_open_flag(topics)
 
 
+@extend_schema_view(
+    create=write_schema(s.AppSerializer, created=True, detail=False),
+    update=write_schema(s.AppSerializer),
+    partial_update=write_schema(s.AppSerializer),
+)
 class AppViewSet(TeamScopedViewSet):
-    """Apps of the caller's teams; tokens are shown once, when issued or rotated."""
+    """Apps of the caller's teams; tokens are shown once, when issued or rotated. Each
+    team's anonymous app (``is_anonymous``) is listed too; it has no tokens."""
 
     serializer_class = s.AppSerializer
     permission_classes = [permissions.IsAuthenticated, TeamAdminWrites]
     audit_name = "app"
-    filterset_fields = ["team__name", "is_admin"]
+    filterset_fields = ["team__name", "is_admin", "is_anonymous"]
     search_fields = ["code", "description"]
     ordering_fields = ["code", "created_at"]
     lookup_field = "code"
@@ -148,16 +178,23 @@ class AppViewSet(TeamScopedViewSet):
             raise PermissionDenied(TeamAdminWrites.message)
         super().perform_create(serializer)
 
-    @extend_schema(request=None, responses=s.AppSerializer)
+    @extend_schema(
+        request=None,
+        responses={200: s.AppSerializer, **error_responses(400, 401, 403, 404)},
+    )
     @action(detail=True, methods=["post"], url_path="rotate-token")
     def rotate_token(self, request: Request, code: str | None = None) -> Response:
-        """Issue a new token and revoke the previous ones; the response shows it once."""
+        """Issue a new token and revoke the previous ones; the response shows it once.
+        An anonymous app has no tokens (400)."""
         app = self.get_object()
+        if app.is_anonymous:
+            raise ValidationError(NO_ANONYMOUS_TOKENS)
         app._issued_token = app.issue_token()
         self._audit("token-rotated", app)
         return Response(self.get_serializer(app).data, status=status.HTTP_200_OK)
 
 
+@extend_schema_view(**policy_write_schemas(s.ProducerPolicySerializer))
 class ProducerPolicyViewSet(TeamScopedViewSet):
     """Producer policies of the caller's apps."""
 
@@ -173,6 +210,7 @@ class ProducerPolicyViewSet(TeamScopedViewSet):
         return ProducerPolicy.objects.select_related("topic", "app")
 
 
+@extend_schema_view(**policy_write_schemas(s.ConsumerPolicySerializer))
 class ConsumerPolicyViewSet(TeamScopedViewSet):
     """Consumer policies of the caller's apps."""
 

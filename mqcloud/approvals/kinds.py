@@ -16,6 +16,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import models
 from rest_framework import serializers
 
+from brokers import anonymous
+from brokers.anonymous import has_anonymous_policy
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.api.serializers import (
@@ -52,9 +54,12 @@ def _owned(queryset: models.QuerySet, user: AbstractBaseUser, team_path: str, **
 
 
 def _text(payload: dict, field: str) -> str:
+    """A non-empty string of the payload (a name or code), or a field error."""
     value = payload.get(field)
     if not isinstance(value, str) or not value:
         raise serializers.ValidationError({field: "This field is required."})
+    if "\x00" in value:  # PostgreSQL text cannot hold it: refuse it rather than fail
+        raise serializers.ValidationError({field: "Null characters are not allowed."})
     return value
 
 
@@ -89,13 +94,48 @@ def _topic_delete(user, payload: dict) -> Prepared:
             + ConsumerPolicy.objects.filter(topic=topic).count()
         )
         if users:
+            hint = " (close its zbus access first)" if has_anonymous_policy(topic) else ""
             raise serializers.ValidationError(
-                {"code": f"{topic.code} still has {users} producers/consumers; delete them first."}
+                {
+                    "code": f"{topic.code} still has {users} producers/consumers;"
+                    f" delete them first{hint}."
+                }
             )
         topic.delete()
         return {"deleted": payload["code"]}
 
     return Prepared(f"topic:{topic.code}", topic.team, payload, execute)
+
+
+def _zbus_open(user, payload: dict) -> Prepared:
+    """Open a topic of the user's team to token-less zbus clients: its team's anonymous app
+    gets a producer and a consumer policy on it."""
+    topic = _owned(Topic.objects.select_related("team"), user, "team", code=_text(payload, "code"))
+    if anonymous.is_open(topic):
+        raise serializers.ValidationError(
+            {"code": f"{topic.code} is already open to token-less zbus clients."}
+        )
+
+    def execute() -> dict:
+        anonymous.open_topic(topic)
+        return {"topic": topic.code, "zbus_open": True}
+
+    return Prepared(f"topic:{topic.code}", topic.team, {"code": topic.code}, execute)
+
+
+def _zbus_close(user, payload: dict) -> Prepared:
+    """Close a topic to token-less zbus clients: its anonymous producer and consumer go."""
+    topic = _owned(Topic.objects.select_related("team"), user, "team", code=_text(payload, "code"))
+    if not has_anonymous_policy(topic):
+        raise serializers.ValidationError(
+            {"code": f"{topic.code} is already closed: zbus clients need an app token."}
+        )
+
+    def execute() -> dict:
+        anonymous.close_topic(topic)
+        return {"topic": topic.code, "zbus_open": False}
+
+    return Prepared(f"topic:{topic.code}", topic.team, {"code": topic.code}, execute)
 
 
 def _policy_create(serializer_class: type, prefix: str) -> Callable:
@@ -281,6 +321,8 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.OFFSET_RESET: _reset,
     Kind.SKIP_BACKLOG: lambda user, payload: _reset(user, payload, skip=True),
     Kind.DLQ_RESEND: _dlq_resend,
+    Kind.ZBUS_OPEN: _zbus_open,
+    Kind.ZBUS_CLOSE: _zbus_close,
 }
 
 
@@ -336,6 +378,18 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
     Kind.DLQ_RESEND: (
         "{consumer, ids}: dead letters back to the retry store (no ids: all)",
         {"consumer": "shop.orders", "ids": [3, 4]},
+    ),
+    Kind.ZBUS_OPEN: (
+        "{code}: token-less zbus clients (and anonymous VibeMQ clients where the operator"
+        " allows them) may produce to and consume the topic, as its team's anonymous app"
+        " (an anonymous producer and consumer group appear on the topic); the topic's zbus"
+        " access token, if set, still applies",
+        {"code": "orders"},
+    ),
+    Kind.ZBUS_CLOSE: (
+        "{code}: the topic's anonymous producer and consumer go; zbus clients then need an"
+        " app token with a policy on the topic",
+        {"code": "orders"},
     ),
 }
 

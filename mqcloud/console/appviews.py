@@ -1,9 +1,11 @@
 """App pages: the list, an app's producers, consumers and tokens, creation and token
-rotation (team admins). A token is shown once, in the response that issued it."""
+rotation (team admins). A token is shown once, in the response that issued it. A team's
+anonymous app (what token-less clients act as) is listed and labelled, and has no tokens."""
 
 from __future__ import annotations
 
 from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import IntegrityError, transaction
 from django.http import Http404, HttpRequest, HttpResponse
@@ -11,6 +13,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from brokers import anonymous
 from brokers.models import App, ConsumerPolicy, ProducerPolicy
 from brokers.validators import APP_CODE_MAX, name_validator
 from mqcloud.approvals.services import record
@@ -28,6 +31,11 @@ class AppForm(forms.Form):
 
     def clean_code(self) -> str:
         code = self.cleaned_data["code"]
+        if anonymous.is_reserved(code):
+            raise forms.ValidationError(
+                f"'{anonymous.PREFIX}' and '{anonymous.PREFIX}.…' are reserved for the teams'"
+                " anonymous apps."
+            )
         if App.objects.filter(code=code).exists():
             raise forms.ValidationError("An app with this code exists.")
         return code
@@ -50,7 +58,7 @@ def _get_app(user, code: str) -> App:
     return app
 
 
-def _detail(request: HttpRequest, app: App, token: str = "") -> HttpResponse:
+def _detail(request: HttpRequest, app: App, token: str = "", status: int = 200) -> HttpResponse:
     return render(
         request,
         "console/app_detail.html",
@@ -62,6 +70,7 @@ def _detail(request: HttpRequest, app: App, token: str = "") -> HttpResponse:
             "consumers": ConsumerPolicy.objects.filter(app=app).select_related("topic"),
             "can_admin": access.admin_teams(request.user).filter(pk=app.team_id).exists(),
         },
+        status=status,
     )
 
 
@@ -77,6 +86,9 @@ def app_rotate(request: HttpRequest, code: str) -> HttpResponse:
     """Issue a new token, revoke the old ones; the page shows the new token this once."""
     app = _get_app(request.user, code)
     access.require_team_admin(request.user, app.team)
+    if app.is_anonymous:
+        messages.error(request, f"{app.code} is an anonymous app: it has no tokens.")
+        return _detail(request, app, status=400)
     with transaction.atomic():
         token = app.issue_token()
         record(request.user, "app-token-rotated", f"app:{app.code}", team=app.team)

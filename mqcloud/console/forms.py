@@ -101,7 +101,10 @@ def _producer_choices(user: AbstractBaseUser) -> list[tuple[str, str]]:
 
 
 def _app_choices(user: AbstractBaseUser) -> list[tuple[str, str]]:
-    return [(a.code, a.code) for a in access.apps_for(user).order_by("code")]
+    """Apps a producer or consumer may be applied for (anonymous apps get theirs by
+    opening a topic to token-less zbus clients)."""
+    apps = access.apps_for(user).filter(is_anonymous=False).order_by("code")
+    return [(a.code, a.code) for a in apps]
 
 
 def _topic_choices(user: AbstractBaseUser, *, own: bool) -> list[tuple[str, str]]:
@@ -169,6 +172,35 @@ class TopicDeleteForm(ApplicationForm):
 
     def setup(self) -> None:
         self.fields["code"].choices = _topic_choices(self.user, own=True)
+
+
+class _ZbusAccessForm(ApplicationForm):
+    """A kind whose payload is just one of the user's topics."""
+
+    code = forms.ChoiceField(label="Topic")
+
+    def setup(self) -> None:
+        self.fields["code"].choices = _topic_choices(self.user, own=True)
+
+
+class ZbusOpenForm(_ZbusAccessForm):
+    kind = Kind.ZBUS_OPEN
+    title = "Open a topic to token-less zbus clients"
+    help = (
+        "zbus clients without an app token (and anonymous VibeMQ clients, where the operator"
+        " allows them) then produce and consume as the team's anonymous app, through the"
+        " topic's anonymous producer and consumer group. The topic's zbus access token, if"
+        " set, still applies."
+    )
+
+
+class ZbusCloseForm(_ZbusAccessForm):
+    kind = Kind.ZBUS_CLOSE
+    title = "Close a topic to token-less zbus clients"
+    help = (
+        "The topic's anonymous producer and consumer go: zbus clients then need an app token"
+        " whose app has a producer or consumer policy on the topic."
+    )
 
 
 class ProducerCreateForm(ApplicationForm):
@@ -418,6 +450,8 @@ FORMS: dict[str, type[ApplicationForm]] = {
         OffsetResetForm,
         SkipBacklogForm,
         DeadLetterResendForm,
+        ZbusOpenForm,
+        ZbusCloseForm,
     )
 }
 

@@ -1,4 +1,5 @@
-"""Topic pages: the list, a topic's detail, its per-minute traffic as JSON for Chart.js."""
+"""Topic pages: the list (marking topics open to token-less zbus clients), a topic's
+detail with its zbus access state, its per-minute traffic as JSON for Chart.js."""
 
 from __future__ import annotations
 
@@ -9,15 +10,18 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import render
 
-from brokers.models import ConsumerPolicy, ProducerPolicy
+from brokers import anonymous
+from brokers.anonymous import has_anonymous_policy, with_open_flag
+from brokers.models import ConsumerPolicy, ProducerPolicy, Topic
 from mqcloud.console import access, engine_calls, rollups
+from mqcloud.zbus_access import CLOSED_LABEL, OPEN_LABEL
 
 RANGES = {"1h": 60, "6h": 360, "24h": 1440}
 
 
 @login_required
 def topic_list(request: HttpRequest) -> HttpResponse:
-    topics = access.topics_for(request.user).prefetch_related("groups")
+    topics = with_open_flag(access.topics_for(request.user)).prefetch_related("groups")
     query = request.GET.get("q", "").strip()[:200]
     if query:
         topics = topics.filter(code__icontains=query)
@@ -55,8 +59,22 @@ def topic_detail(request: HttpRequest, code: str) -> HttpResponse:
             "consumers": ConsumerPolicy.objects.filter(topic=topic).select_related("app"),
             "ranges": list(RANGES),
             "can_manage": access.user_teams(request.user).filter(pk=topic.team_id).exists(),
+            "zbus": zbus_access(topic),
         },
     )
+
+
+def zbus_access(topic: Topic) -> dict:
+    """Whether token-less zbus clients may use ``topic``, in words, and which applications
+    make sense: opening unless open, closing while an anonymous policy is left."""
+    is_open = anonymous.is_open(topic)
+    return {
+        "open": is_open,
+        "label": OPEN_LABEL if is_open else CLOSED_LABEL,
+        "can_open": not is_open,
+        "can_close": has_anonymous_policy(topic),
+        "token_set": bool(topic.zbus_token_hash),
+    }
 
 
 def window(request: HttpRequest) -> tuple[int, int]:

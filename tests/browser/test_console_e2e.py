@@ -1,8 +1,9 @@
 """End to end in Chromium against a live daphne and a real Celery worker: a member applies
-for a topic and a consumer, an admin approves, messages flow through the engine, the topic
-page charts them, the consumer page shows the lag live, an offset reset runs to 100%; a
-pause approved in the queue stops delivery within a second, and a resume restarts it; an
-application form is completed with the keyboard alone."""
+for a topic, a consumer and open zbus access, an admin approves, the topic list marks the
+topic open, messages flow through the engine, the topic page charts them, the consumer page
+shows the lag live, an offset reset runs to 100%; a pause approved in the queue stops
+delivery within a second, and a resume restarts it; an application form is completed with
+the keyboard alone."""
 
 from __future__ import annotations
 
@@ -93,10 +94,15 @@ def test_apply_approve_produce_watch_lag_and_reset(page: Page, console_url, peop
     page.goto(f"{base}/applications/new/?kind=producer_create&topic=e2e-orders")
     page.get_by_role("button", name="Submit application").click()
     expect(page.locator("#application-status")).to_have_text("Pending")
+    # and to open it to token-less zbus clients, with the topic page's button
+    page.goto(f"{base}/topics/e2e-orders/")
+    expect(page.locator("#zbus-access")).to_contain_text("Closed: zbus clients need an app")
+    page.get_by_role("button", name="Apply to open zbus access").click()
+    expect(page.locator("#application-status")).to_have_text("Pending")
 
     login(page, base, "root")
-    approve_first_pending(page, base)
-    approve_first_pending(page, base)
+    for _ in range(3):
+        approve_first_pending(page, base)
     assert ConsumerPolicy.objects.filter(name="shop.e2e-orders").exists()
 
     # messages through the engine; the topic page charts them
@@ -106,7 +112,11 @@ def test_apply_approve_produce_watch_lag_and_reset(page: Page, console_url, peop
         )
     )
     login(page, base, "alice")
+    page.goto(f"{base}/topics/")
+    row = page.get_by_role("row").filter(has=page.get_by_role("link", name="e2e-orders"))
+    expect(row.locator("mark.badge-open")).to_have_text("zbus open")
     page.goto(f"{base}/topics/e2e-orders/")
+    expect(page.locator("#zbus-access")).to_contain_text("Open to token-less zbus clients")
     expect(page.locator("#traffic-summary")).to_contain_text("6 produced")
 
     # the consumer page shows the lag, and updates it live when a consumer acks
