@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what mqcloud needs on a Debian machine, skipping whatever is already there:
-# PostgreSQL, Redis, a Java 17 runtime (for PySpark), Chromium (browser tests), Python's
-# venv, and the Python dependencies of requirements.txt in .venv (reinstalled only when
+# PostgreSQL, Redis, a Java 17 JDK (the runtime for PySpark; javac for the test that runs
+# the 2015 zbus Java client), Chromium (browser tests), Python's venv, and the Python
+# dependencies of requirements.txt in .venv (reinstalled only when
 # the file changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ need=()
 have_pg() { command -v pg_ctl >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; }
 have_pg || need+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server redis-tools)
-command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 # The interpreter of .venv: Debian's python3 when it is 3.11 or newer. Distribution builds
 # are compiled with PGO and LTO; a pyenv or source build without --enable-optimizations
 # costs the brokers 15-25% more CPU per request (measured with bench/jmq4.py).
