@@ -28,7 +28,10 @@ from proxy.httpmq.runtime import Runtime
 log = logging.getLogger("mqcloud.httpmq")
 access_log = logging.getLogger("mqcloud.httpmq.access")
 
-ENDPOINTS = {path: path[len("/mq/") :].replace("/", "_") for path in ROUTES}
+ENDPOINTS = {path: path[len("/mq/") :].replace("/", "_") for path in ROUTES} | {
+    "/healthz": "healthz",
+    "/metrics": "metrics",
+}
 PREFLIGHT_HEADERS = [
     CORS,
     (b"access-control-allow-methods", b"GET, POST, OPTIONS"),
