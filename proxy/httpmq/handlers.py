@@ -407,25 +407,27 @@ async def message(request: Request, rt: Runtime) -> Reply:
     if msg_list:
         result["msgList"] = msg_list
         result["msgListSize"] = len(msg_list)
-    resends = await rt.engine.take_resends(policy.topic, policy.app, client_id=client_id)
+    take = rt.engine.take_resends(policy.topic, policy.app, client_id=client_id)
+    if fetched.partition >= 0:  # both reads in one round trip
+        resends, result["queueInfo"] = await asyncio.gather(
+            take, _queue_info(rt, policy, fetched.partition, client_id, fetched.first_consume)
+        )
+    else:
+        resends = await take
     if resends:
         result["retryMsgList"] = deliveries_to_list(policy.topic, tuple(resends))
         result["retryMsgListSize"] = len(result["retryMsgList"])
     new_rid = None
-    if fetched.partition >= 0:
-        result["queueInfo"] = await _queue_info(
-            rt, policy, fetched.partition, client_id, fetched.first_consume
-        )
-        if fetched.lock_token:
-            info = rt.engine.topic(policy.topic)
-            new_rid = RequestId(
-                broker_name(info, fetched.partition),
-                fetched.partition,
-                fetched.start,
-                fetched.end,
-                fetched.lock_token,
-            ).encode()
-            result["requestId"] = new_rid
+    if fetched.partition >= 0 and fetched.lock_token:
+        info = rt.engine.topic(policy.topic)
+        new_rid = RequestId(
+            broker_name(info, fetched.partition),
+            fetched.partition,
+            fetched.start,
+            fetched.end,
+            fetched.lock_token,
+        ).encode()
+        result["requestId"] = new_rid
     return _fetch_reply(request, result, new_rid)
 
 
