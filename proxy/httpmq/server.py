@@ -92,10 +92,20 @@ def serve_process(config: ProxyConfig, index: int = 0) -> None:
     uvicorn_server(config).run(sockets=[sock])
 
 
+def check_port_free(host: str, port: int) -> None:
+    """OSError when anything listens on (host, port) — a bind without SO_REUSEPORT fails
+    even against a SO_REUSEPORT group, which another server of the same user could
+    otherwise share with us unnoticed."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+
+
 def serve(config: ProxyConfig) -> None:
     """Serve ``config.process_count()`` processes on the port until SIGINT/SIGTERM."""
     count = config.process_count()
-    listen_socket(config.host, config.port).close()  # fail here, once, if the port is taken
+    check_port_free(config.host, config.port)  # fail here, once, if the port is taken
     if count == 1:
         serve_process(config)
         return
