@@ -8,14 +8,17 @@ serving process of the service (``--serve``) and measures:
 
 - single produce req/s: wrk, 16 connections, one 100-byte message per request;
 - batch produce: wrk, 16 connections, 32 messages per request (messages/s = req/s × 32);
-- fetch+ack req/s: wrk, 8 connections, each fetch acking the previous batch (requestId);
+- fetch+ack req/s: wrk, 8 connections, each fetch acking the previous batch (requestId),
+  from the backlog the produce runs left (full batches of 32; messages per fetch printed);
 - produce latency at a fixed 2,000 req/s: an open-loop generator (raw asyncio sockets,
   not the project's client) in its own process, latency from each request's scheduled
   time, so a stall is not hidden by fewer requests being sent.
 
 wrk is a C load generator (Debian package ``wrk``); without it the req/s lines are skipped
 with a note. Every figure is printed with its ratio to the raw baseline, and the share of
-CPU time stolen by the hypervisor while measuring. Usage:
+CPU time stolen by the hypervisor while measuring, the server's CPU time per request
+(what a dedicated core would serve) and the share of time it waited, runnable, for a CPU
+that other work on the machine held (next to which latency figures must be read). Usage:
 ``.venv/bin/python bench/http_mq.py [--seconds 8] [--servers uvicorn,granian]``.
 """
 
@@ -184,7 +187,10 @@ wrk.headers["Authorization"] = "{auth}"
 """
 
 FETCH_LUA = """
+local threads = {{}}
+function setup(thread) table.insert(threads, thread) end
 local rid = nil
+local messages = 0
 request = function()
   local path = "/mq/message?topic=bench&consumer={consumer}"
   if rid then path = path .. "&requestId=" .. rid end
@@ -193,6 +199,13 @@ end
 response = function(status, headers, body)
   rid = string.match(body, '"requestId":"([^"]+)"')
   if rid then rid = string.gsub(rid, "=", "%%3D") end
+  local n = string.match(body, '"msgListSize":(%d+)')
+  if n then messages = messages + tonumber(n); wrk.thread:set("messages", messages) end
+end
+function done(summary, latency, requests)
+  local total = 0
+  for _, t in ipairs(threads) do total = total + (t:get("messages") or 0) end
+  io.write(string.format("messages: %d\\n", total))
 end
 """
 
@@ -213,12 +226,14 @@ def wrk(url: str, script: str, connections: int, threads: int, seconds: float) -
     count = int(re.search(r"(\d+) requests in", out)[1])
     bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    messages = re.search(r"messages: (\d+)", out)
     scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}
     return {
         "rate": rate,
         "count": count,
         "non2xx": int(bad[1]) if bad else 0,
         "p99_ms": float(p99[1]) * scale[p99[2]] if p99 else float("nan"),
+        "messages": int(messages[1]) if messages else None,
     }
 
 
@@ -277,20 +292,23 @@ def latency_run(port: int, rate: float, seconds: float) -> list[float]:
     return orjson.loads(out.strip().splitlines()[-1])
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU time used so far by a process and its descendants (Linux /proc;
-    granian serves from a child process)."""
-    total, pending = 0, [pid]
+def process_times(pid: int) -> tuple[float, float]:
+    """(CPU seconds used, seconds spent runnable but waiting for a CPU) so far, summed
+    over a process, its threads and its descendants (Linux /proc; granian serves from a
+    child process with threads of its own). The wait is what other work on the machine
+    costs the server: on a shared machine it, not the server, can decide latency."""
+    cpu = wait = 0
+    pending = [pid]
     while pending:
         current = pending.pop()
         with contextlib.suppress(OSError):
-            with open(f"/proc/{current}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
             for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/schedstat") as f:
+                    used, waited, _ = (int(v) for v in f.read().split())
+                cpu, wait = cpu + used, wait + waited
                 with open(f"/proc/{current}/task/{task}/children") as f:
                     pending += [int(child) for child in f.read().split()]
-    return total / os.sysconf("SC_CLK_TCK")
+    return cpu / 1e9, wait / 1e9
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -322,20 +340,27 @@ def measure(server: str, redis_port: int, seconds: float, raw: float) -> dict[st
                 ("fetch+ack req/s (8 clients)", "/", fetch_lua, 8, 8, 1),
             ]
             for name, path, script, conns, threads, per_request in runs:
-                cpu = process_cpu_seconds(proc.pid)
+                cpu, wait = process_times(proc.pid)
+                started = time.monotonic()
                 r = wrk(url + path, script, conns, threads, seconds)
-                r["cpu_us"] = (process_cpu_seconds(proc.pid) - cpu) / r["count"] * 1e6
+                cpu_after, wait_after = process_times(proc.pid)
+                r["cpu_us"] = (cpu_after - cpu) / r["count"] * 1e6
+                r["wait"] = (wait_after - wait) / (time.monotonic() - started)
                 figures[name] = r["rate"] * per_request
                 _line(server, name, r["rate"] * per_request, raw, r)
         else:
             print("wrk is not installed (apt-get install -y wrk): req/s figures skipped")
+        cpu, wait = process_times(proc.pid)
+        started = time.monotonic()
         lat = latency_run(port, 2000, seconds)
+        waited = (process_times(proc.pid)[1] - wait) / (time.monotonic() - started)
         figures["produce p50 ms @2000/s"] = percentile(lat, 0.50)
         figures["produce p99 ms @2000/s"] = percentile(lat, 0.99)
         print(
             f"{server:<8} produce at 2,000 req/s ({len(lat):,} requests): "
             f"p50 {percentile(lat, 0.5):.2f} ms  p99 {percentile(lat, 0.99):.2f} ms  "
-            f"p99.9 {percentile(lat, 0.999):.2f} ms  max {max(lat):.2f} ms",
+            f"p99.9 {percentile(lat, 0.999):.2f} ms  max {max(lat):.2f} ms  "
+            f"(server waited for a CPU {waited:.0%} of the time)",
             flush=True,
         )
     finally:
@@ -347,10 +372,12 @@ def measure(server: str, redis_port: int, seconds: float, raw: float) -> dict[st
 
 def _line(server: str, name: str, value: float, raw: float, r: dict) -> None:
     note = f"  ({r['non2xx']} non-2xx)" if r["non2xx"] else ""
+    if r["messages"] is not None:
+        note += f"  {r['messages'] / r['count']:.1f} messages per fetch"
     print(
         f"{server:<8} {name:<36} {value:>10,.0f}  ratio={value / raw:.4f}"
         f"  wrk p99 {r['p99_ms']:.1f} ms  server CPU {r['cpu_us']:.0f} us/request"
-        f" (~{1e6 / r['cpu_us']:,.0f} req/s per core){note}",
+        f" (~{1e6 / r['cpu_us']:,.0f} req/s per core), waited for a CPU {r['wait']:.0%}{note}",
         flush=True,
     )
 
