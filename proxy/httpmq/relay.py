@@ -15,7 +15,7 @@ import logging
 
 import httpx
 
-from proxy.httpmq.envelope import CORS, ProxyError, Reply
+from proxy.httpmq.envelope import CORS, JSON, ProxyError, Reply, envelope
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,29 @@ def is_console_path(path: str) -> bool:
         return True
     name = path[len("/mq/config/") :] if path.startswith("/mq/config/") else ""
     return bool(name) and "/" not in name
+
+
+NON_JSON_ERRORS = {
+    400: "BAD_PARAMETER",
+    401: "UNAUTHENTICATED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "BAD_PARAMETER",
+    500: "INTERNAL_ERROR",
+}
+
+
+def relayed(status: int, content_type: str, body: bytes) -> Reply:
+    """The client's reply to the web process's answer: the envelope it sent, or, when it
+    answered otherwise (an HTML error page: a host not in its ALLOWED_HOSTS, a crash), an
+    envelope in its place — never a page; a status http-mq.md has no meaning for is 503."""
+    if content_type.split(";", 1)[0].strip() == "application/json":
+        return Reply(status, body, [JSON, CORS])
+    log.warning("console relay: the web process answered %d with %r", status, content_type)
+    message = f"the console answered {status}"
+    if status in NON_JSON_ERRORS:
+        return envelope(status, message=message, error=NON_JSON_ERRORS[status])
+    return envelope(503, message=message, error="UNAVAILABLE", headers={"Retry-After": "1"})
 
 
 class ConsoleRelay:
@@ -76,9 +99,7 @@ class ConsoleRelay:
                 "the console is unreachable; try again",
                 {"Retry-After": "1"},
             ) from None
-        reply = Reply(answer.status_code, answer.content, [CORS])
-        reply.header("Content-Type", answer.headers.get("content-type", "application/json"))
-        return reply
+        return relayed(answer.status_code, answer.headers.get("content-type", ""), answer.content)
 
     async def close(self) -> None:
         """Close the pool's connections."""

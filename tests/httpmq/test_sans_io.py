@@ -7,7 +7,7 @@ import pytest
 
 from proxy.httpmq.envelope import ProxyError, envelope, ok, raw_response
 from proxy.httpmq.params import MAX_PARAMS, collect
-from proxy.httpmq.relay import is_console_path
+from proxy.httpmq.relay import is_console_path, relayed
 from proxy.httpmq.request import Request, forwarded_for
 
 FORM = b"application/x-www-form-urlencoded"
@@ -104,3 +104,15 @@ def test_cookie_values_with_or_without_quotes():
 )
 def test_console_paths(path, console):
     assert is_console_path(path) is console
+
+
+def test_relayed_envelopes_pass_and_pages_become_envelopes():
+    passed = relayed(403, "application/json", b'{"status":403,"error":"FORBIDDEN"}')
+    assert passed.status == 403 and passed.body == b'{"status":403,"error":"FORBIDDEN"}'
+    assert (b"content-type", b"application/json") in passed.headers
+    for status, code in ((400, "BAD_PARAMETER"), (404, "NOT_FOUND"), (500, "INTERNAL_ERROR")):
+        page = relayed(status, "text/html; charset=utf-8", b"<html>Bad Request</html>")
+        assert page.status == status and orjson.loads(page.body)["error"] == code
+    for status in (302, 502):
+        odd = relayed(status, "text/html", b"")
+        assert odd.status == 503 and orjson.loads(odd.body)["error"] == "UNAVAILABLE"
