@@ -183,6 +183,10 @@ class LimitedProtocol(HttpToolsProtocol):
             elif self._phase == "body":
                 self._arm(self.limits.body_timeout, self._body_late)
 
+    def _unsupported_upgrade_warning(self) -> None:
+        """An ``Upgrade`` request is answered as plain HTTP; nothing to warn about (and a
+        client sending many must not fill the log)."""
+
     def send_400_response(self, msg: str) -> None:
         if self._oversized:
             reply = envelope(431, message="request line and headers too large", error="BAD_REQUEST")

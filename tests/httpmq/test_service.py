@@ -312,6 +312,20 @@ def test_unknown_paths_and_methods_get_the_envelope(port):
     assert preflight.headers["access-control-allow-origin"] == "*"
 
 
+def test_upgrade_requests_are_answered_as_plain_http(port, limited):
+    sock = connect(port)
+    sock.sendall(
+        b"GET /mq/produce HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+        b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+    status, headers, body = read_response(sock)
+    assert status == 400 and headers["content-type"] == "application/json"
+    assert_envelope(body, 400, "BAD_PARAMETER")  # no producer: answered, not upgraded
+    assert "Unsupported upgrade" not in limited[1].read_text()
+    serves(port)
+
+
 def test_console_endpoints_answer_503_when_the_console_is_unreachable(port):
     r = httpx.get(f"http://127.0.0.1:{port}/mq/config/someone", timeout=10)
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
