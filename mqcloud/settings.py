@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "mqcloud.approvals",
     "mqcloud.alerts",
     "pipeline",
+    "proxy",  # manage.py runproxy
 ]
 
 MIDDLEWARE = [
@@ -66,6 +67,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "mqcloud.console.context_processors.httpmq",
             ],
         },
     },
@@ -81,11 +83,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
-# HTTP-MQ batches carry up to 1,000 messages of up to 4 MiB each; bodies above this limit
-# are refused with 413 before they are read into memory.
+# Request bodies above this limit are refused before they are read into memory. HTTP-MQ is
+# served by its own process (manage.py runproxy), with its own HTTPMQ_* limits.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("HTTP_MAX_BODY_BYTES", default=64 * 1024 * 1024)
-# Peers whose X-Forwarded-For / X-Real-IP name the real client (load balancers).
-HTTPMQ_TRUSTED_PROXIES = env.list("HTTPMQ_TRUSTED_PROXIES", default=[])
+# Where clients reach HTTP-MQ (shown in the console).
+HTTPMQ_PUBLIC_URL = env.str(
+    "HTTPMQ_PUBLIC_URL", default=f"http://127.0.0.1:{env.int('HTTPMQ_PORT', default=8081)}"
+)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

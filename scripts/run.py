@@ -1,4 +1,4 @@
-"""Run the whole platform locally: PostgreSQL, Redis, web, brokers and the Celery worker.
+"""Run the whole platform locally: PostgreSQL, Redis, web, HTTP-MQ, brokers and Celery.
 
 ``make run`` calls this after ``scripts/bootstrap.sh``. When ``DATABASE_URL`` /
 ``REDIS_URL`` are unset it starts PostgreSQL and Redis (AOF on) under ``MQCLOUD_RUN_DIR``
@@ -29,6 +29,7 @@ def main() -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.setdefault("WEB_PORT", "8000")
+    env.setdefault("HTTPMQ_PORT", "8081")
     env["MQCLOUD_RUN_DIR"] = str(run_dir)
     env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
     env.setdefault("DEBUG", "true")
@@ -64,6 +65,8 @@ def main() -> int:
             " passwords were printed above when the users were created, or come from"
             " MQCLOUD_DEMO_ADMIN_PASSWORD / MQCLOUD_DEMO_ALICE_PASSWORD)\n"
             f"REST API: http://127.0.0.1:{env['WEB_PORT']}/api/v1/   docs: /api/docs/\n"
+            f"HTTP-MQ: http://127.0.0.1:{env['HTTPMQ_PORT']}/mq/  (manage.py runproxy;"
+            " e.g. POST /mq/produce with Authorization: Bearer <demo-app token>)\n"
             "Ctrl-C stops everything.\n",
             flush=True,
         )

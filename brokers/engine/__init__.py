@@ -77,7 +77,7 @@ from brokers.engine.record import (
     encode_batch_body,
     encode_record,
 )
-from brokers.engine.redisio import AnyRedis
+from brokers.engine.redisio import AnyRedis, broker_client
 from brokers.engine.retry import RetryPolicy
 from brokers.engine.wire import WireBlob, WireRecords
 
@@ -142,6 +142,7 @@ __all__ = [
     "WireBlob",
     "WireRecords",
     "WriteTimeout",
+    "broker_client",
     "cancel_and_wait",
     "contiguous",
     "decode_attributes",
