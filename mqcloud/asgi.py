@@ -4,6 +4,10 @@ HTTP-MQ (``/mq/…``) is token-authenticated, CSRF-exempt and sessionless, so it
 by a Django handler without the middleware stack: each sync middleware costs two thread
 hops per request, which dominated the proxy's latency. Everything else (console, API,
 admin) goes through the full stack. WebSockets are routed by Channels.
+
+Neither handler ever answers an API or HTTP-MQ path with an HTML page: errors raised
+before the middleware runs (a body that is not valid UTF-8 form data, one over the size
+limit) get the API's JSON error body or the HTTP-MQ envelope too.
 """
 
 import os
@@ -13,20 +17,38 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mqcloud.settings")
 
-django_application = get_asgi_application()
+get_asgi_application()  # sets Django up before the imports below
 
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
-from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
+
+from mqcloud.json_errors import API_PREFIX, json_error  # noqa: E402
+from proxy.errors import envelope_errors, error_envelope  # noqa: E402
 
 MQ_PREFIX = "/mq/"
 
 
+class ConsoleASGIHandler(ASGIHandler):
+    """Django's ASGI handler; a request it cannot even build answers JSON on API paths."""
+
+    def create_request(self, scope, body_file):
+        request, error = super().create_request(scope, body_file)
+        if error is not None and scope.get("path", "").startswith(API_PREFIX):
+            message = "Request body too large." if error.status_code == 413 else "Bad request."
+            error = json_error(error.status_code, message)
+        return request, error
+
+
 class BareASGIHandler(ASGIHandler):
-    """Django's ASGI handler with URL routing and views but no middleware."""
+    """Django's ASGI handler with URL routing and views but no middleware; every error it
+    answers is an HTTP-MQ envelope (never Django's HTML or debug pages)."""
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=True)
-        self._middleware_chain = convert_exception_to_response(self._get_response_async)
+        self._middleware_chain = envelope_errors(self._get_response_async)
+
+    def create_request(self, scope, body_file):
+        request, error = super().create_request(scope, body_file)
+        return request, (error_envelope(error.status_code) if error is not None else None)
 
     async def __call__(self, scope, receive, send) -> None:
         """Django's entry point without its per-request ThreadSensitiveContext.
@@ -41,6 +63,7 @@ class BareASGIHandler(ASGIHandler):
         await self.handle(scope, receive, send)
 
 
+django_application = ConsoleASGIHandler()
 mq_application = BareASGIHandler()
 
 

@@ -63,7 +63,7 @@ class ClusterViewSet(viewsets.ModelViewSet):
 
     queryset = Cluster.objects.all()
     serializer_class = s.ClusterSerializer
-    permission_classes = [AdminWritesOnly]
+    permission_classes = [permissions.IsAuthenticated, AdminWritesOnly]
     filterset_fields = ["name"]
     search_fields = ["name", "description"]
     ordering_fields = ["name", "created_at"]
@@ -74,7 +74,7 @@ class BrokerViewSet(viewsets.ModelViewSet):
 
     queryset = Broker.objects.select_related("cluster")
     serializer_class = s.BrokerSerializer
-    permission_classes = [AdminWritesOnly]
+    permission_classes = [permissions.IsAuthenticated, AdminWritesOnly]
     filterset_fields = ["cluster__name", "status", "readable", "writable", "data_center"]
     search_fields = ["host"]
     ordering_fields = ["id", "host", "weight", "last_heartbeat"]
