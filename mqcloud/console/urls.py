@@ -12,6 +12,7 @@ from mqcloud.console import (
     messages,
     notices,
     pipeline,
+    tokens,
     topics,
     vibemq,
 )
@@ -77,4 +78,6 @@ urlpatterns = [
     path("pipeline/trace/", pipeline.trace_new, name="trace"),
     path("pipeline/trace/<int:pk>/", pipeline.trace_result, name="trace-result"),
     path("vibemq/", vibemq.vibemq_live, name="vibemq"),
+    path("tokens/", tokens.token_list, name="tokens"),
+    path("tokens/<int:pk>/revoke/", tokens.token_revoke, name="token-revoke"),
 ]
