@@ -1,7 +1,10 @@
-"""API of the operations the console runs directly on a consumer's messages.
+"""API of consumers: the list with lag, and the operations the console runs directly on a
+consumer's messages.
 
-``/api/v1/consumers/{name}/``: per-partition progress, the retry and dead-letter lists, and
-retry-now, skip and purge (team admins, audited) — what the consumer and retry pages offer.
+``/api/v1/consumers/``: the caller's consumers with total lag, oldest unacked age and
+state, sortable by lag (the console's consumer list). ``/api/v1/consumers/{name}/``: the
+same for one, per-partition progress, the retry and dead-letter lists, and retry-now, skip
+and purge (team admins, audited) — what the consumer and retry pages offer.
 Resending dead letters and moving offsets change the cluster, so they are applications
 (kinds ``dlq_resend``, ``offset_reset``, ``skip_backlog``).
 """
@@ -17,10 +20,11 @@ from rest_framework import exceptions, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 
 from brokers.models import ConsumerPolicy
 from mqcloud.approvals.services import record
-from mqcloud.console import access, engine_calls
+from mqcloud.console import access, engine_calls, lag
 
 MAX_PAGE = 500
 
@@ -39,6 +43,59 @@ class ConsumerRefSerializer(serializers.ModelSerializer):
         model = ConsumerPolicy
         fields = ["name", "topic", "app", "mode", "paused", "rate_limit"]
         read_only_fields = fields
+
+
+class ConsumerLagSerializer(serializers.Serializer):
+    """A consumer as the console's list shows it."""
+
+    name = serializers.CharField(source="consumer.name")
+    topic = serializers.CharField(source="consumer.topic.code")
+    app = serializers.CharField(source="consumer.app.code")
+    team = serializers.CharField(source="consumer.app.team.name")
+    mode = serializers.CharField(source="consumer.mode")
+    paused = serializers.BooleanField(source="consumer.paused")
+    state = serializers.ChoiceField(choices=["running", "paused"])
+    rate_limit = serializers.IntegerField(source="consumer.rate_limit", allow_null=True)
+    lag = serializers.IntegerField(
+        allow_null=True,
+        help_text="Messages stored and not yet acknowledged, over all partitions (the"
+        " consumer page's total lag). Null when the message store did not answer.",
+    )
+    oldest_unacked_age_ms = serializers.IntegerField(
+        allow_null=True,
+        help_text="How long the oldest unacknowledged message has waited; null when none"
+        " waits (or the store did not answer).",
+    )
+    lagging_partitions = serializers.IntegerField(allow_null=True)
+
+
+class ConsumerListQuery(serializers.Serializer):
+    """Query parameters of the consumer list."""
+
+    ordering = serializers.ChoiceField(
+        choices=list(lag.SORTS),
+        required=False,
+        default=lag.DEFAULT_SORT,
+        help_text="name, -name, lag (smallest first) or -lag (largest first).",
+    )
+    search = serializers.CharField(
+        required=False, max_length=200, help_text="Part of the consumer's name."
+    )
+    team = serializers.CharField(required=False, max_length=100, help_text="The app's team.")
+    topic = serializers.CharField(required=False, max_length=255, help_text="Topic code.")
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PAGE, default=50)
+    offset = serializers.IntegerField(required=False, min_value=0, max_value=10**9, default=0)
+
+
+ConsumerLagPage = inline_serializer(
+    "PaginatedConsumerLagList",
+    {
+        "count": serializers.IntegerField(),
+        "next": serializers.URLField(allow_null=True),
+        "previous": serializers.URLField(allow_null=True),
+        "results": ConsumerLagSerializer(many=True),
+    },
+)
 
 
 class PartitionProgressSerializer(serializers.Serializer):
@@ -115,6 +172,42 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
 
     def get_queryset(self) -> QuerySet[ConsumerPolicy]:
         return access.consumers_for(self.request.user)
+
+    @extend_schema(parameters=[ConsumerListQuery], responses=ConsumerLagPage)
+    def list(self, request: Request) -> Response:
+        """The caller's consumers with lag, oldest unacked age and state (every consumer
+        for platform admins); ``ordering=-lag`` puts the furthest behind first."""
+        query = ConsumerListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        consumers = self.get_queryset()
+        if "search" in q:
+            consumers = consumers.filter(name__icontains=q["search"])
+        if "team" in q:
+            consumers = consumers.filter(app__team__name=q["team"])
+        if "topic" in q:
+            consumers = consumers.filter(topic__code=q["topic"])
+        page = lag.consumer_page(
+            consumers, sort=q["ordering"], offset=q["offset"], limit=q["limit"]
+        )
+        url = request.build_absolute_uri()
+        after, before = q["offset"] + q["limit"], q["offset"] - q["limit"]
+        return Response(
+            {
+                "count": page.total,
+                "next": replace_query_param(url, "offset", after) if after < page.total else None,
+                "previous": (
+                    None if q["offset"] == 0 else replace_query_param(url, "offset", max(before, 0))
+                ),
+                "results": ConsumerLagSerializer(page.rows, many=True).data,
+            }
+        )
+
+    @extend_schema(responses=ConsumerLagSerializer)
+    def retrieve(self, request: Request, name: str | None = None) -> Response:
+        """One consumer with its lag, oldest unacked age and state."""
+        rows, _ = lag.measure([self.get_object()])
+        return Response(ConsumerLagSerializer(rows[0]).data)
 
     def _act(self, which: str, verb: str, ids: list[int]) -> Response:
         consumer = self.get_object()

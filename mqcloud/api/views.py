@@ -23,6 +23,7 @@ from mqcloud.api.scoping import (
     user_teams,
 )
 from mqcloud.approvals.services import record
+from mqcloud.console import lag
 
 NO_ANONYMOUS_TOKENS = (
     "An anonymous app has no tokens: token-less clients act as it on its team's topics"
@@ -148,6 +149,24 @@ class TopicViewSet(TeamScopedViewSet):
     def base_queryset(self) -> QuerySet[Topic]:
         topics = Topic.objects.select_related("cluster", "team").prefetch_related("groups")
         return with_open_flag(topics)
+
+    def get_serializer_context(self) -> dict:
+        return {**super().get_serializer_context(), "rates": getattr(self, "_rates", {})}
+
+    def _measure(self, topics: list[Topic]) -> None:
+        """Produce rates of ``topics`` for the serializer: one batched engine call."""
+        rows, _ = lag.with_rates(topics)
+        self._rates = {r.topic.code: r.per_second for r in rows if r.per_second is not None}
+
+    def list(self, request: Request, *args: object, **kwargs: object) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        self._measure(list(page))
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def retrieve(self, request: Request, *args: object, **kwargs: object) -> Response:
+        topic = self.get_object()
+        self._measure([topic])
+        return Response(self.get_serializer(topic).data)
 
 
 @extend_schema_view(

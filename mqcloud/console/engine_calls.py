@@ -18,9 +18,11 @@ from brokers.engine import (
     Delivery,
     Engine,
     EngineError,
+    GroupLag,
     MinuteTraffic,
     PartitionProgress,
     RetryRecord,
+    TopicRate,
     java_hash,
 )
 from mqcloud.engine_access import engine_session
@@ -273,3 +275,13 @@ def retry_action(topic: str, app: str, action: str, ids: Sequence[int]) -> int:
     if action not in calls:
         raise ValueError(f"unknown action {action!r}")
     return run(calls[action])
+
+
+def group_lags(groups: Sequence[tuple[str, str]]) -> dict[tuple[str, str], GroupLag]:
+    """Lag of many consumer groups ``(topic, app)`` in two round trips."""
+    return run(lambda e: e.group_lags(groups))
+
+
+def produce_rates(topics: Sequence[str], minutes: int) -> dict[str, TopicRate]:
+    """Messages produced to each topic in the last ``minutes`` whole minutes."""
+    return run(lambda e: e.produce_rates(topics, minutes=minutes))
