@@ -34,7 +34,13 @@ from brokers.engine import (
 from proxy import params as p
 from proxy.auth import authorize, bearer_token
 from proxy.envelope import ProxyError, bad_parameter, envelope, ok
-from proxy.messages import broker_name, deliveries_to_list, message_id, offset_message_id
+from proxy.messages import (
+    HTTPMQ_EXTENSION,
+    broker_name,
+    deliveries_to_list,
+    message_id,
+    offset_message_id,
+)
 from proxy.request_id import InvalidRequestId, RequestId
 from proxy.runtime import Runtime, runtime
 
@@ -240,7 +246,12 @@ async def produce(request: HttpRequest, params: dict[str, str], rt: Runtime) -> 
     deliver_at = _deliver_at(rt, params)
     partition = await _partition_for(rt, policy, params)
     address = peer_address(request)
-    message = Message(body=body, business_id=keys, attributes={"KEYS": keys} if keys else None)
+    message = Message(
+        body=body,
+        business_id=keys,
+        attributes={"KEYS": keys} if keys else None,
+        extension=HTTPMQ_EXTENSION,
+    )
     if deliver_at is not None:
         delay_id = await rt.engine.append_delayed(
             policy.topic,
@@ -298,7 +309,7 @@ async def produce_batch(request: HttpRequest, params: dict[str, str], rt: Runtim
         if len(raw) > MAX_MESSAGE_BYTES:
             results[i] = {"status": 413, "message": "message over 4 MiB"}
         else:
-            accepted.append((i, Message(body=raw)))
+            accepted.append((i, Message(body=raw, extension=HTTPMQ_EXTENSION)))
     if accepted:
         try:
             stored = await rt.engine.append(

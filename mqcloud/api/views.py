@@ -13,6 +13,7 @@ from rest_framework.serializers import BaseSerializer
 
 from brokers.anonymous import with_open_flag
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
+from mqcloud.api import messages
 from mqcloud.api import serializers as s
 from mqcloud.api.errors import error_responses
 from mqcloud.api.scoping import (
@@ -167,6 +168,22 @@ class TopicViewSet(TeamScopedViewSet):
         topic = self.get_object()
         self._measure([topic])
         return Response(self.get_serializer(topic).data)
+
+    @extend_schema(
+        parameters=[messages.MessageQuery],
+        responses={
+            200: messages.StoredMessageSerializer(many=True),
+            **error_responses(400, 401, 404),
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def messages(self, request: Request, code: str | None = None) -> Response:
+        """Stored messages of one partition from an index, as the message browser shows
+        them: every property, the producing protocol, the producer's address."""
+        topic = self.get_object()
+        query = messages.MessageQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(messages.read_messages(topic, query.validated_data))
 
 
 @extend_schema_view(

@@ -25,6 +25,7 @@ from brokers.engine import (
     TopicRate,
     java_hash,
 )
+from mqcloud.console.message_properties import message_properties, producing_protocol
 from mqcloud.engine_access import engine_session
 
 T = TypeVar("T")
@@ -75,7 +76,10 @@ class MessageRow:
     size: int
     body_preview: str
     body_is_text: bool
-    attributes: dict[str, str] = field(default_factory=dict)
+    protocol: str = ""
+    """The protocol that produced it (``message_properties.PROTOCOLS``)."""
+    properties: dict[str, str] = field(default_factory=dict)
+    """Every property it carries: JMQ4 attributes, zbus and VibeMQ headers, HTTP-MQ keys."""
     item_ids: tuple[str, ...] = ()
 
 
@@ -111,7 +115,8 @@ def to_row(delivery: Delivery) -> MessageRow:
         size=msg.size,
         body_preview=body,
         body_is_text=is_text,
-        attributes=dict(msg.attributes),
+        protocol=producing_protocol(msg),
+        properties=message_properties(msg),
         item_ids=item_ids,
     )
 
