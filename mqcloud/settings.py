@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "channels",
+    "axes",
     "brokers",
     "mqcloud.console",
     "mqcloud.api",
@@ -53,6 +54,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: refuses logins while a username or an address is locked out (django-axes).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "mqcloud.urls"
@@ -94,6 +97,27 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: a locked-out login never gets further
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Failed logins are throttled per username and per client address (django-axes, its
+# state in PostgreSQL, shared by every web process): LOGIN_FAILURE_LIMIT failures lock
+# that username, or that address, for LOGIN_LOCKOUT_MINUTES; the audit trail records each
+# failure and lockout (mqcloud/console/lockouts.py), and platform admins unlock at
+# /lockouts/. Behind a load balancer set LOGIN_PROXY_COUNT so the client's address comes
+# from X-Forwarded-For.
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
+AXES_IPWARE_PROXY_COUNT = env.int("LOGIN_PROXY_COUNT", default=None)
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
+)
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:dashboard"
 LOGOUT_REDIRECT_URL = "login"

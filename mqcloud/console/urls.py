@@ -9,6 +9,7 @@ from mqcloud.console import (
     clusters,
     consumers,
     dashboard,
+    lockouts,
     messages,
     notices,
     pipeline,
@@ -79,5 +80,7 @@ urlpatterns = [
     path("pipeline/trace/<int:pk>/", pipeline.trace_result, name="trace-result"),
     path("vibemq/", vibemq.vibemq_live, name="vibemq"),
     path("tokens/", tokens.token_list, name="tokens"),
+    path("lockouts/", lockouts.lockout_list, name="lockouts"),
+    path("lockouts/<int:pk>/unlock/", lockouts.lockout_unlock, name="lockout-unlock"),
     path("tokens/<int:pk>/revoke/", tokens.token_revoke, name="token-revoke"),
 ]
