@@ -137,12 +137,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "mqcloud.api.query.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
-        "rest_framework.filters.OrderingFilter",
-        "rest_framework.filters.SearchFilter",
+        "mqcloud.api.query.StrictDjangoFilterBackend",
+        "mqcloud.api.query.StrictOrderingFilter",
+        "mqcloud.api.query.StrictSearchFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "mqcloud.api.errors.exception_handler",
@@ -150,7 +150,17 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "mqcloud API",
-    "DESCRIPTION": "Clusters, brokers, topics, apps and producer/consumer policies of mqcloud.",
+    "DESCRIPTION": (
+        "Clusters, brokers, topics, apps, producer/consumer policies, applications, consumer"
+        " lag and messages of mqcloud.\n\n"
+        "**Authentication.** Every endpoint needs a personal API token:"
+        " `Authorization: Bearer <token>`. Create one in the console under **API tokens**"
+        " (`/tokens/`: named, optionally read-only and expiring, shown once), or with"
+        " `POST /api/v1/api-tokens/` once you have one; for bootstrap without a console,"
+        " `python manage.py issueapitoken <username>`. A console session works too.\n\n"
+        "**Errors** share one JSON body, `ApiError`: `{error, message, fields}`. No string"
+        " may contain the NUL character."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -158,6 +168,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "mqcloud.api.schema_hooks.declare_errors",
+    ],
 }
 
 CHANNEL_LAYERS = {

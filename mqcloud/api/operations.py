@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from brokers.models import ConsumerPolicy
+from mqcloud.api.query import validated_query
 from mqcloud.approvals.services import record
 from mqcloud.console import access, engine_calls, lag
 
@@ -137,12 +138,24 @@ RetryPage = inline_serializer(
     },
 )
 Done = inline_serializer("OperationDone", {"count": serializers.IntegerField()})
-PAGING = [
-    OpenApiParameter("offset", OpenApiTypes.INT, description="Skip this many (default 0)."),
-    OpenApiParameter("limit", OpenApiTypes.INT, description=f"At most {MAX_PAGE} (default 50)."),
-]
+
+
+class PagingQuery(serializers.Serializer):
+    offset = serializers.IntegerField(
+        required=False, min_value=0, max_value=10**9, help_text="Skip this many (default 0)."
+    )
+    limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_PAGE, help_text="At most this many (default 50)."
+    )
+
+
+PAGING = [PagingQuery]
 PROGRESS_PARAMS = [
-    OpenApiParameter("client_id", OpenApiTypes.STR, description="A broadcast consumer's client.")
+    OpenApiParameter(
+        "client_id",
+        OpenApiTypes.STR,
+        description="A broadcast consumer's client (≤ 128 characters).",
+    )
 ]
 
 
@@ -151,15 +164,6 @@ def _engine(call):
         return call()
     except engine_calls.EngineUnavailable as exc:
         raise EngineUnavailableError(str(exc)) from None
-
-
-def _int_param(request: Request, name: str, default: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or int(raw) > high:
-        raise exceptions.ValidationError({name: f"A whole number from 0 to {high}."})
-    return int(raw)
 
 
 class ConsumerOperationsViewSet(viewsets.GenericViewSet):
@@ -177,9 +181,7 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
     def list(self, request: Request) -> Response:
         """The caller's consumers with lag, oldest unacked age and state (every consumer
         for platform admins); ``ordering=-lag`` puts the furthest behind first."""
-        query = ConsumerListQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        q = query.validated_data
+        q = validated_query(ConsumerListQuery, request)
         consumers = self.get_queryset()
         if "search" in q:
             consumers = consumers.filter(name__icontains=q["search"])
@@ -235,8 +237,8 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
 
     def _page(self, request: Request, which: str) -> Response:
         consumer = self.get_object()
-        offset = _int_param(request, "offset", 0, 10**9)
-        limit = _int_param(request, "limit", 50, MAX_PAGE) or 50
+        q = validated_query(PagingQuery, request)
+        offset, limit = q.get("offset", 0), q.get("limit", 50)
         rows, retries, dead = _engine(
             lambda: engine_calls.retry_lists(
                 consumer.topic.code, consumer.app.code, which, offset, limit
@@ -251,7 +253,7 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
         )
 
     @extend_schema(parameters=PROGRESS_PARAMS, responses=PartitionProgressSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def progress(self, request: Request, name: str | None = None) -> Response:
         """Per partition: min/max/ack index, lag, lock owner and expiry, last access."""
         consumer = self.get_object()

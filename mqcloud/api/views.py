@@ -16,6 +16,7 @@ from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy,
 from mqcloud.api import messages
 from mqcloud.api import serializers as s
 from mqcloud.api.errors import error_responses
+from mqcloud.api.query import validated_query
 from mqcloud.api.scoping import (
     AdminWritesOnly,
     TeamAdminWrites,
@@ -181,9 +182,8 @@ class TopicViewSet(TeamScopedViewSet):
         """Stored messages of one partition from an index, as the message browser shows
         them: every property, the producing protocol, the producer's address."""
         topic = self.get_object()
-        query = messages.MessageQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        return Response(messages.read_messages(topic, query.validated_data))
+        query = validated_query(messages.MessageQuery, request)
+        return Response(messages.read_messages(topic, query))
 
 
 @extend_schema_view(
