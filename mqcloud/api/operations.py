@@ -88,17 +88,6 @@ class ConsumerListQuery(serializers.Serializer):
     offset = serializers.IntegerField(required=False, min_value=0, max_value=10**9, default=0)
 
 
-ConsumerLagPage = inline_serializer(
-    "PaginatedConsumerLagList",
-    {
-        "count": serializers.IntegerField(),
-        "next": serializers.URLField(allow_null=True),
-        "previous": serializers.URLField(allow_null=True),
-        "results": ConsumerLagSerializer(many=True),
-    },
-)
-
-
 class PartitionProgressSerializer(serializers.Serializer):
     partition = serializers.IntegerField()
     min_index = serializers.IntegerField()
@@ -177,7 +166,7 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
     def get_queryset(self) -> QuerySet[ConsumerPolicy]:
         return access.consumers_for(self.request.user)
 
-    @extend_schema(parameters=[ConsumerListQuery], responses=ConsumerLagPage)
+    @extend_schema(parameters=[ConsumerListQuery], responses=ConsumerLagSerializer(many=True))
     def list(self, request: Request) -> Response:
         """The caller's consumers with lag, oldest unacked age and state (every consumer
         for platform admins); ``ordering=-lag`` puts the furthest behind first."""
