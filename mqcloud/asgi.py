@@ -3,6 +3,11 @@ metrics through Django's full stack, and VibeMQ over WebSocket through Channels.
 
 HTTP-MQ is not served here: it is a service of its own (``manage.py runproxy``,
 ``proxy.httpmq``), which relays its console-token endpoints to ``/api/v1/httpmq/``.
+
+No API path is ever answered with an HTML page: errors raised before the middleware runs
+(a body that is not valid UTF-8 form data, one over the size limit) get the API's JSON
+error body too — or, under ``/api/v1/httpmq/``, the HTTP-MQ envelope
+(:mod:`mqcloud.json_errors`).
 """
 
 import os
@@ -12,7 +17,26 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mqcloud.settings")
 
-django_application = get_asgi_application()
+get_asgi_application()  # sets Django up before the imports below
+
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+
+from mqcloud.json_errors import API_PREFIX, error_response  # noqa: E402
+
+
+class ConsoleASGIHandler(ASGIHandler):
+    """Django's ASGI handler; a request it cannot even build answers JSON on API paths."""
+
+    def create_request(self, scope, body_file):
+        request, error = super().create_request(scope, body_file)
+        path = scope.get("path", "")
+        if error is not None and path.startswith(API_PREFIX):
+            message = "Request body too large." if error.status_code == 413 else "Bad request."
+            error = error_response(path, error.status_code, message)
+        return request, error
+
+
+django_application = ConsoleASGIHandler()
 
 from channels.routing import URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402

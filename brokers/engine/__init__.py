@@ -65,6 +65,7 @@ from brokers.engine.model import (
     RetryType,
     TransactionInfo,
 )
+from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.queues import QueueRetry, QueueStats
 from brokers.engine.record import (
     BatchItem,
@@ -112,6 +113,7 @@ __all__ = [
     "FanoutCopies",
     "FetchResult",
     "FetchStatus",
+    "GroupLag",
     "IndexOutOfRange",
     "InvalidMessage",
     "Message",
@@ -136,6 +138,7 @@ __all__ = [
     "StoredMessage",
     "TopicInfo",
     "TopicNotFound",
+    "TopicRate",
     "TransactionInfo",
     "TransactionLimit",
     "TransactionNotFound",

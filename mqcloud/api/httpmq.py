@@ -21,7 +21,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 
 from brokers.engine import EngineError, PartitionProgress
 from brokers.models import ConsumerPolicy
@@ -50,6 +50,8 @@ def _operator(request: HttpRequest) -> AbstractBaseUser:
         found = ApiTokenAuthentication().authenticate(request)
     except AuthenticationFailed as exc:
         raise ProxyError(401, "UNAUTHENTICATED", str(exc.detail)) from None
+    except PermissionDenied as exc:  # a read-only token on a change
+        raise ProxyError(403, "FORBIDDEN", str(exc.detail)) from None
     if found is None:
         raise ProxyError(401, "UNAUTHENTICATED", "console token missing: Authorization: Bearer")
     return found[0]

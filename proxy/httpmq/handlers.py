@@ -33,7 +33,13 @@ from brokers.engine import (
 from proxy.httpmq import params as p
 from proxy.httpmq.auth import authorize, bearer_token
 from proxy.httpmq.envelope import ProxyError, Reply, bad_parameter, envelope, ok
-from proxy.httpmq.messages import broker_name, deliveries_to_list, message_id, offset_message_id
+from proxy.httpmq.messages import (
+    HTTPMQ_EXTENSION,
+    broker_name,
+    deliveries_to_list,
+    message_id,
+    offset_message_id,
+)
 from proxy.httpmq.request import Request
 from proxy.httpmq.request_id import InvalidRequestId, RequestId
 from proxy.httpmq.runtime import Runtime
@@ -201,7 +207,12 @@ async def produce(request: Request, rt: Runtime) -> Reply:
     deliver_at = _deliver_at(rt, params)
     partition = await _partition_for(rt, policy, params)
     address = request.peer_address
-    message = Message(body=body, business_id=keys, attributes={"KEYS": keys} if keys else None)
+    message = Message(
+        body=body,
+        business_id=keys,
+        attributes={"KEYS": keys} if keys else None,
+        extension=HTTPMQ_EXTENSION,
+    )
     if deliver_at is not None:
         delay_id = await rt.engine.append_delayed(
             policy.topic,
@@ -259,7 +270,7 @@ async def produce_batch(request: Request, rt: Runtime) -> Reply:
         if len(raw) > MAX_MESSAGE_BYTES:
             results[i] = {"status": 413, "message": "message over 4 MiB"}
         else:
-            accepted.append((i, Message(body=raw)))
+            accepted.append((i, Message(body=raw, extension=HTTPMQ_EXTENSION)))
     if accepted:
         try:
             stored = await rt.engine.append(

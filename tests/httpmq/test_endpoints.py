@@ -11,6 +11,7 @@ import pytest
 
 from brokers.catalog_loader import publish
 from brokers.models import ConsumerPolicy, ProducerPolicy
+from mqcloud.console import engine_calls
 from proxy.httpmq.request_id import RequestId
 from tests.httpmq.conftest import make_catalog, wait_known
 
@@ -89,6 +90,23 @@ def test_non_utf8_and_batch_produce(mq):
     assert [r["status"] for r in results] == [200, 200, 200]
     assert [r["result"]["queueOffset"] for r in results] == [0, 1, 2]
     assert drain(mq, s) == ["a", '{"k":1}', "[1,2]"]
+
+
+def test_produced_messages_show_http_mq_as_their_protocol(mq):
+    """Single and batch produce mark their records, so the console's message browser says
+    which protocol produced them (with the keys as a property)."""
+    s = make_catalog(partitions=1)
+    wait_known(mq, s)
+    assert produce(mq, s, "one", keys="k-1").status_code == 200
+    batch = mq.post(
+        "/mq/produce/batch",
+        headers=auth(s.token),
+        data={"producer": s.producer, "messages": orjson.dumps(["two"]).decode()},
+    )
+    assert batch.status_code == 200
+    rows = engine_calls.read_range(s.topic, 0, 0, 10)
+    assert [r.protocol for r in rows] == ["HTTP-MQ", "HTTP-MQ"]
+    assert rows[0].properties == {"KEYS": "k-1"} and rows[0].business_id == "k-1"
 
 
 def test_batch_with_failed_items_reports_each(mq):
