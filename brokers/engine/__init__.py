@@ -20,7 +20,6 @@ from brokers.engine.catalog import (
     load_snapshot,
     publish_snapshot,
 )
-from brokers.engine.copies import Claim, FanoutCopies
 from brokers.engine.counters import MinuteTraffic
 from brokers.engine.delay import DELAY_LEVELS
 from brokers.engine.engine import Engine, contiguous
@@ -49,6 +48,7 @@ from brokers.engine.errors import (
     TransactionNotFound,
     WriteTimeout,
 )
+from brokers.engine.groups import GroupStats
 from brokers.engine.keys import RETRY_PARTITION
 from brokers.engine.model import (
     AckResult,
@@ -65,7 +65,6 @@ from brokers.engine.model import (
     RetryType,
     TransactionInfo,
 )
-from brokers.engine.queues import QueueRetry, QueueStats
 from brokers.engine.record import (
     BatchItem,
     Message,
@@ -79,6 +78,7 @@ from brokers.engine.record import (
 )
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryPolicy
+from brokers.engine.shared import Lease, QueueRetry
 from brokers.engine.wire import WireBlob, WireRecords
 
 __all__ = [
@@ -96,7 +96,6 @@ __all__ = [
     "BrokerNotWritable",
     "CatalogSnapshot",
     "CatalogWatcher",
-    "Claim",
     "ClientIdNotAllowed",
     "ClientIdRequired",
     "ClientNotAllowed",
@@ -109,11 +108,12 @@ __all__ = [
     "Delivery",
     "Engine",
     "EngineError",
-    "FanoutCopies",
     "FetchResult",
     "FetchStatus",
+    "GroupStats",
     "IndexOutOfRange",
     "InvalidMessage",
+    "Lease",
     "Message",
     "MessageTooLarge",
     "MinuteTraffic",
@@ -127,7 +127,6 @@ __all__ = [
     "QueueFull",
     "QueueRetry",
     "QueueSettings",
-    "QueueStats",
     "RateLimited",
     "RetryPolicy",
     "RetryRecord",

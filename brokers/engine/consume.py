@@ -27,9 +27,11 @@ FETCH_FN = """
 -- Returns {-1, lock expiry} | {0, ack, next, min, blocked store time or 0} |
 -- {1, ack, next, min, token, expiry, first, entries...}.
 local function fetch_one(stream, meta, state, owner, now, timeout_ms, want, addr, init, max_store)
-  local st = redis.call('HMGET', state, 'ack', 'le', 'lk')
+  local st = redis.call('HMGET', state, 'ack', 'le', 'lk', 'sh')
   local le = tonumber(st[2])
   if le and le > now then return {-1, s(le)} end
+  -- shared leases (zbus, VibeMQ) hold ranges of this partition: wait for them
+  if st[4] then return {-1, s(math.max(tonumber(st[4]), now + 100))} end
   local m = redis.call('HMGET', meta, 'min', 'next')
   local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
   local ack = tonumber(st[1])

@@ -20,11 +20,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from brokers.engine import ack as ack_mod
 from brokers.engine import offsets as offsets_mod
 from brokers.engine import resend as resend_mod
-from brokers.engine.access import Gate
-from brokers.engine.append import append_blob, choose_partition, pack_records
-from brokers.engine.catalog import CatalogSnapshot, ConsumerPolicyInfo, QueueSettings, TopicInfo
+from brokers.engine.access import Gate, dead_letter_parent
+from brokers.engine.append import append_blob, append_records, choose_partition, pack_records
+from brokers.engine.catalog import (
+    CatalogSnapshot,
+    ConsumerPolicyInfo,
+    PartitionGroupInfo,
+    QueueSettings,
+    TopicInfo,
+)
 from brokers.engine.consume import release
-from brokers.engine.copies import Claim, FanoutCopies
 from brokers.engine.counters import Counters, MinuteTraffic
 from brokers.engine.delay import MAX_DELAY_MS, DelayStore, Held, topics_with_delays
 from brokers.engine.errors import (
@@ -38,11 +43,13 @@ from brokers.engine.errors import (
     IndexOutOfRange,
     InvalidMessage,
     PartitionNotFound,
+    QueueFull,
     RateLimited,
     StoreUnavailable,
     TopicNotFound,
 )
 from brokers.engine.fetch import Fetcher, FetchRequest
+from brokers.engine.groups import GroupStats, group_stats, purge_partitions
 from brokers.engine.keys import RETRY_PARTITION, GroupKeys, PartitionKeys, consumer_id
 from brokers.engine.model import (
     AckResult,
@@ -59,7 +66,7 @@ from brokers.engine.model import (
     TransactionInfo,
 )
 from brokers.engine.notify import Notifier
-from brokers.engine.queues import QueueRetry, Queues, QueueStats
+from brokers.engine.overflow import FULL, REDIRECT, append_bounded
 from brokers.engine.ratelimit import RateLimiter
 from brokers.engine.read import bounds, index_at_time, read_range
 from brokers.engine.record import (
@@ -68,10 +75,12 @@ from brokers.engine.record import (
     RecordEncoder,
     decode_record,
     encode_record,
+    split_blob,
 )
 from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retention import trim_partition
 from brokers.engine.retry import RetryPolicy, RetryStore
+from brokers.engine.shared import Lease, QueueRetry, SharedDelivery
 from brokers.engine.transactions import Transactions
 from brokers.engine.wire import WireBlob, WireRecords, check_wire, stamp_wire, wire_records
 
@@ -132,6 +141,7 @@ class Engine:
         self.gate = Gate(catalog, RateLimiter(redis), self.now_ms)
         self._next_guess: dict[tuple[str, int], int] = {}
         self._fetcher = Fetcher(redis, self.notifier, self.now_ms, self._retry_for, self._rng)
+        self.shared = SharedDelivery(redis, self.now_ms, self._dead_letter, queue_retry)
 
     # ------------------------------------------------------------------ basics
 
@@ -265,9 +275,15 @@ class Engine:
             total = sum(counts)
         if rate_limited and policy is not None:
             await self.gate.admit_produce(policy, total)
-        first_index = await append_blob(
-            self.redis, self.durability, topic, chosen, blob, total, qos, expected_first=guess
-        )
+        if info.queue.max_queue_size is not None:  # a bounded topic: the overflow policy
+            [verdict] = await self._append_bounded(info, chosen, [(blob, total)], qos)
+            if not isinstance(verdict, int):
+                return await self._overflowed(info, app, chosen, blob, verdict, now, qos)
+            first_index = verdict
+        else:
+            first_index = await append_blob(
+                self.redis, self.durability, topic, chosen, blob, total, qos, expected_first=guess
+            )
         end = first_index + total
         if total == len(counts):
             indexes = tuple(range(first_index, end))
@@ -306,6 +322,13 @@ class Engine:
             admitted = await self.gate.admit_produce_up_to(policy, len(messages))
         out: list[AppendResult | EngineError] = []
         args = {"partition": partition, "qos": qos, "client_address": client_address}
+        info = self.topic(topic)
+        if info.queue.max_queue_size is not None:
+            out = await self._append_many_bounded(info, app, messages[:admitted], **args)
+            if policy.rate_limit:
+                refused = RateLimited(f"producer {policy.name} is over its rate limit")
+                out.extend(refused for _ in messages[admitted:])
+            return out
         try:
             stored = await self._append(topic, app, messages[:admitted], **args)
             out.extend(
@@ -321,6 +344,107 @@ class Engine:
         refused = RateLimited(f"producer {policy.name} is over its {policy.rate_limit}/s limit")
         out.extend(refused for _ in messages[admitted:])
         return out
+
+    def _group_ids(self, info: TopicInfo) -> list[str]:
+        """The clustering consumer groups of ``info``: their backlog bounds the topic."""
+        if info.type == "broadcast":
+            return []
+        return [c.app for c in self._catalog().consumers_of(info.code) if not c.broadcast]
+
+    async def _append_bounded(
+        self, info: TopicInfo, partition: int, units: Sequence[tuple[bytes, int]], qos: QoS
+    ) -> list[int | str]:
+        return await append_bounded(
+            self.redis,
+            self.durability,
+            info.code,
+            partition,
+            self._group_ids(info),
+            units,
+            max_size=info.queue.max_queue_size or 0,
+            policy=info.queue.overflow_policy,
+            qos=qos,
+        )
+
+    async def _overflowed(
+        self,
+        info: TopicInfo,
+        app: str,
+        partition: int,
+        blob: bytes,
+        verdict: str,
+        now: int,
+        qos: QoS,
+    ) -> AppendResult:
+        """A message the bound did not let in: refused, dropped or redirected to the DLQ."""
+        if verdict == FULL:
+            raise QueueFull(f"queue {info.code} is full ({info.queue.max_queue_size})")
+        if verdict == REDIRECT:
+            for record in split_blob(blob):
+                await self._to_topic_dlq(
+                    info.code, app, record, reason="QueueOverflow", attempts=0, qos=qos
+                )
+            return AppendResult(info.code, partition, -1, (), 0, now, dead_lettered=True)
+        return AppendResult(info.code, partition, -1, (), 0, now, dropped=True)
+
+    async def _append_many_bounded(
+        self,
+        info: TopicInfo,
+        app: str,
+        messages: Sequence[Message],
+        *,
+        partition: int | None,
+        qos: QoS,
+        client_address: str | None,
+    ) -> list[AppendResult | EngineError]:
+        """:meth:`append_many` on a bounded topic: each message meets the overflow policy
+        in turn, in one script call."""
+        snap = self._catalog()
+        chosen = choose_partition(
+            snap, info, snap.producer(info.code, app), partition=partition, rng=self._rng
+        )
+        now = self.now_ms()
+        results: list[AppendResult | EngineError | None] = [None] * len(messages)
+        units: list[tuple[bytes, int]] = []
+        positions: list[int] = []
+        for pos, message in enumerate(messages):
+            try:
+                units.append(
+                    encode_record(
+                        message,
+                        app=app,
+                        partition=chosen,
+                        now_ms=now,
+                        client_address=client_address,
+                        max_body=self.max_body,
+                    )
+                )
+            except EngineError as exc:
+                results[pos] = exc
+                continue
+            positions.append(pos)
+        verdicts = await self._append_bounded(info, chosen, units, qos) if units else []
+        produced = size = 0
+        for pos, (record, count), verdict in zip(positions, units, verdicts, strict=True):
+            if isinstance(verdict, int):
+                produced, size = produced + count, size + len(record)
+                results[pos] = AppendResult(info.code, chosen, verdict, (verdict,), count, now)
+            else:
+                try:
+                    results[pos] = await self._overflowed(
+                        info, app, chosen, record, verdict, now, qos
+                    )
+                except QueueFull as exc:
+                    results[pos] = exc
+        if produced:
+            self.counters.record(
+                topic=info.code,
+                app=app,
+                broker=self.broker_id,
+                produced=produced,
+                produced_bytes=size,
+            )
+        return [r for r in results if r is not None]
 
     def check_wire(self, blob: bytes, count: int) -> WireRecords:
         """Check ``count`` JMQ4 BrokerMessage records filling ``blob`` for :meth:`append` /
@@ -911,116 +1035,209 @@ class Engine:
             if info.retention_max_age_s is not None or info.retention_max_count is not None
         }
 
-    # ------------------------------------------------------------------ VibeMQ queues
+    # ------------------------------------------------------------------ consumer groups
 
-    def _queue(self, topic: str, partition: int) -> Queues:
-        return Queues(self.redis, self.durability, topic, partition, self.queue_retry)
-
-    def _queue_settings(self, topic: str) -> QueueSettings:
-        info = self._catalog().topics.get(topic)
+    def group_topic(self, code: str) -> TopicInfo:
+        """The topic, or the implicit dead-letter queue ``<queue>.dlq`` of a queue topic
+        that has its DLQ on but no topic of that name (one partition, led like the
+        queue's partition 0, governed by the queue's policies)."""
+        info = self._catalog().topics.get(code)
         if info is not None:
-            return info.queue
-        if topic.endswith(".dlq"):  # a DLQ is created on first use with the defaults
-            return QueueSettings()
-        raise TopicNotFound(f"queue {topic} does not exist")
+            return info
+        parent = dead_letter_parent(self._catalog(), code)
+        if parent is None:
+            raise TopicNotFound(f"topic {code} does not exist")
+        leader = parent.leader_of(0)
+        groups = (
+            ()
+            if leader is None
+            else (PartitionGroupInfo(group_id=0, leader=leader, partitions=(0,)),)
+        )
+        return TopicInfo(
+            code=code,
+            partitions=1,
+            groups=groups,
+            team=parent.team,
+            anonymous_app=parent.anonymous_app,
+            queue=QueueSettings(max_queue_size=None),
+        )
 
-    async def queue_publish(
+    async def lease(
         self,
         topic: str,
         app: str,
-        message: Message,
         *,
-        partition: int = 0,
-        qos: QoS = QoS.PERSISTED,
-        client_address: str | None = None,
-    ) -> AppendResult:
-        """Publish to a queue with its priority, max size and overflow policy.
-
-        ``dropped`` (DropNewest) and ``dead_lettered`` (RedirectToDlq) say where the
-        message went; BlockPublisher raises QueueFull.
-        """
-        [result] = await self.queue_publish_many(
-            topic, app, [message], partition=partition, qos=qos, client_address=client_address
-        )
-        if isinstance(result, EngineError):
-            raise result
+        count: int,
+        owner: str,
+        address: str | None = None,
+        client_id: str | None = None,
+        lease_ms: int | None = None,
+        start: str = "earliest",
+    ) -> Lease:
+        """Lease up to ``count`` messages for a consumer of ``app`` that settles them one by
+        one (zbus MQ sessions, VibeMQ subscribers): from the first partition this broker
+        serves that has some (:mod:`.shared`). ``owner`` names the lessee (its connection),
+        so :meth:`release_owner` returns what it held; ``client_id`` makes it a broadcast
+        member with its own progress (started at ``start`` on first use). The gate checks
+        the consumer policy (none, or a blacklisted ``address``: refused); a paused
+        consumer gets nothing; a rate limit caps the batch (RateLimited when no permit)."""
+        info = self.group_topic(topic)
+        policy = self.gate.consumer(topic, app, address)
+        result = Lease(topic, app)
+        if policy.paused or count <= 0:
+            return result
+        granted = await self.gate.admit_consume(policy, count)
+        try:
+            result = await self.shared.lease(
+                info,
+                policy,
+                self.readable_partitions(info),
+                count=granted,
+                owner=owner,
+                address=address or "",
+                client_id=client_id,
+                args=self.shared.args(
+                    info,
+                    policy,
+                    lease_ms if lease_ms is not None else policy.ack_timeout_ms,
+                    start if client_id else "earliest",
+                ),
+            )
+        except BaseException:
+            if policy.rate_limit:
+                with contextlib.suppress(Exception):
+                    await self.gate.refund_consume(policy, granted)
+            raise
+        delivered = sum(d.count for d in result.deliveries)
+        await self.gate.refund_consume(policy, granted - delivered)
+        if delivered:
+            self.counters.record(
+                topic=topic,
+                app=app,
+                broker=self.broker_id,
+                consumed=delivered,
+                consumed_bytes=sum(len(d.record) for d in result.deliveries),
+            )
         return result
 
-    async def queue_publish_many(
+    def _group_policy(self, topic: str, app: str) -> tuple[TopicInfo, ConsumerPolicyInfo]:
+        info = self.group_topic(topic)
+        snapshot = self._catalog()
+        policy = snapshot.consumer(topic, app)
+        if policy is None and topic not in snapshot.topics:  # an implicit DLQ
+            policy = snapshot.consumer(topic.removesuffix(".dlq"), app)
+        if policy is None:  # a consumer whose policy went away still settles what it holds
+            policy = ConsumerPolicyInfo(name=f"{app}.{topic}", topic=topic, app=app)
+        return info, policy
+
+    async def settle(
         self,
         topic: str,
         app: str,
-        messages: Sequence[Message],
+        partition: int,
+        indexes: Sequence[int],
         *,
-        partition: int = 0,
-        qos: QoS = QoS.PERSISTED,
-        client_address: str | None = None,
-    ) -> list[AppendResult | EngineError]:
-        """:meth:`queue_publish` for several messages in order, with one Redis round trip.
-
-        The gate refuses the whole call when ``app`` has no producer policy on the queue's
-        topic or ``client_address`` is blacklisted. Otherwise it returns one entry per
-        message: its AppendResult, or the error that message alone met (an invalid or
-        oversized message, QueueFull under BlockPublisher, RateLimited past the permits
-        the producer's rate limit gave); the others are stored all the same. Errors of
-        the store itself raise for the whole call.
-        """
-        settings = self._queue_settings(topic)
-        policy = self.gate.producer(topic, app, client_address)
-        now = self.now_ms()
-        results: list[AppendResult | EngineError | None] = [None] * len(messages)
-        admitted = len(messages)
-        if policy.rate_limit:
-            admitted = await self.gate.admit_produce_up_to(policy, len(messages))
-            for pos in range(admitted, len(messages)):
-                results[pos] = RateLimited(
-                    f"producer {policy.name} is over its {policy.rate_limit}/s limit"
-                )
-        items: list[tuple[bytes, int, int]] = []
-        positions: list[int] = []
-        for pos, message in enumerate(messages[:admitted]):
-            try:
-                record, count = encode_record(
-                    message,
-                    app=app,
-                    partition=partition,
-                    now_ms=now,
-                    client_address=client_address,
-                    max_body=self.max_body,
-                )
-            except EngineError as exc:
-                results[pos] = exc
-                continue
-            items.append((record, count, message.priority))
-            positions.append(pos)
-        outcomes = await self._queue(topic, partition).publish_many(
-            items, settings=settings, qos=qos
+        client_id: str | None = None,
+    ) -> int:
+        """Settle leased deliveries for good (acked); unknown or settled ones are ignored.
+        One script call whatever the number of indexes; how many were settled now."""
+        info, policy = self._group_policy(topic, app)
+        return await self.shared.settle(
+            info, policy, partition, indexes, mode="ack", client_id=client_id
         )
-        produced = size = 0
-        for pos, (record, count, _), outcome in zip(positions, items, outcomes, strict=True):
-            if isinstance(outcome, EngineError):
-                results[pos] = outcome
-            elif outcome.dead_lettered:
-                await self._to_queue_dlq(
-                    topic, app, record, reason="QueueOverflow", attempts=0, qos=qos
-                )
-                results[pos] = AppendResult(topic, partition, -1, (), 0, now, dead_lettered=True)
-            elif outcome.dropped:
-                results[pos] = AppendResult(topic, partition, -1, (), 0, now, dropped=True)
-            else:
-                produced, size = produced + count, size + len(record)
-                results[pos] = AppendResult(
-                    topic, partition, outcome.index, (outcome.index,), count, now
-                )
-        if produced:
-            self.counters.record(
-                topic=topic, app=app, broker=self.broker_id, produced=produced, produced_bytes=size
-            )
-        return [r for r in results if r is not None]
 
-    async def _to_queue_dlq(
-        self, topic: str, app: str, record: bytes, *, reason: str, attempts: int, qos: QoS
+    async def release(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        indexes: Sequence[int],
+        *,
+        client_id: str | None = None,
+    ) -> int:
+        """Leased deliveries go back, due at once and marked redelivered (their consumer
+        went away: not a failed attempt)."""
+        info, policy = self._group_policy(topic, app)
+        return await self.shared.settle(
+            info, policy, partition, indexes, mode="release", client_id=client_id
+        )
+
+    async def fail(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        indexes: Sequence[int],
+        *,
+        client_id: str | None = None,
+    ) -> int:
+        """A failed attempt: delivered again after the backoff of its attempt, or
+        dead-lettered past the topic's ``max_retry_attempts``."""
+        info, policy = self._group_policy(topic, app)
+        return await self.shared.settle(
+            info, policy, partition, indexes, mode="fail", client_id=client_id
+        )
+
+    async def release_owner(
+        self, topic: str, app: str, owner: str, *, client_id: str | None = None
+    ) -> int:
+        """Everything ``owner`` leased of ``topic`` for ``app`` is due again at once (its
+        connection closed); how many leases."""
+        info = self.group_topic(topic)
+        return await self.shared.release_owner(
+            info, app, self.readable_partitions(info), owner, client_id
+        )
+
+    async def group_stats(
+        self, topic: str, app: str, *, client_id: str | None = None
+    ) -> GroupStats:
+        """The numbers of ``app``'s consumer group on ``topic`` over every partition:
+        backlog (stored − acked), of which in flight and waiting for a retry, and the
+        topic's dropped count — the same numbers whatever protocol produced or consumed."""
+        info = self.group_topic(topic)
+        return await group_stats(
+            self.redis, topic, range(info.partitions), consumer_id(app, client_id), self.now_ms()
+        )
+
+    async def queue_stats(self, topic: str) -> GroupStats:
+        """:meth:`group_stats` of the topic's slowest clustering group (the backlog its
+        max size bounds); the whole stored count while it has no group."""
+        info = self.group_topic(topic)
+        ids = self._group_ids(info) if topic in self._catalog().topics else []
+        parts = range(info.partitions)
+        if not ids:
+            return await group_stats(self.redis, topic, parts, None, self.now_ms())
+        stats = [await group_stats(self.redis, topic, parts, g, self.now_ms()) for g in ids]
+        return max(stats, key=lambda st: st.backlog)
+
+    async def purge(self, topic: str) -> None:
+        """Delete a topic's messages and its groups' progress (VibeMQ deleteQueue)."""
+        info = self.group_topic(topic)
+        ids = {c.app for c in self._catalog().consumers_of(topic)}
+        await purge_partitions(self.redis, topic, range(info.partitions), ids)
+
+    async def _dead_letter(
+        self, topic: str, app: str, delivery: Delivery, reason: str, attempts: int
+    ) -> bool:
+        """Copy a dead message to the topic's dead-letter queue when it has one."""
+        info = self.group_topic(topic)
+        settings = info.queue
+        if not settings.dead_letter_enabled or topic.endswith(".dlq"):
+            return False
+        await self._to_topic_dlq(topic, app, delivery.record, reason=reason, attempts=attempts)
+        return True
+
+    async def _to_topic_dlq(
+        self,
+        topic: str,
+        app: str,
+        record: bytes,
+        *,
+        reason: str,
+        attempts: int,
+        qos: QoS = QoS.RECEIVED,
     ) -> None:
+        """Append ``record`` to ``<topic>.dlq`` with the VibeMQ dead-letter properties."""
         stored = decode_record(record)
         attributes = dict(stored.attributes)
         attributes.update(
@@ -1041,168 +1258,7 @@ class Engine:
         )
         dlq = f"{topic}.dlq"
         new, count = encode_record(msg, app=stored.app or app, partition=0, now_ms=self.now_ms())
-        await self._queue(dlq, 0).publish(
-            new, count, priority=stored.priority, settings=self._queue_settings(dlq), qos=qos
-        )
-
-    async def queue_take(
-        self,
-        topic: str,
-        app: str,
-        *,
-        address: str | None = None,
-        count: int = 1,
-        lease_ms: int = 30_000,
-        partition: int = 0,
-    ) -> list[Delivery]:
-        """Lease ready messages for ``app`` (priority order in PriorityBased mode; TTL
-        enforced). The gate checks ``app``'s consumer policy (none, or a blacklisted
-        ``address``: refused); a paused consumer gets nothing; under a rate limit at most
-        as many as there are permits (RateLimited when there are none)."""
-        policy = self.gate.consumer(topic, app, address)
-        if policy.paused or count <= 0:
-            if self._queue_settings(topic).message_ttl_ms is not None:
-                await self.queue_sweep(topic, partition=partition)
-            return []
-        granted = await self.gate.admit_consume(policy, count)
-        try:
-            got = await self._take(topic, granted, lease_ms, partition)
-        except BaseException:
-            if policy.rate_limit:
-                with contextlib.suppress(Exception):
-                    await self.gate.refund_consume(policy, granted)
-            raise
-        await self.gate.refund_consume(policy, granted - len(got))
-        return got
-
-    async def queue_take_for_copies(
-        self, topic: str, *, count: int, lease_ms: int, partition: int = 0
-    ) -> list[Delivery]:
-        """Lease ready messages of a fan-out queue to copy them to its subscribers. No app
-        takes them: each subscriber's copies pass the gate when they are claimed
-        (:meth:`claim_copies`) or handed on (:meth:`admit_deliveries`)."""
-        return await self._take(topic, count, lease_ms, partition)
-
-    async def queue_sweep(self, topic: str, *, partition: int = 0) -> None:
-        """Expire the queue's TTL'd messages now (dead-letter or count them), leasing
-        nothing: the brokers' periodic sweep of queues nobody consumes."""
-        await self._take(topic, 0, 0, partition)
-
-    async def _take(self, topic: str, count: int, lease_ms: int, partition: int) -> list[Delivery]:
-        settings = self._queue_settings(topic)
-        got = await self._queue(topic, partition).take(
-            now_ms=self.now_ms(), count=count, lease_ms=lease_ms, settings=settings
-        )
-        await self.queue_flush_dead(topic, partition=partition)
-        return got
-
-    async def queue_flush_dead(self, topic: str, *, partition: int = 0) -> int:
-        """Copy dead (expired / out of retries) messages to the DLQ, or count them dropped."""
-        settings = self._queue_settings(topic)
-        queue = self._queue(topic, partition)
-        moved = 0
-        while True:
-            dead = await queue.dead(100)
-            if not dead:
-                return moved
-            if settings.dead_letter_enabled:
-                for _member, _idx, attempts, reason, record in dead:
-                    if record:
-                        await self._to_queue_dlq(
-                            topic, "", record, reason=reason, attempts=attempts, qos=QoS.RECEIVED
-                        )
-            await queue.drop_dead([d[0] for d in dead], counted=not settings.dead_letter_enabled)
-            moved += len(dead)
-
-    async def queue_ack(self, topic: str, indexes: Sequence[int], *, partition: int = 0) -> int:
-        """Settle deliveries for good; unknown or already settled ones are ignored."""
-        return await self._queue(topic, partition).settle(
-            "ack", list(indexes), now_ms=self.now_ms(), settings=self._queue_settings(topic)
-        )
-
-    async def queue_fail(self, topic: str, indexes: Sequence[int], *, partition: int = 0) -> int:
-        """Count a failed attempt now: retry with backoff, or dead-letter past the limit."""
-        settings = self._queue_settings(topic)
-        n = await self._queue(topic, partition).settle(
-            "fail", list(indexes), now_ms=self.now_ms(), settings=settings
-        )
-        await self.queue_flush_dead(topic, partition=partition)
-        return n
-
-    async def queue_release(self, topic: str, indexes: Sequence[int], *, partition: int = 0) -> int:
-        """Return deliveries to the queue head at once (a subscriber went away)."""
-        return await self._queue(topic, partition).settle(
-            "release", list(indexes), now_ms=self.now_ms(), settings=self._queue_settings(topic)
-        )
-
-    async def queue_stats(self, topic: str, *, partition: int = 0) -> QueueStats:
-        return await self._queue(topic, partition).stats()
-
-    async def queue_purge(self, topic: str, *, partition: int = 0) -> None:
-        """Delete a queue's messages and in-flight tracking (VibeMQ deleteQueue)."""
-        await self._queue(topic, partition).purge()
-
-    async def queue_dead_letter(
-        self, topic: str, record: bytes, *, reason: str, attempts: int, qos: QoS = QoS.RECEIVED
-    ) -> bool:
-        """Dead-letter a message held outside the queue's sets (a fan-out copy): copy it to
-        the DLQ when the queue has one (True), else count it dropped (False)."""
-        if not self._queue_settings(topic).dead_letter_enabled:
-            await self.redis.hincrby(PartitionKeys(topic, 0).meta, "dropped", 1)
-            return False
-        await self._to_queue_dlq(topic, "", record, reason=reason, attempts=attempts, qos=qos)
-        return True
-
-    async def claim_copies(
-        self,
-        topic: str,
-        app: str,
-        identity: str,
-        *,
-        address: str | None = None,
-        count: int,
-        lease_ms: int,
-        max_retry: int,
-        retention_ms: int | None = None,
-    ) -> Claim:
-        """:meth:`FanoutCopies.claim` of ``identity``'s copies for a subscriber of
-        ``app``, past the gate: no consumer policy or a blacklisted ``address`` is
-        refused, a paused consumer claims nothing, a rate limit caps the claim."""
-        policy = self.gate.consumer(topic, app, address)
-        if policy.paused or count <= 0:
-            return Claim()
-        granted = await self.gate.admit_consume(policy, count)
-        copies = self.fanout_copies(topic, retention_ms=retention_ms)
-        claim = await copies.claim(identity, count=granted, lease_ms=lease_ms, max_retry=max_retry)
-        await self.gate.refund_consume(policy, granted - len(claim.deliveries))
-        return claim
-
-    async def admit_deliveries(
-        self, topic: str, app: str, count: int, *, address: str | None = None
-    ) -> int:
-        """How many of ``count`` messages pushed outside a lease (fan-out copies without
-        ack) ``app`` may receive now: 0 while paused or over its rate limit; refused
-        without a consumer policy or from a blacklisted ``address``."""
-        policy = self.gate.consumer(topic, app, address)
-        if policy.paused:
-            return 0
-        try:
-            return await self.gate.admit_consume(policy, count)
-        except RateLimited:
-            return 0
-
-    def fanout_copies(self, topic: str, *, retention_ms: int | None = None) -> FanoutCopies:
-        """The per-subscriber copies of fan-out queue ``topic`` (see :mod:`.copies`),
-        retried with the engine's ``queue_retry`` backoff."""
-        extra = {} if retention_ms is None else {"retention_ms": retention_ms}
-        return FanoutCopies(
-            self.redis,
-            topic,
-            self.now_ms,
-            retry_base_ms=self.queue_retry.base_ms,
-            retry_cap_ms=self.queue_retry.cap_ms,
-            **extra,
-        )
+        await append_records(self.redis, self.durability, dlq, 0, [(new, count)], qos)
 
     # ------------------------------------------------------------------ operator resends
 

@@ -73,6 +73,8 @@ class Delivery:
     record: bytes
     origin: tuple[int, int] | None = None
     attempts: int = 0
+    redelivered: bool = False
+    """Delivered before (released by a consumer that went away, or failed)."""
 
     @property
     def message(self) -> StoredMessage:

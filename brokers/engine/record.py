@@ -565,3 +565,15 @@ def with_position(raw: bytes, partition: int, index: int) -> bytes:
     _I16.pack_into(buf, OFF_PARTITION, partition)
     _I64.pack_into(buf, OFF_INDEX, index)
     return bytes(buf)
+
+
+def split_blob(blob: bytes) -> list[bytes]:
+    """The records of ``blob`` (records concatenated, each starting with its size)."""
+    out, pos = [], 0
+    while pos + 4 <= len(blob):
+        (size,) = _I32.unpack_from(blob, pos)
+        if size < FIXED_SIZE or pos + size > len(blob):
+            raise InvalidMessage("record size disagrees with its content")
+        out.append(bytes(blob[pos : pos + size]))
+        pos += size
+    return out
