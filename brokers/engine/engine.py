@@ -50,6 +50,10 @@ from brokers.engine.errors import (
 )
 from brokers.engine.fetch import Fetcher, FetchRequest
 from brokers.engine.groups import GroupStats, group_stats, purge_partitions
+from brokers.engine.groups import expire as expire_records
+from brokers.engine.groups import forget as forget_progress
+from brokers.engine.groups import join as join_group
+from brokers.engine.groups import keep as keep_progress
 from brokers.engine.keys import RETRY_PARTITION, GroupKeys, PartitionKeys, consumer_id
 from brokers.engine.model import (
     AckResult,
@@ -80,7 +84,7 @@ from brokers.engine.record import (
 from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retention import trim_partition
 from brokers.engine.retry import RetryPolicy, RetryStore
-from brokers.engine.shared import Lease, QueueRetry, SharedDelivery
+from brokers.engine.shared import FAN_OUT, Lease, QueueRetry, SharedDelivery
 from brokers.engine.transactions import Transactions
 from brokers.engine.wire import WireBlob, WireRecords, check_wire, stamp_wire, wire_records
 
@@ -346,8 +350,9 @@ class Engine:
         return out
 
     def _group_ids(self, info: TopicInfo) -> list[str]:
-        """The clustering consumer groups of ``info``: their backlog bounds the topic."""
-        if info.type == "broadcast":
+        """The clustering consumer groups of ``info``: their backlog bounds the topic (a
+        broadcast topic or fan-out queue has none: what no member was handed counts)."""
+        if info.type == "broadcast" or info.queue.delivery_mode in FAN_OUT:
             return []
         return [c.app for c in self._catalog().consumers_of(info.code) if not c.broadcast]
 
@@ -1075,8 +1080,8 @@ class Engine:
         start: str = "earliest",
     ) -> Lease:
         """Lease up to ``count`` messages for a consumer of ``app`` that settles them one by
-        one (zbus MQ sessions, VibeMQ subscribers): from the first partition this broker
-        serves that has some (:mod:`.shared`). ``owner`` names the lessee (its connection),
+        one (zbus MQ sessions, VibeMQ subscribers): from the first partition that has some
+        (:mod:`.shared`; any broker serves these consumers, the store is shared). ``owner`` names the lessee (its connection),
         so :meth:`release_owner` returns what it held; ``client_id`` makes it a broadcast
         member with its own progress (started at ``start`` on first use). The gate checks
         the consumer policy (none, or a blacklisted ``address``: refused); a paused
@@ -1091,7 +1096,7 @@ class Engine:
             result = await self.shared.lease(
                 info,
                 policy,
-                self.readable_partitions(info),
+                tuple(range(info.partitions)),  # every broker serves push consumers
                 count=granted,
                 owner=owner,
                 address=address or "",
@@ -1185,8 +1190,48 @@ class Engine:
         connection closed); how many leases."""
         info = self.group_topic(topic)
         return await self.shared.release_owner(
-            info, app, self.readable_partitions(info), owner, client_id
+            info, app, tuple(range(info.partitions)), owner, client_id
         )
+
+    async def expire(self, topic: str) -> int:
+        """Expire the messages of a topic with a TTL that no consumer was handed yet (the
+        periodic sweep: a queue nobody consumes still sheds them): dead-lettered to the
+        topic's DLQ, or counted dropped. How many."""
+        info = self.group_topic(topic)
+        ttl = info.queue.message_ttl_ms
+        if ttl is None:
+            return 0
+        cids: list[str | None] = list(self._group_ids(info)) or [None]
+        n = 0
+        for p in range(info.partitions):
+            for cid in cids:
+                gone = await expire_records(
+                    self.redis, topic, p, cid, now_ms=self.now_ms(), ttl_ms=ttl
+                )
+                for d in gone:
+                    if not await self._dead_letter(topic, cid or "", d, "MessageExpired", 0):
+                        await self.redis.hincrby(PartitionKeys(topic, p).meta, "dropped", d.count)
+                n += len(gone)
+        return n
+
+    async def join(self, topic: str, app: str, member: str) -> None:
+        """A fan-out member of ``app``'s group starts where it joins: at the queue's
+        dispatch mark — every message not yet handed to any member, so a message
+        published while nobody listened waits for the first subscribers. A member seen
+        before keeps what it was handed and did not ack, and skips what was handed to
+        the others while it was away ("present at dispatch", vibemq.md §9.1)."""
+        info = self.group_topic(topic)
+        cid = consumer_id(app, member)
+        await keep_progress(self.redis, topic, range(info.partitions), cid)
+        for p in range(info.partitions):
+            await join_group(self.redis, topic, p, cid)
+
+    async def leave(self, topic: str, app: str, member: str, *, keep_ms: int | None = None) -> None:
+        """A fan-out member left: its progress is deleted — at once, or after ``keep_ms``
+        unless it joins again first (a durable subscriber that may reconnect)."""
+        info = self.group_topic(topic)
+        cid = consumer_id(app, member)
+        await forget_progress(self.redis, topic, range(info.partitions), cid, after_ms=keep_ms)
 
     async def group_stats(
         self, topic: str, app: str, *, client_id: str | None = None

@@ -166,7 +166,8 @@ LEASE = Script(
     + RANGES_FN
     + """
 -- ARGV: now, want, lease_ms, owner, init, address, max_store ('' none), max_retry (-1 none),
--- ttl_ms (0 none), backoff base, backoff cap
+-- ttl_ms (0 none), backoff base, backoff cap, member ('1': a fan-out member, which moves
+-- the partition's dispatch mark `fan` — where the next member to join starts)
 -- Returns {status, hint, attempt, redelivered, n_live, n_expired, n_dead, live triples...,
 -- expired triples..., dead range starts...}; status -1 LOCKED (hint = lock expiry), 0 EMPTY
 -- (hint = when something may be due, 0 none), 1 FOUND.
@@ -279,6 +280,9 @@ if #live == 0 then
     store(r)
     cur = stop
     redis.call('HSET', K.state, 'cur', s(cur))
+    if ARGV[12] == '1' and cur > tonumber(redis.call('HGET', K.meta, 'fan') or '0') then
+      redis.call('HSET', K.meta, 'fan', s(cur))
+    end
     if blocked then break end
   end
 end
@@ -396,6 +400,8 @@ class LeaseArgs:
     ttl_ms: int | None = None
     backoff_base_ms: int = 0
     backoff_cap_ms: int = 0
+    member: bool = False
+    """A fan-out member: its leases move the dispatch mark new members start from."""
 
 
 @dataclass(slots=True)
@@ -454,6 +460,7 @@ async def lease(
             args.ttl_ms or 0,
             args.backoff_base_ms,
             args.backoff_cap_ms,
+            "1" if args.member else "0",
         ),
     )
     status = int(raw[0])
@@ -602,13 +609,17 @@ class GroupStats:
 async def group_stats(
     client: AnyRedis, topic: str, partitions: Sequence[int] | range, cid: str | None, now_ms: int
 ) -> GroupStats:
-    """:class:`GroupStats` of consumer ``cid`` (None: no group — everything stored counts)."""
+    """:class:`GroupStats` of consumer ``cid`` (None: no group — everything stored and not
+    yet handed to a fan-out member counts)."""
     backlog = inflight = retrying = dropped = stored = 0
     for p in partitions:
         if cid is None:
-            lo, hi, dr = await client.hmget(PartitionKeys(topic, p).meta, "min", "next", "dropped")
-            n = int(hi or 0) - int(lo or 0)
-            backlog, stored, dropped = backlog + n, stored + n, dropped + int(dr or 0)
+            lo, hi, dr, fan = await client.hmget(
+                PartitionKeys(topic, p).meta, "min", "next", "dropped", "fan"
+            )
+            n = int(hi or 0) - max(int(lo or 0), int(fan or 0))
+            backlog, dropped = backlog + max(0, n), dropped + int(dr or 0)
+            stored += int(hi or 0) - int(lo or 0)
             continue
         raw = await GROUP_STATS(client, _keys(topic, p, cid), (now_ms,))
         mn, nxt = int(raw[0]), int(raw[1])
@@ -636,3 +647,129 @@ async def purge_partitions(
                 k.acked(cid),
             ]
         await PURGE(client, keys, ())
+
+
+def _progress_keys(topic: str, p: int, cid: str) -> tuple[str, ...]:
+    k = PartitionKeys(topic, p)
+    return (k.state(cid), k.range_starts(cid), k.range_due(cid), k.ranges(cid), k.acked(cid))
+
+
+async def forget(
+    client: AnyRedis,
+    topic: str,
+    partitions: Sequence[int] | range,
+    cid: str,
+    *,
+    after_ms: int | None = None,
+) -> None:
+    """Delete the progress of consumer ``cid`` (a fan-out member that left): now, or
+    ``after_ms`` from now unless it comes back first (:func:`keep`)."""
+    for p in partitions:
+        keys = _progress_keys(topic, p, cid)
+        if after_ms is None:
+            await client.delete(*keys)
+            continue
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.pexpire(key, max(1, after_ms))
+        await pipe.execute()
+
+
+async def keep(client: AnyRedis, topic: str, partitions: Sequence[int] | range, cid: str) -> None:
+    """Cancel a pending :func:`forget` of ``cid`` (the member came back)."""
+    for p in partitions:
+        pipe = client.pipeline(transaction=False)
+        for key in _progress_keys(topic, p, cid):
+            pipe.persist(key)
+        await pipe.execute()
+
+
+EXPIRE = Script(
+    READ_FN
+    + RANGES_FN
+    + """
+-- KEYS as a lease's. ARGV: now, ttl_ms, limit, mode ('group' | 'fan').
+-- Moves the group's cursor (or, mode 'fan', the partition's dispatch mark) over records
+-- past their TTL that nobody was handed yet; returns them as triples, to dead-letter.
+local now, ttl, limit, mode = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local m = redis.call('HMGET', K.meta, 'min', 'next', 'fan')
+local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+local cur
+if mode == 'fan' then
+  cur = tonumber(m[3] or '0')
+else
+  local st = redis.call('HMGET', K.state, 'ack', 'cur', 'le')
+  local le = tonumber(st[3])
+  if le and le > now then return {} end  -- a pull consumer holds the partition
+  cur = tonumber(st[2]) or tonumber(st[1]) or mn
+end
+if cur < mn then cur = mn end
+local out, n = {}, 0
+while cur < nxt and n < limit do
+  local part = {}
+  read_from(K.stream, cur, 16, part, nil)
+  if #part == 0 then break end
+  local live = false
+  for i = 1, #part, 3 do
+    local idx, c, rec = tonumber(part[i]), tonumber(part[i + 1]), part[i + 2]
+    if struct.unpack('>i8', rec, 40) + struct.unpack('>i4', rec, 48) + ttl > now then
+      live = true
+      break
+    end
+    if idx + c > cur then
+      out[#out + 1] = s(idx); out[#out + 1] = s(c); out[#out + 1] = rec
+      cur = idx + c; n = n + 1
+    end
+  end
+  if live then break end
+end
+if n > 0 then
+  if mode == 'fan' then redis.call('HSET', K.meta, 'fan', s(cur))
+  else redis.call('HSET', K.state, 'cur', s(cur)); refresh_ack(cur) end
+end
+return out
+"""
+)
+
+
+async def expire(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str | None,
+    *,
+    now_ms: int,
+    ttl_ms: int,
+    limit: int = 1000,
+) -> list[Delivery]:
+    """Move group ``cid``'s cursor (None: the fan-out dispatch mark) over the records
+    past their TTL that nobody was handed yet; those records, to dead-letter."""
+    flat = await EXPIRE(
+        client,
+        _keys(topic, partition, cid if cid is not None else "~fan"),
+        (now_ms, ttl_ms, limit, "fan" if cid is None else "group"),
+    )
+    return _triples(partition, flat, 0, len(flat), 1)
+
+
+JOIN = Script(
+    RANGES_FN
+    + """
+-- KEYS as a lease's. A fan-out member (re)joins: its cursor moves up to the partition's
+-- dispatch mark (what was handed to others while it was away is not its), its unsettled
+-- ranges stay its own. Returns the cursor.
+local m = redis.call('HMGET', K.meta, 'min', 'fan')
+local mark = math.max(tonumber(m[1] or '0'), tonumber(m[2] or '0'))
+local st = redis.call('HMGET', K.state, 'cur', 'ack')
+local cur = tonumber(st[1]) or tonumber(st[2])
+if not cur or cur < mark then cur = mark end
+redis.call('HSET', K.state, 'cur', s(cur))
+refresh_ack(cur)
+return s(cur)
+"""
+)
+
+
+async def join(client: AnyRedis, topic: str, partition: int, cid: str) -> int:
+    """Fan-out member ``cid`` (re)joins ``partition``: see :data:`JOIN`; its cursor."""
+    return int(await JOIN(client, _keys(topic, partition, cid), ()))

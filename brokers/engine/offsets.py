@@ -1,7 +1,8 @@
 """Consumer offsets: set the ack index, report progress, pin a start position.
 
-A reset sets ``ack``, drops out-of-order acks and the locked range (``ls``/``lend``) but
-keeps the lock itself, so a batch acknowledged afterwards under an older HTTP-MQ
+A reset sets ``ack`` and the shared delivery cursor ``cur``, drops out-of-order acks, the
+group's in-flight and due ranges (:mod:`.groups`) and the locked range (``ls``/``lend``)
+but keeps the lock itself, so a batch acknowledged afterwards under an older HTTP-MQ
 requestId gets "committedOffset not equal" and a JMQ4 ack beyond the new ack index is
 ignored: a reset always takes effect at once.
 """
@@ -16,7 +17,7 @@ from brokers.engine.redisio import AnyRedis, Script
 
 SET_ACK = Script(
     """
--- KEYS: state, oo, meta. ARGV: index | 'earliest' | 'latest', only_if_missing (0/1)
+-- KEYS: state, oo, meta, rs, rd, rh. ARGV: index | 'earliest' | 'latest', only_if_missing
 if ARGV[2] == '1' and redis.call('HEXISTS', KEYS[1], 'ack') == 1 then
   return redis.call('HGET', KEYS[1], 'ack')
 end
@@ -27,9 +28,9 @@ if ARGV[1] == 'earliest' then idx = mn elseif ARGV[1] == 'latest' then idx = nxt
 else idx = tonumber(ARGV[1]) end
 if idx < mn then idx = mn end
 if idx > nxt then idx = nxt end
-redis.call('HSET', KEYS[1], 'ack', s(idx))
-redis.call('HDEL', KEYS[1], 'ls', 'lend')
-redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[1], 'ack', s(idx), 'cur', s(idx))
+redis.call('HDEL', KEYS[1], 'ls', 'lend', 'sh')
+redis.call('DEL', KEYS[2], KEYS[4], KEYS[5], KEYS[6])
 return s(idx)
 """
 )
@@ -48,7 +49,14 @@ async def set_ack(
     keys = PartitionKeys(topic, partition)
     result = await SET_ACK(
         client,
-        (keys.state(cid), keys.acked(cid), keys.meta),
+        (
+            keys.state(cid),
+            keys.acked(cid),
+            keys.meta,
+            keys.range_starts(cid),
+            keys.range_due(cid),
+            keys.ranges(cid),
+        ),
         (position, 1 if only_if_missing else 0),
     )
     return int(result)

@@ -2,7 +2,8 @@
 
 A topic with ``max_queue_size`` holds at most that many unsettled messages per partition:
 the backlog is ``next − ack`` of its slowest clustering group (every consumer group of the
-topic, whatever protocol consumes it), or ``next − min`` while it has none. Each message
+topic, whatever protocol consumes it), or ``next − min`` while it has none; a fan-out
+queue counts what no member was handed yet (``next`` − its dispatch mark). Each message
 of a publish meets the policy in turn, inside one script (so every protocol's producers
 and consumers see the same numbers):
 
@@ -33,8 +34,8 @@ APPEND_BOUNDED = Script(
 -- the records of one atomic append concatenated). Returns per unit: the index it was stored at, or 'dropped' | 'full' | 'redirect'.
 local stream, meta = KEYS[1], KEYS[2]
 local max_size, policy = tonumber(ARGV[3]), ARGV[4]
-local m = redis.call('HMGET', meta, 'min', 'next')
-local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+local m = redis.call('HMGET', meta, 'min', 'next', 'fan')
+local mn, nxt, fan = tonumber(m[1] or '0'), tonumber(m[2] or '0'), tonumber(m[3] or '0')
 local function ack_of(state)
   local st = redis.call('HMGET', state, 'ack', 'cur')
   local a = tonumber(st[1]) or mn
@@ -67,7 +68,8 @@ local function stamp(blob, idx)
 end
 local out, stored = {}, 0
 for i = 5, #ARGV, 2 do
-  local backlog = nxt - mn
+  local floor = math.max(mn, fan)  -- without groups: what no fan-out member was handed yet
+  local backlog = nxt - floor
   if #KEYS > 2 then
     backlog = 0
     for k = 3, #KEYS do
@@ -94,6 +96,11 @@ for i = 5, #ARGV, 2 do
           end
         end
       end
+    elseif fan > mn and floor < nxt then
+      -- a fan-out queue: the oldest message not handed to any member is skipped
+      fan = floor + count_at(floor)
+      redis.call('HSET', meta, 'fan', s(fan))
+      redis.call('HINCRBY', meta, 'dropped', 1)
     elseif mn < nxt then
       local e = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
       if e then

@@ -29,6 +29,9 @@ from brokers.engine.read import read_range
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryStore
 
+FAN_OUT = ("FanOutWithAck", "FanOutWithoutAck")
+"""Delivery modes whose subscribers are broadcast members of their group."""
+
 DeadLetter = Callable[[str, str, Delivery, str, int], Awaitable[bool]]
 """``(topic, app, delivery, reason, attempts)`` → True when copied to the topic's DLQ."""
 
@@ -84,6 +87,7 @@ class SharedDelivery:
         return LeaseArgs(
             lease_ms=lease_ms,
             init=init,
+            member=topic.queue.delivery_mode in FAN_OUT,
             max_store_ms=self._now_ms() - delay if delay > 0 else None,
             max_retry=topic.queue.max_retry_attempts,
             ttl_ms=topic.queue.message_ttl_ms,
