@@ -1,4 +1,8 @@
-"""How stored messages look to HTTP-MQ clients: ids, text bodies, send results."""
+"""How stored messages look to HTTP-MQ clients: ids, text bodies, properties, send results.
+
+A msgList entry carries the record's properties map as ``properties`` (an addition to
+http-mq.md's fields, present only when the message has any): the producer's headers
+whatever protocol it used."""
 
 from __future__ import annotations
 
@@ -58,15 +62,13 @@ def deliveries_to_list(topic: str, deliveries: tuple[Delivery, ...]) -> list[dic
         except InvalidMessage:  # a compressed JMQ4 batch: the engine never inflates it
             items = None
         if items is None:
-            out.append(
-                text_entry(
-                    stored.body,
-                    {
-                        "messageId": message_id(topic, delivery.partition, delivery.index),
-                        "timestamp": stored.store_time_ms,
-                    },
-                )
-            )
+            entry = {
+                "messageId": message_id(topic, delivery.partition, delivery.index),
+                "timestamp": stored.store_time_ms,
+            }
+            if stored.attributes:  # every protocol's metadata: zbus and VibeMQ headers too
+                entry["properties"] = dict(stored.attributes)
+            out.append(text_entry(stored.body, entry))
             continue
         for i, item in enumerate(items):
             out.append(
