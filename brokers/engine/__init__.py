@@ -49,6 +49,7 @@ from brokers.engine.errors import (
     WriteTimeout,
 )
 from brokers.engine.groups import GroupStats
+from brokers.engine.groups import seed as seed_group
 from brokers.engine.keys import RETRY_PARTITION
 from brokers.engine.model import (
     AckResult,
@@ -153,4 +154,5 @@ __all__ = [
     "java_hash",
     "load_snapshot",
     "publish_snapshot",
+    "seed_group",
 ]

@@ -1261,6 +1261,19 @@ class Engine:
         ids = {c.app for c in self._catalog().consumers_of(topic)}
         await purge_partitions(self.redis, topic, range(info.partitions), ids)
 
+    async def dead_letter(
+        self, topic: str, app: str, delivery: Delivery, reason: str, attempts: int = 0
+    ) -> None:
+        """Dead-letter ``delivery``: to the topic's dead-letter queue when it has one, else
+        to the dead-letter queue of ``app``'s group (listed and resent from the console)."""
+        if not await self._dead_letter(topic, app, delivery, reason, attempts):
+            await RetryStore(self.redis, topic, app).dead_letter(
+                [(delivery.partition, delivery.index, delivery.count, delivery.record)],
+                now_ms=self.now_ms(),
+                reason=reason,
+                attempts=attempts,
+            )
+
     async def _dead_letter(
         self, topic: str, app: str, delivery: Delivery, reason: str, attempts: int
     ) -> bool:

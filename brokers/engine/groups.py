@@ -14,8 +14,9 @@ inside it (``covered``). Per (partition, consumer id), under the partition's has
 
 A range is *leased* (owner set, deadline = lease expiry) or *due* (owner empty: waiting to
 be delivered again at its due time; ``flag`` ``r`` when it was released rather than
-failed, so its next delivery is marked redelivered without counting an attempt) or *dead*
-(owner ``!``: out of attempts, waiting for the engine to dead-letter it).
+failed, so its next delivery is marked redelivered without counting an attempt; ``n``
+when it was never delivered — progress moved in from elsewhere) or *dead* (owner ``!``:
+out of attempts, waiting for the engine to dead-letter it).
 
 The common path is O(1) Redis commands per batch, never per message: one script leases
 the next batch from the cursor (XRANGE) and records one range; one script settles a batch
@@ -259,6 +260,7 @@ while candidate and #live == 0 do
     end
   else
     if r.flag == 'r' then redelivered = 1; attempt = r.attempt
+    elseif r.flag == 'n' then redelivered = 0; attempt = r.attempt  -- never delivered
     else attempt = r.attempt + 1; redelivered = 1 end
     r.attempt = attempt; r.owner = owner; r.flag = '0'; r.deadline = now + lease
     for _, e in ipairs(out) do keep(e[1], e[2], e[3], r) end
@@ -773,3 +775,39 @@ return s(cur)
 async def join(client: AnyRedis, topic: str, partition: int, cid: str) -> int:
     """Fan-out member ``cid`` (re)joins ``partition``: see :data:`JOIN`; its cursor."""
     return int(await JOIN(client, _keys(topic, partition, cid), ()))
+
+
+SEED = Script(
+    RANGES_FN
+    + """
+-- KEYS as a lease's. ARGV: now, then start, stop, attempt, flag per run. Each run becomes
+-- a range due now (flag 'n': never delivered, 'r': delivered before); the cursor goes to
+-- the partition's end. For moving progress kept elsewhere into the group (a migration).
+local now = tonumber(ARGV[1])
+local nxt = tonumber(redis.call('HGET', K.meta, 'next') or '0')
+for i = 2, #ARGV, 4 do
+  put_range({start = tonumber(ARGV[i]), stop = tonumber(ARGV[i + 1]),
+             attempt = tonumber(ARGV[i + 2]), deadline = now, owner = '', flag = ARGV[i + 3],
+             covered = {}})
+end
+redis.call('HSET', K.state, 'cur', s(nxt))
+return s(refresh_ack(nxt))
+"""
+)
+
+
+async def seed(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str,
+    runs: Sequence[tuple[int, int, int, bool]],
+    *,
+    now_ms: int,
+) -> int:
+    """Give group ``cid`` the unsettled ``(start, end, attempt, delivered_before)`` runs of
+    ``partition``, due now, with its cursor at the end; the ack index after."""
+    args: list[object] = [now_ms]
+    for start, end, attempt, delivered in runs:
+        args += [start, end, max(1, attempt), "r" if delivered else "n"]
+    return int(await SEED(client, _keys(topic, partition, cid), args))
