@@ -4,6 +4,7 @@ Public API: :class:`Engine` (the facade) and the types its methods take and retu
 Front-ends, the console and the pipeline import from here only.
 """
 
+from brokers.engine.ack import contiguous
 from brokers.engine.append import java_hash
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.catalog import (
@@ -22,7 +23,7 @@ from brokers.engine.catalog import (
 )
 from brokers.engine.counters import MinuteTraffic
 from brokers.engine.delay import DELAY_LEVELS
-from brokers.engine.engine import Engine, contiguous
+from brokers.engine.engine import Engine
 from brokers.engine.errors import (
     AccessDenied,
     AckRejected,

@@ -42,7 +42,6 @@ return 1
 TOPIC_TYPES = ("normal", "broadcast", "sequential")
 DELIVERY_MODES = ("RoundRobin", "FanOutWithAck", "FanOutWithoutAck", "PriorityBased")
 OVERFLOW_POLICIES = ("DropOldest", "DropNewest", "BlockPublisher", "RedirectToDlq")
-ZBUS_MQ, ZBUS_PUBSUB, ZBUS_TEMP = 1, 2, 4  # zbus mqMode bits; PubSub unset means a queue
 
 
 def hash_token(token: str) -> str:

@@ -811,3 +811,8 @@ async def seed(
     for start, end, attempt, delivered in runs:
         args += [start, end, max(1, attempt), "r" if delivered else "n"]
     return int(await SEED(client, _keys(topic, partition, cid), args))
+
+
+async def count_dropped(client: AnyRedis, topic: str, partition: int, n: int) -> None:
+    """Count ``n`` messages of ``partition`` dropped without a dead-letter queue."""
+    await client.hincrby(PartitionKeys(topic, partition).meta, "dropped", n)

@@ -1,4 +1,5 @@
-"""Consumer offsets: set the ack index, report progress, pin a start position.
+"""Consumer offsets: set the ack index, report progress, pin a start position, and the
+registry of broadcast clients.
 
 A reset sets ``ack`` and the shared delivery cursor ``cur``, drops out-of-order acks, the
 group's in-flight and due ranges (:mod:`.groups`) and the locked range (``ls``/``lend``)
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from brokers.engine.keys import PartitionKeys
+from brokers.engine.keys import GroupKeys, PartitionKeys
 from brokers.engine.model import PartitionProgress
 from brokers.engine.redisio import AnyRedis, Script
 
@@ -102,3 +103,22 @@ async def progress(
             )
         )
     return out
+
+
+async def ack_index(client: AnyRedis, topic: str, partition: int, cid: str) -> int:
+    """The ack index of consumer ``cid`` on ``partition`` (the partition's min if none)."""
+    keys = PartitionKeys(topic, partition)
+    ack, lo = await client.hget(keys.state(cid), "ack"), await client.hget(keys.meta, "min")
+    return int(ack) if ack is not None else int(lo or 0)
+
+
+async def seen_client(client: AnyRedis, topic: str, app: str, client_id: str, now_ms: int) -> None:
+    """Record that broadcast client ``client_id`` of ``app`` consumed ``topic`` now."""
+    await client.zadd(GroupKeys(topic, app).clients, {client_id: now_ms})
+
+
+async def clients(client: AnyRedis, topic: str, app: str, since_ms: int | None) -> list[str]:
+    """Broadcast clientIds of ``app`` on ``topic`` seen since ``since_ms`` (None: all)."""
+    low = "-inf" if since_ms is None else since_ms
+    key = GroupKeys(topic, app).clients
+    return [c.decode() for c in await client.zrangebyscore(key, low, "+inf")]

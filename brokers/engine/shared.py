@@ -23,7 +23,7 @@ from brokers.engine import groups
 from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
 from brokers.engine.errors import IndexOutOfRange
 from brokers.engine.groups import EMPTY, FOUND, LOCKED, GroupLease, LeaseArgs, runs_of
-from brokers.engine.keys import PartitionKeys, consumer_id
+from brokers.engine.keys import consumer_id
 from brokers.engine.model import Delivery
 from brokers.engine.read import read_range
 from brokers.engine.redisio import AnyRedis
@@ -145,9 +145,7 @@ class SharedDelivery:
         for d in got.expired:
             copied = await self._dead_letter(topic.code, policy.app, d, "MessageExpired", 0)
             if not copied:
-                await self._client.hincrby(
-                    PartitionKeys(topic.code, d.partition).meta, "dropped", d.count
-                )
+                await groups.count_dropped(self._client, topic.code, d.partition, d.count)
         for start in got.dead:
             runs = await groups.dead_runs(self._client, topic.code, got.partition, cid, start)
             for first, end in runs:

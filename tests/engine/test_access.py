@@ -135,7 +135,7 @@ async def test_producer_rate_limit_refuses_beyond_its_permits_and_stores_nothing
     await engine.append("t", "a", [Message(b"3")])
     with pytest.raises(RateLimited) as refused:
         await engine.append("t", "a", [Message(b"4")])
-    assert refused.value.retry_after_ms > 0 and refused.value.jmq4_code == 74
+    assert refused.value.retry_after_ms > 0 and refused.value.code == "RATE_LIMITED"
     assert await stored(engine) == 3
     with pytest.raises(RateLimited):
         await engine.append_delayed("t", "a", Message(b"5"), deliver_at_ms=engine.now_ms())
