@@ -19,6 +19,7 @@ from brokers.protocols.vibemq import (
     encode_frame,
     error_frame,
 )
+from brokers.servers.vibemq.commands import COMMANDS
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import Hub
 from brokers.servers.vibemq.session import Session
@@ -53,7 +54,7 @@ class VibeMQProtocol(asyncio.Protocol):
             return
         self._admitted = True
         self._connections.add(self)
-        self.session = Session(self.ctx, self.hub, self, str(peer[0]))
+        self.session = Session(self.ctx, self.hub, self, str(peer[0]), COMMANDS)
         self.session.start()
 
     def connection_lost(self, exc: Exception | None) -> None:

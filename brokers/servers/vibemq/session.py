@@ -3,7 +3,8 @@
 A transport (the TCP protocol or the WebSocket consumer) decodes frames and
 :meth:`Session.feed` s them; the session processes them strictly in order on its own task
 (§4) and writes replies and deliveries through :class:`Transport`. Everything between a
-decoded frame and the frames written back lives here and in :mod:`.handlers`, once.
+decoded frame and the frames written back lives here and in the :class:`Commands` it is
+given (:mod:`.commands`: the handlers), once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import logging
 import uuid
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from typing import Protocol
 
 from brokers.engine import AppInfo, Delivery, EngineError, cancel_and_wait
@@ -52,11 +54,25 @@ class Transport(Protocol):
         """The session processed a frame (a paused reader may resume)."""
 
 
+class Commands(Protocol):
+    """What a session runs for its frames (:mod:`.commands` builds it from the handlers,
+    so this module needs none of them)."""
+
+    max_run: int
+    """Publishes read back to back that are stored together."""
+
+    async def handle(self, session: Session, frame: Frame) -> None: ...
+    async def publish(self, session: Session, frames: Sequence[Publish]) -> None: ...
+
+
 class Session:
     """A connection's authentication, subscriptions and unacknowledged deliveries."""
 
-    def __init__(self, ctx: ServerContext, hub: Hub, transport: Transport, peer: str) -> None:
+    def __init__(
+        self, ctx: ServerContext, hub: Hub, transport: Transport, peer: str, commands: Commands
+    ) -> None:
         self.ctx, self.hub, self.transport, self.peer = ctx, hub, transport, peer
+        self.commands = commands
         self.key = uuid.uuid4().hex
         self.app: AppInfo | None = None
         self.client_id: str | None = None
@@ -137,10 +153,8 @@ class Session:
 
     def _publish_run(self, first: Publish) -> list[Publish]:
         """``first`` and the publishes read right after it (stored together, §6)."""
-        from brokers.servers.vibemq.publishing import MAX_RUN
-
         run = [first]
-        while len(run) < MAX_RUN and not self._frames.empty():
+        while len(run) < self.commands.max_run and not self._frames.empty():
             event = self._frames.get_nowait()
             if not isinstance(event, Publish):
                 self._held = event
@@ -149,9 +163,7 @@ class Session:
         return run
 
     async def _work(self) -> None:
-        from brokers.servers.vibemq.handlers import handle
-        from brokers.servers.vibemq.publishing import publish
-
+        handle, publish = self.commands.handle, self.commands.publish
         while not self.closed:
             event = await self._next()
             self._room.set()

@@ -8,12 +8,9 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from brokers.protocols.zbus import AliasFamily, EncodeError, Message, encode_message
-
-if TYPE_CHECKING:
-    from brokers.servers.zbus.batch import ProduceLine
 
 log = logging.getLogger("mqcloud.zbus")
 
@@ -38,7 +35,7 @@ class Connection:
         self.closed = False
         self.learned_timeout: float | None = None
         self._cleanups: list[Callable[[], None]] = []
-        self.produce_lines: dict[tuple[str, bool], ProduceLine] = {}
+        self.produce_lines: dict[tuple[str, bool], Any] = {}
         """Produces waiting to be stored, per (MQ, pub/sub), see :mod:`.batch`."""
 
     @property
