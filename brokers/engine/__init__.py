@@ -81,6 +81,7 @@ from brokers.engine.record import (
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryPolicy
 from brokers.engine.shared import Lease, QueueRetry
+from brokers.engine.unbatch import one_by_one
 from brokers.engine.wire import WireBlob, WireRecords
 
 __all__ = [
@@ -154,6 +155,7 @@ __all__ = [
     "hash_token",
     "java_hash",
     "load_snapshot",
+    "one_by_one",
     "publish_snapshot",
     "seed_group",
 ]

@@ -170,7 +170,7 @@ LEASE = Script(
 -- ttl_ms (0 none), backoff base, backoff cap, member ('1': a fan-out member, which moves
 -- the partition's dispatch mark `fan` — where the next member to join starts)
 -- Returns {status, hint, attempt, redelivered, n_live, n_expired, n_dead, live triples...,
--- expired triples..., dead range starts...}; status -1 LOCKED (hint = lock expiry), 0 EMPTY
+-- expired triples..., dead range starts..., leased runs as start, end pairs...}; status -1 LOCKED (hint = lock expiry), 0 EMPTY
 -- (hint = when something may be due, 0 none), 1 FOUND.
 local now, want, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local owner, init, addr = ARGV[4], ARGV[5], ARGV[6]
@@ -230,10 +230,13 @@ local function keep(idx, c, rec, r)
   live[#live + 1] = s(idx); live[#live + 1] = s(c); live[#live + 1] = rec
 end
 local blocked = nil
+local leased = {}  -- the runs [start, end) this lease hands out (a due range may start
+                   -- or have gaps inside a batch record: its readers deliver those items)
 while candidate and #live == 0 do
   -- a due range: its unsettled records, up to `want` items; the rest stays due
   local r = candidate
   local out, items, last = {}, 0, r.start
+  local runs = {}
   for _, g in ipairs(gaps(r.start, r.stop, r.covered)) do
     if items >= want then break end
     local part = {}
@@ -246,6 +249,7 @@ while candidate and #live == 0 do
         items = items + c; last = idx + c
       end
     end
+    if last > g[1] then runs[#runs + 1] = {g[1], math.min(g[2], last)} end
   end
   if items >= want and last < r.stop then
     store(split(r, last))
@@ -265,6 +269,7 @@ while candidate and #live == 0 do
     r.attempt = attempt; r.owner = owner; r.flag = '0'; r.deadline = now + lease
     for _, e in ipairs(out) do keep(e[1], e[2], e[3], r) end
     store(r)
+    for _, g in ipairs(runs) do leased[#leased + 1] = s(g[1]); leased[#leased + 1] = s(g[2]) end
   end
 end
 if #live == 0 then
@@ -280,6 +285,7 @@ if #live == 0 then
                flag = '0', covered = {}}
     for i = 1, #part, 3 do keep(tonumber(part[i]), tonumber(part[i + 1]), part[i + 2], r) end
     store(r)
+    leased[#leased + 1] = s(cur); leased[#leased + 1] = s(stop)
     cur = stop
     redis.call('HSET', K.state, 'cur', s(cur))
     if ARGV[12] == '1' and cur > tonumber(redis.call('HGET', K.meta, 'fan') or '0') then
@@ -301,6 +307,7 @@ local res = {status, s(hint), attempt, redelivered, #live, #expired, #dead}
 for _, v in ipairs(live) do res[#res + 1] = v end
 for _, v in ipairs(expired) do res[#res + 1] = v end
 for _, v in ipairs(dead) do res[#res + 1] = v end
+for _, v in ipairs(leased) do res[#res + 1] = v end
 return res
 """
 )
@@ -420,6 +427,9 @@ class GroupLease:
     dead: list[int] = field(default_factory=list)
     """Starts of ranges out of attempts: to be dead-lettered (:func:`dead_runs`), then
     dropped with :func:`settle` mode ``drop``."""
+    runs: list[tuple[int, int]] = field(default_factory=list)
+    """The index runs ``[start, end)`` leased: a live batch record may reach outside
+    them (a range due again from inside it); only its items inside were handed out."""
 
 
 def _keys(topic: str, partition: int, cid: str) -> tuple[str, ...]:
@@ -477,8 +487,11 @@ async def lease(
             for d in live
         ]
     expired = _triples(partition, raw, 7 + n_live, n_expired, attempt)
-    dead = [int(x) for x in raw[7 + n_live + n_expired : 7 + n_live + n_expired + n_dead]]
-    return GroupLease(status, partition, int(raw[1]), live, expired, dead)
+    at = 7 + n_live + n_expired
+    dead = [int(x) for x in raw[at : at + n_dead]]
+    flat = raw[at + n_dead :]
+    runs = [(int(flat[i]), int(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
+    return GroupLease(status, partition, int(raw[1]), live, expired, dead, runs)
 
 
 async def settle(

@@ -28,6 +28,7 @@ from brokers.engine.model import Delivery
 from brokers.engine.read import read_range
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryStore
+from brokers.engine.unbatch import one_by_one
 
 FAN_OUT = ("FanOutWithAck", "FanOutWithoutAck")
 """Delivery modes whose subscribers are broadcast members of their group."""
@@ -131,7 +132,7 @@ class SharedDelivery:
             await self._aftermath(topic, policy, cid, got)
             if got.status == FOUND:
                 result.partition = p
-                result.deliveries = got.deliveries
+                result.deliveries = one_by_one(got.deliveries, got.runs)
                 return result
             if got.status in (LOCKED, EMPTY) and got.hint_ms:
                 hints.append(got.hint_ms)

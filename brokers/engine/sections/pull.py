@@ -40,6 +40,7 @@ from brokers.engine.model import (
 from brokers.engine.read import index_at_time, read_range
 from brokers.engine.retry import RetryStore
 from brokers.engine.sections.base import EngineBase
+from brokers.engine.unbatch import one_by_one
 
 
 class PullSection(EngineBase):
@@ -54,11 +55,14 @@ class PullSection(EngineBase):
         count: int = 32,
         *,
         address: str | None = None,
+        messages: bool = False,
     ) -> list[Delivery]:
         """:meth:`read` for a consumer of ``app`` that keeps its own position (JMQ4
         FETCH_PARTITION_MESSAGE, zbus pub/sub): past the gate (no policy or a blacklisted
         ``address``: refused; paused: ConsumerPaused; over the rate limit: RateLimited,
-        and at most as many records as there are permits)."""
+        and at most as many records as there are permits). ``messages``: one delivery
+        per message from ``start`` on (batches as their items, bodies inflated: see
+        :mod:`brokers.engine.unbatch`) rather than the records as stored."""
         policy = self.gate.consumer(topic, app, address)
         if policy.paused:
             raise ConsumerPaused(f"consumer {policy.name} is paused")
@@ -68,7 +72,7 @@ class PullSection(EngineBase):
         if policy.rate_limit:
             got = got[:granted]
             await self.gate.refund_consume(policy, granted - len(got))
-        return got
+        return one_by_one(got, ((start, 2**63),)) if messages else got
 
     async def fetch(
         self,
