@@ -2,8 +2,8 @@
 
 A published message is stored as one engine record whose body is bytes every protocol
 reads as they are: a string payload as its UTF-8 text (no JSON quotes), any other JSON
-value as its JSON text with the pseudo-property ``:content-type: application/json``. The
-publisher's headers are the properties, with the message id as ``messageId`` (ids may be
+value as its JSON text with the pseudo-property ``:content-type: application/json``
+(``null`` too, so it stays apart from the empty string). The publisher's headers are the properties, with the message id as ``messageId`` (ids may be
 longer than a JMQ4 businessId), and the priority is the record's.
 
 Delivered back, a record written by any protocol becomes a JSON payload: the JSON value
@@ -34,8 +34,9 @@ def to_message(frame: Publish) -> Message:
     """The engine message of a ``publish``."""
     payload = frame.payload
     properties = {**frame.headers, ID_PROPERTY: frame.id}
-    if payload is None:
-        body = b""
+    if payload is None:  # JSON null (or no payload): kept apart from the empty string
+        body = b"null"
+        properties[CONTENT_TYPE] = JSON
     elif isinstance(payload, str):
         body = payload.encode("utf-8")
     else:
@@ -49,9 +50,9 @@ def to_message(frame: Publish) -> Message:
 
 
 def _payload(body: bytes, content_type: str, headers: dict[str, str]) -> Any:
-    if not body:
-        return None
     if content_type.split(";")[0].strip().lower() == JSON:
+        if body.strip() == b"null":
+            return None  # published without a payload (null reads as absent, §2)
         try:
             msgspec.json.decode(body)
         except msgspec.DecodeError:

@@ -6,14 +6,22 @@ response-shaped message's status travels as the property ``:status`` (no header 
 named so). A record written by another protocol comes back with its properties as the
 headers (names lower-cased, as zbus reads them), its VibeMQ ``messageId`` or JMQ4
 businessId as ``msgid`` when it has no zbus one, so ``msgid_raw`` still names the
-producer's id.
+producer's id. Properties no header line can carry (a name with ``:``, a line break in
+a value) are left out of the zbus view.
 """
 
 from __future__ import annotations
 
 from brokers.engine import Message as EngineMessage
 from brokers.engine import StoredMessage, decode_record
-from brokers.protocols.zbus import Header, Message, RequestLine, StatusLine, reason_phrase
+from brokers.protocols.zbus import (
+    Header,
+    Message,
+    RequestLine,
+    StatusLine,
+    reason_phrase,
+    writable_header,
+)
 
 STATUS = ":status"
 """The property holding a response-shaped message's status."""
@@ -36,8 +44,10 @@ def from_stored(stored: StoredMessage) -> Message:
     for key, value in stored.attributes.items():
         if key == STATUS:
             status = int(value) if value.isdigit() else 0
-        elif not key.startswith(":"):  # other pseudo-properties are not headers
-            headers[str(key).lower()] = str(value)
+        elif not key.startswith(":") and writable_header(key, value):
+            # other pseudo-properties are not headers; a property no header line can
+            # carry (a line break in a JMQ4 attribute value) is left out, not the message
+            headers[key.lower()] = value
     if Header.MSGID not in headers:
         other = stored.attributes.get(MESSAGE_ID) or stored.business_id
         if other:
