@@ -301,6 +301,25 @@ class QueueMq:
     async def _dispatch(self, deliveries: list[Delivery], consumer: tuple[str, str]) -> None:
         leftover: list[InFlight] = []
         now = Connection.now()
+        corked: set[Connection] = set()
+        try:
+            self._deal(deliveries, consumer, now, leftover, corked)
+        finally:
+            for conn in corked:  # each connection's share of the batch in one write
+                conn.uncork()
+        if leftover:
+            await self._release(leftover)
+        self._settle_streams()
+
+    def _deal(
+        self,
+        deliveries: list[Delivery],
+        consumer: tuple[str, str],
+        now: float,
+        leftover: list[InFlight],
+        corked: set[Connection],
+    ) -> None:
+        """Hand ``deliveries`` round-robin to the consumer's sessions (writes held)."""
         app = consumer[0]
         for d in deliveries:
             session = self._next_session(consumer)
@@ -309,6 +328,9 @@ class QueueMq:
                 continue
             stored = from_record(d.record)
             out = make_delivery(stored, msgid=session.msgid, redelivered=d.redelivered)
+            if session.conn not in corked:
+                session.conn.cork()
+                corked.add(session.conn)
             if not session.conn.send(out, session.aliases):
                 self._deactivate(session)
                 leftover.append(InFlight(app, d.partition, d.index, now, now, False))
@@ -324,9 +346,6 @@ class QueueMq:
                 self.line.append(session)
             else:
                 self._deactivate(session)
-        if leftover:
-            await self._release(leftover)
-        self._settle_streams()
 
 
 def _by_group(items: list[InFlight]) -> dict[tuple[str, int], list[int]]:
