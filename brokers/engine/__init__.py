@@ -68,6 +68,7 @@ from brokers.engine.model import (
     TransactionInfo,
 )
 from brokers.engine.overview import GroupLag, TopicRate
+from brokers.engine.priority import PRIORITY_BANDS, PRIORITY_MODE, band_partition
 from brokers.engine.record import (
     BatchItem,
     Message,
@@ -87,6 +88,8 @@ from brokers.engine.wire import WireBlob, WireRecords
 
 __all__ = [
     "DELAY_LEVELS",
+    "PRIORITY_BANDS",
+    "PRIORITY_MODE",
     "RETRY_PARTITION",
     "AccessDenied",
     "AckRejected",
@@ -147,6 +150,7 @@ __all__ = [
     "WireBlob",
     "WireRecords",
     "WriteTimeout",
+    "band_partition",
     "broker_client",
     "cancel_and_wait",
     "contiguous",

@@ -25,6 +25,7 @@ from brokers.engine.errors import IndexOutOfRange
 from brokers.engine.groups import EMPTY, FOUND, LOCKED, GroupLease, LeaseArgs, runs_of
 from brokers.engine.keys import consumer_id
 from brokers.engine.model import Delivery
+from brokers.engine.priority import is_prioritized
 from brokers.engine.read import read_range
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryStore
@@ -109,15 +110,20 @@ class SharedDelivery:
         args: LeaseArgs,
     ) -> Lease:
         """Lease up to ``count`` messages from the first of ``partitions`` (rotated per
-        consumer so equal partitions are served in turn) that has some."""
+        consumer so equal partitions are served in turn; in band order on a priority
+        topic, :mod:`.priority`) that has some."""
         cid = consumer_id(policy.app, client_id)
         result = Lease(topic.code, policy.app)
         if not partitions:
             return result
-        turn = next(self._rotation[(topic.code, cid)]) % len(partitions)
+        if is_prioritized(topic):  # the highest band with messages first
+            order = tuple(sorted(partitions))
+        else:  # equal partitions are served in turn
+            turn = next(self._rotation[(topic.code, cid)]) % len(partitions)
+            order = (*partitions[turn:], *partitions[:turn])
         hints: list[int] = []
         now = self._now_ms()
-        for p in (*partitions[turn:], *partitions[:turn]):
+        for p in order:
             got = await groups.lease(
                 self._client,
                 topic.code,

@@ -24,6 +24,7 @@ from brokers.engine.model import (
     QoS,
 )
 from brokers.engine.overflow import FULL, REDIRECT, append_bounded
+from brokers.engine.priority import band_partition, is_prioritized
 from brokers.engine.read import bounds, index_at_time, read_range
 from brokers.engine.record import (
     Message,
@@ -90,6 +91,9 @@ class LogSection(EngineBase):
         policy = snap.producer(topic, app)
         first = None if isinstance(messages, WireRecords | WireBlob) else messages[0]
         business_id = first.business_id if isinstance(first, Message) else ""
+        if (partition is None or partition < 0) and is_prioritized(info):
+            head = messages.blob if isinstance(messages, WireRecords | WireBlob) else first
+            partition = band_partition(info, _priority(head))  # type: ignore[arg-type]
         chosen = choose_partition(
             snap, info, policy, partition=partition, business_id=business_id, rng=self._rng
         )
@@ -161,12 +165,16 @@ class LogSection(EngineBase):
         if not messages:
             return []
         policy = self.gate.producer(topic, app, client_address)
+        info = self.topic(topic)
+        if (partition is None or partition < 0) and is_prioritized(info):
+            return await self._append_many_banded(
+                info, app, messages, qos=qos, client_address=client_address
+            )
         admitted = len(messages)
         if policy.rate_limit:
             admitted = await self.gate.admit_produce_up_to(policy, len(messages))
         out: list[AppendResult | EngineError] = []
         args = {"partition": partition, "qos": qos, "client_address": client_address}
-        info = self.topic(topic)
         if info.queue.max_queue_size is not None:
             out = await self._append_many_bounded(info, app, messages[:admitted], **args)
             if policy.rate_limit:
@@ -188,6 +196,34 @@ class LogSection(EngineBase):
         refused = RateLimited(f"producer {policy.name} is over its {policy.rate_limit}/s limit")
         out.extend(refused for _ in messages[admitted:])
         return out
+
+    async def _append_many_banded(
+        self,
+        info: TopicInfo,
+        app: str,
+        messages: Sequence[Message],
+        *,
+        qos: QoS,
+        client_address: str | None,
+    ) -> list[AppendResult | EngineError]:
+        """:meth:`append_many` on a priority topic: each band's messages go to its
+        partition (in their order), the results in the order of ``messages``."""
+        bands: dict[int, list[int]] = {}
+        for i, message in enumerate(messages):
+            bands.setdefault(band_partition(info, message.priority), []).append(i)
+        out: list[AppendResult | EngineError | None] = [None] * len(messages)
+        for band, positions in bands.items():
+            results = await self.append_many(
+                info.code,
+                app,
+                [messages[i] for i in positions],
+                partition=band,
+                qos=qos,
+                client_address=client_address,
+            )
+            for i, result in zip(positions, results, strict=True):
+                out[i] = result
+        return [r for r in out if r is not None]
 
     async def _append_bounded(
         self, info: TopicInfo, partition: int, units: Sequence[tuple[bytes, int]], qos: QoS
@@ -353,3 +389,11 @@ class LogSection(EngineBase):
             for code, info in self._catalog().topics.items()
             if info.retention_max_age_s is not None or info.retention_max_count is not None
         }
+
+
+def _priority(message: Message | bytes) -> int:
+    """The priority of a message, or of the (first) JMQ4 BrokerMessage record in
+    ``message`` (its byte 22)."""
+    if isinstance(message, Message):
+        return message.priority
+    return int.from_bytes(message[22:23], "big", signed=True) if len(message) > 22 else 0

@@ -24,6 +24,7 @@ from django.db.models import ProtectedError
 
 from brokers.anonymous import anonymous_app
 from brokers.catalog_loader import publish_on_commit
+from brokers.engine import PRIORITY_BANDS, PRIORITY_MODE
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from brokers.topology import create_partition_groups
 
@@ -101,7 +102,7 @@ def _create_row(spec: QueueSpec, cluster: Cluster, team: Team) -> bool:
                 code=spec.code,
                 cluster=cluster,
                 team=team,
-                partitions=1,
+                partitions=PRIORITY_BANDS if spec.delivery_mode == PRIORITY_MODE else 1,
                 delivery_mode=spec.delivery_mode,
                 max_queue_size=spec.max_queue_size,
                 overflow_policy=spec.overflow_policy,
