@@ -77,7 +77,7 @@ from brokers.engine.record import (
     encode_batch_body,
     encode_record,
 )
-from brokers.engine.redisio import AnyRedis
+from brokers.engine.redisio import AnyRedis, engine_client
 from brokers.engine.retry import RetryPolicy
 from brokers.engine.wire import WireBlob, WireRecords
 
@@ -150,6 +150,7 @@ __all__ = [
     "encode_attributes",
     "encode_batch_body",
     "encode_record",
+    "engine_client",
     "hash_token",
     "java_hash",
     "load_snapshot",
