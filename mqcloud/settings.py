@@ -214,6 +214,8 @@ BROKER_DEAD_AFTER_SECONDS = env.float("BROKER_DEAD_AFTER_SECONDS", default=15.0)
 
 # Pipeline (issue "PySpark data pipeline").
 SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")
+# address the Spark driver binds and advertises; unset: 127.0.0.1 with a local master
+SPARK_DRIVER_HOST = env.str("SPARK_DRIVER_HOST", default="") or None
 ARCHIVE_URL = env.str("ARCHIVE_URL", default=str(BASE_DIR / "archive"))
 ARCHIVE_CHECKPOINT_URL = env("ARCHIVE_CHECKPOINT_URL", default="") or None
 
