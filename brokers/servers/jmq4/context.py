@@ -17,6 +17,9 @@ class ServerConfig:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     max_inflight: int = 128
     """Requests handled concurrently per connection; reading pauses beyond it."""
+    max_held_bytes: int = 2 * DEFAULT_MAX_FRAME_SIZE
+    """Request bytes those may hold together; reading pauses beyond it (a connection so
+    holds at most this + one frame + one read)."""
     produce_timeout: float = 3.0
     """A multi-topic produce reports topics unfinished after this many seconds as 108."""
     shutdown_grace: float = 5.0
