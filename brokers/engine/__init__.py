@@ -78,6 +78,7 @@ from brokers.engine.record import (
     encode_record,
 )
 from brokers.engine.redisio import AnyRedis, engine_client
+from brokers.engine.reports import publish_report, read_reports, withdraw_report
 from brokers.engine.retry import RetryPolicy
 from brokers.engine.wire import WireBlob, WireRecords
 
@@ -154,5 +155,8 @@ __all__ = [
     "hash_token",
     "java_hash",
     "load_snapshot",
+    "publish_report",
     "publish_snapshot",
+    "read_reports",
+    "withdraw_report",
 ]
