@@ -53,7 +53,12 @@ def main() -> int:
             started.append(pg)
             env["DATABASE_URL"] = pg.url
         if not env.get("REDIS_URL"):
-            redis = RedisServer(run_dir / "redis", int(env.get("MQCLOUD_REDIS_PORT", "6380")))
+            fsync = env.get("MQCLOUD_REDIS_APPENDFSYNC", "everysec")
+            if fsync not in ("everysec", "always"):
+                raise SystemExit(f"MQCLOUD_REDIS_APPENDFSYNC must be everysec or always: {fsync}")
+            redis = RedisServer(
+                run_dir / "redis", int(env.get("MQCLOUD_REDIS_PORT", "6380")), appendfsync=fsync
+            )
             redis.start()
             started.append(redis)
             env["REDIS_URL"] = redis.url

@@ -132,7 +132,8 @@ class Durability:
             info = await self._client.info("all")
         version = tuple(int(x) for x in str(info.get("redis_version", "0.0")).split(".")[:2])
         caps = {
-            "waitaof": version >= (7, 2),
+            # Valkey (a fork of Redis 7.2.4, which reports that as redis_version) has it too
+            "waitaof": version >= (7, 2) or "valkey_version" in info,
             "aof": int(info.get("aof_enabled", 0)) == 1,
             "replicas": int(info.get("connected_slaves", 0)),
             "fsync_always": False,
