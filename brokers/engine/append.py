@@ -14,15 +14,15 @@ weights (default: the broker's own weight) pick among partitions whose leader br
 alive and writable.
 
 Exactly once, also when repeated: every call carries a request id (unique per process and
-call), and the script keeps the latest :data:`REMEMBERED` ids of the partition in a sorted
-set scored by the first index each got. When a call's connection fails (a stale pooled
+call), and the script keeps the latest :data:`REMEMBERED` (to twice as many) ids of the
+partition in a sorted set scored by the first index each got. When a call's connection fails (a stale pooled
 connection after a Redis restart, a connection reset), the engine does not know whether
 Redis ran the script before the connection died, so it repeats the call once on a fresh
 connection (:mod:`brokers.engine.reconnect`) with the same id: a script that finds the id
 returns the index stored the first time and stores nothing. Ids are checked on every run,
 not only on repeats, because a first attempt whose bytes were still queued in Redis may
-run after its repeat. An id is remembered for the partition's next :data:`REMEMBERED`
-appends; a repeat also passes the lowest index the first attempt could have got (the
+run after its repeat. An id is remembered for at least the partition's next
+:data:`REMEMBERED` appends; a repeat also passes the lowest index the first attempt could have got (the
 next index the engine last saw for the partition), and when the set no longer reaches
 that far back the script cannot tell and refuses (-1: :class:`AppendInDoubt`, reported as
 the store being unavailable, as without the repeat) instead of perhaps storing twice. The
@@ -63,7 +63,8 @@ from brokers.engine.model import QoS
 from brokers.engine.reconnect import retry_on_fresh_connection
 from brokers.engine.redisio import AnyRedis, Durability, Script, fmt_int
 
-REMEMBERED = 128  # request ids kept per partition (a listpack-encoded sorted set)
+REMEMBERED = 64  # request ids kept per partition: 64 to 128 (trimmed in batches, so the
+# sorted set stays small enough for Redis's compact listpack encoding)
 
 APPEND = Script(
     """
@@ -108,7 +109,7 @@ redis.call('HSET', KEYS[2], 'next', s(nxt + total))
 redis.call('HSETNX', KEYS[2], 'min', '0')
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[3], s(nxt), ARGV[6])
-if redis.call('ZCARD', KEYS[3]) > keep then
+if redis.call('ZCARD', KEYS[3]) > 2 * keep then
   redis.call('ZREMRANGEBYRANK', KEYS[3], 0, s(-keep - 1))
 end
 return nxt
