@@ -192,9 +192,14 @@ def _a_killed_broker_comes_back_alone(env: dict, base: str, log: Path, root: int
     while _alive(victim):  # reaped by supervisord: whatever listens next is the new one
         time.sleep(0.01)
     port = int(env["JMQ4_PORT"])
+    # 5 s on this machine alone (a broker starts in about 2 s); other work on the cores
+    # (a shared developer machine: load averages of 10 on 2 cores were seen) stretches the
+    # start of a Django process several times, so then the bound is 15 s
+    busy = os.getloadavg()[0] > (os.cpu_count() or 1)
+    limit = 15 if busy else 5
     while True:
         back = time.monotonic() - killed_at
-        assert back < 5, f"broker 1 was not back within 5 s ({back:.1f} s)"
+        assert back < limit, f"broker 1 was not back within {limit} s (load {os.getloadavg()})"
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             break
         time.sleep(0.05)

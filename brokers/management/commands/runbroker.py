@@ -56,6 +56,10 @@ log = logging.getLogger("mqcloud.broker")
 
 class Command(BaseCommand):
     help = "Run a broker process: register, heartbeat and follow the catalog."
+    # No system checks: they import the whole URLconf (views, DRF, the schema), a quarter
+    # of a broker's start, which a restart after a crash waits for; the web process and
+    # `make test` run them.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--broker-id", type=int, required=True)
