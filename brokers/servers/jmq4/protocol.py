@@ -6,7 +6,8 @@ complete out of order. At most ``max_inflight`` requests holding at most
 is full, frames stay undecoded and reading pauses (TCP backpressure). Framing errors (a
 frame over ``max_frame_size`` among them) close the connection; malformed payloads get a
 BooleanAck status 6; unknown types are skipped without a reply. Protocol errors are
-counted and logged by sample (:mod:`brokers.servers.protocol_errors`).
+counted and logged by sample (:mod:`brokers.servers.protocol_errors`). A closed connection
+releases the partition locks it held at once.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from brokers.protocols.jmq4 import (
     boolean_ack,
 )
 from brokers.servers.flow import FlowControlled
+from brokers.servers.jmq4.connection import release_locks
 from brokers.servers.jmq4.context import ServerContext
 from brokers.servers.jmq4.dispatch import dispatch
 from brokers.servers.jmq4.session import Session
@@ -55,10 +57,21 @@ class Jmq4Protocol(FlowControlled):
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Cancel whatever is still running for this connection."""
+        """Cancel whatever is still running for this connection, then release the
+        partition locks it held at once: its unacked messages go to other consumers now,
+        not after their ack timeout (a consumer that stays connected and silent keeps
+        its locks until then)."""
         self._connections.discard(self)
         self._transport = None
+        running = set(self._tasks)
         self._cancel_tasks()
+        if running or self.session.locks:
+            self.ctx.clean_up(self._release(running))
+
+    async def _release(self, running: set[asyncio.Task[None]]) -> None:
+        if running:  # let them unwind first: a cancelled fetch marks what it may have taken
+            await asyncio.wait(running, timeout=1.0)
+        await release_locks(self.ctx, self.session)
 
     def data_received(self, data: bytes) -> None:
         """Feed the decoder and act on the complete events while not busy."""
