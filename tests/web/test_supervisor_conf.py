@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_procfile_process_is_supervised_and_restarted(tmp_path):
     processes = parse_procfile((ROOT / "Procfile").read_text())
-    assert [name for name, _ in processes] == ["web", "broker1", "broker2", "worker", "archive"]
+    names = [name for name, _ in processes]
+    assert names == ["web", "proxy", "broker1", "broker2", "worker", "archive"]
     conf = configparser.RawConfigParser()
     conf.read_string(render(processes, tmp_path, ROOT))
     for name, command in processes:
