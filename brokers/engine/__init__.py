@@ -27,6 +27,7 @@ from brokers.engine.engine import Engine, contiguous
 from brokers.engine.errors import (
     AccessDenied,
     AckRejected,
+    BrokerNotLeader,
     BrokerNotWritable,
     ClientIdNotAllowed,
     ClientIdRequired,
@@ -50,6 +51,7 @@ from brokers.engine.errors import (
     WriteTimeout,
 )
 from brokers.engine.keys import RETRY_PARTITION
+from brokers.engine.leadership import RECORD_LEADER_LUA, leader_records
 from brokers.engine.model import (
     AckResult,
     AckStatus,
@@ -85,6 +87,7 @@ from brokers.engine.wire import WireBlob, WireRecords
 
 __all__ = [
     "DELAY_LEVELS",
+    "RECORD_LEADER_LUA",
     "RETRY_PARTITION",
     "AccessDenied",
     "AckRejected",
@@ -95,6 +98,7 @@ __all__ = [
     "AppendResult",
     "BatchItem",
     "BrokerInfo",
+    "BrokerNotLeader",
     "BrokerNotWritable",
     "CatalogSnapshot",
     "CatalogWatcher",
@@ -158,6 +162,7 @@ __all__ = [
     "engine_client",
     "hash_token",
     "java_hash",
+    "leader_records",
     "load_snapshot",
     "publish_report",
     "publish_snapshot",

@@ -57,7 +57,12 @@ from collections.abc import Sequence
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from brokers.engine.catalog import CatalogSnapshot, ProducerPolicyInfo, TopicInfo
-from brokers.engine.errors import BrokerNotWritable, NoWritablePartition, PartitionNotFound
+from brokers.engine.errors import (
+    BrokerNotLeader,
+    BrokerNotWritable,
+    NoWritablePartition,
+    PartitionNotFound,
+)
 from brokers.engine.keys import PartitionKeys, notify_channel
 from brokers.engine.model import QoS
 from brokers.engine.reconnect import retry_on_fresh_connection
@@ -70,7 +75,9 @@ APPEND = Script(
     """
 -- KEYS: stream, meta, request ids. ARGV: channel, partition, expected first index, item
 -- count, blob, request id, floor ('' on a first attempt; on a repeat the lowest first
--- index the first attempt could have got, -1 if unknown), ids remembered.
+-- index the first attempt could have got, -1 if unknown), ids remembered, leader ('' or
+-- the broker appending as the partition's leader: refused (-2) when the meta hash
+-- records another one, see brokers.engine.leadership).
 -- The blob is the call's records concatenated (each starts with its size), stored as ONE
 -- entry `<first>-<items>`. When the caller guessed the first index right, the records
 -- already carry their indexes; otherwise each record's index is patched here.
@@ -78,6 +85,10 @@ local seen = redis.call('ZSCORE', KEYS[3], ARGV[6])
 if seen then
   redis.call('HSET', KEYS[2], 'repeated', ARGV[6])
   return tonumber(seen)
+end
+if ARGV[9] ~= '' then
+  local ldr = redis.call('HGET', KEYS[2], 'ldr')
+  if ldr and ldr ~= ARGV[9] then return -2 end
 end
 local keep = tonumber(ARGV[8])
 if ARGV[7] ~= '' and redis.call('ZCARD', KEYS[3]) >= keep then
@@ -181,17 +192,28 @@ async def append_blob(
     total: int,
     qos: QoS = QoS.RECEIVED,
     expected_first: int = -1,
+    leader: int | None = None,
 ) -> int:
     """Append records already concatenated in ``blob`` (taking ``total`` indexes, carrying
-    indexes from ``max(0, expected_first)`` on) atomically to one partition; the first index."""
+    indexes from ``max(0, expected_first)`` on) atomically to one partition; the first index.
+
+    With ``leader``, only while Redis records that broker as the partition's leader (or
+    none): else :class:`BrokerNotLeader` and nothing is stored."""
     keys = PartitionKeys(topic, partition)
     script_keys = (keys.stream, keys.meta, keys.requests)
     rid = request_ids.next()
     args = (notify_channel(topic), partition, expected_first, total, blob, rid)
+    fence = "" if leader is None else str(leader)
 
     async def attempt(repeat: bool) -> int:
         floor = fmt_int(expected_first) if repeat else ""
-        first = int(await durability.run(APPEND, script_keys, (*args, floor, REMEMBERED), qos))
+        first = int(
+            await durability.run(APPEND, script_keys, (*args, floor, REMEMBERED, fence), qos)
+        )
+        if first == -2:
+            raise BrokerNotLeader(
+                f"broker {leader} no longer leads {topic}/{partition}: the write was refused"
+            )
         if first < 0:
             raise AppendInDoubt(
                 f"the connection of an append to {topic}/{partition} failed and too many "

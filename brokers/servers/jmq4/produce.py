@@ -138,6 +138,7 @@ async def _produce_topic(
             partition=partition,
             qos=QoS.from_jmq4(entry.qos),
             client_address=session.address,
+            as_leader=ctx.broker_id if topic.groups else None,
         )
     except InvalidMessage as exc:  # a record the engine refused while stamping
         return _failed(entry.topic, engine_code(exc), count)
