@@ -19,10 +19,16 @@ The free memory is checked first: where the backlog would not fit in half of it,
 smaller one is used and said so. Auto AOF rewrite is off while filling; one rewrite runs
 after the fill, before measuring (so none runs while measuring).
 
+Durability: a second redis-server of the same run runs ``appendfsync always``
+(``MQCLOUD_REDIS_APPENDFSYNC=always`` for `make run`); raw XADD (pipelined and one at a
+time) and engine appends with qos RECEIVED and PERSISTED are measured on both servers
+and printed with their ratio to the everysec figure (``--durability-only`` skips the rest).
+
 Finally append cost, and random-read and fetch-latency cost within that last part, at both
 depths.
 
     .venv/bin/python bench/engine.py [--backlog 10000000] [--region 10000] [--passes 7]
+        [--durability-only]
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from brokers.engine import (
     Engine,
     Message,
     ProducerPolicyInfo,
+    QoS,
     TopicInfo,
     encode_record,
 )
@@ -61,16 +68,30 @@ from brokers.engine.keys import PartitionKeys
 BODY = b"x" * 100
 
 
-def start_redis(datadir: Path) -> tuple[subprocess.Popen, int]:
-    """The benchmark's own redis-server (AOF, appendfsync everysec) on a free port."""
-    server = RedisServer(datadir, free_port())
+def start_redis(datadir: Path, appendfsync: str = "everysec") -> tuple[subprocess.Popen, int]:
+    """The benchmark's own redis-server (AOF, ``appendfsync``) on a free port."""
+    server = RedisServer(datadir, free_port(), appendfsync=appendfsync)
     server.start()
     return server.process, server.port
 
 
-def redis_benchmark(port: int, *command: str, n: int = 200_000) -> float:
+def redis_benchmark(
+    port: int, *command: str, n: int = 200_000, pipeline: int = 100, clients: int = 50
+) -> float:
     out = subprocess.run(
-        ["redis-benchmark", "-p", str(port), "-P", "100", "-n", str(n), "-q", *command],
+        [
+            "redis-benchmark",
+            "-p",
+            str(port),
+            "-P",
+            str(pipeline),
+            "-c",
+            str(clients),
+            "-n",
+            str(n),
+            "-q",
+            *command,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -291,10 +312,50 @@ async def _append(engine: Engine, topic: str, msgs: list[Message], partition: in
     return len(msgs)
 
 
+async def durability_costs(args: argparse.Namespace, everysec_port: int, workdir: Path) -> None:
+    """Raw XADD and engine appends (RECEIVED, PERSISTED) on everysec vs always."""
+    proc, always_port = start_redis(workdir / "always", appendfsync="always")
+    try:
+        payload = "x" * 100
+        print(f"durability: redis-server {everysec_port} everysec vs {always_port} always")
+        base: dict[str, float] = {}
+        for label, kwargs in (
+            ("raw XADD -P 100", {"pipeline": 100}),
+            ("raw XADD -P 1 (50 clients)", {"pipeline": 1, "n": 50_000}),
+        ):
+            for port, fsync in ((everysec_port, "everysec"), (always_port, "always")):
+                rate = redis_benchmark(port, "XADD", "dur:{s}", "*", "m", payload, **kwargs)
+                base.setdefault(label, rate)
+                line(f"{label} {fsync}", rate, base[label])
+        for port, fsync in ((everysec_port, "everysec"), (always_port, "always")):
+            client = aioredis.from_url(f"redis://127.0.0.1:{port}/0", max_connections=64)
+            engine = Engine(client, lambda: catalog(args.tasks))
+            for qos in (QoS.RECEIVED, QoS.PERSISTED):
+                for label, msgs in (("1/call", [Message(BODY)]), ("32/call", [Message(BODY)] * 32)):
+
+                    async def op(n: int, msgs=msgs, qos=qos, engine=engine) -> int:
+                        await engine.append("small", "a", msgs, partition=n, qos=qos)
+                        return len(msgs)
+
+                    key = f"append {label} {qos.name}"
+                    rate = await timed(args.tasks, args.seconds, op)
+                    base.setdefault(key, rate)
+                    line(f"{key} {fsync}", rate, base[key])
+            await engine.close()
+            await client.aclose()
+        print("(ratios: to the same figure on the everysec server)")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 async def main(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
     proc, port = start_redis(workdir)
     try:
+        if args.durability_only:
+            await durability_costs(args, port, workdir)
+            return
         payload = "x" * 100
         # the median of three runs (each printed): one run moved by ±15% from the next here
         runs = [redis_benchmark(port, "XADD", "raw:{s}", "*", "m", payload) for _ in range(3)]
@@ -380,6 +441,7 @@ async def main(args: argparse.Namespace) -> None:
             )
         await engine.close()
         await client.aclose()
+        await durability_costs(args, port, workdir)
     finally:
         proc.kill()
         proc.wait()
@@ -396,4 +458,7 @@ if __name__ == "__main__":
     )
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--tasks", type=int, default=8)
+    parser.add_argument(
+        "--durability-only", action="store_true", help="only everysec vs always figures"
+    )
     asyncio.run(main(parser.parse_args()))

@@ -16,6 +16,7 @@ import redis
 from django.conf import settings
 from django.db import transaction
 
+from brokers.engine import RECORD_LEADER_LUA, leader_records
 from brokers.engine.catalog import (
     INVALIDATION_CHANNEL,
     SNAPSHOT_KEY,
@@ -156,11 +157,16 @@ def _redis() -> redis.Redis:
 
 
 def publish() -> CatalogSnapshot:
-    """Build a snapshot with the next version, store it in Redis and announce it."""
+    """Build a snapshot with the next version, store it in Redis and announce it.
+
+    Each partition's leader is recorded in Redis first (:mod:`brokers.engine.leadership`):
+    from then on a broker that still believes it leads a partition failover moved away
+    has its JMQ4 appends refused, before any broker sees the new snapshot."""
     client = _redis()
     try:
         version = int(client.incr(VERSION_COUNTER_KEY))
         snapshot = build_snapshot(version)
+        record_leaders(client, snapshot)
         client.eval(
             STORE_IF_NEWER,
             2,
@@ -173,6 +179,18 @@ def publish() -> CatalogSnapshot:
         return snapshot
     finally:
         client.close()
+
+
+def record_leaders(client: redis.Redis, snapshot: CatalogSnapshot, chunk: int = 1000) -> None:
+    """Record every partition's leader of ``snapshot`` in Redis, unless a newer catalog
+    version already did (pipelined, ``chunk`` partitions per round trip)."""
+    script = client.register_script(RECORD_LEADER_LUA)
+    records = list(leader_records(snapshot))
+    for start in range(0, len(records), chunk):
+        pipe = client.pipeline(transaction=False)
+        for key, leader in records[start : start + chunk]:
+            script(keys=[key], args=[leader, snapshot.version], client=pipe)
+        pipe.execute()
 
 
 def publish_on_commit() -> None:

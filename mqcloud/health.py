@@ -1,17 +1,28 @@
-"""``/healthz`` (PostgreSQL and Redis reachability) and ``/metrics`` (Prometheus format)."""
+"""``/healthz`` (PostgreSQL and Redis reachability) and ``/metrics`` (Prometheus format).
+
+Both also show what each running broker process reports about itself
+(:func:`brokers.engine.read_reports`): whether it serves, and if not why (a broker removed
+from the catalog waits to be added back), and its protocol error counts.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import redis
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from redis.exceptions import RedisError
 
+from brokers.engine import engine_client, read_reports
 from brokers.models import App, Broker, ConsumerPolicy, ProducerPolicy, Topic
 
 
@@ -36,22 +47,75 @@ def _check_redis() -> tuple[bool, str]:
         client.close()
 
 
+def _broker_reports() -> dict[str, dict[str, Any]]:
+    """The broker processes' reports by broker id ({} when Redis does not answer)."""
+
+    async def read() -> dict[str, dict[str, Any]]:
+        client = engine_client(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            return await read_reports(client)
+        finally:
+            await client.aclose()
+
+    try:
+        reports = async_to_sync(read)()
+    except (RedisError, OSError):
+        return {}
+    return {
+        name.removeprefix("broker:"): doc
+        for name, doc in reports.items()
+        if name.startswith("broker:")
+    }
+
+
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    """200 when PostgreSQL and Redis answer, 503 otherwise; the body says which failed."""
+    """200 when PostgreSQL and Redis answer, 503 otherwise; the body says which failed, and
+    what each broker process reports (serving, or not and why)."""
     started = time.monotonic()
     pg_ok, pg = _check_postgres()
     redis_ok, red = _check_redis()
     ok = pg_ok and redis_ok
+    brokers = _broker_reports() if redis_ok else {}
     return JsonResponse(
         {
             "status": "ok" if ok else "unavailable",
             "postgres": pg,
             "redis": red,
+            "brokers": {
+                bid: {"state": doc.get("state"), "reason": doc.get("reason", "")}
+                for bid, doc in sorted(brokers.items())
+            },
             "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
         },
         status=200 if ok else 503,
     )
+
+
+class _ReportCollector:
+    """Prometheus families from the broker processes' reports."""
+
+    def __init__(self, reports: dict[str, dict[str, Any]]) -> None:
+        self.reports = reports
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        serving = GaugeMetricFamily(
+            "mqcloud_broker_serving",
+            "Whether a running broker process serves (0: e.g. removed from the catalog)",
+            labels=["broker"],
+        )
+        errors = CounterMetricFamily(
+            "mqcloud_broker_protocol_errors",
+            "Protocol errors of clients, per broker process since it started",
+            labels=["broker", "protocol", "kind"],
+        )
+        for bid, doc in sorted(self.reports.items()):
+            serving.add_metric([bid], 1 if doc.get("state") == "serving" else 0)
+            for protocol, kinds in sorted((doc.get("protocol_errors") or {}).items()):
+                for kind, count in sorted(kinds.items()):
+                    errors.add_metric([bid, protocol, kind], count)
+        yield serving
+        yield errors
 
 
 @require_GET
@@ -65,6 +129,8 @@ def metrics(request: HttpRequest) -> HttpResponse:
     redis_ok, _ = _check_redis()
     up.labels("postgres").set(1 if pg_ok else 0)
     up.labels("redis").set(1 if redis_ok else 0)
+    if redis_ok:
+        registry.register(_ReportCollector(_broker_reports()))
     if pg_ok:
         objects = Gauge(
             "mqcloud_catalog_objects", "Catalog objects by kind", ["kind"], registry=registry

@@ -28,8 +28,8 @@ def _quiet(line: str) -> None:
 
 
 def session(app_name: str) -> SparkSession:
-    """The SparkSession on ``SPARK_MASTER``."""
-    return spark_session(settings.SPARK_MASTER, app_name)
+    """The SparkSession on ``SPARK_MASTER``, its driver on ``SPARK_DRIVER_HOST``."""
+    return spark_session(settings.SPARK_MASTER, app_name, driver_host=settings.SPARK_DRIVER_HOST)
 
 
 def archive_url() -> str:

@@ -12,7 +12,7 @@ import asyncio
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from brokers.engine import CatalogWatcher, Engine
+from brokers.engine import CatalogWatcher, Engine, engine_client
 
 
 class Runtime:
@@ -39,7 +39,7 @@ async def runtime() -> Runtime:
         _lock, _loop, _runtime = asyncio.Lock(), loop, None
     async with _lock:
         if _runtime is None:
-            client = aioredis.from_url(settings.REDIS_URL)
+            client = engine_client(settings.REDIS_URL)
             watcher = CatalogWatcher(client, resync_interval=5.0)
             await watcher.start()
             _runtime = Runtime(client, watcher)

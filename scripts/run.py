@@ -3,8 +3,9 @@
 ``make run`` calls this after ``scripts/bootstrap.sh``. When ``DATABASE_URL`` /
 ``REDIS_URL`` are unset it starts PostgreSQL and Redis (AOF on) under ``MQCLOUD_RUN_DIR``
 (default ``.run/``) on loopback, so a second run keeps the data. Then it migrates, loads
-the demo data and starts the process set of ``Procfile`` with honcho. Ctrl-C (or SIGTERM)
-stops the process set and then the servers it started.
+the demo data and starts the process set of ``Procfile`` under supervisord
+(:mod:`supervisor_conf`), which restarts a process that exits and keeps the others
+serving. Ctrl-C (or SIGTERM) stops the process set and then the servers it started.
 
 Django's debug mode stays off (no debug pages, even on this machine) unless the developer
 asks for it with ``DEBUG=true``; the banner says which mode runs.
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from localservices import PostgresServer, RedisServer  # noqa: E402
+from supervisor_conf import parse_procfile, render  # noqa: E402
 
 VENV_BIN = ROOT / ".venv" / "bin"
 
@@ -48,11 +50,12 @@ def main() -> int:
     env.setdefault("DEBUG", "false")
     env.setdefault("ARCHIVE_URL", str(run_dir / "archive"))
     started: list[PostgresServer | RedisServer] = []
-    honcho: subprocess.Popen | None = None
+    env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the terminal as they are written
+    supervisord: subprocess.Popen | None = None
 
     def terminate(signum: int, frame: object) -> None:
-        if honcho and honcho.poll() is None:
-            honcho.send_signal(signal.SIGTERM)
+        if supervisord and supervisord.poll() is None:
+            supervisord.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, terminate)
     try:
@@ -64,7 +67,12 @@ def main() -> int:
             started.append(pg)
             env["DATABASE_URL"] = pg.url
         if not env.get("REDIS_URL"):
-            redis = RedisServer(run_dir / "redis", int(env.get("MQCLOUD_REDIS_PORT", "6380")))
+            fsync = env.get("MQCLOUD_REDIS_APPENDFSYNC", "everysec")
+            if fsync not in ("everysec", "always"):
+                raise SystemExit(f"MQCLOUD_REDIS_APPENDFSYNC must be everysec or always: {fsync}")
+            redis = RedisServer(
+                run_dir / "redis", int(env.get("MQCLOUD_REDIS_PORT", "6380")), appendfsync=fsync
+            )
             redis.start()
             started.append(redis)
             env["REDIS_URL"] = redis.url
@@ -80,25 +88,28 @@ def main() -> int:
             f"REST API: http://127.0.0.1:{env['WEB_PORT']}/api/v1/   docs: /api/docs/\n"
             f"HTTP-MQ: http://127.0.0.1:{env['HTTPMQ_PORT']}/mq/  (manage.py runproxy;"
             " e.g. POST /mq/produce with Authorization: Bearer <demo-app token>)\n"
+            f"processes: .venv/bin/supervisorctl -c {run_dir / 'supervisord.conf'} status\n"
             f"{debug_banner(env['DEBUG'])}\n"
             "Ctrl-C stops everything.\n",
             flush=True,
         )
-        honcho = subprocess.Popen(
-            [str(VENV_BIN / "honcho"), "-d", str(ROOT), "-f", str(ROOT / "Procfile"), "start"],
-            env=env,
-            cwd=ROOT,
+        conf = run_dir / "supervisord.conf"
+        conf.touch(mode=0o600)
+        conf.chmod(0o600)  # it holds the password of the control socket
+        conf.write_text(render(parse_procfile((ROOT / "Procfile").read_text()), run_dir, ROOT))
+        supervisord = subprocess.Popen(
+            [str(VENV_BIN / "supervisord"), "-c", str(conf)], env=env, cwd=ROOT
         )
         while True:
             try:
-                return honcho.wait()
+                return supervisord.wait()
             except KeyboardInterrupt:
-                # honcho got the same SIGINT from the terminal and is stopping its processes.
+                # supervisord got the same SIGINT from the terminal and is stopping everything.
                 continue
     finally:
-        if honcho and honcho.poll() is None:
-            honcho.terminate()
-            honcho.wait()
+        if supervisord and supervisord.poll() is None:
+            supervisord.terminate()
+            supervisord.wait()
         for server in reversed(started):
             server.stop()
 

@@ -1,4 +1,4 @@
-"""Make ``scripts/localservices.py`` importable from tests (scripts/ is not a package)."""
+"""Make ``scripts/`` modules importable from tests (scripts/ is not a package)."""
 
 import sys
 from pathlib import Path
@@ -12,11 +12,14 @@ from localservices import (
     postgres_reachable_dir,
     wait_for_port,
 )
+from supervisor_conf import parse_procfile, render
 
 __all__ = [
     "PostgresServer",
     "RedisServer",
     "free_port",
+    "parse_procfile",
     "postgres_reachable_dir",
+    "render",
     "wait_for_port",
 ]

@@ -27,6 +27,7 @@ from brokers.engine.engine import Engine
 from brokers.engine.errors import (
     AccessDenied,
     AckRejected,
+    BrokerNotLeader,
     BrokerNotWritable,
     ClientIdNotAllowed,
     ClientIdRequired,
@@ -52,6 +53,7 @@ from brokers.engine.errors import (
 from brokers.engine.groups import GroupStats
 from brokers.engine.groups import seed as seed_group
 from brokers.engine.keys import RETRY_PARTITION
+from brokers.engine.leadership import RECORD_LEADER_LUA, leader_records
 from brokers.engine.model import (
     AckResult,
     AckStatus,
@@ -80,7 +82,8 @@ from brokers.engine.record import (
     encode_batch_body,
     encode_record,
 )
-from brokers.engine.redisio import AnyRedis, broker_client
+from brokers.engine.redisio import AnyRedis, broker_client, engine_client
+from brokers.engine.reports import publish_report, read_reports, withdraw_report
 from brokers.engine.retry import RetryPolicy
 from brokers.engine.shared import Lease, QueueRetry
 from brokers.engine.unbatch import one_by_one
@@ -90,6 +93,7 @@ __all__ = [
     "DELAY_LEVELS",
     "PRIORITY_BANDS",
     "PRIORITY_MODE",
+    "RECORD_LEADER_LUA",
     "RETRY_PARTITION",
     "AccessDenied",
     "AckRejected",
@@ -100,6 +104,7 @@ __all__ = [
     "AppendResult",
     "BatchItem",
     "BrokerInfo",
+    "BrokerNotLeader",
     "BrokerNotWritable",
     "CatalogSnapshot",
     "CatalogWatcher",
@@ -160,10 +165,15 @@ __all__ = [
     "encode_attributes",
     "encode_batch_body",
     "encode_record",
+    "engine_client",
     "hash_token",
     "java_hash",
+    "leader_records",
     "load_snapshot",
     "one_by_one",
+    "publish_report",
     "publish_snapshot",
+    "read_reports",
     "seed_group",
+    "withdraw_report",
 ]

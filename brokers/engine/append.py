@@ -13,6 +13,24 @@ partitions so a business key keeps its order; otherwise the producer policy's br
 weights (default: the broker's own weight) pick among partitions whose leader broker is
 alive and writable.
 
+Exactly once, also when repeated: every call carries a request id (unique per process and
+call), and the script keeps the latest :data:`REMEMBERED` (to twice as many) ids of the
+partition in a sorted set scored by the first index each got. When a call's connection fails (a stale pooled
+connection after a Redis restart, a connection reset), the engine does not know whether
+Redis ran the script before the connection died, so it repeats the call once on a fresh
+connection (:mod:`brokers.engine.reconnect`) with the same id: a script that finds the id
+returns the index stored the first time and stores nothing. Ids are checked on every run,
+not only on repeats, because a first attempt whose bytes were still queued in Redis may
+run after its repeat. An id is remembered for at least the partition's next
+:data:`REMEMBERED` appends; a repeat also passes the lowest index the first attempt could have got (the
+next index the engine last saw for the partition), and when the set no longer reaches
+that far back the script cannot tell and refuses (-1: :class:`AppendInDoubt`, reported as
+the store being unavailable, as without the repeat) instead of perhaps storing twice. The
+Redis Cluster client's own retries of a script on a connection error are made safe by the
+same check. A repeat that finds its id still writes (one ``HSET`` of the meta hash) so
+that a ``WAIT``/``WAITAOF`` on the repeat's connection also covers the first attempt's
+write.
+
 QoS — the call returns only after Redis executed the script, and then:
 
 * ``NONE`` / ``RECEIVED``: the write is in Redis memory (and, with AOF on, handed to the
@@ -29,22 +47,55 @@ QoS — the call returns only after Redis executed the script, and then:
 
 from __future__ import annotations
 
+import itertools
+import os
 import random
+import secrets
 import struct
 from collections.abc import Sequence
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from brokers.engine.catalog import CatalogSnapshot, ProducerPolicyInfo, TopicInfo
-from brokers.engine.errors import BrokerNotWritable, NoWritablePartition, PartitionNotFound
+from brokers.engine.errors import (
+    BrokerNotLeader,
+    BrokerNotWritable,
+    NoWritablePartition,
+    PartitionNotFound,
+)
 from brokers.engine.keys import PartitionKeys, notify_channel
 from brokers.engine.model import QoS
-from brokers.engine.redisio import AnyRedis, Durability, Script
+from brokers.engine.reconnect import retry_on_fresh_connection
+from brokers.engine.redisio import AnyRedis, Durability, Script, fmt_int
+
+REMEMBERED = 64  # request ids kept per partition: 64 to 128 (trimmed in batches, so the
+# sorted set stays small enough for Redis's compact listpack encoding)
 
 APPEND = Script(
     """
--- KEYS: stream, meta. ARGV: channel, partition, expected first index, item count, blob.
+-- KEYS: stream, meta, request ids. ARGV: channel, partition, expected first index, item
+-- count, blob, request id, floor ('' on a first attempt; on a repeat the lowest first
+-- index the first attempt could have got, -1 if unknown), ids remembered, leader ('' or
+-- the broker appending as the partition's leader: refused (-2) when the meta hash
+-- records another one, see brokers.engine.leadership).
 -- The blob is the call's records concatenated (each starts with its size), stored as ONE
 -- entry `<first>-<items>`. When the caller guessed the first index right, the records
 -- already carry their indexes; otherwise each record's index is patched here.
+local seen = redis.call('ZSCORE', KEYS[3], ARGV[6])
+if seen then
+  redis.call('HSET', KEYS[2], 'repeated', ARGV[6])
+  return tonumber(seen)
+end
+if ARGV[9] ~= '' then
+  local ldr = redis.call('HGET', KEYS[2], 'ldr')
+  if ldr and ldr ~= ARGV[9] then return -2 end
+end
+local keep = tonumber(ARGV[8])
+if ARGV[7] ~= '' and redis.call('ZCARD', KEYS[3]) >= keep then
+  local floor = tonumber(ARGV[7])
+  local oldest = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if floor < 0 or tonumber(oldest[2]) > floor then return -1 end
+end
 local nxt = tonumber(redis.call('HGET', KEYS[2], 'next') or '0')
 local total = tonumber(ARGV[4])
 local blob = ARGV[5]
@@ -68,11 +119,38 @@ redis.call('XADD', KEYS[1], s(nxt) .. '-' .. s(total), 'm', blob)
 redis.call('HSET', KEYS[2], 'next', s(nxt + total))
 redis.call('HSETNX', KEYS[2], 'min', '0')
 redis.call('PUBLISH', ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[3], s(nxt), ARGV[6])
+if redis.call('ZCARD', KEYS[3]) > 2 * keep then
+  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, s(-keep - 1))
+end
 return nxt
 """
 )
 
 _I64 = struct.Struct(">q")
+
+
+class AppendInDoubt(RedisConnectionError):
+    """A repeated append could not tell whether its first attempt was stored."""
+
+
+class RequestIds:
+    """Append request ids unique across processes: a random prefix (new in every forked
+    child, so SO_REUSEPORT workers never share one) and a counter."""
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._prefix = secrets.token_hex(8)
+        self._counter = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._counter):x}"
+
+
+request_ids = RequestIds()
 
 
 def pack_records(records: Sequence[tuple[bytes, int]], first: int) -> bytes:
@@ -114,12 +192,36 @@ async def append_blob(
     total: int,
     qos: QoS = QoS.RECEIVED,
     expected_first: int = -1,
+    leader: int | None = None,
 ) -> int:
     """Append records already concatenated in ``blob`` (taking ``total`` indexes, carrying
-    indexes from ``max(0, expected_first)`` on) atomically to one partition; the first index."""
+    indexes from ``max(0, expected_first)`` on) atomically to one partition; the first index.
+
+    With ``leader``, only while Redis records that broker as the partition's leader (or
+    none): else :class:`BrokerNotLeader` and nothing is stored."""
     keys = PartitionKeys(topic, partition)
-    args = (notify_channel(topic), partition, expected_first, total, blob)
-    return int(await durability.run(APPEND, (keys.stream, keys.meta), args, qos))
+    script_keys = (keys.stream, keys.meta, keys.requests)
+    rid = request_ids.next()
+    args = (notify_channel(topic), partition, expected_first, total, blob, rid)
+    fence = "" if leader is None else str(leader)
+
+    async def attempt(repeat: bool) -> int:
+        floor = fmt_int(expected_first) if repeat else ""
+        first = int(
+            await durability.run(APPEND, script_keys, (*args, floor, REMEMBERED, fence), qos)
+        )
+        if first == -2:
+            raise BrokerNotLeader(
+                f"broker {leader} no longer leads {topic}/{partition}: the write was refused"
+            )
+        if first < 0:
+            raise AppendInDoubt(
+                f"the connection of an append to {topic}/{partition} failed and too many "
+                "appends followed it to tell whether it was stored: not repeated"
+            )
+        return first
+
+    return await retry_on_fresh_connection(attempt)
 
 
 def java_hash(text: str) -> int:

@@ -103,6 +103,14 @@ class BrokerNotWritable(EngineError):
     code = "UNAVAILABLE"
 
 
+class BrokerNotLeader(EngineError):
+    """An append made as the partition's leader by a broker that no longer leads it (its
+    catalog is stale: failover moved the group while it was paused or cut off)."""
+
+    code = "UNAVAILABLE"
+    jmq4_code = 188
+
+
 class IndexOutOfRange(EngineError):
     """A read index lies outside ``[min, max]`` of the partition."""
 

@@ -1,7 +1,8 @@
 """Redis key names; every key a Lua script touches shares one hash tag.
 
 * ``{t:<topic>:<partition>}`` — a partition: its stream, meta hash, per-consumer state
-  (ack index, out-of-order acks, lock), queue-mode sets and transaction commit markers.
+  (ack index, out-of-order acks, lock), queue-mode sets, transaction commit markers and
+  the latest append request ids.
 * ``{r:<topic>:<app>}`` — the retry store and dead-letter queue of one consumer group.
 * ``{x:<topic>:<app>}`` — open transactions of one producer.
 * ``{g:<topic>:<app>}`` — consumer group bookkeeping (broadcast registry, resend list,
@@ -68,6 +69,12 @@ class PartitionKeys:
     def ranges(self, cid: str) -> str:
         """Hash: range start → ``end|attempt|deadline|owner|flag|covered``."""
         return f"{self.tag}:rh:{cid}"
+
+    @property
+    def requests(self) -> str:
+        """Sorted set of the latest append request ids, scored by the first index each
+        got (what makes a repeated append idempotent, :mod:`brokers.engine.append`)."""
+        return f"{self.tag}:rq"
 
     def tx_done(self, tx_id: str) -> str:
         """Marker of a transaction already committed into this partition."""

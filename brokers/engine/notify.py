@@ -6,6 +6,20 @@ first time someone waits on it, and only lets the waiter re-check after Redis co
 the subscription, so a message appended between the check and the wait always wakes
 it. Nothing polls Redis: a waiter sleeps until a notification, its own deadline, or a
 hint (lock expiry, delay, retry due) the caller computed.
+
+The connection and the subscriptions confirmed on it form one :class:`_Link`. Only the
+notifier's own task reads it, and a link that failed once is never used again: its
+pending confirmations fail (their waiters wait for the next link), every waiter is woken
+to re-check, and a new link is made at once, then with a backoff of at most
+:data:`RECONNECT_MAX` seconds while Redis stays unreachable. The new link subscribes
+to every topic that has waiters and wakes them again when Redis confirmed it (a message
+published while no link listened is never lost: its waiters look again). A
+confirmation that never comes (a wedged connection) abandons the link too.
+
+(Before: a waiter that subscribed while the lost connection was being replaced did so on
+the old pub/sub object, which redis-py reconnected on its own; the confirmation went to
+a connection about to be closed, the waiter's future stayed in the table, and every later
+waiter on that topic waited its 5 s for it and failed — for as long as the broker ran.)
 """
 
 from __future__ import annotations
@@ -13,8 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
+
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.keys import PREFIX, notify_channel
@@ -22,6 +39,14 @@ from brokers.engine.redisio import AnyRedis
 
 log = logging.getLogger(__name__)
 _SENTINEL = f"{PREFIX}:n"
+CONFIRM_TIMEOUT = 5.0  # seconds a waiter waits for a link and its subscription
+CONNECT_TIMEOUT = 5.0  # seconds one connection attempt may take
+RECONNECT_MIN = 0.05  # first backoff after a failed attempt (the first retry is immediate)
+RECONNECT_MAX = 0.5  # longest backoff: a returning Redis is noticed within this
+
+
+class _LinkLost(Exception):
+    """The link a waiter subscribed on was lost before Redis confirmed it."""
 
 
 class Wakeup(asyncio.Event):
@@ -36,6 +61,7 @@ class Wakeup(asyncio.Event):
         self.group = group
         self._hints: set[int] = set()
         self._full = False  # woken without a partition: everything must be re-checked
+        self.armed = False  # its subscription was confirmed (it has looked, or will look)
 
     def hint(self, partition: int | None) -> None:
         """Set the event for ``partition`` (None: for anything)."""
@@ -58,6 +84,55 @@ class Wakeup(asyncio.Event):
         return None if full else hints
 
 
+class _Link:
+    """One pub/sub connection and the subscriptions it carries.
+
+    ``confirmed`` maps a channel to the future of its SUBSCRIBE (done once Redis confirmed
+    it); ``rewake`` holds channels subscribed again for topics whose waiters must look
+    again once the confirmation arrives.
+    """
+
+    def __init__(self, pubsub: object) -> None:
+        self.pubsub = pubsub
+        self.confirmed: dict[str, asyncio.Future[None]] = {}
+        self.rewake: set[str] = set()
+        self.alive = True
+
+    def confirm(self, channel: str) -> bool:
+        """Redis confirmed ``channel``; whether its waiters must look again."""
+        fut = self.confirmed.get(channel)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        if channel in self.rewake:
+            self.rewake.discard(channel)
+            return True
+        return False
+
+    def is_confirmed(self, channel: str) -> bool:
+        fut = self.confirmed.get(channel)
+        return (
+            self.alive
+            and fut is not None
+            and fut.done()
+            and not fut.cancelled()
+            and (fut.exception() is None)
+        )
+
+    def lose(self) -> None:
+        """Fail every pending confirmation; the link is never used again."""
+        self.alive = False
+        for fut in self.confirmed.values():
+            if not fut.done():
+                fut.set_exception(_LinkLost())
+                fut.exception()  # retrieved: nobody may be waiting on it any more
+        self.confirmed.clear()
+        self.rewake.clear()
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.pubsub.aclose()  # type: ignore[attr-defined]
+
+
 class Notifier:
     """Fans topic notifications out to in-process waiters.
 
@@ -73,20 +148,20 @@ class Notifier:
     def __init__(self, client: AnyRedis) -> None:
         self._client = client
         self._waiters: dict[str, list[Wakeup]] = defaultdict(list)
-        self._generation = 0  # bumped whenever the subscription connection is lost
+        self._generation = 0  # bumped whenever a link is lost
         self._unnamed: dict[str, int] = defaultdict(int)  # notifications naming no partition
-        self._confirmed: dict[str, asyncio.Future[None]] = {}
-        self._pubsub = None
+        self._link: _Link | None = None  # the live link; None while (re)connecting
+        self._linked = asyncio.Event()  # set while there is a live link
         self._task: asyncio.Task[None] | None = None
-        self._start_lock = asyncio.Lock()
+        self.reconnects = 0  # links lost (for tests and metrics)
 
     def stamp(self, topic: str) -> tuple[int, int] | None:
         """While ``topic``'s notifications are being received: a value that changes with every
         notification naming no partition (a retry added or made due) and with every lost
         connection — so "nothing changed since" can be told without asking Redis. None when
         they are not being received."""
-        fut = self._confirmed.get(notify_channel(topic))
-        if fut is None or not fut.done() or fut.cancelled():
+        link = self._link
+        if link is None or not link.is_confirmed(notify_channel(topic)):
             return None
         return self._generation, self._unnamed[topic]
 
@@ -98,33 +173,58 @@ class Notifier:
     def total_parked(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    async def _start(self) -> None:
-        async with self._start_lock:
-            if self._task is not None:
-                return
-            self._pubsub = self._client.pubsub()
-            await self._pubsub.subscribe(_SENTINEL)
+    @property
+    def connected(self) -> bool:
+        """Whether notifications are being received right now."""
+        return self._link is not None
+
+    def _ensure_started(self) -> None:
+        if self._task is None:
             self._task = asyncio.create_task(self._run(), name="engine-notifier")
 
     async def close(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
-        if self._pubsub is not None:
-            with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
-            self._pubsub = None
-        self._confirmed.clear()
+        link, self._link = self._link, None
+        self._linked.clear()
+        if link is not None:
+            link.lose()
+            await link.close()
         self._generation += 1
 
     async def _subscribe(self, topic: str) -> None:
-        await self._start()
+        """Return once Redis confirmed ``topic``'s channel on the live link (waiting for a
+        link while there is none); ConnectionError after :data:`CONFIRM_TIMEOUT`."""
+        self._ensure_started()
         channel = notify_channel(topic)
-        fut = self._confirmed.get(channel)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self._confirmed[channel] = fut
-            await self._pubsub.subscribe(channel)  # type: ignore[union-attr]
-        await asyncio.wait_for(asyncio.shield(fut), 5.0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONFIRM_TIMEOUT
+        while True:
+            remaining = deadline - loop.time()
+            link = self._link
+            try:
+                async with asyncio.timeout(max(0.0, remaining)):
+                    if link is None:
+                        await self._linked.wait()
+                        continue
+                    fut = link.confirmed.get(channel)
+                    if fut is None:
+                        fut = link.confirmed[channel] = loop.create_future()
+                        try:
+                            await link.pubsub.subscribe(channel)  # type: ignore[attr-defined]
+                        except Exception:
+                            self._abandon(link, "a SUBSCRIBE failed")
+                            continue
+                    await asyncio.shield(fut)
+                    return
+            except _LinkLost:
+                continue  # the next link subscribes this topic: wait for it
+            except TimeoutError:
+                if link is not None and link is self._link:
+                    self._abandon(link, f"no confirmation of {channel} in {CONFIRM_TIMEOUT:g}s")
+                raise RedisConnectionError(
+                    f"notifications of {topic} unavailable for {CONFIRM_TIMEOUT:g}s"
+                ) from None
 
     @contextlib.asynccontextmanager
     async def watch(self, topic: str, group: str | None = None) -> AsyncIterator[Wakeup]:
@@ -137,6 +237,7 @@ class Notifier:
         self._waiters[topic].append(event)
         try:
             await self._subscribe(topic)
+            event.armed = True
             yield event
         finally:
             waiters = self._waiters.get(topic)
@@ -207,30 +308,99 @@ class Notifier:
             for event in waiters:
                 event.hint(None)
 
-    async def _run(self) -> None:
-        prefix = notify_channel("")
+    def _wake_all(self) -> None:
+        """A link was lost: every waiter re-checks everything."""
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.hint(None)
+
+    def _wake_topic(self, topic: str) -> None:
+        """``topic`` is subscribed again: its waiters that were parked under the lost link
+        look again (those still subscribing look anyway once confirmed)."""
+        for event in self._waiters.get(topic, ()):
+            if event.armed:
+                event.hint(None)
+
+    def _abandon(self, link: _Link, why: str) -> None:
+        """Stop using ``link`` (the reader task notices and makes a new one)."""
+        if not link.alive:
+            return
+        log.warning("notification connection abandoned: %s", why)
+        self._lose(link)
+        asyncio.get_running_loop().create_task(link.close())
+
+    def _lose(self, link: _Link) -> None:
+        if not link.alive:
+            return
+        link.lose()
+        if self._link is link:
+            self._link = None
+            self._linked.clear()
+        self._generation += 1
+        self.reconnects += 1
+        self._wake_all()
+
+    async def _connect(self) -> _Link:
+        """A new live link subscribed to the sentinel and every topic with waiters;
+        retried with a short backoff until Redis answers."""
+        delay = 0.0
+        started = time.monotonic()
+        failures = 0
         while True:
+            pubsub = self._client.pubsub()
+            link = _Link(pubsub)
+            topics = list(self._waiters)
+            loop = asyncio.get_running_loop()
+            for topic in topics:
+                channel = notify_channel(topic)
+                link.confirmed[channel] = loop.create_future()
+                link.rewake.add(channel)
             try:
-                # blocking read: no poll timer per message (a busy broker gets thousands)
-                msg = await self._pubsub.get_message(timeout=None)  # type: ignore[union-attr]
+                async with asyncio.timeout(CONNECT_TIMEOUT):
+                    await pubsub.subscribe(_SENTINEL, *link.confirmed)
+            except asyncio.CancelledError:
+                link.lose()
+                await link.close()
+                raise
+            except Exception as exc:
+                link.lose()
+                await link.close()
+                failures += 1
+                if failures == 1:
+                    log.warning("notification connection unavailable (%s); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(RECONNECT_MAX, max(RECONNECT_MIN, delay * 2))
+                continue
+            if failures:
+                log.warning(
+                    "notification connection back after %.2fs (%d failed attempts)",
+                    time.monotonic() - started,
+                    failures,
+                )
+            self._link = link
+            self._linked.set()
+            return link
+
+    async def _run(self) -> None:
+        while True:
+            link = await self._connect()
+            try:
+                await self._read(link)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # connection lost: wake everyone, resubscribe lazily
-                log.warning("notification connection lost; waking waiters", exc_info=True)
-                for fut in self._confirmed.values():
-                    if not fut.done():
-                        fut.cancel()
-                self._confirmed.clear()
-                self._generation += 1
-                self._wake_all()
-                await asyncio.sleep(0.5)
-                with contextlib.suppress(Exception):
-                    await self._pubsub.aclose()  # type: ignore[union-attr]
-                self._pubsub = self._client.pubsub()
-                with contextlib.suppress(Exception):
-                    await self._pubsub.subscribe(_SENTINEL)
-                continue
-            if msg is None:
+            except Exception as exc:  # connection lost: wake everyone, reconnect at once
+                if link.alive:
+                    log.warning("notification connection lost (%s); waking waiters", exc)
+            self._lose(link)
+            await link.close()
+
+    async def _read(self, link: _Link) -> None:
+        prefix = notify_channel("")
+        pubsub = link.pubsub
+        while link.alive:
+            # blocking read: no poll timer per message (a busy broker gets thousands)
+            msg = await pubsub.get_message(timeout=None)  # type: ignore[attr-defined]
+            if msg is None or not link.alive:
                 continue
             channel = msg.get("channel")
             if isinstance(channel, bytes):
@@ -239,9 +409,8 @@ class Notifier:
             if isinstance(kind, bytes):
                 kind = kind.decode()
             if kind == "subscribe":
-                fut = self._confirmed.get(channel)
-                if fut is not None and not fut.done():
-                    fut.set_result(None)
+                if link.confirm(channel) and channel.startswith(prefix):
+                    self._wake_topic(channel[len(prefix) :])
             elif kind == "message" and channel.startswith(prefix):
                 topic, partition = channel[len(prefix) :], _partition(msg.get("data"))
                 if partition is None:

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import NoScriptError, ResponseError
+from redis.maint_notifications import MaintNotificationsConfig
 from redis.utils import HIREDIS_AVAILABLE
 
 from brokers.engine.coalesce import coalescer
@@ -55,12 +56,28 @@ class HiredisPackedConnection(aioredis.Connection):
         return self._packer.pack(*args)
 
 
+# redis-py 8 enables "maintenance notifications" (a Redis Enterprise feature) by default
+# on RESP3 TCP connections, and with them on its pools skip their check of an idle
+# connection before handing it out (redis/redis-py#4252): after a Redis restart the next
+# command on each idle connection failed with "Connection closed by server". Engine
+# clients turn them off, which also saves a CLIENT MAINT_NOTIFICATIONS round trip per
+# connection that Redis 7 refuses anyway.
+_NO_MAINT = MaintNotificationsConfig(enabled=False)
+
+
+def engine_client(url: str, **kwargs: Any) -> aioredis.Redis:
+    """An asyncio client for an engine outside a broker (proxy, console, tools): redis-py's
+    own, with idle pooled connections checked before use (see ``_NO_MAINT``)."""
+    return aioredis.from_url(url, maint_notifications_config=_NO_MAINT, **kwargs)
+
+
 def broker_client(url: str, *, max_connections: int, timeout: float = 10) -> aioredis.Redis:
     """The asyncio client a broker process runs its engine on: a blocking pool (under load
     a request waits for a connection instead of failing) of hiredis-packing connections
-    (plain TCP URLs; TLS and unix-socket URLs keep redis-py's own connection classes)."""
+    (plain TCP URLs; TLS and unix-socket URLs keep redis-py's own connection classes),
+    checked before use when idle (see ``_NO_MAINT``)."""
     pool = aioredis.BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=timeout
+        url, max_connections=max_connections, timeout=timeout, maint_notifications_config=_NO_MAINT
     )
     if pool.connection_class is aioredis.Connection:
         pool.connection_class = HiredisPackedConnection
@@ -115,7 +132,8 @@ class Durability:
             info = await self._client.info("all")
         version = tuple(int(x) for x in str(info.get("redis_version", "0.0")).split(".")[:2])
         caps = {
-            "waitaof": version >= (7, 2),
+            # Valkey (a fork of Redis 7.2.4, which reports that as redis_version) has it too
+            "waitaof": version >= (7, 2) or "valkey_version" in info,
             "aof": int(info.get("aof_enabled", 0)) == 1,
             "replicas": int(info.get("connected_slaves", 0)),
             "fsync_always": False,

@@ -1,9 +1,14 @@
 """Request flow control shared by the protocol servers' asyncio protocols.
 
-Each decoded request runs as its own task; at most ``max_inflight`` run per connection,
-and reading pauses beyond that, while the peer does not read its replies (the transport
-asked us to pause writing), and for good once a graceful stop began. A server's
-``stop()`` calls :meth:`stop_reading`, waits for :attr:`inflight`, then :meth:`close`.
+Each decoded request runs as its own task; at most ``max_inflight`` run per connection
+and together they hold at most ``max_held_bytes`` of request bytes; reading pauses beyond
+either, while the peer does not read its replies (the transport asked us to pause
+writing), and for good once a graceful stop began. What one connection holds is so
+bounded by ``max_held_bytes`` + one frame (the largest the codec accepts; a larger one
+gets the protocol's error) + one read. A protocol whose decoder hands out frames one at a
+time stops taking them while :attr:`busy` and takes the rest in :meth:`_resumed`. A
+server's ``stop()`` calls :meth:`stop_reading`, waits for :attr:`inflight`, then
+:meth:`close`.
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ class FlowControlled(asyncio.Protocol):
     """Base of a server protocol: bounded per-connection concurrency with backpressure."""
 
     max_inflight: int = 128
+    max_held_bytes: int = 32 * 1024 * 1024
     log: logging.Logger = logging.getLogger("mqcloud.servers")
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sizes: dict[asyncio.Task[None], int] = {}
+        self.held_bytes = 0
         self._reading_paused = False
         self._writing_paused = False
         self._stopping = False
@@ -36,19 +44,39 @@ class FlowControlled(asyncio.Protocol):
         """The write buffer drained."""
         self._writing_paused = False
         self._update_reading()
+        self._resumed()
 
-    def _spawn(self, request: Coroutine[Any, Any, None]) -> None:
-        """Run one request as a task counted against ``max_inflight``."""
+    def _spawn(self, request: Coroutine[Any, Any, None], size: int = 0) -> None:
+        """Run one request (``size`` bytes on the wire) as a task counted against
+        ``max_inflight`` and ``max_held_bytes``."""
         task = asyncio.get_running_loop().create_task(request)
         self._tasks.add(task)
+        if size:
+            self._sizes[task] = size
+            self.held_bytes += size
         task.add_done_callback(self._done)
         self._update_reading()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self.held_bytes -= self._sizes.pop(task, 0)
         if not task.cancelled() and task.exception() is not None:
             self.log.error("request task failed", exc_info=task.exception())
         self._update_reading()
+        self._resumed()
+
+    @property
+    def busy(self) -> bool:
+        """No more requests now: stopping, the peer not reading, or a limit reached."""
+        return (
+            self._stopping
+            or self._writing_paused
+            or len(self._tasks) >= self.max_inflight
+            or self.held_bytes >= self.max_held_bytes
+        )
+
+    def _resumed(self) -> None:
+        """A request ended or the peer read: a pull decoder takes its next frames here."""
 
     def _cancel_tasks(self) -> None:
         for task in self._tasks:
@@ -58,7 +86,7 @@ class FlowControlled(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        busy = self._stopping or self._writing_paused or len(self._tasks) >= self.max_inflight
+        busy = self.busy
         if busy and not self._reading_paused:
             transport.pause_reading()
             self._reading_paused = True

@@ -2,7 +2,8 @@
 
 ``mqcloud_httpmq_requests_total{endpoint,status}``, the latency histogram
 ``mqcloud_httpmq_request_seconds{endpoint}``, ``mqcloud_httpmq_errors_total{endpoint,error}``
-(the envelope's error code) and the gauge ``mqcloud_httpmq_connections``. ``endpoint`` is
+(the envelope's error code), ``mqcloud_httpmq_protocol_errors_total{kind}`` (requests refused
+before the application) and the gauge ``mqcloud_httpmq_connections``. ``endpoint`` is
 the route (``produce``, ``message`` …, ``other`` for unknown paths) so the label set stays
 small whatever clients send.
 
@@ -52,6 +53,12 @@ class Metrics:
             "mqcloud_httpmq_errors",
             "HTTP-MQ error envelopes, by endpoint and error code.",
             ["endpoint", "error"],
+            registry=self.registry,
+        )
+        self.protocol_errors = Counter(
+            "mqcloud_httpmq_protocol_errors",
+            "Requests refused before the application: malformed, or headers too large.",
+            ["kind"],
             registry=self.registry,
         )
         self.connections = Gauge(

@@ -10,7 +10,8 @@ request with a text page. :class:`LimitedProtocol` adds, per connection:
   envelope when part of a request came, a plain close otherwise);
 - a body deadline (``body_timeout``) from the headers to the body's last byte;
 - a size bound on the request line and headers (``max_header_bytes``, 431 envelope);
-- the envelope (400) for a request httptools cannot parse;
+- the envelope (400) for a request httptools cannot parse, counted in the metrics and
+  logged by sample (uvicorn logs each one: a flood of bad requests would fill the disk);
 - a bound on connections per process (``max_connections``): past it the connection idle
   the longest (between requests, or not done sending headers) is closed to make room, and
   when every connection is busy with a request the new one gets a 503 envelope.
@@ -24,6 +25,7 @@ answer, not two.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, ClassVar
 
 import httptools
@@ -33,6 +35,7 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
+from brokers.servers.protocol_errors import protocol_errors
 from proxy.httpmq.config import ProxyConfig
 from proxy.httpmq.envelope import envelope, raw_response
 from proxy.httpmq.metrics import Metrics
@@ -86,6 +89,20 @@ class OneWriteCycle(RequestResponseCycle):
         self.on_response()
 
 
+class SampledWarnings(logging.LoggerAdapter):
+    """uvicorn's connection logger whose warnings (one per malformed request) are counted
+    and logged by sample (:mod:`brokers.servers.protocol_errors`): at most a burst per
+    minute, then how many were left out."""
+
+    def warning(self, msg: object, *args: object, **kwargs: object) -> None:
+        protocol_errors.record(self.logger, "httpmq", "invalid_request", str(msg), *args)
+
+    @property
+    def level(self) -> int:
+        """The wrapped logger's level (uvicorn reads it)."""
+        return self.logger.level
+
+
 class LimitedProtocol(HttpToolsProtocol):
     """One client connection (see the module docstring); made by :func:`protocol_class`."""
 
@@ -95,6 +112,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.logger = SampledWarnings(self.logger)
         self._deadline: asyncio.TimerHandle | None = None
         self._phase = "headers"  # headers (waiting for / reading them), body, answering
         self._header_bytes = 0
@@ -189,9 +207,13 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         if self._oversized:
+            kind = "headers_too_large"
             reply = envelope(431, message="request line and headers too large", error="BAD_REQUEST")
         else:
+            kind = "malformed"
             reply = envelope(400, message="malformed HTTP request", error="BAD_REQUEST")
+        if self.metrics is not None:
+            self.metrics.protocol_errors.labels(kind).inc()
         self._refuse(reply)
 
     def on_message_begin(self) -> None:

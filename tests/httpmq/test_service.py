@@ -21,6 +21,7 @@ import httpx
 import orjson
 import pytest
 
+from brokers.servers.protocol_errors import BURST
 from tests.httpmq.conftest import ROOT, make_catalog, start_proxy, stop, wait_known
 from tests.scripts_path import free_port, wait_for_port
 
@@ -295,6 +296,26 @@ def test_malformed_requests_get_the_envelope(port, raw):
     assert_envelope(body, 400, "BAD_REQUEST")
     assert closed_by_server(sock, 2)
     serves(port)
+
+
+def test_a_flood_of_malformed_requests_is_counted_and_logged_by_sample(limited):
+    """uvicorn logs a warning per unparsable request; 500 of them write at most a burst."""
+    port, log = limited
+    before = len(log.read_text().splitlines())
+    for _ in range(500):
+        sock = connect(port)
+        sock.sendall(b"NOT A REQUEST LINE\r\n\r\n")
+        assert read_response(sock)[0] == 400
+        sock.close()
+    serves(port)
+    time.sleep(0.2)
+    logged = [line for line in log.read_text().splitlines()[before:] if "Invalid HTTP" in line]
+    assert len(logged) <= BURST
+    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    counted = re.search(
+        r'^mqcloud_httpmq_protocol_errors_total\{kind="malformed"\} (\S+)', metrics, re.M
+    )
+    assert counted and float(counted[1]) >= 500
 
 
 def test_unknown_paths_and_methods_get_the_envelope(port):

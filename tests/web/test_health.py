@@ -10,12 +10,45 @@ pytestmark = pytest.mark.django_db
 def test_healthz_ok(client):
     response = client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() | {"elapsed_ms": 0} == {
+    assert response.json() | {"elapsed_ms": 0, "brokers": {}} == {
         "status": "ok",
         "postgres": "ok",
         "redis": "ok",
+        "brokers": {},
         "elapsed_ms": 0,
     }
+
+
+def test_broker_reports_show_in_healthz_and_metrics(client, redis_url):
+    import asyncio
+
+    import redis.asyncio as aioredis
+
+    from brokers.engine import publish_report, withdraw_report
+
+    async def report(doc: dict | None) -> None:
+        redis = aioredis.from_url(redis_url)
+        try:
+            if doc is None:
+                await withdraw_report(redis, "broker:57")
+            else:
+                await publish_report(redis, "broker:57", doc, valid_for_s=30)
+        finally:
+            await redis.aclose()
+
+    doc = {"state": "removed", "reason": "broker 57 was removed from the catalog"}
+    asyncio.run(report({**doc, "protocol_errors": {"zbus": {"bad_request": 3}}}))
+    try:
+        assert client.get("/healthz").json()["brokers"]["57"] == doc
+        text = client.get("/metrics").content.decode()
+        assert 'mqcloud_broker_serving{broker="57"} 0.0' in text
+        assert (
+            'mqcloud_broker_protocol_errors_total{broker="57",kind="bad_request",protocol="zbus"}'
+            " 3.0" in text
+        )
+    finally:
+        asyncio.run(report(None))
+    assert "57" not in client.get("/healthz").json()["brokers"]
 
 
 def test_healthz_reports_redis_down(client, settings):

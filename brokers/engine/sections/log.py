@@ -49,6 +49,7 @@ class LogSection(EngineBase):
         partition: int | None = None,
         qos: QoS = QoS.RECEIVED,
         client_address: str | None = None,
+        as_leader: int | None = None,
     ) -> AppendResult:
         """Append messages to one partition: Message objects, JMQ4 BrokerMessage bytes,
         :class:`WireRecords` (from :meth:`check_wire`, the messages as one checked blob) or a
@@ -58,6 +59,10 @@ class LogSection(EngineBase):
         ``client_address``, rate limit for every message of the call, all or none). The
         call is atomic; it returns once Redis accepted the write with the ``qos``
         durability. ``partition`` None/-1 lets the engine choose (see append.py).
+
+        ``as_leader``: the broker appends as the partition's leader (JMQ4); Redis refuses
+        the write atomically with :class:`BrokerNotLeader` when it records another
+        leader for the partition (a stale catalog, see :mod:`brokers.engine.leadership`).
         """
         if not messages:
             raise InvalidMessage("no messages")
@@ -70,6 +75,7 @@ class LogSection(EngineBase):
             qos=qos,
             client_address=client_address,
             rate_limited=policy.rate_limit is not None,
+            as_leader=as_leader,
         )
 
     async def _append(
@@ -82,6 +88,7 @@ class LogSection(EngineBase):
         qos: QoS,
         client_address: str | None,
         rate_limited: bool = False,
+        as_leader: int | None = None,
     ) -> AppendResult:
         """:meth:`append` past the gate's policy check (a delayed message is appended
         so when due: it was checked when it was accepted). ``rate_limited``: take the
@@ -130,7 +137,15 @@ class LogSection(EngineBase):
             first_index = verdict
         else:
             first_index = await append_blob(
-                self.redis, self.durability, topic, chosen, blob, total, qos, expected_first=guess
+                self.redis,
+                self.durability,
+                topic,
+                chosen,
+                blob,
+                total,
+                qos,
+                expected_first=guess,
+                leader=as_leader,
             )
         end = first_index + total
         if total == len(counts):

@@ -301,11 +301,15 @@ class PullSection(EngineBase):
         *,
         token: int | None = None,
         client_id: str | None = None,
+        owner: str = "",
     ) -> bool:
-        """Release a partition lock without committing (only if ``token`` still holds it)."""
+        """Release a partition lock without committing: only if ``token`` still holds it;
+        without a token, only if ``owner`` (the ``owner`` of the fetch that took it) holds
+        it; with neither, whoever holds it. Wakes long polls on the partition."""
         info = self.topic(topic)
         self._partition(info, partition)
-        return await release(self.redis, topic, partition, consumer_id(app, client_id), token)
+        cid = consumer_id(app, client_id)
+        return await release(self.redis, topic, partition, cid, token, owner)
 
     async def reset_offsets(
         self,

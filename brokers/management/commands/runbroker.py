@@ -11,6 +11,16 @@ They share nothing but Redis (the engine keeps all state there); the first proce
 heartbeats and marks the broker up and down. On SIGINT/SIGTERM every process stops
 gracefully: no new connections, in-flight requests finish (up to a grace period), leases
 and partition locks held by sessions are released; then the broker is marked down.
+
+A broker whose row is removed from the catalog while it runs stops serving (its servers
+stop gracefully, as above), says so in its log and in its report, and waits: it serves
+again, on the ports of the new row, when the broker is added back, and exits normally when
+stopped (worker processes of ``--processes`` follow the row the same way). It does not exit on its own: under a process manager that would be a crash, and
+the restarted process would register itself again.
+
+Every heartbeat the first process also publishes its report (state, why it does not serve,
+protocol error counts; :func:`brokers.engine.publish_report`), which the console shows in
+``/healthz`` and ``/metrics``.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import ctypes.util
 import logging
 import os
 import signal
+import time
 from typing import Protocol
 
 from asgiref.sync import sync_to_async
@@ -29,13 +40,21 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, transaction
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from brokers.catalog_loader import publish_on_commit
-from brokers.engine import Engine
+from brokers.engine import (
+    AnyRedis,
+    Engine,
+    StoreUnavailable,
+    publish_report,
+    withdraw_report,
+)
 from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher
 from brokers.engine.redisio import broker_client
 from brokers.models import Broker, Cluster
 from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
+from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.runtime import tune_gc
 from brokers.servers.vibemq import config_from, start_vibemq_server
 from brokers.servers.zbus import start_zbus_server
@@ -45,6 +64,10 @@ log = logging.getLogger("mqcloud.broker")
 
 class Command(BaseCommand):
     help = "Run a broker process: register, heartbeat and follow the catalog."
+    # No system checks: they import the whole URLconf (views, DRF, the schema), a quarter
+    # of a broker's start, which a restart after a crash waits for; the web process and
+    # `make test` run them.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--broker-id", type=int, required=True)
@@ -162,12 +185,12 @@ def register(broker_id: int, cluster_name: object, host: object) -> Broker:
     return broker
 
 
-def _heartbeat(broker_id: int) -> None:
+def _heartbeat(broker_id: int) -> bool:
+    """Record a heartbeat; False when the broker's row is gone from the catalog."""
     updated = Broker.objects.filter(id=broker_id).update(
         last_heartbeat=timezone.now(), status=Broker.Status.UP
     )
-    if not updated:
-        raise CommandError(f"broker {broker_id} was removed from the catalog")
+    return bool(updated)
 
 
 def _was_down(broker_id: int) -> bool:
@@ -175,9 +198,28 @@ def _was_down(broker_id: int) -> bool:
 
 
 @transaction.atomic
-def _mark_up(broker_id: int) -> None:
-    _heartbeat(broker_id)
+def _mark_up(broker_id: int) -> bool:
+    if not _heartbeat(broker_id):
+        return False
     publish_on_commit()
+    return True
+
+
+def _beat(broker_id: int) -> bool:
+    """Heartbeat (marking the broker up again if it was down); False when it was removed."""
+    if _was_down(broker_id):
+        return _mark_up(broker_id)
+    return _heartbeat(broker_id)
+
+
+def _present(broker_id: int) -> bool:
+    """Whether the broker's row is in the catalog (what a worker process follows)."""
+    return Broker.objects.filter(id=broker_id).exists()
+
+
+def _ports(broker_id: int) -> dict[str, int | None]:
+    row = Broker.objects.filter(id=broker_id).values("jmq4_port", "zbus_port", "vibemq_port")
+    return dict(row.first() or {})
 
 
 @transaction.atomic
@@ -263,25 +305,32 @@ async def run(
     watcher.on_change(changed)
     await watcher.start()
     engine = Engine(client, lambda: watcher.current, broker_id=broker_id)
-    servers = await start_servers(
-        engine,
-        watcher,
-        broker_id,
-        bind,
-        jmq4_port=jmq4_port,
-        zbus_port=zbus_port,
-        vibemq_port=vibemq_port,
-        reuse_port=reuse_port,
-    )
+    ports = {"jmq4_port": jmq4_port, "zbus_port": zbus_port, "vibemq_port": vibemq_port}
+    servers = await start_servers(engine, watcher, broker_id, bind, **ports, reuse_port=reuse_port)
     tune_gc()
+    report = Report(broker_id)
     try:
-        while not stop.is_set() and worker:
-            await stop.wait()
         while not stop.is_set():
-            if await sync_to_async(_was_down)(broker_id):
-                await sync_to_async(_mark_up)(broker_id)
-            else:
-                await sync_to_async(_heartbeat)(broker_id)
+            # the first process heartbeats; workers only follow the catalog row
+            present = await sync_to_async(_present if worker else _beat)(broker_id)
+            if not present and servers:
+                log.warning(
+                    "broker %s was removed from the catalog: stopped serving; waiting to be"
+                    " added back (or stopped)",
+                    broker_id,
+                )
+                report.removed(f"broker {broker_id} was removed from the catalog")
+                await asyncio.gather(*(server.stop() for server in servers))
+                servers = []
+            elif present and not servers:
+                ports = await sync_to_async(_ports)(broker_id)
+                servers = await start_servers(
+                    engine, watcher, broker_id, bind, **ports, reuse_port=reuse_port
+                )
+                report.serving()
+                log.warning("broker %s is in the catalog again: serving", broker_id)
+            if not worker:
+                await report.publish(client, settings.BROKER_HEARTBEAT_SECONDS)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), settings.BROKER_HEARTBEAT_SECONDS)
     finally:
@@ -289,6 +338,37 @@ async def run(
         await engine.close()
         await watcher.stop()
         if not worker:
+            await report.withdraw(client)
             await sync_to_async(_mark_down)(broker_id)
         await client.aclose()
         await client.connection_pool.disconnect()
+
+
+class Report:
+    """This broker process's report (:func:`brokers.engine.publish_report`)."""
+
+    def __init__(self, broker_id: int) -> None:
+        self.name = f"broker:{broker_id}"
+        self.doc: dict[str, object] = {
+            "broker": broker_id,
+            "pid": os.getpid(),
+            "state": "serving",
+            "reason": "",
+            "since": time.time(),
+        }
+
+    def serving(self) -> None:
+        self.doc.update(state="serving", reason="", since=time.time())
+
+    def removed(self, reason: str) -> None:
+        self.doc.update(state="removed", reason=reason, since=time.time())
+
+    async def publish(self, client: AnyRedis, heartbeat_s: float) -> None:
+        """Publish, valid for three heartbeats; a Redis outage only skips this one."""
+        self.doc["protocol_errors"] = protocol_errors.snapshot()
+        with contextlib.suppress(StoreUnavailable, RedisError, OSError):
+            await publish_report(client, self.name, self.doc, valid_for_s=3 * heartbeat_s)
+
+    async def withdraw(self, client: AnyRedis) -> None:
+        with contextlib.suppress(StoreUnavailable, RedisError, OSError):
+            await withdraw_report(client, self.name)

@@ -23,7 +23,7 @@ from brokers.protocols.vibemq.errors import (
     UnknownCommand,
 )
 from brokers.protocols.vibemq.frames import FRAME_CLASSES, Frame
-from brokers.protocols.vibemq.validation import check_headers, check_queue, valid_id
+from brokers.protocols.vibemq.validation import MAX_HEADERS, check_headers, check_queue, valid_id
 
 SCHEMA_VERSION = "1.0"
 MAX_FRAME_SIZE = 1_048_576
@@ -45,15 +45,53 @@ _NO_PAYLOAD = (msgspec.Raw(), msgspec.Raw(b"null"))
 
 
 class _Envelope(msgspec.Struct, rename="camel"):
-    """Every field of §2, untyped, so that validation can report precise errors."""
+    """Every field of §2 as its raw JSON text, so that validation can report precise errors
+    and a hostile frame cannot make the broker build a large object tree out of a field
+    (``"headers": [[], [], …]`` of a megabyte): each field is decoded only within a size
+    that a valid value can take (:func:`_field`)."""
 
-    id: Any = None
-    type: Any = None
-    queue: Any = None
+    id: msgspec.Raw = msgspec.Raw()
+    type: msgspec.Raw = msgspec.Raw()
+    queue: msgspec.Raw = msgspec.Raw()
     payload: msgspec.Raw = msgspec.Raw()
-    headers: Any = None
-    error_code: Any = None
-    error_message: Any = None
+    headers: msgspec.Raw = msgspec.Raw()
+    error_code: msgspec.Raw = msgspec.Raw()
+    error_message: msgspec.Raw = msgspec.Raw()
+
+
+SHORT_FIELD_BYTES = 2048  # id, type, queue, errorCode: 256 characters, \u-escaped, fit
+LONG_FIELD_BYTES = 65_536  # errorMessage and each header value (4096 characters escaped)
+_TOO_LARGE = "\ufffd" * (LONG_FIELD_BYTES + 1)
+"""What a field too large to be valid reads as: a string longer than any limit, so the
+field's check reports it as too long (or not a valid name) without decoding it."""
+_HEADERS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _field(raw: msgspec.Raw, limit: int) -> Any:
+    """``raw`` decoded (None when absent), or :data:`_TOO_LARGE` past ``limit`` bytes."""
+    if not raw:
+        return None
+    if len(raw) > limit:
+        return _TOO_LARGE
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:  # e.g. a number out of range
+        raise InvalidJson(f"frame is not a JSON object: {exc}") from None
+
+
+def _headers(raw: msgspec.Raw) -> Any:
+    """The headers object with each value decoded within its size (see :func:`_field`)."""
+    if not raw or bytes(raw) == b"null":
+        return None
+    try:
+        found = _HEADERS.decode(raw)
+    except msgspec.ValidationError:  # not an object: let check_headers say so
+        return []
+    except msgspec.DecodeError as exc:
+        raise InvalidJson(f"frame is not a JSON object: {exc}") from None
+    if len(found) > MAX_HEADERS:
+        return found  # refused by its count
+    return {key: _field(value, LONG_FIELD_BYTES) for key, value in found.items()}
 
 
 class _Wire(msgspec.Struct, omit_defaults=True, rename="camel"):
@@ -95,30 +133,34 @@ def decode_json(data: bytes | str, *, accept_server_frames: bool = False) -> Fra
     shutdown ``disconnect`` may lack an id.
     """
     env = _envelope(data)
-    rid = valid_id(env.id)
-    kind = CommandType.parse(env.type)
+    rid = valid_id(_field(env.id, SHORT_FIELD_BYTES))
+    type_ = _field(env.type, SHORT_FIELD_BYTES)
+    kind = CommandType.parse(type_)
     if rid is None and not (accept_server_frames and kind is CommandType.DISCONNECT):
         raise InvalidMessage("id must be a string of 1-256 characters")
-    if env.type is None:
+    if type_ is None:
         raise InvalidMessage("type missing", request_id=rid)
     if kind is None or (kind in SERVER_ONLY_TYPES and not accept_server_frames):
-        raise UnknownCommand(f"unknown command type {str(env.type)[:64]!r}", request_id=rid)
+        raise UnknownCommand(f"unknown command type {str(type_)[:64]!r}", request_id=rid)
     cls = FRAME_CLASSES[kind]
     fields: dict[str, Any] = {"id": rid}
-    if env.queue is not None or kind in QUEUE_REQUIRED:
-        queue = check_queue(env.queue, rid)
+    queue_ = _field(env.queue, SHORT_FIELD_BYTES)
+    if queue_ is not None or kind in QUEUE_REQUIRED:
+        queue = check_queue(queue_, rid)
         if "queue" in cls.__struct_fields__:
             fields["queue"] = queue
-    headers = check_headers(env.headers, rid)
+    headers = check_headers(_headers(env.headers), rid)
     if "headers" in cls.__struct_fields__:
         fields["headers"] = headers
     if "payload" in cls.__struct_fields__ and env.payload not in _NO_PAYLOAD:
         fields["payload"] = env.payload
     if kind is CommandType.ERROR:
-        if not isinstance(env.error_code, str) or not isinstance(env.error_message, str | None):
+        code = _field(env.error_code, SHORT_FIELD_BYTES)
+        text = _field(env.error_message, LONG_FIELD_BYTES)
+        if not isinstance(code, str) or not isinstance(text, str | None):
             raise InvalidMessage("errorCode / errorMessage must be strings", request_id=rid)
-        fields["error_code"] = env.error_code
-        fields["error_message"] = env.error_message or ""
+        fields["error_code"] = code
+        fields["error_message"] = text or ""
     return cls(**fields)
 
 

@@ -38,29 +38,39 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[Frame | ProtocolError]:
         """Add bytes from the connection; return every frame (or error) they complete."""
+        return [event for event, _size in self.feed_sized(data)]
+
+    def feed_sized(self, data: bytes) -> list[tuple[Frame | ProtocolError, int]]:
+        """:meth:`feed`, each event with the bytes its frame took on the wire (what a
+        transport counts against its per-connection memory bound)."""
         if self._closed:
             raise DecoderClosedError("decoder is closed")
         buffer = self._buffer
         buffer += data
-        events: list[Frame | ProtocolError] = []
+        events: list[tuple[Frame | ProtocolError, int]] = []
         pos = 0
         prefix = LENGTH_PREFIX.size
         while len(buffer) - pos >= prefix:
             (length,) = LENGTH_PREFIX.unpack_from(buffer, pos)
             if length == 0:
-                events.append(ZeroLengthFrame("frame length 0"))
+                events.append((ZeroLengthFrame("frame length 0"), prefix))
             elif length > self.max_frame_size:
-                events.append(FrameTooLarge(f"frame length {length} over {self.max_frame_size}"))
+                problem = FrameTooLarge(f"frame length {length} over {self.max_frame_size}")
+                events.append((problem, prefix))
             elif len(buffer) - pos - prefix < length:
                 break
             else:
                 body = bytes(buffer[pos + prefix : pos + prefix + length])
                 pos += prefix + length
                 try:
-                    events.append(decode_json(body, accept_server_frames=self.accept_server_frames))
+                    frame = decode_json(body, accept_server_frames=self.accept_server_frames)
+                    events.append((frame, prefix + length))
                 except ProtocolError as exc:
-                    events.append(exc)
-            if events and isinstance(events[-1], ProtocolError) and events[-1].close:
+                    # without its traceback: that would hold this frame (the buffer, the
+                    # event list holding the error) in a cycle until a full collection
+                    events.append((exc.with_traceback(None), prefix + length))
+            last = events[-1][0] if events else None
+            if isinstance(last, ProtocolError) and last.close:
                 self._closed = True
                 buffer.clear()
                 return events

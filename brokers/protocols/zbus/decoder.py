@@ -99,7 +99,9 @@ class Decoder:
         return None
 
     def _fail(self, events: list[Message | ZbusDecodeError], error: ZbusDecodeError) -> None:
-        events.append(error)
+        # without its traceback: that would hold this frame (the received chunk, the event
+        # list holding the error) in a reference cycle until the next full collection
+        events.append(error.with_traceback(None))
         self._closed = True
         self._buffer.clear()
 
@@ -112,4 +114,4 @@ class Decoder:
             return assemble(head.start, head.headers, body)
         except MalformedStartLine as exc:
             exc.msgid = head.msgid
-            return exc
+            return exc.with_traceback(None)  # kept as a value: no frame cycle behind it

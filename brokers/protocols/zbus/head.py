@@ -103,7 +103,7 @@ def parse_head(block: bytes, max_body: int) -> Head:
     except UnicodeDecodeError:
         problem = MalformedStartLine("start line is not UTF-8")
     except MalformedStartLine as exc:
-        problem = exc
+        problem = exc.with_traceback(None)  # kept as a value: no frame cycle behind it
     headers: dict[str, str] = {}
     raw_length: bytes | None = None
     for line in lines:

@@ -3,7 +3,9 @@ FETCH_HEALTH and the ADD/REMOVE_CONSUMER/PRODUCER registrations."""
 
 from __future__ import annotations
 
-from brokers.engine import AccessDenied, EngineError, InvalidMessage, TopicNotFound
+import logging
+
+from brokers.engine import AccessDenied, EngineError, InvalidMessage, TopicInfo, TopicNotFound
 from brokers.protocols.jmq4 import (
     AddConnectionRequest,
     AddConnectionResponse,
@@ -23,9 +25,13 @@ from brokers.protocols.jmq4 import (
     response_frame,
     validate_name,
 )
+from brokers.servers.jmq4.consume import consumer_client_id
 from brokers.servers.jmq4.context import ServerContext
 from brokers.servers.jmq4.errors import Reject, engine_code
+from brokers.servers.jmq4.partitions import local_partitions
 from brokers.servers.jmq4.session import Session
+
+log = logging.getLogger("mqcloud.jmq4")
 
 
 async def add_connection(
@@ -53,13 +59,39 @@ async def remove_connection(
 
 
 async def release_locks(ctx: ServerContext, session: Session) -> None:
-    """Release every partition lock the session fetched and did not ack."""
+    """Release every partition lock the session fetched and did not ack, and whatever lock
+    a fetch it cut short may have taken (by owner, on the partitions this broker leads).
+    Each release wakes the long polls parked on its partition."""
     held, session.locks = session.locks, {}
+    cut_short, session.cut_short = session.cut_short, set()
+    topics = ctx.snapshot.topics
     for (topic, app, partition), token in held.items():
-        try:
-            await ctx.engine.unlock(topic, app, partition, token=token)
-        except Exception:  # best effort: the lock expires anyway
+        info = topics.get(topic)
+        if info is not None:
+            await _release(ctx, session, info, app, partition, token=token)
+    for topic, app, owner in cut_short:
+        info = topics.get(topic)
+        if info is None or not owner:  # no owner would release anybody's lock
             continue
+        for partition in local_partitions(info, ctx.broker_id):
+            await _release(ctx, session, info, app, partition, owner=owner)
+
+
+async def _release(
+    ctx: ServerContext,
+    session: Session,
+    info: TopicInfo,
+    app: str,
+    partition: int,
+    *,
+    token: int | None = None,
+    owner: str = "",
+) -> None:
+    cid = consumer_client_id(ctx, info, app, session)
+    try:
+        await ctx.engine.unlock(info.code, app, partition, token=token, client_id=cid, owner=owner)
+    except Exception:  # best effort: the lock expires anyway
+        log.warning("JMQ4 could not release %s/%s for %s", info.code, partition, app)
 
 
 async def heartbeat(ctx: ServerContext, session: Session, header: Header, req: object) -> Frame:

@@ -3,6 +3,7 @@ COMMIT_ACK, COMMIT_ACK_INDEX and FETCH_INDEX, each mapped onto the engine."""
 
 from __future__ import annotations
 
+import asyncio
 from itertools import groupby
 
 from brokers.engine import (
@@ -60,7 +61,9 @@ def _messages(deliveries: tuple[Delivery, ...] | list[Delivery]) -> tuple[Stored
     return tuple(StoredMessage(d.record) for d in deliveries)
 
 
-def _client_id(ctx: ServerContext, topic: TopicInfo, app: str, session: Session) -> str | None:
+def consumer_client_id(
+    ctx: ServerContext, topic: TopicInfo, app: str, session: Session
+) -> str | None:
     """Broadcast consumers are tracked per client IP; clustering ones per app."""
     try:
         broadcast = ctx.engine.is_broadcast(topic.code, app)
@@ -84,6 +87,7 @@ async def _fetch_topic(
         return TopicMessages(topic=entry.topic, code=Code.FW_CONSUMER_NOT_EXISTS)
     if not local_partitions(topic, ctx.broker_id):
         return TopicMessages(topic=entry.topic, code=Code.FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER)
+    owner = session.connection_id
     try:
         result: FetchResult = await ctx.engine.fetch(
             entry.topic,
@@ -91,12 +95,15 @@ async def _fetch_topic(
             count=entry.count,
             ack_timeout_ms=req.ack_timeout,
             long_poll_ms=long_poll_ms,
-            owner=session.connection_id,
-            client_id=_client_id(ctx, topic, req.app, session),
+            owner=owner,
+            client_id=consumer_client_id(ctx, topic, req.app, session),
             address=session.address,
         )
     except EngineError as exc:
         return TopicMessages(topic=entry.topic, code=engine_code(exc))
+    except asyncio.CancelledError:
+        session.cut_short.add((entry.topic, req.app, owner))
+        raise
     if result.status in _STATUS_CODES:
         return TopicMessages(topic=entry.topic, code=_STATUS_CODES[result.status])
     if result.found and result.partition != RETRY_PARTITION and result.lock_token:
@@ -137,7 +144,7 @@ async def _fetch_partition(
         ctx.engine.authorize_consumer(topic.code, app, session.address)
         index = entry.index
         if index == -1:
-            cid = _client_id(ctx, topic, app, session)
+            cid = consumer_client_id(ctx, topic, app, session)
             index = await _start_index(ctx, topic.code, app, p, cid)
         count = max(1, min(entry.count, 1000)) if entry.count > 0 else 1
         deliveries = await ctx.engine.consume_read(
@@ -185,7 +192,7 @@ async def _ack_partition(
     info = ctx.snapshot.topics.get(topic)
     if info is None:
         return Code.FW_TOPIC_NOT_EXIST
-    cid = _client_id(ctx, info, app, session)
+    cid = consumer_client_id(ctx, info, app, session)
     token = session.locks.get((topic, app, part.partition))
     try:
         for retry_type, run in groupby(acks, key=lambda a: a.retry_type):
@@ -246,7 +253,7 @@ async def commit_ack_index(
                 failed.append(PartitionCode(partition=p.partition, code=Code.CN_PARAM_ERROR))
                 continue
             try:
-                cid = _client_id(ctx, topic, req.app, session) if topic else None
+                cid = consumer_client_id(ctx, topic, req.app, session) if topic else None
                 await ctx.engine.reset_offsets(
                     entry.topic, req.app, position=position, partition=p.partition, client_id=cid
                 )
@@ -271,7 +278,7 @@ async def fetch_index(
         failed = False
         if known and topic is not None:
             try:
-                cid = _client_id(ctx, topic, req.app, session)
+                cid = consumer_client_id(ctx, topic, req.app, session)
                 rows = await ctx.engine.progress(
                     entry.topic, req.app, client_id=cid, partitions=known
                 )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from brokers.engine import CatalogSnapshot, Engine
 from brokers.protocols.jmq4 import DEFAULT_MAX_FRAME_SIZE
@@ -17,6 +19,9 @@ class ServerConfig:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     max_inflight: int = 128
     """Requests handled concurrently per connection; reading pauses beyond it."""
+    max_held_bytes: int = 2 * DEFAULT_MAX_FRAME_SIZE
+    """Request bytes those may hold together; reading pauses beyond it (a connection so
+    holds at most this + one frame + one read)."""
     produce_timeout: float = 3.0
     """A multi-topic produce reports topics unfinished after this many seconds as 108."""
     shutdown_grace: float = 5.0
@@ -33,6 +38,14 @@ class ServerContext:
     broker_id: int
     coordinator: Coordinator
     config: ServerConfig = field(default_factory=ServerConfig)
+    cleanups: set[asyncio.Task[None]] = field(default_factory=set)
+    """Work left by closed connections (lock releases); a graceful stop waits for it."""
+
+    def clean_up(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` after a connection is gone, kept until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
+        self.cleanups.add(task)
+        task.add_done_callback(self.cleanups.discard)
 
     @property
     def snapshot(self) -> CatalogSnapshot:

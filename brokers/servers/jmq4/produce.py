@@ -140,6 +140,7 @@ async def _produce_topic(
             partition=partition,
             qos=QOS_LEVELS.get(entry.qos, QoS.REPLICATED),
             client_address=session.address,
+            as_leader=ctx.broker_id if topic.groups else None,
         )
     except InvalidMessage as exc:  # a record the engine refused while stamping
         return _failed(entry.topic, engine_code(exc), count)

@@ -1,10 +1,13 @@
 """The asyncio protocol: bytes ↔ codec ↔ session, nothing else (like uvicorn's protocols).
 
 Frames are decoded as they arrive and each request runs as its own task, so replies may
-complete out of order. At most ``max_inflight`` requests run per connection; beyond that,
-and while the transport's write buffer is full, reading pauses (TCP backpressure).
-Framing errors close the connection; malformed payloads get a BooleanAck status 6;
-unknown types are skipped without a reply.
+complete out of order. At most ``max_inflight`` requests holding at most
+``max_held_bytes`` run per connection; beyond that, and while the transport's write buffer
+is full, frames stay undecoded and reading pauses (TCP backpressure). Framing errors (a
+frame over ``max_frame_size`` among them) close the connection; malformed payloads get a
+BooleanAck status 6; unknown types are skipped without a reply. Protocol errors are
+counted and logged by sample (:mod:`brokers.servers.protocol_errors`). A closed connection
+releases the partition locks it held at once.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from brokers.protocols.jmq4 import (
     boolean_ack,
 )
 from brokers.servers.flow import FlowControlled
+from brokers.servers.jmq4.connection import release_locks
 from brokers.servers.jmq4.context import ServerContext
 from brokers.servers.jmq4.dispatch import dispatch
 from brokers.servers.jmq4.session import Session
+from brokers.servers.protocol_errors import protocol_errors
 
 log = logging.getLogger("mqcloud.jmq4")
 
@@ -37,6 +42,7 @@ class Jmq4Protocol(FlowControlled):
         super().__init__()
         self.ctx = ctx
         self.max_inflight = ctx.config.max_inflight
+        self.max_held_bytes = ctx.config.max_held_bytes
         self._connections = connections
         self._decoder = FrameDecoder(ctx.config.max_frame_size)
         self.session = Session("", 0)
@@ -51,26 +57,70 @@ class Jmq4Protocol(FlowControlled):
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Cancel whatever is still running for this connection."""
+        """Cancel whatever is still running for this connection, then release the
+        partition locks it held at once: its unacked messages go to other consumers now,
+        not after their ack timeout (a consumer that stays connected and silent keeps
+        its locks until then)."""
         self._connections.discard(self)
         self._transport = None
+        running = set(self._tasks)
         self._cancel_tasks()
+        if running or self.session.locks:
+            self.ctx.clean_up(self._release(running))
+
+    async def _release(self, running: set[asyncio.Task[None]]) -> None:
+        if running:  # let them unwind first: a cancelled fetch marks what it may have taken
+            await asyncio.wait(running, timeout=1.0)
+        await release_locks(self.ctx, self.session)
 
     def data_received(self, data: bytes) -> None:
-        """Feed the decoder and act on every complete event."""
+        """Feed the decoder and act on the complete events while not busy."""
         self._decoder.feed(data)
-        for event in self._decoder:
+        self._take()
+
+    def _resumed(self) -> None:
+        if self._transport is not None:
+            self._take()
+
+    def _take(self) -> None:
+        decoder = self._decoder
+        while not self.busy:
+            before = decoder.buffered
+            event = decoder.next_event()
+            if event is None:
+                return
             if isinstance(event, Frame):
                 if not event.header.is_response:
-                    self._spawn(self._run(event))
+                    self._spawn(self._run(event), before - decoder.buffered)
             elif isinstance(event, MalformedFrame):
-                log.info("JMQ4 malformed frame from %s: %s", self.session.address, event.reason)
+                protocol_errors.record(
+                    log,
+                    "jmq4",
+                    "malformed",
+                    "JMQ4 malformed frame from %s: %s",
+                    self.session.address,
+                    event.reason,
+                )
                 if event.needs_reply:
                     self._write(boolean_ack(event.header, event.code, event.reason).encode())
             elif isinstance(event, UnknownCommand):
-                log.info("JMQ4 unknown type %s from %s", event.header.type, self.session.address)
+                protocol_errors.record(
+                    log,
+                    "jmq4",
+                    "unknown_type",
+                    "JMQ4 unknown type %s from %s",
+                    event.header.type,
+                    self.session.address,
+                )
             elif isinstance(event, FatalError):
-                log.info("JMQ4 closing %s: %s", self.session.address, event.reason)
+                protocol_errors.record(
+                    log,
+                    "jmq4",
+                    "framing",
+                    "JMQ4 closing %s: %s",
+                    self.session.address,
+                    event.reason,
+                )
                 self.close()
                 return
 

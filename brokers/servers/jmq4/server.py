@@ -34,6 +34,8 @@ class Jmq4Server(ListeningServer):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(release_locks(self.ctx, proto.session), 5.0)
             proto.close()
+        if self.ctx.cleanups:
+            await asyncio.wait(set(self.ctx.cleanups), timeout=5.0)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), 2.0)
 

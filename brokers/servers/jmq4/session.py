@@ -25,6 +25,10 @@ class Session:
     producers: dict[tuple[str, str], str] = field(default_factory=dict)
     locks: dict[tuple[str, str, int], int] = field(default_factory=dict)
     """(topic, app, partition) → lock token of partitions fetched and not yet acked."""
+    cut_short: set[tuple[str, str, str]] = field(default_factory=set)
+    """(topic, app, owner) of FETCH_TOPIC_MESSAGE requests cancelled while they ran: one
+    may have taken a lock in Redis whose token never came back, known only by its owner
+    (the connection id)."""
 
     @property
     def established(self) -> bool:

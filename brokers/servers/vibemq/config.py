@@ -37,6 +37,9 @@ class ServerConfig:
     """How long a graceful stop waits for in-flight deliveries to be acknowledged."""
     max_pending_frames: int = 256
     """Decoded frames queued per connection before reading pauses (TCP backpressure)."""
+    max_pending_bytes: int = 4 * 1024 * 1024
+    """Wire bytes of those frames before reading pauses: a frame's decoded form keeps its
+    body (and can be several times larger), so the count alone bounded nothing."""
     server_version: str = "mqcloud-vibemq/1.0"
     registry_ttl_ms: int = 15_000
     """A subscriber not refreshed for this long no longer counts (a crashed process)."""

@@ -1,8 +1,10 @@
 """The TCP transport: bytes ↔ length-prefixed codec ↔ :class:`Session`, nothing else.
 
-Reading pauses while the session has ``max_pending_frames`` unprocessed frames or the
-write buffer is over its high-water mark (the peer does not read), so neither direction
-grows without bound. Framing errors close the connection silently (§1).
+Reading pauses while the session has ``max_pending_frames`` unprocessed frames, or
+``max_pending_bytes`` of them, or the write buffer is over its high-water mark (the peer
+does not read), so neither direction grows without bound: one connection holds at most
+``max_pending_bytes`` + one frame (``max_frame_size``) + one read of frames. Framing errors
+(a frame over ``max_frame_size`` among them) close the connection silently (§1).
 """
 
 from __future__ import annotations
@@ -72,8 +74,8 @@ class VibeMQProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.session is None or self._decoder.closed:
             return
-        for event in self._decoder.feed(data):
-            self.session.feed(event)
+        for event, size in self._decoder.feed_sized(data):
+            self.session.feed(event, size)
         self._update_reading()
 
     def eof_received(self) -> bool | None:
@@ -128,7 +130,12 @@ class VibeMQProtocol(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing() or self.session is None:
             return
-        busy = self._write_paused or self.session.backlog >= self.ctx.config.max_pending_frames
+        config = self.ctx.config
+        busy = (
+            self._write_paused
+            or self.session.backlog >= config.max_pending_frames
+            or self.session.backlog_bytes >= config.max_pending_bytes
+        )
         if busy and not self._read_paused:
             transport.pause_reading()
             self._read_paused = True

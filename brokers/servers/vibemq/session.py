@@ -27,6 +27,7 @@ from brokers.protocols.vibemq import (
     error_for,
     error_frame,
 )
+from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import FANOUT_MODES, Hub
 from brokers.servers.vibemq.limits import SlidingWindow
@@ -103,6 +104,8 @@ class Session:
         self.stopping = False
         self._frames: asyncio.Queue[Frame | ProtocolError] = asyncio.Queue()
         self._held: Frame | ProtocolError | None = None
+        self._sizes: deque[int] = deque()  # wire bytes of the queued frames, in order
+        self.backlog_bytes = 0
         self._acks: dict[tuple[str, str, str | None, int], list[int]] = defaultdict(list)
         """(queue, app, member, partition) → acked indexes, settled together."""
         self._window = (
@@ -145,11 +148,16 @@ class Session:
         self.hub.sessions.add(self)
         self._task = asyncio.create_task(self._work(), name=f"vibemq-session-{self.key[:8]}")
 
-    def feed(self, event: Frame | ProtocolError) -> None:
-        """A decoded frame (or a decode error) from the transport."""
+    def feed(self, event: Frame | ProtocolError, size: int = 0) -> None:
+        """A decoded frame (or a decode error) from the transport, ``size`` bytes on the wire."""
         if self.closed or (self.stopping and not isinstance(event, Ack)):
             return  # shutting down: only acks of in-flight deliveries still count
         self._frames.put_nowait(event)
+        self._sizes.append(size)
+        self.backlog_bytes += size
+
+    def _taken(self) -> None:
+        self.backlog_bytes -= self._sizes.popleft()
 
     @property
     def backlog(self) -> int:
@@ -167,13 +175,16 @@ class Session:
         if self._held is not None:
             event, self._held = self._held, None
             return event
-        return await self._frames.get()
+        event = await self._frames.get()
+        self._taken()
+        return event
 
     def _publish_run(self, first: Publish) -> list[Publish]:
         """``first`` and the publishes read right after it (stored together, §6)."""
         run = [first]
         while len(run) < self.commands.max_run and not self._frames.empty():
             event = self._frames.get_nowait()
+            self._taken()
             if not isinstance(event, Publish):
                 self._held = event
                 break
@@ -220,6 +231,15 @@ class Session:
 
     async def _process(self, event: Frame | ProtocolError, handle) -> None:
         if isinstance(event, ProtocolError):
+            protocol_errors.record(
+                log,
+                "vibemq",
+                type(event).__name__,
+                "VibeMQ %s from %s: %s",
+                type(event).__name__,
+                self.peer,
+                event,
+            )
             if event.close:  # unparseable: best-effort INVALID_MESSAGE, then close (§1)
                 reply = error_for(event)
                 if reply is not None:

@@ -17,6 +17,9 @@ class ZbusConfig:
     """Capped at the engine's ``max_body`` when the server starts."""
     max_inflight: int = 256
     """Requests handled concurrently per connection; reading pauses beyond it."""
+    max_held_bytes: int = 2 * MAX_BODY_BYTES
+    """Message bytes those may hold together; reading pauses beyond it (a connection so
+    holds at most this + one message + one read)."""
     admin_token: str = ""
     """``ZBUS_ADMIN_TOKEN``: empty means admin is open, as zbus 5 shipped (§13.3a)."""
     advertised: str = ""

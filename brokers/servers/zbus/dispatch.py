@@ -30,6 +30,7 @@ from brokers.protocols.zbus.replies import (
     mq_not_found,
     mq_rate_limited,
 )
+from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.zbus.admin import admin
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.consume import consume
@@ -98,7 +99,9 @@ async def dispatch(ctx: ServerContext, conn: Connection, msg: Message) -> None:
         if msg.ack:
             reply(conn, msg, 404, mq_not_found(msg.mq or ""))
     except EngineError as exc:
-        log.warning("zbus %s from %s: %s", command, conn.remote_addr, exc)
+        protocol_errors.record(
+            log, "zbus", "engine_error", "zbus %s from %s: %s", command, conn.remote_addr, exc
+        )
         if msg.ack or command == Command.ADMIN:
             reply(conn, msg, 500, "store unavailable")
     except asyncio.CancelledError:

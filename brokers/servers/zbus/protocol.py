@@ -1,8 +1,9 @@
 """The asyncio protocol: bytes ↔ codec ↔ handlers, nothing else (like uvicorn's protocols).
 
 Each decoded message runs as its own task, so replies are written as soon as they are
-ready, out of order when that is faster (§6). At most ``max_inflight`` run per connection;
-beyond that, and while the peer does not read, reading pauses. A recoverable decode error
+ready, out of order when that is faster (§6). At most ``max_inflight`` holding at most
+``max_held_bytes`` run per connection; beyond that, and while the peer does not read,
+reading pauses (so one connection holds at most that + one message + one read). A recoverable decode error
 answers 400 and the stream goes on; a fatal one (lost framing, a message over the limits)
 answers 400 and closes (§1). Bytes of two messages never interleave: every message is
 encoded whole and written with one ``write`` call.
@@ -15,6 +16,7 @@ import logging
 
 from brokers.protocols.zbus import Decoder, Message, ZbusDecodeError, make_reply
 from brokers.servers.flow import FlowControlled
+from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.dispatch import dispatch
@@ -37,6 +39,7 @@ class ZbusProtocol(FlowControlled):
         super().__init__()
         self.ctx = ctx
         self.max_inflight = ctx.config.max_inflight
+        self.max_held_bytes = ctx.config.max_held_bytes
         self._connections = connections
         self._decoder = Decoder(
             max_head_bytes=ctx.config.max_head_bytes, max_body_bytes=ctx.config.max_body_bytes
@@ -64,7 +67,8 @@ class ZbusProtocol(FlowControlled):
             return
         for event in self._decoder.feed(data):
             if isinstance(event, Message):
-                self._spawn(dispatch(self.ctx, self.conn, event))
+                size = len(event.body) + sum(len(k) + len(v) for k, v in event.headers.items())
+                self._spawn(dispatch(self.ctx, self.conn, event), size)
             else:
                 self._bad(event)
                 if event.fatal:
@@ -81,7 +85,10 @@ class ZbusProtocol(FlowControlled):
     # -------------------------------------------------------------- messages
 
     def _bad(self, error: ZbusDecodeError) -> None:
-        log.info("zbus bad input from %s: %s", self.conn.remote_addr, error)
+        kind = "fatal" if error.fatal else "bad_request"
+        protocol_errors.record(
+            log, "zbus", kind, "zbus bad input from %s: %s", self.conn.remote_addr, error
+        )
         self.conn.send(
             make_reply(400, error.reply_body, msgid=error.msgid, mq_reply=self.conn.session_id)
         )

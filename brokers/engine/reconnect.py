@@ -1,0 +1,50 @@
+"""Running a command once more on a fresh connection when the one it used was dead.
+
+After Redis restarted, a connection that sat idle in a pool (or the multiplexed one, caught
+with requests in flight) fails the next command with "Connection closed by server" although
+Redis is up again. :func:`retry_on_fresh_connection` runs such a command a second time: the
+failed connection has been dropped by then, and the pool hands out a connected one
+(:func:`brokers.engine.redisio.engine_client` keeps redis-py's check of idle connections on).
+
+Only a command that is safe to repeat may go through here: a read, or a script that is
+idempotent per request (the append script remembers its request ids, see
+:mod:`brokers.engine.append`). Retried: a connection that was closed, reset or refused.
+Not retried: a timeout (the command may still be running; the caller's own deadline has
+passed anyway) and a pool that had no free connection for its whole wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+STALE = (RedisConnectionError, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def is_stale(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection was dead (not that Redis was slow)."""
+    if not isinstance(exc, STALE):
+        return False
+    # BlockingConnectionPool: "No connection available." after waiting its whole timeout
+    return not isinstance(exc.__cause__, asyncio.TimeoutError | TimeoutError)
+
+
+async def retry_on_fresh_connection(attempt: Callable[[bool], Awaitable[T]]) -> T:
+    """``attempt(False)``; when its connection turned out dead, ``attempt(True)`` once.
+
+    The flag tells the attempt it is the repeat (the append script then checks whether
+    the first one was stored after all). A repeat that fails too raises its own error.
+    """
+    try:
+        return await attempt(False)
+    except STALE as exc:
+        if not is_stale(exc):
+            raise
+        log.info("Redis connection was dead (%s): trying once more on a fresh one", exc)
+        return await attempt(True)
