@@ -59,6 +59,7 @@ EDGES = tuple(
     + [f"compressed.{c}" for c in ("zbus", "vibemq-tcp", "vibemq-ws", "httpmq")]
     + [f"handover.{a}.{b}" for a in ("zbus", "vibemq-tcp") for b in ("jmq4", "httpmq")]
     + ["empty-payload", "newline", "same-ids", "max-size"]
+    + [f"priority.{c}" for c in ("zbus", "vibemq-tcp")]
 )
 """Topics ``x.edge.<name>`` of the edge cases (:mod:`.test_edges`), made like the pairs'."""
 
@@ -127,7 +128,8 @@ def build_catalog(redis_url: str) -> Catalog:
         owner, owner_token = factories.app("xowner", team)
         codes = [topic_for(p, c) for p, c in PAIRS] + [f"x.edge.{e}" for e in EDGES]
         for code in codes:
-            topic = factories.topic(code, cluster, team, partitions=1, groups=1)
+            bands = code.startswith("x.edge.priority.")  # PriorityBased: 4 bands
+            topic = factories.topic(code, cluster, team, partitions=4 if bands else 1, groups=1)
             PartitionGroup.objects.filter(topic=topic).update(leader_id=1)
             ProducerPolicy.objects.create(topic=topic, app=owner, http_enabled=True)
             ConsumerPolicy.objects.create(
@@ -138,6 +140,9 @@ def build_catalog(redis_url: str) -> Catalog:
                 ack_timeout_ms=30_000,
                 batch_size=10,
             )
+        Topic.objects.filter(code__startswith="x.edge.priority.").update(
+            delivery_mode=Topic.DeliveryMode.PRIORITY_BASED
+        )
         Topic.objects.filter(code="x.edge.max-size").update(
             max_queue_size=2, overflow_policy=Topic.Overflow.BLOCK_PUBLISHER
         )

@@ -312,3 +312,21 @@ async def produce_jmq4_code(world: World, topic: str, conns: Conns, out: dict) -
     (entry,) = reply.payload.topics
     refused = entry.code != 0 and all(i.index == -1 for i in entry.items)
     out["jmq4"] = "refused" if refused else f"code {entry.code}, items {entry.items}"
+
+
+@pytest.mark.parametrize("consumer", ("zbus", "vibemq-tcp"))
+async def test_jmq4_priorities_order_a_priority_topics_push_consumers(
+    consumer: str, world: World, conns: Conns
+):
+    """A PriorityBased topic: JMQ4 messages sent without a partition land in their
+    priority's band, and a zbus or VibeMQ consumer gets the highest band first."""
+    topic = f"x.edge.priority.{consumer}"
+    sent = [(0, b"low"), (3, b"critical"), (1, b"normal"), (2, b"high"), (3, b"critical-2")]
+    for priority, body in sent:
+        built = build_message(
+            OutgoingMessage(body, priority=priority), app=world.owner, partition=-1, compress=False
+        )
+        await produce_jmq4(world, topic, conns, built)
+    got, _ = await CONSUME[consumer](world, topic, len(sent), conns)
+    bodies = [g["payload"].encode() if "payload" in g else g["body"] for g in got]
+    assert bodies == [b"critical", b"critical-2", b"high", b"normal", b"low"], got

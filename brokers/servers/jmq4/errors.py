@@ -21,6 +21,7 @@ ENGINE_CODES: dict[type[EngineError], int] = {
     errors.MessageTooLarge: Code.CN_PARAM_ERROR,
     errors.NoWritablePartition: Code.FW_TOPIC_NO_PARTITIONGROUP,
     errors.BrokerNotWritable: Code.FW_BROKER_NOT_WRITABLE,
+    errors.BrokerNotLeader: Code.FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER,
     errors.IndexOutOfRange: Code.FW_FETCH_MESSAGE_INDEX_OUT_OF_RANGE,
     errors.AckRejected: Code.FW_CONSUMER_ACK_FAIL,
     errors.ConsumerPaused: Code.FW_FETCH_TOPIC_MESSAGE_PAUSED,

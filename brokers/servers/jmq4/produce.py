@@ -15,7 +15,15 @@ import random
 from functools import reduce
 from operator import or_
 
-from brokers.engine import EngineError, InvalidMessage, QoS, WireBlob
+from brokers.engine import (
+    PRIORITY_MODE,
+    EngineError,
+    InvalidMessage,
+    QoS,
+    TopicInfo,
+    WireBlob,
+    band_partition,
+)
 from brokers.protocols.jmq4 import (
     FAILED_ITEM,
     SYS_BATCH,
@@ -58,6 +66,15 @@ def _wire(entry: ProduceTopic) -> WireMessages | None:
         return WireMessages.from_messages(entry.messages)
     except (EncodeError, DecodeError):
         return None
+
+
+def _band(topic: TopicInfo, messages: WireMessages) -> int | None:
+    """The band partition of the first message on a PriorityBased topic (its priority
+    byte, the engine's :func:`~brokers.engine.band_partition`); None on other topics."""
+    if topic.queue.delivery_mode != PRIORITY_MODE or not messages.offsets:
+        return None
+    head = messages.data[messages.offsets[0] + 22 : messages.offsets[0] + 23]
+    return band_partition(topic, int.from_bytes(head, "big", signed=True)) if head else None
 
 
 def _check(topic: str, messages: WireMessages) -> int | None:
@@ -118,9 +135,13 @@ async def _produce_topic(
         local = local_partitions(topic, ctx.broker_id)
         if not local:
             return _refused(ctx, entry.topic, messages, Code.FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER)
-        ordered = bool(messages.sys_codes[0] & _ORDERED) or topic.type == "sequential"
-        business_id = messages[0].business_id if ordered else ""
-        partition = choose_local(local, ordered=ordered, business_id=business_id, rng=_rng)
+        band = _band(topic, messages)
+        if band is not None and band in local:  # a priority topic: the message's band
+            partition = band
+        else:
+            ordered = bool(messages.sys_codes[0] & _ORDERED) or topic.type == "sequential"
+            business_id = messages[0].business_id if ordered else ""
+            partition = choose_local(local, ordered=ordered, business_id=business_id, rng=_rng)
     try:
         if entry.tx_id:
             await ctx.engine.append_to_transaction(
