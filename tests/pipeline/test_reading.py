@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from brokers.engine import (
     BatchItem,
@@ -124,7 +125,7 @@ def test_stream_offsets_follow_the_store(redis_url):
         {"redis_url": redis_url, "catalog": encode_catalog(SNAP), "topics": "t", "split_size": "2"}
     )
     assert reader.initialOffset() == {"t": {"0": 0, "1": 0}}
-    end = reader.latestOffset()
+    end = reader.latestOffset({"t": {"0": 0, "1": 0}}, ReadAllAvailable())
     assert end == {"t": {"0": 0, "1": 3}}
     parts = reader.partitions({"t": {"0": 0, "1": 1}}, end)
     assert [p.split for p in parts] == [Split("t", 1, 1, 3)]
