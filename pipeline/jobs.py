@@ -48,7 +48,7 @@ def archive(
     spark: SparkSession | None = None,
     progress: Progress = _quiet,
     max_rows_per_batch: int | None = DEFAULT_MAX_ROWS,
-    rollups: RollupSchedule | None = None,
+    rollups: Callable[[], object] | None = None,
 ) -> ArchiveResult:
     """Run the archive job over the published catalog's archived topics (followed live),
     recorded as a JobRun. A continuous run schedules the rollups in its session
