@@ -127,22 +127,23 @@ def rollup(
 
 def find_messages(
     topic: str,
-    business_id: str,
+    message_id: str,
     start: dt.datetime | None = None,
     end: dt.datetime | None = None,
     *,
     limit: int = 1000,
     spark: SparkSession | None = None,
 ) -> list[dict[str, Any]]:
-    """Messages of ``topic`` with ``business_id`` in the archive and the live store (the
-    console's message search calls this), recorded as a JobRun."""
+    """Messages of ``topic`` that ``message_id`` names (any id a client saw: businessId,
+    position, msgId, VibeMQ / zbus id) in the archive and the live store (the console's
+    archive search runs this), recorded as a JobRun."""
     spark = spark or session("mqcloud-trace")
     with recorded(JobRun.Job.TRACE) as run:
         rows = trace(
-            spark, load_catalog(), archive_url(), topic, business_id, start, end, limit=limit
+            spark, load_catalog(), archive_url(), topic, message_id, start, end, limit=limit
         )
         run.rows = len(rows)
-        run.detail = f"{topic} businessId={business_id}"
+        run.detail = f"{topic} id={message_id}"
     return rows
 
 

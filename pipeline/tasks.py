@@ -29,7 +29,7 @@ def trace_command(search: TraceSearch) -> list[str]:
         "pipeline",
         "trace",
         f"--topic={search.topic}",  # "=": a value may start with "-"
-        f"--business-id={search.business_id}",
+        f"--id={search.business_id}",  # the model's name for the id searched
         f"--limit={TRACE_LIMIT}",
         f"--max-body={TRACE_BODY_BYTES}",
         "--json",

@@ -66,7 +66,12 @@ def jobs(request: HttpRequest) -> HttpResponse:
 
 class TraceForm(forms.Form):
     topic = forms.CharField(max_length=200)
-    business_id = forms.CharField(max_length=200, label="businessId")
+    business_id = forms.CharField(
+        max_length=200,
+        label="Message id or businessId",
+        help_text="Any id a client saw: businessId, partition:index, HTTP-MQ msgId, "
+        "VibeMQ message id, zbus msgid.",
+    )
     since = UtcTimeField(required=False, label="From (UTC)")
     until = UtcTimeField(required=False, label="To (UTC)")
 
