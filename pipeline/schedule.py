@@ -75,7 +75,8 @@ class RollupSchedule:
         snapshot = self.catalog()
         now = self.now_ms()
         marks = self.marks(snapshot)
-        if marks == self.last_marks:
+        if marks == self.last_marks:  # all appended so far is rolled up already
+            self.last_until_ms = now
             return Tick(ran=False, lag_samples=self.sample_lag(snapshot, now))
         since = None
         if self.last_until_ms is not None:
