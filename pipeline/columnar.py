@@ -1,14 +1,16 @@
 """Stored records → Arrow record batches of the source schema, column by column.
 
 The engine hands the reader raw records (:class:`brokers.engine.Delivery`, JMQ4 layout,
-see ``brokers/engine/record.py``). Plain records are decoded here without a Python
-object per message: the records of one read are joined into one buffer, their 65-byte
-fixed headers (partition … body length) are parsed at once as a NumPy structured array,
-and the variable tail (businessId S1, attributes S2, extension BYTES4, app S1) is located
-with vectorised arithmetic. Only two things stay per row, because they are cheaper so:
-slicing the variable-length byte strings (body, businessId, app) — measured faster than
-any NumPy gather of ragged bytes on this machine — and parsing attributes (Java
-properties text) of the records that carry any.
+see ``brokers/engine/record.py``). Plain records are decoded here column by column: their
+65-byte fixed headers (partition … body length) become one NumPy structured array, the
+variable tail (businessId S1, attributes S2, extension BYTES4, app S1) is located with
+vectorised arithmetic over the records joined in one buffer, and each column is built
+from arrays. Three things stay per row because measured cheaper so (CPU time, 4096
+records of 100 bytes): cutting the fixed headers off the records (slicing and joining,
+~50 ns a row, against ~900 ns for a NumPy gather), slicing the variable-length byte
+strings (body, businessId; ~140 ns a row against 280-470 ns for NumPy or Arrow ragged
+gathers), and parsing the attributes (Java properties text) of the records that carry any.
+Columns that are usually one value (topic, partition, app) are built without a row loop.
 
 Batch records (n items, n indexes) and anything the vectorised checks do not accept go
 through the engine's own decoder (:func:`rows_batch` of :func:`pipeline.reading.expand`
@@ -128,6 +130,17 @@ def _times(ms: np.ndarray) -> pa.Array:
     return pa.array(ms * 1000, pa.timestamp("us", tz="UTC"))
 
 
+def _headers(records: list[bytes], lengths: np.ndarray) -> np.ndarray:
+    """The fixed headers of ``records`` as one structured array (a record too short to
+    have one gets zeros where it ends: its checks fail). Slicing and joining the first 65
+    bytes of each record measured ~20x faster than any NumPy gather of them."""
+    width = HEADER.itemsize
+    heads = [r[:width] for r in records]
+    if len(lengths) and lengths.min() < width:
+        heads = [h.ljust(width, b"\0") for h in heads]
+    return np.frombuffer(b"".join(heads), HEADER)
+
+
 class Decoded:
     """The records of one read, located in one buffer. ``plain`` marks the records this
     module decodes (not a batch, and every length and the magic check out); the others
@@ -144,8 +157,7 @@ class Decoded:
         np.cumsum(lengths[:-1], out=starts[1:])
         ends = starts + lengths
         good = lengths >= HEADER.itemsize + TAIL_MIN
-        fixed = np.minimum(starts[:, None] + np.arange(HEADER.itemsize), last)
-        self.head = head = u8[fixed].view(HEADER).ravel() if n else np.empty(0, HEADER)
+        self.head = head = _headers(records, lengths)
 
         def at(pos: np.ndarray, width: int) -> np.ndarray:
             nonlocal good
