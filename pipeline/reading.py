@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from brokers.engine import (
     IndexOutOfRange,
     InvalidMessage,
 )
-from pipeline.columnar import plain_batch, rows_batch
+from pipeline.columnar import entries_batch, rows_batch
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +124,12 @@ class StoreReader:
             hi = min(hi, await self.engine.index_at_time(topic, partition, to_ms))
         return lo, max(lo, hi)
 
-    async def reads(self, split: Split, chunk: int) -> AsyncIterator[tuple[int, list[Delivery]]]:
-        """(position, deliveries) of each engine read over ``split``, ``chunk`` indexes
-        per read, in index order.
+    async def _walk(
+        self, split: Split, chunk: int, read: Callable[..., Awaitable[list[Any]]]
+    ) -> AsyncIterator[tuple[int, list[Any]]]:
+        """(position, what ``read`` returned) of each engine read over ``split``, ``chunk``
+        indexes per read, in index order (``read`` is the engine's ``read`` or
+        ``read_entries``; both results end at an ``index`` + ``count``).
 
         Indexes trimmed by retention before the read are skipped (logged); a range beyond
         the partition's end raises StoreGone rather than pass silently.
@@ -134,9 +137,7 @@ class StoreReader:
         pos = split.start
         while pos < split.end:
             try:
-                got = await self.engine.read(
-                    split.topic, split.partition, pos, min(chunk, split.end - pos)
-                )
+                got = await read(split.topic, split.partition, pos, min(chunk, split.end - pos))
             except IndexOutOfRange as exc:
                 if pos < exc.min_index:
                     log.warning(
@@ -149,11 +150,11 @@ class StoreReader:
             if not got:
                 raise StoreGone(f"{split}: the partition ends at {pos}")
             yield pos, got
-            pos = got[-1].end
+            pos = got[-1].index + got[-1].count
 
     async def rows(self, split: Split, chunk: int = 4096) -> AsyncIterator[list[Row]]:
         """Rows of ``split`` (tuples in COLUMNS order, times in ms), one list per read."""
-        async for pos, got in self.reads(split, chunk):
+        async for pos, got in self._walk(split, chunk, self.engine.read):
             rows: list[Row] = []
             for delivery in got:
                 rows.extend(expand(split.topic, delivery, pos, split.end))
@@ -162,8 +163,8 @@ class StoreReader:
     async def batches(self, split: Split, chunk: int = 4096) -> AsyncIterator[pa.RecordBatch]:
         """Arrow record batches of ``split``: plain records column by column, the rest
         (batch records) row by row through the engine's decoder."""
-        async for pos, got in self.reads(split, chunk):
-            batch, rest = plain_batch(split.topic, split.partition, got, pos, split.end)
+        async for pos, got in self._walk(split, chunk, self.engine.read_entries):
+            batch, rest = entries_batch(split.topic, split.partition, got, pos, split.end)
             if batch is not None:
                 yield batch
             rows: list[Row] = []

@@ -63,6 +63,7 @@ from brokers.engine.model import (
     QoS,
     RetryRecord,
     RetryType,
+    StoredEntry,
     TransactionInfo,
 )
 from brokers.engine.queues import QueueRetry, QueueStats
@@ -133,6 +134,7 @@ __all__ = [
     "RetryRecord",
     "RetryType",
     "StoreUnavailable",
+    "StoredEntry",
     "StoredMessage",
     "TopicInfo",
     "TopicNotFound",
