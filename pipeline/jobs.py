@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.db import close_old_connections, connection
 from pyspark.sql import SparkSession
 
 from pipeline.archive import DEFAULT_MAX_ROWS, ArchiveResult, run_archive
@@ -88,6 +89,8 @@ def rollup_schedule(spark: SparkSession, progress: Progress = _quiet) -> RollupS
     """The rollups of a long-lived pipeline, run in ``spark`` (see pipeline.schedule)."""
 
     def run(since_ms: int | None, window_minutes: int) -> RollupResult:
+        if not connection.in_atomic_block:  # a long-lived process: drop a bad connection
+            close_old_connections()
         since = None if since_ms is None else dt.datetime.fromtimestamp(since_ms / 1000, dt.UTC)
         return rollup(since=since, window_minutes=window_minutes, spark=spark, progress=progress)
 
