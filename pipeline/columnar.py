@@ -141,7 +141,7 @@ def _headers(buf: bytes, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     width = HEADER.itemsize
     heads = [buf[a : a + width] for a in starts.tolist()]
     if len(lengths) and lengths.min() < width:
-        ends = (starts + lengths).tolist()
+        ends = (starts + np.minimum(lengths, width)).tolist()
         heads = [buf[a:e].ljust(width, b"\0") for a, e in zip(starts.tolist(), ends, strict=True)]
     return np.frombuffer(b"".join(heads), HEADER)
 
@@ -260,13 +260,15 @@ def entries_batch(
     if not entries:
         return None, []
     decoded = Decoded(*split_entries(entries))
-    # each record's first index: its entry's plus the indexes of the records before it
+    # each record's first index: its entry's plus the indexes of the records before it in
+    # that entry (entry_of is sorted, so an entry's first record is a search away; an empty
+    # entry has no record and is never looked up)
     sizes = np.fromiter((len(e.records) for e in entries), np.int64, len(entries))
     entry_of = np.searchsorted(np.cumsum(sizes), decoded.starts, side="right")
     before = np.cumsum(decoded.counts) - decoded.counts
     first_of_entry = np.fromiter((e.index for e in entries), np.int64, len(entries))
-    entry_base = before[np.searchsorted(entry_of, np.arange(len(entries)))]
-    indexes = first_of_entry[entry_of] + before - entry_base[entry_of]
+    first_record = np.searchsorted(entry_of, entry_of)
+    indexes = first_of_entry[entry_of] + before - before[first_record]
     wanted = (indexes < end) & (indexes + decoded.counts > start)
     plain = decoded.plain & wanted & (indexes >= start)
     rest = [
