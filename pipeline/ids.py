@@ -5,9 +5,9 @@
   written ``partition:index`` (``2:17``); HTTP-MQ's ``msgId`` and ``offsetMsgId`` (32 hex
   digits, :mod:`proxy.messages`) encode the same position.
 * **Id properties**: VibeMQ's message ``id`` (stored as the ``vibemq.id`` property) and
-  zbus's ``msgid`` — any property whose key is one of :data:`ID_PROPERTIES`, compared
-  without case. zbus keeps its headers in the record's extension until the engine stores
-  one properties map per message; from then on its ``msgid`` is found here unchanged.
+  zbus's ``msgid`` (the zbus server stores it as the ``msgid`` property beside the headers
+  it keeps in the record's extension) — any property whose key is one of
+  :data:`ID_PROPERTIES`, compared without case.
 
 Only the live message browser (console) and the trace job (Spark) use this; neither
 needs a protocol server.
