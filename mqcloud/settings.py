@@ -33,15 +33,19 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "channels",
+    "axes",
     "brokers",
     "mqcloud.console",
     "mqcloud.api",
     "mqcloud.approvals",
     "mqcloud.alerts",
     "pipeline",
+    "proxy",  # manage.py runproxy
 ]
 
 MIDDLEWARE = [
+    # Outermost: API paths answer every error as JSON, never an HTML or debug page.
+    "mqcloud.json_errors.JsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -51,6 +55,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: refuses logins while a username or an address is locked out (django-axes).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "mqcloud.urls"
@@ -66,6 +72,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "mqcloud.console.context_processors.httpmq",
             ],
         },
     },
@@ -81,17 +88,40 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
-# HTTP-MQ batches carry up to 1,000 messages of up to 4 MiB each; bodies above this limit
-# are refused with 413 before they are read into memory.
+# Request bodies above this limit are refused before they are read into memory. HTTP-MQ is
+# served by its own process (manage.py runproxy), with its own HTTPMQ_* limits.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("HTTP_MAX_BODY_BYTES", default=64 * 1024 * 1024)
-# Peers whose X-Forwarded-For / X-Real-IP name the real client (load balancers).
-HTTPMQ_TRUSTED_PROXIES = env.list("HTTPMQ_TRUSTED_PROXIES", default=[])
+# Where clients reach HTTP-MQ (shown in the console).
+HTTPMQ_PUBLIC_URL = env.str(
+    "HTTPMQ_PUBLIC_URL", default=f"http://127.0.0.1:{env.int('HTTPMQ_PORT', default=8081)}"
+)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: a locked-out login never gets further
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Failed logins are throttled per username and per client address (django-axes, its
+# state in PostgreSQL, shared by every web process): LOGIN_FAILURE_LIMIT failures lock
+# that username, or that address, for LOGIN_LOCKOUT_MINUTES; the audit trail records each
+# failure and lockout (mqcloud/console/lockouts.py), and platform admins unlock at
+# /lockouts/. Behind a load balancer set LOGIN_PROXY_COUNT so the client's address comes
+# from X-Forwarded-For.
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
+AXES_IPWARE_PROXY_COUNT = env.int("LOGIN_PROXY_COUNT", default=None)
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
+)
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:dashboard"
 LOGOUT_REDIRECT_URL = "login"
@@ -111,12 +141,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "mqcloud.api.query.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
-        "rest_framework.filters.OrderingFilter",
-        "rest_framework.filters.SearchFilter",
+        "mqcloud.api.query.StrictDjangoFilterBackend",
+        "mqcloud.api.query.StrictOrderingFilter",
+        "mqcloud.api.query.StrictSearchFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "mqcloud.api.errors.exception_handler",
@@ -124,7 +154,17 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "mqcloud API",
-    "DESCRIPTION": "Clusters, brokers, topics, apps and producer/consumer policies of mqcloud.",
+    "DESCRIPTION": (
+        "Clusters, brokers, topics, apps, producer/consumer policies, applications, consumer"
+        " lag and messages of mqcloud.\n\n"
+        "**Authentication.** Every endpoint needs a personal API token:"
+        " `Authorization: Bearer <token>`. Create one in the console under **API tokens**"
+        " (`/tokens/`: named, optionally read-only and expiring, shown once), or with"
+        " `POST /api/v1/api-tokens/` once you have one; for bootstrap without a console,"
+        " `python manage.py issueapitoken <username>`. A console session works too.\n\n"
+        "**Errors** share one JSON body, `ApiError`: `{error, message, fields}`. No string"
+        " may contain the NUL character."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -132,6 +172,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "mqcloud.api.schema_hooks.declare_errors",
+    ],
 }
 
 CHANNEL_LAYERS = {

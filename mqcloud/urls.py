@@ -1,4 +1,5 @@
-"""URL routes of the web process: console, REST API, schema, admin, health and metrics."""
+"""URL routes of the web process: console, REST API (with HTTP-MQ's console-token
+endpoints, relayed by the HTTP-MQ service), schema, admin, health and metrics."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
@@ -14,12 +15,20 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("mqcloud.api.urls")),
-    path("mq/config/<str:consumer>", httpmq.consumer_config, name="mq-config"),
-    path("mq/consumer/config", httpmq.update_consumer_config, name="mq-consumer-config"),
-    path("mq/unregister", httpmq.unregister, name="mq-unregister"),
-    path("mq/clustering/queue/offset", httpmq.clustering_offsets, name="mq-clustering-offsets"),
-    path("mq/broadcast/queue/offset", httpmq.broadcast_offsets, name="mq-broadcast-offsets"),
-    path("mq/", include("proxy.urls")),
+    # HTTP-MQ's console-token endpoints; the HTTP-MQ service relays /mq/… here.
+    path("api/v1/httpmq/config/<str:consumer>", httpmq.consumer_config, name="mq-config"),
+    path("api/v1/httpmq/consumer/config", httpmq.update_consumer_config, name="mq-consumer-config"),
+    path("api/v1/httpmq/unregister", httpmq.unregister, name="mq-unregister"),
+    path(
+        "api/v1/httpmq/clustering/queue/offset",
+        httpmq.clustering_offsets,
+        name="mq-clustering-offsets",
+    ),
+    path(
+        "api/v1/httpmq/broadcast/queue/offset",
+        httpmq.broadcast_offsets,
+        name="mq-broadcast-offsets",
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("healthz", health.healthz, name="healthz"),

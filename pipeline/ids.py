@@ -3,7 +3,7 @@
 * **businessId** (JMQ4, HTTP-MQ): the record's businessId, or a batch item's.
 * **Position**: a JMQ4 produce reply or fetch names a message by ``(partition, index)``,
   written ``partition:index`` (``2:17``); HTTP-MQ's ``msgId`` and ``offsetMsgId`` (32 hex
-  digits, :mod:`proxy.messages`) encode the same position.
+  digits, :mod:`proxy.httpmq.messages`) encode the same position.
 * **Id properties**: VibeMQ's message ``id`` (stored as the ``vibemq.id`` property) and
   zbus's ``msgid`` (the zbus server stores it as the ``msgid`` property beside the headers
   it keeps in the record's extension) — any property whose key is one of
@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from proxy.messages import parse_message_id
+from proxy.httpmq.messages import parse_message_id
 
 ID_PROPERTIES = ("vibemq.id", "msgid", "id", "messageid", "message_id")
 POSITION = re.compile(r"(\d{1,5}):(\d{1,19})")

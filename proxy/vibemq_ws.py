@@ -30,7 +30,14 @@ from brokers.protocols.vibemq import (
     encode_json,
     error_frame,
 )
-from brokers.servers.vibemq import Hub, ServerConfig, ServerContext, Session, config_from
+from brokers.servers.vibemq import (
+    Hub,
+    ServerConfig,
+    ServerContext,
+    Session,
+    client_address,
+    config_from,
+)
 from proxy import ws_close_codes
 from proxy.runtime import Runtime, runtime
 
@@ -112,7 +119,9 @@ class VibeMQConsumer(AsyncWebsocketConsumer):
         self._admitted = True
         self._outbox: asyncio.Queue[object] = asyncio.Queue()
         self._writer = asyncio.create_task(self._write(), name="vibemq-ws-writer")
-        self.session = Session(self.ctx, hub, WebSocketTransport(self), str(client[0]))
+        self.session = Session(
+            self.ctx, hub, WebSocketTransport(self), str(client[0]), client_address(client)
+        )
         self.session.start()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):

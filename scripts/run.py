@@ -1,10 +1,13 @@
-"""Run the whole platform locally: PostgreSQL, Redis, web, brokers and the Celery worker.
+"""Run the whole platform locally: PostgreSQL, Redis, web, HTTP-MQ, brokers and Celery.
 
 ``make run`` calls this after ``scripts/bootstrap.sh``. When ``DATABASE_URL`` /
 ``REDIS_URL`` are unset it starts PostgreSQL and Redis (AOF on) under ``MQCLOUD_RUN_DIR``
 (default ``.run/``) on loopback, so a second run keeps the data. Then it migrates, loads
 the demo data and starts the process set of ``Procfile`` with honcho. Ctrl-C (or SIGTERM)
 stops the process set and then the servers it started.
+
+Django's debug mode stays off (no debug pages, even on this machine) unless the developer
+asks for it with ``DEBUG=true``; the banner says which mode runs.
 """
 
 from __future__ import annotations
@@ -23,15 +26,26 @@ from localservices import PostgresServer, RedisServer  # noqa: E402
 VENV_BIN = ROOT / ".venv" / "bin"
 
 
+def debug_banner(value: str) -> str:
+    """What the start banner says of Django's debug mode."""
+    if value.strip().lower() in {"1", "true", "yes", "on"}:
+        return (
+            "DEBUG is ON (DEBUG=true): console errors show Django's debug page with settings"
+            " and tracebacks; never expose this process to other machines."
+        )
+    return "DEBUG is off (set DEBUG=true for Django's debug pages while developing)."
+
+
 def main() -> int:
     """Start everything, wait for the process set to end, stop what was started."""
     run_dir = Path(os.environ.get("MQCLOUD_RUN_DIR", ROOT / ".run")).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.setdefault("WEB_PORT", "8000")
+    env.setdefault("HTTPMQ_PORT", "8081")
     env["MQCLOUD_RUN_DIR"] = str(run_dir)
     env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
-    env.setdefault("DEBUG", "true")
+    env.setdefault("DEBUG", "false")
     env.setdefault("ARCHIVE_URL", str(run_dir / "archive"))
     started: list[PostgresServer | RedisServer] = []
     honcho: subprocess.Popen | None = None
@@ -64,6 +78,9 @@ def main() -> int:
             " passwords were printed above when the users were created, or come from"
             " MQCLOUD_DEMO_ADMIN_PASSWORD / MQCLOUD_DEMO_ALICE_PASSWORD)\n"
             f"REST API: http://127.0.0.1:{env['WEB_PORT']}/api/v1/   docs: /api/docs/\n"
+            f"HTTP-MQ: http://127.0.0.1:{env['HTTPMQ_PORT']}/mq/  (manage.py runproxy;"
+            " e.g. POST /mq/produce with Authorization: Bearer <demo-app token>)\n"
+            f"{debug_banner(env['DEBUG'])}\n"
             "Ctrl-C stops everything.\n",
             flush=True,
         )

@@ -89,18 +89,50 @@ async def traffic() -> None:
     from django.conf import settings
 
     from brokers.engine import Engine, Message, load_snapshot
+    from brokers.protocols.vibemq import Publish
+    from brokers.protocols.zbus import Message as ZbusMessage
+    from brokers.protocols.zbus import RequestLine
+    from brokers.servers.vibemq.messages import to_message
+    from brokers.servers.zbus.stored import to_engine
+    from proxy.httpmq.messages import HTTPMQ_EXTENSION
 
     client = aioredis.from_url(settings.REDIS_URL)
     snapshot = await load_snapshot(client)
+    earlier = Engine(client, lambda: snapshot, clock=lambda: time.time() - 120)
+    for i in range(30):  # two minutes ago: the topic list's produce rates
+        await earlier.append("orders", "shop", [Message(b"early %d" % i)] * 10, partition=3)
+    await earlier.close()
     engine = Engine(client, lambda: snapshot)
+    zbus = ZbusMessage(
+        start=RequestLine(), headers={"mq": "orders", "x-trace": "zb-7"}, body=b"zbus"
+    )
+    vibemq = Publish(id="vb-1", queue="orders", payload={"order": 99}, headers={"source": "mobile"})
+    for message, address in (
+        (to_engine(zbus), "10.2.0.5:51320"),
+        (to_message(vibemq), "10.2.0.6:40211"),
+        (
+            Message(
+                b"http", business_id="k-9", attributes={"KEYS": "k-9"}, extension=HTTPMQ_EXTENSION
+            ),
+            "10.2.0.7:33012",
+        ),
+    ):
+        await engine.append("orders", "shop", [message], partition=0, client_address=address)
     for i in range(40):
         await engine.append(
             "orders",
             "shop",
             [Message(b'{"order": %d, "amount": 12.5}' % i, business_id=f"order-{i}")] * 5,
             partition=i % 4,
+            client_address="10.1.0.3:50122",
         )
-        await engine.append("refunds", "shop", [Message(b"refund %d" % i)], partition=i % 2)
+        await engine.append(
+            "refunds",
+            "shop",
+            [Message(b"refund %d" % i)],
+            partition=i % 2,
+            client_address="10.1.0.3:50122",
+        )
     got = await engine.fetch(
         "orders", "billing", count=10, owner="billing-1", address="10.1.0.7:40122"
     )
@@ -155,6 +187,14 @@ def shoot(base: str) -> None:
         snap("topic-detail", "/topics/orders/", "#traffic-summary:not(:empty)")
         snap("messages", "/topics/orders/messages/?mode=index&partition=0&start=0&count=15")
         snap("consumer-progress", "/consumers/billing.orders/")
+        snap("consumers", "/consumers/?sort=-lag")
+        page.goto(f"{base}/tokens/")
+        page.get_by_label("Name").fill("nightly lag report")
+        page.get_by_label("Expires").select_option("90")
+        page.get_by_role("button", name="Create token").click()
+        page.wait_for_selector("#new-token")
+        page.screenshot(path=str(OUT / "api-tokens.png"), full_page=True)
+        print("saved api-tokens")
         snap("clusters", "/clusters/")
         snap("apps", "/apps/shop/")
         snap("application-form", "/applications/new/?kind=offset_reset&consumer=billing.orders")
@@ -186,13 +226,12 @@ def main() -> int:
             **os.environ,
             "DATABASE_URL": postgres.url,
             "REDIS_URL": redis.url,
-            "DEBUG": "true",
+            "DEBUG": "false",
             "DJANGO_SETTINGS_MODULE": "mqcloud.settings",
         }
         os.environ.update(env)
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
-        )
+        for command in (["migrate", "-v0"], ["collectstatic", "--noinput", "-v0"]):
+            subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True)
         import django
 
         django.setup()

@@ -66,6 +66,7 @@ from brokers.engine.model import (
     StoredEntry,
     TransactionInfo,
 )
+from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.queues import QueueRetry, QueueStats
 from brokers.engine.record import (
     BatchItem,
@@ -78,7 +79,7 @@ from brokers.engine.record import (
     encode_batch_body,
     encode_record,
 )
-from brokers.engine.redisio import AnyRedis
+from brokers.engine.redisio import AnyRedis, broker_client
 from brokers.engine.retry import RetryPolicy
 from brokers.engine.wire import WireBlob, WireRecords
 
@@ -113,6 +114,7 @@ __all__ = [
     "FanoutCopies",
     "FetchResult",
     "FetchStatus",
+    "GroupLag",
     "IndexOutOfRange",
     "InvalidMessage",
     "Message",
@@ -138,12 +140,14 @@ __all__ = [
     "StoredMessage",
     "TopicInfo",
     "TopicNotFound",
+    "TopicRate",
     "TransactionInfo",
     "TransactionLimit",
     "TransactionNotFound",
     "WireBlob",
     "WireRecords",
     "WriteTimeout",
+    "broker_client",
     "cancel_and_wait",
     "contiguous",
     "decode_attributes",

@@ -19,6 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from brokers.engine import ack as ack_mod
 from brokers.engine import offsets as offsets_mod
+from brokers.engine import overview
 from brokers.engine import resend as resend_mod
 from brokers.engine.access import Gate
 from brokers.engine.append import append_blob, choose_partition, pack_records
@@ -60,6 +61,7 @@ from brokers.engine.model import (
     TransactionInfo,
 )
 from brokers.engine.notify import Notifier
+from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.queues import QueueRetry, Queues, QueueStats
 from brokers.engine.ratelimit import RateLimiter
 from brokers.engine.read import bounds, index_at_time, read_entries, read_range
@@ -749,6 +751,30 @@ class Engine:
         return await offsets_mod.progress(
             self.redis, topic, parts, consumer_id(app, client_id), self.now_ms()
         )
+
+    async def group_lags(
+        self, groups: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], GroupLag]:
+        """Lag and oldest unacked message of many consumer groups ``(topic, app)`` — what
+        :meth:`progress` sums for one — in two round trips whatever their number; groups
+        of topics not in the catalog are left out."""
+        refs = [
+            overview.GroupRef(topic, app, info.partitions)
+            for topic, app in groups
+            if (info := self.catalog.topics.get(topic)) is not None
+        ]
+        return {(r.topic, r.app): r for r in await overview.group_lags(self.redis, refs)}
+
+    async def produce_rates(
+        self, topics: Sequence[str], *, minutes: int = 5
+    ) -> dict[str, TopicRate]:
+        """Messages produced to each topic in the last ``minutes`` whole minutes (one
+        pipelined round trip for all of them)."""
+        await self.counters.flush()
+        rates = await overview.produce_rates(
+            self.redis, list(topics), minutes=minutes, now_ms=self.now_ms()
+        )
+        return {r.topic: r for r in rates}
 
     async def broadcast_clients(
         self, topic: str, app: str, *, active_within_ms: int | None = 600_000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from drf_spectacular.utils import (
     OpenApiExample,
     extend_schema,
@@ -186,7 +186,8 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
 
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
-    """The audit trail: the caller's teams' events (everything for admins)."""
+    """The audit trail: the caller's teams' events and the caller's own actions
+    (everything for admins)."""
 
     serializer_class = AuditEventSerializer
     filterset_fields = ["action", "team__name", "actor__username", "application"]
@@ -197,7 +198,8 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
         queryset = AuditEvent.objects.select_related("actor", "team")
         if is_platform_admin(self.request.user):
             return queryset
-        return queryset.filter(team__in=user_teams(self.request.user))
+        user = self.request.user
+        return queryset.filter(Q(team__in=user_teams(user)) | Q(actor=user))
 
 
 class NotificationSerializer(serializers.ModelSerializer):

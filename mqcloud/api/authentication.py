@@ -1,12 +1,21 @@
-"""Token authentication for the REST API: ``Authorization: Token <t>`` or ``Bearer <t>``."""
+"""Token authentication for the REST API: ``Authorization: Bearer <t>`` or ``Token <t>``.
+
+Tokens are personal (:mod:`mqcloud.api.tokens`): looked up by their hash, refused once
+expired or revoked (deleted) or when their user is deactivated. A read-only token
+authenticates GET, HEAD and OPTIONS only; anything else with it answers 403.
+"""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework import authentication, exceptions
+from rest_framework import authentication, exceptions, permissions
 
 from mqcloud.api.models import ApiToken, hash_api_token
+
+LAST_USED_PRECISION = timedelta(seconds=60)  # at most one write per token and minute
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
@@ -31,7 +40,13 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         )
         if found is None or not found.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")
-        ApiToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
+        if found.expired:
+            raise exceptions.AuthenticationFailed("The token has expired.")
+        if found.read_only and request.method not in permissions.SAFE_METHODS:
+            raise exceptions.PermissionDenied("This API token is read-only.")
+        now = timezone.now()
+        if found.last_used_at is None or now - found.last_used_at >= LAST_USED_PRECISION:
+            ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
         return found.user, found
 
     def authenticate_header(self, request) -> str:
@@ -48,5 +63,8 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "API token: `Authorization: Bearer <token>` (or `Token <token>`).",
+            "description": (
+                "Personal API token: `Authorization: Bearer <token>` (or `Token <token>`)."
+                " Create one in the console under API tokens (`/tokens/`); it is shown once."
+            ),
         }

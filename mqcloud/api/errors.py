@@ -3,26 +3,79 @@
 ``{"error": "<code>", "message": "<text>", "fields": {"<field>": ["<problem>", …]}}`` —
 ``fields`` appears for validation errors only. :class:`ApiErrorSerializer` documents the
 body in the OpenAPI schema, and :func:`error_responses` declares it for an operation's
-error status codes.
+error status codes. :func:`exception_handler` answers every exception a view raises with
+it — Django's ``ProtectedError`` as 409 with the dependents that block a delete, database
+errors on input PostgreSQL refuses as 400, anything unexpected as a logged 500 — so no API
+call ever gets an HTML page.
 """
 
 from __future__ import annotations
 
+import logging
+
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError, IntegrityError
+from django.db.models import ProtectedError, RestrictedError
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
+log = logging.getLogger(__name__)
 
-def exception_handler(exc: Exception, context: dict) -> Response | None:
-    """DRF exception handler producing the mqcloud error body."""
+MAX_NAMED_DEPENDENTS = 5
+
+
+class Conflict(exceptions.APIException):
+    """The request conflicts with the current state (e.g. a delete that dependents block)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The request conflicts with the current state."
+    default_code = "conflict"
+
+
+def blocked_delete_message(exc: ProtectedError | RestrictedError) -> str:
+    """Which objects keep the delete from happening, in one sentence."""
+    objects = list(
+        exc.protected_objects if isinstance(exc, ProtectedError) else exc.restricted_objects
+    )
+    kinds = sorted({str(obj._meta.verbose_name_plural) for obj in objects})
+    named = ", ".join(str(obj) for obj in objects[:MAX_NAMED_DEPENDENTS])
+    more = (
+        f" and {len(objects) - MAX_NAMED_DEPENDENTS} more"
+        if len(objects) > MAX_NAMED_DEPENDENTS
+        else ""
+    )
+    return f"Cannot delete: {len(objects)} dependent {' and '.join(kinds)} ({named}{more}) refer to it; remove them first."
+
+
+def _as_api_exception(exc: Exception) -> Exception:
+    """Django and database exceptions a view may raise, as the API exception they mean."""
     if isinstance(exc, DjangoValidationError):
-        exc = exceptions.ValidationError(as_serializer_error(exc))
+        return exceptions.ValidationError(as_serializer_error(exc))
+    if isinstance(exc, ProtectedError | RestrictedError):
+        return Conflict(blocked_delete_message(exc))
+    if isinstance(exc, IntegrityError):
+        return Conflict("The change conflicts with existing data (a unique or related value).")
+    if isinstance(exc, DataError):
+        return exceptions.ValidationError(
+            {"non_field_errors": ["A value is not storable (a NUL character, or out of range)."]}
+        )
+    return exc
+
+
+def exception_handler(exc: Exception, context: dict) -> Response:
+    """DRF exception handler producing the mqcloud error body for every exception."""
+    exc = _as_api_exception(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
-        return None
+        view = context.get("view")
+        log.exception("API error in %s", type(view).__name__ if view else "?", exc_info=exc)
+        return Response(
+            {"error": "server_error", "message": "The server failed; the error is logged."},
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
     if isinstance(exc, exceptions.ValidationError):
         detail = exc.detail
         fields = detail if isinstance(detail, dict) else {"non_field_errors": detail}
@@ -54,7 +107,8 @@ class ApiErrorSerializer(serializers.Serializer):
 
     # For the schema only: exception_handler builds the body.
     error = serializers.CharField(
-        help_text="What failed: invalid, not_authenticated, permission_denied, not_found, …"
+        help_text="What failed: invalid, not_authenticated, permission_denied, not_found,"
+        " conflict, throttled, server_error, …"
     )
     message = serializers.CharField(help_text="What went wrong, in one sentence.")
     fields = serializers.DictField(
@@ -66,9 +120,12 @@ class ApiErrorSerializer(serializers.Serializer):
 
 ERROR_DESCRIPTIONS = {
     400: "Invalid input; `fields` names each field's problems.",
-    401: "No valid API token.",
-    403: "The caller's role does not allow this.",
+    401: "No valid API token (or console session).",
+    403: "The caller's role (or a read-only token) does not allow this.",
     404: "No such object among those the caller may see.",
+    405: "The operation does not take this method.",
+    409: "The request conflicts with the current state (e.g. dependents block a delete).",
+    503: "The message store did not answer.",
 }
 
 

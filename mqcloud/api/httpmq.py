@@ -4,7 +4,11 @@ Consumer configuration, unregistration and progress are operator actions: the ca
 authenticates with a REST API token of a console user who may manage the consumer (a
 member of its app's team, or a platform admin), every change lands in the audit trail,
 and configuration is the catalog's consumer policy itself, so a change made here or in
-the console reaches every broker and web process within a second.
+the console reaches every broker and HTTP-MQ process within a second.
+
+They need the console's database, so they are served here, under ``/api/v1/httpmq/…``;
+clients call them on the HTTP-MQ service (``/mq/config/…`` and so on), which relays them
+unchanged (``proxy/httpmq/relay.py``). The answers are HTTP-MQ envelopes.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 
 from brokers.engine import EngineError, PartitionProgress
 from brokers.models import ConsumerPolicy
@@ -25,8 +29,8 @@ from mqcloud.api.authentication import ApiTokenAuthentication
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.approvals.services import record
 from mqcloud.engine_access import engine_session
-from proxy.envelope import ProxyError, bad_parameter, envelope, ok
-from proxy.messages import broker_name, parse_message_id
+from proxy.httpmq.envelope import ProxyError, Reply, bad_parameter, envelope, ok
+from proxy.httpmq.messages import broker_name, parse_message_id
 
 DEFAULT_LIMIT_RATE = 1024
 RANGES = {
@@ -46,6 +50,8 @@ def _operator(request: HttpRequest) -> AbstractBaseUser:
         found = ApiTokenAuthentication().authenticate(request)
     except AuthenticationFailed as exc:
         raise ProxyError(401, "UNAUTHENTICATED", str(exc.detail)) from None
+    except PermissionDenied as exc:  # a read-only token on a change
+        raise ProxyError(403, "FORBIDDEN", str(exc.detail)) from None
     if found is None:
         raise ProxyError(401, "UNAUTHENTICATED", "console token missing: Authorization: Bearer")
     return found[0]
@@ -60,8 +66,15 @@ def _managed_policy(user: AbstractBaseUser, name: str) -> ConsumerPolicy:
     return policy
 
 
+def _response(reply: Reply) -> HttpResponse:
+    response = HttpResponse(reply.body, status=reply.status)
+    for name, value in reply.headers:
+        response[name.decode("latin-1")] = value.decode("latin-1")
+    return response
+
+
 def console_endpoint(
-    handler: Callable[[HttpRequest, AbstractBaseUser], Awaitable[HttpResponse]],
+    handler: Callable[[HttpRequest, AbstractBaseUser], Awaitable[Reply]],
 ) -> Callable[..., Awaitable[HttpResponse]]:
     """Authenticate the console token and turn failures into HTTP-MQ envelopes."""
 
@@ -69,12 +82,14 @@ def console_endpoint(
     async def view(request: HttpRequest, **kwargs: str) -> HttpResponse:
         try:
             user = await sync_to_async(_operator)(request)
-            return await handler(request, user, **kwargs)
+            return _response(await handler(request, user, **kwargs))
         except ProxyError as exc:
-            return exc.response()
+            return _response(exc.reply())
         except EngineError as exc:
-            return envelope(
-                503 if exc.code == "UNAVAILABLE" else 400, message=str(exc), error=exc.code
+            return _response(
+                envelope(
+                    503 if exc.code == "UNAVAILABLE" else 400, message=str(exc), error=exc.code
+                )
             )
 
     view.__name__ = handler.__name__

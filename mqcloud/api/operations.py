@@ -1,7 +1,10 @@
-"""API of the operations the console runs directly on a consumer's messages.
+"""API of consumers: the list with lag, and the operations the console runs directly on a
+consumer's messages.
 
-``/api/v1/consumers/{name}/``: per-partition progress, the retry and dead-letter lists, and
-retry-now, skip and purge (team admins, audited) — what the consumer and retry pages offer.
+``/api/v1/consumers/``: the caller's consumers with total lag, oldest unacked age and
+state, sortable by lag (the console's consumer list). ``/api/v1/consumers/{name}/``: the
+same for one, per-partition progress, the retry and dead-letter lists, and retry-now, skip
+and purge (team admins, audited) — what the consumer and retry pages offer.
 Resending dead letters and moving offsets change the cluster, so they are applications
 (kinds ``dlq_resend``, ``offset_reset``, ``skip_backlog``).
 """
@@ -17,10 +20,12 @@ from rest_framework import exceptions, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 
 from brokers.models import ConsumerPolicy
+from mqcloud.api.query import validated_query
 from mqcloud.approvals.services import record
-from mqcloud.console import access, engine_calls
+from mqcloud.console import access, engine_calls, lag
 
 MAX_PAGE = 500
 
@@ -39,6 +44,48 @@ class ConsumerRefSerializer(serializers.ModelSerializer):
         model = ConsumerPolicy
         fields = ["name", "topic", "app", "mode", "paused", "rate_limit"]
         read_only_fields = fields
+
+
+class ConsumerLagSerializer(serializers.Serializer):
+    """A consumer as the console's list shows it."""
+
+    name = serializers.CharField(source="consumer.name")
+    topic = serializers.CharField(source="consumer.topic.code")
+    app = serializers.CharField(source="consumer.app.code")
+    team = serializers.CharField(source="consumer.app.team.name")
+    mode = serializers.CharField(source="consumer.mode")
+    paused = serializers.BooleanField(source="consumer.paused")
+    state = serializers.ChoiceField(choices=["running", "paused"])
+    rate_limit = serializers.IntegerField(source="consumer.rate_limit", allow_null=True)
+    lag = serializers.IntegerField(
+        allow_null=True,
+        help_text="Messages stored and not yet acknowledged, over all partitions (the"
+        " consumer page's total lag). Null when the message store did not answer.",
+    )
+    oldest_unacked_age_ms = serializers.IntegerField(
+        allow_null=True,
+        help_text="How long the oldest unacknowledged message has waited; null when none"
+        " waits (or the store did not answer).",
+    )
+    lagging_partitions = serializers.IntegerField(allow_null=True)
+
+
+class ConsumerListQuery(serializers.Serializer):
+    """Query parameters of the consumer list."""
+
+    ordering = serializers.ChoiceField(
+        choices=list(lag.SORTS),
+        required=False,
+        default=lag.DEFAULT_SORT,
+        help_text="name, -name, lag (smallest first) or -lag (largest first).",
+    )
+    search = serializers.CharField(
+        required=False, max_length=200, help_text="Part of the consumer's name."
+    )
+    team = serializers.CharField(required=False, max_length=100, help_text="The app's team.")
+    topic = serializers.CharField(required=False, max_length=255, help_text="Topic code.")
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PAGE, default=50)
+    offset = serializers.IntegerField(required=False, min_value=0, max_value=10**9, default=0)
 
 
 class PartitionProgressSerializer(serializers.Serializer):
@@ -80,12 +127,24 @@ RetryPage = inline_serializer(
     },
 )
 Done = inline_serializer("OperationDone", {"count": serializers.IntegerField()})
-PAGING = [
-    OpenApiParameter("offset", OpenApiTypes.INT, description="Skip this many (default 0)."),
-    OpenApiParameter("limit", OpenApiTypes.INT, description=f"At most {MAX_PAGE} (default 50)."),
-]
+
+
+class PagingQuery(serializers.Serializer):
+    offset = serializers.IntegerField(
+        required=False, min_value=0, max_value=10**9, help_text="Skip this many (default 0)."
+    )
+    limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_PAGE, help_text="At most this many (default 50)."
+    )
+
+
+PAGING = [PagingQuery]
 PROGRESS_PARAMS = [
-    OpenApiParameter("client_id", OpenApiTypes.STR, description="A broadcast consumer's client.")
+    OpenApiParameter(
+        "client_id",
+        OpenApiTypes.STR,
+        description="A broadcast consumer's client (≤ 128 characters).",
+    )
 ]
 
 
@@ -94,15 +153,6 @@ def _engine(call):
         return call()
     except engine_calls.EngineUnavailable as exc:
         raise EngineUnavailableError(str(exc)) from None
-
-
-def _int_param(request: Request, name: str, default: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or int(raw) > high:
-        raise exceptions.ValidationError({name: f"A whole number from 0 to {high}."})
-    return int(raw)
 
 
 class ConsumerOperationsViewSet(viewsets.GenericViewSet):
@@ -115,6 +165,40 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
 
     def get_queryset(self) -> QuerySet[ConsumerPolicy]:
         return access.consumers_for(self.request.user)
+
+    @extend_schema(parameters=[ConsumerListQuery], responses=ConsumerLagSerializer(many=True))
+    def list(self, request: Request) -> Response:
+        """The caller's consumers with lag, oldest unacked age and state (every consumer
+        for platform admins); ``ordering=-lag`` puts the furthest behind first."""
+        q = validated_query(ConsumerListQuery, request)
+        consumers = self.get_queryset()
+        if "search" in q:
+            consumers = consumers.filter(name__icontains=q["search"])
+        if "team" in q:
+            consumers = consumers.filter(app__team__name=q["team"])
+        if "topic" in q:
+            consumers = consumers.filter(topic__code=q["topic"])
+        page = lag.consumer_page(
+            consumers, sort=q["ordering"], offset=q["offset"], limit=q["limit"]
+        )
+        url = request.build_absolute_uri()
+        after, before = q["offset"] + q["limit"], q["offset"] - q["limit"]
+        return Response(
+            {
+                "count": page.total,
+                "next": replace_query_param(url, "offset", after) if after < page.total else None,
+                "previous": (
+                    None if q["offset"] == 0 else replace_query_param(url, "offset", max(before, 0))
+                ),
+                "results": ConsumerLagSerializer(page.rows, many=True).data,
+            }
+        )
+
+    @extend_schema(responses=ConsumerLagSerializer)
+    def retrieve(self, request: Request, name: str | None = None) -> Response:
+        """One consumer with its lag, oldest unacked age and state."""
+        rows, _ = lag.measure([self.get_object()])
+        return Response(ConsumerLagSerializer(rows[0]).data)
 
     def _act(self, which: str, verb: str, ids: list[int]) -> Response:
         consumer = self.get_object()
@@ -142,8 +226,8 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
 
     def _page(self, request: Request, which: str) -> Response:
         consumer = self.get_object()
-        offset = _int_param(request, "offset", 0, 10**9)
-        limit = _int_param(request, "limit", 50, MAX_PAGE) or 50
+        q = validated_query(PagingQuery, request)
+        offset, limit = q.get("offset", 0), q.get("limit", 50)
         rows, retries, dead = _engine(
             lambda: engine_calls.retry_lists(
                 consumer.topic.code, consumer.app.code, which, offset, limit
@@ -158,7 +242,7 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
         )
 
     @extend_schema(parameters=PROGRESS_PARAMS, responses=PartitionProgressSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def progress(self, request: Request, name: str | None = None) -> Response:
         """Per partition: min/max/ack index, lag, lock owner and expiry, last access."""
         consumer = self.get_object()

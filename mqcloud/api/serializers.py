@@ -20,6 +20,7 @@ from brokers.models import (
 )
 from brokers.topology import create_partition_groups
 from mqcloud.api.scoping import is_platform_admin, user_teams
+from mqcloud.console.lag import RATE_MINUTES
 from mqcloud.zbus_access import OPEN_HELP
 
 RESERVED_HELP = (
@@ -128,6 +129,10 @@ class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
     )
     zbus_token_set = serializers.SerializerMethodField()
     zbus_open = serializers.SerializerMethodField(help_text=OPEN_HELP)
+    produce_rate_per_s = serializers.SerializerMethodField(
+        help_text=f"Messages per second produced over the last {RATE_MINUTES} whole minutes"
+        " (lists and single topics; null when the message store did not answer)."
+    )
 
     class Meta:
         model = Topic
@@ -152,6 +157,7 @@ class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "zbus_token",
             "zbus_token_set",
             "zbus_open",
+            "produce_rate_per_s",
             "creator",
             "description",
             "created_at",
@@ -167,6 +173,12 @@ class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
         """From the viewset's ``zbus_open`` annotation; one query for a lone topic."""
         annotated = getattr(obj, "zbus_open", None)
         return bool(annotated) if annotated is not None else anonymous.is_open(obj)
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_produce_rate_per_s(self, obj: Topic) -> float | None:
+        """From the view's batched rates (``context['rates']``), else null."""
+        rate = self.context.get("rates", {}).get(obj.code)
+        return round(rate, 3) if rate is not None else None
 
     def validate(self, attrs: dict) -> dict:
         if self.instance is not None:

@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from mqcloud.api import approvals, operations, views
+from mqcloud.api import approvals, operations, token_views, views
 
 router = DefaultRouter()
 router.register("teams", views.TeamViewSet, basename="team")
@@ -18,6 +18,7 @@ router.register("applications", approvals.ApplicationViewSet, basename="applicat
 router.register("audit-events", approvals.AuditEventViewSet, basename="auditevent")
 router.register("notifications", approvals.NotificationViewSet, basename="notification")
 router.register("consumers", operations.ConsumerOperationsViewSet, basename="consumer")
+router.register("api-tokens", token_views.ApiTokenViewSet, basename="apitoken")
 
 approval_settings = approvals.ApprovalSettingsView.as_view(
     {"get": "retrieve", "put": "update", "patch": "partial_update"}

@@ -13,8 +13,10 @@ from rest_framework.serializers import BaseSerializer
 
 from brokers.anonymous import with_open_flag
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
+from mqcloud.api import messages
 from mqcloud.api import serializers as s
 from mqcloud.api.errors import error_responses
+from mqcloud.api.query import validated_query
 from mqcloud.api.scoping import (
     AdminWritesOnly,
     TeamAdminWrites,
@@ -23,6 +25,7 @@ from mqcloud.api.scoping import (
     user_teams,
 )
 from mqcloud.approvals.services import record
+from mqcloud.console import lag
 
 NO_ANONYMOUS_TOKENS = (
     "An anonymous app has no tokens: token-less clients act as it on its team's topics"
@@ -63,7 +66,7 @@ class ClusterViewSet(viewsets.ModelViewSet):
 
     queryset = Cluster.objects.all()
     serializer_class = s.ClusterSerializer
-    permission_classes = [AdminWritesOnly]
+    permission_classes = [permissions.IsAuthenticated, AdminWritesOnly]
     filterset_fields = ["name"]
     search_fields = ["name", "description"]
     ordering_fields = ["name", "created_at"]
@@ -74,7 +77,7 @@ class BrokerViewSet(viewsets.ModelViewSet):
 
     queryset = Broker.objects.select_related("cluster")
     serializer_class = s.BrokerSerializer
-    permission_classes = [AdminWritesOnly]
+    permission_classes = [permissions.IsAuthenticated, AdminWritesOnly]
     filterset_fields = ["cluster__name", "status", "readable", "writable", "data_center"]
     search_fields = ["host"]
     ordering_fields = ["id", "host", "weight", "last_heartbeat"]
@@ -148,6 +151,39 @@ class TopicViewSet(TeamScopedViewSet):
     def base_queryset(self) -> QuerySet[Topic]:
         topics = Topic.objects.select_related("cluster", "team").prefetch_related("groups")
         return with_open_flag(topics)
+
+    def get_serializer_context(self) -> dict:
+        return {**super().get_serializer_context(), "rates": getattr(self, "_rates", {})}
+
+    def _measure(self, topics: list[Topic]) -> None:
+        """Produce rates of ``topics`` for the serializer: one batched engine call."""
+        rows, _ = lag.with_rates(topics)
+        self._rates = {r.topic.code: r.per_second for r in rows if r.per_second is not None}
+
+    def list(self, request: Request, *args: object, **kwargs: object) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        self._measure(list(page))
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def retrieve(self, request: Request, *args: object, **kwargs: object) -> Response:
+        topic = self.get_object()
+        self._measure([topic])
+        return Response(self.get_serializer(topic).data)
+
+    @extend_schema(
+        parameters=[messages.MessageQuery],
+        responses={
+            200: messages.StoredMessageSerializer(many=True),
+            **error_responses(400, 401, 404),
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def messages(self, request: Request, code: str | None = None) -> Response:
+        """Stored messages of one partition from an index, as the message browser shows
+        them: every property, the producing protocol, the producer's address."""
+        topic = self.get_object()
+        query = validated_query(messages.MessageQuery, request)
+        return Response(messages.read_messages(topic, query))
 
 
 @extend_schema_view(

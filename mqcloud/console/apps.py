@@ -7,3 +7,6 @@ class ConsoleConfig(AppConfig):
     name = "mqcloud.console"
     label = "console"
     verbose_name = "Console"
+
+    def ready(self) -> None:
+        from mqcloud.console import lockouts  # noqa: F401  (audit receivers of failed logins)

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -17,10 +18,11 @@ from django.views.decorators.http import require_POST
 from brokers.models import ConsumerPolicy
 from mqcloud.approvals.models import Application, Kind
 from mqcloud.approvals.services import record
-from mqcloud.console import access, engine_calls, rollups, topics
+from mqcloud.console import access, engine_calls, lag, rollups, topics
 
 PROGRESS_POLL_S = 2
 RETRY_PAGE = 50
+LIST_PAGE = 50
 ACTIONS = {
     "retry-resend": "resent now",
     "retry-skip": "skipped",
@@ -31,8 +33,36 @@ ACTIONS = {
 
 @login_required
 def consumer_list(request: HttpRequest) -> HttpResponse:
-    consumers = access.consumers_for(request.user).order_by("name")
-    return render(request, "console/consumers.html", {"consumers": consumers})
+    """The user's consumers with lag, oldest unacked age and state; sorted by name or lag,
+    paged, and refreshed by htmx every PROGRESS_POLL_S like the consumer page."""
+    sort = request.GET.get("sort", lag.DEFAULT_SORT)
+    if sort not in lag.SORTS:
+        sort = lag.DEFAULT_SORT
+    consumers = access.consumers_for(request.user)
+    query = request.GET.get("q", "").strip()[:200].replace("\x00", "")
+    if query:
+        consumers = consumers.filter(name__icontains=query)
+    page = Paginator(range(consumers.count()), LIST_PAGE).get_page(request.GET.get("page"))
+    listing = lag.consumer_page(
+        consumers,
+        sort=sort,
+        offset=page.start_index() - 1 if page.paginator.count else 0,
+        limit=LIST_PAGE,
+    )
+    template = "console/partials/consumer_rows.html" if request.htmx else "console/consumers.html"
+    return render(
+        request,
+        template,
+        {
+            "rows": listing.rows,
+            "error": listing.error,
+            "page": page,
+            "sort": sort,
+            "q": query,
+            "poll_s": PROGRESS_POLL_S,
+            "updated": engine_calls.fmt_ms(int(time.time() * 1000)),
+        },
+    )
 
 
 def _check_which(which: str) -> None:

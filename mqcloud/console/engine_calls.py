@@ -18,10 +18,13 @@ from brokers.engine import (
     Delivery,
     Engine,
     EngineError,
+    GroupLag,
     MinuteTraffic,
     PartitionProgress,
     RetryRecord,
+    TopicRate,
 )
+from mqcloud.console.message_properties import message_properties, producing_protocol
 from mqcloud.engine_access import engine_session
 from pipeline import ids
 from pipeline.ids import MessageId
@@ -74,7 +77,10 @@ class MessageRow:
     size: int
     body_preview: str
     body_is_text: bool
-    attributes: dict[str, str] = field(default_factory=dict)
+    protocol: str = ""
+    """The protocol that produced it (``message_properties.PROTOCOLS``)."""
+    properties: dict[str, str] = field(default_factory=dict)
+    """Every property it carries: JMQ4 attributes, zbus and VibeMQ headers, HTTP-MQ keys."""
     item_ids: tuple[str, ...] = ()
 
 
@@ -110,7 +116,8 @@ def to_row(delivery: Delivery) -> MessageRow:
         size=msg.size,
         body_preview=body,
         body_is_text=is_text,
-        attributes=dict(msg.attributes),
+        protocol=producing_protocol(msg),
+        properties=message_properties(msg),
         item_ids=item_ids,
     )
 
@@ -281,3 +288,13 @@ def retry_action(topic: str, app: str, action: str, ids: Sequence[int]) -> int:
     if action not in calls:
         raise ValueError(f"unknown action {action!r}")
     return run(calls[action])
+
+
+def group_lags(groups: Sequence[tuple[str, str]]) -> dict[tuple[str, str], GroupLag]:
+    """Lag of many consumer groups ``(topic, app)`` in two round trips."""
+    return run(lambda e: e.group_lags(groups))
+
+
+def produce_rates(topics: Sequence[str], minutes: int) -> dict[str, TopicRate]:
+    """Messages produced to each topic in the last ``minutes`` whole minutes."""
+    return run(lambda e: e.produce_rates(topics, minutes=minutes))

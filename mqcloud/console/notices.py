@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -31,10 +32,11 @@ def notifications_read(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def audit(request: HttpRequest) -> HttpResponse:
-    """The audit trail of the user's teams (everything for platform admins)."""
+    """The audit trail of the user's teams and of the user's own actions (everything for
+    platform admins)."""
     rows = AuditEvent.objects.select_related("actor", "team", "application")
     if not access.is_platform_admin(request.user):
-        rows = rows.filter(team__in=access.user_teams(request.user))
+        rows = rows.filter(Q(team__in=access.user_teams(request.user)) | Q(actor=request.user))
     target = request.GET.get("target", "").strip()[:300]
     if target:
         rows = rows.filter(target__icontains=target)

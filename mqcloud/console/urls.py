@@ -9,9 +9,11 @@ from mqcloud.console import (
     clusters,
     consumers,
     dashboard,
+    lockouts,
     messages,
     notices,
     pipeline,
+    tokens,
     topics,
     vibemq,
 )
@@ -77,4 +79,8 @@ urlpatterns = [
     path("pipeline/trace/", pipeline.trace_new, name="trace"),
     path("pipeline/trace/<int:pk>/", pipeline.trace_result, name="trace-result"),
     path("vibemq/", vibemq.vibemq_live, name="vibemq"),
+    path("tokens/", tokens.token_list, name="tokens"),
+    path("lockouts/", lockouts.lockout_list, name="lockouts"),
+    path("lockouts/<int:pk>/unlock/", lockouts.lockout_unlock, name="lockout-unlock"),
+    path("tokens/<int:pk>/revoke/", tokens.token_revoke, name="token-revoke"),
 ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import httpx
 import pytest
 import redis
 import redis.asyncio as aioredis
+import websockets
 from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 
@@ -268,8 +270,8 @@ async def store(catalog: Catalog, redis_url: str) -> AsyncIterator[Store]:
 
 @pytest.fixture(scope="session")
 def web_url(django_db_setup, tmp_path_factory) -> Iterator[str]:
-    """One live daphne (HTTP-MQ and VibeMQ over WebSocket) on the session's test database
-    and Redis; its output goes to web.log in the session's temp dir."""
+    """One live daphne (VibeMQ over WebSocket) on the session's test database and Redis;
+    its output goes to web.log in the session's temp dir."""
     from tests.httpmq.conftest import start_daphne, stop
     from tests.redis_fixtures import require_test_session
 
@@ -280,34 +282,67 @@ def web_url(django_db_setup, tmp_path_factory) -> Iterator[str]:
     stop(proc)
 
 
-@pytest.fixture
-async def web(web_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=web_url, timeout=10) as client:
-        yield client
-
-
-def seen_by_web(web: httpx.AsyncClient, catalog: Catalog) -> Seen:
-    """:data:`Seen` for the web process: an HTTP-MQ fetch with the token answers 401 while
-    the token is unknown there and 403 (the token's app does not own the owner's consumer)
-    once it is known; neither reads nor locks anything."""
+def seen_by_websocket(ws_url: str) -> Seen:
+    """:data:`Seen` for the web process's VibeMQ over WebSocket: ``connect`` with the
+    token is refused while the token is unknown there and acknowledged once it is known."""
 
     async def seen(token: str) -> None:
         async def known() -> bool:
-            r = await web.get(
-                "/mq/message",
-                params={"topic": catalog.topic, "consumer": catalog.consumer},
-                headers={"Authorization": f"Bearer {token}"},
-            )
-            return r.status_code == 403
+            async with websockets.connect(ws_url, subprotocols=["vibemq"]) as ws:
+                frame = {"id": "seen", "type": "connect", "headers": {"authToken": token}}
+                await ws.send(json.dumps(frame))
+                return json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connectAck"
 
         await until(known, what="the web process to see the catalog change")
 
     return seen
 
 
+# ---------------------------------------------------------------------- the HTTP-MQ service
+
+
+@pytest.fixture(scope="session")
+def mq_url(django_db_setup, tmp_path_factory) -> Iterator[str]:
+    """One live HTTP-MQ service (``manage.py runproxy``) on the session's Redis; its
+    output goes to proxy.log in the session's temp dir."""
+    from tests.httpmq.conftest import start_proxy, stop
+    from tests.redis_fixtures import require_test_session
+
+    require_test_session()
+    port = free_port()
+    proc = start_proxy(port, tmp_path_factory.mktemp("access-mq") / "proxy.log")
+    yield f"http://127.0.0.1:{port}"
+    stop(proc)
+
+
 @pytest.fixture
-async def web_seen(web: httpx.AsyncClient, catalog: Catalog) -> Seen:
-    """:data:`Seen` for the web process, after it has this test's catalog."""
-    seen = seen_by_web(web, catalog)
+async def mq(mq_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=mq_url, timeout=10) as client:
+        yield client
+
+
+def seen_by_mq(mq: httpx.AsyncClient, catalog: Catalog) -> Seen:
+    """:data:`Seen` for the HTTP-MQ service: a fetch with the token answers 401 while the
+    token is unknown there and 403 (the token's app does not own the owner's consumer)
+    once it is known; neither reads nor locks anything."""
+
+    async def seen(token: str) -> None:
+        async def known() -> bool:
+            r = await mq.get(
+                "/mq/message",
+                params={"topic": catalog.topic, "consumer": catalog.consumer},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            return r.status_code == 403
+
+        await until(known, what="the HTTP-MQ service to see the catalog change")
+
+    return seen
+
+
+@pytest.fixture
+async def mq_seen(mq: httpx.AsyncClient, catalog: Catalog) -> Seen:
+    """:data:`Seen` for the HTTP-MQ service, after it has this test's catalog."""
+    seen = seen_by_mq(mq, catalog)
     await seen(catalog.marker_token)
     return seen

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 import websockets
 
@@ -31,7 +30,7 @@ from tests.access.conftest import (
     Store,
     change,
     seen_by,
-    seen_by_web,
+    seen_by_websocket,
     until,
 )
 from tests.vibemq.conftest import Broker, Raw
@@ -109,7 +108,6 @@ async def vibemq(
 ) -> AsyncIterator[Endpoint]:
     opened: list[Conn] = []
     broker: Broker | None = None
-    web: httpx.AsyncClient | None = None
     if request.param == "tcp":
         broker = Broker(1, redis_url)
         await broker.start()
@@ -123,10 +121,9 @@ async def vibemq(
         seen = seen_by(broker.watcher)
     else:
         web_url = request.getfixturevalue("web_url")  # a session fixture: sync
-        web = httpx.AsyncClient(base_url=web_url, timeout=10)
-        seen = seen_by_web(web, catalog)
-        await seen(catalog.marker_token)  # the web process has this test's catalog
         url = web_url.replace("http://", "ws://") + "/ws/vibemq"
+        seen = seen_by_websocket(url)
+        await seen(catalog.marker_token)  # the web process has this test's catalog
 
         async def open_conn() -> Conn:
             conn = WsConn(await websockets.connect(url, subprotocols=["vibemq"]))
@@ -140,8 +137,6 @@ async def vibemq(
             await conn.close()
         if broker is not None:
             await broker.stop()
-        if web is not None:
-            await web.aclose()
 
 
 async def session(vibemq: Endpoint, token: str) -> Conn:

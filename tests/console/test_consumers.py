@@ -43,6 +43,18 @@ def test_consumer_page_offers_actions_to_owners_only(client, world):
     assert client.get("/consumers/shop.orders/").status_code == 200
 
 
+def test_consumer_page_says_where_http_mq_lives(client, world, settings):
+    from brokers.models import ConsumerPolicy
+
+    settings.HTTPMQ_PUBLIC_URL = "http://mq.example:8081/"
+    ConsumerPolicy.objects.filter(name="shop.orders").update(http_enabled=True)
+    client.force_login(world.alice)
+    page = client.get("/consumers/shop.orders/").content.decode()
+    assert "http://mq.example:8081/mq/message?topic=orders&amp;consumer=shop.orders" in page
+    ConsumerPolicy.objects.filter(name="shop.orders").update(http_enabled=False)
+    assert 'id="httpmq-help"' not in client.get("/consumers/shop.orders/").content.decode()
+
+
 def test_message_browser_by_index_business_id_and_time(client, world):
     now = int(time.time() * 1000)
 

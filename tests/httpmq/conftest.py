@@ -1,4 +1,9 @@
-"""A live daphne (the web process) for HTTP-MQ tests, and a catalog to aim at."""
+"""Live HTTP-MQ services (``manage.py runproxy``) and a web process for HTTP-MQ tests, and
+a catalog to aim at.
+
+Every service runs as a real process on a free loopback port, on the session's Redis and
+test database, and is stopped by its PID.
+"""
 
 from __future__ import annotations
 
@@ -54,6 +59,27 @@ def start_daphne(port: int, log: Path, **extra_env: str) -> subprocess.Popen:
     return proc
 
 
+def start_proxy(port: int, log: Path, console_url: str = "", **extra_env: str) -> subprocess.Popen:
+    """``manage.py runproxy`` (one process) on ``port``; ``HTTPMQ_*`` settings in
+    ``extra_env``; returns once it accepts connections (its catalog is loaded by then)."""
+    env = {
+        **os.environ,
+        "DEBUG": "false",
+        "HTTPMQ_CONSOLE_URL": console_url or f"http://127.0.0.1:{free_port()}",
+        **extra_env,
+    }
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "runproxy", "--port", str(port), "--processes", "1"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    wait_for_port(port, timeout=30)
+    return proc
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
@@ -64,27 +90,31 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="session")
-def web_urls(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[list[str]]:
-    """Two web processes on the session's Redis and test database (statelessness is tested
-    across them); their output goes to web-*.log in the session's temp dir."""
+def mq_urls(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[list[str]]:
+    """Two HTTP-MQ services on the session's Redis (statelessness is tested across them)
+    and the web process they relay console-token endpoints to, on the test database;
+    their output goes to *.log in the session's temp dir."""
     from tests.redis_fixtures import require_test_session
 
     require_test_session()
-    logs = tmp_path_factory.mktemp("web")
-    ports = [free_port(), free_port()]
-    # The second process trusts the loopback peer as a proxy (X-Forwarded-For tests).
+    logs = tmp_path_factory.mktemp("httpmq")
+    web_port, ports = free_port(), [free_port(), free_port()]
+    web = start_daphne(web_port, logs / "web.log")
+    console = f"http://127.0.0.1:{web_port}"
+    # The second service trusts the loopback peer as a proxy (X-Forwarded-For tests).
     procs = [
-        start_daphne(ports[0], logs / "web-0.log"),
-        start_daphne(ports[1], logs / "web-1.log", HTTPMQ_TRUSTED_PROXIES="127.0.0.1"),
+        start_proxy(ports[0], logs / "proxy-0.log", console),
+        start_proxy(ports[1], logs / "proxy-1.log", console, HTTPMQ_TRUSTED_PROXIES="127.0.0.1"),
     ]
     yield [f"http://127.0.0.1:{port}" for port in ports]
-    for proc in procs:
+    for proc in [*procs, web]:
         stop(proc)
 
 
 @pytest.fixture
-def web(web_urls) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=web_urls[0], timeout=20) as client:
+def mq(mq_urls) -> Iterator[httpx.Client]:
+    """A client of the first HTTP-MQ service."""
+    with httpx.Client(base_url=mq_urls[0], timeout=20) as client:
         yield client
 
 
@@ -132,7 +162,7 @@ def make_catalog(
 
 
 def wait_known(client: httpx.Client, setup: Setup, *, producer_only: bool = False) -> None:
-    """Wait until the web process has the snapshot naming ``setup`` (well under 1 s)."""
+    """Wait until the HTTP-MQ service has the snapshot naming ``setup`` (well under 1 s)."""
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         if producer_only:
@@ -150,4 +180,4 @@ def wait_known(client: httpx.Client, setup: Setup, *, producer_only: bool = Fals
         if r.status_code != 404:
             return
         time.sleep(0.02)
-    raise AssertionError("web process never saw the catalog change")
+    raise AssertionError("the HTTP-MQ service never saw the catalog change")

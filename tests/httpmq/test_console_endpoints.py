@@ -27,29 +27,29 @@ def member_of(s, username: str) -> str:
     return factories.token_for(user)
 
 
-def post_config(web, token: str, body: dict) -> httpx.Response:
-    return web.post(
+def post_config(mq, token: str, body: dict) -> httpx.Response:
+    return mq.post(
         "/mq/consumer/config",
         content=orjson.dumps(body),
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
     )
 
 
-def test_config_read_and_change_reach_the_proxy(web):
+def test_config_read_and_change_reach_the_proxy(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
+    wait_known(mq, s)
     console = member_of(s, "ops1")
-    r = web.get(f"/mq/config/{s.consumer}", headers={"Authorization": f"Bearer {console}"})
+    r = mq.get(f"/mq/config/{s.consumer}", headers={"Authorization": f"Bearer {console}"})
     assert r.status_code == 200
     config = r.json()["result"]
     assert config["messageModel"] == "CLUSTERING" and config["pause"] is False
     assert config["maxPullSize"] == 32 and config["rateLimitEnabled"] is False
 
-    r = post_config(web, console, {"consumer": s.consumer, "pause": 1, "maxPullSize": 5})
+    r = post_config(mq, console, {"consumer": s.consumer, "pause": 1, "maxPullSize": 5})
     assert r.status_code == 200 and r.json()["status"] == 201
     deadline = time.monotonic() + 1.0
     while True:
-        body = web.get(
+        body = mq.get(
             "/mq/message", params={"topic": s.topic, "consumer": s.consumer}, headers=app_headers(s)
         ).json()["result"]
         if body["status"] == "PAUSED":
@@ -73,44 +73,44 @@ def test_config_read_and_change_reach_the_proxy(web):
         {"maxPullSize": "10"},
     ],
 )
-def test_config_out_of_range_is_400(web, body):
+def test_config_out_of_range_is_400(mq, body):
     s = make_catalog(partitions=1)
     console = member_of(s, f"ops-{len(body)}-{next(iter(body))}")
-    r = post_config(web, console, {"consumer": s.consumer, **body})
+    r = post_config(mq, console, {"consumer": s.consumer, **body})
     assert r.status_code == 400 and r.json()["error"] == "BAD_PARAMETER"
     assert ConsumerPolicy.objects.get(name=s.consumer).batch_size == 32
 
 
-def test_console_endpoints_need_a_console_token(web):
+def test_console_endpoints_need_a_console_token(mq):
     s = make_catalog(partitions=1)
     outsider = factories.token_for(factories.user("outsider"))
-    assert web.get(f"/mq/config/{s.consumer}").status_code == 401
-    app_token = web.get(f"/mq/config/{s.consumer}", headers=app_headers(s))
+    assert mq.get(f"/mq/config/{s.consumer}").status_code == 401
+    app_token = mq.get(f"/mq/config/{s.consumer}", headers=app_headers(s))
     assert app_token.status_code == 401  # an app token is not a console token
-    r = web.get(f"/mq/config/{s.consumer}", headers={"Authorization": f"Bearer {outsider}"})
+    r = mq.get(f"/mq/config/{s.consumer}", headers={"Authorization": f"Bearer {outsider}"})
     assert r.status_code == 403
     admin = factories.token_for(factories.user("boss", admin=True))
     assert (
-        web.get("/mq/config/nope", headers={"Authorization": f"Bearer {admin}"}).status_code == 404
+        mq.get("/mq/config/nope", headers={"Authorization": f"Bearer {admin}"}).status_code == 404
     )
 
 
-def test_reset_by_timestamp_replays(web):
+def test_reset_by_timestamp_replays(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
+    wait_known(mq, s)
     for text in ("a", "b"):
-        web.post(
+        mq.post(
             "/mq/produce", data={"producer": s.producer, "message": text}, headers=app_headers(s)
         )
     params = {"topic": s.topic, "consumer": s.consumer}
-    body = web.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
-    web.get("/mq/ack", params={**params, "requestId": body["requestId"]}, headers=app_headers(s))
+    body = mq.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    mq.get("/mq/ack", params={**params, "requestId": body["requestId"]}, headers=app_headers(s))
     console = member_of(s, "ops2")
-    r = post_config(web, console, {"consumer": s.consumer, "resetOffsetTimestamp": 0})
+    r = post_config(mq, console, {"consumer": s.consumer, "resetOffsetTimestamp": 0})
     assert r.status_code == 200
-    again = web.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    again = mq.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
     assert [m["message"] for m in again["msgList"]] == ["a", "b"]
-    offsets = web.get(
+    offsets = mq.get(
         "/mq/clustering/queue/offset",
         params={"consumer": s.consumer},
         headers={"Authorization": f"Bearer {console}"},
@@ -119,11 +119,11 @@ def test_reset_by_timestamp_replays(web):
     assert offsets[0]["lockTimestamp"] > 0
 
 
-def test_unregister_stops_http_service(web):
+def test_unregister_stops_http_service(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
+    wait_known(mq, s)
     console = member_of(s, "ops3")
-    r = web.post(
+    r = mq.post(
         "/mq/unregister",
         params={"consumer": s.consumer},
         headers={"Authorization": f"Bearer {console}"},
@@ -131,7 +131,7 @@ def test_unregister_stops_http_service(web):
     assert r.status_code == 200
     deadline = time.monotonic() + 1.0
     while (
-        web.get(
+        mq.get(
             "/mq/message", params={"topic": s.topic, "consumer": s.consumer}, headers=app_headers(s)
         ).status_code
         != 404
@@ -140,24 +140,24 @@ def test_unregister_stops_http_service(web):
         time.sleep(0.05)
 
 
-def test_broadcast_offsets_per_client(web):
+def test_broadcast_offsets_per_client(mq):
     s = make_catalog(partitions=1, broadcast=True)
-    wait_known(web, s)
-    web.post("/mq/produce", data={"producer": s.producer, "message": "x"}, headers=app_headers(s))
+    wait_known(mq, s)
+    mq.post("/mq/produce", data={"producer": s.producer, "message": "x"}, headers=app_headers(s))
     for client in ("c1", "c2"):
-        web.get(
+        mq.get(
             "/mq/message",
             params={"topic": s.topic, "consumer": s.consumer, "clientId": client},
             headers=app_headers(s),
         )
     console = member_of(s, "ops4")
-    result = web.get(
+    result = mq.get(
         "/mq/broadcast/queue/offset",
         params={"consumer": s.consumer},
         headers={"Authorization": f"Bearer {console}"},
     ).json()["result"]
     assert set(result) == {"c1", "c2"}
-    wrong = web.get(
+    wrong = mq.get(
         "/mq/clustering/queue/offset",
         params={"consumer": s.consumer},
         headers={"Authorization": f"Bearer {console}"},
@@ -166,27 +166,27 @@ def test_broadcast_offsets_per_client(web):
     assert Team.objects.exists()
 
 
-def test_resend_reaches_the_next_fetch_once(web):
+def test_resend_reaches_the_next_fetch_once(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
-    sent = web.post(
+    wait_known(mq, s)
+    sent = mq.post(
         "/mq/produce",
         data={"producer": s.producer, "message": "again please"},
         headers=app_headers(s),
     ).json()["result"]
     params = {"topic": s.topic, "consumer": s.consumer}
-    body = web.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
-    web.get("/mq/ack", params={**params, "requestId": body["requestId"]}, headers=app_headers(s))
+    body = mq.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    mq.get("/mq/ack", params={**params, "requestId": body["requestId"]}, headers=app_headers(s))
     console = member_of(s, "ops5")
     bad = post_config(
-        web, console, {"consumer": s.consumer, "retryMsgId": "f" * 32, "maxPullSize": 7}
+        mq, console, {"consumer": s.consumer, "retryMsgId": "f" * 32, "maxPullSize": 7}
     )
     assert bad.status_code == 400
     assert ConsumerPolicy.objects.get(name=s.consumer).batch_size == 32  # nothing applied
-    r = post_config(web, console, {"consumer": s.consumer, "retryMsgId": sent["msgId"]})
+    r = post_config(mq, console, {"consumer": s.consumer, "retryMsgId": sent["msgId"]})
     assert r.status_code == 200
-    first = web.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    first = mq.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
     assert [m["message"] for m in first["retryMsgList"]] == ["again please"]
     assert first["retryMsgList"][0]["messageId"] == sent["msgId"]
-    second = web.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    second = mq.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
     assert second["retryMsgListSize"] == 0

@@ -1,4 +1,5 @@
-"""HTTP-MQ endpoints against a live daphne: produce, fetch, ack, unlock, broadcast, errors."""
+"""HTTP-MQ endpoints against a live service (runproxy): produce, fetch, ack, unlock,
+broadcast, errors."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 from brokers.catalog_loader import publish
 from brokers.models import ConsumerPolicy, ProducerPolicy
-from proxy.request_id import RequestId
+from mqcloud.console import engine_calls
+from proxy.httpmq.request_id import RequestId
 from tests.httpmq.conftest import make_catalog, wait_known
 
 pytestmark = pytest.mark.django_db
@@ -20,30 +22,30 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def produce(web, s, text: str, **extra):
-    return web.post(
+def produce(mq, s, text: str, **extra):
+    return mq.post(
         "/mq/produce",
         data={"producer": s.producer, "message": text, **extra},
         headers=auth(s.token),
     )
 
 
-def fetch(web, s, **extra):
-    return web.get(
+def fetch(mq, s, **extra):
+    return mq.get(
         "/mq/message",
         params={"topic": s.topic, "consumer": s.consumer, **extra},
         headers=auth(s.token),
     )
 
 
-def drain(web, s, **extra) -> list[str]:
+def drain(mq, s, **extra) -> list[str]:
     """Fetch (acking each batch with the next call) until nothing is left."""
     got, rid = [], None
     for _ in range(50):
         params = dict(extra)
         if rid:
             params["requestId"] = rid
-        body = fetch(web, s, **params).json()["result"]
+        body = fetch(mq, s, **params).json()["result"]
         got += [m["message"] for m in body.get("msgList", [])]
         rid = body.get("requestId")
         if body["status"] == "NO_NEW_MSG" and body["msgListSize"] == 0 and not rid:
@@ -51,15 +53,15 @@ def drain(web, s, **extra) -> list[str]:
     return got
 
 
-def test_produce_fetch_ack_flow(web):
+def test_produce_fetch_ack_flow(mq):
     s = make_catalog()
-    wait_known(web, s)
-    response = produce(web, s, "hello", keys="order-1")
+    wait_known(mq, s)
+    response = produce(mq, s, "hello", keys="order-1")
     assert response.status_code == 200
     result = response.json()["result"]
     assert result["sendStatus"] == "SEND_OK" and len(result["msgId"]) == 32
     assert result["messageQueue"]["topic"] == s.topic
-    first = fetch(web, s).json()
+    first = fetch(mq, s).json()
     assert first["status"] == 200
     body = first["result"]
     assert body["status"] == "FOUND"
@@ -68,17 +70,17 @@ def test_produce_fetch_ack_flow(web):
     rid = RequestId.decode(body["requestId"])
     assert (rid.queue, rid.offset, rid.next_offset) == (result["messageQueue"]["queueId"], 0, 1)
     assert body["queueInfo"]["messageQueue"]["queueId"] == rid.queue
-    acked = fetch(web, s, requestId=body["requestId"]).json()["result"]
+    acked = fetch(mq, s, requestId=body["requestId"]).json()["result"]
     assert acked["ackInfo"]["status"] == 200
     assert acked["ackInfo"]["message"].startswith("ok ")
     assert acked.get("msgListSize") == 0
-    assert drain(web, s) == []
+    assert drain(mq, s) == []
 
 
-def test_non_utf8_and_batch_produce(web):
+def test_non_utf8_and_batch_produce(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
-    batch = web.post(
+    wait_known(mq, s)
+    batch = mq.post(
         "/mq/produce/batch",
         headers=auth(s.token),
         data={"producer": s.producer, "messages": orjson.dumps(["a", {"k": 1}, [1, 2]]).decode()},
@@ -87,14 +89,31 @@ def test_non_utf8_and_batch_produce(web):
     results = batch.json()["result"]
     assert [r["status"] for r in results] == [200, 200, 200]
     assert [r["result"]["queueOffset"] for r in results] == [0, 1, 2]
-    assert drain(web, s) == ["a", '{"k":1}', "[1,2]"]
+    assert drain(mq, s) == ["a", '{"k":1}', "[1,2]"]
 
 
-def test_batch_with_failed_items_reports_each(web):
+def test_produced_messages_show_http_mq_as_their_protocol(mq):
+    """Single and batch produce mark their records, so the console's message browser says
+    which protocol produced them (with the keys as a property)."""
     s = make_catalog(partitions=1)
-    wait_known(web, s)
+    wait_known(mq, s)
+    assert produce(mq, s, "one", keys="k-1").status_code == 200
+    batch = mq.post(
+        "/mq/produce/batch",
+        headers=auth(s.token),
+        data={"producer": s.producer, "messages": orjson.dumps(["two"]).decode()},
+    )
+    assert batch.status_code == 200
+    rows = engine_calls.read_range(s.topic, 0, 0, 10)
+    assert [r.protocol for r in rows] == ["HTTP-MQ", "HTTP-MQ"]
+    assert rows[0].properties == {"KEYS": "k-1"} and rows[0].business_id == "k-1"
+
+
+def test_batch_with_failed_items_reports_each(mq):
+    s = make_catalog(partitions=1)
+    wait_known(mq, s)
     big = "x" * (4 * 1024 * 1024 + 1)
-    response = web.post(
+    response = mq.post(
         "/mq/produce/batch",
         headers=auth(s.token),
         data={"producer": s.producer, "messages": orjson.dumps(["ok", big]).decode()},
@@ -103,7 +122,7 @@ def test_batch_with_failed_items_reports_each(web):
     body = response.json()
     assert body["error"] == "BATCH_FAILED"
     assert [r["status"] for r in body["result"]] == [200, 413]
-    assert drain(web, s) == ["ok"]
+    assert drain(mq, s) == ["ok"]
 
 
 @pytest.mark.parametrize(
@@ -119,59 +138,59 @@ def test_batch_with_failed_items_reports_each(web):
         ({"message": "x" * (4 * 1024 * 1024 + 1)}, 413, "MESSAGE_TOO_LARGE"),
     ],
 )
-def test_produce_bad_parameters(web, data, code, error):
+def test_produce_bad_parameters(mq, data, code, error):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
+    wait_known(mq, s)
     payload = {"producer": s.producer, **data} if data else {}
-    response = web.post("/mq/produce", data=payload, headers=auth(s.token))
+    response = mq.post("/mq/produce", data=payload, headers=auth(s.token))
     assert response.status_code == code
     assert response.json()["status"] == code and response.json()["error"] == error
     assert response.json()["message"]
 
 
-def test_auth_failures(web):
+def test_auth_failures(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
+    wait_known(mq, s)
     data = {"producer": s.producer, "message": "m"}
-    missing = web.post("/mq/produce", data=data)
+    missing = mq.post("/mq/produce", data=data)
     assert missing.status_code == 401 and missing.json()["error"] == "UNAUTHENTICATED"
-    wrong = web.post("/mq/produce", data=data, headers=auth("garbage"))
+    wrong = mq.post("/mq/produce", data=data, headers=auth("garbage"))
     assert wrong.status_code == 401
-    other = web.post("/mq/produce", data=data, headers=auth(s.other_token))
+    other = mq.post("/mq/produce", data=data, headers=auth(s.other_token))
     assert other.status_code == 403 and other.json()["error"] == "FORBIDDEN"
-    by_param = web.post("/mq/produce", data={**data, "token": s.token})
+    by_param = mq.post("/mq/produce", data={**data, "token": s.token})
     assert by_param.status_code == 200
     for path in ("/mq/message", "/mq/ack", "/mq/unlock"):
-        r = web.get(path, params={"topic": s.topic, "consumer": s.consumer})
+        r = mq.get(path, params={"topic": s.topic, "consumer": s.consumer})
         assert r.status_code == 401, path
 
 
-def test_not_http_enabled_is_not_served(web):
+def test_not_http_enabled_is_not_served(mq):
     s = make_catalog(partitions=1)
     ConsumerPolicy.objects.filter(name=s.consumer).update(http_enabled=False)
     ProducerPolicy.objects.filter(name=s.producer).update(http_enabled=False)
     publish()
     time.sleep(0.5)
-    assert produce(web, s, "m").status_code == 404
-    assert fetch(web, s).status_code == 404
+    assert produce(mq, s, "m").status_code == 404
+    assert fetch(mq, s).status_code == 404
 
 
-def test_topic_mismatch_and_bad_request_ids(web):
+def test_topic_mismatch_and_bad_request_ids(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
-    r = web.get(
+    wait_known(mq, s)
+    r = mq.get(
         "/mq/message", params={"topic": "other", "consumer": s.consumer}, headers=auth(s.token)
     )
     assert r.status_code == 400 and r.json()["error"] == "TOPIC_MISMATCH"
     for bad in ("!!!", base64.urlsafe_b64encode(b"a,b,c").decode(), "x" * 600):
-        r = fetch(web, s, requestId=bad)
+        r = fetch(mq, s, requestId=bad)
         assert r.status_code == 400 and r.json()["error"] == "INVALID_REQUEST_ID", bad
     illegal = RequestId("broker-1", 0, 5, 2, 1).encode()  # nextOffset < offset
-    r = fetch(web, s, requestId=illegal)
+    r = fetch(mq, s, requestId=illegal)
     assert r.status_code == 200
     assert r.json()["result"]["ackInfo"]["status"] == 400
     assert r.json()["result"]["ackInfo"]["message"].startswith("ack illegal")
-    r = web.get(
+    r = mq.get(
         "/mq/ack",
         params={"topic": s.topic, "consumer": s.consumer, "requestId": illegal},
         headers=auth(s.token),
@@ -179,137 +198,137 @@ def test_topic_mismatch_and_bad_request_ids(web):
     assert r.status_code == 400
 
 
-def test_stale_and_wrong_offset_acks(web):
+def test_stale_and_wrong_offset_acks(mq):
     s = make_catalog(partitions=1, ack_timeout_ms=1000)
-    wait_known(web, s)
-    produce(web, s, "one")
-    first = fetch(web, s).json()["result"]
+    wait_known(mq, s)
+    produce(mq, s, "one")
+    first = fetch(mq, s).json()["result"]
     old_rid = first["requestId"]
     time.sleep(1.2)  # the lock expires; the batch is delivered again under a new lock
-    again = fetch(web, s).json()["result"]
+    again = fetch(mq, s).json()["result"]
     assert [m["message"] for m in again["msgList"]] == ["one"]
-    stale = web.get(
+    stale = mq.get(
         "/mq/ack",
         params={"topic": s.topic, "consumer": s.consumer, "requestId": old_rid},
         headers=auth(s.token),
     )
     assert stale.status_code == 200
     assert stale.json()["message"].startswith("ack lockTime small than")
-    ok = web.get(
+    ok = mq.get(
         "/mq/ack",
         params={"topic": s.topic, "consumer": s.consumer, "requestId": again["requestId"]},
         headers=auth(s.token),
     )
     assert ok.json()["message"].startswith("ok ")
-    twice = web.get(
+    twice = mq.get(
         "/mq/ack",
         params={"topic": s.topic, "consumer": s.consumer, "requestId": again["requestId"]},
         headers=auth(s.token),
     )
     assert twice.json()["message"].startswith("lock not exist")
-    assert drain(web, s) == []
+    assert drain(mq, s) == []
 
 
-def test_unlock_redelivers_at_once(web):
+def test_unlock_redelivers_at_once(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
-    produce(web, s, "again")
-    body = fetch(web, s).json()["result"]
-    r = web.post(
+    wait_known(mq, s)
+    produce(mq, s, "again")
+    body = fetch(mq, s).json()["result"]
+    r = mq.post(
         "/mq/unlock",
         data={"topic": s.topic, "consumer": s.consumer, "requestId": body["requestId"]},
         headers=auth(s.token),
     )
     assert r.status_code == 200 and r.json()["message"].endswith("unlock:true")
-    assert [m["message"] for m in fetch(web, s).json()["result"]["msgList"]] == ["again"]
+    assert [m["message"] for m in fetch(mq, s).json()["result"]["msgList"]] == ["again"]
 
 
-def test_all_queues_locked_gives_503(web):
+def test_all_queues_locked_gives_503(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
-    produce(web, s, "held")
-    assert fetch(web, s).json()["result"]["status"] == "FOUND"
-    r = fetch(web, s)
+    wait_known(mq, s)
+    produce(mq, s, "held")
+    assert fetch(mq, s).json()["result"]["status"] == "FOUND"
+    r = fetch(mq, s)
     assert r.status_code == 503 and r.json()["error"] == "NO_QUEUE_AVAILABLE"
     assert r.headers["Retry-After"] == "1"
 
 
-def test_broadcast_each_client_gets_everything(web):
+def test_broadcast_each_client_gets_everything(mq):
     s = make_catalog(partitions=2, broadcast=True)
-    wait_known(web, s)
-    assert fetch(web, s).json()["error"] == "CLIENT_ID_REQUIRED"
+    wait_known(mq, s)
+    assert fetch(mq, s).json()["error"] == "CLIENT_ID_REQUIRED"
     for text in ("a", "b", "c"):
-        produce(web, s, text)
-    assert sorted(drain(web, s, clientId="c1")) == ["a", "b", "c"]
-    assert sorted(drain(web, s, clientId="c2")) == ["a", "b", "c"]
-    assert drain(web, s, clientId="c1") == []
+        produce(mq, s, text)
+    assert sorted(drain(mq, s, clientId="c1")) == ["a", "b", "c"]
+    assert sorted(drain(mq, s, clientId="c2")) == ["a", "b", "c"]
+    assert drain(mq, s, clientId="c1") == []
     clustering = make_catalog(partitions=1)
-    wait_known(web, clustering)
-    assert fetch(web, clustering, clientId="x").json()["error"] == "CLIENT_ID_NOT_ALLOWED"
+    wait_known(mq, clustering)
+    assert fetch(mq, clustering, clientId="x").json()["error"] == "CLIENT_ID_NOT_ALLOWED"
 
 
-def test_pause_takes_effect_within_a_second(web):
+def test_pause_takes_effect_within_a_second(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
-    produce(web, s, "waiting")
+    wait_known(mq, s)
+    produce(mq, s, "waiting")
     policy = ConsumerPolicy.objects.get(name=s.consumer)
     policy.paused = True
     policy.save()
     publish()
     deadline = time.monotonic() + 1.0
-    while fetch(web, s).json()["result"]["status"] != "PAUSED":
+    while fetch(mq, s).json()["result"]["status"] != "PAUSED":
         assert time.monotonic() < deadline, "pause not seen within a second"
         time.sleep(0.05)
-    body = fetch(web, s).json()["result"]
+    body = fetch(mq, s).json()["result"]
     assert "requestId" not in body and body["msgListSize"] == 0
 
 
-def test_consumer_rate_limit(web):
+def test_consumer_rate_limit(mq):
     s = make_catalog(partitions=1, rate_limit=2)
-    wait_known(web, s)
-    statuses = [fetch(web, s).json()["result"]["status"] for _ in range(4)]
+    wait_known(mq, s)
+    statuses = [fetch(mq, s).json()["result"]["status"] for _ in range(4)]
     assert "RATE_LIMITED" in statuses
-    limited = fetch(web, s).json()["result"]
+    limited = fetch(mq, s).json()["result"]
     assert limited["status"] == "RATE_LIMITED" and "requestId" not in limited
 
 
-def test_producer_rate_limit_429(web):
+def test_producer_rate_limit_429(mq):
     s = make_catalog(partitions=1)
     ProducerPolicy.objects.filter(name=s.producer).update(rate_limit=2)
     publish()
     time.sleep(0.3)
-    codes = [produce(web, s, f"m{i}").status_code for i in range(5)]
+    codes = [produce(mq, s, f"m{i}").status_code for i in range(5)]
     assert 429 in codes
-    r = produce(web, s, "more")
+    r = produce(mq, s, "more")
     assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
 
 
-def test_use_cookie_carries_request_id(web):
+def test_use_cookie_carries_request_id(mq):
     s = make_catalog(partitions=1)
-    wait_known(web, s)
-    produce(web, s, "c")
-    r = fetch(web, s, useCookie="true")
+    wait_known(mq, s)
+    produce(mq, s, "c")
+    r = fetch(mq, s, useCookie="true")
     assert "rid" in r.cookies
-    web.cookies.set("rid", r.cookies["rid"])
-    r2 = fetch(web, s, useCookie="true")
+    mq.cookies.set("rid", r.cookies["rid"])
+    r2 = fetch(mq, s, useCookie="true")
     assert r2.json()["result"]["ackInfo"]["message"].startswith("ok ")
-    web.cookies.clear()
+    mq.cookies.clear()
 
 
-def test_cors_and_methods(web):
-    r = web.options("/mq/produce")
+def test_cors_and_methods(mq):
+    r = mq.options("/mq/produce")
     assert r.status_code == 204 and r.headers["Access-Control-Allow-Origin"] == "*"
-    assert web.put("/mq/produce").status_code == 405
+    assert mq.put("/mq/produce").status_code == 405
 
 
 @pytest.mark.django_db(transaction=True)
-def test_latest_start_is_pinned_at_approval_not_first_fetch(web):
+def test_latest_start_is_pinned_at_approval_not_first_fetch(mq):
     """Messages produced between the consumer's creation and its first fetch are kept."""
     from brokers.models import App, Topic
 
     s = make_catalog(partitions=2, with_consumer=False)
-    wait_known(web, s, producer_only=True)
-    produce(web, s, "before-consumer")
+    wait_known(mq, s, producer_only=True)
+    produce(mq, s, "before-consumer")
     ConsumerPolicy.objects.create(
         topic=Topic.objects.get(code=s.topic),
         app=App.objects.get(code=s.app),
@@ -317,12 +336,12 @@ def test_latest_start_is_pinned_at_approval_not_first_fetch(web):
         start_position="latest",
     )
     publish()
-    produce(web, s, "after-approval")
-    wait_known(web, s)
-    assert drain(web, s) == ["after-approval"]
+    produce(mq, s, "after-approval")
+    wait_known(mq, s)
+    assert drain(mq, s) == ["after-approval"]
 
 
-def test_delayed_message_arrives_when_due(web):
+def test_delayed_message_arrives_when_due(mq):
     import asyncio
 
     import redis.asyncio as aioredis
@@ -332,12 +351,12 @@ def test_delayed_message_arrives_when_due(web):
     from brokers.engine import Engine
 
     s = make_catalog(partitions=1)
-    wait_known(web, s)
-    r = produce(web, s, "in a second", delayLevel="1")
+    wait_known(mq, s)
+    r = produce(mq, s, "in a second", delayLevel="1")
     assert r.status_code == 200
     sent = r.json()["result"]
     assert sent["queueOffset"] == -1 and sent["deliverAt"] > 0
-    assert fetch(web, s).json()["result"]["status"] == "NO_NEW_MSG"
+    assert fetch(mq, s).json()["result"]["status"] == "NO_NEW_MSG"
     time.sleep(1.1)
 
     snapshot = build_snapshot()
@@ -352,16 +371,16 @@ def test_delayed_message_arrives_when_due(web):
             await client.aclose()
 
     assert asyncio.run(release()) == 1
-    assert drain(web, s) == ["in a second"]
+    assert drain(mq, s) == ["in a second"]
 
 
-def test_forwarded_client_address_only_from_trusted_proxies(web_urls):
+def test_forwarded_client_address_only_from_trusted_proxies(mq_urls):
     import httpx
 
     s = make_catalog(partitions=1)
     forwarded = {"Authorization": f"Bearer {s.token}", "X-Forwarded-For": "10.1.2.3, 10.0.0.1"}
     seen = []
-    for url in web_urls:  # web 0 trusts nobody, web 1 trusts 127.0.0.1
+    for url in mq_urls:  # mq 0 trusts nobody, mq 1 trusts 127.0.0.1
         with httpx.Client(base_url=url, timeout=20) as client:
             wait_known(client, s)
             client.post(

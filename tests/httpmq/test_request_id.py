@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from brokers.engine import java_hash
-from proxy.request_id import InvalidRequestId, RequestId
+from proxy.httpmq.request_id import InvalidRequestId, RequestId
 
 
 def test_spec_example_decodes():

@@ -1,4 +1,4 @@
-"""Two web processes serve one consumer group alternately: nothing lost, nothing doubled."""
+"""Two mq processes serve one consumer group alternately: nothing lost, nothing doubled."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from tests.httpmq.conftest import make_catalog, wait_known
 pytestmark = pytest.mark.django_db
 
 
-def test_alternating_web_processes_consume_exactly_once(web_urls):
+def test_alternating_services_consume_exactly_once(mq_urls):
     s = make_catalog(partitions=4)
     headers = {"Authorization": f"Bearer {s.token}"}
-    clients = [httpx.Client(base_url=url, timeout=20, headers=headers) for url in web_urls]
+    clients = [httpx.Client(base_url=url, timeout=20, headers=headers) for url in mq_urls]
     try:
         for client in clients:
             wait_known(client, s)

@@ -23,6 +23,8 @@ from brokers.servers.vibemq.messages import ID_ATTRIBUTE
 from brokers.servers.zbus import start_zbus_server
 from pipeline import jobs
 from pipeline.ids import ID_PROPERTIES, parse
+from proxy.httpmq.app import HttpMqApp
+from proxy.httpmq.config import ProxyConfig
 from tests import factories
 from tests.scripts_path import free_port
 
@@ -89,15 +91,19 @@ async def over_jmq4(world: World, port: int) -> dict[str, bytes]:
 
 
 async def over_httpmq(world: World) -> dict[str, bytes]:
-    from mqcloud.asgi import mq_application
-
-    transport = httpx.ASGITransport(app=mq_application)
-    async with httpx.AsyncClient(transport=transport, base_url="http://mq") as web:
-        reply = await web.post(
-            "/mq/produce",
-            data={"producer": f"{world.app}.{TOPIC}", "message": "from http", "keys": "k-7"},
-            headers={"Authorization": f"Bearer {world.token}"},
-        )
+    """A produce through the HTTP-MQ service's ASGI application (``runproxy`` serves it)."""
+    app = HttpMqApp(ProxyConfig(redis_url=world.redis_url))
+    await app.startup()
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mq") as web:
+            reply = await web.post(
+                "/mq/produce",
+                data={"producer": f"{world.app}.{TOPIC}", "message": "from http", "keys": "k-7"},
+                headers={"Authorization": f"Bearer {world.token}"},
+            )
+    finally:
+        await app.shutdown()
     result = reply.json()["result"]
     return {result["msgId"]: b"from http", result["offsetMsgId"]: b"from http",
             "k-7": b"from http"}  # fmt: skip
@@ -158,7 +164,7 @@ def test_id_forms():
     assert "msgid" in ID_PROPERTIES  # zbus's, as a property
     assert parse(TOPIC, " 1:42 ").positions == ((1, 42),)
     assert parse(TOPIC, "order-42").positions == ()
-    from proxy.messages import message_id, offset_message_id
+    from proxy.httpmq.messages import message_id, offset_message_id
 
     assert parse(TOPIC, message_id(TOPIC, 1, 7)).positions == ((1, 7),)
     assert parse(TOPIC, offset_message_id(1, 7, 123456)).positions == ((1, 7),)

@@ -88,11 +88,12 @@ def _login(base: str, username: str, password: str) -> httpx.Client:
 @pytest.mark.slow
 def test_make_run_serves_demo_and_stops_cleanly(tmp_path):
     run_dir = tmp_path / "run"
-    web_port = free_port()
+    web_port, mq_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(
         MQCLOUD_RUN_DIR=str(run_dir),
         WEB_PORT=str(web_port),
+        HTTPMQ_PORT=str(mq_port),
         MQCLOUD_PG_PORT=str(free_port()),
         MQCLOUD_REDIS_PORT=str(free_port()),
         JMQ4_PORT=str(free_port_pair()),
@@ -113,7 +114,7 @@ def test_make_run_serves_demo_and_stops_cleanly(tmp_path):
 
 
 def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> None:
-    """Start `make run`, check the console and the brokers, stop it with Ctrl-C."""
+    """Start `make run`, check the console, the brokers and HTTP-MQ, stop it with Ctrl-C."""
     with log.open("w") as out:
         proc = subprocess.Popen(
             ["make", "run"],
@@ -140,6 +141,16 @@ def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> No
             assert time.monotonic() < deadline, "the Celery worker never became ready"
             time.sleep(0.5)
         assert f"{base}/" in output
+        mq = f"http://127.0.0.1:{env['HTTPMQ_PORT']}"
+        assert f"HTTP-MQ: {mq}/mq/" in output
+        assert _wait_http(f"{mq}/healthz", 120, proc).json()["result"]["redis"] == "ok"
+        produced = httpx.post(
+            f"{mq}/mq/produce",
+            data={"producer": "demo-app.demo", "message": f"hello {attempt}"},
+            headers={"Authorization": "Bearer demo-token-1"},
+            timeout=10,
+        )
+        assert produced.status_code == 200, produced.text
         if attempt == 1:
             assert "created app demo-app" in output
         else:
@@ -149,8 +160,9 @@ def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> No
     output = log.read_text()
     assert "Traceback" not in output, output[-3000:]
     assert "broker 1 stopped" in output and "broker 2 stopped" in output
-    with pytest.raises(httpx.ConnectError):
-        httpx.get(f"{base}/healthz", timeout=2)
+    for url in (f"{base}/healthz", f"http://127.0.0.1:{env['HTTPMQ_PORT']}/healthz"):
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url, timeout=2)
     assert not (pg_dir / "postmaster.pid").exists()
     for path in (pg_dir, Path(env["MQCLOUD_RUN_DIR"])):
         assert subprocess.run(["pgrep", "-f", str(path)], capture_output=True).stdout == b""

@@ -5,7 +5,7 @@ from brokers.servers.vibemq.config import ServerConfig, config_from
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import Hub
 from brokers.servers.vibemq.server import VibeMQServer, start_vibemq_server
-from brokers.servers.vibemq.session import Session, Transport
+from brokers.servers.vibemq.session import Session, Transport, client_address
 
 __all__ = [
     "Hub",
@@ -14,6 +14,7 @@ __all__ = [
     "Session",
     "Transport",
     "VibeMQServer",
+    "client_address",
     "config_from",
     "start_vibemq_server",
 ]

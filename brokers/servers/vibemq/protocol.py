@@ -21,7 +21,7 @@ from brokers.protocols.vibemq import (
 )
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import Hub
-from brokers.servers.vibemq.session import Session
+from brokers.servers.vibemq.session import Session, client_address
 
 log = logging.getLogger("mqcloud.vibemq")
 
@@ -53,7 +53,7 @@ class VibeMQProtocol(asyncio.Protocol):
             return
         self._admitted = True
         self._connections.add(self)
-        self.session = Session(self.ctx, self.hub, self, str(peer[0]))
+        self.session = Session(self.ctx, self.hub, self, str(peer[0]), client_address(peer))
         self.session.start()
 
     def connection_lost(self, exc: Exception | None) -> None:

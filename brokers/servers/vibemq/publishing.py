@@ -77,7 +77,7 @@ class PublishRun:
                 session.acting_app(queue),
                 messages,
                 qos=QoS.PERSISTED,
-                client_address=session.peer or None,
+                client_address=session.address or None,
             )
         except EngineError as exc:  # refused, or the store failed: nothing was stored
             if not isinstance(exc, AccessDenied | RateLimited | TopicNotFound):

@@ -52,11 +52,25 @@ class Transport(Protocol):
         """The session processed a frame (a paused reader may resume)."""
 
 
+def client_address(peer: object) -> str:
+    """``host:port`` (``[v6]:port``) of a socket peer or an ASGI ``client`` pair; '' if
+    unknown. Messages record it as their client address (JMQ4 clientIp layout)."""
+    if not isinstance(peer, tuple | list) or len(peer) < 2 or not peer[0]:
+        return ""
+    host, port = str(peer[0]), peer[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class Session:
     """A connection's authentication, subscriptions and unacknowledged deliveries."""
 
-    def __init__(self, ctx: ServerContext, hub: Hub, transport: Transport, peer: str) -> None:
+    def __init__(
+        self, ctx: ServerContext, hub: Hub, transport: Transport, peer: str, address: str = ""
+    ) -> None:
         self.ctx, self.hub, self.transport, self.peer = ctx, hub, transport, peer
+        self.address = address or peer
+        """The client's ``host:port`` (``[v6]:port``), recorded with what it publishes;
+        ``peer`` (the host alone) groups subscribers and feeds the connection limits."""
         self.key = uuid.uuid4().hex
         self.app: AppInfo | None = None
         self.client_id: str | None = None

@@ -1,4 +1,5 @@
-"""Console template helpers: the unread-notification count, millisecond times, roles."""
+"""Console template helpers: the unread-notification count, millisecond times and
+durations, roles."""
 
 from __future__ import annotations
 
@@ -36,3 +37,21 @@ def ms_time(value: int | None) -> str:
 @register.filter
 def is_platform_admin(user: object) -> bool:
     return access.is_platform_admin(user)
+
+
+@register.filter
+def duration_ms(value: int | None) -> str:
+    """A duration in milliseconds in words: '45 s', '3 min 20 s', '2 h 5 min', '3 d 4 h'."""
+    if value is None:
+        return "—"
+    seconds = int(value) // 1000
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"

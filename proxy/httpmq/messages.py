@@ -8,6 +8,11 @@ from typing import Any
 
 from brokers.engine import Delivery, InvalidMessage, TopicInfo
 
+HTTPMQ_EXTENSION = b"hm1\0"
+"""The record extension of messages produced over HTTP-MQ, so the message browser can say
+which protocol produced a message (zbus marks its records the same way, with ``zb1\0``
+and its headers). Consumers of every protocol ignore it."""
+
 
 def message_id(topic: str, partition: int, index: int) -> str:
     """32 hex digits naming a stored message: topic checksum, partition, index."""

@@ -8,19 +8,17 @@ engine's decision.
 
 from __future__ import annotations
 
-from django.http import HttpRequest
-
 from brokers.engine import AppInfo, CatalogSnapshot
-from proxy.envelope import ProxyError
+from proxy.httpmq.envelope import ProxyError
+from proxy.httpmq.request import Request
 
 
-def bearer_token(request: HttpRequest, params: dict[str, str]) -> str | None:
+def bearer_token(request: Request) -> str | None:
     """The token the request carries, if any."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, value = header.partition(" ")
+    scheme, _, value = request.header(b"authorization").partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return params.get("token") or None
+    return request.params.get("token") or None
 
 
 def authorize(snapshot: CatalogSnapshot, token: str | None, app: str) -> AppInfo:

@@ -1,7 +1,10 @@
 """HTTP-MQ endpoints for producers and consumers (app token): produce, fetch, ack, unlock.
 
 Thin adapters: parameters and envelopes here, every rule (who may produce and consume,
-blacklists, pause, rate limits, locks, acks, offsets, broadcast) in the engine. Specification: shared/protocols/http-mq.md.
+blacklists, pause, rate limits, locks, acks, offsets, broadcast) in the engine, whose typed
+refusals :func:`engine_error` maps to envelopes. Each handler takes a :class:`Request` and
+the process's :class:`Runtime` and returns a :class:`Reply`. Specification:
+shared/protocols/http-mq.md.
 """
 
 from __future__ import annotations
@@ -13,10 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse
-from django.views.decorators.csrf import csrf_exempt
 
 from brokers.engine import (
     DELAY_LEVELS,
@@ -31,12 +30,19 @@ from brokers.engine import (
     StoreUnavailable,
     java_hash,
 )
-from proxy import params as p
-from proxy.auth import authorize, bearer_token
-from proxy.envelope import ProxyError, bad_parameter, envelope, ok
-from proxy.messages import broker_name, deliveries_to_list, message_id, offset_message_id
-from proxy.request_id import InvalidRequestId, RequestId
-from proxy.runtime import Runtime, runtime
+from proxy.httpmq import params as p
+from proxy.httpmq.auth import authorize, bearer_token
+from proxy.httpmq.envelope import ProxyError, Reply, bad_parameter, envelope, ok
+from proxy.httpmq.messages import (
+    HTTPMQ_EXTENSION,
+    broker_name,
+    deliveries_to_list,
+    message_id,
+    offset_message_id,
+)
+from proxy.httpmq.request import Request
+from proxy.httpmq.request_id import InvalidRequestId, RequestId
+from proxy.httpmq.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -56,85 +62,41 @@ ENGINE_STATUS = {
     "UNAVAILABLE": 503,
 }
 
-Handler = Callable[[HttpRequest, dict[str, str], Runtime], Awaitable[HttpResponse]]
+Handler = Callable[[Request, Runtime], Awaitable[Reply]]
 
 
-def endpoint(handler: Handler) -> Callable[[HttpRequest], Awaitable[HttpResponse]]:
-    """Wrap a handler: GET/POST/OPTIONS only, parameters, envelope for every failure."""
-
-    @csrf_exempt
-    async def view(request: HttpRequest) -> HttpResponse:
-        if request.method == "OPTIONS":
-            return _preflight()
-        if request.method not in ("GET", "POST"):
-            return envelope(405, message="use GET or POST", error="BAD_PARAMETER")
-        try:
-            params = p.collect(request)
-            return await handler(request, params, await runtime())
-        except RequestDataTooBig:
-            return envelope(413, message="request body too large", error="MESSAGE_TOO_LARGE")
-        except ProxyError as exc:
-            return exc.response()
-        except EngineError as exc:
-            status = ENGINE_STATUS.get(exc.code, 500)
-            headers = {"Retry-After": "1"} if status == 503 else None
-            if isinstance(exc, RateLimited):
-                headers = {"Retry-After": str(max(1, -(-exc.retry_after_ms // 1000)))}
-            return envelope(status, message=str(exc), error=exc.code, headers=headers)
-        except Exception:
-            log.exception("HTTP-MQ %s failed", request.path)
-            return envelope(500, message="internal error", error="INTERNAL_ERROR")
-
-    view.__name__ = handler.__name__
-    return view
+def engine_error(exc: EngineError) -> Reply:
+    """The envelope of an engine refusal: its code, the matching status, and Retry-After
+    for 429 (the engine's wait) and 503."""
+    status = ENGINE_STATUS.get(exc.code, 500)
+    headers = {"Retry-After": "1"} if status == 503 else None
+    if isinstance(exc, RateLimited):
+        headers = {"Retry-After": str(max(1, -(-exc.retry_after_ms // 1000)))}
+    return envelope(status, message=str(exc), error=exc.code, headers=headers)
 
 
-def _preflight() -> HttpResponse:
-    response = HttpResponse(status=204)
-    response["Access-Control-Allow-Origin"] = "*"
-    response["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
-    response["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
-    return response
-
-
-def peer_address(request: HttpRequest) -> str:
-    """The client's address as the connection shows it — what blacklists see: the peer,
-    or, only when the peer is a trusted proxy (HTTPMQ_TRUSTED_PROXIES), the first
-    X-Forwarded-For entry or X-Real-IP."""
-    peer = request.META.get("REMOTE_ADDR", "") or ""
-    if peer in settings.HTTPMQ_TRUSTED_PROXIES:
-        forwarded = request.headers.get("X-Forwarded-For", "").split(",")[0].strip()
-        return forwarded or request.headers.get("X-Real-IP", "").strip() or peer
-    return peer
-
-
-def client_ip(request: HttpRequest, params: dict[str, str]) -> str:
-    """The consumer's address as recorded (http-mq.md §3.1): ``clientIp``, else
-    :func:`peer_address`. A client may name itself, but never past a blacklist."""
-    if params.get("clientIp"):
-        value = params["clientIp"]
-        if len(value) > 64:
-            raise bad_parameter("clientIp must be at most 64 characters")
-        return value
-    return peer_address(request)
-
-
-def producer_for(rt: Runtime, request: HttpRequest, params: dict[str, str]) -> ProducerPolicyInfo:
-    name = p.required(params, "producer")
-    policy = rt.watcher.current.producer_named(name)
+def producer_for(rt: Runtime, request: Request) -> ProducerPolicyInfo:
+    """The HTTP-enabled producer named by ``producer``, if the token's app owns it."""
+    name = p.required(request.params, "producer")
+    snapshot = rt.catalog
+    policy = snapshot.producer_named(name)
     if policy is None or not policy.http_enabled:
         raise ProxyError(404, "PRODUCER_NOT_FOUND", f"producer {name} is not registered for HTTP")
-    authorize(rt.watcher.current, bearer_token(request, params), policy.app)
+    authorize(snapshot, bearer_token(request), policy.app)
     return policy
 
 
-def consumer_for(rt: Runtime, request: HttpRequest, params: dict[str, str]) -> ConsumerPolicyInfo:
+def consumer_for(rt: Runtime, request: Request) -> ConsumerPolicyInfo:
+    """The HTTP-enabled consumer named by ``consumer`` of ``topic``, if the token's app
+    owns it."""
+    params = request.params
     name = p.required(params, "consumer")
     topic = p.required(params, "topic")
-    policy = rt.watcher.current.consumer_named(name)
+    snapshot = rt.catalog
+    policy = snapshot.consumer_named(name)
     if policy is None or not policy.http_enabled:
         raise ProxyError(404, "CONSUMER_NOT_FOUND", f"consumer {name} is not registered for HTTP")
-    authorize(rt.watcher.current, bearer_token(request, params), policy.app)
+    authorize(snapshot, bearer_token(request), policy.app)
     if topic != policy.topic:
         raise bad_parameter(
             f"consumer {name} consumes {policy.topic}, not {topic}", "TOPIC_MISMATCH"
@@ -205,6 +167,9 @@ def _delayed_result(rt: Runtime, topic: str, delay_id: int, deliver_at: int) -> 
     }
 
 
+_resends: set[asyncio.Task[None]] = set()
+
+
 def _resend_later(
     rt: Runtime,
     policy: ProducerPolicyInfo,
@@ -225,13 +190,15 @@ def _resend_later(
                 continue
         log.error("producer %s: message lost after %d resend attempts", policy.name, times)
 
-    asyncio.get_running_loop().create_task(resend())
+    task = asyncio.get_running_loop().create_task(resend())
+    _resends.add(task)  # held until done: the loop keeps only weak references to tasks
+    task.add_done_callback(_resends.discard)
 
 
-@endpoint
-async def produce(request: HttpRequest, params: dict[str, str], rt: Runtime) -> HttpResponse:
+async def produce(request: Request, rt: Runtime) -> Reply:
     """POST /mq/produce: one message."""
-    policy = producer_for(rt, request, params)
+    params = request.params
+    policy = producer_for(rt, request)
     body = _body(p.required(params, "message"))
     keys = params.get("keys", "")
     if len(keys) > 100:
@@ -239,8 +206,13 @@ async def produce(request: HttpRequest, params: dict[str, str], rt: Runtime) -> 
     retries = p.integer(params, "asyncRetryTimesIfSendFailed", 1, 10)
     deliver_at = _deliver_at(rt, params)
     partition = await _partition_for(rt, policy, params)
-    address = peer_address(request)
-    message = Message(body=body, business_id=keys, attributes={"KEYS": keys} if keys else None)
+    address = request.peer_address
+    message = Message(
+        body=body,
+        business_id=keys,
+        attributes={"KEYS": keys} if keys else None,
+        extension=HTTPMQ_EXTENSION,
+    )
     if deliver_at is not None:
         delay_id = await rt.engine.append_delayed(
             policy.topic,
@@ -282,10 +254,10 @@ def _batch_items(params: dict[str, str]) -> list[Any]:
     return items
 
 
-@endpoint
-async def produce_batch(request: HttpRequest, params: dict[str, str], rt: Runtime) -> HttpResponse:
+async def produce_batch(request: Request, rt: Runtime) -> Reply:
     """POST /mq/produce/batch: a JSON array of messages; a result per element."""
-    policy = producer_for(rt, request, params)
+    params = request.params
+    policy = producer_for(rt, request)
     items = _batch_items(params)
     if params.get("delayLevel") or params.get("deliveryTimestamp"):
         raise bad_parameter("delayed and timer messages are produced one per request")
@@ -298,7 +270,7 @@ async def produce_batch(request: HttpRequest, params: dict[str, str], rt: Runtim
         if len(raw) > MAX_MESSAGE_BYTES:
             results[i] = {"status": 413, "message": "message over 4 MiB"}
         else:
-            accepted.append((i, Message(body=raw)))
+            accepted.append((i, Message(body=raw, extension=HTTPMQ_EXTENSION)))
     if accepted:
         try:
             stored = await rt.engine.append(
@@ -306,7 +278,7 @@ async def produce_batch(request: HttpRequest, params: dict[str, str], rt: Runtim
                 policy.app,
                 [m for _, m in accepted],
                 partition=partition,
-                client_address=peer_address(request),
+                client_address=request.peer_address,
             )
         except (AccessDenied, RateLimited):
             raise  # refused as a whole (403 / 429): nothing was sent, no per-item result
@@ -328,10 +300,11 @@ async def produce_batch(request: HttpRequest, params: dict[str, str], rt: Runtim
     )
 
 
-def _request_id(request: HttpRequest, params: dict[str, str]) -> RequestId | None:
+def _request_id(request: Request) -> RequestId | None:
+    params = request.params
     raw = params.get("requestId", "")
     if not raw and p.boolean(params, "useCookie"):
-        raw = request.COOKIES.get("rid", "")
+        raw = request.cookie("rid")
     if not raw:
         return None
     try:
@@ -403,12 +376,11 @@ async def _queue_info(
     }
 
 
-@endpoint
-async def message(request: HttpRequest, params: dict[str, str], rt: Runtime) -> HttpResponse:
+async def message(request: Request, rt: Runtime) -> Reply:
     """GET|POST /mq/message: acknowledge the previous batch, then fetch the next one."""
-    policy = consumer_for(rt, request, params)
-    client_id = _client_id(params)
-    rid = _request_id(request, params)
+    policy = consumer_for(rt, request)
+    client_id = _client_id(request.params)
+    rid = _request_id(request)
     ack_info = None
     if rid is not None:
         status, text = await _acknowledge(rt, policy, rid, client_id)
@@ -416,8 +388,8 @@ async def message(request: HttpRequest, params: dict[str, str], rt: Runtime) -> 
     result: dict[str, Any] = {"msgListSize": 0, "retryMsgListSize": 0}
     if ack_info:
         result["ackInfo"] = ack_info
-    address = client_ip(request, params)
-    peer = peer_address(request)
+    address = request.client_ip()
+    peer = request.peer_address
     # Clustering consumers were pinned at approval (brokers.consumer_start); a partition
     # they have no position on yet only holds messages produced since, so it starts at its
     # beginning. A broadcast client starts per startPosition at its first access.
@@ -440,52 +412,51 @@ async def message(request: HttpRequest, params: dict[str, str], rt: Runtime) -> 
     if fetched.status is FetchStatus.BLACKLISTED:
         raise ProxyError(403, "FORBIDDEN", f"client {peer} may not consume {policy.name}")
     if fetched.status in (FetchStatus.PAUSED, FetchStatus.RATE_LIMITED):
-        return _fetch_reply(request, params, result | {"status": fetched.status.value}, None)
+        return _fetch_reply(request, result | {"status": fetched.status.value}, None)
     msg_list = deliveries_to_list(policy.topic, fetched.messages)
     result["status"] = fetched.status.value
     if msg_list:
         result["msgList"] = msg_list
         result["msgListSize"] = len(msg_list)
-    resends = await rt.engine.take_resends(policy.topic, policy.app, client_id=client_id)
+    take = rt.engine.take_resends(policy.topic, policy.app, client_id=client_id)
+    if fetched.partition >= 0:  # both reads in one round trip
+        resends, result["queueInfo"] = await asyncio.gather(
+            take, _queue_info(rt, policy, fetched.partition, client_id, fetched.first_consume)
+        )
+    else:
+        resends = await take
     if resends:
         result["retryMsgList"] = deliveries_to_list(policy.topic, tuple(resends))
         result["retryMsgListSize"] = len(result["retryMsgList"])
     new_rid = None
-    if fetched.partition >= 0:
-        result["queueInfo"] = await _queue_info(
-            rt, policy, fetched.partition, client_id, fetched.first_consume
-        )
-        if fetched.lock_token:
-            info = rt.engine.topic(policy.topic)
-            new_rid = RequestId(
-                broker_name(info, fetched.partition),
-                fetched.partition,
-                fetched.start,
-                fetched.end,
-                fetched.lock_token,
-            ).encode()
-            result["requestId"] = new_rid
-    return _fetch_reply(request, params, result, new_rid)
+    if fetched.partition >= 0 and fetched.lock_token:
+        info = rt.engine.topic(policy.topic)
+        new_rid = RequestId(
+            broker_name(info, fetched.partition),
+            fetched.partition,
+            fetched.start,
+            fetched.end,
+            fetched.lock_token,
+        ).encode()
+        result["requestId"] = new_rid
+    return _fetch_reply(request, result, new_rid)
 
 
-def _fetch_reply(
-    request: HttpRequest, params: dict[str, str], result: dict[str, Any], rid: str | None
-) -> HttpResponse:
-    response = ok(result)
-    if p.boolean(params, "useCookie"):
+def _fetch_reply(request: Request, result: dict[str, Any], rid: str | None) -> Reply:
+    reply = ok(result)
+    if p.boolean(request.params, "useCookie"):
         if rid:
-            response.set_cookie("rid", rid, path="/", httponly=True, samesite="Lax")
+            reply.header("Set-Cookie", f"rid={rid}; HttpOnly; Path=/; SameSite=Lax")
         else:
-            response.set_cookie("rid", "", path="/", max_age=0)
-    return response
+            reply.header("Set-Cookie", "rid=; Max-Age=0; Path=/")
+    return reply
 
 
-@endpoint
-async def ack(request: HttpRequest, params: dict[str, str], rt: Runtime) -> HttpResponse:
+async def ack(request: Request, rt: Runtime) -> Reply:
     """/mq/ack: commit the batch named by requestId without fetching."""
-    policy = consumer_for(rt, request, params)
-    client_id = _client_id(params)
-    rid = _request_id(request, params)
+    policy = consumer_for(rt, request)
+    client_id = _client_id(request.params)
+    rid = _request_id(request)
     if rid is None:
         raise bad_parameter("requestId is required", "INVALID_REQUEST_ID")
     status, text = await _acknowledge(rt, policy, rid, client_id)
@@ -494,15 +465,24 @@ async def ack(request: HttpRequest, params: dict[str, str], rt: Runtime) -> Http
     return envelope(200, message=text)
 
 
-@endpoint
-async def unlock(request: HttpRequest, params: dict[str, str], rt: Runtime) -> HttpResponse:
+async def unlock(request: Request, rt: Runtime) -> Reply:
     """/mq/unlock: release the requestId's queue lock without committing."""
-    policy = consumer_for(rt, request, params)
-    client_id = _client_id(params)
-    rid = _request_id(request, params)
+    policy = consumer_for(rt, request)
+    client_id = _client_id(request.params)
+    rid = _request_id(request)
     if rid is None:
         raise bad_parameter("requestId is required", "INVALID_REQUEST_ID")
     released = await rt.engine.unlock(
         policy.topic, policy.app, rid.queue, token=rid.lock_time, client_id=client_id
     )
     return envelope(200, message=f"{rid.ack_info} unlock:{'true' if released else 'false'}")
+
+
+ROUTES: dict[str, Handler] = {
+    "/mq/produce": produce,
+    "/mq/produce/batch": produce_batch,
+    "/mq/message": message,
+    "/mq/ack": ack,
+    "/mq/unlock": unlock,
+}
+"""The app-token endpoints by path."""

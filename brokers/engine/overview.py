@@ -1,0 +1,177 @@
+"""Numbers for lists of many consumer groups and topics, in a fixed number of round trips.
+
+A console list of thousands of consumers must not cost a Redis round trip per row:
+:func:`group_lags` reads the bounds and ack index of every partition of every group in one
+pipeline, then the first unacked record of each partition that lags in a second one
+(``XREVRANGE … COUNT 1``: the entry holding that index), so a whole page — or a whole
+fleet — costs two round trips. :func:`produce_rates` reads the per-minute produce counters
+of many topics with one ``HMGET`` each, pipelined. Pipelines are cut into chunks so a very
+long list never builds one huge reply; on a Redis Cluster the client splits each chunk by
+node.
+
+Lag is computed exactly as :func:`brokers.engine.offsets.progress` computes it for the
+consumer page (``next - max(ack, min)``, or ``next - min`` before the first ack), so the
+list, the consumer page and the API agree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from brokers.engine.keys import PartitionKeys, consumer_id, counter_key
+from brokers.engine.record import record_store_time
+from brokers.engine.redisio import AnyRedis
+
+CHUNK = 2000  # partitions (or topics) per pipeline execution
+MAX_INDEX = "18446744073709551615"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLag:
+    """How far one consumer group is behind, over all partitions of its topic."""
+
+    topic: str
+    app: str
+    lag: int
+    """Messages stored and not yet acknowledged (the sum of the partitions' lags)."""
+    oldest_unacked_ms: int
+    """Store time of the oldest unacknowledged message (0 when nothing lags)."""
+    lagging_partitions: int
+
+    def oldest_age_ms(self, now_ms: int) -> int | None:
+        """How long the oldest unacknowledged message has waited (None when none waits)."""
+        return max(0, now_ms - self.oldest_unacked_ms) if self.oldest_unacked_ms else None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRate:
+    """Messages produced to a topic in the last whole minutes."""
+
+    topic: str
+    minutes: int
+    produced: int
+
+    @property
+    def per_second(self) -> float:
+        return self.produced / (self.minutes * 60) if self.minutes else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """A consumer group to measure: topic, app, the topic's partition count, client id."""
+
+    topic: str
+    app: str
+    partitions: int
+    client_id: str | None = None
+
+
+def _day(minute: int) -> str:
+    """The UTC day of a minute, as the counters' keys name it."""
+    return time.strftime("%Y%m%d", time.gmtime(minute * 60))
+
+
+def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+async def _pipelined(client: AnyRedis, calls: Sequence[tuple]) -> list:
+    """Run ``(method, *args)`` calls in chunked non-transactional pipelines."""
+    replies: list = []
+    for chunk in _chunks(calls):
+        pipe = client.pipeline(transaction=False)
+        for method, *args in chunk:
+            getattr(pipe, method)(*args)
+        replies.extend(await pipe.execute())
+    return replies
+
+
+def _first_unacked(lo: bytes | None, hi: bytes | None, ack: bytes | None) -> tuple[int, int]:
+    """(first unacked index, lag) of one partition from its min, next and ack index."""
+    mn, mx = int(lo or 0), int(hi or 0)
+    start = max(int(ack), mn) if ack is not None else mn
+    return start, mx - start
+
+
+async def group_lags(client: AnyRedis, groups: Sequence[GroupRef]) -> list[GroupLag]:
+    """Lag and oldest unacked message of each group, in ``groups`` order."""
+    slots = [(g, p) for g in groups for p in range(g.partitions)]
+    calls: list[tuple] = []
+    for g, p in slots:
+        keys = PartitionKeys(g.topic, p)
+        calls.append(("hmget", keys.meta, "min", "next"))
+        calls.append(("hget", keys.state(consumer_id(g.app, g.client_id)), "ack"))
+    replies = await _pipelined(client, calls)
+    firsts: list[tuple[int, int, int]] = []  # (slot number, first unacked, lag)
+    for i in range(len(slots)):
+        (lo, hi), ack = replies[2 * i], replies[2 * i + 1]
+        start, lag = _first_unacked(lo, hi, ack)
+        firsts.append((i, start, lag))
+    lagging = [(i, start) for i, start, lag in firsts if lag > 0]
+    heads = await _pipelined(
+        client,
+        [
+            (
+                "xrevrange",
+                PartitionKeys(slots[i][0].topic, slots[i][1]).stream,
+                f"{start}-{MAX_INDEX}",
+                "-",
+                1,
+            )
+            for i, start in lagging
+        ],
+    )
+    oldest: dict[int, int] = {}
+    for (i, _), entries in zip(lagging, heads, strict=True):
+        if entries:
+            _, fields = entries[0]
+            blob = fields.get(b"m") or next(iter(fields.values()), b"")
+            if len(blob) >= 51:
+                oldest[i] = record_store_time(blob)
+    out: list[GroupLag] = []
+    position = 0
+    for g in groups:
+        total, first_ms, behind = 0, 0, 0
+        for i in range(position, position + g.partitions):
+            lag = firsts[i][2]
+            if lag > 0:
+                total += lag
+                behind += 1
+                stored = oldest.get(i, 0)
+                if stored and (not first_ms or stored < first_ms):
+                    first_ms = stored
+        position += g.partitions
+        out.append(GroupLag(g.topic, g.app, total, first_ms, behind))
+    return out
+
+
+async def produce_rates(
+    client: AnyRedis, topics: Sequence[str], *, minutes: int, now_ms: int | None = None
+) -> list[TopicRate]:
+    """Messages produced to each topic in the ``minutes`` whole minutes before the current
+    one (so a minute still filling never drags the rate down), in ``topics`` order."""
+    now_minute = int((time.time() * 1000 if now_ms is None else now_ms) // 60_000)
+    window = range(now_minute - minutes, now_minute)
+    by_day: dict[str, list[str]] = {}
+    for minute in window:
+        by_day.setdefault(_day(minute), []).append(f"{minute % 1440}:p")
+    calls = [
+        ("hmget", counter_key("topic", topic, day), *fields)
+        for topic in topics
+        for day, fields in by_day.items()
+    ]
+    replies = await _pipelined(client, calls)
+    rates: list[TopicRate] = []
+    per_topic = len(by_day)
+    for n, topic in enumerate(topics):
+        produced = sum(
+            int(value)
+            for reply in replies[n * per_topic : (n + 1) * per_topic]
+            for value in reply
+            if value is not None
+        )
+        rates.append(TopicRate(topic, minutes, produced))
+    return rates

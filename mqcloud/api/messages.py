@@ -1,0 +1,66 @@
+"""``GET /api/v1/topics/{code}/messages/``: stored messages by partition and index — what the
+console's message browser shows: every property, the producing protocol, the client."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from rest_framework import exceptions, serializers
+
+from brokers.models import Topic
+from mqcloud.console import engine_calls
+from mqcloud.console.message_properties import PROTOCOLS
+
+MAX_COUNT = 200
+MAX_INDEX = 2**62
+
+
+class MessageQuery(serializers.Serializer):
+    """Query parameters of the message list."""
+
+    partition = serializers.IntegerField(min_value=0, max_value=1023)
+    start = serializers.IntegerField(
+        min_value=0, max_value=MAX_INDEX, required=False, default=0, help_text="First index."
+    )
+    count = serializers.IntegerField(
+        min_value=1, max_value=MAX_COUNT, required=False, default=20, help_text="At most this many."
+    )
+
+
+class StoredMessageSerializer(serializers.Serializer):
+    """One stored record (a batch takes ``count`` indexes from ``index``)."""
+
+    partition = serializers.IntegerField()
+    index = serializers.IntegerField()
+    count = serializers.IntegerField()
+    protocol = serializers.ChoiceField(choices=list(PROTOCOLS), help_text="Who produced it.")
+    business_id = serializers.CharField()
+    app = serializers.CharField()
+    client_address = serializers.CharField(help_text="The producer's host:port.")
+    priority = serializers.IntegerField()
+    send_time = serializers.CharField(help_text="UTC, as the producer stamped it.")
+    store_time = serializers.CharField(help_text="UTC.")
+    store_time_ms = serializers.IntegerField()
+    size = serializers.IntegerField()
+    body_preview = serializers.CharField(help_text="The body as text, or hex when binary; cut.")
+    body_is_text = serializers.BooleanField()
+    properties = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Every property: JMQ4 attributes, zbus and VibeMQ headers, HTTP-MQ keys.",
+    )
+    item_ids = serializers.ListField(child=serializers.CharField())
+
+
+def read_messages(topic: Topic, query: dict) -> list[dict]:
+    """The records the query names, as StoredMessageSerializer data."""
+    if query["partition"] >= topic.partitions:
+        raise exceptions.ValidationError(
+            {"partition": [f"The topic has partitions 0–{topic.partitions - 1}."]}
+        )
+    try:
+        rows = engine_calls.read_range(
+            topic.code, query["partition"], query["start"], query["count"]
+        )
+    except engine_calls.EngineUnavailable as exc:
+        raise exceptions.ValidationError({"start": [str(exc)]}) from None
+    return StoredMessageSerializer([asdict(r) for r in rows], many=True).data

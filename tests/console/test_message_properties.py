@@ -1,0 +1,74 @@
+"""The message browser and the API show every property of every protocol, the producing
+protocol and the client address."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from brokers.engine import Message
+from brokers.protocols.vibemq import Publish
+from brokers.protocols.zbus import Message as ZbusMessage
+from brokers.protocols.zbus import RequestLine
+from brokers.servers.vibemq.messages import to_message
+from brokers.servers.zbus.stored import to_engine
+from proxy.httpmq.messages import HTTPMQ_EXTENSION
+from tests.engine_calls import engine_call
+
+pytestmark = pytest.mark.django_db
+
+
+def produce_one_of_each() -> None:
+    zbus = to_engine(
+        ZbusMessage(start=RequestLine(), headers={"topic": "orders", "x-trace": "z-1"}, body=b"zb")
+    )
+    vibemq = to_message(Publish(id="v-1", queue="orders", payload={"n": 1}, headers={"h": "v"}))
+    httpmq = Message(
+        b"hm", business_id="k-1", attributes={"KEYS": "k-1"}, extension=HTTPMQ_EXTENSION
+    )
+    jmq4 = Message(b"jm", business_id="b-1", attributes={"color": "red"})
+
+    async def run(engine):
+        for i, message in enumerate([zbus, vibemq, httpmq, jmq4]):
+            await engine.append(
+                "orders",
+                "shop",
+                [message],
+                partition=0,
+                client_address=f"10.0.0.{i + 1}:{4000 + i}",
+            )
+
+    engine_call(run)
+
+
+def test_browser_shows_protocol_properties_and_client(client, world):
+    produce_one_of_each()
+    client.force_login(world.alice)
+    response = client.get(
+        "/topics/orders/messages/", {"mode": "index", "partition": 0, "count": 10}
+    )
+    rows = response.context["rows"]
+    assert [r.protocol for r in rows] == ["zbus", "VibeMQ", "HTTP-MQ", "JMQ4"]
+    assert rows[0].properties["x-trace"] == "z-1" and rows[0].properties["topic"] == "orders"
+    assert rows[1].properties["h"] == "v" and rows[1].properties["vibemq.id"] == "v-1"
+    assert rows[2].properties == {"KEYS": "k-1"}
+    assert rows[3].properties == {"color": "red"}
+    assert [r.client_address for r in rows] == [f"10.0.0.{i}:{3999 + i}" for i in range(1, 5)]
+    text = response.content.decode()
+    assert "<dt>x-trace</dt><dd>z-1</dd>" in text and "badge-protocol" in text
+
+
+def test_api_lists_the_same_messages(world):
+    produce_one_of_each()
+    api = APIClient()
+    api.force_authenticate(world.alice)
+    response = api.get("/api/v1/topics/orders/messages/?partition=0&count=10")
+    assert response.status_code == 200
+    body = response.json()
+    assert [m["protocol"] for m in body] == ["zbus", "VibeMQ", "HTTP-MQ", "JMQ4"]
+    assert (
+        body[0]["properties"]["x-trace"] == "z-1" and body[0]["client_address"] == "10.0.0.1:4000"
+    )
+    assert api.get("/api/v1/topics/orders/messages/?partition=9").status_code == 400
+    assert api.get("/api/v1/topics/orders/messages/").status_code == 400
+    assert api.get("/api/v1/topics/blue-secret/messages/?partition=0").status_code == 404

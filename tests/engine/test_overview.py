@@ -1,0 +1,81 @@
+"""Lag and produce rates of many groups and topics: the numbers progress() gives one by one,
+in a fixed number of Redis round trips (single Redis and Redis Cluster)."""
+
+from __future__ import annotations
+
+from brokers.engine import Message
+from tests.engine.conftest import snapshot
+
+
+def catalog(groups: int = 30):
+    topics = {f"t{i}": {"partitions": 3} for i in range(groups)}
+    consumers = [{"topic": f"t{i}", "app": "a"} for i in range(groups)]
+    consumers += [{"topic": "t0", "app": "b"}]
+    return snapshot(topics=topics, consumers=consumers)
+
+
+async def test_group_lags_match_progress(make_engine, clock):
+    engine = make_engine(catalog())
+    for i in range(30):
+        for p in range(3):
+            if i + p:
+                await engine.append(f"t{i}", "a", [Message(b"x")] * (i + p), partition=p)
+        clock.advance(1)
+    got = await engine.fetch("t5", "a", count=3, owner="o", address="10.0.0.1:1")
+    await engine.ack("t5", "a", got.partition, [d.index for d in got.messages])
+    groups = [(f"t{i}", "a") for i in range(30)] + [("t0", "b"), ("missing", "a")]
+    lags = await engine.group_lags(groups)
+    assert ("missing", "a") not in lags
+    for topic, app in groups[:-1]:
+        rows = await engine.progress(topic, app)
+        assert lags[(topic, app)].lag == sum(max(r.lag, 0) for r in rows), topic
+    assert lags[("t0", "a")].lag == 3 and lags[("t0", "a")].lagging_partitions == 2
+
+
+async def test_oldest_unacked_is_the_first_waiting_message(make_engine, clock):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 2}}))
+    first = clock.now
+    await engine.append("t", "a", [Message(b"old")], partition=1)
+    clock.advance(30)
+    await engine.append("t", "a", [Message(b"new")] * 2, partition=0)
+    lag = (await engine.group_lags([("t", "a")]))[("t", "a")]
+    assert lag.lag == 3
+    assert lag.oldest_unacked_ms == int(first * 1000)
+    assert lag.oldest_age_ms(engine.now_ms()) == 30_000
+    await engine.reset_offsets("t", "a", position="latest", partition=1)
+    lag = (await engine.group_lags([("t", "a")]))[("t", "a")]
+    assert lag.lag == 2 and lag.oldest_age_ms(engine.now_ms()) == 0
+
+
+async def test_nothing_lags_without_messages(make_engine):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 4}}))
+    lag = (await engine.group_lags([("t", "a")]))[("t", "a")]
+    assert (lag.lag, lag.oldest_unacked_ms, lag.oldest_age_ms(engine.now_ms())) == (0, 0, None)
+
+
+async def test_two_round_trips_for_many_groups(make_engine, store, monkeypatch):
+    engine = make_engine(catalog())
+    for i in range(30):
+        await engine.append(f"t{i}", "a", [Message(b"x")], partition=0)
+    executions = 0
+    original = type(store.pipeline(transaction=False)).execute
+
+    async def counting(self, *args, **kwargs):
+        nonlocal executions
+        executions += 1
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(store.pipeline(transaction=False)), "execute", counting)
+    await engine.group_lags([(f"t{i}", "a") for i in range(30)])
+    assert executions == 2
+
+
+async def test_produce_rates_count_whole_minutes(make_engine, clock):
+    clock.now = 1_750_000_020.0  # 20 s into a minute
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}, "u": {"partitions": 1}}))
+    await engine.append("t", "a", [Message(b"x")] * 120, partition=0)
+    clock.advance(60)
+    await engine.append("t", "a", [Message(b"x")] * 7, partition=0)  # the current minute
+    rates = await engine.produce_rates(["t", "u"], minutes=5)
+    assert rates["t"].produced == 120 and rates["t"].per_second == 120 / 300
+    assert rates["u"].produced == 0
