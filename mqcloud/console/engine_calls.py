@@ -211,7 +211,7 @@ def scan(
                         row.partition,
                         range(row.index, row.index + row.count),
                         (row.business_id, *row.item_ids),
-                        row.attributes,
+                        row.properties,
                     ):
                         found.append(row)
                         if len(found) >= limit:
