@@ -242,6 +242,53 @@ def steal_share(before: list[int], after: list[int]) -> float:
     return deltas[7] / total if total else 0.0
 
 
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds of process ``root`` (default: this one) and all its descendants: the
+    live ones' own times plus what every process counts for its reaped children (Linux
+    /proc; 0 elsewhere). Spark's JVMs and Python workers and a Redis started by the
+    benchmark are all descendants."""
+    import os
+
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        parents: dict[int, list[int]] = {}
+        times: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue  # gone meanwhile
+            fields = stat[stat.rindex(")") + 2 :].split()
+            pid = int(entry)
+            parents.setdefault(int(fields[1]), []).append(pid)
+            times[pid] = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    except OSError:
+        return 0.0
+    start = root or os.getpid()
+    total, stack = times.get(start, 0), [start]
+    while stack:
+        for child in parents.get(stack.pop(), []):
+            total += times.get(child, 0)
+            stack.append(child)
+    return total / tick
+
+
+def machine_busy(before: list[int], after: list[int]) -> float:
+    """Cores the whole machine kept busy between two :func:`cpu_times` (idle and iowait
+    excluded), per second of the interval."""
+    if len(before) < 5 or len(after) < 5:
+        return 0.0
+    deltas = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(deltas[:8])
+    busy = total - deltas[3] - deltas[4]
+    import os
+
+    return (os.cpu_count() or 1) * busy / total if total else 0.0
+
+
 def spawn_broker(script: str, redis_port: int, processes: int = 1) -> tuple[subprocess.Popen, int]:
     """Run ``script --serve REDIS_PORT PORT PROCESSES`` and wait for its "ready" line."""
     port = free_port()

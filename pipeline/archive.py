@@ -6,24 +6,33 @@ Files go under ``ARCHIVE_URL`` (any Hadoop-compatible URL), partitioned by ``top
 every committed batch, so a job stopped at any point and started again writes each index
 exactly once. Read the archive with ``spark.read.parquet(ARCHIVE_URL)``, which follows
 that log.
+
+The topics follow the catalog the console publishes (the source's ``follow=archive``,
+:mod:`pipeline.stream`): a topic turned on joins at the next trigger, one turned off
+stops, without a restart. A ``once`` run uses Trigger.AvailableNow: it archives what was
+stored when it started, in micro-batches of at most ``max_rows_per_batch``, and stops.
+(Benchmarks and tests may pass a fixed snapshot instead of following the catalog.)
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from brokers.engine import CatalogSnapshot
-from pipeline.catalog import archived_topics, backlog, save_offsets, source_options
+from pipeline.catalog import archived_topics, source_options
+from pipeline.options import FOLLOW_ARCHIVE
+from pipeline.status import archive_status, save_committed, total_lag
 
-# The end offsets of the last batch the job saw committed (for its lag, on the console).
-COMMIT_KEY = "mqcloud:{pipeline}:archive:committed"
 PARTITION_COLUMNS = ("topic", "date", "hour")
+DEFAULT_MAX_ROWS = 1_000_000  # a micro-batch after a long stop stays bounded
+Offsets = dict[str, dict[str, int]]
 
 
 @dataclass
@@ -33,6 +42,7 @@ class ArchiveResult:
     rows: int = 0
     lag: int | None = None
     last_batch: int = -1
+    archived: Offsets = field(default_factory=dict)  # end offsets of the last batch
 
 
 def checkpoint_for(archive_url: str) -> str:
@@ -48,9 +58,74 @@ def archive_frame(spark: SparkSession, options: dict[str, str]) -> DataFrame:
     )
 
 
+class _Archive:
+    """One run: the query, its running totals and the lag it reports."""
+
+    def __init__(
+        self,
+        snapshot: CatalogSnapshot | None,
+        redis_url: str,
+        progress: Callable[[str], None],
+        on_batch: Callable[[ArchiveResult], None],
+    ) -> None:
+        self.snapshot, self.redis_url = snapshot, redis_url
+        self.progress, self.on_batch = progress, on_batch
+        self.result = ArchiveResult(self.topics())
+
+    def topics(self) -> list[str]:
+        if self.snapshot is not None:
+            return archived_topics(self.snapshot)
+        return [s.topic for s in archive_status(self.redis_url) if s.archive]
+
+    def measure(self) -> None:
+        """The lag of every topic whose archive is on (in a fixed snapshot: its topics)."""
+        statuses = [s for s in archive_status(self.redis_url, self.snapshot) if s.archive]
+        self.result.topics = [s.topic for s in statuses]
+        self.result.lag = total_lag(statuses)
+
+    def collect(self, query: StreamingQuery) -> int:
+        """Add up the micro-batches reported since the last call (a batch is reported once
+        its files and offsets are committed) and remember the newest end offsets; how
+        many were new."""
+        new = 0
+        result = self.result
+        for report in query.recentProgress:
+            rows = int(report.numInputRows)
+            if report.batchId <= result.last_batch or rows == 0:
+                continue  # seen already, or an idle trigger's report
+            result.last_batch = report.batchId
+            result.batches += 1
+            result.rows += rows
+            new += 1
+            end = json.loads(report.json)["sources"][0]["endOffset"]
+            result.archived = json.loads(end) if isinstance(end, str) else end
+            save_committed(result.archived, self.redis_url)
+            rate = report.processedRowsPerSecond or 0.0
+            self.progress(
+                f"archive: batch {report.batchId}: {rows} rows ({rate:,.0f}/s), total {result.rows}"
+            )
+        return new
+
+    def follow(self, query: StreamingQuery, every_s: float, tick: Callable[[], None]) -> None:
+        """Until the query ends: totals after each batch, the lag after each batch and at
+        least every ``every_s`` (a topic turned on shows its backlog before it is read),
+        and ``tick`` between polls."""
+        measured = time.monotonic()
+        while not query.awaitTermination(0.5):
+            now = time.monotonic()
+            if self.collect(query) or now - measured >= every_s:
+                self.measure()
+                self.on_batch(self.result)
+                measured = now
+            tick()
+        exc = query.exception()
+        if exc is not None:
+            raise RuntimeError(f"archive query failed: {exc}")
+
+
 def run_archive(
     spark: SparkSession,
-    snapshot: CatalogSnapshot,
+    snapshot: CatalogSnapshot | None,
     *,
     archive_url: str,
     checkpoint_url: str | None = None,
@@ -58,20 +133,31 @@ def run_archive(
     interval_s: float = 10.0,
     redis_url: str | None = None,
     split_size: int | None = None,
+    max_rows_per_batch: int | None = DEFAULT_MAX_ROWS,
     progress: Callable[[str], None] = lambda line: None,
     on_batch: Callable[[ArchiveResult], None] = lambda result: None,
+    tick: Callable[[], None] = lambda: None,
 ) -> ArchiveResult:
-    """Archive the flagged topics: until caught up (``once``) or until interrupted.
+    """Archive the flagged topics: until caught up with what was there at the start
+    (``once``) or until interrupted. ``snapshot`` None follows the published catalog.
 
-    ``progress`` gets one line per micro-batch; ``on_batch`` the running totals.
+    ``progress`` gets one line per micro-batch; ``on_batch`` the running totals (also
+    every ``interval_s`` while idle); ``tick`` runs between polls of a continuous run
+    (the long-lived pipeline schedules its rollups there).
     """
-    topics = archived_topics(snapshot)
-    result = ArchiveResult(topics)
-    if not topics:
+    extra = {"split_size": split_size, "max_rows_per_batch": max_rows_per_batch}
+    if snapshot is None:
+        options = source_options(CatalogSnapshot(), [], redis_url=redis_url, **extra)
+        options.update(follow=FOLLOW_ARCHIVE)
+        del options["catalog"], options["topics"]
+    else:
+        topics = archived_topics(snapshot)
+        options = source_options(snapshot, topics, redis_url=redis_url, **extra)
+    run = _Archive(snapshot, options["redis_url"], progress, on_batch)
+    if once and not run.result.topics:
         progress("archive: no topic has its archive flag on")
-        return result
-    url = redis_url or None
-    options = source_options(snapshot, topics, redis_url=url, split_size=split_size)
+        run.measure()
+        return run.result
     writer = (
         archive_frame(spark, options)
         .writeStream.format("parquet")
@@ -85,57 +171,16 @@ def run_archive(
         if once
         else writer.trigger(processingTime=f"{interval_s} seconds")
     )
-    progress(f"archive: {', '.join(topics)} -> {archive_url}")
+    following = "the catalog's archived topics" if snapshot is None else "a fixed snapshot"
+    progress(f"archive: {', '.join(run.result.topics) or 'no topic yet'} ({following})"
+             f" -> {archive_url}")  # fmt: skip
     query = writer.start()
     try:
-        _follow(query, result, snapshot, options["redis_url"], progress, on_batch)
+        run.follow(query, interval_s, tick if not once else lambda: None)
     except KeyboardInterrupt:
         query.stop()
-        _collect(query, result, progress, options["redis_url"])
+        run.collect(query)
         raise
-    _collect(query, result, progress, options["redis_url"])
-    result.lag = backlog(snapshot, topics, COMMIT_KEY, options["redis_url"])
-    return result
-
-
-def _follow(
-    query: StreamingQuery,
-    result: ArchiveResult,
-    snapshot: CatalogSnapshot,
-    redis_url: str,
-    progress: Callable[[str], None],
-    on_batch: Callable[[ArchiveResult], None],
-) -> None:
-    while not query.awaitTermination(0.5):
-        if _collect(query, result, progress, redis_url):
-            result.lag = backlog(snapshot, result.topics, COMMIT_KEY, redis_url)
-            on_batch(result)
-    exc = query.exception()
-    if exc is not None:
-        raise RuntimeError(f"archive query failed: {exc}")
-
-
-def _collect(
-    query: StreamingQuery,
-    result: ArchiveResult,
-    progress: Callable[[str], None],
-    redis_url: str,
-) -> int:
-    """Add up the micro-batches reported since the last call (a batch is reported once its
-    files and offsets are committed) and remember the newest end offsets; how many were new."""
-    new = 0
-    for report in query.recentProgress:
-        rows = int(report.numInputRows)
-        if report.batchId <= result.last_batch or rows == 0:
-            continue  # seen already, or an idle trigger's report
-        result.last_batch = report.batchId
-        result.batches += 1
-        result.rows += rows
-        new += 1
-        end = json.loads(report.json)["sources"][0]["endOffset"]
-        save_offsets(COMMIT_KEY, json.dumps(end, sort_keys=True), redis_url)
-        rate = report.processedRowsPerSecond or 0.0
-        progress(
-            f"archive: batch {report.batchId}: {rows} rows ({rate:,.0f}/s), total {result.rows}"
-        )
-    return new
+    run.collect(query)
+    run.measure()
+    return run.result

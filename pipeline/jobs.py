@@ -10,13 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.db import close_old_connections, connection
 from pyspark.sql import SparkSession
 
-from pipeline.archive import ArchiveResult, run_archive
-from pipeline.catalog import load_catalog
+from pipeline.archive import DEFAULT_MAX_ROWS, ArchiveResult, run_archive
+from pipeline.catalog import load_catalog, published_catalog
 from pipeline.models import JobRun
-from pipeline.rollup import RollupResult, run_rollup
+from pipeline.rollup import RollupResult, run_rollup, sample_lag, store_marks
 from pipeline.runs import recorded, report
+from pipeline.schedule import RollupSchedule
 from pipeline.session import spark_session
 from pipeline.trace import trace
 
@@ -46,27 +48,60 @@ def archive(
     interval_s: float = 10.0,
     spark: SparkSession | None = None,
     progress: Progress = _quiet,
+    max_rows_per_batch: int | None = DEFAULT_MAX_ROWS,
+    rollups: Callable[[], object] | None = None,
 ) -> ArchiveResult:
-    """Run the archive job on the current catalog, recorded as a JobRun."""
+    """Run the archive job over the published catalog's archived topics (followed live),
+    recorded as a JobRun. A continuous run schedules the rollups in its session
+    (``rollups``, by default every ``PIPELINE_ROLLUP_EVERY_MINUTES``)."""
     spark = spark or session("mqcloud-archive")
+    published_catalog()  # the stream follows the published catalog: make sure there is one
+    if rollups is None and not once:
+        rollups = rollup_schedule(spark, progress)
     with recorded(JobRun.Job.ARCHIVE) as run:
 
         def on_batch(result: ArchiveResult) -> None:
-            report(run, rows=result.rows, lag=result.lag)
+            run.detail = _archive_detail(result)
+            report(run, rows=result.rows, lag=result.lag, detail=run.detail)
 
         result = run_archive(
             spark,
-            load_catalog(),
+            None,
             archive_url=archive_url(),
             checkpoint_url=checkpoint_url(),
             once=once,
             interval_s=interval_s,
+            max_rows_per_batch=max_rows_per_batch,
             progress=progress,
             on_batch=on_batch,
+            tick=rollups or (lambda: None),
         )
         run.rows, run.lag = result.rows, result.lag
-        run.detail = f"{result.batches} batches; topics: {', '.join(result.topics) or 'none'}"
+        run.detail = _archive_detail(result)
     return result
+
+
+def _archive_detail(result: ArchiveResult) -> str:
+    return f"{result.batches} batches; topics: {', '.join(result.topics) or 'none'}"
+
+
+def rollup_schedule(spark: SparkSession, progress: Progress = _quiet) -> RollupSchedule:
+    """The rollups of a long-lived pipeline, run in ``spark`` (see pipeline.schedule)."""
+
+    def run(since_ms: int | None, window_minutes: int) -> RollupResult:
+        if not connection.in_atomic_block:  # a long-lived process: drop a bad connection
+            close_old_connections()
+        since = None if since_ms is None else dt.datetime.fromtimestamp(since_ms / 1000, dt.UTC)
+        return rollup(since=since, window_minutes=window_minutes, spark=spark, progress=progress)
+
+    return RollupSchedule(
+        every_s=settings.PIPELINE_ROLLUP_EVERY_MINUTES * 60,
+        window_minutes=10,
+        catalog=load_catalog,
+        marks=store_marks,
+        rollup=run,
+        sample_lag=sample_lag,
+    )
 
 
 def rollup(
@@ -95,22 +130,23 @@ def rollup(
 
 def find_messages(
     topic: str,
-    business_id: str,
+    message_id: str,
     start: dt.datetime | None = None,
     end: dt.datetime | None = None,
     *,
     limit: int = 1000,
     spark: SparkSession | None = None,
 ) -> list[dict[str, Any]]:
-    """Messages of ``topic`` with ``business_id`` in the archive and the live store (the
-    console's message search calls this), recorded as a JobRun."""
+    """Messages of ``topic`` that ``message_id`` names (any id a client saw: businessId,
+    position, msgId, VibeMQ / zbus id) in the archive and the live store (the console's
+    archive search runs this), recorded as a JobRun."""
     spark = spark or session("mqcloud-trace")
     with recorded(JobRun.Job.TRACE) as run:
         rows = trace(
-            spark, load_catalog(), archive_url(), topic, business_id, start, end, limit=limit
+            spark, load_catalog(), archive_url(), topic, message_id, start, end, limit=limit
         )
         run.rows = len(rows)
-        run.detail = f"{topic} businessId={business_id}"
+        run.detail = f"{topic} id={message_id}"
     return rows
 
 

@@ -1,4 +1,5 @@
-"""The catalog as a data-source option: a JSON snapshot of the topics a read covers.
+"""The ``mqcloud`` source's options, and the catalog as one: a JSON snapshot of the
+topics a read covers.
 
 The driver builds it from the Django catalog (:mod:`pipeline.catalog`); Spark's Python
 workers decode it into a :class:`brokers.engine.CatalogSnapshot` for the engine, so no
@@ -12,6 +13,9 @@ from collections.abc import Iterable
 import msgspec
 
 from brokers.engine import CatalogSnapshot, TopicInfo
+
+DEFAULT_SPLIT = 100_000
+FOLLOW_ARCHIVE = "archive"
 
 
 class OptionError(ValueError):
@@ -62,3 +66,25 @@ def int_option(options: dict, name: str, default: int | None, *, minimum: int = 
     if value < minimum:
         raise OptionError(f"option {name!r} must be at least {minimum}, got {value}")
     return value
+
+
+class SourceOptions:
+    """Validated options shared by the batch and the stream reader."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.redis_url = options.get("redis_url") or ""
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise OptionError("option 'redis_url' must be a redis://, rediss:// or unix:// URL")
+        self.follow = options.get("follow") or ""
+        if self.follow not in ("", FOLLOW_ARCHIVE):
+            raise OptionError(f"option 'follow' must be '{FOLLOW_ARCHIVE}', got {self.follow!r}")
+        if self.follow:
+            self.snapshot = CatalogSnapshot()
+            self.topics: tuple[TopicInfo, ...] = ()
+        else:
+            self.snapshot = decode_catalog(options.get("catalog"))
+            self.topics = select_topics(self.snapshot, options.get("topics"))
+        self.split_size = int_option(options, "split_size", DEFAULT_SPLIT, minimum=1)
+        self.max_rows = int_option(options, "max_rows_per_batch", None, minimum=1)
+        self.from_ms = int_option(options, "from_ms", None)
+        self.to_ms = int_option(options, "to_ms", None)

@@ -1,19 +1,22 @@
 """Reading partitions through the engine's public API, as rows of the source schema.
 
 Everything here is plain asyncio + redis-py: Spark's Python workers drive it with one
-:class:`asyncio.Runner` per split (see :mod:`pipeline.source`). Records are decoded by
-the engine's own decoder (``Delivery.message``); a batch record becomes one row per
-index it takes, so a row's ``index`` is always the message's own index.
+:class:`asyncio.Runner` per split (see :mod:`pipeline.source`). :meth:`StoreReader.batches`
+yields Arrow record batches: plain records decoded column by column
+(:mod:`pipeline.columnar`), batch records by the engine's own decoder
+(``Delivery.message``), one row per index they take, so a row's ``index`` is always the
+message's own index. :meth:`StoreReader.rows` gives the same rows as tuples.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import redis.asyncio as aioredis
 
 from brokers.engine import (
@@ -23,6 +26,7 @@ from brokers.engine import (
     IndexOutOfRange,
     InvalidMessage,
 )
+from pipeline.columnar import entries_batch, rows_batch
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +102,8 @@ class StoreReader:
 
     def __init__(self, redis_url: str, snapshot: CatalogSnapshot) -> None:
         self.redis = aioredis.from_url(redis_url)
-        self.engine = Engine(self.redis, lambda: snapshot)
+        self.snapshot = snapshot  # the engine's catalog; a planner may load a newer one
+        self.engine = Engine(self.redis, lambda: self.snapshot)
 
     async def close(self) -> None:
         await self.engine.close()
@@ -119,8 +124,12 @@ class StoreReader:
             hi = min(hi, await self.engine.index_at_time(topic, partition, to_ms))
         return lo, max(lo, hi)
 
-    async def rows(self, split: Split, chunk: int = 4096) -> AsyncIterator[list[Row]]:
-        """Rows of ``split`` in index order, ``chunk`` indexes per engine read.
+    async def _walk(
+        self, split: Split, chunk: int, read: Callable[..., Awaitable[list[Any]]]
+    ) -> AsyncIterator[tuple[int, list[Any]]]:
+        """(position, what ``read`` returned) of each engine read over ``split``, ``chunk``
+        indexes per read, in index order (``read`` is the engine's ``read`` or
+        ``read_entries``; both results end at an ``index`` + ``count``).
 
         Indexes trimmed by retention before the read are skipped (logged); a range beyond
         the partition's end raises StoreGone rather than pass silently.
@@ -128,9 +137,7 @@ class StoreReader:
         pos = split.start
         while pos < split.end:
             try:
-                got = await self.engine.read(
-                    split.topic, split.partition, pos, min(chunk, split.end - pos)
-                )
+                got = await read(split.topic, split.partition, pos, min(chunk, split.end - pos))
             except IndexOutOfRange as exc:
                 if pos < exc.min_index:
                     log.warning(
@@ -142,11 +149,29 @@ class StoreReader:
                 raise StoreGone(f"{split}: {exc}") from exc
             if not got:
                 raise StoreGone(f"{split}: the partition ends at {pos}")
+            yield pos, got
+            pos = got[-1].index + got[-1].count
+
+    async def rows(self, split: Split, chunk: int = 4096) -> AsyncIterator[list[Row]]:
+        """Rows of ``split`` (tuples in COLUMNS order, times in ms), one list per read."""
+        async for pos, got in self._walk(split, chunk, self.engine.read):
             rows: list[Row] = []
             for delivery in got:
                 rows.extend(expand(split.topic, delivery, pos, split.end))
             yield rows
-            pos = got[-1].end
+
+    async def batches(self, split: Split, chunk: int = 4096) -> AsyncIterator[pa.RecordBatch]:
+        """Arrow record batches of ``split``: plain records column by column, the rest
+        (batch records) row by row through the engine's decoder."""
+        async for pos, got in self._walk(split, chunk, self.engine.read_entries):
+            batch, rest = entries_batch(split.topic, split.partition, got, pos, split.end)
+            if batch is not None:
+                yield batch
+            rows: list[Row] = []
+            for delivery in rest:
+                rows.extend(expand(split.topic, delivery, pos, split.end))
+            if rows:
+                yield rows_batch(rows)
 
 
 def run_sync(redis_url: str, snapshot: CatalogSnapshot, work: Any) -> Any:
@@ -162,18 +187,20 @@ def run_sync(redis_url: str, snapshot: CatalogSnapshot, work: Any) -> Any:
     return asyncio.run(main())
 
 
-def iter_rows(redis_url: str, snapshot: CatalogSnapshot, split: Split) -> Iterator[list[Row]]:
-    """Blocking iterator over the row chunks of ``split`` (one event loop, lazily)."""
+def iter_batches(
+    redis_url: str, snapshot: CatalogSnapshot, split: Split
+) -> Iterator[pa.RecordBatch]:
+    """Blocking iterator over the Arrow record batches of ``split`` (one event loop)."""
     with asyncio.Runner() as runner:
         reader = StoreReader(redis_url, snapshot)
-        chunks = reader.rows(split)
+        batches = reader.batches(split)
         try:
             while True:
                 try:
-                    chunk = runner.run(anext(chunks))
+                    batch = runner.run(anext(batches))
                 except StopAsyncIteration:
                     return
-                yield chunk
+                yield batch
         finally:
-            runner.run(chunks.aclose())
+            runner.run(batches.aclose())
             runner.run(reader.close())

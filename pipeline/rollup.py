@@ -116,6 +116,31 @@ def consumer_lag(
     return run_sync(redis_url or settings.REDIS_URL, snapshot, sample) if pairs else []
 
 
+def sample_lag(snapshot: CatalogSnapshot, now_ms: int, redis_url: str | None = None) -> int:
+    """Store every clustering consumer's lag now in its minute (Redis reads, no Spark);
+    how many samples."""
+    lags = consumer_lag(snapshot, now_ms, redis_url)
+    ConsumerLag.objects.bulk_create(
+        lags, update_conflicts=True, unique_fields=["topic", "app", "minute"], update_fields=["lag"]
+    )
+    return len(lags)
+
+
+def store_marks(snapshot: CatalogSnapshot, redis_url: str | None = None) -> dict[str, int]:
+    """The next index of every partition (``topic/partition``): equal marks mean nothing
+    was appended in between (one small Redis read per partition)."""
+    from django.conf import settings
+
+    async def measure(reader: StoreReader) -> dict[str, int]:
+        marks = {}
+        for code, info in sorted(snapshot.topics.items()):
+            for p, (_lo, hi) in (await reader.bounds(code, info.partitions)).items():
+                marks[f"{code}/{p}"] = hi
+        return marks
+
+    return run_sync(redis_url or settings.REDIS_URL, snapshot, measure)
+
+
 def run_rollup(
     spark: SparkSession,
     snapshot: CatalogSnapshot,
@@ -143,12 +168,8 @@ def run_rollup(
     )
     result.traffic_rows = len(rows)
     progress(f"rollup: {len(rows)} traffic rows")
-    lags = consumer_lag(snapshot, now_ms, redis_url)
-    ConsumerLag.objects.bulk_create(
-        lags, update_conflicts=True, unique_fields=["topic", "app", "minute"], update_fields=["lag"]
-    )
-    result.lag_rows = len(lags)
-    progress(f"rollup: {len(lags)} consumer lag samples")
+    result.lag_rows = sample_lag(snapshot, now_ms, redis_url)
+    progress(f"rollup: {result.lag_rows} consumer lag samples")
     cutoff = timezone.now() - dt.timedelta(days=RETENTION_DAYS)
     result.deleted = (
         TrafficMinute.objects.filter(minute__lt=cutoff).delete()[0]

@@ -36,13 +36,17 @@ def _finish(run: JobRun, status: str, detail: str) -> None:
     run.save(update_fields=["status", "detail", "finished", "rows", "lag"])
 
 
-def report(run: JobRun, *, rows: int | None = None, lag: int | None = None) -> None:
-    """Store a running job's counts so far."""
+def report(
+    run: JobRun, *, rows: int | None = None, lag: int | None = None, detail: str | None = None
+) -> None:
+    """Store a running job's counts (and what it is doing) so far."""
     if rows is not None:
         run.rows = rows
     if lag is not None:
         run.lag = lag
-    run.save(update_fields=["rows", "lag"])
+    if detail is not None:
+        run.detail = detail
+    run.save(update_fields=["rows", "lag", "detail"])
 
 
 def printer(stream: TextIO | None = None) -> Callable[[str], None]:

@@ -1,8 +1,8 @@
-"""Celery tasks of the pipeline: the per-minute rollup (scheduled by beat) and the
-console's archive searches (``pipeline trace``).
+"""Celery task of the pipeline: the console's archive searches (``pipeline trace``).
 
-Each job runs in its own process (``manage.py pipeline …``) so neither the worker nor the
-web process ever hosts a JVM; a Redis lock keeps two rollups from running at once.
+A search runs in its own process (``manage.py pipeline trace …``) so neither the worker
+nor the web process ever hosts a JVM. (Rollups are no Celery task: the long-lived
+``pipeline archive`` runs them in its own Spark session, see :mod:`pipeline.schedule`.)
 """
 
 from __future__ import annotations
@@ -10,41 +10,15 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import sys
-import uuid
 
-import redis
 from celery import shared_task
-from django.conf import settings
 from django.utils import timezone
 
 from pipeline.models import TRACE_BODY_BYTES, TRACE_KEEP_DAYS, TRACE_LIMIT, TraceSearch
 from pipeline.session import PROJECT_ROOT
 from pipeline.trace_json import parse_trace_json
 
-LOCK_KEY = "mqcloud:{pipeline}:rollup:lock"
-TIMEOUT_S = 600
 TRACE_TIMEOUT_S = 600
-
-
-@shared_task(name="pipeline.tasks.rollup", ignore_result=True)
-def rollup(window_minutes: int = 10) -> int | None:
-    """Run the rollup job unless one is running; its exit code (None when skipped)."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    token = uuid.uuid4().hex
-    try:
-        if not client.set(LOCK_KEY, token, nx=True, ex=TIMEOUT_S):
-            return None
-        done = subprocess.run(
-            [sys.executable, "manage.py", "pipeline", "rollup", "--window", str(window_minutes)],
-            cwd=PROJECT_ROOT,
-            timeout=TIMEOUT_S,
-            check=False,
-        )
-        return done.returncode
-    finally:
-        if client.get(LOCK_KEY) == token.encode():
-            client.delete(LOCK_KEY)
-        client.close()
 
 
 def trace_command(search: TraceSearch) -> list[str]:
@@ -55,7 +29,7 @@ def trace_command(search: TraceSearch) -> list[str]:
         "pipeline",
         "trace",
         f"--topic={search.topic}",  # "=": a value may start with "-"
-        f"--business-id={search.business_id}",
+        f"--id={search.business_id}",  # the model's name for the id searched
         f"--limit={TRACE_LIMIT}",
         f"--max-body={TRACE_BODY_BYTES}",
         "--json",

@@ -1,6 +1,9 @@
-"""The trace job: find a topic's messages by businessId in the archive and the live store.
+"""The trace job: find a topic's messages by any id a client saw, in the archive and the
+live store.
 
-:func:`trace` is what the console's message search calls for archived ranges; the
+An id is a businessId, a position (JMQ4 ``partition:index``, HTTP-MQ ``msgId`` /
+``offsetMsgId``) or the value of an id property (VibeMQ's message id, zbus's msgid): see
+:mod:`pipeline.ids`. :func:`trace` is what the console's archive search runs; the
 ``pipeline trace`` command prints its rows. A message still in the store and already
 archived appears once, with both ``in_archive`` and ``in_live`` set.
 """
@@ -11,11 +14,12 @@ import datetime as dt
 from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokers.engine import CatalogSnapshot, TopicNotFound
 from pipeline.catalog import source_options
+from pipeline.ids import ID_PROPERTIES, MessageId, parse
 
 FIELDS = (
     "topic",
@@ -40,10 +44,22 @@ def _ms(when: dt.datetime | None) -> int | None:
     return int(when.timestamp() * 1000)
 
 
+def is_message(mid: MessageId) -> Column:
+    """The rows ``mid`` names: its businessId, an id property, or one of its positions."""
+    keys = list(ID_PROPERTIES)
+    cond = (F.col("business_id") == mid.text) | F.exists(
+        F.map_entries("attributes"),
+        lambda e: F.lower(e["key"]).isin(keys) & (e["value"] == F.lit(mid.text)),
+    )
+    for partition, index in mid.positions:
+        cond = cond | ((F.col("partition") == partition) & (F.col("index") == index))
+    return cond
+
+
 def _select(
-    frame: DataFrame, topic: str, business_id: str, lo: int | None, hi: int | None
+    frame: DataFrame, topic: str, mid: MessageId, lo: int | None, hi: int | None
 ) -> DataFrame:
-    frame = frame.where((F.col("topic") == topic) & (F.col("business_id") == business_id))
+    frame = frame.where((F.col("topic") == topic) & is_message(mid))
     if lo is not None:
         frame = frame.where(F.unix_millis("store_time") >= lo)
     if hi is not None:
@@ -59,7 +75,7 @@ def archived(
     spark: SparkSession,
     archive_url: str,
     topic: str,
-    business_id: str,
+    mid: MessageId,
     lo: int | None = None,
     hi: int | None = None,
 ) -> DataFrame | None:
@@ -75,14 +91,14 @@ def archived(
         frame = frame.where(F.col("date") >= F.lit(_day(lo)))
     if hi is not None:
         frame = frame.where(F.col("date") <= F.lit(_day(hi)))
-    return _select(frame, topic, business_id, lo, hi)
+    return _select(frame, topic, mid, lo, hi)
 
 
 def live(
     spark: SparkSession,
     snapshot: CatalogSnapshot,
     topic: str,
-    business_id: str,
+    mid: MessageId,
     lo: int | None = None,
     hi: int | None = None,
     redis_url: str | None = None,
@@ -90,7 +106,7 @@ def live(
     """Matching rows still in the store (the read narrows to ``[lo, hi)`` by store time)."""
     options = source_options(snapshot, [topic], redis_url=redis_url, from_ms=lo, to_ms=hi)
     frame = spark.read.format("mqcloud").options(**options).load()
-    return _select(frame, topic, business_id, lo, hi)
+    return _select(frame, topic, mid, lo, hi)
 
 
 def _day(ms: int) -> str:
@@ -102,26 +118,26 @@ def trace(
     snapshot: CatalogSnapshot,
     archive_url: str,
     topic: str,
-    business_id: str,
+    message_id: str,
     start: dt.datetime | None = None,
     end: dt.datetime | None = None,
     *,
     redis_url: str | None = None,
     limit: int = 1000,
 ) -> list[dict[str, Any]]:
-    """Messages of ``topic`` with ``business_id`` stored in ``[start, end)``, oldest first.
+    """Messages of ``topic`` that ``message_id`` names (see :mod:`pipeline.ids`) stored in
+    ``[start, end)``, oldest first.
 
     Each row has the source columns (times as aware datetimes ``send_time``/``store_time``)
     plus ``in_archive`` and ``in_live``; at most ``limit`` rows.
     """
     if topic not in snapshot.topics:
         raise TopicNotFound(f"topic {topic} does not exist")
-    if not business_id:
-        raise ValueError("a businessId is required")
+    mid = parse(topic, message_id)
     lo, hi = _ms(start), _ms(end)
     found: dict[tuple[int, int], dict[str, Any]] = {}
-    parts = [("in_live", live(spark, snapshot, topic, business_id, lo, hi, redis_url))]
-    old = archived(spark, archive_url, topic, business_id, lo, hi)
+    parts = [("in_live", live(spark, snapshot, topic, mid, lo, hi, redis_url))]
+    old = archived(spark, archive_url, topic, mid, lo, hi)
     if old is not None:
         parts.append(("in_archive", old))
     for flag, frame in parts:

@@ -42,12 +42,12 @@ def json_row(row: dict[str, Any], max_body: int | None = None) -> dict[str, Any]
 
 
 def trace_json(
-    topic: str, business_id: str, rows: list[dict[str, Any]], max_body: int | None = None
+    topic: str, message_id: str, rows: list[dict[str, Any]], max_body: int | None = None
 ) -> str:
-    """The whole result as one line of JSON."""
+    """The whole result as one line of JSON (``id``: the id searched)."""
     doc = {
         "topic": topic,
-        "business_id": business_id,
+        "id": message_id,
         "count": len(rows),
         "rows": [json_row(r, max_body) for r in rows],
     }

@@ -67,6 +67,7 @@ from brokers.engine.model import (
     QoS,
     RetryRecord,
     RetryType,
+    StoredEntry,
     TransactionInfo,
 )
 from brokers.engine.overview import GroupLag, TopicRate
@@ -145,6 +146,7 @@ __all__ = [
     "RetryRecord",
     "RetryType",
     "StoreUnavailable",
+    "StoredEntry",
     "StoredMessage",
     "TopicInfo",
     "TopicNotFound",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from brokers.engine.record import StoredMessage, decode_record
 
@@ -75,6 +76,16 @@ class Delivery:
     @property
     def end(self) -> int:
         return self.index + self.count
+
+
+class StoredEntry(NamedTuple):
+    """One stored append: ``records`` are its records back to back (JMQ4 layout, each
+    starting with its size), taking ``count`` indexes from ``index`` (a batch record takes
+    its ``flag``). What :meth:`Engine.read_entries` returns to bulk readers."""
+
+    index: int
+    count: int
+    records: bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,14 @@ taken>``, so the entry holding index ``i`` is the last entry with id ≤ ``i-<ma
 (XREVRANGE … COUNT 1) and a range read is that entry plus XRANGE from ``i+1`` —
 O(log n + k) whatever the backlog. Records of an entry before ``i`` are skipped; a batch
 is returned whole even when the range starts inside it (the reader expands items).
+:func:`read_entries` returns the entries whole instead (bulk readers split them).
 """
 
 from __future__ import annotations
 
 from brokers.engine.errors import IndexOutOfRange
 from brokers.engine.keys import PartitionKeys
-from brokers.engine.model import Delivery
+from brokers.engine.model import Delivery, StoredEntry
 from brokers.engine.redisio import AnyRedis, Script
 
 # Lua: append records covering [start, ...) to `out` (flat: index, count, record) until
@@ -114,6 +115,42 @@ return s(lo)
 )
 
 
+ENTRIES = Script(
+    """
+-- KEYS: stream, meta. ARGV: start, want. Returns {min, next, ok, then first, count, records
+-- of each whole entry}: the entries covering [start, ...) until `want` indexes from start
+-- (the first entry may begin before start). No record is split out, so Redis does one
+-- reply element per append call, not per message.
+local m = redis.call('HMGET', KEYS[2], 'min', 'next')
+local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+local start, want = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out = {s(mn), s(nxt), 1}
+if start < mn or start > nxt then out[3] = 0; return out end
+if start == nxt then return out end
+local items, from = 0, start
+local head = redis.call('XREVRANGE', KEYS[1], s(start) .. '-18446744073709551615', '-', 'COUNT', 1)
+if head[1] then
+  local fi, c = first_of(head[1][1])
+  if fi + c > start then
+    out[#out + 1] = s(fi); out[#out + 1] = s(c); out[#out + 1] = head[1][2][2]
+    items, from = fi + c - start, fi + c
+  end
+end
+while items < want do
+  local rest = redis.call('XRANGE', KEYS[1], s(from) .. '-0', '+', 'COUNT', 16)
+  if not rest[1] then break end
+  for _, e in ipairs(rest) do
+    local fi, c = first_of(e[1])
+    out[#out + 1] = s(fi); out[#out + 1] = s(c); out[#out + 1] = e[2][2]
+    items, from = items + c, fi + c
+    if items >= want then break end
+  end
+end
+return out
+"""
+)
+
+
 def parse_entries(partition: int, flat: list, offset: int = 0) -> list[Delivery]:
     """Turn a script's flat ``first, count, record`` triples into deliveries."""
     return [
@@ -140,6 +177,21 @@ async def read_range(
     if not int(flat[2]):
         raise IndexOutOfRange(start, int(flat[0]), int(flat[1]))
     return parse_entries(partition, flat, 3)
+
+
+async def read_entries(
+    client: AnyRedis, topic: str, partition: int, start: int, count: int
+) -> list[StoredEntry]:
+    """Whole stream entries covering ``start`` onwards, at least ``count`` indexes unless
+    the end is hit; ``start == max`` returns nothing, outside ``[min, max]`` raises
+    IndexOutOfRange."""
+    keys = PartitionKeys(topic, partition)
+    flat = await ENTRIES(client, (keys.stream, keys.meta), (start, max(1, count)))
+    if not int(flat[2]):
+        raise IndexOutOfRange(start, int(flat[0]), int(flat[1]))
+    return [
+        StoredEntry(int(flat[i]), int(flat[i + 1]), flat[i + 2]) for i in range(3, len(flat), 3)
+    ]
 
 
 async def index_at_time(client: AnyRedis, topic: str, partition: int, timestamp_ms: int) -> int:

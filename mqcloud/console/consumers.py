@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -234,4 +235,5 @@ def consumer_lag(request: HttpRequest, name: str) -> HttpResponse:
     except ValueError as exc:
         return HttpResponseBadRequest(str(exc))
     data = rollups.lag(consumer.topic.code, consumer.app.code, start, end)
+    data["rollup_every_minutes"] = settings.PIPELINE_ROLLUP_EVERY_MINUTES
     return JsonResponse({"consumer": consumer.name, "start_ms": start, "end_ms": end, **data})

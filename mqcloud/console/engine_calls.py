@@ -23,10 +23,11 @@ from brokers.engine import (
     PartitionProgress,
     RetryRecord,
     TopicRate,
-    java_hash,
 )
 from mqcloud.console.message_properties import message_properties, producing_protocol
 from mqcloud.engine_access import engine_session
+from pipeline import ids
+from pipeline.ids import MessageId
 
 T = TypeVar("T")
 PREVIEW = 160  # characters of a body shown in lists
@@ -177,10 +178,11 @@ def scan(
     from_ms: int,
     to_ms: int,
     *,
-    business_id: str = "",
+    message_id: MessageId | None = None,
     limit: int = 100,
 ) -> Scan:
-    """Records stored in ``[from_ms, to_ms]`` (matching ``business_id`` when given)."""
+    """Records stored in ``[from_ms, to_ms]`` (those ``message_id`` names when given: any
+    id a client saw, see pipeline.ids)."""
 
     async def call(engine: Engine) -> Scan:
         found: list[MessageRow] = []
@@ -204,7 +206,13 @@ def scan(
                     if row.store_time_ms > to_ms:
                         stop = True
                         break
-                    if not business_id or business_id in (row.business_id, *row.item_ids):
+                    if message_id is None or ids.matches(
+                        message_id,
+                        row.partition,
+                        range(row.index, row.index + row.count),
+                        (row.business_id, *row.item_ids),
+                        row.properties,
+                    ):
                         found.append(row)
                         if len(found) >= limit:
                             truncated = True
@@ -217,11 +225,11 @@ def scan(
     return run(call)
 
 
-def business_partitions(partitions: int, sequential: bool, business_id: str) -> list[int]:
-    """Where a businessId can be: its hashed partition on a sequential topic, else all."""
-    if sequential and business_id:
-        return [abs(java_hash(business_id)) % partitions]
-    return list(range(partitions))
+def id_partitions(partitions: int, message_id: MessageId) -> list[int]:
+    """Where a message with that id can be: the partition a position names, else any (a
+    sequential topic hashes businessIds, but a VibeMQ or zbus id is not one)."""
+    named = message_id.partitions
+    return [p for p in range(partitions) if named is None or p in named]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The message browser: a topic's messages by partition and index range, by businessId
+"""The message browser: a topic's messages by partition and index range, by message id
 within a time window, or by time range (bounded scans, never a full-topic read)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from django.shortcuts import render
 from brokers.models import Topic
 from mqcloud.console import access, engine_calls
 from mqcloud.console.forms import UtcTimeField
+from pipeline import ids
 
 MAX_ROWS = 200
 DEFAULT_WINDOW_MS = 3_600_000
@@ -23,7 +24,7 @@ class BrowseForm(forms.Form):
     mode = forms.ChoiceField(
         choices=[
             ("index", "Partition and index range"),
-            ("business", "businessId"),
+            ("business", "Message id or businessId"),
             ("time", "Time range"),
         ],
         initial="index",
@@ -31,7 +32,7 @@ class BrowseForm(forms.Form):
     partition = forms.IntegerField(min_value=0, max_value=1023, required=False)
     start = forms.IntegerField(min_value=0, required=False, label="From index")
     count = forms.IntegerField(min_value=1, max_value=MAX_ROWS, initial=20, required=False)
-    business_id = forms.CharField(max_length=200, required=False, label="businessId")
+    business_id = forms.CharField(max_length=200, required=False, label="Message id or businessId")
     since = UtcTimeField(required=False, label="From (UTC)")
     until = UtcTimeField(required=False, label="To (UTC)")
 
@@ -48,7 +49,7 @@ class BrowseForm(forms.Form):
         if mode == "index" and p is None:
             self.add_error("partition", "Choose a partition.")
         if mode == "business" and not data.get("business_id"):
-            self.add_error("business_id", "Give the businessId to look for.")
+            self.add_error("business_id", "Give the message id or businessId to look for.")
         since, until = data.get("since"), data.get("until")
         if since is not None and until is not None and until < since:
             self.add_error("until", "Must not be before the start.")
@@ -62,14 +63,13 @@ def _search(topic: Topic, data: dict[str, Any]) -> tuple[list, bool]:
             topic.code, data["partition"], data.get("start") or 0, count
         ), False
     now = int(time.time() * 1000)
+    message_id = ids.parse(topic.code, data["business_id"]) if data["mode"] == "business" else None
     until = data.get("until") or now
     since = data.get("since") if data.get("since") is not None else until - DEFAULT_WINDOW_MS
     if data.get("partition") is not None:
         parts = [data["partition"]]
     elif data["mode"] == "business":
-        parts = engine_calls.business_partitions(
-            topic.partitions, topic.type == Topic.Type.SEQUENTIAL, data["business_id"]
-        )
+        parts = engine_calls.id_partitions(topic.partitions, message_id)
     else:
         parts = list(range(topic.partitions))
     result = engine_calls.scan(
@@ -77,7 +77,7 @@ def _search(topic: Topic, data: dict[str, Any]) -> tuple[list, bool]:
         parts,
         since,
         until,
-        business_id=data.get("business_id", "") if data["mode"] == "business" else "",
+        message_id=message_id,
         limit=count,
     )
     return result.rows, result.truncated

@@ -1,4 +1,5 @@
-"""Pipeline pages: each job's last run and recent history, and archive searches.
+"""Pipeline pages: the archive's progress per topic, each job's last run and recent
+history, and archive searches.
 
 An archive search never starts Spark in the web process: it is a :class:`TraceSearch`
 row that a Celery task fills by running ``pipeline trace --json`` in a subprocess; the
@@ -14,24 +15,39 @@ import codecs
 import datetime as dt
 from typing import Any
 
+import redis
 from django import forms
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from brokers.engine import EngineError
 from mqcloud.console import access
 from mqcloud.console.engine_calls import fmt_ms, preview
 from mqcloud.console.forms import UtcTimeField
 from pipeline import tasks
 from pipeline.models import TRACE_LIMIT, JobRun, TraceSearch
+from pipeline.status import TopicStatus, archive_status
 
 HISTORY = 20
 RUNS_POLL_S = 3
 TRACE_POLL_S = 2
 MAX_OPEN_SEARCHES = 3  # pending or running searches per user
 OPEN = (TraceSearch.Status.PENDING, TraceSearch.Status.RUNNING)
+
+
+def archive_topics(user: AbstractBaseUser) -> tuple[list[TopicStatus], str]:
+    """The archive's progress per topic the user may see (archive on, or archived
+    before), and an error when the store did not answer."""
+    visible = set(access.topics_for(user).values_list("code", flat=True))
+    try:
+        statuses = archive_status(settings.REDIS_URL)
+    except (redis.RedisError, OSError, EngineError) as exc:
+        return [], f"The message store did not answer: {exc}"
+    return [s for s in statuses if s.topic in visible], ""
 
 
 def _job_runs() -> list[dict[str, Any]]:
@@ -51,6 +67,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
     Run details name topics and businessIds, so only platform admins see them."""
     runs = _job_runs()
     running = any(r.status == JobRun.Status.RUNNING for j in runs for r in j["runs"])
+    topics, store_error = archive_topics(request.user)
     template = "console/pipeline_runs.html" if request.htmx else "console/pipeline.html"
     return render(
         request,
@@ -60,13 +77,20 @@ def jobs(request: HttpRequest) -> HttpResponse:
             "running": running,
             "poll_s": RUNS_POLL_S,
             "show_detail": access.is_platform_admin(request.user),
+            "archive_topics": topics,
+            "store_error": store_error,
         },
     )
 
 
 class TraceForm(forms.Form):
     topic = forms.CharField(max_length=200)
-    business_id = forms.CharField(max_length=200, label="businessId")
+    business_id = forms.CharField(
+        max_length=200,
+        label="Message id or businessId",
+        help_text="Any id a client saw: businessId, partition:index, HTTP-MQ msgId, "
+        "VibeMQ message id, zbus msgid.",
+    )
     since = UtcTimeField(required=False, label="From (UTC)")
     until = UtcTimeField(required=False, label="To (UTC)")
 

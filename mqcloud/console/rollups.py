@@ -35,6 +35,7 @@ def latency(topic: str, start_ms: int, end_ms: int) -> dict[str, list[int | None
     return {
         "latency_p50": [rows[m].latency_p50_ms if m in rows else None for m in minutes],
         "latency_p99": [rows[m].latency_p99_ms if m in rows else None for m in minutes],
+        "latency_samples": len(rows),
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
@@ -18,6 +19,7 @@ from mqcloud.console import access, engine_calls, lag, rollups
 from mqcloud.zbus_access import CLOSED_LABEL, OPEN_LABEL
 
 RANGES = {"1h": 60, "6h": 360, "24h": 1440}
+COUNTER_RETENTION_MS = 30 * 86_400_000  # the engine keeps per-minute counters 30 days
 LIST_PAGE = 50
 
 
@@ -109,24 +111,28 @@ def window(request: HttpRequest) -> tuple[int, int]:
 
 
 def series(dimension: str, name: str, start: int, end: int) -> dict:
-    """Per-minute series with zero-filled minutes, as Chart.js data."""
+    """Per-minute series as Chart.js data: a minute without a counter had no traffic (0);
+    a minute older than the counters' retention, or not begun yet, has no sample (None)."""
     rows = {m.minute_ms: m for m in engine_calls.traffic(dimension, name, start, end)}
+    now = int(time.time() * 1000)
+    kept_from = now - COUNTER_RETENTION_MS
     labels, produced, consumed, pbytes, cbytes = [], [], [], [], []
     for minute in range(start - start % 60_000, end, 60_000):
         m = rows.get(minute)
         labels.append(datetime.fromtimestamp(minute / 1000, UTC).strftime("%H:%M"))
-        produced.append(m.produced if m else 0)
-        consumed.append(m.consumed if m else 0)
-        pbytes.append(m.produced_bytes if m else 0)
-        cbytes.append(m.consumed_bytes if m else 0)
+        known = m is not None or kept_from <= minute <= now
+        produced.append(m.produced if m else (0 if known else None))
+        consumed.append(m.consumed if m else (0 if known else None))
+        pbytes.append(m.produced_bytes if m else (0 if known else None))
+        cbytes.append(m.consumed_bytes if m else (0 if known else None))
     return {
         "labels": labels,
         "produced": produced,
         "consumed": consumed,
         "produced_bytes": pbytes,
         "consumed_bytes": cbytes,
-        "total_produced": sum(produced),
-        "total_consumed": sum(consumed),
+        "total_produced": sum(v or 0 for v in produced),
+        "total_consumed": sum(v or 0 for v in consumed),
     }
 
 
@@ -144,4 +150,5 @@ def topic_traffic(request: HttpRequest, code: str) -> HttpResponse:
     except engine_calls.EngineUnavailable as exc:
         return JsonResponse({"error": str(exc)}, status=503)
     data.update(rollups.latency(topic.code, start, end))
+    data["rollup_every_minutes"] = settings.PIPELINE_ROLLUP_EVERY_MINUTES
     return JsonResponse({"topic": topic.code, "start_ms": start, "end_ms": end, **data})

@@ -8,6 +8,7 @@ the keyboard alone."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import re
 import threading
 import time
@@ -24,6 +25,7 @@ from brokers.catalog_loader import publish
 from brokers.engine import CatalogWatcher, Engine, FetchStatus, Message
 from brokers.models import App, Cluster, ConsumerPolicy, ProducerPolicy, Team, TeamMembership, Topic
 from mqcloud.approvals.models import Application
+from pipeline.models import ConsumerLag
 from tests import factories
 from tests.engine_calls import engine_call as shared_engine_call
 
@@ -58,6 +60,11 @@ def login(page: Page, base: str, username: str) -> None:
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
+
+
+def chart_note(page: Page, canvas: str):
+    """The sentence a chart shows instead of itself when it has no sample."""
+    return page.locator(f"#{canvas}").locator("xpath=..").locator(".chart-empty")
 
 
 def approve_first_pending(page: Page, base: str) -> None:
@@ -118,10 +125,28 @@ def test_apply_approve_produce_watch_lag_and_reset(page: Page, console_url, peop
     page.goto(f"{base}/topics/e2e-orders/")
     expect(page.locator("#zbus-access")).to_contain_text("Open to token-less zbus clients")
     expect(page.locator("#traffic-summary")).to_contain_text("6 produced")
+    # no rollup has run: the latency chart says so instead of drawing nothing
+    expect(chart_note(page, "chart-latency")).to_contain_text("No latency samples in this window")
+    expect(chart_note(page, "chart-count")).to_be_hidden()
 
     # the consumer page shows the lag, and updates it live when a consumer acks
     page.goto(f"{base}/consumers/shop.e2e-orders/")
     expect(page.locator("#total-lag")).to_have_text("6")
+    expect(chart_note(page, "chart-lag")).to_contain_text("No lag samples in this window")
+    # two lone samples (the rollup samples every few minutes) are drawn as two points
+    minute = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    for ago, lag in ((0, 6), (3, 2)):
+        ConsumerLag.objects.create(
+            topic="e2e-orders", app="shop", minute=minute - dt.timedelta(minutes=ago), lag=lag
+        )
+    page.reload()
+    expect(page.locator("#lag-summary")).to_contain_text("2 samples in the window")
+    expect(chart_note(page, "chart-lag")).to_be_hidden()
+    drawn = page.evaluate(
+        "() => Chart.getChart('chart-lag').getDatasetMeta(0).data"
+        ".filter((p) => p.options.radius > 0).length"
+    )
+    assert drawn == 2
 
     async def consume_two(engine):
         got = await engine.fetch("e2e-orders", "shop", count=2, owner="e2e", address="10.9.8.7:1")

@@ -8,6 +8,9 @@ import pytest
 
 from brokers.catalog_loader import publish
 from brokers.engine import RETRY_PARTITION, Message, RetryType
+from brokers.protocols.zbus import Message as ZbusMessage
+from brokers.protocols.zbus import RequestLine
+from brokers.servers.zbus.stored import to_engine
 from mqcloud.approvals.models import Application, AuditEvent
 from tests.engine_calls import engine_call
 
@@ -68,6 +71,11 @@ def test_message_browser_by_index_business_id_and_time(client, world):
         await engine.append(
             "orders", "shop", [Message(b"other", business_id="order-9")], partition=1
         )
+        await engine.append(
+            "orders", "shop", [Message(b"{}", attributes={"vibemq.id": "vibe-3"})], partition=1
+        )
+        zbus = ZbusMessage(RequestLine(), {"cmd": "produce", "msgid": "zb-4"}, b"zb")
+        await engine.append("orders", "shop", [to_engine(zbus)], partition=1)
 
     engine_call(run)
     client.force_login(world.alice)
@@ -78,9 +86,16 @@ def test_message_browser_by_index_business_id_and_time(client, world):
     assert not rows[1].body_is_text and "ff 00" in rows[1].body_preview
     by_bid = client.get(url, {"mode": "business", "business_id": "order-9"}).context["rows"]
     assert [(r.partition, r.business_id) for r in by_bid] == [(1, "order-9")]
+    # any id a client saw: a JMQ4 position, a VibeMQ message id, a zbus msgid (properties)
+    by_position = client.get(url, {"mode": "business", "business_id": "0:1"}).context["rows"]
+    assert [(r.partition, r.index) for r in by_position] == [(0, 1)]
+    by_vibemq = client.get(url, {"mode": "business", "business_id": "vibe-3"}).context["rows"]
+    assert [(r.partition, r.index) for r in by_vibemq] == [(1, 1)]
+    by_zbus = client.get(url, {"mode": "business", "business_id": "zb-4"}).context["rows"]
+    assert [(r.partition, r.index, r.protocol) for r in by_zbus] == [(1, 2, "zbus")]
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now / 1000 - 60))
     by_time = client.get(url, {"mode": "time", "since": since}).context["rows"]
-    assert len(by_time) == 3
+    assert len(by_time) == 5
     future = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now / 1000 + 3600))
     assert client.get(url, {"mode": "time", "since": future}).context["rows"] == []
     partial = client.get(url, {"mode": "index", "partition": 1}, HTTP_HX_REQUEST="true")

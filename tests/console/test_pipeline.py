@@ -11,9 +11,14 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
+from brokers.catalog_loader import publish
+from brokers.engine import Message
+from brokers.models import ProducerPolicy
 from mqcloud.console.pipeline import body_preview
 from pipeline.models import JobRun, TraceSearch
+from pipeline.status import save_committed
 from pipeline.trace_json import json_row
+from tests.engine_calls import engine_call
 
 pytestmark = pytest.mark.django_db
 
@@ -254,3 +259,40 @@ def test_bodies_show_as_text_only_when_printable():
     cut = "añb".encode()[:2]  # ends inside "ñ"
     assert body_preview(cut, cut=True) == ("a", True)
     assert body_preview(cut) == ("61 c3", False)
+
+
+def test_pipeline_page_shows_the_archive_per_topic_and_partition(client, world):
+    """Archived up to which index, and the real lag: a topic that is on but not read yet
+    shows all it stores as lag, never 0; a topic turned off shows where it stopped."""
+
+    async def run(engine):
+        for p, n in ((0, 5), (1, 3)):
+            await engine.append("orders", "shop", [Message(b"m")] * n, partition=p)
+        await engine.append("blue-secret", "blue-app", [Message(b"secret")], partition=0)
+
+    engine_call(run)
+    ProducerPolicy.objects.filter(topic__code__in=["orders", "blue-secret"]).update(archive=True)
+    publish()
+    client.force_login(world.alice)
+    html = client.get("/pipeline/").content.decode()
+    orders = html[html.index('data-topic="orders"') :]
+    orders = orders[: orders.index("</tbody>")]
+    assert "not read yet · lag 8" in orders
+    assert orders.count('class="num archived">—<') == 2
+    assert "blue-secret" not in html  # another team's topic
+
+    save_committed({"orders": {"0": 4, "1": 3}}, settings.REDIS_URL)
+    html = client.get("/pipeline/", HTTP_HX_REQUEST="true").content.decode()
+    orders = html[html.index('data-topic="orders"') :]
+    orders = orders[: orders.index("</tbody>")]
+    assert "lag 1" in orders and "not read" not in orders
+    assert '<td class="num archived">4</td>' in orders and '<td class="num lag">1</td>' in orders
+    assert '<td class="num">0–5</td>' in orders
+
+    ProducerPolicy.objects.filter(topic__code="orders").update(archive=False)
+    publish()
+    html = client.get("/pipeline/").content.decode()
+    orders = html[html.index('data-topic="orders"') :]
+    orders = orders[: orders.index("</tbody>")]
+    assert ">off<" in orders and '<td class="num archived">4</td>' in orders
+    assert '<td class="num lag">—</td>' in orders

@@ -55,6 +55,24 @@ async def test_batch_takes_consecutive_indexes_and_is_stored_once(make_engine):
     assert await engine.read("t", 0, 5, 5) == []
 
 
+async def test_read_entries_returns_whole_appends(make_engine):
+    """Bulk readers get each append's records back to back: one element per append."""
+    engine = make_engine()
+    await engine.append("t", "a", [Message(b"m0")], partition=0)
+    batch = Message.batch([BatchItem(b"i0"), BatchItem(b"i1")])
+    await engine.append("t", "a", [batch, Message(b"m3"), Message(b"m4")], partition=0)
+    await engine.append("t", "a", [Message(b"m5")], partition=0)
+    entries = await engine.read_entries("t", 0, 2, 2)  # starts inside the second append
+    assert [(e.index, e.count) for e in entries] == [(1, 4)]
+    records = await engine.read("t", 0, 1, 4)
+    assert entries[0].records == b"".join(d.record for d in records)
+    rest = await engine.read_entries("t", 0, 0, 100)
+    assert [(e.index, e.count) for e in rest] == [(0, 1), (1, 4), (5, 1)]
+    assert await engine.read_entries("t", 0, 6, 10) == []
+    with pytest.raises(IndexOutOfRange):
+        await engine.read_entries("t", 0, 7, 1)
+
+
 async def test_read_out_of_range_is_a_clear_error(make_engine):
     engine = make_engine()
     await engine.append("t", "a", [Message(b"x")], partition=0)

@@ -11,7 +11,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from brokers.catalog_loader import build_snapshot
+from brokers.catalog_loader import build_snapshot, publish
 from brokers.engine import CatalogSnapshot, Engine, Message
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team
 from pipeline.session import spark_session
@@ -116,10 +116,12 @@ class Store:
 
 @pytest.fixture
 def store(catalog, redis_url) -> Store:
-    """The engine on a flushed Redis, with the test catalog."""
+    """The engine on a flushed Redis, with the test catalog (published, as the console
+    does: the archive stream follows the published catalog)."""
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     client.close()
+    publish()
     return Store(redis_url, catalog)
 
 

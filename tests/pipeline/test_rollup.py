@@ -97,3 +97,29 @@ def test_rollup_matches_production(spark, catalog, store, settings):
     assert traffic("topic", "orders") == [(minute0, 100, 1000, 50, 99), (minute1, 20, 60, 7, 7)]
     assert not TrafficMinute.objects.filter(name="old").exists()
     assert JobRun.objects.filter(job="rollup", status="ok").count() == 2
+
+
+def test_the_long_lived_pipeline_rolls_up_in_its_session_only_after_changes(
+    spark, catalog, store, settings
+):
+    """The schedule the continuous archive runs: a Spark job in the session it is given
+    when something was appended, none (only lag samples) when nothing was."""
+    store.produce("orders", "shop", 3, 2)
+    tick = jobs.rollup_schedule(spark)
+    first = tick()
+    assert first is not None and first.ran
+    assert JobRun.objects.filter(job="rollup").count() == 1
+    assert TrafficMinute.objects.filter(dimension="topic", name="orders").exists()
+
+    tick.next_at = 0  # due again, nothing appended
+    idle = tick()
+    assert idle is not None and not idle.ran and idle.lag_samples == 1
+    assert JobRun.objects.filter(job="rollup").count() == 1  # no Spark job, no run
+
+    store.produce("orders", "shop", 3, 1, start=2)
+    tick.next_at = 0
+    assert tick().ran
+    assert JobRun.objects.filter(job="rollup").count() == 2
+    assert (
+        sum(t.messages for t in TrafficMinute.objects.filter(dimension="topic", name="orders")) == 9
+    )

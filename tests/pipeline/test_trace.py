@@ -83,4 +83,4 @@ def test_trace_before_any_archive_and_bad_input(spark, catalog, store, archive_d
             "pipeline", "trace", "--topic", "orders", "--business-id", "X", "--from", "soon"
         )
     with pytest.raises(CommandError, match="required"):
-        call_command("pipeline", "trace", "--topic", "orders", "--business-id", "")
+        call_command("pipeline", "trace", "--topic", "orders", "--id", " ")

@@ -108,7 +108,7 @@ def test_the_console_search_runs_on_a_worker_and_finds_both_ranges(
     assert '<code class="body">00 01 62 69 6e 61 72 79</code> <small>(hex)</small>' in partial
     # the subprocess recorded its run for the pipeline page
     last = JobRun.last("trace")
-    assert (last.status, last.rows, last.detail) == ("ok", 2, "orders businessId=X")
+    assert (last.status, last.rows, last.detail) == ("ok", 2, "orders id=X")
 
     client.force_login(outsider)
     assert client.get(url).status_code == 404
@@ -125,7 +125,7 @@ def test_trace_json_output(spark, catalog, store, archive_dir):
         "--json", "--max-body", "5", "--to", str(int(at(1.5).timestamp() * 1000)), stdout=out,
     )  # fmt: skip
     doc = orjson.loads(out.getvalue())
-    assert (doc["topic"], doc["business_id"], doc["count"]) == ("orders", "X", 2)
+    assert (doc["topic"], doc["id"], doc["count"]) == ("orders", "X", 2)
     first, second = doc["rows"]
     assert (first["partition"], first["index"], first["in_archive"], first["in_live"]) == (
         0, 0, True, True,
@@ -163,6 +163,6 @@ def test_trace_command_line_keeps_values_that_look_like_options(db):
     cmd = tasks.trace_command(search)
     assert cmd[1:4] == ["manage.py", "pipeline", "trace"]
     parsed = PipelineCommand().create_parser("manage.py", "pipeline").parse_args(cmd[3:])
-    assert (parsed.topic, parsed.business_id, parsed.json) == ("-orders", "--json", True)
+    assert (parsed.topic, parsed.id, parsed.json) == ("-orders", "--json", True)
     assert (parsed.limit, parsed.max_body) == (1000, 4096)
     assert when(parsed.start) == search.start and when(parsed.end) == search.end

@@ -22,10 +22,11 @@ from brokers.engine.model import (
     AppendResult,
     Delivery,
     QoS,
+    StoredEntry,
 )
 from brokers.engine.overflow import FULL, REDIRECT, append_bounded
 from brokers.engine.priority import band_partition, is_prioritized
-from brokers.engine.read import bounds, index_at_time, read_range
+from brokers.engine.read import bounds, index_at_time, read_entries, read_range
 from brokers.engine.record import (
     Message,
     RecordEncoder,
@@ -385,6 +386,16 @@ class LogSection(EngineBase):
         """
         self._partition(self.topic(topic), partition)
         return await read_range(self.redis, topic, partition, start, count)
+
+    async def read_entries(
+        self, topic: str, partition: int, start: int, count: int = 4096
+    ) -> list[StoredEntry]:
+        """Whole stored appends from the one holding ``start`` (at least ``count`` indexes
+        unless the end comes first), for bulk readers that split records themselves: one
+        Redis reply element per append instead of one per message. Same bounds rules as
+        :meth:`read`."""
+        self._partition(self.topic(topic), partition)
+        return await read_entries(self.redis, topic, partition, start, count)
 
     async def index_at_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """First index stored at or after ``timestamp_ms`` (the max index if none)."""

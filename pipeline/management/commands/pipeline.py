@@ -38,9 +38,17 @@ class Command(BaseCommand):
         roll.add_argument("--window", type=int, default=10, help="minutes to recompute")
         roll.add_argument("--since", type=str, help="start (ISO-8601 or epoch ms)")
         roll.add_argument("--until", type=str, help="end (ISO-8601 or epoch ms)")
-        tr = jobs_parser.add_parser("trace", help="find messages by businessId")
+        tr = jobs_parser.add_parser(
+            "trace", help="find messages by any id a client saw (businessId, msgId, …)"
+        )
         tr.add_argument("--topic", required=True)
-        tr.add_argument("--business-id", required=True)
+        tr.add_argument(
+            "--id",
+            "--business-id",
+            dest="id",
+            required=True,
+            help="businessId, partition:index, HTTP-MQ msgId, VibeMQ id or zbus msgid",
+        )
         tr.add_argument("--from", dest="start", type=str)
         tr.add_argument("--to", dest="end", type=str)
         tr.add_argument("--limit", type=int, default=1000)
@@ -98,18 +106,16 @@ class Command(BaseCommand):
             raise CommandError("--max-body must not be negative")
         if start and end and start >= end:
             raise CommandError("--from must be before --to")
-        if not opts["business_id"]:
-            raise CommandError("a businessId is required")
+        if not opts["id"].strip():
+            raise CommandError("a message id or businessId is required")
         if opts["topic"] not in load_catalog().topics:  # before a JVM starts for nothing
             raise CommandError(f"topic {opts['topic']} does not exist")
         try:
-            rows = jobs.find_messages(
-                opts["topic"], opts["business_id"], start, end, limit=opts["limit"]
-            )
+            rows = jobs.find_messages(opts["topic"], opts["id"], start, end, limit=opts["limit"])
         except (TopicNotFound, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         if opts["json"]:
-            self._say(trace_json(opts["topic"], opts["business_id"], rows, opts["max_body"]))
+            self._say(trace_json(opts["topic"], opts["id"], rows, opts["max_body"]))
             return
         for r in rows:
             where = "+".join(k[3:] for k in ("in_archive", "in_live") if r[k])
