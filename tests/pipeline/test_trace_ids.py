@@ -19,7 +19,7 @@ from brokers.engine import CatalogWatcher, Engine
 from brokers.models import Broker, PartitionGroup, ProducerPolicy, Team
 from brokers.servers.jmq4 import start_jmq4_server
 from brokers.servers.vibemq import start_vibemq_server
-from brokers.servers.vibemq.messages import ID_ATTRIBUTE
+from brokers.servers.vibemq.messages import ID_PROPERTY as VIBEMQ_ID
 from brokers.servers.zbus import start_zbus_server
 from pipeline import jobs
 from pipeline.ids import ID_PROPERTIES, parse
@@ -115,7 +115,7 @@ async def over_vibemq(world: World, port: int) -> dict[str, bytes]:
         ack = await client.publish(TOPIC, "from vibemq", message_id="vibe-msg-9")
     finally:
         await client.close()
-    return {ack.headers["messageId"]: b'"from vibemq"'}
+    return {ack.headers["messageId"]: b"from vibemq"}  # a string payload: stored as its text
 
 
 async def over_zbus(world: World, port: int) -> dict[str, bytes]:
@@ -150,8 +150,8 @@ def test_each_client_id_finds_its_message_live_and_archived(spark, world, archiv
 
 
 def test_zbus_msgid_finds_its_message(spark, world, archive_dir):
-    """zbus keeps its headers in the record's extension; the producer's msgid is also the
-    record's ``msgid`` property (brokers/servers/zbus/stored.py), which the trace reads."""
+    """Every zbus header is a property of the record, the producer's ``msgid`` included
+    (brokers/servers/zbus/stored.py), which the trace reads."""
     ids = asyncio.run(serve(world, lambda ports: over_zbus(world, ports["zbus"])))
     assert traced(spark, ids) == {mid: [(body, False, True)] for mid, body in ids.items()}
     jobs.archive(once=True, spark=spark)
@@ -160,7 +160,7 @@ def test_zbus_msgid_finds_its_message(spark, world, archive_dir):
 
 def test_id_forms():
     """What the trace understands of an id, without Spark."""
-    assert ID_ATTRIBUTE.lower() in ID_PROPERTIES  # VibeMQ's id property is an id
+    assert VIBEMQ_ID.lower() in ID_PROPERTIES  # VibeMQ's id property is an id
     assert "msgid" in ID_PROPERTIES  # zbus's, as a property
     assert parse(TOPIC, " 1:42 ").positions == ((1, 42),)
     assert parse(TOPIC, "order-42").positions == ()
