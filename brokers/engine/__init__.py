@@ -54,6 +54,7 @@ from brokers.engine.groups import GroupStats
 from brokers.engine.groups import seed as seed_group
 from brokers.engine.keys import RETRY_PARTITION
 from brokers.engine.leadership import RECORD_LEADER_LUA, leader_records
+from brokers.engine.mailbox import Mailboxes
 from brokers.engine.model import (
     AckResult,
     AckStatus,
@@ -71,6 +72,7 @@ from brokers.engine.model import (
     TransactionInfo,
 )
 from brokers.engine.overview import GroupLag, TopicRate
+from brokers.engine.presence import Presence
 from brokers.engine.priority import PRIORITY_BANDS, PRIORITY_MODE, band_partition
 from brokers.engine.record import (
     BatchItem,
@@ -128,6 +130,7 @@ __all__ = [
     "IndexOutOfRange",
     "InvalidMessage",
     "Lease",
+    "Mailboxes",
     "Message",
     "MessageTooLarge",
     "MinuteTraffic",
@@ -135,6 +138,7 @@ __all__ = [
     "PartitionGroupInfo",
     "PartitionNotFound",
     "PartitionProgress",
+    "Presence",
     "ProducerNotFound",
     "ProducerPolicyInfo",
     "QoS",

@@ -1,7 +1,7 @@
 """The engine facade: the one API every protocol server, the proxy, the console and the
 pipeline call. It holds the engine's state and composes its sections (one mixin each, in
 :mod:`brokers.engine.sections`): the log, access, pull consumers, consumer groups,
-retries, transactions and delays. Every produce and consume method takes the app and the
+retries, transactions, delays, and what the processes of a cluster share about themselves. Every produce and consume method takes the app and the
 client address and asks the gate (:mod:`.access`) first; the sections delegate the Redis
 work to their modules, so no method here talks to Redis itself.
 """
@@ -19,6 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from brokers.engine.access import Gate
+from brokers.engine.assignment import GroupAssigner
 from brokers.engine.catalog import CatalogSnapshot
 from brokers.engine.counters import Counters, MinuteTraffic
 from brokers.engine.errors import StoreUnavailable
@@ -29,6 +30,7 @@ from brokers.engine.record import DEFAULT_MAX_BODY
 from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retry import RetryPolicy
 from brokers.engine.sections.access import AccessSection
+from brokers.engine.sections.cluster import ClusterSection
 from brokers.engine.sections.delays import DelaySection
 from brokers.engine.sections.groups import GroupSection
 from brokers.engine.sections.log import LogSection
@@ -50,6 +52,7 @@ class Engine(
     RetrySection,
     TransactionSection,
     DelaySection,
+    ClusterSection,
 ):
     """asyncio message engine on redis.asyncio (single Redis or RedisCluster).
 
@@ -89,6 +92,7 @@ class Engine(
         self._next_guess: dict[tuple[str, int], int] = {}
         self._fetcher = Fetcher(redis, self.notifier, self.now_ms, self._retry_for, self._rng)
         self.shared = SharedDelivery(redis, self.now_ms, self._dead_letter, queue_retry)
+        self.assigner = GroupAssigner(redis)
 
     async def close(self) -> None:
         """Flush counters and stop the notification listener."""

@@ -8,6 +8,11 @@
 * ``{g:<topic>:<app>}`` — consumer group bookkeeping (broadcast registry, resend list,
   rate-limit bucket).
 * ``{c:<minute>}``-free counters live under ``mq:cnt:…`` (plain keys, no script).
+* ``{pr:<space>:<room>}`` — the members present in one room (:mod:`.presence`).
+* ``{mb:<space>:<name>}`` — the owner of one named mailbox (:mod:`.mailbox`).
+* ``{o:<topic>}`` — the partition counter of a topic's produce in turn (:mod:`.rotation`).
+* ``{a:<topic>:<app>}`` — partition-group assignment of a group's members
+  (:mod:`.assignment`).
 
 Topic and app names are restricted by the catalog to ``[A-Za-z0-9._-]``, so ``:`` and
 ``#`` are safe separators; a broadcast consumer id is ``<app>#<clientId>``.
@@ -207,3 +212,45 @@ def producer_bucket(topic: str, app: str) -> str:
 def counter_key(dimension: str, name: str, day: str) -> str:
     """Per-day hash of per-minute counters for a topic, app or broker."""
     return f"{PREFIX}:cnt:{dimension}:{name}:{day}"
+
+
+def presence_key(space: str, room: str) -> str:
+    """Sorted set of the members present in ``room`` of ``space``, scored by expiry (ms)."""
+    return f"{PREFIX}:{{pr:{space}:{room}}}"
+
+
+def mailbox_key(space: str, name: str) -> str:
+    """The owner entry of mailbox ``name`` of ``space`` (one key, its own hash tag)."""
+    return f"{PREFIX}:{{mb:{space}:{name}}}"
+
+
+def inbox_channel(space: str, owner: str) -> str:
+    """Pub/sub channel on which ``owner`` hears the messages for its mailboxes of ``space``."""
+    return f"{PREFIX}:ib:{space}:{owner}"
+
+
+def turn_key(topic: str) -> str:
+    """Counter of the produces that took ``topic``'s partitions in turn."""
+    return f"{PREFIX}:{{o:{topic}}}:turn"
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentKeys:
+    """Partition-group assignment of (topic, app), slot ``{a:<topic>:<app>}``."""
+
+    topic: str
+    app: str
+
+    @property
+    def tag(self) -> str:
+        return f"{PREFIX}:{{a:{self.topic}:{self.app}}}"
+
+    @property
+    def members(self) -> str:
+        """Sorted set: member -> expiry (ms)."""
+        return f"{self.tag}:members"
+
+    @property
+    def assigned(self) -> str:
+        """Hash: member -> comma-separated partition-group ids."""
+        return f"{self.tag}:assign"

@@ -6,12 +6,16 @@ errors), rewritten every heartbeat with the time it stops being valid. The conso
 them for ``/healthz`` and ``/metrics``; a report past its time (a process that died
 without a word) is left out, and a stopping process deletes its own. One key, so it
 works on Redis Cluster too.
+
+Other reports that processes share — a front-end's own state for its peers — go on a
+``board`` of their own (the hash ``mq:reports:<board>``), so the console's reports stay
+the broker processes'.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -22,29 +26,50 @@ from brokers.engine.redisio import AnyRedis
 REPORTS_KEY = f"{PREFIX}:reports"
 
 
+def board_key(board: str | None) -> str:
+    """The hash of ``board``'s reports (None: the broker processes' own)."""
+    return REPORTS_KEY if board is None else f"{REPORTS_KEY}:{board}"
+
+
 async def publish_report(
-    client: AnyRedis, name: str, doc: Mapping[str, Any], *, valid_for_s: float
+    client: AnyRedis,
+    name: str,
+    doc: Mapping[str, Any],
+    *,
+    valid_for_s: float,
+    board: str | None = None,
 ) -> None:
     """Store ``doc`` as ``name``'s report, valid for ``valid_for_s`` seconds."""
     body = {**doc, "valid_until": time.time() + valid_for_s}
-    await client.hset(REPORTS_KEY, name, orjson.dumps(body))
+    await client.hset(board_key(board), name, orjson.dumps(body))
 
 
-async def withdraw_report(client: AnyRedis, name: str) -> None:
+async def withdraw_report(client: AnyRedis, name: str, *, board: str | None = None) -> None:
     """Delete ``name``'s report (a process stopping on purpose)."""
-    await client.hdel(REPORTS_KEY, name)
+    await client.hdel(board_key(board), name)
 
 
-async def read_reports(client: AnyRedis) -> dict[str, dict[str, Any]]:
-    """Every report still valid, by name."""
+async def read_reports(
+    client: AnyRedis, *, board: str | None = None, names: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Every report still valid, by name (of ``names`` only, when given)."""
     now = time.time()
+    key = board_key(board)
+    if names is None:
+        raws: list[tuple[Any, Any]] = list((await client.hgetall(key)).items())
+    elif names:
+        raws = list(zip(names, await client.hmget(key, list(names)), strict=True))
+    else:
+        return {}
     found = {}
-    for name, raw in (await client.hgetall(REPORTS_KEY)).items():
+    for name, raw in raws:
+        if raw is None:
+            continue
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
             continue
         if isinstance(doc, dict) and doc.get("valid_until", 0) >= now:
-            key = name.decode() if isinstance(name, bytes) else str(name)
-            found[key] = doc
+            label = name.decode() if isinstance(name, bytes) else str(name)
+            found[label] = doc
     return found

@@ -10,7 +10,6 @@ when ``Content-Length`` says so), so an oversized request is never held whole.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from time import perf_counter
 from typing import Any
@@ -200,11 +199,10 @@ class HttpMqApp:
         runtime = self.runtime
         if runtime is None:
             return envelope(503, message="starting", error="UNAVAILABLE")
-        try:
-            await asyncio.wait_for(runtime.redis.ping(), 2.0)
-        except Exception as exc:
+        failure = await runtime.engine.ping()
+        if failure is not None:
             return envelope(
-                503, message=f"redis: {type(exc).__name__}", error="UNAVAILABLE",
+                503, message=f"redis: {failure}", error="UNAVAILABLE",
                 headers={"Retry-After": "1"},
             )  # fmt: skip
         return envelope(

@@ -119,7 +119,7 @@ async def _partition_for(rt: Runtime, policy: ProducerPolicyInfo, params: dict[s
     if order_id:
         return (java_hash(order_id) & 0x7FFFFFFF) % topic.partitions
     if p.boolean(params, "ordered"):
-        return (await rt.redis.incr(f"order:{{{topic.code}}}") - 1) % topic.partitions
+        return await rt.engine.partition_in_turn(topic.code)
     return None
 
 

@@ -11,7 +11,6 @@ from brokers.protocols.jmq4 import (
     FetchAssignedPartitionRequest,
     FindCoordinatorRequest,
 )
-from brokers.servers.jmq4.coordinator import Coordinator
 from tests.jmq4.raw import RawClient
 
 pytestmark = pytest.mark.django_db
@@ -57,21 +56,23 @@ async def test_coordinator_is_the_same_everywhere_and_assigns(catalog, brokers):
 
 
 async def test_assignment_balances_members_and_expires_them(catalog, brokers):
-    coordinator = Coordinator(brokers[1].redis)
+    engine = brokers[1].engine  # the engine shares the groups out
     groups = [0, 1]
-    assert await coordinator.assign(
+    assert await engine.assign_groups(
         "t", "a", "10.0.0.1", groups, session_timeout_ms=1, now_ms=0
     ) == (0, 1)
-    second = await coordinator.assign("t", "a", "10.0.0.2", groups, session_timeout_ms=1, now_ms=1)
-    first = await coordinator.assign("t", "a", "10.0.0.1", groups, session_timeout_ms=1, now_ms=2)
+    second = await engine.assign_groups(
+        "t", "a", "10.0.0.2", groups, session_timeout_ms=1, now_ms=1
+    )
+    first = await engine.assign_groups("t", "a", "10.0.0.1", groups, session_timeout_ms=1, now_ms=2)
     assert len(second) == len(first) == 1 and set(first) | set(second) == {0, 1}
     # far past both sessions (1 ms + 60 s grace): the newcomer gets everything again
-    alone = await coordinator.assign(
+    alone = await engine.assign_groups(
         "t", "a", "10.0.0.3", groups, session_timeout_ms=1, now_ms=120_000
     )
     assert alone == (0, 1)
     assert (
-        await coordinator.assign("t", "a", "10.0.0.3", [], session_timeout_ms=1, now_ms=120_001)
+        await engine.assign_groups("t", "a", "10.0.0.3", [], session_timeout_ms=1, now_ms=120_001)
         == ()
     )
 

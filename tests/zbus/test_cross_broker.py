@@ -11,10 +11,16 @@ from collections.abc import AsyncIterator
 import pytest
 
 from brokers.clients.zbus import ZbusClient
-from brokers.servers.zbus.relay import encode_entry, temp_key
+from brokers.engine.keys import mailbox_key
+from brokers.servers.zbus.relay import TEMP_MQS, encode_entry
 from tests.zbus.conftest import Broker_, Raw, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def temp_key(name: str) -> str:
+    """The registration of Temp MQ ``name`` (its engine mailbox)."""
+    return mailbox_key(TEMP_MQS, name)
 
 
 @pytest.fixture

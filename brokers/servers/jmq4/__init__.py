@@ -9,7 +9,7 @@ Layers, thinnest first:
 * :mod:`.connection`, :mod:`.cluster`, :mod:`.assignment`, :mod:`.produce`,
   :mod:`.consume`, :mod:`.transaction` — one module per command group, mapping payloads
   to engine calls;
-* :mod:`.coordinator` — coordinator choice and partition-group assignment kept in Redis;
+* :mod:`.coordinator` — coordinator choice (the engine shares out the partition groups);
 * :mod:`.server` — :func:`start_jmq4_server` and graceful stop.
 """
 

@@ -67,7 +67,7 @@ async def fetch_assigned_partition(
                 if (b := snapshot.brokers.get(g.leader)) is not None
                 and b.data_center == session.region
             ]
-        assigned = await ctx.coordinator.assign(
+        assigned = await ctx.engine.assign_groups(
             entry.topic,
             req.app,
             session.peer_host,

@@ -1,4 +1,4 @@
-"""Shared state of one JMQ4 server: the engine, the catalog, the coordinator and settings."""
+"""Shared state of one JMQ4 server: the engine, the catalog and settings."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 
 from brokers.engine import CatalogSnapshot, Engine
 from brokers.protocols.jmq4 import DEFAULT_MAX_FRAME_SIZE
-from brokers.servers.jmq4.coordinator import Coordinator
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +35,6 @@ class ServerContext:
     engine: Engine
     catalog: Callable[[], CatalogSnapshot]
     broker_id: int
-    coordinator: Coordinator
     config: ServerConfig = field(default_factory=ServerConfig)
     cleanups: set[asyncio.Task[None]] = field(default_factory=set)
     """Work left by closed connections (lock releases); a graceful stop waits for it."""

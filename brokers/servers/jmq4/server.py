@@ -10,7 +10,6 @@ from brokers.engine import CatalogWatcher, Engine
 from brokers.servers.flow import ListeningServer, drain
 from brokers.servers.jmq4.connection import release_locks
 from brokers.servers.jmq4.context import ServerConfig, ServerContext
-from brokers.servers.jmq4.coordinator import Coordinator
 from brokers.servers.jmq4.protocol import Jmq4Protocol
 
 log = logging.getLogger("mqcloud.jmq4")
@@ -65,7 +64,6 @@ async def start_jmq4_server(
         engine=engine,
         catalog=lambda: watcher.current,
         broker_id=broker_id,
-        coordinator=Coordinator(engine.redis),
         config=config or ServerConfig(),
     )
     connections: set[Jmq4Protocol] = set()

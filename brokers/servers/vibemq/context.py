@@ -6,11 +6,13 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, QueueSettings
+from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, Presence, QueueSettings
 from brokers.protocols.vibemq.options import DLQ_SUFFIX
 from brokers.servers.vibemq.config import ServerConfig
 from brokers.servers.vibemq.limits import ConnectionGate
-from brokers.servers.vibemq.registry import SubscriberRegistry
+
+SUBSCRIBERS = "vibemq-subscribers"
+"""The presence space of VibeMQ subscribers (a room per queue)."""
 
 
 @dataclass(slots=True)
@@ -23,13 +25,12 @@ class ServerContext:
     broker_id: int | None = None
     node: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     counters: Counter[str] = field(default_factory=Counter)
-    registry: SubscriberRegistry = field(init=False)
+    registry: Presence = field(init=False)
+    """Subscribers of every process by queue, so queueInfo counts the whole cluster's."""
     gate: ConnectionGate = field(init=False)
 
     def __post_init__(self) -> None:
-        self.registry = SubscriberRegistry(
-            self.engine.redis, self.node, self.config.registry_ttl_ms
-        )
+        self.registry = self.engine.presence(SUBSCRIBERS, self.node, self.config.registry_ttl_ms)
         self.gate = ConnectionGate(self.config.max_connections, self.config.connections_per_ip)
 
     @property

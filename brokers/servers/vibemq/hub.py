@@ -300,7 +300,7 @@ class Hub:
             disp = self.dispatchers[queue] = QueueDispatcher(self, queue)
         if sub not in disp.subscribers:
             disp.subscribers.append(sub)
-            await self.ctx.registry.add(queue, sub.key)
+            await self.ctx.registry.join(queue, sub.key)
         if disp.task is None and not self._paused:
             disp.start()
         disp.wakeup.set()
@@ -309,7 +309,7 @@ class Hub:
         disp = self.dispatchers.get(queue)
         if disp is not None and sub in disp.subscribers:
             disp.subscribers.remove(sub)
-            await self.ctx.registry.remove(queue, sub.key)
+            await self.ctx.registry.leave(queue, sub.key)
             if not disp.subscribers:
                 disp.wakeup.set()
 
@@ -340,7 +340,7 @@ class Hub:
                 await self._sweep_ttl()
                 if time.monotonic() - last_refresh >= REGISTRY_REFRESH_S:
                     last_refresh = time.monotonic()
-                    await self.ctx.registry.refresh(
+                    await self.ctx.registry.renew(
                         [(q, s.key) for q, d in self.dispatchers.items() for s in d.subscribers]
                     )
             except asyncio.CancelledError:

@@ -60,10 +60,7 @@ class Monitor:
         }
 
     async def health(self) -> tuple[int, dict[str, Any]]:
-        try:
-            store_ok = bool(await asyncio.wait_for(self.ctx.engine.redis.ping(), 2.0))
-        except Exception:
-            store_ok = False
+        store_ok = await self.ctx.engine.ping() is None
         memory_mb = _memory_bytes() / 2**20
         healthy = store_ok and memory_mb <= self.memory_limit_mb
         doc = {

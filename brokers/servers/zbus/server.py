@@ -13,7 +13,7 @@ from brokers.servers.zbus.config import ZbusConfig
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.protocol import ZbusProtocol
 from brokers.servers.zbus.relay import Relay
-from brokers.servers.zbus.track import report_key, run_reporter
+from brokers.servers.zbus.track import BOARD, run_reporter
 
 log = logging.getLogger("mqcloud.zbus")
 
@@ -49,7 +49,7 @@ class ZbusServer(ListeningServer):
         if self.ctx.relay is not None:
             await self.ctx.relay.stop()
         with contextlib.suppress(Exception):
-            await self.ctx.engine.redis.delete(report_key(self.ctx.address))
+            await self.ctx.engine.withdraw_report(BOARD, self.ctx.address)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), 2.0)
 

@@ -1,8 +1,8 @@
-"""``track_sub`` / ``track_pub`` (zbus.md §11.4), with Redis in the tracker's place.
+"""``track_sub`` / ``track_pub`` (zbus.md §11.4), the engine's reports in the tracker's place.
 
-Every zbus server reports its ``data`` JSON to Redis every ``REPORT_INTERVAL`` seconds (the
-``track_report`` of 5.x; the entry expires when the broker stops reporting, which drops it
-as the tracker's probe would). A ``track_sub`` is answered with the TrackTable of every
+Every zbus server puts its ``data`` JSON on the engine's report board :data:`BOARD` every
+``REPORT_INTERVAL`` seconds (the ``track_report`` of 5.x; the report stops counting when the
+broker stops reporting, which drops it as the tracker's probe would). A ``track_sub`` is answered with the TrackTable of every
 broker whose report is fresh, echoing the request's headers, and the connection then gets a
 ``track_pub`` push every ``track_push_interval`` seconds and after every MQ creation.
 """
@@ -23,12 +23,10 @@ from brokers.servers.zbus.data import broker_data, track_table
 
 log = logging.getLogger("mqcloud.zbus")
 REPORT_INTERVAL = 3.0
-REPORT_TTL_MS = 10_000
-
-
-def report_key(address: str) -> str:
-    """Redis key of one broker's latest report."""
-    return f"zbus:track:{address}"
+REPORT_VALID_S = 10.0
+"""A broker's report counts this long after it was made."""
+BOARD = "zbus-track"
+"""The engine report board of the zbus servers' ``data`` JSON, by broker address."""
 
 
 def _addresses(ctx: ServerContext) -> list[str]:
@@ -39,9 +37,9 @@ def _addresses(ctx: ServerContext) -> list[str]:
 
 
 async def report(ctx: ServerContext) -> dict[str, Any]:
-    """Store this broker's data in Redis and return it."""
+    """Put this broker's data on the report board and return it."""
     data = await broker_data(ctx)
-    await ctx.engine.redis.set(report_key(ctx.address), orjson.dumps(data), px=REPORT_TTL_MS)
+    await ctx.engine.publish_report(BOARD, ctx.address, data, valid_for_s=REPORT_VALID_S)
     return data
 
 
@@ -51,10 +49,7 @@ async def cluster_table(ctx: ServerContext) -> dict[str, Any]:
     others = [a for a in _addresses(ctx) if a != ctx.address]
     reports: dict[str, Any] = {ctx.address: own}
     if others:
-        values = await ctx.engine.redis.mget([report_key(a) for a in others])
-        for address, raw in zip(others, values, strict=True):
-            if raw:
-                reports[address] = orjson.loads(raw)
+        reports.update(await ctx.engine.read_reports(BOARD, others))
     return track_table(reports)
 
 

@@ -1,0 +1,142 @@
+"""Named mailboxes across processes: who owns a name, and a channel to reach its owner.
+
+Some things live in one process's memory (a reply queue held by one connection) but are
+addressed from any process of the cluster. A :class:`Mailboxes` of a ``space`` gives its
+process a random ``owner`` id and
+
+* a directory: each name the process owns is registered under
+  :func:`~brokers.engine.keys.mailbox_key` with an opaque entry the caller chose (which
+  should say who the owner is), expiring after ``ttl_ms`` unless renewed, and released
+  (only if still its own) when the process lets the name go;
+* an inbox: the pub/sub channel :func:`~brokers.engine.keys.inbox_channel` of the owner,
+  on which every process can :meth:`~Mailboxes.send` it bytes. ``PUBLISH`` counts the
+  receivers, so a send to an owner that no longer listens says so.
+
+The inbox subscription is confirmed before :meth:`~Mailboxes.start` returns (so anything
+sent after a name is registered is heard) and is remade, every 0.5 s until it succeeds,
+when its connection is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from brokers.engine.background import cancel_and_wait
+from brokers.engine.keys import inbox_channel, mailbox_key
+from brokers.engine.redisio import AnyRedis
+
+log = logging.getLogger(__name__)
+
+RESUBSCRIBE_DELAY = 0.5
+"""Seconds between attempts to subscribe the inbox again after its connection was lost."""
+
+_RELEASE_IF_MINE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class Mailboxes:
+    """This process's mailboxes of ``space``: its directory entries and its inbox."""
+
+    def __init__(self, redis: AnyRedis, space: str, ttl_ms: int) -> None:
+        self._redis, self.space, self.ttl_ms = redis, space, ttl_ms
+        self.owner = uuid.uuid4().hex
+        self._pubsub: Any = None
+        self._listener: asyncio.Task[None] | None = None
+        self._on_message: Callable[[bytes], None] = lambda _data: None
+
+    # ------------------------------------------------------------------ directory
+
+    async def claim(self, name: str, entry: bytes) -> None:
+        """Register ``entry`` (this owner's) under ``name`` for ``ttl_ms``."""
+        await self._redis.set(mailbox_key(self.space, name), entry, px=self.ttl_ms)
+
+    async def release(self, name: str, entry: bytes) -> None:
+        """Remove ``name``'s registration unless another owner took the name since."""
+        await self._redis.eval(_RELEASE_IF_MINE, 1, mailbox_key(self.space, name), entry)
+
+    async def lookup(self, name: str) -> bytes | None:
+        """The entry registered under ``name``, or None."""
+        raw = await self._redis.get(mailbox_key(self.space, name))
+        return None if raw is None else bytes(raw)
+
+    async def renew(self, entries: Iterable[tuple[str, bytes]]) -> None:
+        """Renew (or restore) the registrations ``(name, entry)`` in one round trip."""
+        entries = list(entries)
+        if not entries:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for name, entry in entries:
+            pipe.set(mailbox_key(self.space, name), entry, px=self.ttl_ms)
+        await pipe.execute()
+
+    # ------------------------------------------------------------------ inbox
+
+    async def send(self, owner: str, data: bytes) -> bool:
+        """Publish ``data`` on ``owner``'s inbox; False when no process listens there."""
+        return bool(await self._redis.publish(inbox_channel(self.space, owner), data))
+
+    async def start(self, on_message: Callable[[bytes], None]) -> None:
+        """Subscribe to this owner's inbox (confirmed) and call ``on_message`` with every
+        message sent to it, from a background task."""
+        self._on_message = on_message
+        await self._subscribe()
+        self._listener = asyncio.get_running_loop().create_task(
+            self._listen(), name=f"inbox-{self.space}"
+        )
+
+    async def stop(self) -> None:
+        """Stop listening (registrations are the caller's to release)."""
+        await cancel_and_wait(self._listener)
+        self._listener = None
+        await self._close_pubsub()
+
+    async def _subscribe(self) -> None:
+        self._pubsub = self._redis.pubsub()
+        await self._pubsub.subscribe(inbox_channel(self.space, self.owner))
+        async with asyncio.timeout(5.0):
+            while True:
+                msg = await self._pubsub.get_message(timeout=1.0)
+                if msg is not None and _text(msg.get("type")) == "subscribe":
+                    return
+
+    async def _close_pubsub(self) -> None:
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()
+            self._pubsub = None
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                msg = await self._pubsub.get_message(timeout=5.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("inbox %s connection lost; resubscribing", self.space, exc_info=True)
+                await self._resubscribe()
+                continue
+            if msg is not None and _text(msg.get("type")) == "message":
+                self._on_message(msg["data"])
+
+    async def _resubscribe(self) -> None:
+        while True:
+            await self._close_pubsub()
+            await asyncio.sleep(RESUBSCRIBE_DELAY)
+            try:
+                await self._subscribe()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("inbox %s: subscribing failed; retrying", self.space, exc_info=True)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
