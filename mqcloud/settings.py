@@ -141,6 +141,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Request bodies are JSON only. Form encodings cannot say what the schema says (null
+    # versus an empty string, lists, objects), and DRF reads them by HTML-form rules
+    # (an empty field is null or absent), so the schema would not be what the API does.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_PAGINATION_CLASS": "mqcloud.api.query.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [

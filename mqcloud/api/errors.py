@@ -125,6 +125,7 @@ ERROR_DESCRIPTIONS = {
     404: "No such object among those the caller may see.",
     405: "The operation does not take this method.",
     409: "The request conflicts with the current state (e.g. dependents block a delete).",
+    415: "The body is not JSON (`Content-Type: application/json`).",
     503: "The message store did not answer.",
 }
 

@@ -5,7 +5,8 @@ adds the error answers the API's own machinery gives everywhere, each with the
 ``ApiError`` body: 401 for every operation (every endpoint needs a token or a session),
 403 for every change (roles, read-only tokens), 404 wherever a path names an object,
 400 wherever a query parameter or a body can be invalid, 409 for deletes that dependents
-block, 503 where the answer comes from the message store. It also states on every string
+block, 415 wherever a body is read (request bodies are JSON only), 503 where the answer
+comes from the message store. It also states on every string
 a request can carry that it never contains NUL (PostgreSQL cannot store it; such requests
 get 400).
 """
@@ -32,6 +33,8 @@ def _errors_of(path: str, method: str, operation: dict) -> list[int]:
         codes.append(400)
     if method == "delete":
         codes.append(409)
+    if "requestBody" in operation:
+        codes.append(415)
     if any(part in path for part in ENGINE_PATHS) and method == "get":
         codes.append(503)
     return codes
