@@ -15,6 +15,7 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from mqcloud.api.query import IdFilter, StrictFilterSet
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.approvals import kinds, services
 from mqcloud.approvals.models import (
@@ -42,7 +43,9 @@ PAYLOAD_EXAMPLES = [
 
 class ApplicationSerializer(serializers.ModelSerializer):
     applicant = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
     team = serializers.SlugRelatedField(slug_field="name", read_only=True)
     kind = serializers.ChoiceField(choices=Kind.choices)
     payload = serializers.JSONField(help_text=PAYLOAD_HELP)
@@ -176,8 +179,9 @@ class ApplicationViewSet(
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # Null for the system's own actions and for events of no team.
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEvent
@@ -185,12 +189,22 @@ class AuditEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class AuditEventFilter(StrictFilterSet):
+    """Filters of the audit trail; ``application`` takes any id (none matching: empty)."""
+
+    application = IdFilter(field_name="application_id")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["action", "team__name", "actor__username", "application"]
+
+
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     """The audit trail: the caller's teams' events and the caller's own actions
     (everything for admins)."""
 
     serializer_class = AuditEventSerializer
-    filterset_fields = ["action", "team__name", "actor__username", "application"]
+    filterset_class = AuditEventFilter
     search_fields = ["target"]
     ordering_fields = ["created_at"]
 

@@ -177,7 +177,7 @@ class TopicViewSet(TeamScopedViewSet):
             **error_responses(400, 401, 404),
         },
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def messages(self, request: Request, code: str | None = None) -> Response:
         """Stored messages of one partition from an index, as the message browser shows
         them: every property, the producing protocol, the producer's address."""
