@@ -1,14 +1,18 @@
 """schemathesis against a live web process: the schema is what the API does.
 
-``st run --checks all`` with every phase (examples, coverage, fuzzing, stateful) against a
-daphne serving the session's database with DEBUG off, once with a team member's API token
-and once with a platform admin's; both must find 0 failures. Anonymous calls to every
-operation of the schema must answer 401 with the JSON error body.
+``st run --checks all`` against a daphne serving the session's database with DEBUG off,
+once as a team member and once as a platform admin; both must find 0 failures. The admin
+run has every phase (examples, coverage, fuzzing, stateful); the member run skips the
+coverage phase, the slowest (about three minutes here) and the least role-dependent, to
+keep the pair near five minutes. The token comes from ``schemathesis_auth.py``, which
+signs in and creates a new one whenever the run has revoked its own. Anonymous calls to
+every operation of the schema must answer 401 with the JSON error body.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,8 +30,11 @@ from tests.scripts_path import free_port
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 ST = Path(sys.executable).parent / "st"
-EXAMPLES = 12  # per operation and phase; about 2,000 calls per role
+AUTH_HOOKS = Path(__file__).with_name("schemathesis_auth.py")
+EXAMPLES = 12  # per operation in the fuzzing phase
 SEED = 19
+PASSWORD = "pw-Secret-123"  # tests.factories.user's
+PHASES = {"member": "examples,fuzzing,stateful", "admin": "examples,coverage,fuzzing,stateful"}
 
 
 @pytest.fixture
@@ -40,8 +47,10 @@ def live_api(tmp_path) -> Iterator[str]:
 
 
 @pytest.fixture
-def tokens(db) -> dict[str, str]:
-    """A small catalog, a team member and a platform admin with API tokens."""
+def tokens(db, settings) -> dict[str, str]:
+    """A small catalog, a team member and a platform admin with API tokens; their
+    passwords hashed as the web process checks them (its sign-in makes fresh tokens)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
     team = Team.objects.create(name="fuzz")
     cluster = factories.cluster_with_brokers("fuzz-cluster")
     topic = factories.topic("fuzz-topic", cluster, team)
@@ -54,8 +63,8 @@ def tokens(db) -> dict[str, str]:
     return {"member": factories.token_for(member), "admin": factories.token_for(admin)}
 
 
-def run_schemathesis(base: str, token: str, report: Path) -> tuple[int, str, list[dict]]:
-    """Run ``st`` with every check and phase; (exit code, output, failure events)."""
+def run_schemathesis(base: str, role: str, report: Path) -> tuple[int, str, list[dict]]:
+    """Run ``st`` with every check as ``role``; (exit code, output, failure events)."""
     command = [
         str(ST),
         "run",
@@ -63,15 +72,13 @@ def run_schemathesis(base: str, token: str, report: Path) -> tuple[int, str, lis
         "--checks",
         "all",
         "--phases",
-        "examples,coverage,fuzzing,stateful",
+        PHASES[role],
         "--max-examples",
         str(EXAMPLES),
         "--seed",
         str(SEED),
         "--workers",
         "1",
-        "--header",
-        f"Authorization: Bearer {token}",
         "--report",
         "ndjson",
         "--report-ndjson-path",
@@ -82,7 +89,16 @@ def run_schemathesis(base: str, token: str, report: Path) -> tuple[int, str, lis
         "all",
         "--no-color",
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1500, cwd=report.parent)
+    env = {
+        **os.environ,
+        "SCHEMATHESIS_HOOKS": str(AUTH_HOOKS),
+        "MQCLOUD_ST_BASE": base,
+        "MQCLOUD_ST_USER": role,
+        "MQCLOUD_ST_PASSWORD": PASSWORD,
+    }
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=1500, cwd=report.parent, env=env
+    )
     failures = []
     if report.exists():
         for line in report.read_text().splitlines():
@@ -94,13 +110,14 @@ def run_schemathesis(base: str, token: str, report: Path) -> tuple[int, str, lis
 
 @pytest.mark.timeout(1500)
 @pytest.mark.xfail(
-    reason="work in progress (issue 19): the schema and the API still disagree on some"
-    " operations; the run's findings are in st-output.txt of the test's tmp_path",
+    reason="work in progress (issue 19): schema-valid requests still rejected with 400"
+    " (references to objects that do not exist, an expiry in the past, messages past a"
+    " partition's end); the run's findings are in st-output.txt of the test's tmp_path",
     strict=False,
 )
 @pytest.mark.parametrize("role", ["member", "admin"])
 def test_schemathesis_finds_nothing(live_api, tokens, role, tmp_path):
-    code, output, _ = run_schemathesis(live_api, tokens[role], tmp_path / "events.ndjson")
+    code, output, _ = run_schemathesis(live_api, role, tmp_path / "events.ndjson")
     (tmp_path / "st-output.txt").write_text(output)
     assert code == 0, output[-20000:]
 
@@ -122,3 +139,18 @@ def test_every_operation_needs_authentication(live_api, tokens):
                 assert response.json()["error"] == "not_authenticated", f"{method} {path}"
                 checked += 1
     assert checked >= 60
+
+
+def test_malformed_multipart_body_is_json_400(live_api, tokens):
+    """A body Twisted's multipart parser refuses reaches Django (no bare 400 from daphne)."""
+    boundary = "c637e12e2b1a998d80d1b087531af51c"
+    response = httpx.post(
+        f"{live_api}/api/v1/consumers/fuzz-app.fuzz-topic/retries/skip/",
+        content=f"--{boundary}--\r\n",
+        headers={
+            "Authorization": f"Bearer {tokens['member']}",
+            "Content-Type": f"multipart/form-data; boundary={boundary}",
+        },
+    )
+    assert response.status_code == 415
+    assert response.json()["error"] == "unsupported_media_type"
