@@ -303,3 +303,27 @@ def test_malformed_json_gets_400(world):
     response = alice.post("/api/v1/apps/", "{not json", content_type="application/json")
     assert response.status_code == 400
     assert response.json()["error"] == "parse_error"
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["paused=maybe", "paused=null", "paused=true&paused=false", "nosuch=1"],
+)
+def test_list_query_parameters_are_checked_as_given(query):
+    client = client_for(factories.user("root", admin=True))
+    response = client.get(f"/api/v1/consumer-policies/?{query}")
+    assert response.status_code == 400, query
+    assert response.json()["error"] == "invalid"
+
+
+def test_audit_events_filter_by_any_application_id():
+    client = client_for(factories.user("root", admin=True))
+    response = client.get("/api/v1/audit-events/?application=987654")
+    assert response.status_code == 200 and response.json()["results"] == []
+
+
+def test_request_bodies_are_json_only():
+    client = client_for(factories.user("root", admin=True))
+    response = client.post("/api/v1/clusters/", {"name": "c9"}, format="multipart")
+    assert response.status_code == 415
+    assert response.json()["error"] == "unsupported_media_type"

@@ -223,6 +223,9 @@ def test_consumer_progress_endpoint(world):
     (row,) = world["alice"].get("/api/v1/consumers/shop.orders/progress/").json()
     assert (row["partition"], row["max_index"], row["ack_index"], row["lag"]) == (0, 2, 1, 1)
     assert row["last_address"].startswith("10.0.0.9")
+    # A clustering consumer has no per-client progress.
     bad = world["alice"].get("/api/v1/consumers/shop.orders/progress/?client_id=x")
-    assert bad.status_code == 400 and "client_id" in bad.json()["fields"]
+    assert bad.status_code == 404 and bad.json()["error"] == "not_found"
+    too_long = world["alice"].get(f"/api/v1/consumers/shop.orders/progress/?client_id={'x' * 129}")
+    assert too_long.status_code == 400 and "client_id" in too_long.json()["fields"]
     assert world["alice"].get("/api/v1/consumers/blue-app.blue-topic/progress/").status_code == 404
