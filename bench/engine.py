@@ -1,22 +1,35 @@
-"""Engine benchmark: append/read msg/s, fetch+ack latency, and cost vs backlog depth.
+"""Engine benchmark: append/read msg/s, fetch+ack latency, and consume rate vs depth.
 
 Starts its own redis-server (AOF on, appendfsync everysec) on a free port, measures the
 raw Redis baseline with ``redis-benchmark -P 100`` (pipelined XADD, and XRANGE COUNT 100
 for reads) in the same run, then the engine with 100-byte messages: one per call, 32 per
 call, 100 per call and batch messages of 100 items. Every figure is printed on one line
-with its ratio to the raw figure. Finally it compares append/read/fetch cost on a
-partition holding 10^4 messages with one holding ``--backlog`` (default 10^7).
+with its ratio to the raw figure.
 
-    .venv/bin/python bench/engine.py [--backlog 10000000] [--per-entry 10] [--seconds 3]
+Then "consume rate with 10^7 stored within 10% of 10^4" (issue 17): a partition holding
+10^4 messages against one holding ``--backlog`` (default 10^7). Both are filled through
+the engine: the deep one with large atomic appends (``--fill-per-call`` messages per
+call, one stream entry each) up to its last ``--region`` messages; the last ``--region``
+messages of both are appended 32 per call, as a JMQ4 producer sends them, so the part
+consumed has the same layout at both depths. Consume is measured over that last part
+with the two consumer paths: pull (fetch 256 + ack: JMQ4, HTTP-MQ) and consumer-group
+leases (lease 256 + settle: zbus, VibeMQ), ``--passes`` times each, depths alternating
+(the offsets reset to the part's start each pass); medians and deep/small are printed.
+The free memory is checked first: where the backlog would not fit in half of it, a
+smaller one is used and said so. Auto AOF rewrite is off while filling; one rewrite runs
+after the fill, before measuring (so none runs while measuring).
 
-The deep backlog is written straight into the engine's layout with pipelined XADD
-(``--per-entry`` messages per stream entry, as one append call of that many stores them).
+Finally append cost, and random-read and fetch-latency cost within that last part, at both
+depths.
+
+    .venv/bin/python bench/engine.py [--backlog 10000000] [--region 10000] [--passes 7]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import re
 import shutil
@@ -41,10 +54,9 @@ from brokers.engine import (
     Message,
     ProducerPolicyInfo,
     TopicInfo,
+    encode_record,
 )
-from brokers.engine.append import pack_records
 from brokers.engine.keys import PartitionKeys
-from brokers.engine.record import RecordEncoder
 
 BODY = b"x" * 100
 
@@ -70,6 +82,9 @@ def redis_benchmark(port: int, *command: str, n: int = 200_000) -> float:
 
 
 def catalog(partitions: int) -> CatalogSnapshot:
+    """App ``a`` produces and pull-consumes every topic; app ``g`` consumes ``small`` and
+    ``deep`` through consumer-group leases (its own progress, so the pull consumer's
+    partition lock never meets its ranges)."""
     topics = {
         code: TopicInfo(code=code, partitions=partitions) for code in ("bench", "small", "deep")
     }
@@ -77,7 +92,10 @@ def catalog(partitions: int) -> CatalogSnapshot:
         version=1,
         topics=topics,
         producers=tuple(ProducerPolicyInfo(name=f"a.{c}", topic=c, app="a") for c in topics),
-        consumers=tuple(ConsumerPolicyInfo(name=f"a.{c}", topic=c, app="a") for c in topics),
+        consumers=(
+            *(ConsumerPolicyInfo(name=f"a.{c}", topic=c, app="a") for c in topics),
+            *(ConsumerPolicyInfo(name=f"g.{c}", topic=c, app="g") for c in ("small", "deep")),
+        ),
     )
 
 
@@ -101,55 +119,168 @@ def line(label: str, value: float, raw: float, unit: str = "msg/s") -> None:
     print(f"{label:<34} {value:>12,.0f} {unit:<6} ratio={value / raw:.2f}", flush=True)
 
 
-async def build_backlog(
-    client: aioredis.Redis, engine: Engine, topic: str, total: int, per_entry: int
-) -> None:
-    """Fill partition 0 with ``total`` messages in the engine's layout, fast.
-
-    Entries are what an append call of ``per_entry`` messages stores (one stream entry
-    ``<first>-<n>`` of n records carrying their indexes), written with pipelined XADD
-    instead of through the engine so that 10^7 messages take about a minute.
-    """
-    record, _ = RecordEncoder(app="a", partition=0, now_ms=engine.now_ms()).encode(Message(BODY))
-    keys = PartitionKeys(topic, 0)
-    entries = total // per_entry
-    chunk = 2000
-    cursor = 0
-
-    async def worker() -> None:
-        nonlocal cursor
-        while cursor < entries:
-            lo, cursor = cursor, min(entries, cursor + chunk)
-            pipe = client.pipeline(transaction=False)
-            for e in range(lo, cursor):
-                first = e * per_entry
-                blob = pack_records([(record, 1)] * per_entry, first)
-                pipe.xadd(keys.stream, {"m": blob}, id=f"{first}-{per_entry}")
-            await pipe.execute()
-
-    await worker()  # one writer: stream ids must grow
-    await client.hset(keys.meta, mapping={"next": entries * per_entry, "min": 0})
+def mem_available() -> int:
+    """MemAvailable of /proc/meminfo in bytes (0 where unknown)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
+        for row in f:
+            if row.startswith("MemAvailable:"):
+                return int(row.split()[1]) * 1024
+    return 0
 
 
-async def depth_costs(engine: Engine, topic: str, seconds: float) -> tuple[float, float, float]:
-    """append 100/call msg/s, random read 100/call msg/s, fetch+ack p50 (ms) at depth."""
-    lo, hi = await engine.bounds(topic, 0)
+async def fill(engine: Engine, topic: str, count: int, per_call: int) -> None:
+    """Append ``count`` messages to partition 0 of ``topic``, ``per_call`` per append call
+    (each call one atomic append: one stream entry). The records are encoded once and
+    appended as JMQ4 wire records are (checked, then stamped by each call)."""
+    record, _ = encode_record(Message(BODY), app="a", partition=0, now_ms=engine.now_ms())
+    wires = {per_call: engine.check_wire(record * per_call, per_call)}
+    done = 0
+    shown = time.perf_counter()
+    while done < count:
+        n = min(per_call, count - done)
+        if n not in wires:
+            wires[n] = engine.check_wire(record * n, n)
+        await engine.append(topic, "a", wires[n], partition=0)
+        done += n
+        if time.perf_counter() - shown > 15:
+            shown = time.perf_counter()
+            print(f"  ... {topic}: {done:,} of {count:,} stored", flush=True)
+
+
+async def aof_rewrite(client: aioredis.Redis) -> float:
+    """Run an AOF rewrite now and wait for it to end; its seconds."""
+    t0 = time.perf_counter()
+    with contextlib.suppress(aioredis.ResponseError):  # one already running
+        await client.bgrewriteaof()
+    while True:
+        info = await client.info("persistence")
+        if not (info["aof_rewrite_in_progress"] or info["aof_rewrite_scheduled"]):
+            return time.perf_counter() - t0
+        await asyncio.sleep(0.2)
+
+
+async def consume_pull(engine: Engine, topic: str, count: int) -> int:
+    """Fetch 256 + ack (the pull path) until ``count`` messages came; how many."""
+    got = 0
+    while got < count:
+        r = await engine.fetch(topic, "a", count=256, owner="bench")
+        if not r.messages:
+            break
+        await engine.ack(topic, "a", r.partition, range(r.start, r.end), token=r.lock_token)
+        got += sum(d.count for d in r.messages)
+    return got
+
+
+async def consume_leases(engine: Engine, topic: str, count: int) -> int:
+    """Lease 256 + settle them (the consumer-group path) until ``count`` came; how many."""
+    got = 0
+    while got < count:
+        lease = await engine.lease(topic, "g", count=256, owner="bench")
+        if not lease.deliveries:
+            break
+        await engine.settle(topic, "g", lease.partition, [d.index for d in lease.deliveries])
+        got += sum(d.count for d in lease.deliveries)
+    return got
+
+
+async def consume_vs_depth(
+    engine: Engine, client: aioredis.Redis, args: argparse.Namespace
+) -> dict[str, int]:
+    """Consume msg/s over the last ``--region`` messages with 10^4 and ``--backlog``
+    stored (see the module docstring); the partitions' end index after filling."""
+    region, per_call = args.region, args.fill_per_call
+    print(f"consume vs depth: {region:,} messages per pass, {args.passes} passes per figure")
+    await client.config_set("auto-aof-rewrite-percentage", 0)
+    t0 = time.perf_counter()
+    await fill(engine, "small", region, 32)
+    # a probe of the bulk layout: bytes per message, to check the backlog fits
+    before = (await client.info("memory"))["used_memory"]
+    probe = min(200_000, max(0, args.backlog - region))
+    await fill(engine, "deep", probe, per_call)
+    per_msg = ((await client.info("memory"))["used_memory"] - before) / max(1, probe)
+    avail = mem_available()
+    backlog = args.backlog
+    need = backlog * per_msg
+    print(
+        f"memory: {per_msg:.0f} B per stored message in Redis; {backlog:,} messages need "
+        f"about {need / 2**30:.2f} GiB; MemAvailable {avail / 2**30:.1f} GiB"
+    )
+    if avail and need > avail / 2:
+        fits = int(avail / 2 / per_msg)
+        magnitude = 10 ** (len(str(fits)) - 1)
+        backlog = max(region + probe, fits // magnitude * magnitude)  # one significant digit
+        print(
+            f"NOTE: {args.backlog:,} messages do not fit in half the available memory: "
+            f"the deep partition holds {backlog:,} instead"
+        )
+    await fill(engine, "deep", backlog - region - probe, per_call)
+    await fill(engine, "deep", region, 32)
+    filled = time.perf_counter() - t0
+    rewrite = await aof_rewrite(client)
+    await client.config_set("auto-aof-rewrite-percentage", 100)
+    depths = {}
+    for topic in ("small", "deep"):
+        depths[topic] = (await engine.bounds(topic, 0))[1]
+    info = await client.info("memory")
+    xlen = await client.xlen(PartitionKeys("deep", 0).stream)
+    print(
+        f"filled through the engine in {filled:.0f}s: small {depths['small']:,} messages, deep "
+        f"{depths['deep']:,} messages in {xlen:,} stream entries ({per_call} per append "
+        f"call, the last {region:,} 32 per call); used_memory={info['used_memory_human']}; "
+        f"then an AOF rewrite took {rewrite:.0f}s (auto rewrite off while filling)"
+    )
+    rates: dict[tuple[str, str], list[float]] = {}
+    paths = (("pull fetch 256 + ack", consume_pull), ("group lease 256 + settle", consume_leases))
+    for _ in range(args.passes):
+        for label, consume in paths:
+            app = "a" if consume is consume_pull else "g"
+            for topic in ("small", "deep"):
+                await engine.reset_offsets(topic, app, position=depths[topic] - region, partition=0)
+                t = time.perf_counter()
+                got = await consume(engine, topic, region)
+                rate = got / (time.perf_counter() - t)
+                if got < region:
+                    print(f"  {label} {topic}: only {got:,} of {region:,} came")
+                rates.setdefault((label, topic), []).append(rate)
+    for label, _ in paths:
+        small = statistics.median(rates[(label, "small")])
+        deep = statistics.median(rates[(label, "deep")])
+        ratio = deep / small
+        print(
+            f"{'consume ' + label:<30} {depths['small']:>10,} stored {small:>9,.0f} msg/s"
+            f"  {depths['deep']:>10,} stored {deep:>9,.0f} msg/s  deep/small={ratio:.2f}"
+            f"  goal within 10% (>= 0.90) {'met' if ratio >= 0.9 else 'NOT met'}"
+        )
+        for topic in ("small", "deep"):
+            runs = " / ".join(f"{r:,.0f}" for r in rates[(label, topic)])
+            print(f"    {topic} passes: {runs}")
+    return depths
+
+
+async def depth_costs(
+    engine: Engine, topic: str, first: int, region: int, seconds: float
+) -> tuple[float, float, float]:
+    """append 100/call msg/s, random read 100/call msg/s and fetch 1 + ack p50 (ms), the
+    reads within ``[first, first + region)`` (the part with the same layout at each depth:
+    a read inside a bulk entry of thousands of records pays for the whole entry)."""
     msgs = [Message(BODY)] * 100
     append = await timed(1, seconds, lambda n: _append(engine, topic, msgs, 0))
-    lo, hi = await engine.bounds(topic, 0)
 
     async def read(n: int) -> int:
-        start = random.randrange(lo, hi - 200)
+        start = random.randrange(first, first + region - 200)
         got = await engine.read(topic, 0, start, 100)
         return sum(d.count for d in got)
 
     rd = await timed(1, seconds, read)
-    await engine.reset_offsets(topic, "a", position=lo + (hi - lo) // 2, partition=0)
+    await engine.reset_offsets(topic, "a", position=first, partition=0)
     lat = []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         t0 = time.perf_counter()
         r = await engine.fetch(topic, "a", count=1, owner="b")
+        if not r.messages or r.end > first + region:
+            await engine.reset_offsets(topic, "a", position=first, partition=0)
+            continue
         await engine.ack(topic, "a", r.partition, range(r.start, r.end), token=r.lock_token)
         lat.append((time.perf_counter() - t0) * 1000)
     return append, rd, statistics.median(lat)
@@ -165,7 +296,10 @@ async def main(args: argparse.Namespace) -> None:
     proc, port = start_redis(workdir)
     try:
         payload = "x" * 100
-        raw_xadd = redis_benchmark(port, "XADD", "raw:{s}", "*", "m", payload)
+        # the median of three runs (each printed): one run moved by ±15% from the next here
+        runs = [redis_benchmark(port, "XADD", "raw:{s}", "*", "m", payload) for _ in range(3)]
+        print("raw XADD runs (median used): " + " / ".join(f"{r:,.0f}" for r in runs))
+        raw_xadd = statistics.median(runs)
         raw_xrange = 100 * redis_benchmark(
             port, "XRANGE", "raw:{s}", "-", "+", "COUNT", "100", n=20_000
         )
@@ -228,25 +362,18 @@ async def main(args: argparse.Namespace) -> None:
         print(f"{'fetch+ack round trip p99':<34} {p99:>12.3f} ms")
         del raw_rtt
 
-        # cost vs backlog depth
-        t0 = time.perf_counter()
-        await build_backlog(client, engine, "small", 10_000, args.per_entry)
-        await build_backlog(client, engine, "deep", args.backlog, args.per_entry)
-        built = time.perf_counter() - t0
-        _, hi = await engine.bounds("deep", 0)
-        xlen = await client.xlen(PartitionKeys("deep", 0).stream)
-        info = await client.info("memory")
-        print(
-            f"backlog built: small=10^4 messages, deep={hi:,} messages in {xlen:,} stream "
-            f"entries ({args.per_entry} messages per append call) in {built:.0f}s; "
-            f"used_memory={info['used_memory_human']}"
+        # consume rate and other costs vs backlog depth
+        depths = await consume_vs_depth(engine, client, args)
+        small = await depth_costs(
+            engine, "small", depths["small"] - args.region, args.region, args.seconds
         )
-        small = await depth_costs(engine, "small", args.seconds)
-        deep = await depth_costs(engine, "deep", args.seconds)
+        deep = await depth_costs(
+            engine, "deep", depths["deep"] - args.region, args.region, args.seconds
+        )
         for name, a, b, unit in (
             ("append 100/call", small[0], deep[0], "msg/s"),
             ("read 100/call (random start)", small[1], deep[1], "msg/s"),
-            ("fetch+ack p50", small[2], deep[2], "ms"),
+            ("fetch 1 + ack p50", small[2], deep[2], "ms"),
         ):
             print(
                 f"{name + ' @10^4 vs deep':<40} {a:>12,.1f} vs {b:>12,.1f} {unit}  deep/small={b / a:.2f}"
@@ -262,8 +389,10 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backlog", type=int, default=10_000_000)
+    parser.add_argument("--region", type=int, default=10_000, help="messages consumed per pass")
+    parser.add_argument("--passes", type=int, default=7)
     parser.add_argument(
-        "--per-entry", type=int, default=10, help="messages per append call in the backlog"
+        "--fill-per-call", type=int, default=5000, help="messages per append call when filling"
     )
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--tasks", type=int, default=8)

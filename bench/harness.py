@@ -2,14 +2,23 @@
 broker server run in its own process (so the load generator does not share its core).
 
 A benchmark script calls :func:`spawn_broker` with its own path; the child re-runs the
-script with ``--serve REDIS_PORT PORT``, which the script hands to :func:`serve_broker`
-with its catalog snapshot and its protocol's ``start_*_server`` function.
+script with ``--serve REDIS_PORT PORT [PROCESSES]``, which the script hands to
+:func:`run_broker` with its catalog snapshot and its protocol's ``start_*_server`` function.
+Like ``runbroker --processes P``, the broker forks P−1 worker processes that listen on the
+same port with SO_REUSEPORT (the kernel spreads connections over them).
+
+:func:`profiled` records a broker's processes with py-spy while a phase runs (when
+py-spy is on PATH or in ``$PY_SPY``) and :func:`top_frames` summarizes what it recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import ctypes
+import ctypes.util
+import os
 import re
 import shutil
 import signal
@@ -19,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -101,26 +111,116 @@ def clear_raw(port: int) -> None:
 
 
 async def serve_broker(
-    redis_port: int, port: int, snapshot: CatalogSnapshot, start: StartServer
+    redis_port: int,
+    port: int,
+    snapshot: CatalogSnapshot,
+    start: StartServer,
+    *,
+    reuse_port: bool = False,
+    ready: Callable[[], None] | None = None,
 ) -> None:
     """Publish ``snapshot``, run ``start(engine, watcher, host, port, broker_id)`` until
-    SIGTERM, then stop it gracefully."""
+    SIGTERM, then stop it gracefully. ``ready`` is called once it listens (default: print
+    "ready" for :func:`spawn_broker`)."""
     client = broker_client(f"redis://127.0.0.1:{redis_port}", max_connections=64)
     await publish_snapshot(client, snapshot)
     watcher = CatalogWatcher(client)
     await watcher.start()
     engine = Engine(client, lambda: watcher.current, broker_id=1)
-    server = await start(engine, watcher, "127.0.0.1", port, 1)
+    if reuse_port:
+        server = await start(engine, watcher, "127.0.0.1", port, 1, reuse_port=True)
+    else:
+        server = await start(engine, watcher, "127.0.0.1", port, 1)
     tune_gc()  # as runbroker does
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    print("ready", flush=True)
+    if ready is None:
+        print("ready", flush=True)
+    else:
+        ready()
     await stop.wait()
     await server.stop()
     await engine.close()
     await watcher.stop()
     await client.aclose()
     await client.connection_pool.disconnect()
+
+
+def run_broker(
+    redis_port: int, port: int, snapshot: CatalogSnapshot, start: StartServer, processes: int = 1
+) -> None:
+    """The ``--serve`` child: :func:`serve_broker` in ``processes`` processes, as
+    ``runbroker --processes`` runs a broker — the first forks the others before its event
+    loop starts, all listen on ``port`` with SO_REUSEPORT, and "ready" is printed once
+    every one listens. SIGTERM stops them all gracefully."""
+    if processes <= 1:
+        asyncio.run(serve_broker(redis_port, port, snapshot, start))
+        return
+    read_end, write_end = os.pipe()
+    workers = []
+    for _ in range(processes - 1):
+        pid = os.fork()
+        if pid == 0:  # a worker
+            os.close(read_end)
+            _die_with_parent()
+            code = 0
+            try:
+                asyncio.run(
+                    serve_broker(
+                        redis_port, port, snapshot, start, reuse_port=True,
+                        ready=lambda: os.write(write_end, b"r") and None,
+                    )
+                )  # fmt: skip
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        workers.append(pid)
+    os.close(write_end)
+
+    def all_ready() -> None:
+        got = 0
+        while got < len(workers):
+            chunk = os.read(read_end, 64)
+            if not chunk:
+                raise RuntimeError("a bench broker worker died before it listened")
+            got += len(chunk)
+        print("ready", flush=True)
+
+    try:
+        asyncio.run(
+            serve_broker(redis_port, port, snapshot, start, reuse_port=True, ready=all_ready)
+        )
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in workers:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def serve_main(
+    argv: list[str], snapshot: Callable[[int], CatalogSnapshot], start: StartServer
+) -> bool:
+    """Handle ``--serve REDIS_PORT PORT [PROCESSES]`` (what :func:`spawn_broker` runs): serve
+    and return True; False for any other command line."""
+    if len(argv) not in (4, 5) or argv[1] != "--serve":
+        return False
+    port = int(argv[3])
+    processes = int(argv[4]) if len(argv) == 5 else 1
+    run_broker(int(argv[2]), port, snapshot(port), start, processes)
+    return True
+
+
+def _die_with_parent() -> None:
+    """A worker gets SIGTERM when the process that forked it dies (as runbroker's)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def cpu_times() -> list[int]:
@@ -142,11 +242,11 @@ def steal_share(before: list[int], after: list[int]) -> float:
     return deltas[7] / total if total else 0.0
 
 
-def spawn_broker(script: str, redis_port: int) -> tuple[subprocess.Popen, int]:
-    """Run ``script --serve REDIS_PORT PORT`` and wait for its "ready" line."""
+def spawn_broker(script: str, redis_port: int, processes: int = 1) -> tuple[subprocess.Popen, int]:
+    """Run ``script --serve REDIS_PORT PORT PROCESSES`` and wait for its "ready" line."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, script, "--serve", str(redis_port), str(port)],
+        [sys.executable, script, "--serve", str(redis_port), str(port), str(processes)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -157,24 +257,130 @@ def spawn_broker(script: str, redis_port: int) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM ``proc`` (a graceful stop), SIGKILL if it has not ended after ``timeout``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
-def broker_bench(script: str, raw_requests: int) -> Iterator[tuple[float, int, int]]:
-    """A throw-away Redis, its raw XADD rate measured first (:func:`raw_xadd`), and ``script``'s broker process
-    (:func:`spawn_broker`): yields (raw ops/s, Redis port, broker port); on exit both are
-    stopped and the Redis directory is removed."""
+def redis_server() -> Iterator[int]:
+    """A throw-away redis-server (:func:`start_redis`): yields its port; stopped and its
+    directory removed on exit."""
     workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
     redis_proc, redis_port = start_redis(workdir)
-    server = None
     try:
-        raw = raw_xadd(redis_port, raw_requests)
-        server, port = spawn_broker(script, redis_port)
-        before = cpu_times()
-        yield raw, redis_port, port
-        print(f"cpu steal while measuring: {steal_share(before, cpu_times()):.1%}", flush=True)
+        yield redis_port
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(30)
         redis_proc.terminate()
         redis_proc.wait(10)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def broker(script: str, redis_port: int, processes: int = 1) -> Iterator[tuple[int, int]]:
+    """``script``'s broker (:func:`spawn_broker`) on ``redis_port``: yields (port, pid of
+    its first process); stopped gracefully on exit."""
+    proc, port = spawn_broker(script, redis_port, processes)
+    try:
+        yield port, proc.pid
+    finally:
+        stop_process(proc)
+
+
+@contextlib.contextmanager
+def broker_bench(
+    script: str, raw_requests: int, processes: int = 1
+) -> Iterator[tuple[float, int, int, int]]:
+    """A throw-away Redis, its raw XADD rate measured first (:func:`raw_xadd`), and ``script``'s broker
+    (:func:`spawn_broker`, ``processes`` processes): yields (raw ops/s, Redis port, broker
+    port, broker pid); on exit both are stopped and the Redis directory is removed."""
+    with redis_server() as redis_port:
+        raw = raw_xadd(redis_port, raw_requests)
+        with broker(script, redis_port, processes) as (port, pid):
+            before = cpu_times()
+            yield raw, redis_port, port, pid
+            print(f"cpu steal while measuring: {steal_share(before, cpu_times()):.1%}", flush=True)
+
+
+# ---------------------------------------------------------------- profiling
+
+
+def py_spy() -> str | None:
+    """The py-spy executable ($PY_SPY, else on PATH), or None."""
+    found = os.environ.get("PY_SPY") or shutil.which("py-spy")
+    return found if found and os.access(found, os.X_OK) else None
+
+
+@contextlib.contextmanager
+def profiled(pid: int, out: Path | None, *, rate: int = 200) -> Iterator[None]:
+    """Record ``pid`` and its children with ``py-spy record`` (collapsed stacks, idle time
+    left out) into ``out`` while the block runs; nothing when ``out`` is None or py-spy
+    is missing."""
+    exe = py_spy() if out is not None else None
+    if exe is None or out is None:
+        yield
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [exe, "record", "--pid", str(pid), "--subprocesses", "--rate", str(rate),
+         "--format", "raw", "--output", str(out), "--nonblocking"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(1.0)  # py-spy attaches before the load starts
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def top_frames(path: Path, top: int = 12) -> str:
+    """The frames that take the most samples of a py-spy raw (collapsed) profile: by own
+    time (the leaf frame) and by total time (anywhere on the stack), as text."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    samples = 0
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return f"(no profile at {path})"
+    for raw_line in lines:
+        stack, _, count = raw_line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [_short(f) for f in stack.split(";") if not f.startswith("process ")]
+        if not frames:
+            continue
+        samples += n
+        own[frames[-1]] += n
+        for frame in set(frames):
+            total[frame] += n
+    if not samples:
+        return f"(empty profile at {path})"
+    out = [f"{samples} samples; own time:"]
+    out += [f"  {n / samples:6.1%}  {f}" for f, n in own.most_common(top)]
+    out.append("  total time (frame anywhere on the stack), project code only:")
+    mine = [(f, n) for f, n in total.most_common() if "brokers/" in f][:top]
+    out += [f"  {n / samples:6.1%}  {f}" for f, n in mine]
+    return "\n".join(out)
+
+
+def _short(frame: str) -> str:
+    """``func (path/to/file.py:12)`` with the path cut to its project or library part."""
+    frame = re.sub(r":\d+\)$", ")", frame)  # one entry per function, not per line
+    for marker in ("/brokers/", "/site-packages/", "/lib/python3"):
+        i = frame.find(marker)
+        if i >= 0:
+            j = frame.rfind("(", 0, i)
+            return frame[: j + 1] + frame[i + 1 :]
+    return frame

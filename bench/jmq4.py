@@ -1,8 +1,10 @@
-"""JMQ4 broker benchmark (a script, not a test): ``python bench/jmq4.py``.
+"""JMQ4 broker benchmark (a script, not a test):
+``python bench/jmq4.py [--processes N] [--profile DIR]``.
 
 Starts its own redis-server (free port, AOF everysec) and a JMQ4 server in a separate process
-(``--serve``, so the load generator does not share its core) with a minimal catalog snapshot
-published to that Redis, then prints:
+(``--serve``, so the load generator does not share its core; ``--processes N`` runs it as
+``runbroker --processes N`` does) with a minimal catalog snapshot published to that Redis
+(app ``bench`` with a producer and a consumer policy on each topic), then prints:
 
 * produce msgs/s — 100-byte messages, 32 per request, 4 connections;
 * produce msgs/s — one batch message of 100 items per request, 4 connections;
@@ -11,12 +13,18 @@ published to that Redis, then prints:
   one fetch loop per partition), over 5 s after a 1 s warm-up at that rate;
 * the raw baseline: ``redis-benchmark -P 100 -q XADD`` on the same Redis, in the same run.
 
-Each line shows its ratio to the raw XADD rate.
+Each line shows its ratio to the raw XADD rate and the goal of issue 17 (produce ≥ 0.3×,
+fetch+ack consume ≥ 0.3×, e2e p99 < 5 ms). The consume rate with 10^7 messages stored
+against 10^4 is measured by ``bench/engine.py`` (its "consume vs depth" part). With
+``--profile DIR`` (py-spy on PATH or in ``$PY_SPY``) each phase of the broker is recorded
+and its top frames printed (the profiler costs CPU: take the figures from a run without it).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import time
@@ -25,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from bench.harness import broker_bench, serve_broker
+from bench.harness import broker_bench, profiled, py_spy, serve_main, top_frames
 from brokers.clients.jmq4 import Jmq4Client, OutgoingMessage, build_batch, build_message
 from brokers.engine import (
     AppInfo,
@@ -211,30 +219,55 @@ async def latency(port: int, rate: int, seconds: float, warmup: float = 1.0) -> 
     return q[49], q[98]
 
 
-async def main() -> None:
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+async def main(args: argparse.Namespace) -> None:
     tune_gc()  # the load generator pauses no more for garbage collection than the broker
-    with broker_bench(__file__, 1_000_000) as (raw, _, jmq4_port):
-        produce = await produce_load(jmq4_port, "bench", 5.0, batch=False)
-        batched = await produce_load(jmq4_port, "batch", 5.0, batch=True)
-        consume = await consume_load(jmq4_port, "bench", 200_000)
-        p50, p99 = await latency(jmq4_port, 5000, 5.0)
+    profile = Path(args.profile) if args.profile else None
+    if profile and py_spy() is None:
+        print("--profile: py-spy not found (pip install py-spy; or set PY_SPY)", flush=True)
+        profile = None
+
+    def recorded(phase: str) -> contextlib.AbstractContextManager[None]:
+        return profiled(pid, profile / f"jmq4-{phase}.txt" if profile else None)
+
+    with broker_bench(__file__, 1_000_000, args.processes) as (raw, _, jmq4_port, pid):
+        with recorded("produce"):
+            produce = await produce_load(jmq4_port, "bench", 5.0, batch=False)
+        with recorded("produce-batch"):
+            batched = await produce_load(jmq4_port, "batch", 5.0, batch=True)
+        with recorded("consume"):
+            consume = await consume_load(jmq4_port, "bench", 200_000)
+        with recorded("latency"):
+            p50, p99 = await latency(jmq4_port, 5000, 5.0)
+        print(f"broker processes: {args.processes}")
         print(f"raw redis-benchmark -P 100 XADD : {raw:12,.0f} ops/s   1.00x (median)")
         print(
             f"JMQ4 produce 32/request, 4 conns : {produce:12,.0f} msg/s   {produce / raw:.2f}x raw"
+            f"   goal >= 0.3x {verdict(produce >= 0.3 * raw)}"
         )
         print(
             f"JMQ4 produce batch of 100        : {batched:12,.0f} msg/s   {batched / raw:.2f}x raw"
         )
         print(
             f"JMQ4 consume fetch+ack           : {consume:12,.0f} msg/s   {consume / raw:.2f}x raw"
+            f"   goal >= 0.3x {verdict(consume >= 0.3 * raw)}"
         )
-        print(f"JMQ4 e2e latency @5,000 msg/s    : p50 {p50:.2f} ms  p99 {p99:.2f} ms")
+        print(
+            f"JMQ4 e2e latency @5,000 msg/s    : p50 {p50:.2f} ms  p99 {p99:.2f} ms"
+            f"   goal p99 < 5 ms {verdict(p99 < 5)}"
+        )
+    if profile:
+        for path in sorted(profile.glob("jmq4-*.txt")):
+            print(f"\n== profile {path.name} ==\n{top_frames(path)}")
 
 
 if __name__ == "__main__":
     install_uvloop()
-    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
-        port = int(sys.argv[3])
-        asyncio.run(serve_broker(int(sys.argv[2]), port, snapshot(port), start_jmq4_server))
-    else:
-        asyncio.run(main())
+    if not serve_main(sys.argv, snapshot, start_jmq4_server):
+        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        parser.add_argument("--processes", type=int, default=1, help="broker processes")
+        parser.add_argument("--profile", default="", help="record the broker with py-spy here")
+        asyncio.run(main(parser.parse_args()))

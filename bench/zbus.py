@@ -1,206 +1,332 @@
-"""zbus broker benchmark (a script, not a test): ``python bench/zbus.py``.
+"""zbus benchmark against the original zbus 5.1 server (a script, not a test):
+``python bench/zbus.py [--seconds 4] [--processes 1,2] [--profile DIR]``.
 
-Starts its own redis-server (free port, AOF everysec) and a zbus server in a separate
-process (``--serve``) with a minimal catalog snapshot published to that Redis, then prints:
+In one run, side by side:
 
-* produce msgs/s — 100-byte messages, 128 pipelined per connection, on 1 and 8 connections;
-* consume msgs/s — ``window: -1`` streaming over the produced backlog, on 1 and 8 connections;
-* RPC round trips/s — 8 requester connections (32 requests in flight each) through a
-  service MQ served by 4 worker connections;
-* the raw baseline: ``redis-benchmark -P 100 -q XADD`` on the same Redis, in the same run.
+* the original zbus 5.1 Java server (``../shared/peers/zbus-5.1/`` next to the repository:
+  ``L.java`` compiled against the jar into a temporary directory, run on a free loopback
+  port, stopped by its PID; in memory only — no disk, no fsync);
+* our zbus server as a broker runs in production: its own process (``runbroker``'s server
+  code, uvloop, GC tuning, 64 Redis connections) on its own redis-server with AOF
+  everysec, once with 1 process and once with 2 processes sharing the port with
+  SO_REUSEPORT (``runbroker --processes``); MQs are catalog topics open to token-less
+  clients (the anonymous app of their team has a producer and a consumer policy, as an MQ
+  made by ``create_mq`` has).
 
-Each line shows its ratio to the raw XADD rate.
+Every server is loaded by the same generator (:mod:`bench.zbus_load`, written from the
+protocol text, not our client), after the same warm-up pass (the JVM compiles its hot
+paths during it); the phases run one server after the other, phase by phase, so drifting
+load on the machine touches all of them alike:
+
+* produce — 8 connections, one MQ each, 128 produces (ack on, 100-byte bodies) in flight;
+* streaming consume — 8 connections, ``window: -1``, over what the produce phase stored;
+* long-poll consume — 8 connections, ``window: 1`` (consume, wait, consume again) over a
+  backlog stored before the phase;
+* RPC — 8 callers (one call at a time each) through a service MQ streamed by 4 workers;
+  a call without reply within 1 s counts as lost.
+
+Then a table: each figure, ours/Java next to the goal of issue 17 (produce ≥ 1×, streaming
+≥ 1×, long-poll ≥ 2×, RPC ≥ 2× with 0 lost), and the raw ``redis-benchmark -P 100 XADD``
+baseline of the same run. With ``--profile DIR`` (py-spy on PATH or in ``$PY_SPY``) each
+phase of our brokers is recorded and its top frames printed (the profiler costs CPU: take
+the figures from a run without it).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
 import sys
+import tempfile
 import time
-import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import redis.asyncio as aioredis
 
-from bench.harness import broker_bench, serve_broker
+from bench import zbus_load as load
+from bench.harness import (
+    broker,
+    cpu_times,
+    free_port,
+    profiled,
+    py_spy,
+    raw_xadd,
+    redis_server,
+    serve_main,
+    steal_share,
+    stop_process,
+    top_frames,
+)
 from brokers.engine import (
+    AppInfo,
     BrokerInfo,
     CatalogSnapshot,
-    Engine,
+    ConsumerPolicyInfo,
     PartitionGroupInfo,
-    QueueSettings,
+    ProducerPolicyInfo,
     TopicInfo,
 )
-from brokers.protocols.zbus import Decoder, Message, RequestLine, encode_message
 from brokers.servers.jmq4 import install_uvloop
 from brokers.servers.zbus import start_zbus_server
 
-BODY = b"x" * 100
-IN_FLIGHT = 128
+REPO = Path(__file__).resolve().parent.parent
+PEER = REPO.parent / "shared" / "peers" / "zbus-5.1"
+JAR = "zbus-5.1.0-SNAPSHOT.jar"
+ANONYMOUS = "bench-anon"
+CONNS = 8
+MQS = [f"bench{i}" for i in range(CONNS)]
+WARM_MQS = [f"warm{i}" for i in range(CONNS)]
+SERVICE, WARM_SERVICE = "svc", "warmsvc"
+FILL_CAP = 60_000  # most messages per MQ stored for the long-poll phase
+GOALS = {"produce": 1.0, "stream": 1.0, "long_poll": 2.0, "rpc": 2.0}
 
 
 def snapshot(port: int) -> CatalogSnapshot:
+    """Our broker's catalog: every MQ a one-partition topic led by this broker, open to
+    token-less clients as a ``create_mq`` MQ is (its team's anonymous app has policies)."""
     group = (PartitionGroupInfo(group_id=0, leader=1, partitions=(0,)),)
-    queue = QueueSettings(max_queue_size=10_000_000, overflow_policy="BlockPublisher")
+    codes = [*MQS, *WARM_MQS, SERVICE, WARM_SERVICE]
     topics = {
-        f"bench{i}": TopicInfo(
-            code=f"bench{i}", partitions=1, groups=group, queue=queue, zbus_mode=1
+        code: TopicInfo(
+            code=code,
+            partitions=1,
+            groups=group,
+            zbus_mode=1,
+            team="zbus",
+            anonymous_app=ANONYMOUS,
         )
-        for i in range(8)
+        for code in codes
     }
-    topics["svc"] = TopicInfo(code="svc", partitions=1, groups=group, queue=queue, zbus_mode=1)
-    broker = BrokerInfo(id=1, host="127.0.0.1", jmq4_port=0, zbus_port=port, vibemq_port=0)
-    return CatalogSnapshot(version=1, brokers={1: broker}, topics=topics)
+    broker_info = BrokerInfo(id=1, host="127.0.0.1", jmq4_port=0, zbus_port=port, vibemq_port=0)
+    return CatalogSnapshot(
+        version=1,
+        brokers={1: broker_info},
+        topics=topics,
+        apps={ANONYMOUS: AppInfo(code=ANONYMOUS, team="zbus")},
+        producers=tuple(
+            ProducerPolicyInfo(name=f"anonymous.{c}", topic=c, app=ANONYMOUS) for c in codes
+        ),
+        consumers=tuple(
+            ConsumerPolicyInfo(name=f"anonymous.{c}", topic=c, app=ANONYMOUS) for c in codes
+        ),
+    )
 
 
-def encode(headers: dict[str, str], body: bytes = b"") -> bytes:
-    return encode_message(Message(RequestLine(), headers, body))
+# ---------------------------------------------------------------- the Java server
 
 
-class Conn:
-    """A bare pipelining connection: write bytes, count decoded messages."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer, self.decoder = reader, writer, Decoder()
-
-    @classmethod
-    async def open(cls, port: int) -> Conn:
-        return cls(*await asyncio.open_connection("127.0.0.1", port))
-
-    async def messages(self) -> list[Message]:
-        data = await self.reader.read(1 << 20)
-        if not data:
-            raise ConnectionError("closed")
-        return [e for e in self.decoder.feed(data) if isinstance(e, Message)]
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-async def produce_load(port: int, conns: int, seconds: float) -> tuple[float, int]:
-    async def worker(i: int, stop: float) -> int:
-        conn = await Conn.open(port)
-        frame = encode({"cmd": "produce", "mq": f"bench{i}", "msgid": "p"}, BODY)
-        acked, sent = 0, IN_FLIGHT
-        conn.writer.write(frame * IN_FLIGHT)
-        while acked < sent:
-            got = len(await conn.messages())
-            acked += got
-            if time.perf_counter() < stop:
-                conn.writer.write(frame * got)
-                sent += got
-        conn.close()
-        return acked
-
-    stop = time.perf_counter() + seconds
-    start = time.perf_counter()
-    counts = await asyncio.gather(*(worker(i, stop) for i in range(conns)))
-    return sum(counts) / (time.perf_counter() - start), sum(counts)
-
-
-async def consume_load(port: int, conns: int, totals: list[int]) -> float:
-    async def worker(i: int) -> int:
-        conn = await Conn.open(port)
-        conn.writer.write(
-            encode({"cmd": "consume", "mq": f"bench{i}", "msgid": "c", "window": "-1"})
-        )
-        got = 0
-        while got < totals[i]:
+@contextlib.contextmanager
+def java_server() -> Iterator[tuple[int, int] | str]:
+    """The zbus 5.1 server on a free loopback port: yields (port, pid), or why it cannot
+    run (no jar next to the repository, no java/javac)."""
+    jar = PEER / JAR
+    if not jar.is_file() or not (PEER / "L.java").is_file():
+        yield f"no {JAR} and L.java in {PEER}"
+        return
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if java is None or javac is None:
+        yield "java/javac not on PATH"
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="zbus51-"))
+    proc = None
+    try:
+        subprocess.run(
+            [javac, "-cp", str(jar), "-d", str(scratch), str(PEER / "L.java")],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        port = free_port()
+        proc = subprocess.Popen(
+            [java, "-cp", f"{jar}:{scratch}", "L", str(port)],
+            cwd=scratch, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
             try:
-                got += len(await asyncio.wait_for(conn.messages(), 5))
-            except TimeoutError:
-                print(f"consumer {i} stuck at {got}/{totals[i]}", file=sys.stderr, flush=True)
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
                 break
-        conn.close()
-        return got
-
-    start = time.perf_counter()
-    counts = await asyncio.gather(*(worker(i) for i in range(conns)))
-    return sum(counts) / (time.perf_counter() - start)
-
-
-async def rpc_load(port: int, seconds: float, requesters: int = 8, workers: int = 4) -> float:
-    async def serve_calls() -> None:
-        conn = await Conn.open(port)
-        conn.writer.write(encode({"cmd": "consume", "mq": "svc", "msgid": "w", "window": "-1"}))
-        try:
-            while True:
-                out = []
-                for call in await conn.messages():
-                    headers = {"cmd": "produce", "mq": call.mq_reply or "", "ack": "0"}
-                    headers["msgid"] = call.msgid_raw or ""
-                    out.append(encode(headers, call.body))
-                conn.writer.write(b"".join(out))
-        except (ConnectionError, asyncio.CancelledError):
-            conn.close()
-
-    async def call(stop: float) -> int:
-        conn = await Conn.open(port)
-        reply_q = str(uuid.uuid4())
-        frames = {
-            f"r{n}": encode(
-                {"cmd": "request", "mq": "svc", "msgid": f"r{n}", "mq_reply": reply_q}, BODY
-            )
-            for n in range(32)
-        }
-        conn.writer.write(b"".join(frames.values()))
-        done, sent = 0, 32
-        while done < sent:
-            replies = await conn.messages()
-            done += len(replies)
-            if time.perf_counter() < stop:
-                conn.writer.write(b"".join(frames[r.msgid or ""] for r in replies))
-                sent += len(replies)
-        conn.close()
-        return done
-
-    servers = [asyncio.create_task(serve_calls()) for _ in range(workers)]
-    await asyncio.sleep(0.3)
-    stop = time.perf_counter() + seconds
-    start = time.perf_counter()
-    counts = await asyncio.gather(*(call(stop) for _ in range(requesters)))
-    elapsed = time.perf_counter() - start
-    for task in servers:
-        task.cancel()
-    return sum(counts) / elapsed
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the zbus 5.1 server did not start") from None
+                time.sleep(0.1)
+        yield port, proc.pid
+    finally:
+        if proc is not None:
+            stop_process(proc, 10)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
-async def main() -> None:
-    with broker_bench(__file__, 500_000) as (raw, redis_port, port):
-        p1, n1 = await produce_load(port, 1, 4.0)
-        print(f"produce 1: {p1:.0f} ({n1})", file=sys.stderr, flush=True)
-        c1 = await consume_load(port, 1, [n1])
-        print(f"consume 1: {c1:.0f}", file=sys.stderr, flush=True)
-        p8, _ = await produce_load(port, 8, 4.0)
-        print(f"produce 8: {p8:.0f}", file=sys.stderr, flush=True)
-        backlog = [0] * 8
-        redis = aioredis.from_url(f"redis://127.0.0.1:{redis_port}")
-        watcher_free = Engine(redis, lambda: snapshot(port))
-        for i in range(8):
-            backlog[i] = (await watcher_free.queue_stats(f"bench{i}")).ready
-        print(f"backlog: {backlog}", file=sys.stderr, flush=True)
-        c8 = await consume_load(port, 8, backlog)
-        print(f"consume 8: {c8:.0f}", file=sys.stderr, flush=True)
-        rpc = await rpc_load(port, 4.0)
-        await watcher_free.close()
-        await redis.aclose()
-        rows = [
-            ("raw redis-benchmark -P 100 XADD", raw, "ops/s"),
-            ("zbus produce, 1 connection", p1, "msg/s"),
-            ("zbus produce, 8 connections", p8, "msg/s"),
-            ("zbus consume, 1 connection", c1, "msg/s"),
-            ("zbus consume, 8 connections", c8, "msg/s"),
-            ("zbus RPC round trips, 8 conns", rpc, "rt/s "),
-        ]
-        for label, value, unit in rows:
-            print(f"{label:32}: {value:12,.0f} {unit}  {value / raw:.3f}x raw")
+# ---------------------------------------------------------------- the run
+
+
+@dataclass
+class Target:
+    """One server under load."""
+
+    name: str
+    port: int
+    pid: int
+    ours: bool
+    results: dict[str, load.Result] = field(default_factory=dict)
+    fill: int = 0
+
+    @property
+    def slug(self) -> str:
+        """The name as a file name part."""
+        return "".join(c if c.isalnum() else "-" for c in self.name).strip("-")
+
+
+async def warm_up(target: Target, seconds: float) -> None:
+    """The measured pass, shorter and on other MQs: the JVM compiles its hot paths, our
+    broker loads its scripts and opens its Redis connections."""
+    produced = await load.produce(target.port, WARM_MQS, seconds=seconds)
+    await load.stream_consume(target.port, WARM_MQS, produced.per_mq)
+    per_mq = max(1, min(FILL_CAP, int(produced.rate * seconds / CONNS)))
+    await load.produce(target.port, WARM_MQS, per_mq=per_mq)
+    await load.long_poll(target.port, WARM_MQS, [per_mq] * CONNS, seconds)
+    await load.rpc(target.port, WARM_SERVICE, seconds)
+
+
+async def phase(name: str, targets: list[Target], profile: Path | None, run) -> None:
+    """Run ``run(target)`` on every target in turn (ours recorded when profiling)."""
+    for t in targets:
+        out = profile / f"zbus-{t.slug}-{name}.txt" if profile else None
+        with profiled(t.pid, out if t.ours else None):
+            result = await run(t)
+        t.results[name] = result
+        print(
+            f"  {name:10} {t.name:18} {result.rate:>10,.0f}/s  n={result.count:<8,} "
+            f"{result.seconds:5.1f}s  generator cpu {result.cpu:4.0%}"
+            + (f"  errors={result.errors}" if result.errors else "")
+            + (f"  lost={result.lost}" if name == "rpc" else "")
+            + (f"  {result.note}" if result.note else ""),
+            flush=True,
+        )
+
+
+async def measure(targets: list[Target], seconds: float, profile: Path | None) -> None:
+    async def produce(t: Target) -> load.Result:
+        return await load.produce(t.port, MQS, seconds=seconds)
+
+    async def stream(t: Target) -> load.Result:
+        return await load.stream_consume(t.port, MQS, t.results["produce"].per_mq)
+
+    async def long_poll(t: Target) -> load.Result:
+        return await load.long_poll(t.port, MQS, [t.fill] * CONNS, seconds)
+
+    async def rpc(t: Target) -> load.Result:
+        return await load.rpc(t.port, SERVICE, seconds)
+
+    await phase("produce", targets, profile, produce)
+    await phase("stream", targets, profile, stream)
+    for t in targets:  # the long-poll backlog: about `seconds` of produce, not timed
+        t.fill = max(1, min(FILL_CAP, int(t.results["produce"].rate * seconds / CONNS)))
+        filled = await load.produce(t.port, MQS, per_mq=t.fill)
+        if filled.errors:
+            print(f"  fill {t.name}: {filled.errors} produce errors", flush=True)
+    await phase("long_poll", targets, profile, long_poll)
+    await phase("rpc", targets, profile, rpc)
+
+
+def report(targets: list[Target], raw: float) -> None:
+    java = next((t for t in targets if not t.ours), None)
+    ours = [t for t in targets if t.ours]
+    rows = [
+        ("produce", "produce msg/s, 8 conns"),
+        ("stream", "streaming consume msg/s (window -1)"),
+        ("long_poll", "long-poll consume msg/s (window 1)"),
+        ("rpc", "RPC calls/s, 8 callers"),
+    ]
+    head = f"{'':38}" + (f"{java.name:>16}" if java else "")
+    for t in ours:
+        head += f"{t.name:>20}" + ("   ours/Java" if java else "") + "   ours/raw"
+    head += "   goal (ours/Java)" if java else ""
+    print()
+    print(head)
+    for key, label in rows:
+        line = f"{label:38}"
+        if java:
+            line += f"{java.results[key].rate:16,.0f}"
+        for t in ours:
+            value = t.results[key].rate
+            line += f"{value:20,.0f}"
+            if java:
+                base = java.results[key].rate
+                line += f"{value / base:11.2f}x" if base else f"{'n/a':>12}"
+            line += f"{value / raw:10.2f}x"
+        if java:
+            line += f"   >= {GOALS[key]:.0f}x"
+        print(line)
+    line = f"{'RPC lost replies':38}"
+    if java:
+        line += f"{java.results['rpc'].lost:16}"
+    for t in ours:
+        line += f"{t.results['rpc'].lost:20}" + (" " * 12 if java else "") + " " * 11
+    print(line + ("   0" if java else ""))
+    print(f"{'raw redis-benchmark -P 100 XADD ops/s':38}{raw:16,.0f}  (our Redis, same run)")
+    if java:
+        for t in ours:
+            met = [
+                f"{key} {'met' if t.results[key].rate >= GOALS[key] * java.results[key].rate else 'NOT met'}"
+                for key, _ in rows
+            ]
+            lost = t.results["rpc"].lost
+            met.append(f"0 lost {'met' if lost == 0 else 'NOT met'}")
+            print(f"goals, {t.name}: " + ", ".join(met))
+
+
+async def main(args: argparse.Namespace) -> None:
+    processes = [int(p) for p in args.processes.split(",") if p]
+    profile = Path(args.profile) if args.profile else None
+    if profile and py_spy() is None:
+        print("--profile: py-spy not found (pip install py-spy; or set PY_SPY)", flush=True)
+        profile = None
+    with contextlib.ExitStack() as stack:
+        targets: list[Target] = []
+        raw = 0.0
+        if args.no_java:
+            print("zbus 5.1 server: skipped (--no-java)", flush=True)
+        else:
+            java = stack.enter_context(java_server())
+            if isinstance(java, str):
+                print(f"zbus 5.1 server: SKIPPED, {java}", flush=True)
+            else:
+                targets.append(Target("zbus 5.1 (Java)", java[0], java[1], ours=False))
+        for n, count in enumerate(processes):
+            redis_port = stack.enter_context(redis_server())
+            if n == 0:
+                raw = raw_xadd(redis_port, 500_000)
+            port, pid = stack.enter_context(broker(__file__, redis_port, count))
+            name = f"ours, {count} process" + ("es" if count > 1 else "")
+            targets.append(Target(name, port, pid, ours=True))
+        for t in targets:
+            await load.create_mqs(t.port, [*MQS, *WARM_MQS, SERVICE, WARM_SERVICE])
+            started = time.perf_counter()
+            await warm_up(t, args.warmup)
+            print(f"warmed up {t.name} in {time.perf_counter() - started:.0f}s", flush=True)
+        before = cpu_times()
+        await measure(targets, args.seconds, profile)
+        print(f"cpu steal while measuring: {steal_share(before, cpu_times()):.1%}", flush=True)
+        report(targets, raw)
+    if profile:
+        for path in sorted(profile.glob("zbus-*.txt")):
+            print(f"\n== profile {path.name} ==\n{top_frames(path)}")
 
 
 if __name__ == "__main__":
     install_uvloop()
-    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
-        port = int(sys.argv[3])
-        asyncio.run(serve_broker(int(sys.argv[2]), port, snapshot(port), start_zbus_server))
-    else:
-        asyncio.run(main())
+    if not serve_main(sys.argv, snapshot, start_zbus_server):
+        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        parser.add_argument("--seconds", type=float, default=4.0, help="per measured phase")
+        parser.add_argument("--warmup", type=float, default=2.0, help="per warm-up phase")
+        parser.add_argument(
+            "--processes", default="1,2", help="our broker's process counts, e.g. 1,2"
+        )
+        parser.add_argument("--no-java", action="store_true", help="only our server")
+        parser.add_argument("--profile", default="", help="record our brokers with py-spy here")
+        asyncio.run(main(parser.parse_args()))

@@ -185,7 +185,11 @@ class Topic(models.Model):
         max_length=20, choices=DeliveryMode.choices, default=DeliveryMode.ROUND_ROBIN
     )
     max_queue_size = models.PositiveIntegerField(
-        default=10_000, validators=[MinValueValidator(1), MaxValueValidator(10_000_000)]
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(10_000_000)],
+        help_text="Most unsettled messages per partition, counted on the slowest consumer "
+        "group whatever protocol produces or consumes (empty: no bound; retention applies).",
     )
     overflow_policy = models.CharField(
         max_length=20, choices=Overflow.choices, default=Overflow.DROP_OLDEST
@@ -228,7 +232,8 @@ class Topic(models.Model):
                 name="topic_retention_count_min",
             ),
             models.CheckConstraint(
-                condition=Q(max_queue_size__gte=1, max_queue_size__lte=10_000_000),
+                condition=Q(max_queue_size__isnull=True)
+                | Q(max_queue_size__gte=1, max_queue_size__lte=10_000_000),
                 name="topic_max_queue_size_range",
             ),
             models.CheckConstraint(

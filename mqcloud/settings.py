@@ -241,6 +241,8 @@ CELERY_BEAT_SCHEDULE = {
 BROKER_ADVERTISED_HOST = env.str("BROKER_ADVERTISED_HOST", default="127.0.0.1")
 BROKER_BIND_HOST = env.str("BROKER_BIND_HOST", default="127.0.0.1")
 BROKER_REDIS_CONNECTIONS = env.int("BROKER_REDIS_CONNECTIONS", default=64)
+# Processes per broker sharing its ports with SO_REUSEPORT (0: one per core).
+BROKER_PROCESSES = env.int("BROKER_PROCESSES", default=0)
 JMQ4_PORT = env.int("JMQ4_PORT", default=50088)
 ZBUS_PORT = env.int("ZBUS_PORT", default=15555)
 ZBUS_ADMIN_TOKEN = env.str("ZBUS_ADMIN_TOKEN", default="")  # empty: zbus admin is open

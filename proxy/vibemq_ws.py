@@ -31,6 +31,7 @@ from brokers.protocols.vibemq import (
     error_frame,
 )
 from brokers.servers.vibemq import (
+    COMMANDS,
     Hub,
     ServerConfig,
     ServerContext,
@@ -120,7 +121,12 @@ class VibeMQConsumer(AsyncWebsocketConsumer):
         self._outbox: asyncio.Queue[object] = asyncio.Queue()
         self._writer = asyncio.create_task(self._write(), name="vibemq-ws-writer")
         self.session = Session(
-            self.ctx, hub, WebSocketTransport(self), str(client[0]), client_address(client)
+            self.ctx,
+            hub,
+            WebSocketTransport(self),
+            str(client[0]),
+            COMMANDS,
+            client_address(client),
         )
         self.session.start()
 

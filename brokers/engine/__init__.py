@@ -4,6 +4,7 @@ Public API: :class:`Engine` (the facade) and the types its methods take and retu
 Front-ends, the console and the pipeline import from here only.
 """
 
+from brokers.engine.ack import contiguous
 from brokers.engine.append import java_hash
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.catalog import (
@@ -20,10 +21,9 @@ from brokers.engine.catalog import (
     load_snapshot,
     publish_snapshot,
 )
-from brokers.engine.copies import Claim, FanoutCopies
 from brokers.engine.counters import MinuteTraffic
 from brokers.engine.delay import DELAY_LEVELS
-from brokers.engine.engine import Engine, contiguous
+from brokers.engine.engine import Engine
 from brokers.engine.errors import (
     AccessDenied,
     AckRejected,
@@ -49,6 +49,8 @@ from brokers.engine.errors import (
     TransactionNotFound,
     WriteTimeout,
 )
+from brokers.engine.groups import GroupStats
+from brokers.engine.groups import seed as seed_group
 from brokers.engine.keys import RETRY_PARTITION
 from brokers.engine.model import (
     AckResult,
@@ -66,7 +68,6 @@ from brokers.engine.model import (
     TransactionInfo,
 )
 from brokers.engine.overview import GroupLag, TopicRate
-from brokers.engine.queues import QueueRetry, QueueStats
 from brokers.engine.record import (
     BatchItem,
     Message,
@@ -80,6 +81,8 @@ from brokers.engine.record import (
 )
 from brokers.engine.redisio import AnyRedis, broker_client
 from brokers.engine.retry import RetryPolicy
+from brokers.engine.shared import Lease, QueueRetry
+from brokers.engine.unbatch import one_by_one
 from brokers.engine.wire import WireBlob, WireRecords
 
 __all__ = [
@@ -97,7 +100,6 @@ __all__ = [
     "BrokerNotWritable",
     "CatalogSnapshot",
     "CatalogWatcher",
-    "Claim",
     "ClientIdNotAllowed",
     "ClientIdRequired",
     "ClientNotAllowed",
@@ -110,12 +112,13 @@ __all__ = [
     "Delivery",
     "Engine",
     "EngineError",
-    "FanoutCopies",
     "FetchResult",
     "FetchStatus",
     "GroupLag",
+    "GroupStats",
     "IndexOutOfRange",
     "InvalidMessage",
+    "Lease",
     "Message",
     "MessageTooLarge",
     "MinuteTraffic",
@@ -129,7 +132,6 @@ __all__ = [
     "QueueFull",
     "QueueRetry",
     "QueueSettings",
-    "QueueStats",
     "RateLimited",
     "RetryPolicy",
     "RetryRecord",
@@ -157,5 +159,7 @@ __all__ = [
     "hash_token",
     "java_hash",
     "load_snapshot",
+    "one_by_one",
     "publish_snapshot",
+    "seed_group",
 ]

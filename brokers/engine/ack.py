@@ -18,9 +18,27 @@ Both publish on the topic channel when they release a lock, waking long polls.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from brokers.engine.errors import AckRejected
 from brokers.engine.keys import PartitionKeys, notify_channel
 from brokers.engine.model import AckStatus, CommitStatus
 from brokers.engine.redisio import AnyRedis, Script
+
+
+def contiguous(indexes: Sequence[int]) -> tuple[int, int]:
+    """``[start, end)`` of a contiguous run of distinct indexes; AckRejected otherwise."""
+    if isinstance(indexes, range):
+        if indexes.step != 1 or len(indexes) == 0:
+            raise AckRejected("acked indexes must be a non-empty contiguous run")
+        return indexes.start, indexes.stop
+    if not indexes:
+        raise AckRejected("no indexes to ack")
+    lo, hi = min(indexes), max(indexes)
+    if hi - lo + 1 != len(indexes) or len(set(indexes)) != len(indexes):
+        raise AckRejected("acked indexes are not contiguous or have duplicates")
+    return lo, hi + 1
+
 
 _MERGE_FN = """
 local function merge(oo, ack)

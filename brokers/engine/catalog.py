@@ -42,7 +42,6 @@ return 1
 TOPIC_TYPES = ("normal", "broadcast", "sequential")
 DELIVERY_MODES = ("RoundRobin", "FanOutWithAck", "FanOutWithoutAck", "PriorityBased")
 OVERFLOW_POLICIES = ("DropOldest", "DropNewest", "BlockPublisher", "RedirectToDlq")
-ZBUS_MQ, ZBUS_PUBSUB, ZBUS_TEMP = 1, 2, 4  # zbus mqMode bits; PubSub unset means a queue
 
 
 def hash_token(token: str) -> str:
@@ -79,10 +78,13 @@ class PartitionGroupInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class QueueSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """VibeMQ queue behaviour of a topic (defaults follow the VibeMQ spec)."""
+    """Queue behaviour of a topic, whatever protocol produces or consumes it: delivery
+    mode, bound and overflow, TTL, dead-letter queue and retry limit of its groups."""
 
     delivery_mode: str = "RoundRobin"
-    max_queue_size: int = 10_000
+    max_queue_size: int | None = None
+    """Most unsettled messages per partition (the slowest group's backlog); None: no bound
+    (a log kept by its retention)."""
     overflow_policy: str = "DropOldest"
     message_ttl_ms: int | None = None
     dead_letter_enabled: bool = False
@@ -222,6 +224,17 @@ class CatalogSnapshot(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     @functools.cached_property
     def _consumers_by_pair(self) -> dict[tuple[str, str], ConsumerPolicyInfo]:
         return {(c.topic, c.app): c for c in self.consumers}
+
+    @functools.cached_property
+    def _consumers_by_topic(self) -> dict[str, tuple[ConsumerPolicyInfo, ...]]:
+        out: dict[str, list[ConsumerPolicyInfo]] = {}
+        for c in self.consumers:
+            out.setdefault(c.topic, []).append(c)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def consumers_of(self, topic: str) -> tuple[ConsumerPolicyInfo, ...]:
+        """Every consumer policy (consumer group) on ``topic``."""
+        return self._consumers_by_topic.get(topic, ())
 
     @functools.cached_property
     def _producers_by_name(self) -> dict[str, ProducerPolicyInfo]:

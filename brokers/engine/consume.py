@@ -26,10 +26,23 @@ FETCH_FN = """
 -- Lock-and-read one partition. now is a number; the other arguments are ARGV strings.
 -- Returns {-1, lock expiry} | {0, ack, next, min, blocked store time or 0} |
 -- {1, ack, next, min, token, expiry, first, entries...}.
-local function fetch_one(stream, meta, state, owner, now, timeout_ms, want, addr, init, max_store)
-  local st = redis.call('HMGET', state, 'ack', 'le', 'lk')
+-- `ranges` are the partition's shared-lease keys {rs, rd, rh} (see groups.py).
+local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, want, addr, init,
+                         max_store)
+  local st = redis.call('HMGET', state, 'ack', 'le', 'lk', 'sh')
   local le = tonumber(st[2])
   if le and le > now then return {-1, s(le)} end
+  if st[4] then
+    -- shared leases (zbus, VibeMQ) hold ranges of this partition. While one is leased, or
+    -- backing off after a failure, wait for it; once every range is due and no push
+    -- consumer took it, pulling takes the partition over from the ack index (what those
+    -- ranges held is delivered again: at least once).
+    local later = redis.call('ZRANGEBYSCORE', ranges[2], '(' .. s(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if later[2] then return {-1, s(math.max(tonumber(later[2]), now + 100))} end
+    redis.call('DEL', ranges[1], ranges[2], ranges[3])
+    redis.call('HDEL', state, 'sh')
+    if st[1] then redis.call('HSET', state, 'cur', st[1]) end
+  end
   local m = redis.call('HMGET', meta, 'min', 'next')
   local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
   local ack = tonumber(st[1])
@@ -66,9 +79,10 @@ FETCH = Script(
     READ_FN
     + FETCH_FN
     + """
--- KEYS: stream, meta, state. ARGV: owner, now, timeout_ms, want, addr, init, max_store
-return fetch_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4],
-  ARGV[5], ARGV[6], ARGV[7])
+-- KEYS: stream, meta, state, range starts, range deadlines, ranges.
+-- ARGV: owner, now, timeout_ms, want, addr, init, max_store
+return fetch_one(KEYS[1], KEYS[2], KEYS[3], {KEYS[4], KEYS[5], KEYS[6]}, ARGV[1],
+  tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 """
 )
 
@@ -86,6 +100,19 @@ redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 """
 )
+
+
+def fetch_keys(keys: PartitionKeys, cid: str) -> tuple[str, ...]:
+    """The keys :data:`FETCH_FN` reads for consumer ``cid`` of one partition."""
+    return (
+        keys.stream,
+        keys.meta,
+        keys.state(cid),
+        keys.range_starts(cid),
+        keys.range_due(cid),
+        keys.ranges(cid),
+    )
+
 
 STATE_FIELDS = ("ack", "lo", "lt", "le", "t", "ip")
 
@@ -141,7 +168,7 @@ async def try_partition(
     keys = PartitionKeys(topic, partition)
     raw = await FETCH(
         client,
-        (keys.stream, keys.meta, keys.state(cid)),
+        fetch_keys(keys, cid),
         (
             owner,
             now_ms,

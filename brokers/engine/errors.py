@@ -1,8 +1,8 @@
-"""Typed errors of the engine; front-ends map ``code`` / ``jmq4_code`` to their protocol.
+"""Typed errors of the engine; each front-end maps them to its own wire errors.
 
-Every error carries a stable machine-readable ``code`` (HTTP-MQ style names) and the
-JMQ4 numeric code closest in meaning, so each server is a table lookup away from its own
-wire error. Redis being unreachable surfaces as :class:`StoreUnavailable`.
+Every error carries a stable machine-readable ``code`` (an upper-case name); a front-end
+maps the error class (or that code) to its protocol's error. Redis being unreachable
+surfaces as :class:`StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ class EngineError(Exception):
     """Base class of every error the engine raises on purpose."""
 
     code = "INTERNAL_ERROR"
-    jmq4_code = 4
 
     def __init__(self, message: str = "") -> None:
         super().__init__(message or self.__class__.__name__)
@@ -23,21 +22,18 @@ class StoreUnavailable(EngineError):
     """Redis could not be reached or did not answer."""
 
     code = "UNAVAILABLE"
-    jmq4_code = 3
 
 
 class TopicNotFound(EngineError):
     """The topic is not in the catalog snapshot."""
 
     code = "TOPIC_NOT_FOUND"
-    jmq4_code = 189
 
 
 class PartitionNotFound(EngineError):
     """The partition number is not one of the topic's partitions."""
 
     code = "BAD_PARAMETER"
-    jmq4_code = 6
 
 
 class AccessDenied(EngineError):
@@ -46,35 +42,30 @@ class AccessDenied(EngineError):
     VibeMQ ``FORBIDDEN``, HTTP-MQ 403); nothing was stored or delivered."""
 
     code = "FORBIDDEN"
-    jmq4_code = 1
 
 
 class ProducerNotFound(AccessDenied):
     """The app has no producer policy on the topic."""
 
     code = "PRODUCER_NOT_FOUND"
-    jmq4_code = 144
 
 
 class ConsumerNotFound(AccessDenied):
     """The app has no consumer policy on the topic."""
 
     code = "CONSUMER_NOT_FOUND"
-    jmq4_code = 145
 
 
 class ClientNotAllowed(AccessDenied):
     """The client address is on the producer policy's blacklist."""
 
     code = "FORBIDDEN"
-    jmq4_code = 146
 
 
 class ConsumerClientNotAllowed(AccessDenied):
     """The client address is on the consumer policy's blacklist."""
 
     code = "FORBIDDEN"
-    jmq4_code = 147
 
 
 class RateLimited(EngineError):
@@ -82,7 +73,6 @@ class RateLimited(EngineError):
     was stored or delivered. ``retry_after_ms``: when permits are there again."""
 
     code = "RATE_LIMITED"
-    jmq4_code = 74
 
     def __init__(self, message: str = "", retry_after_ms: int = 1000) -> None:
         super().__init__(message)
@@ -93,35 +83,30 @@ class InvalidMessage(EngineError):
     """A message or request argument is malformed."""
 
     code = "BAD_PARAMETER"
-    jmq4_code = 6
 
 
 class MessageTooLarge(InvalidMessage):
     """The body is over the engine's size limit."""
 
     code = "MESSAGE_TOO_LARGE"
-    jmq4_code = 6
 
 
 class NoWritablePartition(EngineError):
     """No partition of the topic has a writable, alive leader."""
 
     code = "UNAVAILABLE"
-    jmq4_code = 190
 
 
 class BrokerNotWritable(EngineError):
     """The explicit partition's leader broker is not writable or not alive."""
 
     code = "UNAVAILABLE"
-    jmq4_code = 193
 
 
 class IndexOutOfRange(EngineError):
     """A read index lies outside ``[min, max]`` of the partition."""
 
     code = "OFFSET_ILLEGAL"
-    jmq4_code = 184
 
     def __init__(self, index: int, min_index: int, max_index: int) -> None:
         super().__init__(f"index {index} outside [{min_index}, {max_index}]")
@@ -132,7 +117,6 @@ class AckRejected(EngineError):
     """Acked indexes are not one contiguous run without duplicates (JMQ4 code 140)."""
 
     code = "BAD_PARAMETER"
-    jmq4_code = 140
 
 
 class ConsumerPaused(EngineError):
@@ -140,46 +124,39 @@ class ConsumerPaused(EngineError):
     that cannot answer with an empty result raises this)."""
 
     code = "PAUSED"
-    jmq4_code = 186
 
 
 class ClientIdRequired(EngineError):
     """A broadcast consumer must name its client id."""
 
     code = "CLIENT_ID_REQUIRED"
-    jmq4_code = 6
 
 
 class ClientIdNotAllowed(EngineError):
     """A clustering consumer must not name a client id."""
 
     code = "CLIENT_ID_NOT_ALLOWED"
-    jmq4_code = 6
 
 
 class TransactionNotFound(EngineError):
     """The transaction id is unknown, committed, rolled back or swept."""
 
     code = "BAD_PARAMETER"
-    jmq4_code = 34
 
 
 class TransactionLimit(EngineError):
     """Too many open transactions for the (topic, app)."""
 
     code = "RATE_LIMITED"
-    jmq4_code = 148
 
 
 class QueueFull(EngineError):
     """A BlockPublisher queue is at its max size; the message was not stored."""
 
     code = "QUEUE_FULL"
-    jmq4_code = 141
 
 
 class WriteTimeout(EngineError):
     """The write is stored, but the requested durability was not confirmed in time."""
 
     code = "SEND_PENDING"
-    jmq4_code = 108

@@ -57,6 +57,18 @@ class PartitionKeys:
         """Sorted set of out-of-order acked ranges ``start:end`` scored by start."""
         return f"{self.tag}:o:{cid}"
 
+    def range_starts(self, cid: str) -> str:
+        """Sorted set of a group's in-flight and due ranges by start (:mod:`.groups`)."""
+        return f"{self.tag}:rs:{cid}"
+
+    def range_due(self, cid: str) -> str:
+        """Sorted set of the same ranges by deadline or due time."""
+        return f"{self.tag}:rd:{cid}"
+
+    def ranges(self, cid: str) -> str:
+        """Hash: range start → ``end|attempt|deadline|owner|flag|covered``."""
+        return f"{self.tag}:rh:{cid}"
+
     def tx_done(self, tx_id: str) -> str:
         """Marker of a transaction already committed into this partition."""
         return f"{self.tag}:x:{tx_id}"

@@ -16,14 +16,6 @@ class QoS(enum.IntEnum):
     PERSISTED = 2
     REPLICATED = 3
 
-    @classmethod
-    def from_jmq4(cls, level: int) -> QoS:
-        """JMQ4 qosLevel 0–4 (ONE_WAY, RECEIVE, PERSISTENCE, REPLICATION, ALL)."""
-        return _JMQ4_QOS.get(level, cls.REPLICATED)
-
-
-_JMQ4_QOS = {0: QoS.NONE, 1: QoS.RECEIVED, 2: QoS.PERSISTED}
-
 
 class RetryType(enum.IntEnum):
     """JMQ4 COMMIT_ACK retryType."""
@@ -73,6 +65,8 @@ class Delivery:
     record: bytes
     origin: tuple[int, int] | None = None
     attempts: int = 0
+    redelivered: bool = False
+    """Delivered before (released by a consumer that went away, or failed)."""
 
     @property
     def message(self) -> StoredMessage:

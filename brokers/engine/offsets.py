@@ -1,7 +1,9 @@
-"""Consumer offsets: set the ack index, report progress, pin a start position.
+"""Consumer offsets: set the ack index, report progress, pin a start position, and the
+registry of broadcast clients.
 
-A reset sets ``ack``, drops out-of-order acks and the locked range (``ls``/``lend``) but
-keeps the lock itself, so a batch acknowledged afterwards under an older HTTP-MQ
+A reset sets ``ack`` and the shared delivery cursor ``cur``, drops out-of-order acks, the
+group's in-flight and due ranges (:mod:`.groups`) and the locked range (``ls``/``lend``)
+but keeps the lock itself, so a batch acknowledged afterwards under an older HTTP-MQ
 requestId gets "committedOffset not equal" and a JMQ4 ack beyond the new ack index is
 ignored: a reset always takes effect at once.
 """
@@ -10,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from brokers.engine.keys import PartitionKeys
+from brokers.engine.keys import GroupKeys, PartitionKeys
 from brokers.engine.model import PartitionProgress
 from brokers.engine.redisio import AnyRedis, Script
 
 SET_ACK = Script(
     """
--- KEYS: state, oo, meta. ARGV: index | 'earliest' | 'latest', only_if_missing (0/1)
+-- KEYS: state, oo, meta, rs, rd, rh. ARGV: index | 'earliest' | 'latest', only_if_missing
 if ARGV[2] == '1' and redis.call('HEXISTS', KEYS[1], 'ack') == 1 then
   return redis.call('HGET', KEYS[1], 'ack')
 end
@@ -27,9 +29,9 @@ if ARGV[1] == 'earliest' then idx = mn elseif ARGV[1] == 'latest' then idx = nxt
 else idx = tonumber(ARGV[1]) end
 if idx < mn then idx = mn end
 if idx > nxt then idx = nxt end
-redis.call('HSET', KEYS[1], 'ack', s(idx))
-redis.call('HDEL', KEYS[1], 'ls', 'lend')
-redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[1], 'ack', s(idx), 'cur', s(idx))
+redis.call('HDEL', KEYS[1], 'ls', 'lend', 'sh')
+redis.call('DEL', KEYS[2], KEYS[4], KEYS[5], KEYS[6])
 return s(idx)
 """
 )
@@ -48,7 +50,14 @@ async def set_ack(
     keys = PartitionKeys(topic, partition)
     result = await SET_ACK(
         client,
-        (keys.state(cid), keys.acked(cid), keys.meta),
+        (
+            keys.state(cid),
+            keys.acked(cid),
+            keys.meta,
+            keys.range_starts(cid),
+            keys.range_due(cid),
+            keys.ranges(cid),
+        ),
         (position, 1 if only_if_missing else 0),
     )
     return int(result)
@@ -94,3 +103,22 @@ async def progress(
             )
         )
     return out
+
+
+async def ack_index(client: AnyRedis, topic: str, partition: int, cid: str) -> int:
+    """The ack index of consumer ``cid`` on ``partition`` (the partition's min if none)."""
+    keys = PartitionKeys(topic, partition)
+    ack, lo = await client.hget(keys.state(cid), "ack"), await client.hget(keys.meta, "min")
+    return int(ack) if ack is not None else int(lo or 0)
+
+
+async def seen_client(client: AnyRedis, topic: str, app: str, client_id: str, now_ms: int) -> None:
+    """Record that broadcast client ``client_id`` of ``app`` consumed ``topic`` now."""
+    await client.zadd(GroupKeys(topic, app).clients, {client_id: now_ms})
+
+
+async def clients(client: AnyRedis, topic: str, app: str, since_ms: int | None) -> list[str]:
+    """Broadcast clientIds of ``app`` on ``topic`` seen since ``since_ms`` (None: all)."""
+    low = "-inf" if since_ms is None else since_ms
+    key = GroupKeys(topic, app).clients
+    return [c.decode() for c in await client.zrangebyscore(key, low, "+inf")]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 import struct
 import zlib
 from collections.abc import Mapping, Sequence
@@ -41,7 +42,16 @@ INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
 # ---------------------------------------------------------------- attributes (properties)
 
 
+# Texts needing no escape (the common case, kept off the per-character path): printable
+# ASCII without the separators; a value may hold spaces, but not a leading one.
+_PLAIN_KEY = re.compile(r"[\x21-\x7e]*")
+_PLAIN_VALUE = re.compile(r"(?:[\x21-\x7e][\x20-\x7e]*)?")
+_SPECIAL = frozenset("\\=:#!")
+
+
 def _escape(text: str, *, key: bool) -> str:
+    if (_PLAIN_KEY if key else _PLAIN_VALUE).fullmatch(text) and _SPECIAL.isdisjoint(text):
+        return text
     out: list[str] = []
     for pos, ch in enumerate(text):
         code = ord(ch)
@@ -123,6 +133,24 @@ def _unescape(text: str) -> str:
     return joined.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
 
 
+# One physical line of text without backslashes (no escapes, no continuations): the key
+# ends at the first separator or blank; blanks and one = or : follow; the rest is the value.
+_PLAIN_LINE = re.compile(r"([^=: \t\f]*)[ \t\f]*(?:[=:][ \t\f]*)?(.*)", re.DOTALL)
+
+
+def _plain_attributes(text: str) -> dict[str, str]:
+    """:func:`decode_attributes` of text without backslashes, line by line."""
+    result: dict[str, str] = {}
+    for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        line = raw.lstrip(" \t\f")
+        if not line or line[0] in "#!":
+            continue
+        m = _PLAIN_LINE.match(line)
+        assert m is not None  # the pattern matches every text
+        result[m.group(1)] = m.group(2)
+    return result
+
+
 def decode_attributes(data: bytes) -> dict[str, str]:
     """Parse Java-Properties text (separators, comments, continuations, escapes)."""
     if not data:
@@ -131,6 +159,11 @@ def decode_attributes(data: bytes) -> dict[str, str]:
         text = data.decode("latin-1") if not _is_utf8(data) else data.decode("utf-8")
     except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 never fails
         raise InvalidMessage("attributes are not text") from exc
+    return _plain_attributes(text) if "\\" not in text else _full_attributes(text)
+
+
+def _full_attributes(text: str) -> dict[str, str]:
+    """Java-Properties text with escapes and continuations, character by character."""
     result: dict[str, str] = {}
     for line in _logical_lines(text):
         i, n = 0, len(line)
@@ -565,3 +598,15 @@ def with_position(raw: bytes, partition: int, index: int) -> bytes:
     _I16.pack_into(buf, OFF_PARTITION, partition)
     _I64.pack_into(buf, OFF_INDEX, index)
     return bytes(buf)
+
+
+def split_blob(blob: bytes) -> list[bytes]:
+    """The records of ``blob`` (records concatenated, each starting with its size)."""
+    out, pos = [], 0
+    while pos + 4 <= len(blob):
+        (size,) = _I32.unpack_from(blob, pos)
+        if size < FIXED_SIZE or pos + size > len(blob):
+            raise InvalidMessage("record size disagrees with its content")
+        out.append(bytes(blob[pos : pos + size]))
+        pos += size
+    return out

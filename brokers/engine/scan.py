@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from brokers.engine.consume import FETCH_FN, FOUND, Attempt
+from brokers.engine.consume import FETCH_FN, FOUND, Attempt, fetch_keys
 from brokers.engine.keys import PartitionKeys
 from brokers.engine.read import READ_FN
 from brokers.engine.redisio import AnyRedis, Script
@@ -23,18 +23,18 @@ FETCH_ANY = Script(
     READ_FN
     + FETCH_FN
     + """
--- KEYS: stream, meta, state of each partition. ARGV: owner, now, timeout_ms, want, addr,
+-- KEYS: the six keys of fetch_keys() for each partition. ARGV: owner, now, timeout_ms, want, addr,
 -- init, max_store, turn, max_partition_num, then the partition numbers in KEYS order.
 -- Returns {1, partition, k, k untried partitions with a backlog, FETCH's reply...} or
 -- {0, earliest lock expiry or 0, earliest blocked store time or 0, locked (0/1),
 --  maxPartitionNum reached (0/1)}.
 local owner, now, init = ARGV[1], tonumber(ARGV[2]), ARGV[6]
 local turn, maxp = tonumber(ARGV[8]), tonumber(ARGV[9])
-local n = #KEYS / 3
+local n = #KEYS / 6
 local held, locked_any, lock_hint, blocked_hint = 0, 0, 0, 0
 local cands = {}
 for i = 1, n do
-  local meta, state = KEYS[3 * i - 1], KEYS[3 * i]
+  local meta, state = KEYS[6 * i - 4], KEYS[6 * i - 3]
   local p = tonumber(ARGV[9 + i])
   local m = redis.call('HMGET', meta, 'min', 'next')
   local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
@@ -68,8 +68,9 @@ table.sort(cands, function(a, b)
 end)
 for j, c in ipairs(cands) do
   local i = c[3]
-  local res = fetch_one(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], owner, now, ARGV[3],
-    ARGV[4], ARGV[5], init, ARGV[7])
+  local b = 6 * (i - 1)
+  local res = fetch_one(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], {KEYS[b + 4], KEYS[b + 5], KEYS[b + 6]},
+    owner, now, ARGV[3], ARGV[4], ARGV[5], init, ARGV[7])
   if res[1] == 1 then
     local out = {1, c[4], #cands - j}
     for k = j + 1, #cands do out[#out + 1] = cands[k][4] end
@@ -121,8 +122,7 @@ async def fetch_any(
     """Run :data:`FETCH_ANY` over ``partitions`` (a single Redis only)."""
     keys: list[str] = []
     for p in partitions:
-        k = PartitionKeys(topic, p)
-        keys += (k.stream, k.meta, k.state(cid))
+        keys += fetch_keys(PartitionKeys(topic, p), cid)
     args = (
         owner,
         now_ms,

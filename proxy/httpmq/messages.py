@@ -1,4 +1,8 @@
-"""How stored messages look to HTTP-MQ clients: ids, text bodies, send results."""
+"""How stored messages look to HTTP-MQ clients: ids, text bodies, properties, send results.
+
+A msgList entry carries the record's properties map as ``properties`` (an addition to
+http-mq.md's fields, present only when the message has any): the producer's headers
+whatever protocol it used."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import base64
 import zlib
 from typing import Any
 
-from brokers.engine import Delivery, InvalidMessage, TopicInfo
+from brokers.engine import Delivery, TopicInfo, one_by_one
 
 HTTPMQ_EXTENSION = b"hm1\0"
 """The record extension of messages produced over HTTP-MQ, so the message browser can say
@@ -54,33 +58,16 @@ def text_entry(body: bytes, entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def deliveries_to_list(topic: str, deliveries: tuple[Delivery, ...]) -> list[dict[str, Any]]:
-    """One msgList entry per message; a batch record yields one entry per item."""
+    """One msgList entry per message: the engine splits batch records into their items
+    and inflates compressed bodies (:func:`brokers.engine.one_by_one`)."""
     out: list[dict[str, Any]] = []
-    for delivery in deliveries:
+    for delivery in one_by_one(deliveries):
         stored = delivery.message
-        try:
-            items = stored.items() if stored.is_batch else None
-        except InvalidMessage:  # a compressed JMQ4 batch: the engine never inflates it
-            items = None
-        if items is None:
-            out.append(
-                text_entry(
-                    stored.body,
-                    {
-                        "messageId": message_id(topic, delivery.partition, delivery.index),
-                        "timestamp": stored.store_time_ms,
-                    },
-                )
-            )
-            continue
-        for i, item in enumerate(items):
-            out.append(
-                text_entry(
-                    item.body,
-                    {
-                        "messageId": message_id(topic, delivery.partition, delivery.index + i),
-                        "timestamp": stored.store_time_ms,
-                    },
-                )
-            )
+        entry = {
+            "messageId": message_id(topic, delivery.partition, delivery.index),
+            "timestamp": stored.store_time_ms,
+        }
+        if stored.attributes:  # every protocol's metadata: zbus and VibeMQ headers too
+            entry["properties"] = dict(stored.attributes)
+        out.append(text_entry(stored.body, entry))
     return out

@@ -231,7 +231,7 @@ class Store:
         q = await self.engine.queue_stats(topic)
         return StoreState(
             bounds,
-            (q.ready, q.in_flight, q.delayed, q.dead_pending, q.dropped),
+            (q.ready, q.in_flight, q.retrying, q.backlog, q.dropped),
             await self.engine.delayed_pending(topic),
         )
 

@@ -50,7 +50,7 @@ def test_browser_shows_protocol_properties_and_client(client, world):
     rows = response.context["rows"]
     assert [r.protocol for r in rows] == ["zbus", "VibeMQ", "HTTP-MQ", "JMQ4"]
     assert rows[0].properties["x-trace"] == "z-1" and rows[0].properties["topic"] == "orders"
-    assert rows[1].properties["h"] == "v" and rows[1].properties["vibemq.id"] == "v-1"
+    assert rows[1].properties["h"] == "v" and rows[1].properties["messageId"] == "v-1"
     assert rows[2].properties == {"KEYS": "k-1"}
     assert rows[3].properties == {"color": "red"}
     assert [r.client_address for r in rows] == [f"10.0.0.{i}:{3999 + i}" for i in range(1, 5)]

@@ -45,6 +45,10 @@ def gated(**policy) -> CatalogSnapshot:
     )
 
 
+async def take(engine, topic: str, **kw) -> list:
+    return (await engine.lease(topic, "a", count=5, owner="o", **kw)).deliveries
+
+
 async def stored(engine, topic: str = "t") -> int:
     low, high = await engine.bounds(topic, 0)
     return high - low
@@ -58,14 +62,14 @@ async def test_every_produce_path_refuses_an_app_without_a_producer_policy(make_
     with pytest.raises(ProducerNotFound):
         await engine.append_delayed("t", "b", msg, deliver_at_ms=engine.now_ms())
     with pytest.raises(ProducerNotFound):
-        await engine.queue_publish_many("q", "b", [msg])
+        await engine.append_many("q", "b", [msg])
     with pytest.raises(ProducerNotFound):
         await engine.prepare_transaction("t", "b")
     tx = await engine.prepare_transaction("t", "a")
     with pytest.raises(ProducerNotFound):
         await engine.append_to_transaction("t", "b", tx, [msg])
     assert await stored(engine) == 0 and await engine.delayed_pending("t") == 0
-    assert (await engine.queue_stats("q")).ready == 0
+    assert (await engine.queue_stats("q")).backlog == 0
     await engine.append("t", "a", [msg])
     assert await stored(engine) == 1
 
@@ -73,20 +77,18 @@ async def test_every_produce_path_refuses_an_app_without_a_producer_policy(make_
 async def test_every_consume_path_refuses_an_app_without_a_consumer_policy(make_engine):
     engine = make_engine(gated())
     await engine.append("t", "a", [Message(b"x")])
-    await engine.queue_publish("q", "a", Message(b"y"))
+    await engine.append_many("q", "a", [Message(b"y")])
     with pytest.raises(ConsumerNotFound):
         await engine.fetch("t", "b")
     with pytest.raises(ConsumerNotFound):
         await engine.consume_read("t", "b", 0, 0)
     with pytest.raises(ConsumerNotFound):
-        await engine.queue_take("q", "b", count=5)
+        await engine.lease("q", "b", count=5, owner="o")
     with pytest.raises(ConsumerNotFound):
-        await engine.claim_copies("q", "b", "b#1", count=5, lease_ms=1000, max_retry=1)
-    with pytest.raises(ConsumerNotFound):
-        await engine.admit_deliveries("q", "b", 1)
+        await engine.lease("q", "b", count=5, owner="o", client_id="1")
     # nothing was leased away from the rightful consumer
     assert (await engine.fetch("t", "a")).found
-    assert [d.message.body for d in await engine.queue_take("q", "a", count=5)] == [b"y"]
+    assert [d.message.body for d in await take(engine, "q")] == [b"y"]
 
 
 async def test_blacklisted_addresses_neither_produce_nor_consume(make_engine):
@@ -95,14 +97,14 @@ async def test_blacklisted_addresses_neither_produce_nor_consume(make_engine):
         with pytest.raises(ClientNotAllowed):
             await engine.append("t", "a", [Message(b"x")], client_address=address)
         with pytest.raises(ClientNotAllowed):
-            await engine.queue_publish_many("q", "a", [Message(b"x")], client_address=address)
+            await engine.append_many("q", "a", [Message(b"x")], client_address=address)
     assert await stored(engine) == 0
     await engine.append("t", "a", [Message(b"ok")], client_address="10.2.0.1:1")
-    await engine.queue_publish("q", "a", Message(b"ok"), client_address="10.2.0.1")
+    await engine.append_many("q", "a", [Message(b"ok")], client_address="10.2.0.1")
     fetched = await engine.fetch("t", "a", address="10.1.0.1:1")
     assert fetched.status is FetchStatus.BLACKLISTED and not fetched.messages
     with pytest.raises(ConsumerClientNotAllowed):
-        await engine.queue_take("q", "a", address="10.1.0.1", count=5)
+        await engine.lease("q", "a", address="10.1.0.1", count=5, owner="o")
     with pytest.raises(ConsumerClientNotAllowed):
         await engine.consume_read("t", "a", 0, 0, address="10.1.0.1")
     with pytest.raises(AccessDenied):
@@ -113,17 +115,16 @@ async def test_blacklisted_addresses_neither_produce_nor_consume(make_engine):
 async def test_a_paused_consumer_gets_nothing_and_may_still_subscribe(make_engine):
     engine = make_engine(gated(paused=True))
     await engine.append("t", "a", [Message(b"x")])
-    await engine.queue_publish("q", "a", Message(b"y"))
+    await engine.append_many("q", "a", [Message(b"y")])
     assert (await engine.fetch("t", "a")).status is FetchStatus.PAUSED
-    assert await engine.queue_take("q", "a", count=5) == []
+    assert await take(engine, "q") == []
     with pytest.raises(ConsumerPaused):
         await engine.consume_read("t", "a", 0, 0)
-    claim = await engine.claim_copies("q", "a", "a#1", count=5, lease_ms=1000, max_retry=1)
-    assert claim.deliveries == [] and await engine.admit_deliveries("q", "a", 3) == 0
+    assert await take(engine, "q", client_id="1") == []
     assert engine.authorize_consumer("q", "a") is False  # subscribing is allowed
     engine.set_snapshot(gated())  # resumed
     assert engine.authorize_consumer("q", "a") is True
-    assert [d.message.body for d in await engine.queue_take("q", "a", count=5)] == [b"y"]
+    assert [d.message.body for d in await take(engine, "q")] == [b"y"]
 
 
 async def test_producer_rate_limit_refuses_beyond_its_permits_and_stores_nothing_more(
@@ -134,20 +135,20 @@ async def test_producer_rate_limit_refuses_beyond_its_permits_and_stores_nothing
     await engine.append("t", "a", [Message(b"3")])
     with pytest.raises(RateLimited) as refused:
         await engine.append("t", "a", [Message(b"4")])
-    assert refused.value.retry_after_ms > 0 and refused.value.jmq4_code == 74
+    assert refused.value.retry_after_ms > 0 and refused.value.code == "RATE_LIMITED"
     assert await stored(engine) == 3
     with pytest.raises(RateLimited):
         await engine.append_delayed("t", "a", Message(b"5"), deliver_at_ms=engine.now_ms())
     assert await engine.delayed_pending("t") == 0
 
 
-async def test_queue_publish_stores_what_the_rate_limit_admits_and_refuses_the_rest(
+async def test_append_many_to_a_queue_stores_what_the_rate_limit_admits(
     make_engine,
 ):
     engine = make_engine(gated(rate_limit=2))
-    results = await engine.queue_publish_many("q", "a", [Message(b"%d" % i) for i in range(5)])
+    results = await engine.append_many("q", "a", [Message(b"%d" % i) for i in range(5)])
     assert [type(r).__name__ for r in results] == ["AppendResult"] * 2 + ["RateLimited"] * 3
-    assert (await engine.queue_stats("q")).ready == 2
+    assert (await engine.queue_stats("q")).backlog == 2
 
 
 async def test_consumer_rate_limit_costs_a_permit_per_fetch_and_per_message(make_engine, clock):
@@ -170,11 +171,11 @@ async def test_pushed_deliveries_are_capped_by_the_consumer_rate_limit(make_engi
         )
     )
     for i in range(5):
-        await engine.queue_publish("q", "a", Message(b"%d" % i))
-    assert len(await engine.queue_take("q", "a", count=5)) == 2
+        await engine.append_many("q", "a", [Message(b"%d" % i)])
+    assert len(await take(engine, "q")) == 2
     with pytest.raises(RateLimited):
-        await engine.queue_take("q", "a", count=5)
-    assert (await engine.queue_stats("q")).ready == 3  # nothing taken beyond the permits
+        await take(engine, "q")
+    assert (await engine.group_stats("q", "a")).ready == 3  # nothing taken beyond the permits
 
 
 async def test_malformed_names_are_invalid_before_any_permission(make_engine):

@@ -351,3 +351,35 @@ def test_fast_batch_check_agrees_with_decode_batch_body(batch):
     padded = b"\x00\x00\x00\x0e" + body + b"\x00\x00\x00\x0e\x00"
     fast = _verdict(lambda b: check_batch_body(b, 4, 4 + len(body), count), padded)
     assert (fast if isinstance(fast, type) else None) == (full if isinstance(full, type) else None)
+
+
+@given(
+    st.text(
+        alphabet=st.characters(blacklist_characters="\\", blacklist_categories=("Cs",)),
+        max_size=200,
+    )
+)
+def test_plain_attribute_text_parses_as_the_full_parser_does(text: str) -> None:
+    from brokers.engine.record import _full_attributes, _plain_attributes
+
+    assert _plain_attributes(text) == _full_attributes(text)
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=20).filter(lambda k: k != ""),
+        st.text(max_size=40),
+        max_size=8,
+    )
+)
+def test_attribute_escaping_fast_path_round_trips(attrs: dict) -> None:
+    from brokers.engine.record import _escape
+
+    for text in [*attrs, *attrs.values()]:
+        for key in (True, False):
+            escaped = _escape(text, key=key)
+            if escaped == text:  # the fast path: nothing in it needed escaping
+                assert not any(c in text for c in "\\=:#!\t\n\r\f")
+                assert all(0x20 <= ord(c) <= 0x7E for c in text)
+                assert not text.startswith(" ") and (not key or " " not in text)
+    assert decode_attributes(encode_attributes(attrs)) == attrs

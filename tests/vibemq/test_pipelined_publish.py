@@ -43,8 +43,8 @@ async def test_pipelined_publishes_reply_in_order_with_errors_between(raw, catal
     }
     stats = await broker.engine.queue_stats("tight")
     assert stats.ready == 5
-    taken = await broker.engine.queue_take("tight", "app1", count=10)
-    assert [d.message.body for d in taken] == [b"0", b"1", b"2", b"3", b"4"]
+    taken = await broker.engine.lease("tight", "app1", count=10, owner="test")
+    assert [d.message.body for d in taken.deliveries] == [b"0", b"1", b"2", b"3", b"4"]
     assert (await broker.engine.queue_stats("other")).ready == 1
 
 
@@ -52,5 +52,5 @@ async def test_a_long_burst_is_stored_whole_and_in_order(clients, broker):
     pub = await clients()
     n = 600  # more than one run
     await asyncio.gather(*(pub.publish("burst", i, message_id=f"b{i}") for i in range(n)))
-    taken = await broker.engine.queue_take("burst", "app1", count=n)
-    assert [int(d.message.body) for d in taken] == list(range(n))
+    taken = await broker.engine.lease("burst", "app1", count=n, owner="test")
+    assert [int(d.message.body) for d in taken.deliveries] == list(range(n))

@@ -197,8 +197,9 @@ def test_broker_process_registers_heartbeats_and_goes_down():
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
         first = Broker.objects.get(id=9).last_heartbeat
-        time.sleep(0.6)
-        broker = Broker.objects.get(id=9)
+        while (broker := Broker.objects.get(id=9)).last_heartbeat == first:
+            assert time.monotonic() < deadline, "no heartbeat after the first"
+            time.sleep(0.1)
         assert broker.last_heartbeat > first
         assert (broker.jmq4_port, broker.zbus_port, broker.vibemq_port) == ports
     finally:
@@ -207,6 +208,64 @@ def test_broker_process_registers_heartbeats_and_goes_down():
     assert proc.returncode == 0, out
     assert "broker 9 stopped" in out
     assert Broker.objects.get(id=9).status == "down"
+
+
+def _listening_pids(port: int) -> set[int]:
+    """Pids of processes holding a listening TCP socket on ``port`` (from /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                    inodes.add(fields[9])
+    pids = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    pids.add(int(pid))
+    return pids
+
+
+@pytest.mark.django_db(transaction=True)
+def test_broker_processes_share_its_ports():
+    Cluster.objects.create(name="multi")
+    db = django_settings.DATABASES["default"]
+    ports = (free_port(), free_port(), free_port())
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}"
+        f"/{db['NAME']}",
+        "BROKER_HEARTBEAT_SECONDS": "0.2",
+        "JMQ4_PORT": str(ports[0]),
+        "ZBUS_PORT": str(ports[1]),
+        "VIBEMQ_PORT": str(ports[2]),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runbroker", "--broker-id", "8", "--processes", "2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not all(len(_listening_pids(port)) == 2 for port in ports):
+            assert time.monotonic() < deadline and proc.poll() is None, "2 processes expected"
+            time.sleep(0.1)
+        pids = _listening_pids(ports[0])
+        assert proc.pid in pids and all(_listening_pids(p) == pids for p in ports)
+        with socket.create_connection(("127.0.0.1", ports[1]), timeout=5) as zbus:
+            zbus.sendall(b"GET / HTTP/1.1\r\ncmd: heartbeat\r\n\r\n")  # served, no reply
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert not _listening_pids(ports[0]), "a worker outlived its broker"
+    assert Broker.objects.get(id=8).status == "down"
 
 
 def test_broker_id_must_be_positive():

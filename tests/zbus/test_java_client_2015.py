@@ -188,7 +188,7 @@ async def test_2015_java_client_on_mqs_it_creates(closed_topic, broker, tmp_path
     assert (consumed["status"], unhex(consumed["body"])) == ("403", refusal)
     assert rows[CLOSED][3] is False  # still closed: the client sent no create_mq for it
     stats = await broker.engine.queue_stats(CLOSED)
-    assert (stats.ready, stats.in_flight, stats.delayed, stats.dead_pending) == (0, 0, 0, 0)
+    assert (stats.backlog, stats.in_flight, stats.retrying, stats.stored) == (0, 0, 0, 0)
 
     # The consumed queue is empty once the client's connections are gone.
     for _ in range(100):

@@ -1,25 +1,33 @@
-"""``manage.py runbroker --broker-id N``: run one broker process.
+"""``manage.py runbroker --broker-id N [--processes P]``: run one broker.
 
-The process registers itself in the catalog (creating its Broker row on first start),
+The broker registers itself in the catalog (creating its Broker row on first start),
 heartbeats every BROKER_HEARTBEAT_SECONDS, follows catalog snapshots published on Redis and
-serves JMQ4 on the jmq4_port of its catalog row (uvloop when installed). On SIGINT/SIGTERM
-it stops gracefully: no new connections, in-flight requests finish (up to a grace period),
-partition locks held by sessions are released, then it marks itself down. The zbus and
-VibeMQ servers are attached to this process by their own issues.
+serves JMQ4, zbus and VibeMQ on the ports of its catalog row (uvloop when installed).
+
+With ``--processes P`` (default: the machine's cores, BROKER_PROCESSES) it forks P−1
+worker processes after registering: every process listens on the same ports with
+SO_REUSEPORT, so the kernel spreads connections over them and one broker uses every core.
+They share nothing but Redis (the engine keeps all state there); the first process
+heartbeats and marks the broker up and down. On SIGINT/SIGTERM every process stops
+gracefully: no new connections, in-flight requests finish (up to a grace period), leases
+and partition locks held by sessions are released; then the broker is marked down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import logging
+import os
 import signal
 from typing import Protocol
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from brokers.catalog_loader import publish_on_commit
@@ -47,6 +55,13 @@ class Command(BaseCommand):
             default=settings.BROKER_BIND_HOST,
             help="Address the protocol servers listen on (default: BROKER_BIND_HOST).",
         )
+        parser.add_argument(
+            "--processes",
+            type=int,
+            default=settings.BROKER_PROCESSES,
+            help="Processes sharing the ports with SO_REUSEPORT (default: BROKER_PROCESSES, "
+            "else the machine's cores).",
+        )
 
     def handle(self, *args: object, **options: object) -> None:
         broker_id = int(options["broker_id"])
@@ -57,17 +72,65 @@ class Command(BaseCommand):
             f"broker {broker.id} registered: {broker.host} jmq4={broker.jmq4_port}"
             f" zbus={broker.zbus_port} vibemq={broker.vibemq_port}"
         )
+        processes = int(options["processes"] or os.cpu_count() or 1)
+        if processes < 1:
+            raise CommandError("--processes must be a positive integer")
         install_uvloop()
-        asyncio.run(
-            run(
-                broker.id,
-                bind=str(options["bind"]),
-                jmq4_port=broker.jmq4_port,
-                zbus_port=broker.zbus_port,
-                vibemq_port=broker.vibemq_port,
-            )
-        )
+        ports = {
+            "bind": str(options["bind"]),
+            "jmq4_port": broker.jmq4_port,
+            "zbus_port": broker.zbus_port,
+            "vibemq_port": broker.vibemq_port,
+            "reuse_port": processes > 1,
+        }
+        workers = _fork_workers(broker.id, processes - 1, ports)
+        try:
+            asyncio.run(run(broker.id, **ports))
+        finally:
+            _stop_workers(workers)
         self.stdout.write(f"broker {broker.id} stopped")
+
+
+def _fork_workers(broker_id: int, count: int, ports: dict) -> list[int]:
+    """Fork ``count`` worker processes serving the same ports; their pids."""
+    if count <= 0:
+        return []
+    connections.close_all()  # no database connection may be shared across a fork
+    pids = []
+    for n in range(1, count + 1):
+        pid = os.fork()
+        if pid == 0:  # a worker: serve until told to stop, never heartbeat
+            _die_with_parent()
+            code = 0
+            try:
+                asyncio.run(run(broker_id, worker=n, **ports))
+            except BaseException:
+                log.exception("broker %s worker %s failed", broker_id, n)
+                code = 1
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    log.info("broker %s: %d worker processes %s", broker_id, count, pids)
+    return pids
+
+
+def _die_with_parent() -> None:
+    """A worker gets SIGTERM (a graceful stop) when its parent dies, even by SIGKILL."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's stop still reaches it
+        log.debug("PR_SET_PDEATHSIG unavailable")
+
+
+def _stop_workers(pids: list[int]) -> None:
+    """Tell the workers to stop (they stop gracefully) and reap them."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
 
 
 @transaction.atomic
@@ -138,17 +201,34 @@ async def start_servers(
     jmq4_port: int | None,
     zbus_port: int | None,
     vibemq_port: int | None,
+    reuse_port: bool = False,
 ) -> list[ProtocolServer]:
     """Start every protocol server whose port is set; each stops gracefully on its own."""
     servers: list[ProtocolServer] = []
     if jmq4_port is not None:
-        servers.append(await start_jmq4_server(engine, watcher, bind, jmq4_port, broker_id))
+        servers.append(
+            await start_jmq4_server(
+                engine, watcher, bind, jmq4_port, broker_id, reuse_port=reuse_port
+            )
+        )
     if zbus_port is not None:
-        servers.append(await start_zbus_server(engine, watcher, bind, zbus_port, broker_id))
+        servers.append(
+            await start_zbus_server(
+                engine, watcher, bind, zbus_port, broker_id, reuse_port=reuse_port
+            )
+        )
     if vibemq_port is not None:
         config = config_from(settings)
         servers.append(
-            await start_vibemq_server(engine, watcher, bind, vibemq_port, broker_id, config=config)
+            await start_vibemq_server(
+                engine,
+                watcher,
+                bind,
+                vibemq_port,
+                broker_id,
+                config=config,
+                reuse_port=reuse_port,
+            )
         )
     return servers
 
@@ -160,8 +240,11 @@ async def run(
     jmq4_port: int | None = None,
     zbus_port: int | None = None,
     vibemq_port: int | None = None,
+    reuse_port: bool = False,
+    worker: int = 0,
 ) -> None:
-    """Serve the protocols, heartbeat and follow the catalog until SIGINT or SIGTERM."""
+    """Serve the protocols, heartbeat (process 0 only; ``worker`` n > 0 only serves) and
+    follow the catalog until SIGINT or SIGTERM."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -188,9 +271,12 @@ async def run(
         jmq4_port=jmq4_port,
         zbus_port=zbus_port,
         vibemq_port=vibemq_port,
+        reuse_port=reuse_port,
     )
     tune_gc()
     try:
+        while not stop.is_set() and worker:
+            await stop.wait()
         while not stop.is_set():
             if await sync_to_async(_was_down)(broker_id):
                 await sync_to_async(_mark_up)(broker_id)
@@ -202,6 +288,7 @@ async def run(
         await asyncio.gather(*(server.stop() for server in servers))
         await engine.close()
         await watcher.stop()
-        await sync_to_async(_mark_down)(broker_id)
+        if not worker:
+            await sync_to_async(_mark_down)(broker_id)
         await client.aclose()
         await client.connection_pool.disconnect()

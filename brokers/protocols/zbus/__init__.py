@@ -21,7 +21,7 @@ from brokers.protocols.zbus.constants import (
     reason_phrase,
 )
 from brokers.protocols.zbus.decoder import Decoder
-from brokers.protocols.zbus.encoder import encode_message
+from brokers.protocols.zbus.encoder import encode_message, writable_header
 from brokers.protocols.zbus.errors import (
     BadContentLength,
     BodyTooLarge,
@@ -73,4 +73,5 @@ __all__ = [
     "make_request",
     "parse_create_mq",
     "reason_phrase",
+    "writable_header",
 ]

@@ -35,13 +35,19 @@ def _start_line(message: Message) -> str:
     return line
 
 
+def writable_header(key: str, value: str) -> bool:
+    """True when ``key: value`` can be written as a header line (a name without ``:`` or
+    control characters, a value without control characters such as a line break)."""
+    return bool(key) and ":" not in key and not CONTROL.search(key) and not CONTROL.search(value)
+
+
 def encode_message(message: Message, *, aliases: AliasFamily = AliasFamily.NONE) -> bytes:
     """The wire bytes of ``message``, for a recipient whose alias family is ``aliases``."""
     lines = [_start_line(message)]
     for key, value in message.headers.items():
         if key == Header.CONTENT_LENGTH:
             continue
-        if not key or ":" in key or CONTROL.search(key) or CONTROL.search(value):
+        if not writable_header(key, value):
             raise EncodeError(f"header {key[:40]!r} cannot be written")
         lines.append(f"{key}: {value}")
         lines.extend(f"{alias}: {value}" for alias in aliases_for(key, aliases))

@@ -24,7 +24,7 @@ from brokers.protocols.jmq4 import (
     validate_name,
 )
 from brokers.servers.jmq4.context import ServerContext
-from brokers.servers.jmq4.errors import Reject
+from brokers.servers.jmq4.errors import Reject, engine_code
 from brokers.servers.jmq4.session import Session
 
 
@@ -90,7 +90,7 @@ def _check_topics(topics: tuple[str, ...], check) -> None:
         except (AccessDenied, TopicNotFound) as exc:
             raise Reject(Code.CN_NO_PERMISSION, str(exc)) from None
         except EngineError as exc:
-            raise Reject(exc.jmq4_code, str(exc)) from None
+            raise Reject(engine_code(exc), str(exc)) from None
 
 
 async def add_consumer(

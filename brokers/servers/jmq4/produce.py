@@ -41,6 +41,8 @@ from brokers.servers.jmq4.partitions import choose_local, leads, local_partition
 from brokers.servers.jmq4.session import Session
 
 _rng = random.Random()
+QOS_LEVELS = {0: QoS.NONE, 1: QoS.RECEIVED, 2: QoS.PERSISTED}
+"""JMQ4 qosLevel 0–4 (ONE_WAY, RECEIVE, PERSISTENCE, REPLICATION, ALL) as engine QoS."""
 _ORDERED = 0x2
 
 
@@ -136,7 +138,7 @@ async def _produce_topic(
             app,
             records,
             partition=partition,
-            qos=QoS.from_jmq4(entry.qos),
+            qos=QOS_LEVELS.get(entry.qos, QoS.REPLICATED),
             client_address=session.address,
         )
     except InvalidMessage as exc:  # a record the engine refused while stamping

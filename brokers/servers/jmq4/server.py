@@ -56,6 +56,7 @@ async def start_jmq4_server(
     broker_id: int,
     *,
     config: ServerConfig | None = None,
+    reuse_port: bool = False,
 ) -> Jmq4Server:
     """Listen for JMQ4 on ``host:port`` as broker ``broker_id`` (``port`` 0 picks a free one)."""
     ctx = ServerContext(
@@ -68,7 +69,11 @@ async def start_jmq4_server(
     connections: set[Jmq4Protocol] = set()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: Jmq4Protocol(ctx, connections), host, port, reuse_address=True
+        lambda: Jmq4Protocol(ctx, connections),
+        host,
+        port,
+        reuse_address=True,
+        reuse_port=reuse_port,
     )
     log.info("JMQ4 broker %s listening on %s:%s", broker_id, host, port)
     return Jmq4Server(ctx, server, connections)

@@ -23,11 +23,11 @@ class ServerConfig:
     timer_interval: float = 1.0
     """Ack deadlines, retries and TTL are checked at least this often (seconds)."""
     fanout_buffer: int = 1_000
-    """FanOutWithoutAck copies waiting for one slow subscriber; beyond it the oldest are
-    dropped. (FanOutWithAck copies wait in Redis, at most the queue's maxQueueSize per
-    subscriber.)"""
+    """FanOutWithoutAck messages waiting for one slow subscriber; beyond it the oldest are
+    dropped. (A FanOutWithAck subscriber's messages wait in its member progress.)"""
     fanout_retention_ms: int = 24 * 3600 * 1000
-    """How long a FanOutWithAck subscriber's unacked copies wait for it to come back."""
+    """How long a durable fan-out subscriber's progress (and so its unacked messages) waits
+    for it to come back."""
     frames_per_second: int | None = None
     """Per-connection frame rate limit (sliding 1 s window); None: off."""
     max_connections: int = 10_000

@@ -85,7 +85,7 @@ def _connect(session: Session, frame: Connect) -> None:
     elif session.ctx.config.auth_required:
         return session.error(ErrorCode.AUTH_REQUIRED, "headers.authToken required", frame.id)
     session.authenticated = True
-    if not session.fan_queues:  # the identity of subscribed copies never changes
+    if not session.subscriptions:  # a subscribed member's identity never changes
         session.client_id = client_id
     session.send(
         connect_ack(
@@ -109,6 +109,7 @@ async def _subscribe(session: Session, frame: Subscribe) -> None:
         return session.error(ErrorCode.QUEUE_NOT_FOUND, str(exc), frame.id)
     except EngineError as exc:
         return session.error(ErrorCode.INVALID_QUEUE, str(exc), frame.id)
+    await session.hub.join(frame.queue, session)
     session.send(subscribe_ack(frame))  # before any delivery of the backlog
     session.subscriptions.add(frame.queue)
     await session.hub.subscribe(frame.queue, session)

@@ -1,18 +1,21 @@
-"""Dispatch: queues → this process's subscribers (vibemq.md §7, §9).
+"""Dispatch: queues → this process's subscribers (vibemq.md §7, §9), on consumer groups.
 
-One :class:`QueueDispatcher` per queue with local subscribers takes ready messages from
-the engine whenever some subscriber is eligible, and sleeps on the engine's notification
-for the queue (never polling faster than ``timer_interval``, which is also how often ack
-deadlines and retries are checked). RoundRobin and PriorityBased take for each consumer
-— the (app, address) pairs of the local subscribers, each past the engine's gate: its
-policy, blacklist, pause and rate limit — and hand each leased message to that consumer's
-next eligible subscriber in turn. FanOutWithAck copies each taken message, in Redis, to
-every subscriber identity present in the cluster (:mod:`brokers.engine.copies`) and each
-process's dispatcher then claims its subscribers' copies through the gate — so they
-survive a reconnect to another process and a broker crash. FanOutWithoutAck publishes
-each taken message on the queue's fan channel (see :mod:`.fanout`) for every process to
-hand on to the subscribers the gate admits. Dispatchers of several processes compete
-for the same queue through the engine.
+A queue is a catalog topic like any other, so its subscribers get what every protocol's
+producers stored. One :class:`QueueDispatcher` per queue with local subscribers leases from
+the engine whenever some subscriber has room, and sleeps on the engine's notification for
+the queue (never longer than ``timer_interval``, which is also how often ack deadlines are
+checked). Every lease passes the engine's gate: policy, blacklist, pause, rate limit.
+
+* RoundRobin and PriorityBased: subscribers compete as their acting app's consumer group.
+  The dispatcher leases per consumer — the (app, address) pairs of its subscribers — as
+  much as they have room for, and deals the batch to that consumer's subscribers in turn.
+* FanOutWithAck: each subscriber is a *member* of its app's group with its own progress
+  (``<app>#<clientId>`` for a durable subscriber, else its connection's own) that starts
+  where it joined; its acks settle it, and a durable member's unacked messages wait for its
+  next connection to any broker. Retries, TTL and the dead-letter queue are the engine's.
+* FanOutWithoutAck: likewise a member each, settling at once what it was written.
+
+Dispatchers of several processes compete for the same group through the engine.
 """
 
 from __future__ import annotations
@@ -20,21 +23,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from typing import Protocol
 
 from brokers.engine import (
     AccessDenied,
-    Claim,
     Delivery,
     EngineError,
-    FanoutCopies,
-    QueueSettings,
     RateLimited,
     cancel_and_wait,
 )
 from brokers.servers.vibemq.context import ServerContext
-from brokers.servers.vibemq.fanout import FanoutListener, encode_copy, fan_channel
 
 log = logging.getLogger("mqcloud.vibemq")
 FANOUT_MODES = ("FanOutWithAck", "FanOutWithoutAck")
@@ -46,15 +44,15 @@ class Subscriber(Protocol):
     """What the hub needs of a session."""
 
     key: str
-    fan_identity: str
-    fan_queues: set[str]
     peer: str
 
     def acting_app(self, queue: str) -> str: ...
+    def member_id(self, queue: str) -> str: ...
     def capacity(self, queue: str) -> int: ...
-    def deliver_lease(self, queue: str, delivery: Delivery, deadline_ms: int) -> bool: ...
-    def deliver_claimed(self, queue: str, deliveries: list[Delivery]) -> list[int]: ...
-    def deliver_copy(self, queue: str, delivery: Delivery) -> None: ...
+    def deliver_lease(
+        self, queue: str, app: str, member: str | None, delivery: Delivery, deadline_ms: int
+    ) -> bool: ...
+    def deliver_copy(self, queue: str, delivery: Delivery) -> bool: ...
     def drop_subscription(self, queue: str) -> None: ...
     async def tick(self, now_ms: int) -> None: ...
 
@@ -69,10 +67,14 @@ class QueueDispatcher:
         self._next = 0
         self.task: asyncio.Task[None] | None = None
         self._blocked: dict[tuple[str, str], float] = {}
-        """Consumer (app, address) → loop time before which it is not taken for again
+        """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
-        self.copies_in: deque[Delivery] = deque()
-        """FanOutWithoutAck copies received, waiting to be handed on."""
+
+    @property
+    def owner(self) -> str:
+        """Who holds the competing leases this dispatcher takes (a subscriber's messages
+        are released one by one when it goes; a crashed process's leases expire)."""
+        return f"vibemq:{self.hub.ctx.node}:{self.queue}"
 
     def consumers(self) -> dict[tuple[str, str], list[Subscriber]]:
         """The local subscribers by the consumer they take as: (app, address)."""
@@ -128,25 +130,44 @@ class QueueDispatcher:
             self.hub._dispatcher_done(self)
 
     async def _round(self) -> bool:
-        """Take and hand out one batch; True if more may be waiting right away."""
-        ctx = self.hub.ctx
-        settings = ctx.queue_settings(self.queue)
+        """Lease and hand out one batch per consumer; True if more may be waiting now."""
+        settings = self.hub.ctx.queue_settings(self.queue)
         if settings is None:  # deleted: subscribers are dropped silently
             for sub in list(self.subscribers):
                 sub.drop_subscription(self.queue)
             self.subscribers.clear()
             return False
-        lease_ms = ctx.config.ack_timeout_ms
-        if settings.delivery_mode == "FanOutWithAck":
-            return await self._fan_out_tracked(settings, lease_ms)
+        lease_ms = self.hub.ctx.config.ack_timeout_ms
         if settings.delivery_mode in FANOUT_MODES:
-            await self._hand_on_copies()
-            got = await ctx.engine.queue_take_for_copies(
-                self.queue, count=TAKE_BATCH, lease_ms=lease_ms
+            return await self._members(settings.delivery_mode == "FanOutWithAck", lease_ms)
+        return await self._competing(lease_ms)
+
+    async def _lease(
+        self, key: tuple[str, str], count: int, owner: str, lease_ms: int, member: str | None
+    ) -> list[Delivery] | None:
+        """A lease through the gate; None when the consumer is held back for a while."""
+        app, address = key
+        try:
+            lease = await self.hub.ctx.engine.lease(
+                self.queue,
+                app,
+                count=count,
+                owner=owner,
+                address=address,
+                lease_ms=lease_ms,
+                client_id=member,
+                start="latest",
             )
-            if got:
-                await self._fan_out(got)
-            return len(got) == TAKE_BATCH
+        except RateLimited as exc:
+            self._block(key, exc.retry_after_ms)
+            return None
+        except AccessDenied as exc:  # its policy went away: nothing for it, recheck later
+            log.info("VibeMQ %s: %s", self.queue, exc)
+            self._block(key, 1000)
+            return None
+        return lease.deliveries
+
+    async def _competing(self, lease_ms: int) -> bool:
         more = False
         for key, subs in self.consumers().items():
             if not self._ready(key):
@@ -155,112 +176,75 @@ class QueueDispatcher:
             want = min(TAKE_BATCH, sum(caps.values()))
             if want <= 0:
                 continue
-            app, address = key
-            try:
-                got = await ctx.engine.queue_take(
-                    self.queue, app, address=address, count=want, lease_ms=lease_ms
-                )
-            except RateLimited as exc:
-                self._block(key, exc.retry_after_ms)
-                continue
-            except AccessDenied as exc:  # its policy went away: nothing for it, recheck later
-                log.info("VibeMQ %s: %s", self.queue, exc)
-                self._block(key, 1000)
-                continue
+            got = await self._lease(key, want, self.owner, lease_ms, None)
             if got:
-                await self._round_robin(subs, got, caps, lease_ms)
-            more = more or len(got) == want
+                await self._round_robin(key[0], subs, got, caps, lease_ms)
+                more = more or len(got) == want
         return more
 
     async def _round_robin(
-        self, subs: list[Subscriber], got: list[Delivery], caps: dict[int, int], lease_ms: int
+        self,
+        app: str,
+        subs: list[Subscriber],
+        got: list[Delivery],
+        caps: dict[int, int],
+        lease_ms: int,
     ) -> None:
         deadline = self.hub.ctx.engine.now_ms() + lease_ms
-        unplaced: list[int] = []
+        unplaced: dict[int, list[int]] = {}
         for delivery in got:
             for _ in range(len(subs)):
                 sub = subs[self._next % len(subs)]
                 self._next = (self._next + 1) % len(subs)
-                if caps.get(id(sub), 0) > 0 and sub.deliver_lease(self.queue, delivery, deadline):
+                if caps.get(id(sub), 0) > 0 and sub.deliver_lease(
+                    self.queue, app, None, delivery, deadline
+                ):
                     caps[id(sub)] -= 1
                     break
             else:
-                unplaced.append(delivery.index)
-        if unplaced:  # every subscriber left meanwhile: back to the head at once
-            await self.hub.ctx.engine.queue_release(self.queue, unplaced)
+                unplaced.setdefault(delivery.partition, []).append(delivery.index)
+        for partition, indexes in unplaced.items():  # they left meanwhile: back at once
+            await self.hub.ctx.engine.release(self.queue, app, partition, indexes)
 
-    async def _fan_out_tracked(self, settings: QueueSettings, lease_ms: int) -> bool:
-        """Copy taken messages to every identity present, then claim for the local
-        subscribers; True if more may be waiting right away."""
-        ctx = self.hub.ctx
-        copies = self.hub.copies(self.queue)
-        got = await ctx.engine.queue_take_for_copies(
-            self.queue, count=TAKE_BATCH, lease_ms=lease_ms
-        )
+    async def _members(self, tracked: bool, lease_ms: int) -> bool:
+        """FanOut: each subscriber leases from its own member progress."""
         more = False
-        if got:
-            present, dropped = await copies.assign(got, max_pending=settings.max_queue_size)
-            ctx.counters["fanout_dropped"] += dropped
-            indexes = [d.index for d in got]
-            if present:
-                await ctx.engine.queue_ack(self.queue, indexes)
-                more = len(got) == TAKE_BATCH
-            else:  # every subscriber left meanwhile: the messages wait in the queue
-                await ctx.engine.queue_release(self.queue, indexes)
+        engine = self.hub.ctx.engine
         for sub in list(self.subscribers):
-            room = sub.capacity(self.queue)
             key = (sub.acting_app(self.queue), sub.peer)
+            room = (
+                sub.capacity(self.queue)
+                if tracked
+                else (TAKE_BATCH if sub.capacity(self.queue) else 0)
+            )
             if room <= 0 or not self._ready(key):
                 continue
-            try:
-                claim = await ctx.engine.claim_copies(
+            member = sub.member_id(self.queue)
+            got = await self._lease(key, room, sub.key, lease_ms, member)
+            if not got:
+                continue
+            more = more or len(got) == room
+            if tracked:
+                deadline = engine.now_ms() + lease_ms
+                for d in got:
+                    if not sub.deliver_lease(self.queue, key[0], member, d, deadline):
+                        await engine.release(
+                            self.queue, key[0], d.partition, [d.index], client_id=member
+                        )
+                continue
+            written = [d for d in got if sub.deliver_copy(self.queue, d)]
+            for partition in {d.partition for d in got}:  # no acks: settled once written
+                await engine.settle(
                     self.queue,
                     key[0],
-                    sub.fan_identity,
-                    address=sub.peer,
-                    count=room,
-                    lease_ms=lease_ms,
-                    max_retry=settings.max_retry_attempts,
-                    retention_ms=ctx.config.fanout_retention_ms,
+                    partition,
+                    [d.index for d in got if d.partition == partition],
+                    client_id=member,
                 )
-            except RateLimited as exc:
-                self._block(key, exc.retry_after_ms)
-                continue
-            except AccessDenied as exc:
-                log.info("VibeMQ %s: %s", self.queue, exc)
-                self._block(key, 1000)
-                continue
-            await self.hub.hand_over(self.queue, sub, claim, settings)
-            more = more or len(claim.deliveries) == room
+            dropped = len(got) - len(written)
+            if dropped:
+                self.hub.ctx.counters["fanout_dropped"] += dropped
         return more
-
-    async def _hand_on_copies(self) -> None:
-        """FanOutWithoutAck copies received since the last round, to each consumer of
-        the local subscribers as far as the gate lets them through (a paused, refused or
-        rate-limited consumer misses them: copies without ack are not kept)."""
-        copies, self.copies_in = list(self.copies_in), deque()
-        if not copies:
-            return
-        engine, counters = self.hub.ctx.engine, self.hub.ctx.counters
-        for (app, address), subs in self.consumers().items():
-            try:
-                admitted = await engine.admit_deliveries(
-                    self.queue, app, len(copies), address=address
-                )
-            except AccessDenied:
-                admitted = 0
-            counters["fanout_dropped"] += (len(copies) - admitted) * len(subs)
-            for sub in subs:
-                for delivery in copies[:admitted]:
-                    sub.deliver_copy(self.queue, delivery)
-
-    async def _fan_out(self, got: list[Delivery]) -> None:
-        redis = self.hub.ctx.engine.redis
-        pipe = redis.pipeline(transaction=False)
-        for delivery in got:
-            pipe.publish(fan_channel(self.queue), encode_copy(delivery))
-        await pipe.execute()
-        await self.hub.ctx.engine.queue_ack(self.queue, [d.index for d in got])
 
 
 class Hub:
@@ -270,7 +254,6 @@ class Hub:
         self.ctx = ctx
         self.dispatchers: dict[str, QueueDispatcher] = {}
         self.sessions: set[Subscriber] = set()
-        self._fanout = FanoutListener(ctx.engine.redis, self._copy)
         self._timer: asyncio.Task[None] | None = None
         self._paused = False
         self._background: set[asyncio.Task[None]] = set()
@@ -282,7 +265,6 @@ class Hub:
         task.add_done_callback(self._background.discard)
 
     async def start(self) -> None:
-        await self._fanout.start()
         self._timer = asyncio.create_task(self._timers(), name="vibemq-timers")
 
     async def stop(self) -> None:
@@ -293,7 +275,6 @@ class Hub:
         for disp in list(self.dispatchers.values()):
             await cancel_and_wait(disp.task)
         self.dispatchers.clear()
-        await self._fanout.stop()
 
     def pause_dispatch(self) -> None:
         """Stop taking new messages (graceful shutdown); timers keep running."""
@@ -302,57 +283,24 @@ class Hub:
             if disp.task is not None:
                 disp.task.cancel()
 
-    def copies(self, queue: str) -> FanoutCopies:
-        """The FanOutWithAck copies store of ``queue``."""
-        return self.ctx.engine.fanout_copies(
-            queue, retention_ms=self.ctx.config.fanout_retention_ms
-        )
-
-    async def hand_over(
-        self, queue: str, sub: Subscriber, claim: Claim, settings: QueueSettings
-    ) -> None:
-        """Deliver claimed copies; dead-letter the expired (§11) and those out of
-        retries (§7), then forget them; copies the subscriber could not take go back."""
-        engine, identity = self.ctx.engine, sub.fan_identity
-        now, ttl = engine.now_ms(), settings.message_ttl_ms
-        live: list[Delivery] = []
-        dead: list[tuple[Delivery, str, int]] = []
-        for d in claim.deliveries:
-            if not d.record:
-                dead.append((d, "", 0))
-            elif ttl is not None and d.message.store_time_ms + ttl <= now:
-                dead.append((d, "MessageExpired", d.attempts - 1))
-            else:
-                live.append(d)
-                if d.attempts > 1:
-                    self.ctx.counters["retries"] += 1
-        for d in claim.dead:
-            expired = ttl is not None and d.record and d.message.store_time_ms + ttl <= now
-            dead.append((d, "MessageExpired" if expired else "MaxRetriesExceeded", d.attempts))
-        for d, reason, attempts in dead:
-            if reason:
-                await engine.queue_dead_letter(queue, d.record, reason=reason, attempts=attempts)
-                self.ctx.counters["dead_lettered"] += 1
-        copies = self.copies(queue)
-        await copies.ack(identity, [d.index for d, _, _ in dead])
-        await copies.release(identity, sub.deliver_claimed(queue, live))
-
     # ---------------------------------------------------------------- subscriptions
 
+    async def join(self, queue: str, sub: Subscriber) -> None:
+        """Before a subscription is acknowledged: a fan-out subscriber joins its group
+        as a member, from the queue's dispatch mark (so whatever is published after the
+        acknowledgement is its too)."""
+        settings = self.ctx.queue_settings(queue)
+        if settings is not None and settings.delivery_mode in FANOUT_MODES:
+            await self.ctx.engine.join(queue, sub.acting_app(queue), sub.member_id(queue))
+
     async def subscribe(self, queue: str, sub: Subscriber) -> None:
+        """Deliver ``queue`` to ``sub`` from now on (after :meth:`join`)."""
         disp = self.dispatchers.get(queue)
         if disp is None:
             disp = self.dispatchers[queue] = QueueDispatcher(self, queue)
         if sub not in disp.subscribers:
             disp.subscribers.append(sub)
-            await self._fanout.follow(queue)
             await self.ctx.registry.add(queue, sub.key)
-            settings = self.ctx.queue_settings(queue)
-            if settings is not None and settings.delivery_mode == "FanOutWithAck":
-                sub.fan_queues.add(queue)
-                await self.copies(queue).join(
-                    [(sub.fan_identity, sub.key)], self.ctx.config.registry_ttl_ms
-                )
         if disp.task is None and not self._paused:
             disp.start()
         disp.wakeup.set()
@@ -362,8 +310,6 @@ class Hub:
         if disp is not None and sub in disp.subscribers:
             disp.subscribers.remove(sub)
             await self.ctx.registry.remove(queue, sub.key)
-            if queue in sub.fan_queues:
-                await self.copies(queue).leave(sub.fan_identity, sub.key)
             if not disp.subscribers:
                 disp.wakeup.set()
 
@@ -380,21 +326,6 @@ class Hub:
             disp.start()  # a subscriber arrived while it was finishing
             return
         del self.dispatchers[disp.queue]
-        if not self._paused:
-            self.spawn(self._fanout.unfollow(disp.queue))
-
-    def _copy(self, queue: str, delivery: Delivery) -> None:
-        disp = self.dispatchers.get(queue)
-        settings = self.ctx.queue_settings(queue)
-        if disp is None or settings is None:
-            return
-        if settings.delivery_mode != "FanOutWithoutAck":
-            return
-        if len(disp.copies_in) >= self.ctx.config.fanout_buffer:
-            disp.copies_in.popleft()  # the dispatcher is behind: the oldest copy goes
-            self.ctx.counters["fanout_dropped"] += 1
-        disp.copies_in.append(delivery)
-        disp.wakeup.set()
 
     # ---------------------------------------------------------------- timers
 
@@ -409,33 +340,26 @@ class Hub:
                 await self._sweep_ttl()
                 if time.monotonic() - last_refresh >= REGISTRY_REFRESH_S:
                     last_refresh = time.monotonic()
-                    await self._refresh_presence()
+                    await self.ctx.registry.refresh(
+                        [(q, s.key) for q, d in self.dispatchers.items() for s in d.subscribers]
+                    )
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("VibeMQ timers failed; retrying")
 
-    async def _refresh_presence(self) -> None:
-        """Keep this process's subscribers counted and its fan-out identities present."""
-        await self.ctx.registry.refresh(
-            [(q, s.key) for q, d in self.dispatchers.items() for s in d.subscribers]
-        )
-        ttl = self.ctx.config.registry_ttl_ms
-        for queue, disp in self.dispatchers.items():
-            fans = [(s.fan_identity, s.key) for s in disp.subscribers if queue in s.fan_queues]
-            await self.copies(queue).join(fans, ttl)
-
     async def _sweep_ttl(self) -> None:
-        """Expire TTL'd messages of queues nobody here dispatches (§11: every second)."""
+        """Expire TTL'd messages nobody was handed yet (§11: every second), for the
+        queues this broker leads — also those no subscriber consumes."""
         broker = self.ctx.broker_id
         if broker is None:
             return  # the web process leaves sweeping to the brokers
         for code, info in self.ctx.snapshot.topics.items():
-            if info.queue.message_ttl_ms is None or code in self.dispatchers:
+            if info.queue.message_ttl_ms is None:
                 continue
             leader = info.leader_of(0)
             if leader is None or leader == broker:
-                await self.ctx.engine.queue_sweep(code)
+                await self.ctx.engine.expire(code)
 
     async def drop_queue(self, queue: str) -> None:
         """A deleted queue: its local subscribers are unsubscribed silently."""

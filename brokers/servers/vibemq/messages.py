@@ -1,15 +1,20 @@
-"""VibeMQ messages ⇄ engine records.
+"""VibeMQ messages ⇄ engine records, through the record's one properties map.
 
-A published message is stored as one engine record: the payload's JSON bytes as the body
-(verbatim, so it is delivered exactly as published), the publisher's headers as the
-attributes plus ``vibemq.id`` holding the message id (ids may be longer than a JMQ4
-businessId), and the priority. Records written by other protocols are delivered too: a
-body that is not JSON becomes a JSON string, and the id falls back to the businessId or
-the index.
+A published message is stored as one engine record whose body is bytes every protocol
+reads as they are: a string payload as its UTF-8 text (no JSON quotes), any other JSON
+value as its JSON text with the pseudo-property ``:content-type: application/json``
+(``null`` too, so it stays apart from the empty string). The publisher's headers are the properties, with the message id as ``messageId`` (ids may be
+longer than a JMQ4 businessId), and the priority is the record's.
+
+Delivered back, a record written by any protocol becomes a JSON payload: the JSON value
+for ``application/json``, else the body as a JSON string when it is UTF-8, else its base64
+with the header ``encoding: base64`` (never replaced by U+FFFD). The id is ``messageId``,
+else zbus's ``msgid``, else the businessId, else the index.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import msgspec
@@ -17,52 +22,70 @@ import msgspec
 from brokers.engine import Delivery, Message
 from brokers.protocols.vibemq import Deliver, Publish, deliver
 
-ID_ATTRIBUTE = "vibemq.id"
+ID_PROPERTY = "messageId"
+CONTENT_TYPE = ":content-type"
+"""A pseudo-property (no header is named so): set on JSON values, so they come back as
+JSON; VibeMQ and zbus deliveries leave pseudo-properties out."""
+JSON = "application/json"
+ENCODING = "encoding"
+MARK = b"vm1\0"
+"""The record extension of messages published over VibeMQ: the console's message browser
+names the producing protocol from it; consumers of every protocol ignore it."""
 
 
 def to_message(frame: Publish) -> Message:
     """The engine message of a ``publish``."""
     payload = frame.payload
-    if isinstance(payload, msgspec.Raw):
-        body = bytes(payload)
-    elif payload is None:
-        body = b""
+    properties = {**frame.headers, ID_PROPERTY: frame.id}
+    if payload is None:  # JSON null (or no payload): kept apart from the empty string
+        body = b"null"
+        properties[CONTENT_TYPE] = JSON
+    elif isinstance(payload, str):
+        body = payload.encode("utf-8")
     else:
-        body = msgspec.json.encode(payload)
-    return Message(
-        body,
-        attributes={**frame.headers, ID_ATTRIBUTE: frame.id},
-        priority=int(frame.priority),
-    )
+        raw = bytes(payload) if isinstance(payload, msgspec.Raw) else msgspec.json.encode(payload)
+        if raw[:1] == b'"':  # a JSON string: its text
+            body = msgspec.json.decode(raw, type=str).encode("utf-8")
+        else:
+            body = raw
+            properties[CONTENT_TYPE] = JSON
+    return Message(body, attributes=properties, priority=int(frame.priority), extension=MARK)
 
 
-def _payload(body: bytes, native: bool) -> Any:
-    if not body:
-        return None
-    if native:
-        return msgspec.Raw(body)
+def _payload(body: bytes, content_type: str, headers: dict[str, str]) -> Any:
+    if content_type.split(";")[0].strip().lower() == JSON:
+        if body.strip() == b"null":
+            return None  # published without a payload (null reads as absent, §2)
+        try:
+            msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            pass
+        else:
+            return msgspec.Raw(body)
     try:
-        msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return body.decode("utf-8", errors="replace")
-    return msgspec.Raw(body)
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        headers[ENCODING] = "base64"
+        return base64.b64encode(body).decode("ascii")
 
 
 def message_id(delivery: Delivery) -> str:
     """The VibeMQ id of a delivered record."""
     stored = delivery.message
-    return stored.attributes.get(ID_ATTRIBUTE) or stored.business_id or str(delivery.index)
+    props = stored.attributes
+    return props.get(ID_PROPERTY) or props.get("msgid") or stored.business_id or str(delivery.index)
 
 
 def to_deliver(queue: str, delivery: Delivery, attempt: int | None = None) -> Deliver:
     """The ``deliver`` frame of a record; ``attempt`` overrides the engine's count."""
     stored = delivery.message
-    headers = dict(stored.attributes)
-    native = headers.pop(ID_ATTRIBUTE, None) is not None
+    props = stored.attributes
+    headers = {k: v for k, v in props.items() if k != ID_PROPERTY and not k.startswith(":")}
+    payload = _payload(stored.body, props.get(CONTENT_TYPE, ""), headers)
     return deliver(
         message_id(delivery),
         queue,
-        _payload(stored.body, native),
+        payload,
         headers,
         attempt=attempt if attempt is not None else max(1, delivery.attempts),
     )

@@ -19,6 +19,7 @@ from brokers.protocols.vibemq import (
     encode_frame,
     error_frame,
 )
+from brokers.servers.vibemq.commands import COMMANDS
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import Hub
 from brokers.servers.vibemq.session import Session, client_address
@@ -37,6 +38,7 @@ class VibeMQProtocol(asyncio.Protocol):
         self._write_paused = False
         self._read_paused = False
         self._admitted = False
+        self._pending: list[bytes] = []
         self.session: Session | None = None
 
     # -------------------------------------------------------------- asyncio callbacks
@@ -53,7 +55,9 @@ class VibeMQProtocol(asyncio.Protocol):
             return
         self._admitted = True
         self._connections.add(self)
-        self.session = Session(self.ctx, self.hub, self, str(peer[0]), client_address(peer))
+        self.session = Session(
+            self.ctx, self.hub, self, str(peer[0]), COMMANDS, client_address(peer)
+        )
         self.session.start()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -90,8 +94,19 @@ class VibeMQProtocol(asyncio.Protocol):
     # -------------------------------------------------------------- Transport (session side)
 
     def send(self, frame: Frame) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(encode_frame(frame))
+        """Queue ``frame``; everything sent in one turn of the event loop (a dispatch
+        round's deliveries, a run of publish acks) goes out in one write."""
+        if self._transport is None or self._transport.is_closing():
+            return
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(encode_frame(frame))
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        transport = self._transport
+        if pending and transport is not None and not transport.is_closing():
+            transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     @property
     def writable(self) -> bool:
@@ -99,6 +114,7 @@ class VibeMQProtocol(asyncio.Protocol):
 
     def close(self, error: ProtocolError | None = None) -> None:
         if self._transport is not None:
+            self._flush()  # what was sent before the close still goes out
             self._transport.close()
 
     def shutdown_notice(self, frame: Frame) -> None:

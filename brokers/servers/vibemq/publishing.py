@@ -2,8 +2,8 @@
 
 A connection's consecutive ``publish`` frames that are already read are checked one by
 one in order (frame rate, queue) and those bound for the same queue are stored with one
-engine call (:meth:`Engine.queue_publish_many`, one Redis round trip), which is also the
-gate: producer policy, blacklist, rate limit. The replies — ``publishAck`` only once its
+engine call (:meth:`Engine.append_many`, one Redis round trip), which is also the gate —
+producer policy, blacklist, rate limit — and applies the queue's bound and overflow. The replies — ``publishAck`` only once its
 message is stored, or the frame's error — go out in the frames' order (§4). An error reply first stores, and acknowledges, the run
 before it.
 """
@@ -72,7 +72,7 @@ class PublishRun:
         self.frames, self.messages, self.queue = [], [], None
         assert queue is not None
         try:
-            results: Sequence[AppendResult | EngineError] = await ctx.engine.queue_publish_many(
+            results: Sequence[AppendResult | EngineError] = await ctx.engine.append_many(
                 queue,
                 session.acting_app(queue),
                 messages,

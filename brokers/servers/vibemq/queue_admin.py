@@ -147,11 +147,10 @@ async def delete(session: Session, frame: DeleteQueue) -> None:
     if owner is not None and not (app is not None and app.admin) and owner.team != team:
         return session.error(ErrorCode.FORBIDDEN, f"queue {queue} is another team's", frame.id)
     try:
+        await ctx.engine.purge(queue)  # while the catalog still names its groups
         if info is not None:
             await ops.delete_queue(queue)
             await ctx.watcher.refresh()
-        await ctx.engine.queue_purge(queue)
-        await session.hub.copies(queue).purge()
     except ops.CatalogRefused as exc:
         return session.error(ErrorCode.SERVER_ERROR, str(exc), frame.id)
     except EngineError as exc:

@@ -77,6 +77,7 @@ async def start_vibemq_server(
     broker_id: int,
     *,
     config: ServerConfig | None = None,
+    reuse_port: bool = False,
 ) -> VibeMQServer:
     """Listen for VibeMQ on ``host:port`` as broker ``broker_id`` (``port`` 0 picks one)."""
     ctx = ServerContext(
@@ -87,7 +88,11 @@ async def start_vibemq_server(
     connections: set[VibeMQProtocol] = set()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: VibeMQProtocol(ctx, hub, connections), host, port, reuse_address=True
+        lambda: VibeMQProtocol(ctx, hub, connections),
+        host,
+        port,
+        reuse_address=True,
+        reuse_port=reuse_port,
     )
     monitor = None
     if ctx.config.monitor_port is not None:

@@ -3,7 +3,8 @@
 A transport (the TCP protocol or the WebSocket consumer) decodes frames and
 :meth:`Session.feed` s them; the session processes them strictly in order on its own task
 (§4) and writes replies and deliveries through :class:`Transport`. Everything between a
-decoded frame and the frames written back lives here and in :mod:`.handlers`, once.
+decoded frame and the frames written back lives here and in the :class:`Commands` it is
+given (:mod:`.commands`: the handlers), once.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import contextlib
 import logging
 import uuid
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from typing import Protocol
 
-from brokers.engine import AppInfo, Delivery, EngineError, FanoutCopies, cancel_and_wait
+from brokers.engine import AppInfo, Delivery, EngineError, cancel_and_wait
 from brokers.protocols.vibemq import (
     Ack,
     ErrorCode,
@@ -26,7 +28,7 @@ from brokers.protocols.vibemq import (
     error_frame,
 )
 from brokers.servers.vibemq.context import ServerContext
-from brokers.servers.vibemq.hub import Hub
+from brokers.servers.vibemq.hub import FANOUT_MODES, Hub
 from brokers.servers.vibemq.limits import SlidingWindow
 from brokers.servers.vibemq.messages import message_id, to_deliver
 from brokers.servers.vibemq.tracking import Inflight, Tracked
@@ -61,13 +63,31 @@ def client_address(peer: object) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class Commands(Protocol):
+    """What a session runs for its frames (:mod:`.commands` builds it from the handlers,
+    so this module needs none of them)."""
+
+    max_run: int
+    """Publishes read back to back that are stored together."""
+
+    async def handle(self, session: Session, frame: Frame) -> None: ...
+    async def publish(self, session: Session, frames: Sequence[Publish]) -> None: ...
+
+
 class Session:
     """A connection's authentication, subscriptions and unacknowledged deliveries."""
 
     def __init__(
-        self, ctx: ServerContext, hub: Hub, transport: Transport, peer: str, address: str = ""
+        self,
+        ctx: ServerContext,
+        hub: Hub,
+        transport: Transport,
+        peer: str,
+        commands: Commands,
+        address: str = "",
     ) -> None:
         self.ctx, self.hub, self.transport, self.peer = ctx, hub, transport, peer
+        self.commands = commands
         self.address = address or peer
         """The client's ``host:port`` (``[v6]:port``), recorded with what it publishes;
         ``peer`` (the host alone) groups subscribers and feeds the connection limits."""
@@ -75,8 +95,6 @@ class Session:
         self.app: AppInfo | None = None
         self.client_id: str | None = None
         """``headers.clientId`` of connect: names a durable fan-out subscriber."""
-        self.fan_queues: set[str] = set()
-        """FanOutWithAck queues this connection subscribed to (its copies live there)."""
         self.authenticated = False
         self.subscriptions: set[str] = set()
         self.inflight = Inflight()
@@ -85,8 +103,8 @@ class Session:
         self.stopping = False
         self._frames: asyncio.Queue[Frame | ProtocolError] = asyncio.Queue()
         self._held: Frame | ProtocolError | None = None
-        self._acks: dict[str, list[int]] = defaultdict(list)
-        self._fan_acks: dict[str, list[int]] = defaultdict(list)
+        self._acks: dict[tuple[str, str, str | None, int], list[int]] = defaultdict(list)
+        """(queue, app, member, partition) → acked indexes, settled together."""
         self._window = (
             SlidingWindow(ctx.config.frames_per_second, 1.0)
             if ctx.config.frames_per_second
@@ -108,19 +126,17 @@ class Session:
             return self.app.code
         return self.ctx.anonymous_app(queue)
 
-    @property
-    def fan_identity(self) -> str:
-        """Whose FanOutWithAck copies this connection receives: ``<app>#<clientId>``
-        (durable: a reconnect to any broker finds them), else this connection's own."""
+    def member_id(self, queue: str) -> str:
+        """This subscriber's member id in a fan-out queue's group: its ``clientId``
+        (durable: a reconnect to any broker goes on from where it was), else its own
+        connection's (its progress ends with it)."""
         if self.client_id is not None:
-            return f"{self.app_code}#{self.client_id}"
-        return f"{self.app_code}#~{self.key}"
+            return self.client_id
+        return f"~{self.key}"
 
-    def copies(self, queue: str) -> FanoutCopies:
-        """The fan-out copies store of ``queue``."""
-        return self.ctx.engine.fanout_copies(
-            queue, retention_ms=self.ctx.config.fanout_retention_ms
-        )
+    @property
+    def durable(self) -> bool:
+        return self.client_id is not None
 
     # ---------------------------------------------------------------- input
 
@@ -155,10 +171,8 @@ class Session:
 
     def _publish_run(self, first: Publish) -> list[Publish]:
         """``first`` and the publishes read right after it (stored together, §6)."""
-        from brokers.servers.vibemq.publishing import MAX_RUN
-
         run = [first]
-        while len(run) < MAX_RUN and not self._frames.empty():
+        while len(run) < self.commands.max_run and not self._frames.empty():
             event = self._frames.get_nowait()
             if not isinstance(event, Publish):
                 self._held = event
@@ -167,9 +181,7 @@ class Session:
         return run
 
     async def _work(self) -> None:
-        from brokers.servers.vibemq.handlers import handle
-        from brokers.servers.vibemq.publishing import publish
-
+        handle, publish = self.commands.handle, self.commands.publish
         while not self.closed:
             event = await self._next()
             self._room.set()
@@ -182,9 +194,7 @@ class Session:
                 else:
                     await self._flush_acks()
                     await self._process(event, handle)
-                pending = sum(map(len, self._acks.values())) + sum(
-                    map(len, self._fan_acks.values())
-                )
+                pending = sum(map(len, self._acks.values()))
                 if self._frames.empty() or pending >= ACK_BATCH:
                     await self._flush_acks()
             except asyncio.CancelledError:
@@ -248,25 +258,20 @@ class Session:
             return
         self.ctx.counters["acknowledged"] += 1
         self._settled.set()
-        acks = self._fan_acks if item.copy else self._acks
-        acks[item.queue].append(item.delivery.index)
+        d = item.delivery
+        self._acks[(item.queue, item.app, item.member, d.partition)].append(d.index)
         self.hub.wake(item.queue)
 
     async def _flush_acks(self) -> None:
-        if self._acks:
-            pending, self._acks = self._acks, defaultdict(list)
-            for queue, indexes in pending.items():
-                try:
-                    await self.ctx.engine.queue_ack(queue, indexes)
-                except EngineError as exc:  # a deleted queue, Redis trouble: the lease lapses
-                    log.info("VibeMQ ack on %s not applied: %s", queue, exc)
-        if self._fan_acks:
-            copies, self._fan_acks = self._fan_acks, defaultdict(list)
-            for queue, indexes in copies.items():
-                try:
-                    await self.copies(queue).ack(self.fan_identity, indexes)
-                except Exception as exc:  # Redis trouble: the copy is retried
-                    log.info("VibeMQ copy ack on %s not applied: %s", queue, exc)
+        """Settle the acks read so far: one engine call per (queue, group, partition)."""
+        if not self._acks:
+            return
+        pending, self._acks = self._acks, defaultdict(list)
+        for (queue, app, member, partition), indexes in pending.items():
+            try:
+                await self.ctx.engine.settle(queue, app, partition, indexes, client_id=member)
+            except EngineError as exc:  # a deleted queue, Redis trouble: the lease lapses
+                log.info("VibeMQ ack on %s not applied: %s", queue, exc)
 
     # ---------------------------------------------------------------- deliveries (hub side)
 
@@ -276,27 +281,21 @@ class Session:
             return 0
         return max(0, self.ctx.config.max_unacked_per_subscriber - self.inflight.per_queue[queue])
 
-    def deliver_lease(self, queue: str, delivery: Delivery, deadline_ms: int) -> bool:
-        """Write an engine-leased message; False if this subscriber cannot take it."""
+    def deliver_lease(
+        self, queue: str, app: str, member: str | None, delivery: Delivery, deadline_ms: int
+    ) -> bool:
+        """Write a message leased for ``app`` (a fan-out ``member``, or None); False if
+        this subscriber cannot take it (it went away)."""
         if self.closed or queue not in self.subscriptions:
             return False
-        self.inflight.add(Tracked(queue, message_id(delivery), delivery, deadline_ms))
+        self.inflight.add(
+            Tracked(queue, message_id(delivery), delivery, deadline_ms, app=app, member=member)
+        )
         self._delivered(delivery)
+        if delivery.attempts > 1:
+            self.ctx.counters["retries"] += 1
         self.send(to_deliver(queue, delivery))
         return True
-
-    def deliver_claimed(self, queue: str, deliveries: list[Delivery]) -> list[int]:
-        """Write FanOutWithAck copies claimed for this connection (``attempts`` is the
-        delivery's number); returns the indexes it could not take (it went away)."""
-        if self.closed or queue not in self.subscriptions:
-            return [d.index for d in deliveries]
-        deadline = self.ctx.engine.now_ms() + self.ctx.config.ack_timeout_ms
-        for d in deliveries:
-            item = Tracked(queue, message_id(d), d, deadline, copy=True, attempt=d.attempts)
-            self.inflight.add(item)
-            self._delivered(d)
-            self.send(to_deliver(queue, d, attempt=d.attempts))
-        return []
 
     def _delivered(self, delivery: Delivery) -> None:
         """Count a delivery and its publish→deliver latency (§15 metrics)."""
@@ -305,16 +304,18 @@ class Session:
         stored = delivery.message.store_time_ms
         counters["delivery_latency_ms"] += max(0, self.ctx.engine.now_ms() - stored)
 
-    def deliver_copy(self, queue: str, delivery: Delivery) -> None:
-        """A FanOutWithoutAck copy: written now, or buffered (bounded)."""
+    def deliver_copy(self, queue: str, delivery: Delivery) -> bool:
+        """A FanOutWithoutAck message: written now, or buffered (bounded); False if this
+        subscriber went away."""
         if self.closed or queue not in self.subscriptions:
-            return
+            return False
         inbox = self.inbox[queue]
         inbox.append(delivery)
         if len(inbox) > self.ctx.config.fanout_buffer:
             inbox.popleft()  # a slow subscriber never grows an unbounded buffer
             self.ctx.counters["fanout_dropped"] += 1
         self._drain(queue)
+        return True
 
     def _drain(self, queue: str) -> None:
         inbox = self.inbox.get(queue)
@@ -338,8 +339,8 @@ class Session:
             self.inflight.forget(item)
 
     async def tick(self, now_ms: int) -> None:
-        """Timers: a lapsed lease or copy is no longer this connection's (the engine
-        retries a lease, the copies store a copy: :mod:`brokers.engine.copies`)."""
+        """Timers: a lapsed lease is no longer this connection's (the engine delivers it
+        again after its backoff)."""
         for item in self.inflight.items():
             if item.deadline_ms <= now_ms:
                 self.inflight.forget(item)
@@ -373,31 +374,27 @@ class Session:
         for queue in list(self.subscriptions):
             with contextlib.suppress(Exception):
                 await self.hub.unsubscribe(queue, self)
-        self.subscriptions.clear()
-        leases: dict[str, list[int]] = defaultdict(list)
-        copies: dict[str, list[int]] = defaultdict(list)
+        subscribed, self.subscriptions = self.subscriptions, set()
+        leases: dict[tuple[str, str, str | None, int], list[int]] = defaultdict(list)
         now = self.ctx.engine.now_ms()
         for item in self.inflight.items():
             if item.deadline_ms > now:
-                (copies if item.copy else leases)[item.queue].append(item.delivery.index)
+                d = item.delivery
+                leases[(item.queue, item.app, item.member, d.partition)].append(d.index)
             self.inflight.forget(item)
-        for queue, indexes in leases.items():
-            try:
-                await self.ctx.engine.queue_release(queue, indexes)
+        for (queue, app, member, partition), indexes in leases.items():
+            if member is not None and not self.durable:
+                continue  # its own progress ends with it, below
+            try:  # back at once for the group, or the durable member's next connection
+                await self.ctx.engine.release(queue, app, partition, indexes, client_id=member)
             except EngineError as exc:
                 log.info("VibeMQ release on %s failed (leases lapse): %s", queue, exc)
-        await self._end_copies(copies)
+        for queue in subscribed:  # a durable member's progress waits for it a while
+            settings = self.ctx.queue_settings(queue)
+            if settings is not None and settings.delivery_mode in FANOUT_MODES:
+                keep = self.ctx.config.fanout_retention_ms if self.durable else None
+                with contextlib.suppress(EngineError):
+                    await self.ctx.engine.leave(
+                        queue, self.acting_app(queue), self.member_id(queue), keep_ms=keep
+                    )
         self.inbox.clear()
-
-    async def _end_copies(self, in_flight: dict[str, list[int]]) -> None:
-        """A durable identity's in-flight copies go back to its head (not a failed
-        attempt) for its next connection; a connection's own copies end with it."""
-        for queue in self.fan_queues:
-            store = self.copies(queue)
-            try:
-                if self.client_id is not None:
-                    await store.release(self.fan_identity, in_flight.get(queue, []))
-                else:
-                    self.ctx.counters["fanout_dropped"] += await store.purge(self.fan_identity)
-            except Exception as exc:  # Redis trouble: leases lapse, keys expire
-                log.info("VibeMQ copies of %s on %s not returned: %s", self.key, queue, exc)

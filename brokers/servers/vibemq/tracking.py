@@ -1,10 +1,9 @@
 """One connection's unacknowledged deliveries, keyed by message id (vibemq.md §7).
 
 An ack names a message id; ids need not be unique, so each id maps to the connection's
-deliveries of it in delivery order and an ack settles the oldest live one. A delivery is
-either an engine lease (RoundRobin, PriorityBased: the engine owns retry and the DLQ) or a
-fan-out copy (FanOutWithAck: the engine's per-subscriber copies store owns its retries, see
-:mod:`brokers.engine.copies`).
+deliveries of it in delivery order and an ack settles the oldest live one. Every delivery
+is an engine lease of a consumer group — the subscriber's app, and for a fan-out
+subscriber its member id — so retries, TTL and the DLQ are the engine's.
 """
 
 from __future__ import annotations
@@ -24,9 +23,10 @@ class Tracked:
     message_id: str
     delivery: Delivery
     deadline_ms: int
-    copy: bool = False
-    """A claimed fan-out copy rather than an engine lease."""
-    attempt: int = 1
+    app: str = ""
+    """The consumer group the lease is of."""
+    member: str | None = None
+    """The fan-out member id (None: a competing consumer of the group)."""
     settled: bool = field(default=False)
 
 
@@ -64,13 +64,13 @@ class Inflight:
         retries it, so a late ack must not settle someone else's redelivery.
         """
         for item in list(self._by_id.get(message_id, ())):
-            if item.copy or item.deadline_ms > now_ms:
+            if item.deadline_ms > now_ms:
                 self._remove(item)
                 return item
         return None
 
     def forget(self, item: Tracked) -> None:
-        """Stop tracking ``item`` (expired lease, dead-lettered copy)."""
+        """Stop tracking ``item`` (an expired lease: the engine delivers it again)."""
         if not item.settled:
             self._remove(item)
 

@@ -2,8 +2,8 @@
 
 Pipelined produces arrive faster than Redis round trips. Each (connection, MQ) has a
 :class:`ProduceLine`: a produce joins the line and waits; one background task stores what
-has queued up with a single engine call (``queue_publish_many`` for a queue,
-``append_many`` for pub/sub), then the next run, so order is kept and each produce still gets
+has queued up with a single engine call (``append_many``: each message meets the topic's
+bound and the producer's rate limit as if sent alone), then the next run, so order is kept and each produce still gets
 its own outcome (an invalid message fails alone). A produce whose task was cancelled
 before its run started (its connection went away) is not stored.
 """
@@ -82,33 +82,20 @@ class ProduceLine:
 
     async def _store(self, run: list[_Item]) -> None:
         try:
-            if self.pubsub:
-                await self._append(run)
-            else:
-                results = await self.ctx.engine.queue_publish_many(
-                    self.name,
-                    run[0].app,
-                    [i.message for i in run],
-                    qos=QoS.PERSISTED,
-                    client_address=self.conn.remote_addr,
-                )
-                for item, result in zip(run, results, strict=True):
-                    _settle(item, result if isinstance(result, EngineError) else None)
+            results = await self.ctx.engine.append_many(
+                self.name,
+                run[0].app,
+                [i.message for i in run],
+                partition=0 if self.pubsub else None,  # pub/sub subscribers read partition 0
+                qos=QoS.RECEIVED if self.pubsub else QoS.PERSISTED,
+                client_address=self.conn.remote_addr,
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the store failed: every produce of the run gets it
             for item in run:
                 _settle(item, exc)
-
-    async def _append(self, run: list[_Item]) -> None:
-        results = await self.ctx.engine.append_many(
-            self.name,
-            run[0].app,
-            [i.message for i in run],
-            partition=0,
-            qos=QoS.RECEIVED,
-            client_address=self.conn.remote_addr,
-        )
+            return
         for item, result in zip(run, results, strict=True):
             _settle(item, result if isinstance(result, EngineError) else None)
 

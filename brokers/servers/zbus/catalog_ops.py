@@ -4,8 +4,7 @@ Runs the ORM in a worker thread (``sync_to_async``) and publishes the catalog ch
 way every catalog write does (``publish_on_commit``), then refreshes this server's watcher
 so the new MQ is usable at once; other brokers pick it up within a second.
 A new MQ is a one-partition topic led by this broker, in the broker's cluster, owned by the
-``zbus`` team, with a queue bound large enough for zbus's unbounded 5.x queues
-(BlockPublisher at 10 million: a full queue answers 500 rather than dropping anything).
+``zbus`` team, unbounded as zbus 5's queues were (its retention applies).
 It is open to token-less clients, as zbus 5 MQs were (zbus.md §13.3a): the ``zbus`` team's
 anonymous app gets its producer and consumer policies; an access token, when given,
 still guards it.
@@ -24,7 +23,6 @@ from brokers.catalog_loader import publish_on_commit
 from brokers.models import Broker, PartitionGroup, Team, Topic
 
 ZBUS_TEAM = "zbus"
-MAX_QUEUE = 10_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +50,6 @@ def _create(name: str, mode: int, token: str, creator: str, broker_id: int) -> O
                 partitions=1,
                 zbus_mode=mode,
                 creator=creator[:255],
-                max_queue_size=MAX_QUEUE,
-                overflow_policy=Topic.Overflow.BLOCK_PUBLISHER,
                 description="created over zbus",
             )
             topic.set_zbus_token(token)

@@ -8,12 +8,9 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from brokers.protocols.zbus import AliasFamily, EncodeError, Message, encode_message
-
-if TYPE_CHECKING:
-    from brokers.servers.zbus.batch import ProduceLine
 
 log = logging.getLogger("mqcloud.zbus")
 
@@ -32,13 +29,14 @@ class Connection:
         self.session_id = str(uuid.uuid4())
         self.remote_addr = peer
         self._write = write
+        self._corked: list[bytes] | None = None
         self.buffered = buffered
         """Bytes written but not yet handed to the kernel."""
         self._chains: dict[tuple[str, str], asyncio.Future[None]] = {}
         self.closed = False
         self.learned_timeout: float | None = None
         self._cleanups: list[Callable[[], None]] = []
-        self.produce_lines: dict[tuple[str, bool], ProduceLine] = {}
+        self.produce_lines: dict[tuple[str, bool], Any] = {}
         """Produces waiting to be stored, per (MQ, pub/sub), see :mod:`.batch`."""
 
     @property
@@ -56,7 +54,23 @@ class Connection:
         except EncodeError:
             log.warning("zbus: cannot encode a message for %s", self.remote_addr, exc_info=True)
             return False
+        if self._corked is not None:
+            self._corked.append(data)
+            return True
         return self._write(data)
+
+    def cork(self) -> None:
+        """Hold what is sent from now on until :meth:`uncork` (a batch of deliveries is
+        framed one by one and written with one write)."""
+        if self._corked is None:
+            self._corked = []
+
+    def uncork(self) -> bool:
+        """Write what was held, in one write; False if the connection is gone."""
+        held, self._corked = self._corked, None
+        if not held:
+            return not self.closed
+        return self._write(held[0] if len(held) == 1 else b"".join(held))
 
     @contextlib.asynccontextmanager
     async def ordered(self, kind: str, mq: str) -> AsyncIterator[None]:

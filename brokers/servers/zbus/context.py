@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine
 from brokers.servers.zbus.config import ZbusConfig
-
-if TYPE_CHECKING:
-    from brokers.servers.zbus.connection import Connection
-    from brokers.servers.zbus.pubsub import PubSubMq
-    from brokers.servers.zbus.queue import QueueMq
-    from brokers.servers.zbus.relay import Relay
-    from brokers.servers.zbus.temp import TempMq
 
 log = logging.getLogger("mqcloud.zbus")
 
@@ -31,15 +25,17 @@ class ServerContext:
     address: str
     """The broker's advertised ``host:port`` (§5 ``broker`` header)."""
     config: ZbusConfig = field(default_factory=ZbusConfig)
-    queues: dict[str, QueueMq] = field(default_factory=dict)
-    pubsubs: dict[str, PubSubMq] = field(default_factory=dict)
-    temps: dict[str, TempMq] = field(default_factory=dict)
-    activity: dict[str, dict[Connection, float]] = field(default_factory=dict)
+    # The live MQs of this server, owned and typed by their modules (.queue, .pubsub,
+    # .temp, .relay, .track); held here as Any so that this module imports none of them.
+    queues: dict[str, Any] = field(default_factory=dict)
+    pubsubs: dict[str, Any] = field(default_factory=dict)
+    temps: dict[str, Any] = field(default_factory=dict)
+    activity: dict[str, dict[Any, float]] = field(default_factory=dict)
     """MQ → connection → monotonic time of its last consume (§13.5 consumer counts)."""
-    track_subscribers: dict[Connection, Any] = field(default_factory=dict)
+    track_subscribers: dict[Any, Any] = field(default_factory=dict)
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     started_ms: int = 0
-    relay: Relay | None = None
+    relay: Any = None
     """Temp MQ registry and reply forwarding between brokers (None: this broker only)."""
 
     @property
@@ -59,6 +55,6 @@ class ServerContext:
         if not task.cancelled() and task.exception() is not None:
             log.error("zbus background task %s failed", task.get_name(), exc_info=task.exception())
 
-    def consumed(self, mq: str, conn: Connection) -> None:
-        """Record that ``conn`` consumed ``mq`` now."""
-        self.activity.setdefault(mq, {})[conn] = conn.now()
+    def consumed(self, mq: str, conn: Any) -> None:
+        """Record that connection ``conn`` consumed ``mq`` now (monotonic time)."""
+        self.activity.setdefault(mq, {})[conn] = time.monotonic()

@@ -1,7 +1,8 @@
 """The admin ``data`` JSON and the track table (zbus.md §11.2, §11.4, §13.5).
 
-Numbers are real: backlog and in-flight come from the engine's queue counts (shared by all
-brokers); consumers are the connections of this broker that consumed within
+Numbers are real: backlog and in-flight come from the engine's group counts (shared by
+all brokers and protocols: the MQ's slowest consumer group, or everything stored while it
+has none); consumers are the connections of this broker that consumed within
 ``consumer_window_s`` or are parked; pub/sub MQs report subscribers and buffered messages.
 """
 
@@ -11,7 +12,7 @@ import asyncio
 import sys
 from typing import Any
 
-from brokers.engine import EngineError, QueueStats
+from brokers.engine import EngineError, GroupStats
 from brokers.protocols.zbus import MqMode
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
@@ -65,7 +66,7 @@ async def _counts(ctx: ServerContext, mq: MqRef) -> tuple[int, int, dict[str, in
         subscribers = len(runtime.subscribers) if runtime else 0
         return buffered, 0, {"subscriberCount": subscribers, "bufferedMsgCount": buffered}
     try:
-        stats: QueueStats = await ctx.engine.queue_stats(mq.name)
+        stats: GroupStats = await ctx.engine.queue_stats(mq.name)
     except EngineError:
         return 0, 0, {}
     return stats.message_count, stats.in_flight, {}

@@ -146,7 +146,13 @@ class PubSubMq:
             if batch is None:
                 try:
                     batch = await engine.consume_read(
-                        self.name, sub.app, 0, sub.cursor, READ_BATCH, address=consumer[1]
+                        self.name,
+                        sub.app,
+                        0,
+                        sub.cursor,
+                        READ_BATCH,
+                        address=consumer[1],
+                        messages=True,
                     )
                 except (AccessDenied, ConsumerPaused, RateLimited):
                     held.add(consumer)  # its buffer waits (bounded, oldest dropped)
@@ -156,6 +162,13 @@ class PubSubMq:
         return progressed
 
     def _deliver(self, sub: Subscriber, batch: list[Delivery]) -> bool:
+        sub.conn.cork()  # the subscriber's share of the batch goes out in one write
+        try:
+            return self._deal(sub, batch)
+        finally:
+            sub.conn.uncork()
+
+    def _deal(self, sub: Subscriber, batch: list[Delivery]) -> bool:
         moved = False
         for d in batch:
             if sub.window == 0:

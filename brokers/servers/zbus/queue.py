@@ -1,13 +1,16 @@
-"""MQ mode (zbus.md §9.1, §13.1): pull sessions served round-robin from an engine queue.
+"""MQ mode (zbus.md §9.1, §13.1): pull sessions served round-robin from consumer groups.
 
-A zbus queue MQ is partition 0 of a catalog topic used through the engine's queue
-operations: ``queue_publish`` stores, ``queue_take`` leases (the message stays stored, *in
-flight*), ``queue_ack`` settles and ``queue_release`` puts it back at the head. One
-:class:`QueueMq` per MQ and server keeps the pull sessions (one per connection, a new
-consume replaces it) and a pump task that takes messages while some session has window
-left, parked on the engine's notifier otherwise (no busy polling). It takes for each
-consumer of its sessions — (acting app, client host) — through the engine's gate, so a
-paused, refused or rate-limited consumer's sessions simply wait.
+A zbus queue MQ is a catalog topic consumed through the engine's consumer groups, like
+every topic by every protocol: a session consumes as its acting app (its token's app, or
+the topic's anonymous app), so it gets what any producer stored — JMQ4, HTTP-MQ, VibeMQ
+or zbus. ``lease`` hands out a batch (the messages stay stored, *in flight*), ``settle``
+acks them and ``release`` puts them back to be delivered again. One :class:`QueueMq` per MQ
+and server keeps the pull sessions (one per connection, a new consume replaces it) and a
+pump task that leases while some session has window left, parked on the engine's
+notifier otherwise (no busy polling). It leases for each consumer of its sessions —
+(acting app, client host) — through the engine's gate, so a paused, refused or
+rate-limited consumer's sessions simply wait, and deals the batch round-robin to that
+consumer's sessions.
 
 Settling (§13.1):
 
@@ -23,9 +26,8 @@ Settling (§13.1):
   (checked after each dispatch round and at the next consume; a close before that releases).
 * A closed connection releases everything it had in flight.
 
-The ``redelivered`` mark of a released message is kept in a Redis set per MQ (any broker may
-deliver it next); a message whose engine lease expired carries ``attempts`` > 1 and is marked
-too.
+The engine marks a message delivered before (released, or its lease expired) as
+``redelivered``; this server keeps no Redis data of its own.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from brokers.engine import (
     AccessDenied,
     Delivery,
     EngineError,
-    QueueStats,
     RateLimited,
     cancel_and_wait,
 )
@@ -54,11 +55,6 @@ log = logging.getLogger("mqcloud.zbus")
 
 MIN_LEARN = 0.5
 """A re-sent parked consume teaches a timeout only if it came at least this late (seconds)."""
-
-
-def redelivered_key(mq: str) -> str:
-    """Redis set of the MQ's released indexes, to mark their next delivery."""
-    return f"zbus:redelivered:{{{mq}}}"
 
 
 @dataclass(eq=False, slots=True)
@@ -81,8 +77,10 @@ class PullSession:
 
 @dataclass(slots=True)
 class InFlight:
-    """A delivered, unsettled queue message."""
+    """A delivered, unsettled message of a session: its group, partition and index."""
 
+    app: str
+    partition: int
     index: int
     delivered_at: float
     parked_at: float
@@ -103,6 +101,12 @@ class QueueMq:
     _watched: set[Connection] = field(default_factory=set)
     _blocked: dict[tuple[str, str], float] = field(default_factory=dict)
     """Consumer → monotonic time before which it is not taken for (rate limit, refusal)."""
+
+    @property
+    def owner(self) -> str:
+        """Who holds this server's leases of the MQ (sessions' messages are released one
+        by one; on a crash the leases expire)."""
+        return f"zbus:{self.ctx.broker_id}:{id(self.ctx):x}"
 
     # ------------------------------------------------------------------ consume
 
@@ -161,7 +165,7 @@ class QueueMq:
             self._deactivate(session)
         items = self.inflight.pop(conn, [])
         if items:
-            self.ctx.spawn(self._release([i.index for i in items]), f"zbus-release-{self.name}")
+            self.ctx.spawn(self._release(items), f"zbus-release-{self.name}")
 
     # ------------------------------------------------------------------ settling
 
@@ -176,32 +180,37 @@ class QueueMq:
             late = item.delivered_at - item.parked_at >= frac * guess
             racing = now - item.delivered_at < (1 - frac) * guess
             if not item.streaming and conn.learned_timeout is None and late and racing:
-                again.append(item.index)
+                again.append(item)
             else:
-                settle.append(item.index)
+                settle.append(item)
         if settle:
-            await self.ctx.engine.queue_ack(self.name, settle)
+            await self._settle_items(settle)
         if again:
             await self._release(again)
 
-    async def _release(self, indexes: list[int]) -> None:
-        redis = self.ctx.engine.redis
-        await redis.sadd(redelivered_key(self.name), *indexes)
-        await self.ctx.engine.queue_release(self.name, indexes)
+    async def _settle_items(self, items: list[InFlight]) -> None:
+        """Ack ``items``: one engine call per (app, partition)."""
+        for (app, partition), indexes in _by_group(items).items():
+            await self.ctx.engine.settle(self.name, app, partition, indexes)
+
+    async def _release(self, items: list[InFlight]) -> None:
+        """Back to the group, delivered again (marked redelivered by the engine)."""
+        for (app, partition), indexes in _by_group(items).items():
+            await self.ctx.engine.release(self.name, app, partition, indexes)
 
     def _settle_streams(self) -> None:
-        done: list[int] = []
+        done: list[InFlight] = []
         for conn, items in list(self.inflight.items()):
             if conn.buffered() != 0:
                 continue
             keep = [i for i in items if not i.streaming]
-            done.extend(i.index for i in items if i.streaming)
+            done.extend(i for i in items if i.streaming)
             if keep:
                 self.inflight[conn] = keep
             else:
                 del self.inflight[conn]
         if done:
-            self.ctx.spawn(self.ctx.engine.queue_ack(self.name, done), f"zbus-ack-{self.name}")
+            self.ctx.spawn(self._settle_items(done), f"zbus-ack-{self.name}")
 
     # ------------------------------------------------------------------ pump
 
@@ -230,9 +239,15 @@ class QueueMq:
                 progressed = False
                 for (app, address), want in wants.items():
                     try:
-                        got = await engine.queue_take(
-                            self.name, app, address=address, count=want, lease_ms=cfg.lease_ms
+                        lease = await engine.lease(
+                            self.name,
+                            app,
+                            count=want,
+                            owner=self.owner,
+                            address=address,
+                            lease_ms=cfg.lease_ms,
                         )
+                        got = lease.deliveries
                     except RateLimited as exc:
                         self._block((app, address), exc.retry_after_ms / 1000)
                         continue
@@ -284,31 +299,46 @@ class QueueMq:
         return found
 
     async def _dispatch(self, deliveries: list[Delivery], consumer: tuple[str, str]) -> None:
-        redis = self.ctx.engine.redis
-        marks_key = redelivered_key(self.name)
-        pipe = redis.pipeline(transaction=False)
-        for d in deliveries:
-            pipe.srem(marks_key, d.index)
-        marks = await pipe.execute()
-        leftover: list[int] = []
+        leftover: list[InFlight] = []
         now = Connection.now()
-        for d, marked in zip(deliveries, marks, strict=True):
+        corked: set[Connection] = set()
+        try:
+            self._deal(deliveries, consumer, now, leftover, corked)
+        finally:
+            for conn in corked:  # each connection's share of the batch in one write
+                conn.uncork()
+        if leftover:
+            await self._release(leftover)
+        self._settle_streams()
+
+    def _deal(
+        self,
+        deliveries: list[Delivery],
+        consumer: tuple[str, str],
+        now: float,
+        leftover: list[InFlight],
+        corked: set[Connection],
+    ) -> None:
+        """Hand ``deliveries`` round-robin to the consumer's sessions (writes held)."""
+        app = consumer[0]
+        for d in deliveries:
             session = self._next_session(consumer)
             if session is None:
-                leftover.append(d.index)
+                leftover.append(InFlight(app, d.partition, d.index, now, now, False))
                 continue
             stored = from_record(d.record)
-            out = make_delivery(
-                stored, msgid=session.msgid, redelivered=bool(marked) or d.attempts > 1
-            )
+            out = make_delivery(stored, msgid=session.msgid, redelivered=d.redelivered)
+            if session.conn not in corked:
+                session.conn.cork()
+                corked.add(session.conn)
             if not session.conn.send(out, session.aliases):
                 self._deactivate(session)
-                leftover.append(d.index)
+                leftover.append(InFlight(app, d.partition, d.index, now, now, False))
                 continue
             session.delivered += 1
             streaming = session.window < 0
             self.inflight.setdefault(session.conn, []).append(
-                InFlight(d.index, now, session.parked_at, streaming)
+                InFlight(app, d.partition, d.index, now, session.parked_at, streaming)
             )
             if not streaming:
                 session.window -= 1
@@ -316,15 +346,13 @@ class QueueMq:
                 self.line.append(session)
             else:
                 self._deactivate(session)
-        if leftover:
-            await self.ctx.engine.queue_release(self.name, leftover)
-        self._settle_streams()
 
-    # ------------------------------------------------------------------ stats
 
-    async def stats(self) -> QueueStats:
-        """The engine's counts for this queue."""
-        return await self.ctx.engine.queue_stats(self.name)
+def _by_group(items: list[InFlight]) -> dict[tuple[str, int], list[int]]:
+    out: dict[tuple[str, int], list[int]] = {}
+    for item in items:
+        out.setdefault((item.app, item.partition), []).append(item.index)
+    return out
 
 
 def queue_for(ctx: ServerContext, name: str) -> QueueMq:

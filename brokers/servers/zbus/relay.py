@@ -20,7 +20,7 @@ import contextlib
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -29,7 +29,14 @@ from brokers.protocols.zbus import Message, RequestLine, StatusLine, reason_phra
 
 if TYPE_CHECKING:
     from brokers.servers.zbus.context import ServerContext
-    from brokers.servers.zbus.temp import TempMq
+
+
+class Registered(Protocol):
+    """A Temp MQ of this instance as the registry sees it (:class:`.temp.TempMq`)."""
+
+    name: str
+    entry: bytes
+
 
 log = logging.getLogger("mqcloud.zbus")
 
@@ -136,11 +143,11 @@ class Relay:
 
     # ------------------------------------------------------------------ registry
 
-    async def register(self, temp: TempMq) -> None:
+    async def register(self, temp: Registered) -> None:
         """Record that this instance owns ``temp``."""
         await self.redis.set(temp_key(temp.name), temp.entry, px=REGISTRY_TTL_MS)
 
-    async def unregister(self, temp: TempMq) -> None:
+    async def unregister(self, temp: Registered) -> None:
         """Remove ``temp``'s registration unless another instance took the name since."""
         await self.redis.eval(_DELETE_IF_MINE, 1, temp_key(temp.name), temp.entry)
 

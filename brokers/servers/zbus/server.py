@@ -62,6 +62,7 @@ async def start_zbus_server(
     broker_id: int,
     *,
     config: ZbusConfig | None = None,
+    reuse_port: bool = False,
 ) -> ZbusServer:
     """Listen for zbus on ``host:port`` as broker ``broker_id`` (``port`` 0 picks a free one)."""
     config = config or ZbusConfig.from_environment()
@@ -77,7 +78,11 @@ async def start_zbus_server(
     loop = asyncio.get_running_loop()
     try:
         server = await loop.create_server(
-            lambda: ZbusProtocol(ctx, connections), host, port, reuse_address=True
+            lambda: ZbusProtocol(ctx, connections),
+            host,
+            port,
+            reuse_address=True,
+            reuse_port=reuse_port,
         )
     except BaseException:
         await relay.stop()

@@ -1,0 +1,831 @@
+"""Shared delivery of a consumer group on one partition: cursor, in-flight ranges, ack index.
+
+Streaming and competing consumers (zbus MQ sessions, VibeMQ subscribers) lease batches
+of one partition concurrently; each lease is ONE *range* ``[start, end)`` of indexes with
+an owner, a deadline, the delivery number (``attempt``) and the sub-runs already settled
+inside it (``covered``). Per (partition, consumer id), under the partition's hash tag:
+
+* ``state`` hash (shared with the pull consumers of :mod:`.consume`): ``cur`` — the
+  delivery cursor, the next index never leased; ``ack`` — the ack index: everything
+  below it is settled, kept as ``min(cur, first unsettled index of the lowest range)``;
+  ``t`` / ``ip`` — last access and address.
+* ``rs`` zset (range start → start), ``rd`` zset (range start → deadline or due time)
+  and ``rh`` hash (start → ``end|attempt|deadline|owner|flag|covered``).
+
+A range is *leased* (owner set, deadline = lease expiry) or *due* (owner empty: waiting to
+be delivered again at its due time; ``flag`` ``r`` when it was released rather than
+failed, so its next delivery is marked redelivered without counting an attempt; ``n``
+when it was never delivered — progress moved in from elsewhere) or *dead* (owner ``!``:
+out of attempts, waiting for the engine to dead-letter it).
+
+The common path is O(1) Redis commands per batch, never per message: one script leases
+the next batch from the cursor (XRANGE) and records one range; one script settles a batch
+of acks by covering runs in the ranges that hold them, dropping ranges once covered and
+moving the ack index. An expired lease comes back whole (its settled part excepted) after
+the backoff for its attempt, or goes dead past the attempt limit. Releasing or failing
+single messages splits their range: per-message structures exist only on these exception
+paths.
+
+A partition is either pulled under an exclusive lock (JMQ4, HTTP-MQ: :mod:`.consume`) or
+leased in ranges, never both at once: each side sees the other as ``LOCKED`` (the state's
+``sh`` field — the earliest range deadline — tells pull consumers that ranges exist).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from brokers.engine.keys import PartitionKeys
+from brokers.engine.model import Delivery
+from brokers.engine.read import READ_FN
+from brokers.engine.redisio import AnyRedis, Script
+
+LOCKED, EMPTY, FOUND = -1, 0, 1
+
+RANGES_FN = """
+local K = {stream = KEYS[1], meta = KEYS[2], state = KEYS[3], rs = KEYS[4], rd = KEYS[5],
+           rh = KEYS[6]}
+local function runs_of(c)
+  local out = {}
+  if c and c ~= '' then
+    for a, b in string.gmatch(c, '(%d+)%-(%d+)') do out[#out + 1] = {tonumber(a), tonumber(b)} end
+  end
+  return out
+end
+local function runs_str(runs)
+  local parts = {}
+  for i, r in ipairs(runs) do parts[i] = s(r[1]) .. '-' .. s(r[2]) end
+  return table.concat(parts, ',')
+end
+local function add_run(runs, a, b)
+  local out, placed = {}, false
+  for _, r in ipairs(runs) do
+    if r[2] < a then out[#out + 1] = r
+    elseif r[1] > b then
+      if not placed then out[#out + 1] = {a, b}; placed = true end
+      out[#out + 1] = r
+    else
+      if r[1] < a then a = r[1] end
+      if r[2] > b then b = r[2] end
+    end
+  end
+  if not placed then out[#out + 1] = {a, b} end
+  return out
+end
+local function clip(runs, a, b)
+  local out = {}
+  for _, r in ipairs(runs) do
+    local x, y = math.max(r[1], a), math.min(r[2], b)
+    if x < y then out[#out + 1] = {x, y} end
+  end
+  return out
+end
+local function gaps(a, b, runs)
+  local out, pos = {}, a
+  for _, r in ipairs(runs) do
+    if r[1] > pos then out[#out + 1] = {pos, math.min(r[1], b)} end
+    if r[2] > pos then pos = r[2] end
+    if pos >= b then break end
+  end
+  if pos < b then out[#out + 1] = {pos, b} end
+  return out
+end
+local function get_range(start)
+  local v = redis.call('HGET', K.rh, s(start))
+  if not v then return nil end
+  local f = {}
+  for part in string.gmatch(v .. '|', '([^|]*)|') do f[#f + 1] = part end
+  return {start = start, stop = tonumber(f[1]), attempt = tonumber(f[2]),
+          deadline = tonumber(f[3]), owner = f[4], flag = f[5], covered = runs_of(f[6])}
+end
+local function put_range(r)
+  redis.call('HSET', K.rh, s(r.start), s(r.stop) .. '|' .. s(r.attempt) .. '|' ..
+    s(r.deadline) .. '|' .. r.owner .. '|' .. r.flag .. '|' .. runs_str(r.covered))
+  redis.call('ZADD', K.rs, r.start, s(r.start))
+  redis.call('ZADD', K.rd, r.deadline, s(r.start))
+end
+local function drop_range(start)
+  redis.call('HDEL', K.rh, s(start)); redis.call('ZREM', K.rs, s(start))
+  redis.call('ZREM', K.rd, s(start))
+end
+local function settled(r)
+  local g = gaps(r.start, r.stop, r.covered)
+  return #g == 0
+end
+-- write a changed range back; a range settled whole is gone
+local function store(r)
+  if settled(r) then drop_range(r.start) else put_range(r) end
+end
+-- split range r at index `at` (r.start < at < r.stop): r keeps [start, at), returns the rest
+local function split(r, at)
+  local rest = {start = at, stop = r.stop, attempt = r.attempt, deadline = r.deadline,
+                owner = r.owner, flag = r.flag, covered = clip(r.covered, at, r.stop)}
+  r.stop = at; r.covered = clip(r.covered, r.start, at)
+  return rest
+end
+local function refresh_ack(cur)
+  -- pull consumers (JMQ4, HTTP-MQ) see a partition with ranges as locked until `sh`
+  local nd = redis.call('ZRANGE', K.rd, 0, 0, 'WITHSCORES')
+  if nd[2] then redis.call('HSET', K.state, 'sh', nd[2]) else redis.call('HDEL', K.state, 'sh') end
+  local ack = cur
+  local first = redis.call('ZRANGE', K.rs, 0, 0)[1]
+  if first then
+    local r = get_range(tonumber(first))
+    local g = gaps(r.start, r.stop, r.covered)
+    if g[1] and g[1][1] < ack then ack = g[1][1] end
+  end
+  redis.call('HSET', K.state, 'ack', s(ack))
+  return ack
+end
+local function cursor()
+  return tonumber(redis.call('HGET', K.state, 'cur') or '0')
+end
+-- the ranges overlapping [a, b), in order
+local function overlapping(a, b)
+  local out = {}
+  local head = redis.call('ZREVRANGEBYSCORE', K.rs, s(a), '-inf', 'LIMIT', 0, 1)[1]
+  if head then
+    local r = get_range(tonumber(head))
+    if r.stop > a then out[#out + 1] = r end
+  end
+  for _, st in ipairs(redis.call('ZRANGEBYSCORE', K.rs, '(' .. s(a), '(' .. s(b))) do
+    out[#out + 1] = get_range(tonumber(st))
+  end
+  return out
+end
+local function backoff(attempt, base, cap)
+  if base <= 0 then return 0 end
+  local d = base * (2 ^ (attempt - 1))
+  if d > cap then d = cap end
+  return d
+end
+"""
+
+LEASE = Script(
+    READ_FN
+    + RANGES_FN
+    + """
+-- ARGV: now, want, lease_ms, owner, init, address, max_store ('' none), max_retry (-1 none),
+-- ttl_ms (0 none), backoff base, backoff cap, member ('1': a fan-out member, which moves
+-- the partition's dispatch mark `fan` — where the next member to join starts)
+-- Returns {status, hint, attempt, redelivered, n_live, n_expired, n_dead, live triples...,
+-- expired triples..., dead range starts..., leased runs as start, end pairs...}; status -1 LOCKED (hint = lock expiry), 0 EMPTY
+-- (hint = when something may be due, 0 none), 1 FOUND.
+local now, want, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local owner, init, addr = ARGV[4], ARGV[5], ARGV[6]
+local max_store = nil
+if ARGV[7] ~= '' then max_store = tonumber(ARGV[7]) end
+local maxr, ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
+local base, cap = tonumber(ARGV[10]), tonumber(ARGV[11])
+local st = redis.call('HMGET', K.state, 'ack', 'cur', 'le')
+local le = tonumber(st[3])
+if le and le > now then return {-1, s(le)} end
+if addr ~= '' then redis.call('HSET', K.state, 't', s(now), 'ip', addr)
+else redis.call('HSET', K.state, 't', s(now)) end
+local m = redis.call('HMGET', K.meta, 'min', 'next')
+local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+local cur = tonumber(st[2])
+if not cur then
+  cur = tonumber(st[1])
+  if not cur then
+    if init == 'latest' then cur = nxt else cur = mn end
+  end
+  redis.call('HSET', K.state, 'cur', s(cur))
+end
+if redis.call('ZCARD', K.rs) == 0 then
+  local a = tonumber(st[1])
+  if a and a > cur then cur = a end
+end
+if cur < mn then cur = mn end
+-- expired leases come back after their backoff, or go dead; due ranges are candidates
+local dead, candidate = {}, nil
+for _, rst in ipairs(redis.call('ZRANGEBYSCORE', K.rd, '-inf', s(now), 'LIMIT', 0, 32)) do
+  local r = get_range(tonumber(rst))
+  if r.owner == '!' then
+    dead[#dead + 1] = s(r.start)
+  elseif r.owner ~= '' then
+    if maxr >= 0 and r.attempt > maxr then
+      r.owner = '!'; r.deadline = now; put_range(r); dead[#dead + 1] = s(r.start)
+    else
+      r.owner = ''; r.flag = '0'; r.deadline = now + backoff(r.attempt, base, cap)
+      put_range(r)
+      if r.deadline <= now and not candidate then candidate = r end
+    end
+  elseif not candidate then
+    candidate = r
+  end
+end
+local live, expired = {}, {}
+local attempt, redelivered = 1, 0
+local function keep(idx, c, rec, r)
+  if ttl > 0 then
+    local stored = struct.unpack('>i8', rec, 40) + struct.unpack('>i4', rec, 48)
+    if stored + ttl <= now then
+      expired[#expired + 1] = s(idx); expired[#expired + 1] = s(c); expired[#expired + 1] = rec
+      r.covered = add_run(r.covered, idx, idx + c)
+      return
+    end
+  end
+  live[#live + 1] = s(idx); live[#live + 1] = s(c); live[#live + 1] = rec
+end
+local blocked = nil
+local leased = {}  -- the runs [start, end) this lease hands out (a due range may start
+                   -- or have gaps inside a batch record: its readers deliver those items)
+while candidate and #live == 0 do
+  -- a due range: its unsettled records, up to `want` items; the rest stays due
+  local r = candidate
+  local out, items, last = {}, 0, r.start
+  local runs = {}
+  for _, g in ipairs(gaps(r.start, r.stop, r.covered)) do
+    if items >= want then break end
+    local part = {}
+    read_from(K.stream, g[1], want - items, part, nil)
+    for i = 1, #part, 3 do
+      local idx, c = tonumber(part[i]), tonumber(part[i + 1])
+      if idx >= g[2] or items >= want then break end
+      if idx + c > g[1] then
+        out[#out + 1] = {idx, c, part[i + 2]}
+        items = items + c; last = idx + c
+      end
+    end
+    if last > g[1] then runs[#runs + 1] = {g[1], math.min(g[2], last)} end
+  end
+  if items >= want and last < r.stop then
+    store(split(r, last))
+  end
+  candidate = nil
+  if #out == 0 then  -- its records are gone (retention): nothing to redeliver
+    drop_range(r.start)
+    local nd = redis.call('ZRANGEBYSCORE', K.rd, '-inf', s(now), 'LIMIT', 0, 1)[1]
+    if nd then
+      local c = get_range(tonumber(nd))
+      if c.owner == '' then candidate = c end
+    end
+  else
+    if r.flag == 'r' then redelivered = 1; attempt = r.attempt
+    elseif r.flag == 'n' then redelivered = 0; attempt = r.attempt  -- never delivered
+    else attempt = r.attempt + 1; redelivered = 1 end
+    r.attempt = attempt; r.owner = owner; r.flag = '0'; r.deadline = now + lease
+    for _, e in ipairs(out) do keep(e[1], e[2], e[3], r) end
+    store(r)
+    for _, g in ipairs(runs) do leased[#leased + 1] = s(g[1]); leased[#leased + 1] = s(g[2]) end
+  end
+end
+if #live == 0 then
+  -- the next batch from the cursor (a range wholly expired by TTL is settled at once)
+  for _ = 1, 4 do
+    if cur >= nxt or #live > 0 then break end
+    local part = {}
+    local items
+    items, blocked = read_from(K.stream, cur, want, part, max_store)
+    if items == 0 then break end
+    local stop = tonumber(part[#part - 2]) + tonumber(part[#part - 1])
+    local r = {start = cur, stop = stop, attempt = 1, deadline = now + lease, owner = owner,
+               flag = '0', covered = {}}
+    for i = 1, #part, 3 do keep(tonumber(part[i]), tonumber(part[i + 1]), part[i + 2], r) end
+    store(r)
+    leased[#leased + 1] = s(cur); leased[#leased + 1] = s(stop)
+    cur = stop
+    redis.call('HSET', K.state, 'cur', s(cur))
+    if ARGV[12] == '1' and cur > tonumber(redis.call('HGET', K.meta, 'fan') or '0') then
+      redis.call('HSET', K.meta, 'fan', s(cur))
+    end
+    if blocked then break end
+  end
+end
+refresh_ack(cur)
+local hint = 0
+if #live == 0 then
+  local nd = redis.call('ZRANGE', K.rd, 0, 0, 'WITHSCORES')
+  if nd[2] then hint = tonumber(nd[2]) end
+  if blocked and (hint == 0 or blocked < hint) then hint = blocked end
+end
+local status = 0
+if #live > 0 then status = 1 end
+local res = {status, s(hint), attempt, redelivered, #live, #expired, #dead}
+for _, v in ipairs(live) do res[#res + 1] = v end
+for _, v in ipairs(expired) do res[#res + 1] = v end
+for _, v in ipairs(dead) do res[#res + 1] = v end
+for _, v in ipairs(leased) do res[#res + 1] = v end
+return res
+"""
+)
+
+SETTLE = Script(
+    RANGES_FN
+    + """
+-- ARGV: mode ('ack' | 'release' | 'fail' | 'drop'), now, backoff base, backoff cap,
+-- max_retry (-1 none), then runs as start, end pairs. ack: the runs are settled;
+-- release: back to be delivered again at once (not an attempt); fail: again after the
+-- backoff of their attempt, or dead past max_retry; drop: a dead range was dead-lettered.
+-- Runs outside every range are settled already and ignored. Returns {ack index, settled,
+-- dead starts...}.
+local mode, now = ARGV[1], tonumber(ARGV[2])
+local base, cap, maxr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local count, dead = 0, {}
+for i = 6, #ARGV, 2 do
+  local a, b = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  for _, r in ipairs(overlapping(a, b)) do
+    local x, y = math.max(a, r.start), math.min(b, r.stop)
+    if mode == 'ack' or mode == 'drop' then
+      for _, g in ipairs(gaps(x, y, r.covered)) do count = count + g[2] - g[1] end
+      r.covered = add_run(r.covered, x, y)
+      store(r)
+    elseif r.owner ~= '' and r.owner ~= '!' then
+      -- the run [x, y) becomes a range of its own, due again
+      if x > r.start then
+        local rest = split(r, x)
+        store(r)
+        r = rest
+      end
+      if y < r.stop then
+        store(split(r, y))
+      end
+      if not settled(r) then
+        if mode == 'release' then
+          r.owner = ''; r.flag = 'r'; r.deadline = now
+        elseif maxr >= 0 and r.attempt > maxr then
+          r.owner = '!'; r.deadline = now; dead[#dead + 1] = s(r.start)
+        else
+          r.owner = ''; r.flag = '0'; r.deadline = now + backoff(r.attempt, base, cap)
+        end
+        count = count + r.stop - r.start
+        put_range(r)
+      else
+        drop_range(r.start)
+      end
+    end
+  end
+end
+local ack = refresh_ack(cursor())
+local res = {s(ack), count}
+for _, d in ipairs(dead) do res[#res + 1] = d end
+return res
+"""
+)
+
+RELEASE_OWNER = Script(
+    RANGES_FN
+    + """
+-- ARGV: owner, now. Every range leased by `owner` is due again at once (its connection
+-- went away: not an attempt, marked redelivered). Returns how many ranges.
+local n = 0
+for _, st in ipairs(redis.call('ZRANGE', K.rs, 0, -1)) do
+  local r = get_range(tonumber(st))
+  if r.owner == ARGV[1] then
+    r.owner = ''; r.flag = 'r'; r.deadline = tonumber(ARGV[2]); put_range(r); n = n + 1
+  end
+end
+return n
+"""
+)
+
+DEAD_RUNS = Script(
+    RANGES_FN
+    + """
+-- ARGV: start of a dead range. Returns its unsettled runs as start, end pairs.
+local r = get_range(tonumber(ARGV[1]))
+if not r or r.owner ~= '!' then return {} end
+local out = {}
+for _, g in ipairs(gaps(r.start, r.stop, r.covered)) do out[#out + 1] = s(g[1]); out[#out + 1] = s(g[2]) end
+return out
+"""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseArgs:
+    """How a group leases: for ``lease_ms``; a new consumer starts at ``init``
+    ('earliest' | 'latest'); records stored after ``max_store_ms`` wait (delay policy);
+    ``max_retry`` failed deliveries before a message is dead (None: never); ``ttl_ms``
+    (None: none); failed and expired deliveries come back after ``backoff_base_ms`` ·
+    2^(attempt−1), at most ``backoff_cap_ms``."""
+
+    lease_ms: int
+    init: str = "earliest"
+    max_store_ms: int | None = None
+    max_retry: int | None = None
+    ttl_ms: int | None = None
+    backoff_base_ms: int = 0
+    backoff_cap_ms: int = 0
+    member: bool = False
+    """A fan-out member: its leases move the dispatch mark new members start from."""
+
+
+@dataclass(slots=True)
+class GroupLease:
+    """What one lease script call returned for one partition."""
+
+    status: int
+    partition: int
+    hint_ms: int = 0
+    """LOCKED: the lock's expiry; EMPTY: when something may be due (0: nothing known)."""
+    deliveries: list[Delivery] = field(default_factory=list)
+    expired: list[Delivery] = field(default_factory=list)
+    """Records past their TTL: settled, to be dead-lettered or counted dropped."""
+    dead: list[int] = field(default_factory=list)
+    """Starts of ranges out of attempts: to be dead-lettered (:func:`dead_runs`), then
+    dropped with :func:`settle` mode ``drop``."""
+    runs: list[tuple[int, int]] = field(default_factory=list)
+    """The index runs ``[start, end)`` leased: a live batch record may reach outside
+    them (a range due again from inside it); only its items inside were handed out."""
+
+
+def _keys(topic: str, partition: int, cid: str) -> tuple[str, ...]:
+    k = PartitionKeys(topic, partition)
+    return (k.stream, k.meta, k.state(cid), k.range_starts(cid), k.range_due(cid), k.ranges(cid))
+
+
+def _triples(partition: int, flat: Sequence, offset: int, n: int, attempt: int) -> list[Delivery]:
+    return [
+        Delivery(partition, int(flat[i]), int(flat[i + 1]), flat[i + 2], attempts=attempt)
+        for i in range(offset, offset + n, 3)
+    ]
+
+
+async def lease(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str,
+    *,
+    now_ms: int,
+    want: int,
+    owner: str,
+    address: str,
+    args: LeaseArgs,
+) -> GroupLease:
+    """Lease the next batch of ``partition`` for consumer ``cid`` (one script call)."""
+    raw = await LEASE(
+        client,
+        _keys(topic, partition, cid),
+        (
+            now_ms,
+            max(1, want),
+            args.lease_ms,
+            owner.replace("|", "/"),
+            args.init,
+            address.replace("|", "/"),
+            "" if args.max_store_ms is None else args.max_store_ms,
+            -1 if args.max_retry is None else args.max_retry,
+            args.ttl_ms or 0,
+            args.backoff_base_ms,
+            args.backoff_cap_ms,
+            "1" if args.member else "0",
+        ),
+    )
+    status = int(raw[0])
+    if status == LOCKED:
+        return GroupLease(LOCKED, partition, int(raw[1]))
+    attempt, redelivered = int(raw[2]), int(raw[3])
+    n_live, n_expired, n_dead = int(raw[4]), int(raw[5]), int(raw[6])
+    live = _triples(partition, raw, 7, n_live, attempt)
+    if redelivered:  # delivered before (a released range keeps its attempt count)
+        live = [
+            Delivery(d.partition, d.index, d.count, d.record, attempts=attempt, redelivered=True)
+            for d in live
+        ]
+    expired = _triples(partition, raw, 7 + n_live, n_expired, attempt)
+    at = 7 + n_live + n_expired
+    dead = [int(x) for x in raw[at : at + n_dead]]
+    flat = raw[at + n_dead :]
+    runs = [(int(flat[i]), int(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
+    return GroupLease(status, partition, int(raw[1]), live, expired, dead, runs)
+
+
+async def settle(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str,
+    runs: Sequence[tuple[int, int]],
+    *,
+    mode: str = "ack",
+    now_ms: int,
+    args: LeaseArgs | None = None,
+) -> tuple[int, int, list[int]]:
+    """Settle (``ack``), ``release`` or ``fail`` runs ``[start, end)``; (ack index after,
+    indexes affected, starts of ranges that went dead)."""
+    if not runs:
+        return -1, 0, []
+    flat: list[int] = []
+    for start, end in runs:
+        flat += (start, end)
+    a = args or LeaseArgs(lease_ms=0)
+    raw = await SETTLE(
+        client,
+        _keys(topic, partition, cid),
+        (
+            mode,
+            now_ms,
+            a.backoff_base_ms,
+            a.backoff_cap_ms,
+            -1 if a.max_retry is None else a.max_retry,
+            *flat,
+        ),
+    )
+    return int(raw[0]), int(raw[1]), [int(x) for x in raw[2:]]
+
+
+async def release_owner(
+    client: AnyRedis, topic: str, partition: int, cid: str, owner: str, *, now_ms: int
+) -> int:
+    """Every range ``owner`` leased on ``partition`` is due again at once; how many."""
+    return int(
+        await RELEASE_OWNER(client, _keys(topic, partition, cid), (owner.replace("|", "/"), now_ms))
+    )
+
+
+async def dead_runs(
+    client: AnyRedis, topic: str, partition: int, cid: str, start: int
+) -> list[tuple[int, int]]:
+    """The unsettled runs of the dead range starting at ``start``."""
+    flat = await DEAD_RUNS(client, _keys(topic, partition, cid), (start,))
+    return [(int(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+def runs_of(indexes: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted distinct indexes as ``[start, end)`` runs."""
+    out: list[tuple[int, int]] = []
+    for i in sorted(set(indexes)):
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
+GROUP_STATS = Script(
+    RANGES_FN
+    + """
+-- KEYS as a lease's. ARGV: now. Returns {min, next, ack, backlog, in flight, retrying, dropped}.
+local now = tonumber(ARGV[1])
+local m = redis.call('HMGET', K.meta, 'min', 'next', 'dropped')
+local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+local ack = tonumber(redis.call('HGET', K.state, 'ack') or s(mn))
+if ack < mn then ack = mn end
+local inflight, retrying = 0, 0
+for _, st in ipairs(redis.call('ZRANGE', K.rs, 0, -1)) do
+  local r = get_range(tonumber(st))
+  local n = 0
+  for _, g in ipairs(gaps(math.max(r.start, mn), math.max(r.stop, mn), r.covered)) do n = n + g[2] - g[1] end
+  if r.owner ~= '' and r.owner ~= '!' then
+    if r.deadline > now then inflight = inflight + n end  -- an expired lease is due again
+  elseif r.owner == '' and r.deadline > now then retrying = retrying + n end
+end
+return {s(mn), s(nxt), s(ack), s(math.max(0, nxt - ack)), s(inflight), s(retrying), m[3] or '0'}
+"""
+)
+
+PURGE = Script(
+    """
+-- KEYS: stream, meta, then state, rs, rd, rh, acked of each group. Deletes the messages
+-- (the indexes go on from where they were) and every group's progress.
+local nxt = redis.call('HGET', KEYS[2], 'next') or '0'
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[2], 'min', nxt)
+for i = 3, #KEYS, 5 do
+  redis.call('DEL', KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], KEYS[i + 4])
+  redis.call('HDEL', KEYS[i], 'sh', 'lo', 'lt', 'le', 'ls', 'lend')
+  redis.call('HSET', KEYS[i], 'ack', nxt, 'cur', nxt)
+end
+return nxt
+"""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    """A group's numbers on a topic, summed over partitions (see :func:`group_stats`)."""
+
+    backlog: int = 0
+    """Stored and not settled: next − ack index, per partition."""
+    in_flight: int = 0
+    """Leased and not settled."""
+    retrying: int = 0
+    """Waiting for the backoff of a failed attempt."""
+    dropped: int = 0
+    """Dropped by the overflow policy or expired without a DLQ (the topic's count)."""
+    stored: int = 0
+    """Messages stored and retained (next − min)."""
+
+    @property
+    def ready(self) -> int:
+        """Waiting to be delivered now: the backlog less what is in flight or retrying."""
+        return max(0, self.backlog - self.in_flight - self.retrying)
+
+    @property
+    def message_count(self) -> int:
+        """Queued, not in flight (VibeMQ ``messageCount``)."""
+        return self.backlog - self.in_flight
+
+
+async def group_stats(
+    client: AnyRedis, topic: str, partitions: Sequence[int] | range, cid: str | None, now_ms: int
+) -> GroupStats:
+    """:class:`GroupStats` of consumer ``cid`` (None: no group — everything stored and not
+    yet handed to a fan-out member counts)."""
+    backlog = inflight = retrying = dropped = stored = 0
+    for p in partitions:
+        if cid is None:
+            lo, hi, dr, fan = await client.hmget(
+                PartitionKeys(topic, p).meta, "min", "next", "dropped", "fan"
+            )
+            n = int(hi or 0) - max(int(lo or 0), int(fan or 0))
+            backlog, dropped = backlog + max(0, n), dropped + int(dr or 0)
+            stored += int(hi or 0) - int(lo or 0)
+            continue
+        raw = await GROUP_STATS(client, _keys(topic, p, cid), (now_ms,))
+        mn, nxt = int(raw[0]), int(raw[1])
+        backlog += int(raw[3])
+        inflight += int(raw[4])
+        retrying += int(raw[5])
+        dropped += int(raw[6])
+        stored += nxt - mn
+    return GroupStats(backlog, inflight, retrying, dropped, stored)
+
+
+async def purge_partitions(
+    client: AnyRedis, topic: str, partitions: Sequence[int] | range, cids: set[str] | Sequence[str]
+) -> None:
+    """Delete the messages of ``partitions`` and the progress of groups ``cids``."""
+    for p in partitions:
+        k = PartitionKeys(topic, p)
+        keys = [k.stream, k.meta]
+        for cid in cids:
+            keys += [
+                k.state(cid),
+                k.range_starts(cid),
+                k.range_due(cid),
+                k.ranges(cid),
+                k.acked(cid),
+            ]
+        await PURGE(client, keys, ())
+
+
+def _progress_keys(topic: str, p: int, cid: str) -> tuple[str, ...]:
+    k = PartitionKeys(topic, p)
+    return (k.state(cid), k.range_starts(cid), k.range_due(cid), k.ranges(cid), k.acked(cid))
+
+
+async def forget(
+    client: AnyRedis,
+    topic: str,
+    partitions: Sequence[int] | range,
+    cid: str,
+    *,
+    after_ms: int | None = None,
+) -> None:
+    """Delete the progress of consumer ``cid`` (a fan-out member that left): now, or
+    ``after_ms`` from now unless it comes back first (:func:`keep`)."""
+    for p in partitions:
+        keys = _progress_keys(topic, p, cid)
+        if after_ms is None:
+            await client.delete(*keys)
+            continue
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.pexpire(key, max(1, after_ms))
+        await pipe.execute()
+
+
+async def keep(client: AnyRedis, topic: str, partitions: Sequence[int] | range, cid: str) -> None:
+    """Cancel a pending :func:`forget` of ``cid`` (the member came back)."""
+    for p in partitions:
+        pipe = client.pipeline(transaction=False)
+        for key in _progress_keys(topic, p, cid):
+            pipe.persist(key)
+        await pipe.execute()
+
+
+EXPIRE = Script(
+    READ_FN
+    + RANGES_FN
+    + """
+-- KEYS as a lease's. ARGV: now, ttl_ms, limit, mode ('group' | 'fan').
+-- Moves the group's cursor (or, mode 'fan', the partition's dispatch mark) over records
+-- past their TTL that nobody was handed yet; returns them as triples, to dead-letter.
+local now, ttl, limit, mode = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local m = redis.call('HMGET', K.meta, 'min', 'next', 'fan')
+local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+local cur
+if mode == 'fan' then
+  cur = tonumber(m[3] or '0')
+else
+  local st = redis.call('HMGET', K.state, 'ack', 'cur', 'le')
+  local le = tonumber(st[3])
+  if le and le > now then return {} end  -- a pull consumer holds the partition
+  cur = tonumber(st[2]) or tonumber(st[1]) or mn
+end
+if cur < mn then cur = mn end
+local out, n = {}, 0
+while cur < nxt and n < limit do
+  local part = {}
+  read_from(K.stream, cur, 16, part, nil)
+  if #part == 0 then break end
+  local live = false
+  for i = 1, #part, 3 do
+    local idx, c, rec = tonumber(part[i]), tonumber(part[i + 1]), part[i + 2]
+    if struct.unpack('>i8', rec, 40) + struct.unpack('>i4', rec, 48) + ttl > now then
+      live = true
+      break
+    end
+    if idx + c > cur then
+      out[#out + 1] = s(idx); out[#out + 1] = s(c); out[#out + 1] = rec
+      cur = idx + c; n = n + 1
+    end
+  end
+  if live then break end
+end
+if n > 0 then
+  if mode == 'fan' then redis.call('HSET', K.meta, 'fan', s(cur))
+  else redis.call('HSET', K.state, 'cur', s(cur)); refresh_ack(cur) end
+end
+return out
+"""
+)
+
+
+async def expire(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str | None,
+    *,
+    now_ms: int,
+    ttl_ms: int,
+    limit: int = 1000,
+) -> list[Delivery]:
+    """Move group ``cid``'s cursor (None: the fan-out dispatch mark) over the records
+    past their TTL that nobody was handed yet; those records, to dead-letter."""
+    flat = await EXPIRE(
+        client,
+        _keys(topic, partition, cid if cid is not None else "~fan"),
+        (now_ms, ttl_ms, limit, "fan" if cid is None else "group"),
+    )
+    return _triples(partition, flat, 0, len(flat), 1)
+
+
+JOIN = Script(
+    RANGES_FN
+    + """
+-- KEYS as a lease's. A fan-out member (re)joins: its cursor moves up to the partition's
+-- dispatch mark (what was handed to others while it was away is not its), its unsettled
+-- ranges stay its own. Returns the cursor.
+local m = redis.call('HMGET', K.meta, 'min', 'fan')
+local mark = math.max(tonumber(m[1] or '0'), tonumber(m[2] or '0'))
+local st = redis.call('HMGET', K.state, 'cur', 'ack')
+local cur = tonumber(st[1]) or tonumber(st[2])
+if not cur or cur < mark then cur = mark end
+redis.call('HSET', K.state, 'cur', s(cur))
+refresh_ack(cur)
+return s(cur)
+"""
+)
+
+
+async def join(client: AnyRedis, topic: str, partition: int, cid: str) -> int:
+    """Fan-out member ``cid`` (re)joins ``partition``: see :data:`JOIN`; its cursor."""
+    return int(await JOIN(client, _keys(topic, partition, cid), ()))
+
+
+SEED = Script(
+    RANGES_FN
+    + """
+-- KEYS as a lease's. ARGV: now, then start, stop, attempt, flag per run. Each run becomes
+-- a range due now (flag 'n': never delivered, 'r': delivered before); the cursor goes to
+-- the partition's end. For moving progress kept elsewhere into the group (a migration).
+local now = tonumber(ARGV[1])
+local nxt = tonumber(redis.call('HGET', K.meta, 'next') or '0')
+for i = 2, #ARGV, 4 do
+  put_range({start = tonumber(ARGV[i]), stop = tonumber(ARGV[i + 1]),
+             attempt = tonumber(ARGV[i + 2]), deadline = now, owner = '', flag = ARGV[i + 3],
+             covered = {}})
+end
+redis.call('HSET', K.state, 'cur', s(nxt))
+return s(refresh_ack(nxt))
+"""
+)
+
+
+async def seed(
+    client: AnyRedis,
+    topic: str,
+    partition: int,
+    cid: str,
+    runs: Sequence[tuple[int, int, int, bool]],
+    *,
+    now_ms: int,
+) -> int:
+    """Give group ``cid`` the unsettled ``(start, end, attempt, delivered_before)`` runs of
+    ``partition``, due now, with its cursor at the end; the ack index after."""
+    args: list[object] = [now_ms]
+    for start, end, attempt, delivered in runs:
+        args += [start, end, max(1, attempt), "r" if delivered else "n"]
+    return int(await SEED(client, _keys(topic, partition, cid), args))
+
+
+async def count_dropped(client: AnyRedis, topic: str, partition: int, n: int) -> None:
+    """Count ``n`` messages of ``partition`` dropped without a dead-letter queue."""
+    await client.hincrby(PartitionKeys(topic, partition).meta, "dropped", n)

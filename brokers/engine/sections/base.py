@@ -1,0 +1,198 @@
+"""The engine's shared state and the helpers every section uses: the catalog, topics and
+policies, partitions this broker serves, and dead-lettering to a topic's DLQ.
+
+A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+from brokers.engine.access import Gate, dead_letter_parent
+from brokers.engine.append import append_records
+from brokers.engine.catalog import (
+    CatalogSnapshot,
+    ConsumerPolicyInfo,
+    PartitionGroupInfo,
+    QueueSettings,
+    TopicInfo,
+)
+from brokers.engine.counters import Counters
+from brokers.engine.errors import (
+    ClientIdNotAllowed,
+    ClientIdRequired,
+    ConsumerNotFound,
+    PartitionNotFound,
+    TopicNotFound,
+)
+from brokers.engine.fetch import Fetcher
+from brokers.engine.model import (
+    Delivery,
+    QoS,
+)
+from brokers.engine.notify import Notifier
+from brokers.engine.record import (
+    Message,
+    decode_record,
+    encode_record,
+)
+from brokers.engine.redisio import AnyRedis, Durability
+from brokers.engine.retry import RetryPolicy, RetryStore
+from brokers.engine.shared import FAN_OUT, QueueRetry, SharedDelivery
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+class EngineBase:
+    """State the sections share (set by :class:`~brokers.engine.engine.Engine`)."""
+
+    redis: AnyRedis
+    broker_id: int | None
+    max_body: int
+    retry_policy: RetryPolicy
+    force_ack: bool
+    queue_retry: QueueRetry
+    durability: Durability
+    notifier: Notifier
+    counters: Counters
+    gate: Gate
+    shared: SharedDelivery
+    _catalog: Callable[[], CatalogSnapshot]
+    _clock: Callable[[], float]
+    _rng: random.Random
+    _next_guess: dict[tuple[str, int], int]
+    _fetcher: Fetcher
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    @property
+    def catalog(self) -> CatalogSnapshot:
+        return self._catalog()
+
+    def topic(self, code: str) -> TopicInfo:
+        """The topic from the current snapshot, or TopicNotFound."""
+        info = self._catalog().topics.get(code)
+        if info is None:
+            raise TopicNotFound(f"topic {code} does not exist")
+        return info
+
+    def _partition(self, topic: TopicInfo, partition: int) -> None:
+        if not 0 <= partition < topic.partitions:
+            raise PartitionNotFound(f"{topic.code} has no partition {partition}")
+
+    def _consumer(self, topic: str, app: str) -> ConsumerPolicyInfo:
+        policy = self._catalog().consumer(topic, app)
+        if policy is None:
+            raise ConsumerNotFound(f"{app} does not consume {topic}")
+        return policy
+
+    def _retry_for(self, policy: ConsumerPolicyInfo) -> RetryPolicy:
+        base = self.retry_policy
+        return RetryPolicy(base.base_ms, base.cap_ms, policy.err_times, base.max_age_ms)
+
+    def _broadcast(
+        self, topic: TopicInfo, policy: ConsumerPolicyInfo, client_id: str | None
+    ) -> None:
+        if policy.broadcast or topic.type == "broadcast":
+            if not client_id:
+                raise ClientIdRequired(f"{policy.name} consumes by broadcast: clientId required")
+        elif client_id:
+            raise ClientIdNotAllowed(f"{policy.name} consumes by clustering: no clientId")
+
+    def readable_partitions(self, topic: TopicInfo) -> tuple[int, ...]:
+        """This broker's partitions of ``topic`` (all of them without a broker id)."""
+        if self.broker_id is None or not topic.groups:
+            return tuple(range(topic.partitions))
+        return topic.partitions_led_by(self.broker_id)
+
+    def group_topic(self, code: str) -> TopicInfo:
+        """The topic, or the implicit dead-letter queue ``<queue>.dlq`` of a queue topic
+        that has its DLQ on but no topic of that name (one partition, led like the
+        queue's partition 0, governed by the queue's policies)."""
+        info = self._catalog().topics.get(code)
+        if info is not None:
+            return info
+        parent = dead_letter_parent(self._catalog(), code)
+        if parent is None:
+            raise TopicNotFound(f"topic {code} does not exist")
+        leader = parent.leader_of(0)
+        groups = (
+            ()
+            if leader is None
+            else (PartitionGroupInfo(group_id=0, leader=leader, partitions=(0,)),)
+        )
+        return TopicInfo(
+            code=code,
+            partitions=1,
+            groups=groups,
+            team=parent.team,
+            anonymous_app=parent.anonymous_app,
+            queue=QueueSettings(max_queue_size=None),
+        )
+
+    def _group_ids(self, info: TopicInfo) -> list[str]:
+        """The clustering consumer groups of ``info``: their backlog bounds the topic (a
+        broadcast topic or fan-out queue has none: what no member was handed counts)."""
+        if info.type == "broadcast" or info.queue.delivery_mode in FAN_OUT:
+            return []
+        return [c.app for c in self._catalog().consumers_of(info.code) if not c.broadcast]
+
+    async def dead_letter(
+        self, topic: str, app: str, delivery: Delivery, reason: str, attempts: int = 0
+    ) -> None:
+        """Dead-letter ``delivery``: to the topic's dead-letter queue when it has one, else
+        to the dead-letter queue of ``app``'s group (listed and resent from the console)."""
+        if not await self._dead_letter(topic, app, delivery, reason, attempts):
+            await RetryStore(self.redis, topic, app).dead_letter(
+                [(delivery.partition, delivery.index, delivery.count, delivery.record)],
+                now_ms=self.now_ms(),
+                reason=reason,
+                attempts=attempts,
+            )
+
+    async def _dead_letter(
+        self, topic: str, app: str, delivery: Delivery, reason: str, attempts: int
+    ) -> bool:
+        """Copy a dead message to the topic's dead-letter queue when it has one."""
+        info = self.group_topic(topic)
+        settings = info.queue
+        if not settings.dead_letter_enabled or topic.endswith(".dlq"):
+            return False
+        await self._to_topic_dlq(topic, app, delivery.record, reason=reason, attempts=attempts)
+        return True
+
+    async def _to_topic_dlq(
+        self,
+        topic: str,
+        app: str,
+        record: bytes,
+        *,
+        reason: str,
+        attempts: int,
+        qos: QoS = QoS.RECEIVED,
+    ) -> None:
+        """Append ``record`` to ``<topic>.dlq`` with the VibeMQ dead-letter properties."""
+        stored = decode_record(record)
+        attributes = dict(stored.attributes)
+        attributes.update(
+            deadLetterReason=reason,
+            originalQueue=topic,
+            deadLetteredAt=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.now_ms() / 1000)),
+            deliveryAttempts=str(attempts),
+        )
+        msg = Message(
+            stored.body,
+            business_id=stored.business_id,
+            attributes=attributes,
+            priority=stored.priority,
+            send_time_ms=stored.send_time_ms,
+            flag=stored.flag,
+            sys_code=stored.sys_code & ~0x1000,
+            extension=stored.extension,
+        )
+        dlq = f"{topic}.dlq"
+        new, count = encode_record(msg, app=stored.app or app, partition=0, now_ms=self.now_ms())
+        await append_records(self.redis, self.durability, dlq, 0, [(new, count)], qos)

@@ -1,0 +1,103 @@
+"""Delayed and timer messages: held until due, then appended.
+
+A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
+"""
+
+from __future__ import annotations
+
+from brokers.engine.delay import MAX_DELAY_MS, DelayStore, Held, topics_with_delays
+from brokers.engine.errors import (
+    InvalidMessage,
+)
+from brokers.engine.model import (
+    QoS,
+)
+from brokers.engine.record import (
+    Message,
+)
+from brokers.engine.sections.base import EngineBase
+
+
+class DelaySection(EngineBase):
+    """Delayed and timer messages."""
+
+    async def append_delayed(
+        self,
+        topic: str,
+        app: str,
+        message: Message,
+        *,
+        deliver_at_ms: int,
+        partition: int | None = None,
+        client_address: str | None = None,
+    ) -> int:
+        """Hold ``message`` until ``deliver_at_ms`` (a delayed or timer message; a time
+        already past is due at once).
+
+        It is checked now exactly as :meth:`append` would (policy, blacklist, rate limit,
+        size) and appended by :meth:`release_delayed` once due. Returns its delay id.
+        """
+        info = self.topic(topic)
+        policy = self.gate.producer(topic, app, client_address)
+        if partition is not None and partition >= 0:
+            self._partition(info, partition)
+        now = self.now_ms()
+        if deliver_at_ms > now + MAX_DELAY_MS:
+            raise InvalidMessage("delivery time must be at most 30 days ahead")
+        deliver_at_ms = max(deliver_at_ms, now)  # a time already past is due at once
+        self._encode([message], app, 0, now, client_address)  # validates size and fields
+        await self.gate.admit_produce(policy, 1)
+        held = Held(
+            app=app,
+            partition=partition,
+            client_address=client_address,
+            body=bytes(message.body),
+            business_id=message.business_id,
+            attributes=dict(message.attributes) if message.attributes else None,
+            priority=message.priority,
+            send_time_ms=message.send_time_ms or now,
+        )
+        return await DelayStore(self.redis, topic).add(held, deliver_at_ms)
+
+    async def release_delayed(self, topic: str, *, limit: int = 1000) -> int:
+        """Append this topic's due delayed messages; returns how many were appended."""
+        store = DelayStore(self.redis, topic)
+        token = await store.lock(ttl_ms=30_000)
+        if token is None:
+            return 0
+        moved = 0
+        try:
+            for delay_id, held in await store.due(self.now_ms(), limit):
+                message = Message(
+                    body=held.body,
+                    business_id=held.business_id,
+                    attributes=held.attributes,
+                    priority=held.priority,
+                    send_time_ms=held.send_time_ms,
+                )
+                await self._append(
+                    topic,
+                    held.app,
+                    [message],
+                    partition=held.partition,
+                    qos=QoS.RECEIVED,
+                    client_address=held.client_address,
+                )
+                await store.remove([delay_id])
+                moved += 1
+            await store.forget_if_empty()
+        finally:
+            await store.unlock(token)
+        return moved
+
+    async def release_all_delayed(self) -> int:
+        """Release the due delayed messages of every topic that holds some."""
+        moved = 0
+        for topic in await topics_with_delays(self.redis):
+            if topic in self._catalog().topics:
+                moved += await self.release_delayed(topic)
+        return moved
+
+    async def delayed_pending(self, topic: str) -> int:
+        """How many delayed messages of ``topic`` wait for their time."""
+        return await DelayStore(self.redis, topic).pending()

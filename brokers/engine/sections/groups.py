@@ -1,0 +1,221 @@
+"""Consumer groups for push consumers (zbus sessions, VibeMQ subscribers): leases, settling,
+releasing and failing, fan-out members, TTL sweeps, the numbers of a group and a queue.
+
+A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from brokers.engine.catalog import (
+    ConsumerPolicyInfo,
+    TopicInfo,
+)
+from brokers.engine.groups import GroupStats, count_dropped, group_stats, purge_partitions
+from brokers.engine.groups import expire as expire_records
+from brokers.engine.groups import forget as forget_progress
+from brokers.engine.groups import join as join_group
+from brokers.engine.groups import keep as keep_progress
+from brokers.engine.keys import consumer_id
+from brokers.engine.sections.base import EngineBase
+from brokers.engine.shared import Lease
+
+
+class GroupSection(EngineBase):
+    """Consumer groups for push consumers (zbus sessions, VibeMQ subscribers)."""
+
+    async def lease(
+        self,
+        topic: str,
+        app: str,
+        *,
+        count: int,
+        owner: str,
+        address: str | None = None,
+        client_id: str | None = None,
+        lease_ms: int | None = None,
+        start: str = "earliest",
+    ) -> Lease:
+        """Lease up to ``count`` messages for a consumer of ``app`` that settles them one by
+        one (zbus MQ sessions, VibeMQ subscribers): from the first partition that has some
+        (:mod:`.shared`; any broker serves these consumers, the store is shared). ``owner`` names the lessee (its connection),
+        so :meth:`release_owner` returns what it held; ``client_id`` makes it a broadcast
+        member with its own progress (started at ``start`` on first use). The gate checks
+        the consumer policy (none, or a blacklisted ``address``: refused); a paused
+        consumer gets nothing; a rate limit caps the batch (RateLimited when no permit)."""
+        info = self.group_topic(topic)
+        policy = self.gate.consumer(topic, app, address)
+        result = Lease(topic, app)
+        if policy.paused or count <= 0:
+            return result
+        granted = await self.gate.admit_consume(policy, count)
+        try:
+            result = await self.shared.lease(
+                info,
+                policy,
+                tuple(range(info.partitions)),  # every broker serves push consumers
+                count=granted,
+                owner=owner,
+                address=address or "",
+                client_id=client_id,
+                args=self.shared.args(
+                    info,
+                    policy,
+                    lease_ms if lease_ms is not None else policy.ack_timeout_ms,
+                    start if client_id else "earliest",
+                ),
+            )
+        except BaseException:
+            if policy.rate_limit:
+                with contextlib.suppress(Exception):
+                    await self.gate.refund_consume(policy, granted)
+            raise
+        delivered = sum(d.count for d in result.deliveries)
+        await self.gate.refund_consume(policy, granted - delivered)
+        if delivered:
+            self.counters.record(
+                topic=topic,
+                app=app,
+                broker=self.broker_id,
+                consumed=delivered,
+                consumed_bytes=sum(len(d.record) for d in result.deliveries),
+            )
+        return result
+
+    def _group_policy(self, topic: str, app: str) -> tuple[TopicInfo, ConsumerPolicyInfo]:
+        info = self.group_topic(topic)
+        snapshot = self._catalog()
+        policy = snapshot.consumer(topic, app)
+        if policy is None and topic not in snapshot.topics:  # an implicit DLQ
+            policy = snapshot.consumer(topic.removesuffix(".dlq"), app)
+        if policy is None:  # a consumer whose policy went away still settles what it holds
+            policy = ConsumerPolicyInfo(name=f"{app}.{topic}", topic=topic, app=app)
+        return info, policy
+
+    async def settle(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        indexes: Sequence[int],
+        *,
+        client_id: str | None = None,
+    ) -> int:
+        """Settle leased deliveries for good (acked); unknown or settled ones are ignored.
+        One script call whatever the number of indexes; how many were settled now."""
+        info, policy = self._group_policy(topic, app)
+        return await self.shared.settle(
+            info, policy, partition, indexes, mode="ack", client_id=client_id
+        )
+
+    async def release(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        indexes: Sequence[int],
+        *,
+        client_id: str | None = None,
+    ) -> int:
+        """Leased deliveries go back, due at once and marked redelivered (their consumer
+        went away: not a failed attempt)."""
+        info, policy = self._group_policy(topic, app)
+        return await self.shared.settle(
+            info, policy, partition, indexes, mode="release", client_id=client_id
+        )
+
+    async def fail(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        indexes: Sequence[int],
+        *,
+        client_id: str | None = None,
+    ) -> int:
+        """A failed attempt: delivered again after the backoff of its attempt, or
+        dead-lettered past the topic's ``max_retry_attempts``."""
+        info, policy = self._group_policy(topic, app)
+        return await self.shared.settle(
+            info, policy, partition, indexes, mode="fail", client_id=client_id
+        )
+
+    async def release_owner(
+        self, topic: str, app: str, owner: str, *, client_id: str | None = None
+    ) -> int:
+        """Everything ``owner`` leased of ``topic`` for ``app`` is due again at once (its
+        connection closed); how many leases."""
+        info = self.group_topic(topic)
+        return await self.shared.release_owner(
+            info, app, tuple(range(info.partitions)), owner, client_id
+        )
+
+    async def expire(self, topic: str) -> int:
+        """Expire the messages of a topic with a TTL that no consumer was handed yet (the
+        periodic sweep: a queue nobody consumes still sheds them): dead-lettered to the
+        topic's DLQ, or counted dropped. How many."""
+        info = self.group_topic(topic)
+        ttl = info.queue.message_ttl_ms
+        if ttl is None:
+            return 0
+        cids: list[str | None] = list(self._group_ids(info)) or [None]
+        n = 0
+        for p in range(info.partitions):
+            for cid in cids:
+                gone = await expire_records(
+                    self.redis, topic, p, cid, now_ms=self.now_ms(), ttl_ms=ttl
+                )
+                for d in gone:
+                    if not await self._dead_letter(topic, cid or "", d, "MessageExpired", 0):
+                        await count_dropped(self.redis, topic, p, d.count)
+                n += len(gone)
+        return n
+
+    async def join(self, topic: str, app: str, member: str) -> None:
+        """A fan-out member of ``app``'s group starts where it joins: at the queue's
+        dispatch mark — every message not yet handed to any member, so a message
+        published while nobody listened waits for the first subscribers. A member seen
+        before keeps what it was handed and did not ack, and skips what was handed to
+        the others while it was away ("present at dispatch", vibemq.md §9.1)."""
+        info = self.group_topic(topic)
+        cid = consumer_id(app, member)
+        await keep_progress(self.redis, topic, range(info.partitions), cid)
+        for p in range(info.partitions):
+            await join_group(self.redis, topic, p, cid)
+
+    async def leave(self, topic: str, app: str, member: str, *, keep_ms: int | None = None) -> None:
+        """A fan-out member left: its progress is deleted — at once, or after ``keep_ms``
+        unless it joins again first (a durable subscriber that may reconnect)."""
+        info = self.group_topic(topic)
+        cid = consumer_id(app, member)
+        await forget_progress(self.redis, topic, range(info.partitions), cid, after_ms=keep_ms)
+
+    async def group_stats(
+        self, topic: str, app: str, *, client_id: str | None = None
+    ) -> GroupStats:
+        """The numbers of ``app``'s consumer group on ``topic`` over every partition:
+        backlog (stored − acked), of which in flight and waiting for a retry, and the
+        topic's dropped count — the same numbers whatever protocol produced or consumed."""
+        info = self.group_topic(topic)
+        return await group_stats(
+            self.redis, topic, range(info.partitions), consumer_id(app, client_id), self.now_ms()
+        )
+
+    async def queue_stats(self, topic: str) -> GroupStats:
+        """:meth:`group_stats` of the topic's slowest clustering group (the backlog its
+        max size bounds); the whole stored count while it has no group."""
+        info = self.group_topic(topic)
+        ids = self._group_ids(info) if topic in self._catalog().topics else []
+        parts = range(info.partitions)
+        if not ids:
+            return await group_stats(self.redis, topic, parts, None, self.now_ms())
+        stats = [await group_stats(self.redis, topic, parts, g, self.now_ms()) for g in ids]
+        return max(stats, key=lambda st: st.backlog)
+
+    async def purge(self, topic: str) -> None:
+        """Delete a topic's messages and its groups' progress (VibeMQ deleteQueue)."""
+        info = self.group_topic(topic)
+        ids = {c.app for c in self._catalog().consumers_of(topic)}
+        await purge_partitions(self.redis, topic, range(info.partitions), ids)

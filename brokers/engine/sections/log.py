@@ -1,0 +1,355 @@
+"""The log: appending (atomic batches, independent messages, a bounded topic's overflow
+policy) and reading partitions by index, and retention.
+
+A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from brokers.engine.append import append_blob, choose_partition, pack_records
+from brokers.engine.catalog import (
+    TopicInfo,
+)
+from brokers.engine.errors import (
+    EngineError,
+    InvalidMessage,
+    QueueFull,
+    RateLimited,
+)
+from brokers.engine.model import (
+    AppendResult,
+    Delivery,
+    QoS,
+)
+from brokers.engine.overflow import FULL, REDIRECT, append_bounded
+from brokers.engine.read import bounds, index_at_time, read_range
+from brokers.engine.record import (
+    Message,
+    RecordEncoder,
+    encode_record,
+    split_blob,
+)
+from brokers.engine.retention import trim_partition
+from brokers.engine.sections.base import EngineBase
+from brokers.engine.wire import WireBlob, WireRecords, check_wire, stamp_wire, wire_records
+
+
+class LogSection(EngineBase):
+    """The log."""
+
+    async def append(
+        self,
+        topic: str,
+        app: str,
+        messages: Sequence[Message | bytes] | WireRecords | WireBlob,
+        *,
+        partition: int | None = None,
+        qos: QoS = QoS.RECEIVED,
+        client_address: str | None = None,
+    ) -> AppendResult:
+        """Append messages to one partition: Message objects, JMQ4 BrokerMessage bytes,
+        :class:`WireRecords` (from :meth:`check_wire`, the messages as one checked blob) or a
+        :class:`WireBlob` (records as received, checked and stamped here in one walk).
+
+        The gate checks ``app``'s producer policy first (policy, blacklisted
+        ``client_address``, rate limit for every message of the call, all or none). The
+        call is atomic; it returns once Redis accepted the write with the ``qos``
+        durability. ``partition`` None/-1 lets the engine choose (see append.py).
+        """
+        if not messages:
+            raise InvalidMessage("no messages")
+        policy = self.gate.producer(topic, app, client_address)
+        return await self._append(
+            topic,
+            app,
+            messages,
+            partition=partition,
+            qos=qos,
+            client_address=client_address,
+            rate_limited=policy.rate_limit is not None,
+        )
+
+    async def _append(
+        self,
+        topic: str,
+        app: str,
+        messages: Sequence[Message | bytes] | WireRecords | WireBlob,
+        *,
+        partition: int | None,
+        qos: QoS,
+        client_address: str | None,
+        rate_limited: bool = False,
+    ) -> AppendResult:
+        """:meth:`append` past the gate's policy check (a delayed message is appended
+        so when due: it was checked when it was accepted). ``rate_limited``: take the
+        producer's permits for the messages before storing them."""
+        snap = self._catalog()
+        info = self.topic(topic)
+        policy = snap.producer(topic, app)
+        first = None if isinstance(messages, WireRecords | WireBlob) else messages[0]
+        business_id = first.business_id if isinstance(first, Message) else ""
+        chosen = choose_partition(
+            snap, info, policy, partition=partition, business_id=business_id, rng=self._rng
+        )
+        now = self.now_ms()
+        slot = (topic, chosen)
+        guess = self._next_guess.get(slot, -1)
+        counts: Sequence[int]
+        if isinstance(messages, WireBlob):
+            blob, counts, total = stamp_wire(
+                messages,
+                self.max_body,
+                partition=chosen,
+                now_ms=now,
+                client_address=client_address,
+                first=max(0, guess),
+            )
+        elif (wire := self._wire(messages)) is not None:
+            blob = wire.stamp(
+                partition=chosen, now_ms=now, client_address=client_address, first=max(0, guess)
+            )
+            counts = wire.counts
+            total = wire.total
+        else:
+            records = self._encode(messages, app, chosen, now, client_address)  # type: ignore[arg-type]
+            blob = pack_records(records, max(0, guess))
+            counts = [count for _, count in records]
+            total = sum(counts)
+        if rate_limited and policy is not None:
+            await self.gate.admit_produce(policy, total)
+        if info.queue.max_queue_size is not None:  # a bounded topic: the overflow policy
+            [verdict] = await self._append_bounded(info, chosen, [(blob, total)], qos)
+            if not isinstance(verdict, int):
+                return await self._overflowed(info, app, chosen, blob, verdict, now, qos)
+            first_index = verdict
+        else:
+            first_index = await append_blob(
+                self.redis, self.durability, topic, chosen, blob, total, qos, expected_first=guess
+            )
+        end = first_index + total
+        if total == len(counts):
+            indexes = tuple(range(first_index, end))
+        else:
+            indexes, pos = [], first_index
+            for count in counts:
+                indexes.append(pos)
+                pos += count
+        self._next_guess[slot] = end
+        self.counters.record(
+            topic=topic, app=app, broker=self.broker_id, produced=total, produced_bytes=len(blob)
+        )
+        return AppendResult(topic, chosen, first_index, tuple(indexes), total, now)
+
+    async def append_many(
+        self,
+        topic: str,
+        app: str,
+        messages: Sequence[Message],
+        *,
+        partition: int | None = None,
+        qos: QoS = QoS.RECEIVED,
+        client_address: str | None = None,
+    ) -> list[AppendResult | EngineError]:
+        """Append independent messages (a connection's pipelined produces) in order, with
+        one Redis call when all are valid: one entry per message, its AppendResult or the
+        error it alone met — an invalid message, or RateLimited past the permits the
+        producer's rate limit gave (each message costs one, as if sent alone). The gate
+        refuses the whole call for an app without a producer policy or a blacklisted
+        ``client_address``."""
+        if not messages:
+            return []
+        policy = self.gate.producer(topic, app, client_address)
+        admitted = len(messages)
+        if policy.rate_limit:
+            admitted = await self.gate.admit_produce_up_to(policy, len(messages))
+        out: list[AppendResult | EngineError] = []
+        args = {"partition": partition, "qos": qos, "client_address": client_address}
+        info = self.topic(topic)
+        if info.queue.max_queue_size is not None:
+            out = await self._append_many_bounded(info, app, messages[:admitted], **args)
+            if policy.rate_limit:
+                refused = RateLimited(f"producer {policy.name} is over its rate limit")
+                out.extend(refused for _ in messages[admitted:])
+            return out
+        try:
+            stored = await self._append(topic, app, messages[:admitted], **args)
+            out.extend(
+                AppendResult(topic, stored.partition, i, (i,), 1, stored.store_time_ms)
+                for i in stored.indexes
+            )
+        except InvalidMessage:  # find the bad ones: the others are stored one by one
+            for message in messages[:admitted]:
+                try:
+                    out.append(await self._append(topic, app, [message], **args))
+                except InvalidMessage as exc:
+                    out.append(exc)
+        refused = RateLimited(f"producer {policy.name} is over its {policy.rate_limit}/s limit")
+        out.extend(refused for _ in messages[admitted:])
+        return out
+
+    async def _append_bounded(
+        self, info: TopicInfo, partition: int, units: Sequence[tuple[bytes, int]], qos: QoS
+    ) -> list[int | str]:
+        return await append_bounded(
+            self.redis,
+            self.durability,
+            info.code,
+            partition,
+            self._group_ids(info),
+            units,
+            max_size=info.queue.max_queue_size or 0,
+            policy=info.queue.overflow_policy,
+            qos=qos,
+        )
+
+    async def _overflowed(
+        self,
+        info: TopicInfo,
+        app: str,
+        partition: int,
+        blob: bytes,
+        verdict: str,
+        now: int,
+        qos: QoS,
+    ) -> AppendResult:
+        """A message the bound did not let in: refused, dropped or redirected to the DLQ."""
+        if verdict == FULL:
+            raise QueueFull(f"queue {info.code} is full ({info.queue.max_queue_size})")
+        if verdict == REDIRECT:
+            for record in split_blob(blob):
+                await self._to_topic_dlq(
+                    info.code, app, record, reason="QueueOverflow", attempts=0, qos=qos
+                )
+            return AppendResult(info.code, partition, -1, (), 0, now, dead_lettered=True)
+        return AppendResult(info.code, partition, -1, (), 0, now, dropped=True)
+
+    async def _append_many_bounded(
+        self,
+        info: TopicInfo,
+        app: str,
+        messages: Sequence[Message],
+        *,
+        partition: int | None,
+        qos: QoS,
+        client_address: str | None,
+    ) -> list[AppendResult | EngineError]:
+        """:meth:`append_many` on a bounded topic: each message meets the overflow policy
+        in turn, in one script call."""
+        snap = self._catalog()
+        chosen = choose_partition(
+            snap, info, snap.producer(info.code, app), partition=partition, rng=self._rng
+        )
+        now = self.now_ms()
+        results: list[AppendResult | EngineError | None] = [None] * len(messages)
+        units: list[tuple[bytes, int]] = []
+        positions: list[int] = []
+        for pos, message in enumerate(messages):
+            try:
+                units.append(
+                    encode_record(
+                        message,
+                        app=app,
+                        partition=chosen,
+                        now_ms=now,
+                        client_address=client_address,
+                        max_body=self.max_body,
+                    )
+                )
+            except EngineError as exc:
+                results[pos] = exc
+                continue
+            positions.append(pos)
+        verdicts = await self._append_bounded(info, chosen, units, qos) if units else []
+        produced = size = 0
+        for pos, (record, count), verdict in zip(positions, units, verdicts, strict=True):
+            if isinstance(verdict, int):
+                produced, size = produced + count, size + len(record)
+                results[pos] = AppendResult(info.code, chosen, verdict, (verdict,), count, now)
+            else:
+                try:
+                    results[pos] = await self._overflowed(
+                        info, app, chosen, record, verdict, now, qos
+                    )
+                except QueueFull as exc:
+                    results[pos] = exc
+        if produced:
+            self.counters.record(
+                topic=info.code,
+                app=app,
+                broker=self.broker_id,
+                produced=produced,
+                produced_bytes=size,
+            )
+        return [r for r in results if r is not None]
+
+    def check_wire(self, blob: bytes, count: int) -> WireRecords:
+        """Check ``count`` JMQ4 BrokerMessage records filling ``blob`` for :meth:`append` /
+        :meth:`append_to_transaction` (InvalidMessage, MessageTooLarge over ``max_body``)."""
+        return check_wire(blob, count, self.max_body)
+
+    def _wire(self, messages: Sequence[Message | bytes] | WireRecords) -> WireRecords | None:
+        """The messages as checked wire records, or None for a list with Message objects."""
+        if isinstance(messages, WireRecords):
+            return messages
+        if all(isinstance(m, bytes | bytearray | memoryview) for m in messages):
+            return wire_records([bytes(m) for m in messages], self.max_body)  # type: ignore[arg-type]
+        return None
+
+    def _encode(
+        self,
+        messages: Sequence[Message | bytes],
+        app: str,
+        partition: int,
+        now: int,
+        client_address: str | None,
+    ) -> list[tuple[bytes, int]]:
+        out = []
+        encoder = RecordEncoder(
+            app=app,
+            partition=partition,
+            now_ms=now,
+            client_address=client_address,
+            max_body=self.max_body,
+        )
+        for msg in messages:
+            if isinstance(msg, Message):
+                out.append(encoder.encode(msg))
+            else:  # a JMQ4 record among Message objects
+                wire = wire_records([bytes(msg)], self.max_body)
+                stamped = wire.stamp(partition=partition, now_ms=now, client_address=client_address)
+                out.append((stamped, wire.counts[0]))
+        return out
+
+    async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(min index, max index) of a partition; max is the next index to be written."""
+        self._partition(self.topic(topic), partition)
+        return await bounds(self.redis, topic, partition)
+
+    async def read(self, topic: str, partition: int, start: int, count: int = 32) -> list[Delivery]:
+        """Records from ``start`` (at least ``count`` items unless the end comes first).
+
+        ``start == max`` gives an empty list; outside ``[min, max]`` raises IndexOutOfRange.
+        """
+        self._partition(self.topic(topic), partition)
+        return await read_range(self.redis, topic, partition, start, count)
+
+    async def index_at_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """First index stored at or after ``timestamp_ms`` (the max index if none)."""
+        self._partition(self.topic(topic), partition)
+        return await index_at_time(self.redis, topic, partition, timestamp_ms)
+
+    async def trim(self, topic: str) -> dict[int, int]:
+        """Apply the topic's retention to every partition; the new min index of each."""
+        info = self.topic(topic)
+        now = self.now_ms()
+        return {p: await trim_partition(self.redis, info, p, now) for p in range(info.partitions)}
+
+    async def trim_all(self) -> dict[str, dict[int, int]]:
+        """Apply retention to every topic that has a limit."""
+        return {
+            code: await self.trim(code)
+            for code, info in self._catalog().topics.items()
+            if info.retention_max_age_s is not None or info.retention_max_count is not None
+        }

@@ -1,0 +1,439 @@
+"""Pull consumers (JMQ4, HTTP-MQ): fetch under a partition lock, acks and commits, offsets,
+progress, broadcast clients, operator resends, and reads of consumers keeping their own
+position.
+
+A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from brokers.engine import ack as ack_mod
+from brokers.engine import offsets as offsets_mod
+from brokers.engine import overview
+from brokers.engine import resend as resend_mod
+from brokers.engine.ack import contiguous
+from brokers.engine.catalog import (
+    ConsumerPolicyInfo,
+    TopicInfo,
+)
+from brokers.engine.consume import release
+from brokers.engine.errors import (
+    ConsumerClientNotAllowed,
+    ConsumerPaused,
+    IndexOutOfRange,
+    InvalidMessage,
+    RateLimited,
+)
+from brokers.engine.fetch import FetchRequest
+from brokers.engine.keys import RETRY_PARTITION, consumer_id
+from brokers.engine.model import (
+    AckResult,
+    AckStatus,
+    CommitResult,
+    Delivery,
+    FetchResult,
+    FetchStatus,
+    PartitionProgress,
+    RetryType,
+)
+from brokers.engine.overview import GroupLag, TopicRate
+from brokers.engine.read import index_at_time, read_range
+from brokers.engine.retry import RetryStore
+from brokers.engine.sections.base import EngineBase
+from brokers.engine.unbatch import one_by_one
+
+
+class PullSection(EngineBase):
+    """Pull consumers (JMQ4, HTTP-MQ)."""
+
+    async def consume_read(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        start: int,
+        count: int = 32,
+        *,
+        address: str | None = None,
+        messages: bool = False,
+    ) -> list[Delivery]:
+        """:meth:`read` for a consumer of ``app`` that keeps its own position (JMQ4
+        FETCH_PARTITION_MESSAGE, zbus pub/sub): past the gate (no policy or a blacklisted
+        ``address``: refused; paused: ConsumerPaused; over the rate limit: RateLimited,
+        and at most as many records as there are permits). ``messages``: one delivery
+        per message from ``start`` on (batches as their items, bodies inflated: see
+        :mod:`brokers.engine.unbatch`) rather than the records as stored."""
+        policy = self.gate.consumer(topic, app, address)
+        if policy.paused:
+            raise ConsumerPaused(f"consumer {policy.name} is paused")
+        self._partition(self.topic(topic), partition)
+        granted = await self.gate.admit_consume(policy, max(1, count))
+        got = await read_range(self.redis, topic, partition, start, granted)
+        if policy.rate_limit:
+            got = got[:granted]
+            await self.gate.refund_consume(policy, granted - len(got))
+        return one_by_one(got, ((start, 2**63),)) if messages else got
+
+    async def fetch(
+        self,
+        topic: str,
+        app: str,
+        *,
+        count: int = 0,
+        ack_timeout_ms: int = 0,
+        long_poll_ms: int = 0,
+        owner: str = "",
+        client_id: str | None = None,
+        address: str = "",
+        start_position: str | None = None,
+        reported_address: str | None = None,
+    ) -> FetchResult:
+        """Lock a partition and read from its ack index (JMQ4 FETCH_TOPIC_MESSAGE, HTTP-MQ).
+
+        ``count``/``ack_timeout_ms`` ≤ 0 take the policy's batch size / ack timeout.
+        ``owner`` identifies the lock holder (connection or client); ``client_id`` is
+        required for broadcast consumers. ``start_position`` ('earliest' | 'latest')
+        applies to a partition the consumer has no ack index on yet; by default a
+        broadcast client starts at its policy's ``start_position`` (HTTP-MQ §13.3: latest
+        = the end at the client's first access) and a clustering consumer at 'earliest' —
+        its 'latest' is pinned at approval with :meth:`register_consumer`, so nothing
+        produced after approval is skipped.
+
+        ``address`` is the client's address as its connection shows it (what blacklists
+        see); ``reported_address`` is what the client says it is (HTTP-MQ ``clientIp``),
+        recorded as the partition's last client instead of ``address``.
+
+        The gate checks ``app``'s consumer policy: none → ConsumerNotFound; a
+        blacklisted ``address`` → BLACKLISTED, paused → PAUSED, over its rate limit →
+        RATE_LIMITED (none of them reads or locks). A fetch costs one permit of the
+        rate limit and every message it returns one more (http-mq.md §11).
+        """
+        info = self.topic(topic)
+        try:
+            policy = self.gate.consumer(topic, app, address)
+        except ConsumerClientNotAllowed:
+            return FetchResult(FetchStatus.BLACKLISTED, topic)
+        self._broadcast(info, policy, client_id)
+        if policy.paused:
+            return FetchResult(FetchStatus.PAUSED, topic)
+        try:
+            await self.gate.admit_fetch(policy)
+        except RateLimited as exc:
+            return FetchResult(
+                FetchStatus.RATE_LIMITED, topic, retry_after_ms=self.now_ms() + exc.retry_after_ms
+            )
+        result = await self._fetch(
+            info,
+            policy,
+            count if count > 0 else policy.batch_size,
+            ack_timeout_ms,
+            long_poll_ms,
+            owner,
+            client_id,
+            reported_address or address,
+            start_position,
+        )
+        await self.gate.charge_consume(policy, sum(d.count for d in result.messages))
+        return result
+
+    async def _fetch(
+        self,
+        info: TopicInfo,
+        policy: ConsumerPolicyInfo,
+        count: int,
+        ack_timeout_ms: int,
+        long_poll_ms: int,
+        owner: str,
+        client_id: str | None,
+        address: str,
+        start_position: str | None,
+    ) -> FetchResult:
+        topic, app = info.code, policy.app
+        if client_id:
+            await offsets_mod.seen_client(self.redis, topic, app, client_id, self.now_ms())
+        req = FetchRequest(
+            topic=info,
+            app=app,
+            policy=policy,
+            partitions=self.readable_partitions(info),
+            count=count,
+            ack_timeout_ms=ack_timeout_ms if ack_timeout_ms > 0 else policy.ack_timeout_ms,
+            owner=owner,
+            client_id=client_id,
+            address=address,
+            sequential=info.type == "sequential" or policy.sequential,
+            init=start_position or (policy.start_position if client_id else "earliest"),
+        )
+        result = await self._fetcher.fetch(req, long_poll_ms)
+        if result.found:
+            self.counters.record(
+                topic=topic,
+                app=app,
+                broker=self.broker_id,
+                consumed=sum(d.count for d in result.messages),
+                consumed_bytes=sum(len(d.record) for d in result.messages),
+            )
+        return result
+
+    async def ack(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        indexes: Sequence[int],
+        *,
+        retry_type: RetryType = RetryType.NONE,
+        owner: str = "",
+        token: int | None = None,
+        client_id: str | None = None,
+        reason: str | None = None,
+    ) -> AckResult:
+        """JMQ4 COMMIT_ACK of a contiguous run of indexes on one partition.
+
+        Partition 32767 acks retry ids. A ``retry_type`` other than NONE copies the
+        messages to the retry store and still acks (a sequential topic, or a policy with
+        retry off and no force-ack, only releases the lock: the run is delivered again).
+        """
+        info = self.topic(topic)
+        policy = self._consumer(topic, app)
+        self._broadcast(info, policy, client_id)
+        start, end = contiguous(indexes)
+        now = self.now_ms()
+        if partition == RETRY_PARTITION:
+            return await self._ack_retries(topic, app, policy, start, end, retry_type, now, reason)
+        self._partition(info, partition)
+        cid = consumer_id(app, client_id)
+        retry_ids: tuple[int, ...] = ()
+        if retry_type is not RetryType.NONE:
+            sequential = info.type == "sequential" or policy.sequential
+            if sequential or not (policy.retry or self.force_ack):
+                await release(self.redis, topic, partition, cid, token, owner)
+                ack = await offsets_mod.ack_index(self.redis, topic, partition, cid)
+                return AckResult(AckStatus.REDELIVER, ack)
+            if policy.retry:
+                retry_ids = await self._copy_to_retry(
+                    topic, app, partition, start, end, now, reason or retry_type.name
+                )
+        status, ack = await ack_mod.ack_range(
+            self.redis, topic, partition, cid, start, end, owner=owner, token=token, now_ms=now
+        )
+        return AckResult(status, ack, retry_ids)
+
+    async def _copy_to_retry(
+        self, topic: str, app: str, partition: int, start: int, end: int, now: int, reason: str
+    ) -> tuple[int, ...]:
+        try:
+            records = await read_range(self.redis, topic, partition, start, end - start)
+        except IndexOutOfRange:
+            return ()
+        items = [(partition, d.index, d.count, d.record) for d in records if d.index < end]
+        if not items:
+            return ()
+        store = RetryStore(self.redis, topic, app)
+        ids = await store.add(
+            items, now_ms=now, due_ms=now + self.retry_policy.base_ms, reason=reason
+        )
+        return tuple(ids)
+
+    async def _ack_retries(
+        self,
+        topic: str,
+        app: str,
+        policy: ConsumerPolicyInfo,
+        start: int,
+        end: int,
+        retry_type: RetryType,
+        now: int,
+        reason: str | None,
+    ) -> AckResult:
+        store = RetryStore(self.redis, topic, app)
+        ids = list(range(start, min(end, start + 10_000)))
+        ok = retry_type is RetryType.NONE
+        done, dead = await store.settle(
+            ids,
+            ok=ok,
+            now_ms=now,
+            policy=self._retry_for(policy),
+            reason=reason or "MaxRetriesExceeded",
+        )
+        status = AckStatus.OK if done else AckStatus.ALREADY
+        return AckResult(status, end, dead_lettered=dead)
+
+    async def commit(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        *,
+        offset: int,
+        next_offset: int,
+        lock_time: int,
+        force: bool = False,
+        client_id: str | None = None,
+    ) -> CommitResult:
+        """HTTP-MQ acknowledgement of a requestId (http-mq.md §7); releases the lock."""
+        info = self.topic(topic)
+        policy = self._consumer(topic, app)
+        self._broadcast(info, policy, client_id)
+        self._partition(info, partition)
+        if offset < 0 or (next_offset < offset and not force):
+            raise InvalidMessage(f"ack illegal {partition}:{offset},{next_offset}")
+        status, cmt, lt, expired, anomaly = await ack_mod.commit(
+            self.redis,
+            topic,
+            partition,
+            consumer_id(app, client_id),
+            offset=offset,
+            next_offset=next_offset,
+            lock_time=lock_time,
+            force=force,
+            now_ms=self.now_ms(),
+        )
+        return CommitResult(status, cmt, lt, expired, anomaly)
+
+    async def unlock(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        *,
+        token: int | None = None,
+        client_id: str | None = None,
+    ) -> bool:
+        """Release a partition lock without committing (only if ``token`` still holds it)."""
+        info = self.topic(topic)
+        self._partition(info, partition)
+        return await release(self.redis, topic, partition, consumer_id(app, client_id), token)
+
+    async def reset_offsets(
+        self,
+        topic: str,
+        app: str,
+        *,
+        position: str | int | None = None,
+        timestamp_ms: int | None = None,
+        partition: int | None = None,
+        client_id: str | None = None,
+    ) -> dict[int, int]:
+        """Set the ack index: ``position`` 'earliest' | 'latest' | an index, or the first
+        message stored at/after ``timestamp_ms``; one partition or all. For a broadcast
+        consumer without ``client_id`` every registered client is reset. Returns the new
+        ack index per partition (of the last client reset)."""
+        info = self.topic(topic)
+        policy = self._consumer(topic, app)
+        parts = range(info.partitions) if partition is None else [partition]
+        for p in parts:
+            self._partition(info, p)
+        if (position is None) == (timestamp_ms is None):
+            raise InvalidMessage("give exactly one of position and timestamp_ms")
+        broadcast = policy.broadcast or info.type == "broadcast"
+        clients: list[str | None] = [client_id]
+        if broadcast and client_id is None:
+            clients = list(await self.broadcast_clients(topic, app, active_within_ms=None))
+        result: dict[int, int] = {}
+        for cid_client in clients:
+            cid = consumer_id(app, cid_client)
+            for p in parts:
+                target: int | str = (
+                    position
+                    if position is not None
+                    else await index_at_time(
+                        self.redis,
+                        topic,
+                        p,
+                        timestamp_ms,  # type: ignore[arg-type]
+                    )
+                )
+                result[p] = await offsets_mod.set_ack(self.redis, topic, p, cid, target)
+        return result
+
+    async def register_consumer(
+        self, topic: str, app: str, *, start: str = "latest", client_id: str | None = None
+    ) -> dict[int, int]:
+        """Pin the start position of a new consumer (HTTP-MQ §13.3): partitions without an
+        ack index get the current end ('latest') or the first retained index."""
+        info = self.topic(topic)
+        self._consumer(topic, app)
+        cid = consumer_id(app, client_id)
+        return {
+            p: await offsets_mod.set_ack(self.redis, topic, p, cid, start, only_if_missing=True)
+            for p in range(info.partitions)
+        }
+
+    async def progress(
+        self,
+        topic: str,
+        app: str,
+        *,
+        client_id: str | None = None,
+        partitions: Sequence[int] | None = None,
+    ) -> list[PartitionProgress]:
+        """Per partition (all, or ``partitions``): min, max, ack index, lag, lock owner and
+        expiry, last access and address."""
+        info = self.topic(topic)
+        parts = range(info.partitions) if partitions is None else partitions
+        for p in parts:
+            self._partition(info, p)
+        return await offsets_mod.progress(
+            self.redis, topic, parts, consumer_id(app, client_id), self.now_ms()
+        )
+
+    async def group_lags(
+        self, groups: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], GroupLag]:
+        """Lag and oldest unacked message of many consumer groups ``(topic, app)`` — what
+        :meth:`progress` sums for one — in two round trips whatever their number; groups
+        of topics not in the catalog are left out."""
+        refs = [
+            overview.GroupRef(topic, app, info.partitions)
+            for topic, app in groups
+            if (info := self.catalog.topics.get(topic)) is not None
+        ]
+        return {(r.topic, r.app): r for r in await overview.group_lags(self.redis, refs)}
+
+    async def produce_rates(
+        self, topics: Sequence[str], *, minutes: int = 5
+    ) -> dict[str, TopicRate]:
+        """Messages produced to each topic in the last ``minutes`` whole minutes (one
+        pipelined round trip for all of them)."""
+        await self.counters.flush()
+        rates = await overview.produce_rates(
+            self.redis, list(topics), minutes=minutes, now_ms=self.now_ms()
+        )
+        return {r.topic: r for r in rates}
+
+    async def broadcast_clients(
+        self, topic: str, app: str, *, active_within_ms: int | None = 600_000
+    ) -> list[str]:
+        """Registered broadcast clientIds (seen within ``active_within_ms``; None = all)."""
+        since = None if active_within_ms is None else self.now_ms() - active_within_ms
+        return await offsets_mod.clients(self.redis, topic, app, since)
+
+    async def add_resend(
+        self,
+        topic: str,
+        app: str,
+        entries: Sequence[tuple[int, int]],
+        *,
+        client_id: str | None = None,
+    ) -> int:
+        """Queue (partition, index) messages to be handed once to the consumer (HTTP-MQ
+        ``retryMsgId``); a broadcast consumer without ``client_id`` queues them for every
+        registered client."""
+        info = self.topic(topic)
+        policy = self._consumer(topic, app)
+        for p, _ in entries:
+            self._partition(info, p)
+        clients: list[str | None] = [client_id]
+        if (policy.broadcast or info.type == "broadcast") and client_id is None:
+            clients = list(await self.broadcast_clients(topic, app))
+        return await resend_mod.add(self.redis, topic, app, entries, clients)
+
+    async def take_resends(
+        self, topic: str, app: str, *, client_id: str | None = None, limit: int = 32
+    ) -> list[Delivery]:
+        """Pop queued resends (each is returned exactly once, cluster-wide)."""
+        self.topic(topic)
+        return await resend_mod.take(self.redis, topic, app, client_id, limit)

@@ -1,0 +1,76 @@
+"""Retries and dead letters of a consumer group: listing, resending, skipping, purging.
+
+A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from brokers.engine.ack import contiguous
+from brokers.engine.model import (
+    RetryRecord,
+)
+from brokers.engine.retry import RetryStore
+from brokers.engine.sections.base import EngineBase
+
+
+class RetrySection(EngineBase):
+    """Retries and dead letters of a consumer group."""
+
+    def retry_store(self, topic: str, app: str) -> RetryStore:
+        self.topic(topic)
+        return RetryStore(self.redis, topic, app)
+
+    async def retry(
+        self, topic: str, app: str, partition: int, indexes: Sequence[int], *, reason: str = "Retry"
+    ) -> tuple[int, ...]:
+        """Copy stored messages into the consumer group's retry store (no ack)."""
+        info = self.topic(topic)
+        self._partition(info, partition)
+        start, end = contiguous(indexes)
+        return await self._copy_to_retry(topic, app, partition, start, end, self.now_ms(), reason)
+
+    async def retries(
+        self, topic: str, app: str, offset: int = 0, limit: int = 100
+    ) -> list[RetryRecord]:
+        return await self.retry_store(topic, app).list_retries(offset, limit)
+
+    async def dead_letters(
+        self, topic: str, app: str, offset: int = 0, limit: int = 100
+    ) -> list[RetryRecord]:
+        return await self.retry_store(topic, app).list_dead_letters(offset, limit)
+
+    async def retry_counts(self, topic: str, app: str) -> tuple[int, int]:
+        """(messages waiting for a retry, dead letters)."""
+        return await self.retry_store(topic, app).counts()
+
+    async def resend_dead_letters(self, topic: str, app: str, ids: Sequence[int] = ()) -> int:
+        """Dead letters (all if ``ids`` is empty) back to the retry store, due now."""
+        return await self.retry_store(topic, app).resend_dead_letters(ids, now_ms=self.now_ms())
+
+    async def skip_dead_letters(self, topic: str, app: str, ids: Sequence[int]) -> int:
+        """Delete the chosen dead letters."""
+        if not ids:
+            return 0
+        return await self.retry_store(topic, app).remove("dlq", ids)
+
+    async def purge_dead_letters(
+        self, topic: str, app: str, *, before_ms: int | None = None
+    ) -> int:
+        """Delete every dead letter (or those dead-lettered before ``before_ms``)."""
+        return await self.retry_store(topic, app).remove("dlq", before_ms=before_ms)
+
+    async def resend_retries(self, topic: str, app: str, ids: Sequence[int] = ()) -> int:
+        """Make retries (all if ``ids`` is empty) due now."""
+        return await self.retry_store(topic, app).retry_now(ids, now_ms=self.now_ms())
+
+    async def skip_retries(self, topic: str, app: str, ids: Sequence[int]) -> int:
+        """Delete the chosen retries (treated as consumed)."""
+        if not ids:
+            return 0
+        return await self.retry_store(topic, app).remove("retry", ids)
+
+    async def purge_retries(self, topic: str, app: str) -> int:
+        """Delete every retry of the consumer group."""
+        return await self.retry_store(topic, app).remove("retry")

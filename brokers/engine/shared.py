@@ -1,0 +1,244 @@
+"""Leasing to competing and streaming consumers of a group, across a topic's partitions.
+
+The engine facade's section for push consumers (zbus MQ sessions, VibeMQ subscribers):
+it picks the partitions this broker serves, leases one batch with :mod:`.groups` (one
+script call per partition tried), and handles what a lease hands back besides live
+messages — records past their TTL and ranges out of attempts — by dead-lettering them:
+to the topic's dead-letter queue ``<topic>.dlq`` when the topic has one, else TTL-expired
+records are counted dropped and dead ones go to the group's dead-letter queue (the retry
+store's, listed and resent from the console). Nothing leaves silently.
+
+Settling, releasing and failing take the deliveries' indexes per partition and cost one
+script call per partition, whatever the number of messages.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from brokers.engine import groups
+from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
+from brokers.engine.errors import IndexOutOfRange
+from brokers.engine.groups import EMPTY, FOUND, LOCKED, GroupLease, LeaseArgs, runs_of
+from brokers.engine.keys import consumer_id
+from brokers.engine.model import Delivery
+from brokers.engine.read import read_range
+from brokers.engine.redisio import AnyRedis
+from brokers.engine.retry import RetryStore
+from brokers.engine.unbatch import one_by_one
+
+FAN_OUT = ("FanOutWithAck", "FanOutWithoutAck")
+"""Delivery modes whose subscribers are broadcast members of their group."""
+
+DeadLetter = Callable[[str, str, Delivery, str, int], Awaitable[bool]]
+"""``(topic, app, delivery, reason, attempts)`` → True when copied to the topic's DLQ."""
+
+
+@dataclass(slots=True)
+class Lease:
+    """One lease: live deliveries of one partition (empty when nothing was servable).
+
+    ``retry_after_ms`` (wall clock) says when a locked, delayed or backed-off range may
+    be servable again, if known.
+    """
+
+    topic: str
+    app: str
+    partition: int = -1
+    deliveries: list[Delivery] = field(default_factory=list)
+    retry_after_ms: int | None = None
+
+    @property
+    def found(self) -> bool:
+        return bool(self.deliveries)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRetry:
+    """Backoff of failed and expired deliveries: ``base_ms`` · 2^(attempt−1), capped."""
+
+    base_ms: int = 2_000
+    cap_ms: int = 120_000
+
+
+class SharedDelivery:
+    """Leases, settles, releases and fails for consumer groups (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: AnyRedis,
+        now_ms: Callable[[], int],
+        dead_letter: DeadLetter,
+        retry: QueueRetry,
+    ) -> None:
+        self._client = client
+        self._now_ms = now_ms
+        self._dead_letter = dead_letter
+        self.retry = retry
+        self._rotation: dict[tuple[str, str], itertools.count] = defaultdict(itertools.count)
+
+    def args(
+        self, topic: TopicInfo, policy: ConsumerPolicyInfo, lease_ms: int, init: str
+    ) -> LeaseArgs:
+        """How ``policy``'s group leases ``topic``."""
+        delay = policy.delay_ms
+        return LeaseArgs(
+            lease_ms=lease_ms,
+            init=init,
+            member=topic.queue.delivery_mode in FAN_OUT,
+            max_store_ms=self._now_ms() - delay if delay > 0 else None,
+            max_retry=topic.queue.max_retry_attempts,
+            ttl_ms=topic.queue.message_ttl_ms,
+            backoff_base_ms=self.retry.base_ms,
+            backoff_cap_ms=self.retry.cap_ms,
+        )
+
+    async def lease(
+        self,
+        topic: TopicInfo,
+        policy: ConsumerPolicyInfo,
+        partitions: Sequence[int],
+        *,
+        count: int,
+        owner: str,
+        address: str,
+        client_id: str | None,
+        args: LeaseArgs,
+    ) -> Lease:
+        """Lease up to ``count`` messages from the first of ``partitions`` (rotated per
+        consumer so equal partitions are served in turn) that has some."""
+        cid = consumer_id(policy.app, client_id)
+        result = Lease(topic.code, policy.app)
+        if not partitions:
+            return result
+        turn = next(self._rotation[(topic.code, cid)]) % len(partitions)
+        hints: list[int] = []
+        now = self._now_ms()
+        for p in (*partitions[turn:], *partitions[:turn]):
+            got = await groups.lease(
+                self._client,
+                topic.code,
+                p,
+                cid,
+                now_ms=now,
+                want=count,
+                owner=owner,
+                address=address,
+                args=args,
+            )
+            await self._aftermath(topic, policy, cid, got)
+            if got.status == FOUND:
+                result.partition = p
+                result.deliveries = one_by_one(got.deliveries, got.runs)
+                return result
+            if got.status in (LOCKED, EMPTY) and got.hint_ms:
+                hints.append(got.hint_ms)
+        result.retry_after_ms = min(hints) if hints else None
+        return result
+
+    async def _aftermath(
+        self, topic: TopicInfo, policy: ConsumerPolicyInfo, cid: str, got: GroupLease
+    ) -> None:
+        """Dead-letter what the lease found expired (TTL) or out of attempts."""
+        for d in got.expired:
+            copied = await self._dead_letter(topic.code, policy.app, d, "MessageExpired", 0)
+            if not copied:
+                await groups.count_dropped(self._client, topic.code, d.partition, d.count)
+        for start in got.dead:
+            runs = await groups.dead_runs(self._client, topic.code, got.partition, cid, start)
+            for first, end in runs:
+                for d in await _records(self._client, topic.code, got.partition, first, end):
+                    copied = await self._dead_letter(
+                        topic.code,
+                        policy.app,
+                        d,
+                        "MaxRetriesExceeded",
+                        topic.queue.max_retry_attempts + 1,
+                    )
+                    if not copied:
+                        await RetryStore(self._client, topic.code, policy.app).dead_letter(
+                            [(d.partition, d.index, d.count, d.record)],
+                            now_ms=self._now_ms(),
+                            reason="MaxRetriesExceeded",
+                            attempts=topic.queue.max_retry_attempts + 1,
+                        )
+            await groups.settle(
+                self._client,
+                topic.code,
+                got.partition,
+                cid,
+                runs,
+                mode="drop",
+                now_ms=self._now_ms(),
+            )
+
+    async def settle(
+        self,
+        topic: TopicInfo,
+        policy: ConsumerPolicyInfo,
+        partition: int,
+        indexes: Sequence[int],
+        *,
+        mode: str,
+        client_id: str | None,
+    ) -> int:
+        """``ack`` / ``release`` / ``fail`` the deliveries at ``indexes``; how many
+        indexes changed. Failures past the attempt limit are dead-lettered at once."""
+        cid = consumer_id(policy.app, client_id)
+        args = LeaseArgs(
+            lease_ms=0,
+            max_retry=topic.queue.max_retry_attempts,
+            backoff_base_ms=self.retry.base_ms,
+            backoff_cap_ms=self.retry.cap_ms,
+        )
+        _, changed, dead = await groups.settle(
+            self._client,
+            topic.code,
+            partition,
+            cid,
+            runs_of(indexes),
+            mode=mode,
+            now_ms=self._now_ms(),
+            args=args,
+        )
+        if dead:
+            await self._aftermath(topic, policy, cid, GroupLease(EMPTY, partition, dead=dead))
+        return changed
+
+    async def release_owner(
+        self,
+        topic: TopicInfo,
+        app: str,
+        partitions: Sequence[int],
+        owner: str,
+        client_id: str | None,
+    ) -> int:
+        """Everything ``owner`` leased on ``partitions`` is due again at once."""
+        cid = consumer_id(app, client_id)
+        now = self._now_ms()
+        n = 0
+        for p in partitions:
+            n += await groups.release_owner(self._client, topic.code, p, cid, owner, now_ms=now)
+        return n
+
+
+async def _records(
+    client: AnyRedis, topic: str, partition: int, first: int, end: int
+) -> list[Delivery]:
+    """The records of ``[first, end)`` still stored (retention may have taken some)."""
+    out: list[Delivery] = []
+    pos = first
+    while pos < end:
+        try:
+            got = await read_range(client, topic, partition, pos, end - pos)
+        except IndexOutOfRange:  # below the partition's min: trimmed by retention
+            return out
+        got = [d for d in got if d.index < end and d.end > pos]
+        if not got:
+            return out
+        out += got
+        pos = got[-1].end
+    return out

@@ -1,0 +1,197 @@
+"""Queue features as consumer-group features: FIFO leases, retry with backoff and the
+dead-letter queue, release, TTL at lease time, max size and overflow on the backlog —
+whatever protocol produced, and the same numbers for every consumer."""
+
+from __future__ import annotations
+
+import pytest
+
+from brokers.engine import AppendResult, Message, QueueFull, QueueRetry, QueueSettings
+from tests.engine.conftest import snapshot
+
+
+def queue_snap(**settings) -> object:
+    return snapshot(topics={"q": {"partitions": 1, "queue": QueueSettings(**settings)}})
+
+
+async def take(engine, topic: str = "q", count: int = 10, **kw) -> list:
+    kw.setdefault("owner", "t")
+    return (await engine.lease(topic, "a", count=count, **kw)).deliveries
+
+
+async def publish(engine, body: bytes, topic: str = "q", **kw):
+    [result] = await engine.append_many(topic, "a", [Message(body, **kw)])
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+async def test_fifo_across_protocol_produce_paths(make_engine):
+    engine = make_engine(queue_snap())
+    await publish(engine, b"1")
+    await engine.append("q", "a", [Message(b"2"), Message(b"3")])  # an atomic batch
+    await publish(engine, b"4")
+    assert [d.message.body for d in await take(engine)] == [b"1", b"2", b"3", b"4"]
+    assert all(d.attempts == 1 and not d.redelivered for d in await take(engine)) is True
+
+
+async def test_ack_timeout_retries_with_backoff_then_dlq(make_engine, clock):
+    engine = make_engine(queue_snap(max_retry_attempts=2, dead_letter_enabled=True))
+    await publish(engine, b"job", attributes={"k": "v"})
+    [d] = await take(engine, lease_ms=30_000)
+    assert await take(engine) == []  # in flight
+    assert (await engine.group_stats("q", "a")).in_flight == 1
+    clock.advance(31)
+    assert await take(engine) == []  # failed attempt 1: retry in 2 s
+    assert (await engine.group_stats("q", "a")).retrying == 1
+    clock.advance(2)
+    [d2] = await take(engine, lease_ms=1000)
+    assert (d2.index, d2.attempts, d2.redelivered) == (d.index, 2, True)
+    assert await engine.fail("q", "a", 0, [d2.index]) == 1  # attempt 2 failed: retry in 4 s
+    clock.advance(3.9)
+    assert await take(engine) == []
+    clock.advance(0.2)
+    [d3] = await take(engine)
+    assert d3.attempts == 3
+    await engine.fail("q", "a", 0, [d3.index])  # past max_retry_attempts: dead-lettered
+    stats = await engine.group_stats("q", "a")
+    assert (stats.backlog, stats.in_flight, stats.retrying) == (0, 0, 0)
+    [dead] = await take(engine, "q.dlq")
+    msg = dead.message
+    assert msg.body == b"job" and msg.attributes["k"] == "v"
+    assert msg.attributes["deadLetterReason"] == "MaxRetriesExceeded"
+    assert (msg.attributes["originalQueue"], msg.attributes["deliveryAttempts"]) == ("q", "3")
+
+
+async def test_without_a_dlq_dead_messages_wait_in_the_groups_dead_letters(make_engine, clock):
+    engine = make_engine(queue_snap(max_retry_attempts=0))
+    await publish(engine, b"job")
+    [d] = await take(engine)
+    await engine.fail("q", "a", 0, [d.index])
+    assert await take(engine) == []
+    [dead] = await engine.dead_letters("q", "a")
+    assert dead.message.body == b"job" and dead.reason == "MaxRetriesExceeded"
+
+
+async def test_ack_settles_and_release_requeues_at_the_head(make_engine):
+    engine = make_engine(queue_snap())
+    for i in range(3):
+        await publish(engine, b"%d" % i)
+    a, b = await take(engine, count=2)
+    assert await engine.settle("q", "a", 0, [a.index]) == 1
+    assert await engine.settle("q", "a", 0, [a.index]) == 0  # already settled: ignored
+    assert await engine.release("q", "a", 0, [b.index]) == 1
+    again = await take(engine, count=5)
+    assert [(d.index, d.attempts, d.redelivered) for d in again] == [(b.index, 1, True)]
+    assert [(d.index, d.redelivered) for d in await take(engine, count=5)] == [(2, False)]
+
+
+async def test_a_closed_connection_returns_what_it_held(make_engine):
+    engine = make_engine(queue_snap())
+    for i in range(4):
+        await publish(engine, b"%d" % i)
+    await take(engine, count=2, owner="conn-1")
+    await take(engine, count=1, owner="conn-2")
+    assert await engine.release_owner("q", "a", "conn-1") == 1
+    got = await take(engine, count=5, owner="conn-3")
+    assert [d.message.body for d in got] == [b"0", b"1"] and all(d.redelivered for d in got)
+
+
+async def test_ttl_is_checked_when_a_batch_is_leased(make_engine, clock):
+    engine = make_engine(queue_snap(message_ttl_ms=1000, dead_letter_enabled=True))
+    await publish(engine, b"old")
+    clock.advance(0.5)
+    await publish(engine, b"fresh")
+    clock.advance(0.6)
+    assert [d.message.body for d in await take(engine)] == [b"fresh"]
+    [dead] = await take(engine, "q.dlq")
+    assert dead.message.attributes["deadLetterReason"] == "MessageExpired"
+    dropping = make_engine(
+        snapshot(topics={"z": {"partitions": 1, "queue": QueueSettings(message_ttl_ms=10)}})
+    )
+    await publish(dropping, b"x", topic="z")
+    clock.advance(1)
+    assert await take(dropping, "z") == []
+    assert (await dropping.queue_stats("z")).dropped == 1  # counted, not silent
+
+
+@pytest.mark.parametrize("policy", ["DropOldest", "DropNewest", "BlockPublisher", "RedirectToDlq"])
+async def test_overflow_policies_on_the_backlog(make_engine, policy):
+    engine = make_engine(
+        queue_snap(max_queue_size=2, overflow_policy=policy, dead_letter_enabled=True)
+    )
+    for body in (b"1", b"2"):
+        await publish(engine, body)
+    if policy == "BlockPublisher":
+        with pytest.raises(QueueFull):
+            await publish(engine, b"3")
+        expected = [b"1", b"2"]
+    else:
+        res = await publish(engine, b"3")
+        assert res.dropped == (policy == "DropNewest")
+        assert res.dead_lettered == (policy == "RedirectToDlq")
+        expected = [b"2", b"3"] if policy == "DropOldest" else [b"1", b"2"]
+    got = await take(engine, count=5)
+    assert [d.message.body for d in got] == expected
+    stats = await engine.queue_stats("q")
+    assert stats.dropped == (1 if policy in ("DropOldest", "DropNewest") else 0)
+    if policy == "RedirectToDlq":
+        [dlq] = await take(engine, "q.dlq")
+        assert dlq.message.attributes["deadLetterReason"] == "QueueOverflow"
+
+
+async def test_the_bound_counts_what_any_consumer_settled(make_engine):
+    """Acked over one protocol, the backlog shrinks for every other (the issue's case: a
+    queue of 2 under BlockPublisher, both acked by an HTTP-MQ-style fetch + ack)."""
+    engine = make_engine(queue_snap(max_queue_size=2, overflow_policy="BlockPublisher"))
+    await publish(engine, b"1")
+    await engine.append("q", "a", [Message(b"2")])  # the JMQ4 / HTTP-MQ produce path
+    with pytest.raises(QueueFull):
+        await engine.append("q", "a", [Message(b"3")])
+    fetched = await engine.fetch("q", "a")  # pull consumer: lock, read, ack
+    await engine.ack("q", "a", fetched.partition, range(fetched.start, fetched.end))
+    assert (await engine.queue_stats("q")).backlog == 0
+    assert isinstance(await publish(engine, b"3"), AppendResult)
+    assert [d.message.body for d in await take(engine)] == [b"3"]  # nothing delivered twice
+
+
+async def test_retry_backoff_is_configurable(make_engine, clock):
+    engine = make_engine(queue_snap(), queue_retry=QueueRetry(100, 150))
+    await publish(engine, b"x")
+    [d] = await take(engine, lease_ms=1000)
+    await engine.fail("q", "a", 0, [d.index])
+    clock.advance(0.099)
+    assert await take(engine) == []
+    clock.advance(0.002)
+    [again] = await take(engine, lease_ms=1000)
+    assert again.attempts == 2
+    await engine.fail("q", "a", 0, [again.index])
+    clock.advance(0.151)  # 100 ms · 2 capped at 150 ms
+    assert [d.attempts for d in await take(engine)] == [3]
+
+
+async def test_purge(make_engine):
+    engine = make_engine(queue_snap())
+    await publish(engine, b"1")
+    await publish(engine, b"2")
+    await take(engine, count=1)
+    await engine.purge("q")
+    assert (await engine.queue_stats("q")).backlog == 0
+    assert await take(engine) == []
+    assert await engine.bounds("q", 0) == (2, 2)
+
+
+async def test_broadcast_members_each_get_every_message(make_engine):
+    engine = make_engine(queue_snap(delivery_mode="FanOutWithAck"))
+    await publish(engine, b"before")
+    first = await take(engine, client_id="x", start="latest")
+    assert first == []  # a member starts where it joined
+    await take(engine, client_id="y", start="latest")
+    await publish(engine, b"m1")
+    x = await take(engine, client_id="x")
+    y = await take(engine, client_id="y")
+    assert [d.message.body for d in x] == [b"m1"] == [d.message.body for d in y]
+    await engine.settle("q", "a", 0, [x[0].index], client_id="x")
+    assert await take(engine, client_id="x") == []
+    await engine.release("q", "a", 0, [y[0].index], client_id="y")
+    assert [d.redelivered for d in await take(engine, client_id="y")] == [True]
