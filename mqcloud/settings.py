@@ -173,6 +173,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Broker and BrokerUpdate both carry the broker status: one enum, one name.
+    "ENUM_NAME_OVERRIDES": {"BrokerStatusEnum": "brokers.models.Broker.Status"},
     # Swagger UI assets are served from this deployment, never from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -15,6 +15,7 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from mqcloud.api.fields import StrictCharField, StrictModelSerializer
 from mqcloud.api.query import IdFilter, StrictFilterSet
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.approvals import kinds, services
@@ -41,7 +42,7 @@ PAYLOAD_EXAMPLES = [
 ]
 
 
-class ApplicationSerializer(serializers.ModelSerializer):
+class ApplicationSerializer(StrictModelSerializer):
     applicant = serializers.SlugRelatedField(slug_field="username", read_only=True)
     decided_by = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True
@@ -88,7 +89,7 @@ class ApplicationSerializer(serializers.ModelSerializer):
 
 
 class RejectSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000)
+    reason = StrictCharField(max_length=2000)
 
 
 def _workflow(call) -> Response:
@@ -216,7 +217,7 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
         return queryset.filter(Q(team__in=user_teams(user)) | Q(actor=user))
 
 
-class NotificationSerializer(serializers.ModelSerializer):
+class NotificationSerializer(StrictModelSerializer):
     class Meta:
         model = Notification
         fields = ["id", "message", "application", "read", "created_at"]
@@ -257,7 +258,7 @@ class IsPlatformAdmin(permissions.BasePermission):
         return request.method in permissions.SAFE_METHODS or is_platform_admin(request.user)
 
 
-class ApprovalSettingsSerializer(serializers.ModelSerializer):
+class ApprovalSettingsSerializer(StrictModelSerializer):
     auto_approve = serializers.ListField(
         child=serializers.ChoiceField(choices=Kind.choices), allow_empty=True
     )

@@ -22,17 +22,13 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from brokers.models import ConsumerPolicy
+from mqcloud.api.errors import EngineUnavailableError
+from mqcloud.api.fields import StrictIntegerField
 from mqcloud.api.query import validated_query
 from mqcloud.approvals.services import record
 from mqcloud.console import access, engine_calls, lag
 
 MAX_PAGE = 500
-
-
-class EngineUnavailableError(exceptions.APIException):
-    status_code = 503
-    default_detail = "The message store did not answer."
-    default_code = "engine_unavailable"
 
 
 class ConsumerRefSerializer(serializers.ModelSerializer):
@@ -113,7 +109,7 @@ class RetryRowSerializer(serializers.Serializer):
 
 class IdsSerializer(serializers.Serializer):
     ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=0), min_length=1, max_length=10_000
+        child=StrictIntegerField(min_value=0), min_length=1, max_length=10_000
     )
 
 
