@@ -167,8 +167,11 @@ SPECTACULAR_SETTINGS = {
         " (`/tokens/`: named, optionally read-only and expiring, shown once), or with"
         " `POST /api/v1/api-tokens/` once you have one; for bootstrap without a console,"
         " `python manage.py issueapitoken <username>`. A console session works too.\n\n"
-        "**Errors** share one JSON body, `ApiError`: `{error, message, fields}`. No string"
-        " may contain the NUL character."
+        "**Errors** share one JSON body, `ApiError`: `{error, message, fields}`. A body"
+        " naming an object that does not exist is 400 with the field; a name, code or id"
+        " another object already holds is 409. Fields fixed at creation are read-only on"
+        " updates. Request bodies are JSON, and each value must have its declared type."
+        " No string may contain the NUL character."
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,

@@ -1,12 +1,28 @@
 """schemathesis against a live web process: the schema is what the API does.
 
 ``st run --checks all`` against a daphne serving the session's database with DEBUG off,
-once as a team member and once as a platform admin; both must find 0 failures. The admin
-run has every phase (examples, coverage, fuzzing, stateful); the member run skips the
-coverage phase, the slowest (about three minutes here) and the least role-dependent, to
-keep the pair near five minutes. The token comes from ``schemathesis_auth.py``, which
-signs in and creates a new one whenever the run has revoked its own. Anonymous calls to
-every operation of the schema must answer 401 with the JSON error body.
+once as a team member and once as a platform admin; both must find 0 failures, and the
+test fails otherwise (it is the suite's gate on the schema telling the truth).
+
+Settings are in ``schemathesis.toml`` at the repository root: every check for every
+operation, except that the few operations whose requests name other objects (a team, an
+app, a topic's partition …) or an expiry may answer a schema-valid request with 400,
+because the schema cannot express "exists" or "in the future"; the file says which and
+why.
+
+Run time: CI runs the whole suite in under 30 minutes, so the pair must stay within four
+minutes on the shared 2-core machine (measured: about 3 min 15 s, admin 140 s and member
+40 s, at a load average of 3-5). The admin run, which alone reaches every write, has every
+phase: examples, coverage (about 120 s of its 140: boundary and wrong-type values of every
+parameter and field, the phase that finds most), fuzzing and stateful at 5 examples per
+operation. The member run skips coverage, the slowest phase and the least role-dependent,
+and fuzzes at 12 examples per operation, where the team scoping shows. ``st`` sends two
+requests at a time (``--workers 2``), so generating the next case overlaps the server
+answering the last one.
+
+The token comes from ``schemathesis_auth.py``, which signs in and creates a new one
+whenever the run has revoked its own. Anonymous calls to every operation of the schema
+must answer 401 with the JSON error body.
 """
 
 from __future__ import annotations
@@ -31,10 +47,15 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 ST = Path(sys.executable).parent / "st"
 AUTH_HOOKS = Path(__file__).with_name("schemathesis_auth.py")
-EXAMPLES = 12  # per operation in the fuzzing phase
+CONFIG = Path(__file__).resolve().parents[2] / "schemathesis.toml"
 SEED = 19
 PASSWORD = "pw-Secret-123"  # tests.factories.user's
-PHASES = {"member": "examples,fuzzing,stateful", "admin": "examples,coverage,fuzzing,stateful"}
+# Per role: phases, and examples per operation in the fuzzing and stateful phases.
+RUNS = {
+    "member": ("examples,fuzzing,stateful", 12),
+    "admin": ("examples,coverage,fuzzing,stateful", 5),
+}
+WORKERS = 2  # st's concurrent requests: generation and the server overlap on two cores
 
 
 @pytest.fixture
@@ -67,18 +88,20 @@ def run_schemathesis(base: str, role: str, report: Path) -> tuple[int, str, list
     """Run ``st`` with every check as ``role``; (exit code, output, failure events)."""
     command = [
         str(ST),
+        "--config-file",
+        str(CONFIG),
         "run",
         f"{base}/api/schema/",
         "--checks",
         "all",
         "--phases",
-        PHASES[role],
+        RUNS[role][0],
         "--max-examples",
-        str(EXAMPLES),
+        str(RUNS[role][1]),
         "--seed",
         str(SEED),
         "--workers",
-        "1",
+        str(WORKERS),
         "--report",
         "ndjson",
         "--report-ndjson-path",
@@ -97,7 +120,7 @@ def run_schemathesis(base: str, role: str, report: Path) -> tuple[int, str, list
         "MQCLOUD_ST_PASSWORD": PASSWORD,
     }
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=1500, cwd=report.parent, env=env
+        command, capture_output=True, text=True, timeout=540, cwd=report.parent, env=env
     )
     failures = []
     if report.exists():
@@ -108,15 +131,10 @@ def run_schemathesis(base: str, role: str, report: Path) -> tuple[int, str, list
     return done.returncode, done.stdout + done.stderr, failures
 
 
-@pytest.mark.timeout(1500)
-@pytest.mark.xfail(
-    reason="work in progress (issue 19): schema-valid requests still rejected with 400"
-    " (references to objects that do not exist, an expiry in the past, messages past a"
-    " partition's end); the run's findings are in st-output.txt of the test's tmp_path",
-    strict=False,
-)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("role", ["member", "admin"])
 def test_schemathesis_finds_nothing(live_api, tokens, role, tmp_path):
+    """0 failures with every check; the findings are in st-output.txt of tmp_path."""
     code, output, _ = run_schemathesis(live_api, role, tmp_path / "events.ndjson")
     (tmp_path / "st-output.txt").write_text(output)
     assert code == 0, output[-20000:]
