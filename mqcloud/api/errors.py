@@ -1,9 +1,9 @@
 """One JSON error body for every failed API call: what went wrong and in which field.
 
 ``{"error": "<code>", "message": "<text>", "fields": {"<field>": ["<problem>", …]}}`` —
-``fields`` appears for validation errors and for unique clashes. :class:`ApiErrorSerializer` documents the
-body in the OpenAPI schema, and :func:`error_responses` declares it for an operation's
-error status codes. :func:`exception_handler` answers every exception a view raises with
+``fields`` appears for validation errors and unique clashes. :class:`ApiErrorSerializer`
+documents the body in the OpenAPI schema, and :func:`error_responses` declares it for an
+operation's error status codes. :func:`exception_handler` answers every exception a view raises with
 it — Django's ``ProtectedError`` as 409 with the dependents that block a delete, database
 errors on input PostgreSQL refuses as 400, a value another object already holds (a unique
 check of the serializer or the model) as 409 with the field that clashes, anything

@@ -6,10 +6,10 @@ adds the error answers the API's own machinery gives everywhere, each with the
 403 for every change (roles, read-only tokens), 404 wherever a path names an object,
 400 wherever a query parameter or a body can be invalid, 409 for deletes that dependents
 block and for creates and updates of catalog objects whose unique values (name, code, id,
-host and ports) another object may hold, 415 wherever a body is read (request bodies are JSON only), 503 where the answer
-comes from the message store. It also states on every string
-a request can carry that it never contains NUL (PostgreSQL cannot store it; such requests
-get 400).
+host and ports) another object may hold, 415 wherever a body is read (request bodies are
+JSON only), 503 where the answer comes from the message store. It also states on every
+string a request can carry that it never contains NUL (PostgreSQL cannot store it; such
+requests get 400).
 """
 
 from __future__ import annotations

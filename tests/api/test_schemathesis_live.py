@@ -11,8 +11,8 @@ because the schema cannot express "exists" or "in the future"; the file says whi
 why.
 
 Run time: CI runs the whole suite in under 30 minutes, so the pair must stay within four
-minutes on the shared 2-core machine (measured: about 3 min 15 s, admin 140 s and member
-40 s, at a load average of 3-5). The admin run, which alone reaches every write, has every
+minutes on the shared 2-core machine (measured over three runs at a load average of 3-5:
+admin 130-142 s, member 37-42 s, under 3 min 10 s together with the servers' start). The admin run, which alone reaches every write, has every
 phase: examples, coverage (about 120 s of its 140: boundary and wrong-type values of every
 parameter and field, the phase that finds most), fuzzing and stateful at 5 examples per
 operation. The member run skips coverage, the slowest phase and the least role-dependent,
