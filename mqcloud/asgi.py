@@ -8,6 +8,11 @@ No API path is ever answered with an HTML page: errors raised before the middlew
 (a body that is not valid UTF-8 form data, one over the size limit) get the API's JSON
 error body too — or, under ``/api/v1/httpmq/``, the HTTP-MQ envelope
 (:mod:`mqcloud.json_errors`).
+
+Under daphne, Twisted would parse every ``multipart/form-data`` POST body into request
+arguments that daphne never reads, and answer one it cannot parse with a bare 400 (no
+body, no content type) before Django sees it; :func:`leave_bodies_to_django` turns that
+parsing off, so Django decides about every body and API paths answer JSON.
 """
 
 import os
@@ -18,6 +23,32 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mqcloud.settings")
 
 get_asgi_application()  # sets Django up before the imports below
+
+
+def leave_bodies_to_django() -> None:
+    """Create daphne's requests with Twisted's form parsing off (``parsePOSTFormSubmission``).
+
+    daphne hands the raw body to the application and never uses the arguments Twisted
+    parses; Twisted's multipart parser only costs memory, and a body it refuses (an empty
+    or malformed multipart message, a non-ASCII field name) gets its bodyless 400.
+    """
+    try:
+        from daphne.http_protocol import WebRequest
+    except ImportError:  # served by another ASGI server
+        return
+    if getattr(WebRequest, "_mqcloud_bodies_to_django", False):
+        return
+    init = WebRequest.__init__
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("parsePOSTFormSubmission", False)
+        init(self, *args, **kwargs)
+
+    WebRequest.__init__ = __init__
+    WebRequest._mqcloud_bodies_to_django = True
+
+
+leave_bodies_to_django()
 
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 

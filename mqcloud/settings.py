@@ -143,6 +143,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Request bodies are JSON only. Form encodings cannot say what the schema says (null
+    # versus an empty string, lists, objects), and DRF reads them by HTML-form rules
+    # (an empty field is null or absent), so the schema would not be what the API does.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_PAGINATION_CLASS": "mqcloud.api.query.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
@@ -164,12 +169,17 @@ SPECTACULAR_SETTINGS = {
         " (`/tokens/`: named, optionally read-only and expiring, shown once), or with"
         " `POST /api/v1/api-tokens/` once you have one; for bootstrap without a console,"
         " `python manage.py issueapitoken <username>`. A console session works too.\n\n"
-        "**Errors** share one JSON body, `ApiError`: `{error, message, fields}`. No string"
-        " may contain the NUL character."
+        "**Errors** share one JSON body, `ApiError`: `{error, message, fields}`. A body"
+        " naming an object that does not exist is 400 with the field; a name, code or id"
+        " another object already holds is 409. Fields fixed at creation are read-only on"
+        " updates. Request bodies are JSON, and each value must have its declared type."
+        " No string may contain the NUL character."
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Broker and BrokerUpdate both carry the broker status: one enum, one name.
+    "ENUM_NAME_OVERRIDES": {"BrokerStatusEnum": "brokers.models.Broker.Status"},
     # Swagger UI assets are served from this deployment, never from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

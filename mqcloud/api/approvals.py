@@ -15,6 +15,8 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from mqcloud.api.fields import StrictCharField, StrictModelSerializer
+from mqcloud.api.query import IdFilter, StrictFilterSet
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.approvals import kinds, services
 from mqcloud.approvals.models import (
@@ -40,9 +42,11 @@ PAYLOAD_EXAMPLES = [
 ]
 
 
-class ApplicationSerializer(serializers.ModelSerializer):
+class ApplicationSerializer(StrictModelSerializer):
     applicant = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
     team = serializers.SlugRelatedField(slug_field="name", read_only=True)
     kind = serializers.ChoiceField(choices=Kind.choices)
     payload = serializers.JSONField(help_text=PAYLOAD_HELP)
@@ -85,7 +89,7 @@ class ApplicationSerializer(serializers.ModelSerializer):
 
 
 class RejectSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000)
+    reason = StrictCharField(max_length=2000)
 
 
 def _workflow(call) -> Response:
@@ -176,8 +180,9 @@ class ApplicationViewSet(
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # Null for the system's own actions and for events of no team.
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEvent
@@ -185,12 +190,22 @@ class AuditEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class AuditEventFilter(StrictFilterSet):
+    """Filters of the audit trail; ``application`` takes any id (none matching: empty)."""
+
+    application = IdFilter(field_name="application_id")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["action", "team__name", "actor__username", "application"]
+
+
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     """The audit trail: the caller's teams' events and the caller's own actions
     (everything for admins)."""
 
     serializer_class = AuditEventSerializer
-    filterset_fields = ["action", "team__name", "actor__username", "application"]
+    filterset_class = AuditEventFilter
     search_fields = ["target"]
     ordering_fields = ["created_at"]
 
@@ -202,7 +217,7 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
         return queryset.filter(Q(team__in=user_teams(user)) | Q(actor=user))
 
 
-class NotificationSerializer(serializers.ModelSerializer):
+class NotificationSerializer(StrictModelSerializer):
     class Meta:
         model = Notification
         fields = ["id", "message", "application", "read", "created_at"]
@@ -243,7 +258,7 @@ class IsPlatformAdmin(permissions.BasePermission):
         return request.method in permissions.SAFE_METHODS or is_platform_admin(request.user)
 
 
-class ApprovalSettingsSerializer(serializers.ModelSerializer):
+class ApprovalSettingsSerializer(StrictModelSerializer):
     auto_approve = serializers.ListField(
         child=serializers.ChoiceField(choices=Kind.choices), allow_empty=True
     )

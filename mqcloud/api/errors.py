@@ -1,12 +1,13 @@
 """One JSON error body for every failed API call: what went wrong and in which field.
 
 ``{"error": "<code>", "message": "<text>", "fields": {"<field>": ["<problem>", …]}}`` —
-``fields`` appears for validation errors only. :class:`ApiErrorSerializer` documents the
-body in the OpenAPI schema, and :func:`error_responses` declares it for an operation's
-error status codes. :func:`exception_handler` answers every exception a view raises with
+``fields`` appears for validation errors and unique clashes. :class:`ApiErrorSerializer`
+documents the body in the OpenAPI schema, and :func:`error_responses` declares it for an
+operation's error status codes. :func:`exception_handler` answers every exception a view raises with
 it — Django's ``ProtectedError`` as 409 with the dependents that block a delete, database
-errors on input PostgreSQL refuses as 400, anything unexpected as a logged 500 — so no API
-call ever gets an HTML page.
+errors on input PostgreSQL refuses as 400, a value another object already holds (a unique
+check of the serializer or the model) as 409 with the field that clashes, anything
+unexpected as a logged 500 — so no API call ever gets an HTML page.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from rest_framework.views import exception_handler as drf_exception_handler
 log = logging.getLogger(__name__)
 
 MAX_NAMED_DEPENDENTS = 5
+# Validation error codes of a value another object holds (DRF's UniqueValidator, Django's
+# validate_unique and unique constraints): the request is well-formed, the state clashes.
+UNIQUE_CODES = frozenset({"unique", "unique_together"})
 
 
 class Conflict(exceptions.APIException):
@@ -33,6 +37,14 @@ class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The request conflicts with the current state."
     default_code = "conflict"
+
+
+class EngineUnavailableError(exceptions.APIException):
+    """The message store did not answer (503)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The message store did not answer."
+    default_code = "engine_unavailable"
 
 
 def blocked_delete_message(exc: ProtectedError | RestrictedError) -> str:
@@ -82,13 +94,24 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         fields = {k: _strings(v) for k, v in fields.items()}
         first = next(iter(fields.items()), ("", [""]))
         message = f"{first[0]}: {first[1][0]}" if first[0] != "non_field_errors" else first[1][0]
-        response.data = {"error": "invalid", "message": message, "fields": fields}
-        response.status_code = status.HTTP_400_BAD_REQUEST
+        clash = _leaf_codes(exc.get_codes()) <= UNIQUE_CODES
+        response.data = {"error": "conflict" if clash else "invalid", "message": message}
+        response.data["fields"] = fields
+        response.status_code = status.HTTP_409_CONFLICT if clash else status.HTTP_400_BAD_REQUEST
         return response
     code = getattr(exc, "default_code", "error")
     detail = getattr(exc, "detail", str(exc))
     response.data = {"error": str(getattr(detail, "code", code) or code), "message": str(detail)}
     return response
+
+
+def _leaf_codes(codes: object) -> set[str]:
+    """Every error code in DRF's nested ``get_codes()`` structure ({""} when none)."""
+    if isinstance(codes, dict):
+        return set().union(*(_leaf_codes(v) for v in codes.values())) or {""}
+    if isinstance(codes, list):
+        return set().union(*(_leaf_codes(v) for v in codes)) or {""}
+    return {str(codes)}
 
 
 def _strings(value: object) -> list[str]:
@@ -114,7 +137,7 @@ class ApiErrorSerializer(serializers.Serializer):
     fields = serializers.DictField(
         child=serializers.ListField(child=serializers.CharField()),
         required=False,
-        help_text="Validation errors only: the problems of each field.",
+        help_text="Validation errors and unique clashes (409) only: the problems of each field.",
     )
 
 
@@ -124,7 +147,9 @@ ERROR_DESCRIPTIONS = {
     403: "The caller's role (or a read-only token) does not allow this.",
     404: "No such object among those the caller may see.",
     405: "The operation does not take this method.",
-    409: "The request conflicts with the current state (e.g. dependents block a delete).",
+    409: "The request conflicts with the current state: dependents block a delete, or a"
+    " unique value (a name, code or id) is already taken (`fields` names it).",
+    415: "The body is not JSON (`Content-Type: application/json`).",
     503: "The message store did not answer.",
 }
 

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from rest_framework import exceptions, serializers
 
 from brokers.models import Topic
+from mqcloud.api.errors import EngineUnavailableError
 from mqcloud.console import engine_calls
 from mqcloud.console.message_properties import PROTOCOLS
 
@@ -18,9 +19,18 @@ MAX_INDEX = 2**62
 class MessageQuery(serializers.Serializer):
     """Query parameters of the message list."""
 
-    partition = serializers.IntegerField(min_value=0, max_value=1023)
+    partition = serializers.IntegerField(
+        min_value=0,
+        max_value=1023,
+        help_text="A partition of the topic: below its `partitions` (400 otherwise).",
+    )
     start = serializers.IntegerField(
-        min_value=0, max_value=MAX_INDEX, required=False, default=0, help_text="First index."
+        min_value=0,
+        max_value=MAX_INDEX,
+        required=False,
+        default=0,
+        help_text="First index. A start past the partition's last index lists nothing"
+        " (an empty list, as when the partition holds nothing from there yet).",
     )
     count = serializers.IntegerField(
         min_value=1, max_value=MAX_COUNT, required=False, default=20, help_text="At most this many."
@@ -52,7 +62,8 @@ class StoredMessageSerializer(serializers.Serializer):
 
 
 def read_messages(topic: Topic, query: dict) -> list[dict]:
-    """The records the query names, as StoredMessageSerializer data."""
+    """The records the query names, as StoredMessageSerializer data: none when ``start``
+    lies past the partition's end; 503 when the message store does not answer."""
     if query["partition"] >= topic.partitions:
         raise exceptions.ValidationError(
             {"partition": [f"The topic has partitions 0–{topic.partitions - 1}."]}
@@ -61,6 +72,8 @@ def read_messages(topic: Topic, query: dict) -> list[dict]:
         rows = engine_calls.read_range(
             topic.code, query["partition"], query["start"], query["count"]
         )
+    except engine_calls.PastTheEnd:
+        return []
     except engine_calls.EngineUnavailable as exc:
-        raise exceptions.ValidationError({"start": [str(exc)]}) from None
+        raise EngineUnavailableError(str(exc)) from None
     return StoredMessageSerializer([asdict(r) for r in rows], many=True).data

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from django.db.models import QuerySet
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -23,17 +22,13 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from brokers.models import ConsumerPolicy
+from mqcloud.api.errors import EngineUnavailableError
+from mqcloud.api.fields import StrictIntegerField
 from mqcloud.api.query import validated_query
 from mqcloud.approvals.services import record
 from mqcloud.console import access, engine_calls, lag
 
 MAX_PAGE = 500
-
-
-class EngineUnavailableError(exceptions.APIException):
-    status_code = 503
-    default_detail = "The message store did not answer."
-    default_code = "engine_unavailable"
 
 
 class ConsumerRefSerializer(serializers.ModelSerializer):
@@ -114,7 +109,7 @@ class RetryRowSerializer(serializers.Serializer):
 
 class IdsSerializer(serializers.Serializer):
     ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=0), min_length=1, max_length=10_000
+        child=StrictIntegerField(min_value=0), min_length=1, max_length=10_000
     )
 
 
@@ -138,14 +133,13 @@ class PagingQuery(serializers.Serializer):
     )
 
 
-PAGING = [PagingQuery]
-PROGRESS_PARAMS = [
-    OpenApiParameter(
-        "client_id",
-        OpenApiTypes.STR,
-        description="A broadcast consumer's client (≤ 128 characters).",
+class ProgressQuery(serializers.Serializer):
+    client_id = serializers.CharField(
+        required=False, max_length=128, help_text="A broadcast consumer's client."
     )
-]
+
+
+PAGING = [PagingQuery]
 
 
 def _engine(call):
@@ -241,16 +235,18 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
             }
         )
 
-    @extend_schema(parameters=PROGRESS_PARAMS, responses=PartitionProgressSerializer(many=True))
+    @extend_schema(parameters=[ProgressQuery], responses=PartitionProgressSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def progress(self, request: Request, name: str | None = None) -> Response:
-        """Per partition: min/max/ack index, lag, lock owner and expiry, last access."""
+        """Per partition: min/max/ack index, lag, lock owner and expiry, last access;
+        ``client_id`` names a broadcast consumer's client (404 for other consumers)."""
         consumer = self.get_object()
-        client_id = request.query_params.get("client_id") or None
-        if client_id is not None and len(client_id) > 128:
-            raise exceptions.ValidationError({"client_id": "At most 128 characters."})
+        client_id = validated_query(ProgressQuery, request).get("client_id")
         if client_id and consumer.mode != ConsumerPolicy.Mode.BROADCAST:
-            raise exceptions.ValidationError({"client_id": "Only broadcast consumers have one."})
+            # A valid parameter naming what this consumer does not have: no such progress.
+            raise exceptions.NotFound(
+                "This consumer is not broadcast: it has no per-client progress."
+            )
         rows = _engine(
             lambda: engine_calls.progress(consumer.topic.code, consumer.app.code, client_id)
         )

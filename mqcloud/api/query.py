@@ -2,14 +2,17 @@
 
 The API's default pagination, ordering, search and filter backends here answer 400 with
 the error body for a value the schema does not allow (``limit=abc``, ``offset=-1``,
-``ordering=nosuchfield``, ``paused=maybe``) and for a parameter the list does not take,
-and declare their bounds in the schema.
+``ordering=nosuchfield``, ``paused=maybe``), for a parameter the list does not take and
+for one given twice, and declare their bounds in the schema. Query serializers
+(:func:`validated_query`) read the parameters as given: an empty value is a value (and
+so a 400 where the schema allows none), not HTML-form "left blank".
 """
 
 from __future__ import annotations
 
 from django import forms
 from django_filters import rest_framework as filters
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import exceptions
 from rest_framework.filters import OrderingFilter, SearchFilter
 from rest_framework.pagination import LimitOffsetPagination
@@ -17,6 +20,7 @@ from rest_framework.pagination import LimitOffsetPagination
 MAX_LIMIT = 500
 MAX_OFFSET = 10**9
 MAX_SEARCH = 200
+MAX_ID = 2**63 - 1
 ALWAYS_ALLOWED = {"format"}
 
 
@@ -55,7 +59,11 @@ class StrictOrderingFilter(OrderingFilter):
     descending); the schema lists them."""
 
     def _choices(self, view) -> list[str]:
-        fields = [name for name, _ in self.get_valid_fields(view.get_queryset(), view)]
+        """The allowed values; a view that lists its ``ordering_fields`` needs no queryset
+        (schema generation has no user to scope one by)."""
+        explicit = isinstance(getattr(view, "ordering_fields", None), list | tuple)
+        queryset = None if explicit else view.get_queryset()
+        fields = [name for name, _ in self.get_valid_fields(queryset, view)]
         return [*fields, *(f"-{name}" for name in fields)]
 
     def get_ordering(self, request, queryset, view):
@@ -113,7 +121,27 @@ class StrictBooleanField(forms.TypedChoiceField):
 
 
 class StrictBooleanFilter(filters.BooleanFilter):
+    """A boolean filter that sees the value as given: django-filter's ``BooleanWidget``
+    turns anything but true/false into "no filter", so ``paused=maybe`` listed all."""
+
     field_class = StrictBooleanField
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("widget", forms.TextInput)
+        super().__init__(*args, **kwargs)
+
+
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": MAX_ID})
+class IdFilter(filters.NumberFilter):
+    """An object id: any whole number filters (one that names nothing lists nothing),
+    where a model-choice filter answers 400 for an id that does not exist."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("min_value", 0)
+        kwargs.setdefault("max_value", MAX_ID)
+        super().__init__(*args, **kwargs)
 
 
 class StrictFilterSet(filters.FilterSet):
@@ -141,9 +169,21 @@ class StrictDjangoFilterBackend(filters.DjangoFilterBackend):
         return super().filter_queryset(request, queryset, view)
 
 
+def reject_repeated(request) -> None:
+    """400 for a query parameter given more than once: every parameter takes one value."""
+    repeated = sorted(
+        name for name in request.query_params if len(request.query_params.getlist(name)) > 1
+    )
+    if repeated:
+        raise exceptions.ValidationError(
+            {name: ["Given more than once; it takes one value."] for name in repeated}
+        )
+
+
 def reject_unknown(request, view, filter_names: set[str]) -> None:
     """400 for a query parameter that neither the filters, the ordering and search
-    backends nor the paginator of ``view`` take."""
+    backends nor the paginator of ``view`` take, and for one given twice."""
+    reject_repeated(request)
     known = ALWAYS_ALLOWED | filter_names
     for backend in view.filter_backends:
         for attr in ("ordering_param", "search_param"):
@@ -164,9 +204,14 @@ def reject_unknown(request, view, filter_names: set[str]) -> None:
 
 
 def validated_query(serializer_class: type, request) -> dict:
-    """The query parameters checked by ``serializer_class``: 400 for invalid values and for
-    parameters it does not declare."""
-    query = serializer_class(data=request.query_params)
+    """The query parameters checked by ``serializer_class``: 400 for invalid values, for
+    parameters it does not declare and for one given twice. The serializer gets a plain
+    dict, so an empty value is checked as one (DRF reads a QueryDict as an HTML form,
+    where an empty field means absent)."""
+    reject_repeated(request)
+    query = serializer_class(
+        data={name: request.query_params[name] for name in request.query_params}
+    )
     query.is_valid(raise_exception=True)
     unknown = sorted(set(request.query_params) - set(query.fields) - ALWAYS_ALLOWED)
     if unknown:

@@ -5,13 +5,16 @@ adds the error answers the API's own machinery gives everywhere, each with the
 ``ApiError`` body: 401 for every operation (every endpoint needs a token or a session),
 403 for every change (roles, read-only tokens), 404 wherever a path names an object,
 400 wherever a query parameter or a body can be invalid, 409 for deletes that dependents
-block, 503 where the answer comes from the message store. It also states on every string
-a request can carry that it never contains NUL (PostgreSQL cannot store it; such requests
-get 400).
+block and for creates and updates of catalog objects whose unique values (name, code, id,
+host and ports) another object may hold, 415 wherever a body is read (request bodies are
+JSON only), 503 where the answer comes from the message store. It also states on every
+string a request can carry that it never contains NUL (PostgreSQL cannot store it; such
+requests get 400).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from mqcloud.api.errors import ERROR_DESCRIPTIONS
@@ -19,6 +22,10 @@ from mqcloud.api.errors import ERROR_DESCRIPTIONS
 NO_NUL = "^[^\\u0000]*$"
 ENGINE_PATHS = ("/api/v1/consumers/", "/messages/")
 ERROR_REF = {"$ref": "#/components/schemas/ApiError"}
+# Catalog objects with unique values: their create (collection) and update (detail) paths.
+UNIQUE_WRITES = re.compile(
+    r"^/api/v1/(clusters|brokers|topics|apps|producer-policies|consumer-policies)/(\{\w+\}/)?$"
+)
 
 
 def _errors_of(path: str, method: str, operation: dict) -> list[int]:
@@ -30,8 +37,10 @@ def _errors_of(path: str, method: str, operation: dict) -> list[int]:
     params = [p for p in operation.get("parameters", []) if p.get("in") == "query"]
     if params or "requestBody" in operation or "{" in path:
         codes.append(400)
-    if method == "delete":
+    if method == "delete" or (method in {"post", "put", "patch"} and UNIQUE_WRITES.match(path)):
         codes.append(409)
+    if "requestBody" in operation:
+        codes.append(415)
     if any(part in path for part in ENGINE_PATHS) and method == "get":
         codes.append(503)
     return codes

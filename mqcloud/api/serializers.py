@@ -1,4 +1,11 @@
-"""Serializers of the catalog API; model validation (``full_clean``) runs on every write."""
+"""Serializers of the catalog API; model validation (``full_clean``) runs on every write.
+
+Request bodies take only the JSON types the schema declares (``mqcloud.api.fields``).
+What cannot change after creation (a broker's id, an app's code, a topic's code, cluster
+and partitions, a policy's topic and app) is read-only in the update serializers
+(``…UpdateSerializer``), so the schema marks it ``readOnly`` on PUT and PATCH and a value
+sent there is ignored, as DRF ignores every read-only field.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +26,20 @@ from brokers.models import (
     Topic,
 )
 from brokers.topology import create_partition_groups
+from brokers.validators import validate_broker_weights, validate_ip_list
+from mqcloud.api.fields import (
+    StrictCharField,
+    StrictIntegerField,
+    StrictModelSerializer,
+    StrictSlugRelatedField,
+)
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.console.lag import RATE_MINUTES
 from mqcloud.zbus_access import OPEN_HELP
+
+MAX_BLACKLIST = 1000  # entries (brokers.validators.validate_ip_list)
+MAX_NETWORK_TEXT = 64  # characters of one address or network, IPv6 with a prefix included
+MAX_WEIGHT = 10_000  # brokers.validators.validate_broker_weights
 
 RESERVED_HELP = (
     f"'{anonymous.PREFIX}' and '{anonymous.PREFIX}.…' are reserved for the teams' anonymous"
@@ -50,7 +68,25 @@ class ModelCleanMixin:
         return []
 
 
-class TeamField(serializers.SlugRelatedField):
+class FrozenAfterCreate(serializers.Serializer):
+    """An update serializer: ``frozen_fields`` are read-only (sent values are ignored, the
+    schema marks them ``readOnly``); write-only ones (creation options) are left out."""
+
+    frozen_fields: tuple[str, ...] = ()
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        for name in self.frozen_fields:
+            field = fields[name]
+            if field.write_only:
+                del fields[name]
+                continue
+            field.read_only = True
+            field.required = False
+        return fields
+
+
+class TeamField(StrictSlugRelatedField):
     """A team named by its slug, limited to the caller's teams."""
 
     def __init__(self, **kwargs: object) -> None:
@@ -67,15 +103,15 @@ class TeamSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "description", "created_at"]
 
 
-class ClusterSerializer(ModelCleanMixin, serializers.ModelSerializer):
+class ClusterSerializer(ModelCleanMixin, StrictModelSerializer):
     class Meta:
         model = Cluster
         fields = ["id", "name", "description", "created_at"]
 
 
-class BrokerSerializer(ModelCleanMixin, serializers.ModelSerializer):
-    id = serializers.IntegerField(min_value=1, max_value=2_147_483_647)
-    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+class BrokerSerializer(ModelCleanMixin, StrictModelSerializer):
+    id = StrictIntegerField(min_value=1, max_value=2_147_483_647)
+    cluster = StrictSlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
 
     class Meta:
         model = Broker
@@ -95,11 +131,6 @@ class BrokerSerializer(ModelCleanMixin, serializers.ModelSerializer):
         ]
         read_only_fields = ["status", "last_heartbeat"]
 
-    def validate_id(self, value: int) -> int:
-        if self.instance is not None and value != self.instance.id:
-            raise serializers.ValidationError("A broker's id cannot change.")
-        return value
-
 
 class PartitionGroupSerializer(serializers.ModelSerializer):
     class Meta:
@@ -108,11 +139,11 @@ class PartitionGroupSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+class TopicSerializer(ModelCleanMixin, StrictModelSerializer):
+    cluster = StrictSlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     team = TeamField()
     groups = PartitionGroupSerializer(many=True, read_only=True)
-    partition_groups = serializers.IntegerField(
+    partition_groups = StrictIntegerField(
         write_only=True,
         required=False,
         min_value=1,
@@ -120,7 +151,7 @@ class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
         help_text="Number of partition groups to create (default: one per writable broker,"
         " at most one per partition). Only on creation.",
     )
-    zbus_token = serializers.CharField(
+    zbus_token = StrictCharField(
         write_only=True,
         required=False,
         allow_blank=True,
@@ -181,12 +212,6 @@ class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return round(rate, 3) if rate is not None else None
 
     def validate(self, attrs: dict) -> dict:
-        if self.instance is not None:
-            for frozen in ("code", "cluster", "partitions", "partition_groups"):
-                if frozen in attrs and getattr(self.instance, frozen, None) != attrs[frozen]:
-                    raise serializers.ValidationError(
-                        {frozen: "Cannot change after the topic is created."}
-                    )
         attrs = super().validate({k: v for k, v in attrs.items() if k != "zbus_token"}) | {
             k: v for k, v in attrs.items() if k == "zbus_token"
         }
@@ -218,7 +243,7 @@ class TopicSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return super().update(instance, validated_data)
 
 
-class AppSerializer(ModelCleanMixin, serializers.ModelSerializer):
+class AppSerializer(ModelCleanMixin, StrictModelSerializer):
     team = TeamField()
     token = serializers.SerializerMethodField(
         help_text="The app token, present only in the response that issued it."
@@ -258,8 +283,6 @@ class AppSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return value
 
     def validate_code(self, value: str) -> str:
-        if self.instance is not None and value != self.instance.code:
-            raise serializers.ValidationError("An app's code cannot change.")
         if self.instance is None and anonymous.is_reserved(value):
             raise serializers.ValidationError(RESERVED_HELP)
         return value
@@ -271,16 +294,24 @@ class AppSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return app
 
 
-class PolicySerializerBase(ModelCleanMixin, serializers.ModelSerializer):
+class PolicySerializerBase(ModelCleanMixin, StrictModelSerializer):
     """Shared fields of producer and consumer policies: topic and app by code."""
 
-    topic = serializers.SlugRelatedField(slug_field="code", queryset=Topic.objects.all())
-    app = serializers.SlugRelatedField(slug_field="code", queryset=App.objects.none())
-    name = serializers.CharField(
+    topic = StrictSlugRelatedField(slug_field="code", queryset=Topic.objects.all())
+    app = StrictSlugRelatedField(slug_field="code", queryset=App.objects.none())
+    name = StrictCharField(
         required=False,
         allow_blank=True,
         max_length=255,
         help_text="Unique name; defaults to <app>.<topic>.",
+    )
+    blacklist = serializers.ListField(
+        child=StrictCharField(max_length=MAX_NETWORK_TEXT),
+        max_length=MAX_BLACKLIST,
+        required=False,
+        validators=[validate_ip_list],
+        help_text="IP addresses or networks (CIDR) refused by the broker; an empty list"
+        " refuses none. Never null.",
     )
 
     def get_fields(self) -> dict:
@@ -291,12 +322,6 @@ class PolicySerializerBase(ModelCleanMixin, serializers.ModelSerializer):
         return fields
 
     def validate(self, attrs: dict) -> dict:
-        if self.instance is not None:
-            for frozen in ("topic", "app"):
-                if frozen in attrs and getattr(self.instance, frozen) != attrs[frozen]:
-                    raise serializers.ValidationError(
-                        {frozen: "Cannot change; create a new policy."}
-                    )
         if not attrs.get("name") and self.instance is None and "app" in attrs and "topic" in attrs:
             attrs["name"] = f"{attrs['app'].code}.{attrs['topic'].code}"
         self._refuse_anonymous(attrs)
@@ -321,6 +346,15 @@ class PolicySerializerBase(ModelCleanMixin, serializers.ModelSerializer):
 
 
 class ProducerPolicySerializer(PolicySerializerBase):
+    weights = serializers.DictField(
+        child=StrictIntegerField(min_value=0, max_value=MAX_WEIGHT),
+        required=False,
+        validators=[validate_broker_weights],
+        help_text='Per-broker weights 0–10000 keyed by broker id (digits), e.g. {"1": 100,'
+        ' "2": 50}; each id a broker of the topic\'s cluster; an empty object weighs every'
+        " broker alike. Never null.",
+    )
+
     class Meta:
         model = ProducerPolicy
         fields = [
@@ -373,3 +407,33 @@ class ConsumerPolicySerializer(PolicySerializerBase):
             "created_at",
             "updated_at",
         ]
+
+
+class BrokerUpdateSerializer(FrozenAfterCreate, BrokerSerializer):
+    """A broker's id names it to clients and other brokers: fixed once created."""
+
+    frozen_fields = ("id",)
+
+
+class TopicUpdateSerializer(FrozenAfterCreate, TopicSerializer):
+    """A topic's code, cluster and partition layout are fixed once created."""
+
+    frozen_fields = ("code", "cluster", "partitions", "partition_groups")
+
+
+class AppUpdateSerializer(FrozenAfterCreate, AppSerializer):
+    """An app's code is what its clients send: fixed once created."""
+
+    frozen_fields = ("code",)
+
+
+class ProducerPolicyUpdateSerializer(FrozenAfterCreate, ProducerPolicySerializer):
+    """A producer's topic and app are fixed: another pair is another policy."""
+
+    frozen_fields = ("topic", "app")
+
+
+class ConsumerPolicyUpdateSerializer(FrozenAfterCreate, ConsumerPolicySerializer):
+    """A consumer's topic and app are fixed: another pair is another policy."""
+
+    frozen_fields = ("topic", "app")

@@ -14,13 +14,14 @@ from rest_framework.response import Response
 
 from mqcloud.api import tokens
 from mqcloud.api.errors import error_responses
+from mqcloud.api.fields import StrictBooleanField, StrictCharField, StrictModelSerializer
 from mqcloud.api.models import ApiToken
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(StrictModelSerializer):
     user = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    name = serializers.CharField(max_length=tokens.NAME_MAX, help_text="What the token is for.")
-    read_only = serializers.BooleanField(
+    name = StrictCharField(max_length=tokens.NAME_MAX, help_text="What the token is for.")
+    read_only = StrictBooleanField(
         default=False, help_text="The token authenticates GET, HEAD and OPTIONS requests only."
     )
     expires_at = serializers.DateTimeField(

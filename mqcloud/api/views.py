@@ -49,6 +49,19 @@ def policy_write_schemas(serializer: type) -> dict[str, object]:
     }
 
 
+class UpdateSerializerMixin:
+    """Updates (PUT, PATCH) use ``update_serializer_class``: fields fixed at creation are
+    read-only there, in the API and in the schema alike."""
+
+    update_serializer_class: type[BaseSerializer] | None = None
+
+    def get_serializer_class(self) -> type[BaseSerializer]:
+        action = getattr(self, "action", None)
+        if action in ("update", "partial_update") and self.update_serializer_class:
+            return self.update_serializer_class
+        return super().get_serializer_class()  # type: ignore[misc]
+
+
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):
     """Teams the caller belongs to (all teams for platform admins)."""
 
@@ -72,11 +85,12 @@ class ClusterViewSet(viewsets.ModelViewSet):
     ordering_fields = ["name", "created_at"]
 
 
-class BrokerViewSet(viewsets.ModelViewSet):
+class BrokerViewSet(UpdateSerializerMixin, viewsets.ModelViewSet):
     """Brokers: readable by everyone signed in, changed by platform admins."""
 
     queryset = Broker.objects.select_related("cluster")
     serializer_class = s.BrokerSerializer
+    update_serializer_class = s.BrokerUpdateSerializer
     permission_classes = [permissions.IsAuthenticated, AdminWritesOnly]
     filterset_fields = ["cluster__name", "status", "readable", "writable", "data_center"]
     search_fields = ["host"]
@@ -136,10 +150,11 @@ class TeamScopedViewSet(viewsets.ModelViewSet):
         instance.delete()
 
 
-class TopicViewSet(TeamScopedViewSet):
+class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     """Topics of the caller's teams; creating one lays out its partition groups."""
 
     serializer_class = s.TopicSerializer
+    update_serializer_class = s.TopicUpdateSerializer
     permission_classes = [permissions.IsAuthenticated, AdminOrApplication]
     audit_name = "topic"
     filterset_fields = ["cluster__name", "team__name", "type"]
@@ -177,7 +192,7 @@ class TopicViewSet(TeamScopedViewSet):
             **error_responses(400, 401, 404),
         },
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def messages(self, request: Request, code: str | None = None) -> Response:
         """Stored messages of one partition from an index, as the message browser shows
         them: every property, the producing protocol, the producer's address."""
@@ -191,11 +206,12 @@ class TopicViewSet(TeamScopedViewSet):
     update=write_schema(s.AppSerializer),
     partial_update=write_schema(s.AppSerializer),
 )
-class AppViewSet(TeamScopedViewSet):
+class AppViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     """Apps of the caller's teams; tokens are shown once, when issued or rotated. Each
     team's anonymous app (``is_anonymous``) is listed too; it has no tokens."""
 
     serializer_class = s.AppSerializer
+    update_serializer_class = s.AppUpdateSerializer
     permission_classes = [permissions.IsAuthenticated, TeamAdminWrites]
     audit_name = "app"
     filterset_fields = ["team__name", "is_admin", "is_anonymous"]
@@ -231,10 +247,11 @@ class AppViewSet(TeamScopedViewSet):
 
 
 @extend_schema_view(**policy_write_schemas(s.ProducerPolicySerializer))
-class ProducerPolicyViewSet(TeamScopedViewSet):
+class ProducerPolicyViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     """Producer policies of the caller's apps."""
 
     serializer_class = s.ProducerPolicySerializer
+    update_serializer_class = s.ProducerPolicyUpdateSerializer
     permission_classes = [permissions.IsAuthenticated, AdminOrApplication]
     audit_name = "producer"
     team_path = "app__team"
@@ -247,10 +264,11 @@ class ProducerPolicyViewSet(TeamScopedViewSet):
 
 
 @extend_schema_view(**policy_write_schemas(s.ConsumerPolicySerializer))
-class ConsumerPolicyViewSet(TeamScopedViewSet):
+class ConsumerPolicyViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     """Consumer policies of the caller's apps."""
 
     serializer_class = s.ConsumerPolicySerializer
+    update_serializer_class = s.ConsumerPolicyUpdateSerializer
     permission_classes = [permissions.IsAuthenticated, AdminOrApplication]
     audit_name = "consumer"
     team_path = "app__team"

@@ -24,6 +24,7 @@ from mqcloud.api.serializers import (
     ConsumerPolicySerializer,
     ProducerPolicySerializer,
     TopicSerializer,
+    TopicUpdateSerializer,
 )
 from mqcloud.approvals.models import Kind
 
@@ -80,7 +81,14 @@ def _topic_update(user, payload: dict) -> Prepared:
     changes = payload.get("changes")
     if not isinstance(changes, dict) or not changes:
         raise serializers.ValidationError({"changes": "Give the fields to change."})
-    ser = TopicSerializer(topic, data=changes, partial=True, context=_context(user))
+    # The update serializer ignores them; an application asking for them is refused, so it
+    # never shows a change that would not happen.
+    frozen = sorted(set(changes) & set(TopicUpdateSerializer.frozen_fields))
+    if frozen:
+        raise serializers.ValidationError(
+            {"changes": f"{', '.join(frozen)} cannot change after the topic is created."}
+        )
+    ser = TopicUpdateSerializer(topic, data=changes, partial=True, context=_context(user))
     ser.is_valid(raise_exception=True)
     return Prepared(f"topic:{topic.code}", topic.team, payload, lambda: {"topic": ser.save().code})
 

@@ -38,6 +38,10 @@ class EngineUnavailable(Exception):
     """The engine could not answer (store down, catalog not published yet, bad request)."""
 
 
+class PastTheEnd(Exception):
+    """A read starts beyond a partition's last index: the store answered, nothing is there."""
+
+
 def run(fn: Callable[[Engine], Awaitable[T]]) -> T:
     """Run ``fn(engine)`` in a short engine session."""
 
@@ -145,12 +149,13 @@ def broadcast_clients(topic: str, app: str) -> list[str]:
 
 
 def read_range(topic: str, partition: int, start: int, count: int) -> list[MessageRow]:
-    """Up to ``count`` records of one partition from ``start``."""
+    """Up to ``count`` records of one partition from ``start``; :class:`PastTheEnd` when
+    ``start`` lies beyond the next index to be written."""
 
     async def call(engine: Engine) -> list[MessageRow]:
         lo, hi = await engine.bounds(topic, partition)
         if start > hi:
-            raise EngineUnavailable(f"Partition {partition} holds indexes {lo}–{hi - 1} only.")
+            raise PastTheEnd(f"Partition {partition} holds indexes {lo}–{hi - 1} only.")
         first = max(start, lo)
         rows = [to_row(d) for d in await engine.read(topic, partition, first, count)]
         out, taken = [], 0

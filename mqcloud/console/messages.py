@@ -93,7 +93,7 @@ def browse(request: HttpRequest, code: str) -> HttpResponse:
         searched = True
         try:
             rows, truncated = _search(topic, form.cleaned_data)
-        except engine_calls.EngineUnavailable as exc:
+        except (engine_calls.EngineUnavailable, engine_calls.PastTheEnd) as exc:
             error = str(exc)
     # htmx swaps the form with the results, so field errors show inline after a search too
     template = "console/partials/message_search.html" if request.htmx else "console/messages.html"

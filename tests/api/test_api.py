@@ -157,7 +157,6 @@ def test_topic_validation_errors_name_the_field(world):
             {"code": "x", "cluster": "c1", "team": "red", "overflow_policy": "RedirectToDlq"},
             "dead_letter_enabled",
         ),
-        ({"code": "red-topic", "cluster": "c1", "team": "red"}, "code"),
     ]
     for payload, field in cases:
         response = alice.post("/api/v1/topics/", payload, format="json")
@@ -165,13 +164,24 @@ def test_topic_validation_errors_name_the_field(world):
         body = response.json()
         assert field in body["fields"], (payload, body)
         assert body["message"].startswith(field)
+    # a code another topic has is a conflict with the current state, not invalid input
+    taken = alice.post(
+        "/api/v1/topics/", {"code": "red-topic", "cluster": "c1", "team": "red"}, format="json"
+    )
+    assert taken.status_code == 409, taken.content
+    assert taken.json()["error"] == "conflict" and taken.json()["message"].startswith("code")
 
 
 def test_topic_partitions_are_frozen_after_creation(world):
+    """Read-only on update (as the schema says): a value sent is ignored."""
     alice = client_for(world["root"])
-    response = alice.patch("/api/v1/topics/red-topic/", {"partitions": 8}, format="json")
-    assert response.status_code == 400
-    assert "partitions" in response.json()["fields"]
+    before = Topic.objects.get(code="red-topic").partitions
+    response = alice.patch(
+        "/api/v1/topics/red-topic/", {"partitions": before + 4, "code": "x"}, format="json"
+    )
+    assert response.status_code == 200
+    assert response.json()["partitions"] == before and response.json()["code"] == "red-topic"
+    assert Topic.objects.get(code="red-topic").partitions == before
     response = alice.patch(
         "/api/v1/topics/red-topic/", {"retention_max_count": 1000}, format="json"
     )
@@ -266,7 +276,8 @@ def test_policies_scoped_by_app_team(world):
     dup = root.post(
         "/api/v1/consumer-policies/", {"topic": "blue-topic", "app": "red-app"}, format="json"
     )
-    assert dup.status_code == 400
+    assert dup.status_code == 409  # red-app already has a consumer on blue-topic
+    assert dup.json()["error"] == "conflict" and "topic, app" in dup.json()["message"]
     assert ConsumerPolicy.objects.count() == 1
 
 
@@ -303,3 +314,27 @@ def test_malformed_json_gets_400(world):
     response = alice.post("/api/v1/apps/", "{not json", content_type="application/json")
     assert response.status_code == 400
     assert response.json()["error"] == "parse_error"
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["paused=maybe", "paused=null", "paused=true&paused=false", "nosuch=1"],
+)
+def test_list_query_parameters_are_checked_as_given(query):
+    client = client_for(factories.user("root", admin=True))
+    response = client.get(f"/api/v1/consumer-policies/?{query}")
+    assert response.status_code == 400, query
+    assert response.json()["error"] == "invalid"
+
+
+def test_audit_events_filter_by_any_application_id():
+    client = client_for(factories.user("root", admin=True))
+    response = client.get("/api/v1/audit-events/?application=987654")
+    assert response.status_code == 200 and response.json()["results"] == []
+
+
+def test_request_bodies_are_json_only():
+    client = client_for(factories.user("root", admin=True))
+    response = client.post("/api/v1/clusters/", {"name": "c9"}, format="multipart")
+    assert response.status_code == 415
+    assert response.json()["error"] == "unsupported_media_type"

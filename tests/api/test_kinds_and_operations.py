@@ -88,6 +88,23 @@ def test_producer_update_changes_blacklist_and_weights(world):
     assert list(producer.blacklist) == ["10.9.0.0/16"]
 
 
+def test_topic_update_refuses_fields_fixed_at_creation(world):
+    """An application never shows a change that would not happen: partitions, code and
+    cluster are fixed (read-only on the API's update), so asking for them is a 400."""
+    for changes in ({"partitions": 8}, {"code": "other", "description": "x"}):
+        bad = world["alice"].post(
+            "/api/v1/applications/",
+            {"kind": "topic_update", "payload": {"code": "orders", "changes": changes}},
+            format="json",
+        )
+        assert bad.status_code == 400 and "cannot change" in bad.json()["fields"]["changes"][0]
+    payload = {"code": "orders", "changes": {"description": "the shop's orders"}}
+    done = apply_and_approve(world, "topic_update", payload)
+    assert done["status"] == "approved", done
+    topic = world["alice"].get("/api/v1/topics/orders/").json()
+    assert topic["description"] == "the shop's orders" and topic["partitions"] == 1
+
+
 def test_consumer_update_changes_blacklist_and_alert_rule(world):
     other_team = world["bob"].post(
         "/api/v1/applications/",
@@ -223,6 +240,9 @@ def test_consumer_progress_endpoint(world):
     (row,) = world["alice"].get("/api/v1/consumers/shop.orders/progress/").json()
     assert (row["partition"], row["max_index"], row["ack_index"], row["lag"]) == (0, 2, 1, 1)
     assert row["last_address"].startswith("10.0.0.9")
+    # A clustering consumer has no per-client progress.
     bad = world["alice"].get("/api/v1/consumers/shop.orders/progress/?client_id=x")
-    assert bad.status_code == 400 and "client_id" in bad.json()["fields"]
+    assert bad.status_code == 404 and bad.json()["error"] == "not_found"
+    too_long = world["alice"].get(f"/api/v1/consumers/shop.orders/progress/?client_id={'x' * 129}")
+    assert too_long.status_code == 400 and "client_id" in too_long.json()["fields"]
     assert world["alice"].get("/api/v1/consumers/blue-app.blue-topic/progress/").status_code == 404

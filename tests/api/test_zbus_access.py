@@ -212,9 +212,17 @@ def test_schema_documents_zbus_open_anonymous_apps_and_errors(world):
     paths = schema["paths"]
     operations = {
         ("/api/v1/apps/{code}/rotate-token/", "post"): {"200", "400", "401", "403", "404"},
-        ("/api/v1/apps/", "post"): {"201", "400", "401", "403"},
-        ("/api/v1/producer-policies/", "post"): {"201", "400", "401", "403"},
-        ("/api/v1/consumer-policies/{id}/", "patch"): {"200", "400", "401", "403", "404"},
+        ("/api/v1/apps/", "post"): {"201", "400", "401", "403", "409", "415"},
+        ("/api/v1/producer-policies/", "post"): {"201", "400", "401", "403", "409", "415"},
+        ("/api/v1/consumer-policies/{id}/", "patch"): {
+            "200",
+            "400",
+            "401",
+            "403",
+            "404",
+            "409",
+            "415",
+        },
     }
     for (path, method), codes in operations.items():
         responses = paths[path][method]["responses"]

@@ -12,6 +12,7 @@ from brokers.protocols.zbus import Message as ZbusMessage
 from brokers.protocols.zbus import RequestLine
 from brokers.servers.vibemq.messages import to_message
 from brokers.servers.zbus.stored import to_engine
+from mqcloud.console import engine_calls
 from proxy.httpmq.messages import HTTPMQ_EXTENSION
 from tests.engine_calls import engine_call
 
@@ -72,3 +73,21 @@ def test_api_lists_the_same_messages(world):
     assert api.get("/api/v1/topics/orders/messages/?partition=9").status_code == 400
     assert api.get("/api/v1/topics/orders/messages/").status_code == 400
     assert api.get("/api/v1/topics/blue-secret/messages/?partition=0").status_code == 404
+
+
+def test_api_start_past_the_end_lists_nothing(world, monkeypatch):
+    """A start beyond a partition's end is an empty list (as the schema says), and a store
+    that does not answer is 503, not a 400 on ``start``."""
+    produce_one_of_each()
+    api = APIClient()
+    api.force_authenticate(world.alice)
+    past = api.get("/api/v1/topics/orders/messages/?partition=0&start=99")
+    assert past.status_code == 200 and past.json() == []
+    assert api.get("/api/v1/topics/orders/messages/?partition=1&start=5").json() == []
+
+    def down(*args: object) -> None:
+        raise engine_calls.EngineUnavailable("The message store did not answer: refused")
+
+    monkeypatch.setattr(engine_calls, "read_range", down)
+    response = api.get("/api/v1/topics/orders/messages/?partition=0")
+    assert response.status_code == 503 and response.json()["error"] == "engine_unavailable"

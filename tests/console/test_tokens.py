@@ -3,6 +3,7 @@ Bearer tokens, scoped read-only, expiring, revoked by their owner or an admin, a
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -52,6 +53,21 @@ def test_the_token_lists_the_teams_consumers_and_stops_when_revoked(client, worl
     assert client.post(f"/tokens/{token.pk}/revoke/").status_code == 302
     assert api.get("/api/v1/consumers/").status_code == 401
     assert AuditEvent.objects.filter(action="api-token-revoked", actor=world.alice).exists()
+
+
+def test_the_try_it_command_names_a_real_endpoint(client, world):
+    """The page's curl example, run with the new token, lists the caller's consumers."""
+    client.force_login(world.alice)
+    response = client.post("/tokens/", {"name": "try-it"})
+    match = re.search(
+        r'curl -H "Authorization: Bearer (\S+)" http://testserver(\S+)</code>',
+        response.content.decode(),
+    )
+    assert match, "no curl example on the page"
+    secret, url = match.groups()
+    listed = bearer(secret).get(url.replace("&amp;", "&"))
+    assert listed.status_code == 200, listed.content[:300]
+    assert [c["name"] for c in listed.json()["results"]] == ["shop.orders"]
 
 
 def test_read_only_tokens_only_read(client, world):
