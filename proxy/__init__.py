@@ -1,1 +1,3 @@
-"""HTTP-MQ proxy views and the Channels WebSocket consumers (served by the web process)."""
+"""Front-ends outside the broker processes: the HTTP-MQ service (:mod:`proxy.httpmq`, its own
+ASGI process under ``manage.py runproxy``) and VibeMQ over WebSocket (:mod:`proxy.vibemq_ws`,
+a Channels consumer served by the web process)."""
