@@ -110,6 +110,8 @@ def _logical_lines(text: str) -> list[str]:
 
 
 def _unescape(text: str) -> str:
+    if "\\" not in text:  # most keys and values of an escaped block have no escape
+        return text
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:

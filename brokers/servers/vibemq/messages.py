@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from brokers.engine import Delivery, Message
+from brokers.engine import Delivery, Message, StoredMessage
 from brokers.protocols.vibemq import Deliver, Publish, deliver
 
 ID_PROPERTY = "messageId"
@@ -71,19 +71,23 @@ def _payload(body: bytes, content_type: str, headers: dict[str, str]) -> Any:
 
 def message_id(delivery: Delivery) -> str:
     """The VibeMQ id of a delivered record."""
-    stored = delivery.message
+    return _stored_id(delivery.message, delivery.index)
+
+
+def _stored_id(stored: StoredMessage, index: int) -> str:
     props = stored.attributes
-    return props.get(ID_PROPERTY) or props.get("msgid") or stored.business_id or str(delivery.index)
+    return props.get(ID_PROPERTY) or props.get("msgid") or stored.business_id or str(index)
 
 
 def to_deliver(queue: str, delivery: Delivery, attempt: int | None = None) -> Deliver:
-    """The ``deliver`` frame of a record; ``attempt`` overrides the engine's count."""
+    """The ``deliver`` frame of a record (its ``id`` is :func:`message_id`, the record
+    decoded once); ``attempt`` overrides the engine's count."""
     stored = delivery.message
     props = stored.attributes
     headers = {k: v for k, v in props.items() if k != ID_PROPERTY and not k.startswith(":")}
     payload = _payload(stored.body, props.get(CONTENT_TYPE, ""), headers)
     return deliver(
-        message_id(delivery),
+        _stored_id(stored, delivery.index),
         queue,
         payload,
         headers,

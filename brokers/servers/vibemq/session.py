@@ -31,7 +31,7 @@ from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import FANOUT_MODES, Hub
 from brokers.servers.vibemq.limits import SlidingWindow
-from brokers.servers.vibemq.messages import message_id, to_deliver
+from brokers.servers.vibemq.messages import to_deliver
 from brokers.servers.vibemq.tracking import Inflight, Tracked
 
 log = logging.getLogger("mqcloud.vibemq")
@@ -308,13 +308,12 @@ class Session:
         this subscriber cannot take it (it went away)."""
         if self.closed or queue not in self.subscriptions:
             return False
-        self.inflight.add(
-            Tracked(queue, message_id(delivery), delivery, deadline_ms, app=app, member=member)
-        )
+        frame = to_deliver(queue, delivery)  # the record decoded once for id and frame
+        self.inflight.add(Tracked(queue, frame.id, delivery, deadline_ms, app=app, member=member))
         self._delivered(delivery)
         if delivery.attempts > 1:
             self.ctx.counters["retries"] += 1
-        self.send(to_deliver(queue, delivery))
+        self.send(frame)
         return True
 
     def _delivered(self, delivery: Delivery) -> None:
