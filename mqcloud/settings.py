@@ -248,6 +248,8 @@ JMQ4_PORT = env.int("JMQ4_PORT", default=50088)
 ZBUS_PORT = env.int("ZBUS_PORT", default=15555)
 ZBUS_ADMIN_TOKEN = env.str("ZBUS_ADMIN_TOKEN", default="")  # empty: zbus admin is open
 VIBEMQ_PORT = env.int("VIBEMQ_PORT", default=2925)
+# A JMQ4 request whose header sendTime is older than this gets code 22 (0: off).
+JMQ4_REQUEST_TIMEOUT_MS = env.int("JMQ4_REQUEST_TIMEOUT_MS", default=30_000)
 # VibeMQ (brokers/servers/vibemq/config.py `config_from`): anonymous access only when
 # turned on; the WebSocket Origin allow-list (empty: any origin); limits and timers.
 VIBEMQ_ALLOW_ANONYMOUS = env.bool("VIBEMQ_ALLOW_ANONYMOUS", default=False)

@@ -53,6 +53,7 @@ from brokers.engine import (
 from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher
 from brokers.engine.redisio import broker_client
 from brokers.models import Broker, Cluster
+from brokers.servers.jmq4 import ServerConfig as Jmq4Config
 from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
 from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.runtime import tune_gc
@@ -250,7 +251,13 @@ async def start_servers(
     if jmq4_port is not None:
         servers.append(
             await start_jmq4_server(
-                engine, watcher, bind, jmq4_port, broker_id, reuse_port=reuse_port
+                engine,
+                watcher,
+                bind,
+                jmq4_port,
+                broker_id,
+                config=Jmq4Config(request_timeout_ms=settings.JMQ4_REQUEST_TIMEOUT_MS),
+                reuse_port=reuse_port,
             )
         )
     if zbus_port is not None:
