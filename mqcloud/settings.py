@@ -212,6 +212,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.mark_silent_brokers_down",
         "schedule": timedelta(seconds=10),
     },
+    "preferred-leaders": {
+        "task": "mqcloud.tasks.rebalance_preferred_leaders_task",
+        "schedule": timedelta(seconds=10),
+    },
     "release-delayed-messages": {
         "task": "mqcloud.tasks.release_delayed_messages",
         "schedule": timedelta(seconds=1),
@@ -265,6 +269,10 @@ VIBEMQ_FANOUT_RETENTION_MS = env.int("VIBEMQ_FANOUT_RETENTION_MS", default=86_40
 VIBEMQ_MONITOR_PORT = env.int("VIBEMQ_MONITOR_PORT", default=None)  # /health, /metrics
 BROKER_HEARTBEAT_SECONDS = env.float("BROKER_HEARTBEAT_SECONDS", default=2.0)
 BROKER_DEAD_AFTER_SECONDS = env.float("BROKER_DEAD_AFTER_SECONDS", default=15.0)
+# A broker back from a failure leads its preferred partition groups again once it has been
+# up this long (beat's preferred-leader rebalance; the console and API can run it at once).
+PREFERRED_LEADER_AUTO_REBALANCE = env.bool("PREFERRED_LEADER_AUTO_REBALANCE", default=True)
+PREFERRED_LEADER_HEALTHY_SECONDS = env.float("PREFERRED_LEADER_HEALTHY_SECONDS", default=60.0)
 
 # Pipeline (issue "PySpark data pipeline").
 SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")

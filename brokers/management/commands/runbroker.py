@@ -180,8 +180,11 @@ def register(broker_id: int, cluster_name: object, host: object) -> Broker:
         broker.full_clean()
     elif host:
         broker.host = str(host)
+    now = timezone.now()
+    if broker.status != Broker.Status.UP or broker.up_since is None:
+        broker.up_since = now  # back from down: the preferred-leader rebalance counts from here
     broker.status = Broker.Status.UP
-    broker.last_heartbeat = timezone.now()
+    broker.last_heartbeat = now
     broker.save()
     return broker
 
@@ -202,6 +205,7 @@ def _was_down(broker_id: int) -> bool:
 def _mark_up(broker_id: int) -> bool:
     if not _heartbeat(broker_id):
         return False
+    Broker.objects.filter(id=broker_id).update(up_since=timezone.now())
     publish_on_commit()
     return True
 
@@ -225,7 +229,7 @@ def _ports(broker_id: int) -> dict[str, int | None]:
 
 @transaction.atomic
 def _mark_down(broker_id: int) -> None:
-    Broker.objects.filter(id=broker_id).update(status=Broker.Status.DOWN)
+    Broker.objects.filter(id=broker_id).update(status=Broker.Status.DOWN, up_since=None)
     publish_on_commit()
 
 
