@@ -15,7 +15,7 @@ from django.db.models import Count, F
 from django.utils import timezone
 
 from brokers.catalog_loader import publish, publish_on_commit
-from brokers.models import Broker, PartitionGroup
+from brokers.models import Broker, Cluster, PartitionGroup
 from mqcloud.approvals.services import fail_interrupted, record
 
 if TYPE_CHECKING:
@@ -76,7 +76,9 @@ def fail_over_partition_groups() -> int:
 
 
 def rebalance_preferred_leaders(
-    healthy_for: float | None = None, actor: AbstractBaseUser | None = None
+    healthy_for: float | None = None,
+    actor: AbstractBaseUser | None = None,
+    cluster: Cluster | None = None,
 ) -> list[dict[str, Any]]:
     """Move every partition group back to its preferred leader where that broker is up,
     writable, heartbeating and has been up for ``healthy_for`` seconds (default
@@ -84,7 +86,8 @@ def rebalance_preferred_leaders(
 
     Each move is audited (``leader-preferred``, by ``actor`` or by the platform) and the
     catalog is published once when the transaction commits; the published leaders fence
-    the previous leader's produces. Returns the moves.
+    the previous leader's produces. ``cluster`` limits it to that cluster's topics.
+    Returns the moves.
     """
     if healthy_for is None:
         healthy_for = settings.PREFERRED_LEADER_HEALTHY_SECONDS
@@ -105,6 +108,8 @@ def rebalance_preferred_leaders(
             .exclude(leader_id=F("preferred_leader_id"))
             .order_by("topic__code", "group_id")
         )
+        if cluster is not None:
+            groups = groups.filter(topic__cluster=cluster)
         for group in groups:
             move = {
                 "topic": group.topic.code,
@@ -124,6 +129,22 @@ def rebalance_preferred_leaders(
             moves.append(move)
         if moves:
             publish_on_commit()
+    return moves
+
+
+def elect_preferred_leaders(cluster: Cluster, actor: AbstractBaseUser) -> list[dict[str, Any]]:
+    """An admin's "elect preferred leaders now" for one cluster: every group whose preferred
+    leader is up, writable and heartbeating goes back to it, without waiting for the
+    healthy time. The run itself is audited (``preferred-leader-election``) and so is each
+    move. Returns the moves."""
+    with transaction.atomic():
+        moves = rebalance_preferred_leaders(healthy_for=0, actor=actor, cluster=cluster)
+        record(
+            actor,
+            "preferred-leader-election",
+            f"cluster:{cluster.name}",
+            detail={"moved": len(moves)},
+        )
     return moves
 
 

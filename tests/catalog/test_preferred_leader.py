@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from brokers.catalog_loader import _publish_logged
 from brokers.models import Broker, PartitionGroup, Team, Topic
@@ -103,3 +104,44 @@ def test_a_group_saved_without_a_preference_prefers_its_leader():
     assert PartitionGroup.objects.get(pk=group.pk).preferred_leader_id == 81
     Broker.objects.filter(id=81).update(up_since=timezone.now() - timedelta(hours=1))
     assert rebalance_preferred_leaders(healthy_for=0) == []
+
+
+def _api(user) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {factories.token_for(user)}")
+    return client
+
+
+def test_an_admin_elects_preferred_leaders_now_through_the_api(failed_over):
+    cluster = failed_over.cluster
+    url = f"/api/v1/clusters/{cluster.pk}/preferred-leader-election/"
+    alice = factories.user("alice", team=failed_over.team)
+    refused = _api(alice).post(url)
+    assert refused.status_code == 403 and _leaders(failed_over) == [71, 71]
+    root = factories.user("root", admin=True)
+    done = _api(root).post(url)  # broker 70 is up: no healthy wait for an admin's election
+    assert done.status_code == 200, done.content
+    assert done.json() == {"moves": [{"topic": "pl", "group": 0, "from": 71, "to": 70}]}
+    assert _leaders(failed_over) == [70, 71]
+    assert AuditEvent.objects.get(action="leader-preferred").actor == root
+    run = AuditEvent.objects.get(action="preferred-leader-election")
+    assert (run.actor, run.target, run.detail) == (root, "cluster:pl", {"moved": 1})
+    assert _api(root).post(url).json() == {"moves": []}
+    assert _api(root).post("/api/v1/clusters/999999/preferred-leader-election/").status_code == 404
+
+
+def test_an_admin_elects_preferred_leaders_from_the_console(failed_over, client):
+    cluster = failed_over.cluster
+    url = f"/clusters/{cluster.pk}/elect-preferred-leaders/"
+    client.force_login(factories.user("alice", team=failed_over.team))
+    assert "Elect preferred leaders" not in client.get("/clusters/").content.decode()
+    assert client.post(url).status_code == 403
+    assert _leaders(failed_over) == [71, 71]
+    root = factories.user("root", admin=True)
+    client.force_login(root)
+    assert "Elect preferred leaders" in client.get("/clusters/").content.decode()
+    assert client.get(url).status_code == 405
+    page = client.post(url, follow=True)
+    assert "pl group 0 → broker 70" in page.content.decode()
+    assert _leaders(failed_over) == [70, 71]
+    assert AuditEvent.objects.filter(action="preferred-leader-election", actor=root).exists()
