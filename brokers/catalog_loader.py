@@ -67,7 +67,10 @@ def build_snapshot(version: int = 0) -> CatalogSnapshot:
             partitions=t.partitions,
             groups=tuple(
                 PartitionGroupInfo(
-                    group_id=g.group_id, leader=g.leader_id, partitions=tuple(g.partitions)
+                    group_id=g.group_id,
+                    leader=g.leader_id,
+                    partitions=tuple(g.partitions),
+                    preferred_leader=g.preferred_leader_id,
                 )
                 for g in t.groups.all()
             ),

@@ -9,6 +9,7 @@ never reads these models: ``brokers.catalog_loader`` turns them into frozen snap
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -110,6 +111,12 @@ class Broker(models.Model):
     writable = models.BooleanField(default=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.UNKNOWN)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    up_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the broker last came up (unset while down): the preferred-leader "
+        "rebalance gives a broker its groups back only after it has been up a while.",
+    )
 
     class Meta:
         ordering = ["id"]
@@ -266,6 +273,15 @@ class PartitionGroup(models.Model):
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="groups")
     group_id = models.PositiveIntegerField()
     leader = models.ForeignKey(Broker, on_delete=models.PROTECT, related_name="led_groups")
+    preferred_leader = models.ForeignKey(
+        Broker,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="preferred_groups",
+        help_text="The broker that should lead this group (the leader it was created with): "
+        "the preferred-leader rebalance moves the group back to it once it is up and healthy.",
+    )
     partitions = models.JSONField(help_text="Partition numbers of this group.")
 
     class Meta:
@@ -276,6 +292,15 @@ class PartitionGroup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.topic.code}/group {self.group_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A group without a preferred leader prefers the leader it is saved with."""
+        if self.preferred_leader_id is None and self.leader_id is not None:
+            self.preferred_leader_id = self.leader_id
+            fields = kwargs.get("update_fields")
+            if fields is not None:
+                kwargs["update_fields"] = {*fields, "preferred_leader"}
+        super().save(*args, **kwargs)
 
     def clean(self) -> None:
         parts = self.partitions

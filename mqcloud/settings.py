@@ -212,6 +212,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.mark_silent_brokers_down",
         "schedule": timedelta(seconds=10),
     },
+    "preferred-leaders": {
+        "task": "mqcloud.tasks.rebalance_preferred_leaders_task",
+        "schedule": timedelta(seconds=10),
+    },
     "release-delayed-messages": {
         "task": "mqcloud.tasks.release_delayed_messages",
         "schedule": timedelta(seconds=1),
@@ -248,6 +252,8 @@ JMQ4_PORT = env.int("JMQ4_PORT", default=50088)
 ZBUS_PORT = env.int("ZBUS_PORT", default=15555)
 ZBUS_ADMIN_TOKEN = env.str("ZBUS_ADMIN_TOKEN", default="")  # empty: zbus admin is open
 VIBEMQ_PORT = env.int("VIBEMQ_PORT", default=2925)
+# A JMQ4 request whose header sendTime is older than this gets code 22 (0: off).
+JMQ4_REQUEST_TIMEOUT_MS = env.int("JMQ4_REQUEST_TIMEOUT_MS", default=30_000)
 # VibeMQ (brokers/servers/vibemq/config.py `config_from`): anonymous access only when
 # turned on; the WebSocket Origin allow-list (empty: any origin); limits and timers.
 VIBEMQ_ALLOW_ANONYMOUS = env.bool("VIBEMQ_ALLOW_ANONYMOUS", default=False)
@@ -263,6 +269,10 @@ VIBEMQ_FANOUT_RETENTION_MS = env.int("VIBEMQ_FANOUT_RETENTION_MS", default=86_40
 VIBEMQ_MONITOR_PORT = env.int("VIBEMQ_MONITOR_PORT", default=None)  # /health, /metrics
 BROKER_HEARTBEAT_SECONDS = env.float("BROKER_HEARTBEAT_SECONDS", default=2.0)
 BROKER_DEAD_AFTER_SECONDS = env.float("BROKER_DEAD_AFTER_SECONDS", default=15.0)
+# A broker back from a failure leads its preferred partition groups again once it has been
+# up this long (beat's preferred-leader rebalance; the console and API can run it at once).
+PREFERRED_LEADER_AUTO_REBALANCE = env.bool("PREFERRED_LEADER_AUTO_REBALANCE", default=True)
+PREFERRED_LEADER_HEALTHY_SECONDS = env.float("PREFERRED_LEADER_HEALTHY_SECONDS", default=60.0)
 
 # Pipeline (issue "PySpark data pipeline").
 SPARK_MASTER = env.str("SPARK_MASTER", default="local[*]")

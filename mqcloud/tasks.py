@@ -1,20 +1,25 @@
-"""Celery tasks: broker liveness, the catalog safety-net republish, delayed messages, and
-failing applications whose execution was interrupted."""
+"""Celery tasks: broker liveness and leader failover, the preferred-leader rebalance, the
+catalog safety-net republish, delayed messages, and failing applications whose execution
+was interrupted."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from celery import shared_task
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, F
 from django.utils import timezone
 
 from brokers.catalog_loader import publish, publish_on_commit
-from brokers.models import Broker, PartitionGroup
+from brokers.models import Broker, Cluster, PartitionGroup
 from mqcloud.approvals.services import fail_interrupted, record
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
 from mqcloud.engine_access import engine_session
 
 
@@ -30,7 +35,7 @@ def mark_silent_brokers_down() -> list[int]:
             .values_list("id", flat=True)
         )
         if silent:
-            Broker.objects.filter(id__in=silent).update(status=Broker.Status.DOWN)
+            Broker.objects.filter(id__in=silent).update(status=Broker.Status.DOWN, up_since=None)
         moved = fail_over_partition_groups()
         if silent or moved:
             publish_on_commit()
@@ -68,6 +73,88 @@ def fail_over_partition_groups() -> int:
         group.save(update_fields=["leader"])
         moved += 1
     return moved
+
+
+def rebalance_preferred_leaders(
+    healthy_for: float | None = None,
+    actor: AbstractBaseUser | None = None,
+    cluster: Cluster | None = None,
+) -> list[dict[str, Any]]:
+    """Move every partition group back to its preferred leader where that broker is up,
+    writable, heartbeating and has been up for ``healthy_for`` seconds (default
+    ``PREFERRED_LEADER_HEALTHY_SECONDS``), as Kafka's preferred-leader election does.
+
+    Each move is audited (``leader-preferred``, by ``actor`` or by the platform) and the
+    catalog is published once when the transaction commits; the published leaders fence
+    the previous leader's produces. ``cluster`` limits it to that cluster's topics.
+    Returns the moves.
+    """
+    if healthy_for is None:
+        healthy_for = settings.PREFERRED_LEADER_HEALTHY_SECONDS
+    now = timezone.now()
+    moves: list[dict[str, Any]] = []
+    with transaction.atomic():
+        groups = (
+            PartitionGroup.objects.select_for_update(of=("self",))
+            .select_related("topic", "topic__team")
+            .filter(
+                preferred_leader__status=Broker.Status.UP,
+                preferred_leader__writable=True,
+                preferred_leader__up_since__lte=now - timedelta(seconds=healthy_for),
+                preferred_leader__last_heartbeat__gte=now
+                - timedelta(seconds=settings.BROKER_DEAD_AFTER_SECONDS),
+                preferred_leader__cluster_id=F("topic__cluster_id"),
+            )
+            .exclude(leader_id=F("preferred_leader_id"))
+            .order_by("topic__code", "group_id")
+        )
+        if cluster is not None:
+            groups = groups.filter(topic__cluster=cluster)
+        for group in groups:
+            move = {
+                "topic": group.topic.code,
+                "group": group.group_id,
+                "from": group.leader_id,
+                "to": group.preferred_leader_id,
+            }
+            record(
+                actor,
+                "leader-preferred",
+                f"topic:{group.topic.code}",
+                team=group.topic.team,
+                detail={k: v for k, v in move.items() if k != "topic"},
+            )
+            group.leader_id = group.preferred_leader_id
+            group.save(update_fields=["leader"])
+            moves.append(move)
+        if moves:
+            publish_on_commit()
+    return moves
+
+
+def elect_preferred_leaders(cluster: Cluster, actor: AbstractBaseUser) -> list[dict[str, Any]]:
+    """An admin's "elect preferred leaders now" for one cluster: every group whose preferred
+    leader is up, writable and heartbeating goes back to it, without waiting for the
+    healthy time. The run itself is audited (``preferred-leader-election``) and so is each
+    move. Returns the moves."""
+    with transaction.atomic():
+        moves = rebalance_preferred_leaders(healthy_for=0, actor=actor, cluster=cluster)
+        record(
+            actor,
+            "preferred-leader-election",
+            f"cluster:{cluster.name}",
+            detail={"moved": len(moves)},
+        )
+    return moves
+
+
+@shared_task
+def rebalance_preferred_leaders_task() -> list[dict[str, Any]]:
+    """Beat (every 10 s, when PREFERRED_LEADER_AUTO_REBALANCE is on): give recovered brokers
+    their preferred groups back once they have been up PREFERRED_LEADER_HEALTHY_SECONDS."""
+    if not settings.PREFERRED_LEADER_AUTO_REBALANCE:
+        return []
+    return rebalance_preferred_leaders()
 
 
 @shared_task

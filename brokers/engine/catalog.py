@@ -75,6 +75,8 @@ class PartitionGroupInfo(msgspec.Struct, frozen=True, kw_only=True):
     group_id: int
     leader: int
     partitions: tuple[int, ...]
+    preferred_leader: int | None = None
+    """The broker that should lead the group; FETCH_CLUSTER lists it once it is up."""
 
 
 class QueueSettings(msgspec.Struct, frozen=True, kw_only=True):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import permissions, status, viewsets
+from drf_spectacular.utils import extend_schema, extend_schema_view, inline_serializer
+from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
@@ -26,6 +26,25 @@ from mqcloud.api.scoping import (
 )
 from mqcloud.approvals.services import record
 from mqcloud.console import lag
+from mqcloud.tasks import elect_preferred_leaders
+
+PreferredLeaderElection = inline_serializer(
+    "PreferredLeaderElection",
+    {
+        "moves": serializers.ListField(
+            child=inline_serializer(
+                "PreferredLeaderMove",
+                {
+                    "topic": serializers.CharField(),
+                    "group": serializers.IntegerField(),
+                    "from": serializers.IntegerField(help_text="the broker that led the group"),
+                    "to": serializers.IntegerField(help_text="its preferred leader, now leading"),
+                },
+            ),
+            help_text="the groups moved, by topic and group",
+        )
+    },
+)
 
 NO_ANONYMOUS_TOKENS = (
     "An anonymous app has no tokens: token-less clients act as it on its team's topics"
@@ -83,6 +102,24 @@ class ClusterViewSet(viewsets.ModelViewSet):
     filterset_fields = ["name"]
     search_fields = ["name", "description"]
     ordering_fields = ["name", "created_at"]
+
+    @extend_schema(
+        request=None,
+        responses={200: PreferredLeaderElection, **error_responses(401, 403, 404)},
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="preferred-leader-election",
+        pagination_class=None,
+        filter_backends=[],
+    )
+    def preferred_leader_election(self, request: Request, pk: str | None = None) -> Response:
+        """Give every partition group of the cluster back to its preferred leader (the
+        broker it was created on) where that broker is up, writable and heartbeating, now
+        rather than after PREFERRED_LEADER_HEALTHY_SECONDS (platform admins; audited)."""
+        cluster = self.get_object()
+        return Response({"moves": elect_preferred_leaders(cluster, request.user)})
 
 
 class BrokerViewSet(UpdateSerializerMixin, viewsets.ModelViewSet):

@@ -1,14 +1,19 @@
-"""Clusters and brokers: status, heartbeat, partition groups led, weights, permissions."""
+"""Clusters and brokers: status, heartbeat, partition groups led, weights, permissions;
+platform admins can give every group back to its preferred leader now."""
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from brokers.models import Broker, Cluster, PartitionGroup
 from mqcloud.console import access
+from mqcloud.tasks import elect_preferred_leaders
 
 
 @login_required
@@ -19,7 +24,14 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         {"cluster": c, "brokers": [b for b in brokers if b.cluster_id == c.id]}
         for c in Cluster.objects.annotate(topic_count=Count("topics"))
     ]
-    return render(request, "console/clusters.html", {"clusters": clusters})
+    return render(
+        request,
+        "console/clusters.html",
+        {
+            "clusters": clusters,
+            "preferred_healthy_seconds": int(settings.PREFERRED_LEADER_HEALTHY_SECONDS),
+        },
+    )
 
 
 @login_required
@@ -35,3 +47,19 @@ def broker_detail(request: HttpRequest, broker_id: int) -> HttpResponse:
         "console/broker_detail.html",
         {"broker": broker, "groups": groups, "hidden": len(led) - len(groups)},
     )
+
+
+@login_required
+@require_POST
+def cluster_elect_preferred(request: HttpRequest, pk: int) -> HttpResponse:
+    """Move every group of the cluster whose preferred leader is healthy back to it now
+    (platform admins; audited)."""
+    access.require_platform_admin(request.user)
+    cluster = get_object_or_404(Cluster, pk=pk)
+    moves = elect_preferred_leaders(cluster, request.user)
+    if moves:
+        moved = ", ".join(f"{m['topic']} group {m['group']} → broker {m['to']}" for m in moves)
+        messages.success(request, f"Preferred leaders elected: {moved}.")
+    else:
+        messages.info(request, f"Every group of {cluster.name} is led by its preferred leader.")
+    return redirect("console:clusters")

@@ -41,6 +41,11 @@ urlpatterns = [
         name="retry-action",
     ),
     path("clusters/", clusters.cluster_list, name="clusters"),
+    path(
+        "clusters/<int:pk>/elect-preferred-leaders/",
+        clusters.cluster_elect_preferred,
+        name="cluster-elect-preferred",
+    ),
     path("brokers/<int:broker_id>/", clusters.broker_detail, name="broker"),
     path("apps/", appviews.app_list, name="apps"),
     path("apps/new/", appviews.app_create, name="app-new"),

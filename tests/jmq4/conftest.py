@@ -48,12 +48,16 @@ def build_catalog(redis_url: str) -> Catalog:
             jmq4_port=port, zbus_port=free_port(), vibemq_port=free_port()
         )
     orders = factories.topic("orders", cluster, team, partitions=4, groups=2)
-    PartitionGroup.objects.filter(topic=orders, group_id=0).update(leader_id=1)
-    PartitionGroup.objects.filter(topic=orders, group_id=1).update(leader_id=2)
+    PartitionGroup.objects.filter(topic=orders, group_id=0).update(
+        leader_id=1, preferred_leader_id=1
+    )
+    PartitionGroup.objects.filter(topic=orders, group_id=1).update(
+        leader_id=2, preferred_leader_id=2
+    )
     local = factories.topic("local", cluster, team, partitions=2, groups=1)
-    PartitionGroup.objects.filter(topic=local).update(leader_id=1)
+    PartitionGroup.objects.filter(topic=local).update(leader_id=1, preferred_leader_id=1)
     remote = factories.topic("remote", cluster, team, partitions=2, groups=1)
-    PartitionGroup.objects.filter(topic=remote).update(leader_id=2)
+    PartitionGroup.objects.filter(topic=remote).update(leader_id=2, preferred_leader_id=2)
     app, token = factories.app("app1", team)
     for t in (orders, local, remote):
         _policies(t, app, ack_timeout_ms=30_000, batch_size=10)

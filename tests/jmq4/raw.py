@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 
 from brokers.protocols.jmq4 import (
     AddConnectionRequest,
@@ -16,20 +17,28 @@ from brokers.protocols.jmq4 import (
     encode_frame,
 )
 
-SEND_TIME = 1_700_000_000_123
+
+def now_ms() -> int:
+    """The current time in epoch ms, as a JMQ4 header's sendTime."""
+    return time.time_ns() // 1_000_000
 
 
 def request_header(
-    type_: int, request_id: int = 7, *, version: int = 4, qos: QosLevel = QosLevel.RECEIVE
+    type_: int,
+    request_id: int = 7,
+    *,
+    version: int = 4,
+    qos: QosLevel = QosLevel.RECEIVE,
+    send_time: int | None = None,
 ) -> Header:
-    """A request header with a fixed sendTime (so echoes can be checked)."""
+    """A request header sent now, or at ``send_time`` (brokers refuse old ones)."""
     return Header(
         version=version,
         direction=Direction.REQUEST,
         qos=qos,
         request_id=request_id,
         type=type_,
-        send_time=SEND_TIME,
+        send_time=now_ms() if send_time is None else send_time,
     )
 
 

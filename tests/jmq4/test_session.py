@@ -25,7 +25,7 @@ from brokers.protocols.jmq4 import (
     RemoveConsumerRequest,
     TopicType,
 )
-from tests.jmq4.raw import SEND_TIME, RawClient, frame_bytes, request_header
+from tests.jmq4.raw import RawClient, frame_bytes, now_ms, request_header
 
 pytestmark = pytest.mark.django_db
 
@@ -46,12 +46,13 @@ async def test_add_connection_checks_token_and_is_idempotent(catalog, brokers):
 
 async def test_typed_reply_echoes_request_header(catalog, brokers):
     raw = await RawClient.open(catalog.ports[1])
-    reply = await raw.call(FetchHealthRequest(), request_id=4242, version=2)
+    sent = now_ms() - 1234
+    reply = await raw.call(FetchHealthRequest(), request_id=4242, version=2, send_time=sent)
     assert reply.header.type == CommandType.FETCH_HEALTH_RESPONSE
     assert (reply.header.version, reply.header.request_id, reply.header.send_time) == (
         2,
         4242,
-        SEND_TIME,
+        sent,
     )
     assert reply.header.qos == QosLevel.RECEIVE and reply.payload.point == 0.0
     ack = await raw.call(HeartbeatRequest(), request_id=9, version=1)
@@ -172,7 +173,7 @@ async def test_one_way_requests_get_no_reply(catalog, brokers):
 async def test_unknown_type_is_skipped_and_connection_stays(catalog, brokers):
     raw = await RawClient.open(catalog.ports[1])
     header = request_header(34, 5)
-    body = bytearray(struct.pack(">iIbbibq", 0, 0xCAFEBEBE, 4, 2, 5, 34, SEND_TIME)) + b"\x01\x02"
+    body = bytearray(struct.pack(">iIbbibq", 0, 0xCAFEBEBE, 4, 2, 5, 34, now_ms())) + b"\x01\x02"
     struct.pack_into(">i", body, 0, len(body))
     raw.send(bytes(body))
     reply = await raw.call(HeartbeatRequest(), request_id=6)

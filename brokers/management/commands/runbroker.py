@@ -53,6 +53,7 @@ from brokers.engine import (
 from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher
 from brokers.engine.redisio import broker_client
 from brokers.models import Broker, Cluster
+from brokers.servers.jmq4 import ServerConfig as Jmq4Config
 from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
 from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.runtime import tune_gc
@@ -179,8 +180,11 @@ def register(broker_id: int, cluster_name: object, host: object) -> Broker:
         broker.full_clean()
     elif host:
         broker.host = str(host)
+    now = timezone.now()
+    if broker.status != Broker.Status.UP or broker.up_since is None:
+        broker.up_since = now  # back from down: the preferred-leader rebalance counts from here
     broker.status = Broker.Status.UP
-    broker.last_heartbeat = timezone.now()
+    broker.last_heartbeat = now
     broker.save()
     return broker
 
@@ -201,6 +205,7 @@ def _was_down(broker_id: int) -> bool:
 def _mark_up(broker_id: int) -> bool:
     if not _heartbeat(broker_id):
         return False
+    Broker.objects.filter(id=broker_id).update(up_since=timezone.now())
     publish_on_commit()
     return True
 
@@ -224,7 +229,7 @@ def _ports(broker_id: int) -> dict[str, int | None]:
 
 @transaction.atomic
 def _mark_down(broker_id: int) -> None:
-    Broker.objects.filter(id=broker_id).update(status=Broker.Status.DOWN)
+    Broker.objects.filter(id=broker_id).update(status=Broker.Status.DOWN, up_since=None)
     publish_on_commit()
 
 
@@ -250,7 +255,13 @@ async def start_servers(
     if jmq4_port is not None:
         servers.append(
             await start_jmq4_server(
-                engine, watcher, bind, jmq4_port, broker_id, reuse_port=reuse_port
+                engine,
+                watcher,
+                bind,
+                jmq4_port,
+                broker_id,
+                config=Jmq4Config(request_timeout_ms=settings.JMQ4_REQUEST_TIMEOUT_MS),
+                reuse_port=reuse_port,
             )
         )
     if zbus_port is not None:

@@ -108,16 +108,32 @@ def broker_entry(broker: BrokerInfo) -> ClusterBroker:
     )
 
 
+def preferred_up(snapshot: CatalogSnapshot, codes: tuple[str, ...]) -> set[int]:
+    """The preferred leaders of the topics' groups that are up."""
+    found: set[int] = set()
+    for code in codes:
+        topic = snapshot.topics.get(code)
+        for g in topic.groups if topic is not None else ():
+            broker = snapshot.brokers.get(g.preferred_leader or 0)
+            if broker is not None and broker.alive:
+                found.add(broker.id)
+    return found
+
+
 async def fetch_cluster(
     ctx: ServerContext, session: Session, header: Header, req: FetchClusterRequest
 ) -> Frame:
-    """Answer from the catalog snapshot; brokers are those leading the requested topics."""
+    """Answer from the catalog snapshot; the brokers listed are those leading the requested
+    topics' groups and those that should lead them and are up (a broker back from a failure
+    is listed again before the preferred-leader rebalance gives it its groups back)."""
     snapshot = ctx.snapshot
     session.authorize(req.app, snapshot)
     topics = tuple(topic_entry(snapshot, t, req.app, ctx.broker_id) for t in req.topics)
-    leaders = {g.leader for t in topics for g in t.partition_groups}
+    listed = {g.leader for t in topics for g in t.partition_groups} | preferred_up(
+        snapshot, req.topics
+    )
     brokers = tuple(
-        broker_entry(snapshot.brokers[b]) for b in sorted(leaders) if b in snapshot.brokers
+        broker_entry(snapshot.brokers[b]) for b in sorted(listed) if b in snapshot.brokers
     )
     return response_frame(header, FetchClusterResponse(topics=topics, brokers=brokers))
 

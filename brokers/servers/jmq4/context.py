@@ -26,6 +26,11 @@ class ServerConfig:
     shutdown_grace: float = 5.0
     """How long a graceful stop waits for in-flight requests (long polls included)."""
     max_long_poll_ms: int = 60_000
+    request_timeout_ms: int = 30_000
+    """A request whose header sendTime is older than this is refused with code 22 (request
+    timeout) and not executed: its client has given up on it (a broker that was paused
+    must not act on what waited in its socket). 0 turns the check off; a sendTime ≤ 0 (a
+    client that does not stamp its requests) is never refused."""
 
 
 @dataclass(slots=True)

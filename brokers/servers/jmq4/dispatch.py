@@ -3,12 +3,18 @@
 A handler returns the reply frame or raises :class:`Reject` for an early rejection. Engine
 errors that escape a handler become a BooleanAck with their §7 code; anything unexpected
 becomes status 4 and is logged. One-way requests are executed but never answered.
+
+A request whose header sendTime is older than the request timeout is neither executed nor
+answered by its handler: it gets a BooleanAck with code 22 (request timeout), and a one-way
+one is dropped. Its client gave up on it; a broker resumed from a pause (SIGSTOP, a frozen
+VM) finds such requests waiting in its sockets and must not act on them (issue 20 item 9).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -18,6 +24,7 @@ from brokers.servers.jmq4 import assignment, cluster, connection, consume, produ
 from brokers.servers.jmq4.context import ServerContext
 from brokers.servers.jmq4.errors import Reject, engine_code
 from brokers.servers.jmq4.session import Session
+from brokers.servers.protocol_errors import protocol_errors
 
 log = logging.getLogger("mqcloud.jmq4")
 
@@ -33,12 +40,35 @@ HANDLERS: Mapping[int, Handler] = {
 }
 
 
+def expired(header: Header, timeout_ms: int, now_ms: int | None = None) -> bool:
+    """Whether the request was sent more than ``timeout_ms`` ago by its header's sendTime
+    (never when the check is off or the request carries no send time)."""
+    if timeout_ms <= 0 or header.send_time <= 0:
+        return False
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    return now - header.send_time > timeout_ms
+
+
 async def dispatch(ctx: ServerContext, session: Session, frame: Frame) -> bytes | None:
     """Run the handler for a request frame; the encoded reply, or None for one-way requests."""
     header = frame.header
     handler = HANDLERS.get(header.type)
     if handler is None:  # a response sent to us, or a type without a handler
         return None
+    if expired(header, ctx.config.request_timeout_ms):
+        protocol_errors.record(
+            log,
+            "jmq4",
+            "expired",
+            "JMQ4 %s from %s refused: sent at %s, older than the request timeout (%s ms)",
+            header.type,
+            session.address,
+            header.send_time,
+            ctx.config.request_timeout_ms,
+        )
+        if header.one_way:
+            return None
+        return boolean_ack(header, Code.CN_REQUEST_TIMEOUT, "request timeout").encode()
     try:
         reply = await handler(ctx, session, header, frame.payload)
     except Reject as exc:
