@@ -69,19 +69,16 @@ def _payload(body: bytes, content_type: str, headers: dict[str, str]) -> Any:
         return base64.b64encode(body).decode("ascii")
 
 
-def message_id(delivery: Delivery) -> str:
-    """The VibeMQ id of a delivered record."""
-    return _stored_id(delivery.message, delivery.index)
-
-
 def _stored_id(stored: StoredMessage, index: int) -> str:
+    """The VibeMQ id of a stored message: its ``messageId``, else zbus's ``msgid``, else
+    the businessId, else the index."""
     props = stored.attributes
     return props.get(ID_PROPERTY) or props.get("msgid") or stored.business_id or str(index)
 
 
 def to_deliver(queue: str, delivery: Delivery, attempt: int | None = None) -> Deliver:
-    """The ``deliver`` frame of a record (its ``id`` is :func:`message_id`, the record
-    decoded once); ``attempt`` overrides the engine's count."""
+    """The ``deliver`` frame of a record (decoded once, its ``id`` included); ``attempt``
+    overrides the engine's count."""
     stored = delivery.message
     props = stored.attributes
     headers = {k: v for k, v in props.items() if k != ID_PROPERTY and not k.startswith(":")}
