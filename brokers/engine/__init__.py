@@ -73,7 +73,7 @@ from brokers.engine.model import (
 )
 from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.presence import Presence
-from brokers.engine.priority import PRIORITY_BANDS, PRIORITY_MODE, band_partition
+from brokers.engine.priority import PRIORITY_BANDS, PRIORITY_MODE, band_of, band_partition
 from brokers.engine.record import (
     BatchItem,
     Message,
@@ -161,6 +161,7 @@ __all__ = [
     "WireBlob",
     "WireRecords",
     "WriteTimeout",
+    "band_of",
     "band_partition",
     "broker_client",
     "cancel_and_wait",

@@ -13,6 +13,7 @@ ordinary partitions.
 from __future__ import annotations
 
 from brokers.engine.catalog import TopicInfo
+from brokers.engine.record import Message, record_priority
 
 PRIORITY_MODE = "PriorityBased"
 PRIORITY_BANDS = 4
@@ -29,3 +30,11 @@ def band_partition(topic: TopicInfo, priority: int) -> int:
     topic's partitions (a priority above the top band joins it, below the last joins it)."""
     last = max(topic.partitions - 1, 0)
     return min(max(last - priority, 0), last)
+
+
+def band_of(topic: TopicInfo, message: Message | bytes, offset: int = 0) -> int:
+    """The band partition of ``message``: a Message's priority, or that of the JMQ4
+    BrokerMessage record at ``offset`` of the bytes (its priority byte)."""
+    if isinstance(message, Message):
+        return band_partition(topic, message.priority)
+    return band_partition(topic, record_priority(message, offset))

@@ -34,6 +34,7 @@ SYS_DEFAULT = 0x010C  # message version 1, source JOYQUEUE
 MAX_BUSINESS_ID = 100
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 OFF_PARTITION, OFF_INDEX, OFF_STORE_TIME = 4, 6, 47
+OFF_PRIORITY = 22
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 _ITEM_HEAD = struct.Struct(">ibh")
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
@@ -587,6 +588,12 @@ def record_store_time(raw: bytes) -> int:
     """Store time (ms) of a record without decoding the rest."""
     send = _I64.unpack_from(raw, 39)[0]
     return send + _I32.unpack_from(raw, OFF_STORE_TIME)[0]
+
+
+def record_priority(raw: bytes, offset: int = 0) -> int:
+    """The priority byte of the record at ``offset`` of ``raw`` (0 when too short to hold one)."""
+    at = offset + OFF_PRIORITY
+    return int.from_bytes(raw[at : at + 1], "big", signed=True)
 
 
 def record_index(raw: bytes) -> int:

@@ -25,7 +25,7 @@ from brokers.engine.model import (
     StoredEntry,
 )
 from brokers.engine.overflow import FULL, REDIRECT, append_bounded
-from brokers.engine.priority import band_partition, is_prioritized
+from brokers.engine.priority import band_of, band_partition, is_prioritized
 from brokers.engine.read import bounds, index_at_time, read_entries, read_range
 from brokers.engine.record import (
     Message,
@@ -101,7 +101,7 @@ class LogSection(EngineBase):
         business_id = first.business_id if isinstance(first, Message) else ""
         if (partition is None or partition < 0) and is_prioritized(info):
             head = messages.blob if isinstance(messages, WireRecords | WireBlob) else first
-            partition = band_partition(info, _priority(head))  # type: ignore[arg-type]
+            partition = band_of(info, head)  # type: ignore[arg-type]
         chosen = choose_partition(
             snap, info, policy, partition=partition, business_id=business_id, rng=self._rng
         )
@@ -415,11 +415,3 @@ class LogSection(EngineBase):
             for code, info in self._catalog().topics.items()
             if info.retention_max_age_s is not None or info.retention_max_count is not None
         }
-
-
-def _priority(message: Message | bytes) -> int:
-    """The priority of a message, or of the (first) JMQ4 BrokerMessage record in
-    ``message`` (its byte 22)."""
-    if isinstance(message, Message):
-        return message.priority
-    return int.from_bytes(message[22:23], "big", signed=True) if len(message) > 22 else 0

@@ -22,7 +22,7 @@ from brokers.engine import (
     QoS,
     TopicInfo,
     WireBlob,
-    band_partition,
+    band_of,
 )
 from brokers.protocols.jmq4 import (
     FAILED_ITEM,
@@ -70,11 +70,10 @@ def _wire(entry: ProduceTopic) -> WireMessages | None:
 
 def _band(topic: TopicInfo, messages: WireMessages) -> int | None:
     """The band partition of the first message on a PriorityBased topic (its priority
-    byte, the engine's :func:`~brokers.engine.band_partition`); None on other topics."""
+    byte, the engine's :func:`~brokers.engine.band_of`); None on other topics."""
     if topic.queue.delivery_mode != PRIORITY_MODE or not messages.offsets:
         return None
-    head = messages.data[messages.offsets[0] + 22 : messages.offsets[0] + 23]
-    return band_partition(topic, int.from_bytes(head, "big", signed=True)) if head else None
+    return band_of(topic, messages.data, messages.offsets[0])
 
 
 def _check(topic: str, messages: WireMessages) -> int | None:
