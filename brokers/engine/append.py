@@ -71,8 +71,32 @@ from brokers.engine.redisio import AnyRedis, Durability, Script, fmt_int
 REMEMBERED = 64  # request ids kept per partition: 64 to 128 (trimmed in batches, so the
 # sorted set stays small enough for Redis's compact listpack encoding)
 
+STAMP_LUA = """
+-- stamp(blob, idx): records back to back (each starting with its size) with their index
+-- fields written from idx on; a batch record (sysCode bit 12) takes its flag's count.
+local function stamp(blob, idx)
+  local parts, pos = {}, 1
+  while pos <= #blob do
+    local size = struct.unpack('>i4', blob, pos)
+    local c = 1
+    if math.floor(struct.unpack('>i2', blob, pos + 20) / 4096) % 2 == 1 then
+      c = struct.unpack('>i2', blob, pos + 59)
+      if c < 1 then c = 1 end
+    end
+    parts[#parts + 1] = string.sub(blob, pos, pos + 5) .. struct.pack('>i8', idx)
+      .. string.sub(blob, pos + 14, pos + size - 1)
+    idx = idx + c
+    pos = pos + size
+  end
+  return table.concat(parts)
+end
+"""
+"""The Lua that writes the indexes of records appended where the caller did not expect
+(shared by :data:`APPEND` and the bounded append of :mod:`.overflow`)."""
+
 APPEND = Script(
-    """
+    STAMP_LUA
+    + """
 -- KEYS: stream, meta, request ids. ARGV: channel, partition, expected first index, item
 -- count, blob, request id, floor ('' on a first attempt; on a repeat the lowest first
 -- index the first attempt could have got, -1 if unknown), ids remembered, leader ('' or
@@ -99,22 +123,7 @@ end
 local nxt = tonumber(redis.call('HGET', KEYS[2], 'next') or '0')
 local total = tonumber(ARGV[4])
 local blob = ARGV[5]
-if tonumber(ARGV[3]) ~= nxt then
-  local parts, pos, idx = {}, 1, nxt
-  while pos <= #blob do
-    local size = struct.unpack('>i4', blob, pos)
-    local c = 1
-    if math.floor(struct.unpack('>i2', blob, pos + 20) / 4096) % 2 == 1 then
-      c = struct.unpack('>i2', blob, pos + 59)
-      if c < 1 then c = 1 end
-    end
-    parts[#parts + 1] = string.sub(blob, pos, pos + 5) .. struct.pack('>i8', idx)
-      .. string.sub(blob, pos + 14, pos + size - 1)
-    idx = idx + c
-    pos = pos + size
-  end
-  blob = table.concat(parts)
-end
+if tonumber(ARGV[3]) ~= nxt then blob = stamp(blob, nxt) end
 redis.call('XADD', KEYS[1], s(nxt) .. '-' .. s(total), 'm', blob)
 redis.call('HSET', KEYS[2], 'next', s(nxt + total))
 redis.call('HSETNX', KEYS[2], 'min', '0')

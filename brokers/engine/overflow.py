@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from brokers.engine.append import STAMP_LUA
 from brokers.engine.keys import PartitionKeys, notify_channel
 from brokers.engine.model import QoS
 from brokers.engine.redisio import AnyRedis, Durability, Script
@@ -28,7 +29,8 @@ from brokers.engine.redisio import AnyRedis, Durability, Script
 STORED, DROPPED, FULL, REDIRECT = "stored", "dropped", "full", "redirect"
 
 APPEND_BOUNDED = Script(
-    """
+    STAMP_LUA
+    + """
 -- KEYS: stream, meta, then the state hash of each clustering group.
 -- ARGV: channel, partition, max_size, policy, then count, records per unit (a message, or
 -- the records of one atomic append concatenated). Returns per unit: the index it was stored at, or 'dropped' | 'full' | 'redirect'.
@@ -50,22 +52,7 @@ local function count_at(idx)
   return fi + c - idx
 end
 -- the records of one unit (a message, or an atomic batch of records) get their indexes
-local function stamp(blob, idx)
-  local parts, pos = {}, 1
-  while pos <= #blob do
-    local size = struct.unpack('>i4', blob, pos)
-    local c = 1
-    if math.floor(struct.unpack('>i2', blob, pos + 20) / 4096) % 2 == 1 then
-      c = struct.unpack('>i2', blob, pos + 59)
-      if c < 1 then c = 1 end
-    end
-    parts[#parts + 1] = string.sub(blob, pos, pos + 5) .. struct.pack('>i8', idx)
-      .. string.sub(blob, pos + 14, pos + size - 1)
-    idx = idx + c
-    pos = pos + size
-  end
-  return table.concat(parts)
-end
+-- with stamp() (append.STAMP_LUA)
 local out, stored = {}, 0
 for i = 5, #ARGV, 2 do
   local floor = math.max(mn, fan)  -- without groups: what no fan-out member was handed yet
