@@ -468,13 +468,15 @@ def current_snapshot() -> CatalogSnapshot:
     This process keeps the last one it read and catches up through the log."""
     client = _redis()
     try:
-        _catch_up(client, _follower)
+        follow_catalog(client, _follower)
     finally:
         client.close()
     return _follower.current
 
 
-def _catch_up(client: redis.Redis, follower: CatalogFollower) -> None:
+def follow_catalog(client: redis.Redis, follower: CatalogFollower) -> None:
+    """Bring ``follower`` to the newest catalog in Redis (the synchronous twin of
+    :func:`brokers.engine.catch_up`)."""
     if follower.follow(_read_log(client, follower.log_start())):
         return
     data = client.get(SNAPSHOT_KEY)

@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 
 from brokers.catalog_loader import build_snapshot, current_snapshot, publish
+from brokers.engine import TopicInfo
 from brokers.engine.catalog import (
     SNAPSHOT_VERSION_KEY,
     VERSION_KEY,
@@ -17,7 +18,6 @@ from brokers.engine.catalog import (
     CatalogWatcher,
     publish_snapshot,
 )
-from brokers.engine import TopicInfo
 from brokers.models import Broker, ConsumerPolicy, ProducerPolicy, Team
 from tests import factories
 

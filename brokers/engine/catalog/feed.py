@@ -133,7 +133,7 @@ class CatalogFollower:
         self._digests: collections.OrderedDict[int, int] = collections.OrderedDict()
         self._lock = threading.Lock()  # console threads may share one follower
         self.resyncs = 0
-        """Full snapshots loaded after the first (gaps and checkpoint mismatches)."""
+        """Full snapshots loaded after the first one (gaps and checkpoint mismatches)."""
 
     def log_start(self) -> str:
         """The first log entry id this follower has not applied."""
@@ -178,9 +178,10 @@ class CatalogFollower:
         candidate._remember(snapshot)
         if not candidate.follow(entries) or candidate.current.version < self.current.version:
             return False
+        if self.current.version:
+            self.resyncs += 1
         self._digests = candidate._digests
         self._advance(candidate.current, force=True)
-        self.resyncs += 1
         return True
 
     def _advance(self, snapshot: CatalogSnapshot, *, force: bool = False) -> None:
