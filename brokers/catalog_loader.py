@@ -29,6 +29,7 @@ from brokers.engine.catalog import (
     APPEND_DELTA,
     APPEND_DELTA_KEYS,
     LOG_KEY,
+    LOG_READ_BATCH,
     SNAPSHOT_KEY,
     STORE_SNAPSHOT,
     STORE_SNAPSHOT_KEYS,
@@ -41,7 +42,10 @@ from brokers.engine.catalog import (
     ProducerPolicyInfo,
     QueueSettings,
     TopicInfo,
+    decode_snapshot,
     delta_args,
+    newest_version,
+    next_read,
     snapshot_args,
     version_floor,
 )
@@ -477,15 +481,25 @@ def current_snapshot() -> CatalogSnapshot:
 def follow_catalog(client: redis.Redis, follower: CatalogFollower) -> None:
     """Bring ``follower`` to the newest catalog in Redis (the synchronous twin of
     :func:`brokers.engine.catch_up`)."""
-    if follower.follow(_read_log(client, follower.log_start())):
+    pipe = client.pipeline(transaction=False)
+    pipe.get(VERSION_KEY)
+    pipe.xrange(LOG_KEY, min=follower.log_start(), count=LOG_READ_BATCH)
+    value, batch = pipe.execute()
+    newest = newest_version(value)
+    if follower.follow([*batch, *_read_log(client, next_read(batch))], newest):
         return
-    data = client.get(SNAPSHOT_KEY)
-    snapshot = CatalogSnapshot.decode(data) if data else CatalogSnapshot()
-    if not follower.rebase(snapshot, _read_log(client, f"{snapshot.version + 1}-0")):
+    snapshot = decode_snapshot(client.get(SNAPSHOT_KEY))
+    entries = _read_log(client, f"{snapshot.version + 1}-0")
+    if not follower.rebase(snapshot, entries, newest):
         log.error(
             "catalog v%d: Redis cannot bridge to the newest version", follower.current.version
         )
 
 
-def _read_log(client: redis.Redis, start: str) -> list:
-    return list(client.xrange(LOG_KEY, min=start))
+def _read_log(client: redis.Redis, start: str | None) -> list:
+    entries: list = []
+    while start is not None:
+        batch = client.xrange(LOG_KEY, min=start, count=LOG_READ_BATCH)
+        entries.extend(batch)
+        start = next_read(batch)
+    return entries

@@ -28,7 +28,7 @@ def fleet(client):
     """Twenty topics, each with a producer and a consumer policy, and a published snapshot."""
     team = Team.objects.create(name="fleet")
     cluster = factories.cluster_with_brokers("fleet-c", brokers=2, first_id=40)
-    app, token = factories.app("fleet-app", team)
+    app, _token = factories.app("fleet-app", team)
     for i in range(20):
         topic = factories.topic(f"fleet{i}", cluster, team, partitions=2, groups=1)
         ProducerPolicy.objects.create(topic=topic, app=app)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
 import redis.asyncio as aioredis
 
 from brokers.engine.background import cancel_and_wait
@@ -139,11 +140,14 @@ class CatalogFollower:
         """The first log entry id this follower has not applied."""
         return f"{self.current.version + 1}-0"
 
-    def follow(self, entries: Sequence[tuple[Any, Any]]) -> bool:
+    def follow(self, entries: Sequence[tuple[Any, Any]], newest: int | None = None) -> bool:
         """Apply log ``entries`` (``XRANGE`` replies) in order. False when they cannot be
-        applied: a version is missing, or a checkpoint's digest disagrees with the one this
-        follower had at that version — a full snapshot is needed then."""
+        applied: a version is missing, a checkpoint's digest disagrees with the one this
+        follower had at that version, or Redis's ``newest`` version is below this
+        follower's (Redis was replaced) — a full snapshot is needed then."""
         current = self.current
+        if newest is not None and newest < current.version:
+            return False
         ok = True
         for entry_id, fields in entries:
             version = _entry_version(entry_id)
@@ -152,7 +156,12 @@ class CatalogFollower:
             if version != current.version + 1:
                 ok = False
                 break
-            delta = CatalogDelta.decode(_field(fields), version)
+            try:
+                delta = CatalogDelta.decode(_field(fields), version)
+            except (ValueError, msgspec.MsgspecError):
+                log.exception("catalog v%d: unreadable log entry", version)
+                ok = False
+                break
             checkpoint = delta.checkpoint
             if checkpoint is not None:
                 mine = self._digests.get(checkpoint.version)
@@ -170,14 +179,32 @@ class CatalogFollower:
         self._advance(current)
         return ok
 
-    def rebase(self, snapshot: CatalogSnapshot, entries: Sequence[tuple[Any, Any]]) -> bool:
+    def rebase(
+        self,
+        snapshot: CatalogSnapshot,
+        entries: Sequence[tuple[Any, Any]],
+        newest: int | None = None,
+    ) -> bool:
         """Adopt ``snapshot`` followed by log ``entries`` if that reaches at least the
         current version without a gap; otherwise keep the current catalog. Returns whether
-        it was adopted."""
+        it was adopted.
+
+        The one way back: when Redis's ``newest`` version is below this follower's, Redis
+        was replaced by one that never saw our versions (a restore, a test's fresh server),
+        and its catalog is adopted whatever its version."""
+        replaced = newest is not None and newest < self.current.version
         candidate = CatalogFollower(snapshot)
         candidate._remember(snapshot)
-        if not candidate.follow(entries) or candidate.current.version < self.current.version:
+        if not candidate.follow(entries):
             return False
+        if candidate.current.version < self.current.version and not replaced:
+            return False
+        if replaced:
+            log.warning(
+                "catalog: Redis holds v%d, older than this process's v%d; following it",
+                candidate.current.version,
+                self.current.version,
+            )
         if self.current.version:
             self.resyncs += 1
         self._digests = candidate._digests
@@ -186,9 +213,7 @@ class CatalogFollower:
 
     def _advance(self, snapshot: CatalogSnapshot, *, force: bool = False) -> None:
         with self._lock:  # never backwards, even when two threads catch up at once
-            if snapshot.version > self.current.version or (
-                force and snapshot.version == self.current.version
-            ):
+            if force or snapshot.version > self.current.version:
                 self.current = snapshot
 
     def _remember(self, snapshot: CatalogSnapshot) -> None:
@@ -209,29 +234,57 @@ def _field(fields: dict[Any, Any]) -> bytes:
     return body if isinstance(body, bytes) else body.encode()
 
 
-async def _read_log(client: aioredis.Redis, start: str) -> list[tuple[Any, Any]]:
+def decode_snapshot(data: bytes | None) -> CatalogSnapshot:
+    """The stored full snapshot (an empty one when there is none or it is unreadable)."""
+    if not data:
+        return CatalogSnapshot()
+    try:
+        return CatalogSnapshot.decode(data)
+    except msgspec.MsgspecError:
+        log.exception("catalog: the stored snapshot is unreadable; waiting for the next one")
+        return CatalogSnapshot()
+
+
+def newest_version(value: bytes | str | None) -> int | None:
+    """The ``version`` key's value as an int (None when Redis holds no catalog)."""
+    return int(value) if value is not None else None
+
+
+def next_read(batch: Sequence[tuple[Any, Any]]) -> str | None:
+    """Where the next ``XRANGE`` of the log starts after ``batch``, or None when the
+    batch was the last."""
+    if len(batch) < LOG_READ_BATCH:
+        return None
+    return f"({_entry_version(batch[-1][0])}-1"
+
+
+async def _read_log(client: aioredis.Redis, start: str | None) -> list[tuple[Any, Any]]:
     entries: list[tuple[Any, Any]] = []
-    while True:
+    while start is not None:
         batch = await client.xrange(LOG_KEY, min=start, count=LOG_READ_BATCH)
         entries.extend(batch)
-        if len(batch) < LOG_READ_BATCH:
-            return entries
-        start = f"({_entry_version(batch[-1][0])}-1"
+        start = next_read(batch)
+    return entries
 
 
 async def catch_up(client: aioredis.Redis, follower: CatalogFollower) -> bool:
     """Bring ``follower`` to the newest catalog version in Redis; True when it moved.
 
-    Reads the log after the follower's version; on a gap or a checkpoint mismatch reads
-    the full snapshot and the log after it. When Redis cannot bridge the gap either (its
-    data was lost and no snapshot was published since), the follower keeps its catalog
-    and the next call tries again."""
+    Reads the version and the log after the follower's version in one round trip; on a
+    gap or a checkpoint mismatch reads the full snapshot and the log after it. When Redis
+    cannot bridge the gap either (its data was lost and no snapshot was published since),
+    the follower keeps its catalog and the next call tries again."""
     before = follower.current
-    if not follower.follow(await _read_log(client, follower.log_start())):
-        data = await client.get(SNAPSHOT_KEY)
-        snapshot = CatalogSnapshot.decode(data) if data else CatalogSnapshot()
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.get(VERSION_KEY)
+        pipe.xrange(LOG_KEY, min=follower.log_start(), count=LOG_READ_BATCH)
+        value, batch = await pipe.execute()
+    newest = newest_version(value)
+    entries = [*batch, *await _read_log(client, next_read(batch))]
+    if not follower.follow(entries, newest):
+        snapshot = decode_snapshot(await client.get(SNAPSHOT_KEY))
         entries = await _read_log(client, f"{snapshot.version + 1}-0")
-        if not follower.rebase(snapshot, entries):
+        if not follower.rebase(snapshot, entries, newest):
             log.error(
                 "catalog v%d: Redis cannot bridge to the newest version (snapshot v%d);"
                 " keeping this catalog until a full snapshot is published",
