@@ -196,7 +196,7 @@ def create_topic(fleet: Fleet, i: int) -> None:
 
 def create_all(fleet: Fleet, topics: int, limit: float) -> float:
     started = time.monotonic()
-    step = max(1, topics // 10)
+    step = max(1, min(topics // 10, 250))  # progress lines also under --create-limit
     for i in range(topics):
         create_topic(fleet, i)
         fleet.created = i + 1
