@@ -61,6 +61,7 @@ def catalog_changed(sender: type, instance: object, **kwargs: object) -> None:
 
 @receiver(post_save, sender=ConsumerPolicy)
 def consumer_created(sender: type, instance: ConsumerPolicy, created: bool, **kwargs: object):
-    """A new clustering consumer's start position is pinned when it is created."""
+    """A new clustering consumer's start position is pinned when its transaction commits
+    (with every other consumer created in it, in one batch)."""
     if created and instance.mode == ConsumerPolicy.Mode.CLUSTERING:
-        pin_start_on_commit(instance.topic.code, instance.app.code, instance.start_position)
+        pin_start_on_commit(instance.pk)
