@@ -411,13 +411,20 @@ def publish() -> CatalogSnapshot:
     lock, so it holds every change published up to that version (and maybe some after,
     which their deltas carry again). Each partition's leader is recorded first
     (:mod:`brokers.engine.leadership`): a broker that still believes it leads a partition
-    failover moved away has its JMQ4 appends refused before any broker sees the catalog."""
+    failover moved away has its JMQ4 appends refused before any broker sees the catalog.
+
+    Returns the snapshot at its checkpoint's version: the version a process has once it
+    holds this catalog."""
     client = _redis()
     try:
         snapshot = _read_consistent_snapshot(client)
         record_leaders(client, snapshot.topics.values(), snapshot.version)
-        client.eval(STORE_SNAPSHOT, 4, *STORE_SNAPSHOT_KEYS, *snapshot_args(snapshot))
-        return snapshot
+        args = snapshot_args(snapshot)
+        checkpoint = int(client.eval(STORE_SNAPSHOT, 4, *STORE_SNAPSHOT_KEYS, *args))
+        if not checkpoint:  # a newer snapshot was stored meanwhile
+            return snapshot
+        # What every process holds once it applied the checkpoint (the version to wait for).
+        return snapshot.apply(CatalogDelta(version=checkpoint))
     finally:
         client.close()
 
