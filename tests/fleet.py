@@ -129,4 +129,7 @@ def list_pages() -> list[str]:
         "/tokens/",
         "/lockouts/",
         "/clusters/",
+        "/applications/new/?kind=consumer_create",
+        "/applications/new/?kind=pause",
+        "/applications/new/?kind=topic_update&code=t00042",
     ]

@@ -68,3 +68,24 @@ def test_the_page_shows_only_its_rows(client):
     assert app["consumers"].total == len(range(0, 300, 7))
     assert all(c.paused for c in app["consumers"].rows)
     assert app["producers"].page.number == 1 and len(app["producers"].rows) == 25
+
+
+def test_forms_take_a_checked_name_past_the_select_limit(client, settings):
+    """A fleet's topics and consumers are no <select> (10,000 options would be 500 kB):
+    a text box whose value must name one the user may choose."""
+    from mqcloud.console import forms
+
+    build_fleet(30, rollup_minutes=1)
+    client.force_login(factories.user("root", admin=True))
+    forms.SELECT_LIMIT, before = 10, forms.SELECT_LIMIT
+    try:
+        page = client.get("/applications/new/?kind=pause").content.decode()
+        assert '<select name="consumer"' not in page and 'name="consumer"' in page
+        wrong = client.post("/applications/new/", {"kind": "pause", "consumer": "fleet.nosuch"})
+        assert "No such name" in wrong.content.decode()
+        right = client.post("/applications/new/", {"kind": "pause", "consumer": "fleet.t00003"})
+        assert right.status_code == 302
+    finally:
+        forms.SELECT_LIMIT = before
+    page = client.get("/applications/new/?kind=pause").content.decode()
+    assert '<select name="consumer"' in page
