@@ -256,8 +256,12 @@ def paginate(
     return Listing(spec, query, page, request.GET, request.path, choices)
 
 
-def page_of(request: HttpRequest, rows: Sequence[Any], spec: ListSpec) -> Listing:
-    """A page of rows already in memory (a short, bounded list), with the same controls."""
+def page_of(request: HttpRequest, rows: Sequence[Any], spec: ListSpec, text: Any = str) -> Listing:
+    """A page of rows computed in memory (not a queryset), with the same controls: the
+    search keeps rows whose ``text(row)`` contains it (no sorting or filters)."""
     query = parse(request.GET, spec)
+    if query.q:
+        needle = query.q.lower()
+        rows = [r for r in rows if needle in text(r).lower()]
     page = Paginator(rows, spec.per_page).get_page(query.page)
     return Listing(spec, query, page, request.GET, request.path, {})
