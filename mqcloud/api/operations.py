@@ -72,7 +72,9 @@ class ConsumerListQuery(serializers.Serializer):
         choices=list(lag.SORTS),
         required=False,
         default=lag.DEFAULT_SORT,
-        help_text="name, -name, lag (smallest first) or -lag (largest first).",
+        help_text="name, -name, lag (smallest first) or -lag (largest first). Over more than"
+        " 500 consumers a lag sort orders by the lag the periodic backlog check last recorded"
+        " (the rows still show the live lag).",
     )
     search = serializers.CharField(
         required=False, max_length=200, help_text="Part of the consumer's name."

@@ -36,6 +36,8 @@ def test_parse_keeps_valid_values_and_drops_the_rest():
     assert (bad.sort, bad.q) == ("code", "")
     assert bad.filters == {"team": "x" * 200}
     assert parse(QueryDict("sort=team&q=x"), SPEC).sort == "code"  # another list's params
+    assert parse(QueryDict("c_page=-3"), SPEC).page == "1"
+    assert parse(QueryDict("c_page=0"), SPEC).page == "1"
     assert parse(QueryDict("c_team=blue"), SPEC, {"team": [("red", "red")]}).filters == {}
 
 
