@@ -199,7 +199,8 @@ def release_delayed_messages() -> int:
 
 @shared_task
 def check_backlog_alerts() -> int:
-    """Fire backlog alerts (beat: every minute); returns how many fired."""
+    """Record every consumer's lag and fire backlog alerts (beat: every minute); returns
+    how many fired."""
     from mqcloud.alerts.backlog import check_backlogs
 
     return len(check_backlogs())
