@@ -23,8 +23,8 @@ runproxy --processes 1``). Then it measures and prints:
   broker (code 186 while paused). p50/p95/p99/max of "change sent → all see it" and of
   the PATCH response time — goal p99 ≤ 1 s;
 * the catalog: full snapshot built from PostgreSQL (time), encoded size, decode time and
-  the memory its decoded form holds (tracemalloc), one delta's size and apply time (when
-  ``brokers.engine`` exports ``CatalogDelta``; else n/a), each broker's and the proxy's
+  the memory its decoded form holds (tracemalloc), the size and decode+apply time of the
+  deltas in the catalog log (creation's and the pauses'), each broker's and the proxy's
   RSS before and after creation, ``publish()`` in process and ``manage.py publishcatalog``;
 * JMQ4 FETCH_CLUSTER latency of one topic (p50/p99) at that catalog size (the issue saw
   7–8 ms at 10,000 topics);
@@ -419,33 +419,39 @@ def snapshot_figures() -> Any:
     return snap, data
 
 
-def delta_figures(snap: Any) -> None:
-    """One delta's size and apply time, if the engine has deltas (issue 21, the lead's
-    part); written against the API described there — anything else prints n/a."""
-    import brokers.engine as engine_api
+def delta_figures(snap: Any, label: str, count: int = 100) -> None:
+    """Size and decode+apply time of the last ``count`` deltas in the catalog log (what
+    every broker, proxy and console process reads for each change)."""
+    import redis
 
-    delta_cls = getattr(engine_api, "CatalogDelta", None)
-    if delta_cls is None or not hasattr(snap, "apply"):
-        print("delta: n/a (brokers.engine exports no CatalogDelta yet)", flush=True)
-        return
+    from brokers.engine import CatalogDelta
+    from brokers.engine.catalog import LOG_KEY
+
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
     try:
-        import msgspec
-
-        policy = snap.consumers[0]
-        changed = msgspec.structs.replace(policy, paused=not policy.paused)
-        delta = delta_cls(version=snap.version + 1, consumers=(changed,))
-        data = delta.encode() if hasattr(delta, "encode") else msgspec.msgpack.encode(delta)
-        runs = []
-        for _ in range(20):
-            started = time.perf_counter()
-            snap.apply(delta)
-            runs.append(time.perf_counter() - started)
-        print(
-            f"delta (one consumer policy): {len(data):,} B;"
-            f" apply median {statistics.median(runs) * 1e6:,.0f} µs", flush=True
-        )  # fmt: skip
-    except Exception as exc:  # the API may differ from the guess above
-        print(f"delta: n/a (CatalogDelta exists but could not be measured: {exc!r})", flush=True)
+        entries = list(reversed(client.xrevrange(LOG_KEY, count=count)))
+    finally:
+        client.close()
+    sizes, entities, applies = [], [], []
+    for entry_id, fields in entries:
+        body = fields[b"d"]
+        started = time.perf_counter()
+        delta = CatalogDelta.decode(body, int(entry_id.split(b"-")[0]))
+        snap.apply(delta)
+        applies.append(time.perf_counter() - started)
+        sizes.append(len(body))
+        entities.append(len(delta))
+    if not entries:
+        print(f"deltas ({label}): none in the log", flush=True)
+        return
+    print(
+        f"deltas ({label}, last {len(entries)} in the log): size median"
+        f" {statistics.median(sizes):,.0f} B, max {max(sizes):,} B;"
+        f" entities median {statistics.median(entities):.0f}, max {max(entities)};"
+        f" decode+apply at {len(snap.topics):,} topics median"
+        f" {statistics.median(applies) * 1e6:,.0f} µs, max {max(applies) * 1e6:,.0f} µs",
+        flush=True,
+    )
 
 
 def publish_figures(env: dict[str, str]) -> None:
@@ -640,7 +646,7 @@ def main() -> None:
             )
 
         snap, data = snapshot_figures()
-        delta_figures(snap)
+        delta_figures(snap, "creation")
         publish_figures(env)
         raw_baseline(rd.port, len(data))
 
@@ -672,6 +678,7 @@ def main() -> None:
                 for name, values in per.items():
                     print(f"    sent → {name:8s} sees it:                      {quantiles(values)}")
                 print(f"  goal p99 ≤ 1000 ms: {'met' if p99(seen) <= 1 else 'NOT met'}")
+                delta_figures(snap, "pause/resume")
                 if (args.changes % 2) == 1:
                     await patch(False)
                     await asyncio.gather(
