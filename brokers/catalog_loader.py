@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from redis.client import Pipeline
 
 from brokers.engine import RECORD_LEADER_LUA, CatalogDelta, CatalogFollower, leader_records
 from brokers.engine.catalog import (
@@ -169,35 +171,24 @@ def consumer_info(c: ConsumerPolicy) -> ConsumerPolicyInfo:
     )
 
 
-def topic_infos(topics: Iterable[Topic]) -> dict[str, TopicInfo]:
-    """Topic entities of ``topics`` (a queryset or rows with ``team`` and ``groups``
-    prefetched), with their archive flags and anonymous apps read in two queries."""
-    rows = list(topics)
-    codes = [t.code for t in rows]
-    archived = set(
-        ProducerPolicy.objects.filter(topic__code__in=codes, archive=True).values_list(
-            "topic__code", flat=True
-        )
-    ) | set(
-        ConsumerPolicy.objects.filter(topic__code__in=codes, archive=True).values_list(
-            "topic__code", flat=True
-        )
-    )
-    anonymous = dict(
-        App.objects.filter(is_anonymous=True, team_id__in={t.team_id for t in rows}).values_list(
-            "team_id", "code"
+def topic_infos(topics: QuerySet[Topic]) -> dict[str, TopicInfo]:
+    """Topic entities of the ``topics`` queryset, read in two queries: the rows with their
+    team, archive flag and team's anonymous app, then their partition groups."""
+    rows = (
+        topics.select_related("team")
+        .prefetch_related("groups")
+        .annotate(
+            archived=Exists(ProducerPolicy.objects.filter(topic=OuterRef("pk"), archive=True))
+            | Exists(ConsumerPolicy.objects.filter(topic=OuterRef("pk"), archive=True)),
+            anonymous_app=Subquery(
+                App.objects.filter(team=OuterRef("team"), is_anonymous=True).values("code")[:1]
+            ),
         )
     )
     return {
-        t.code: topic_info(
-            t, archived=t.code in archived, anonymous_app=anonymous.get(t.team_id, "")
-        )
+        t.code: topic_info(t, archived=t.archived, anonymous_app=t.anonymous_app or "")
         for t in rows
     }
-
-
-def _topics() -> Iterable[Topic]:
-    return Topic.objects.select_related("team").prefetch_related("groups")
 
 
 def build_snapshot(version: int = 0) -> CatalogSnapshot:
@@ -205,7 +196,7 @@ def build_snapshot(version: int = 0) -> CatalogSnapshot:
     return CatalogSnapshot(
         version=version,
         brokers=[broker_info(b) for b in Broker.objects.all()],
-        topics=topic_infos(_topics()),
+        topics=topic_infos(Topic.objects.all()),
         apps=[app_info(a) for a in App.objects.select_related("team").prefetch_related("tokens")],
         producers=[producer_info(p) for p in ProducerPolicy.objects.select_related("topic", "app")],
         consumers=[consumer_info(c) for c in ConsumerPolicy.objects.select_related("topic", "app")],
@@ -284,72 +275,73 @@ def changed_on_commit(
 
 
 def _pending_changes() -> CatalogChanges | None:
-    """The changes this transaction will publish, if it registered them where a rollback
-    of the current savepoint cannot discard them."""
+    """The changes this transaction already registered to publish, if any.
+
+    Merging into them is safe wherever they were registered: a savepoint that is rolled
+    back takes its callbacks with it (and then nothing is found here), and one that was
+    released can no longer be rolled back, so what it registered is published at commit
+    with everything merged since."""
     conn = transaction.get_connection()
     if not conn.in_atomic_block:
         return None
-    current = set(conn.savepoint_ids)
-    for sids, callback, _robust in conn.run_on_commit:
+    for _sids, callback, _robust in conn.run_on_commit:
         owner = getattr(callback, "__self__", None)
-        if isinstance(owner, CatalogChanges) and set(sids) <= current:
+        if isinstance(owner, CatalogChanges):
             return owner
     return None
 
 
 def build_delta(changes: CatalogChanges) -> CatalogDelta:
     """The current state of every row ``changes`` names (None for rows gone), read in a
-    handful of queries whatever the size of the catalog."""
-    topic_codes = set(changes.topics)
+    few queries — one per kind of row changed — whatever the size of the catalog."""
     app_codes = set(changes.apps)
-    if changes.topic_ids:
-        topic_codes |= set(
-            Topic.objects.filter(id__in=changes.topic_ids).values_list("code", flat=True)
-        )
+    teams = set(changes.teams)
     if changes.app_ids:
         app_codes |= set(App.objects.filter(id__in=changes.app_ids).values_list("code", flat=True))
-    if changes.teams:
-        topic_codes |= set(
-            Topic.objects.filter(team_id__in=changes.teams).values_list("code", flat=True)
+    if app_codes:  # an anonymous app's team: its topics name it
+        teams |= set(
+            App.objects.filter(code__in=app_codes, is_anonymous=True).values_list(
+                "team_id", flat=True
+            )
         )
+    if changes.teams:
         app_codes |= set(
             App.objects.filter(team_id__in=changes.teams).values_list("code", flat=True)
         )
-    # An anonymous app's team: its topics name it.
-    anonymous_teams = set(
-        App.objects.filter(code__in=app_codes, is_anonymous=True).values_list("team_id", flat=True)
-    )
-    if anonymous_teams:
-        topic_codes |= set(
-            Topic.objects.filter(team_id__in=anonymous_teams).values_list("code", flat=True)
-        )
 
     brokers: dict[int, BrokerInfo | None] = dict.fromkeys(changes.brokers)
-    brokers.update((b.id, broker_info(b)) for b in Broker.objects.filter(id__in=changes.brokers))
-    topics: dict[str, TopicInfo | None] = dict.fromkeys(topic_codes)
-    if topic_codes:
-        topics.update(topic_infos(_topics().filter(code__in=topic_codes)))
+    if changes.brokers:
+        brokers.update(
+            (b.id, broker_info(b)) for b in Broker.objects.filter(id__in=changes.brokers)
+        )
+    topics: dict[str, TopicInfo | None] = dict.fromkeys(changes.topics)
+    if changes.topics or changes.topic_ids or teams:
+        wanted = Q(code__in=changes.topics) | Q(id__in=changes.topic_ids) | Q(team_id__in=teams)
+        topics.update(topic_infos(Topic.objects.filter(wanted)))
     apps: dict[str, AppInfo | None] = dict.fromkeys(app_codes)
-    apps.update(
-        (a.code, app_info(a))
-        for a in App.objects.filter(code__in=app_codes)
-        .select_related("team")
-        .prefetch_related("tokens")
-    )
+    if app_codes:
+        apps.update(
+            (a.code, app_info(a))
+            for a in App.objects.filter(code__in=app_codes)
+            .select_related("team")
+            .prefetch_related("tokens")
+        )
     producers: dict[str, ProducerPolicyInfo | None] = dict.fromkeys(changes.producers)
-    producers.update(
-        (p.name, producer_info(p))
-        for p in ProducerPolicy.objects.filter(name__in=changes.producers).select_related(
-            "topic", "app"
+    if changes.producers:
+        producers.update(
+            (p.name, producer_info(p))
+            for p in ProducerPolicy.objects.filter(name__in=changes.producers).select_related(
+                "topic", "app"
+            )
         )
-    )
     consumers: dict[str, ConsumerPolicyInfo | None] = dict.fromkeys(changes.consumers)
-    consumers.update(
-        (c.name, consumer_info(c))
-        for c in ConsumerPolicy.objects.filter(name__in=changes.consumers).select_related(
-            "topic", "app"
+    if changes.consumers:
+        consumers.update(
+            (c.name, consumer_info(c))
+            for c in ConsumerPolicy.objects.filter(name__in=changes.consumers).select_related(
+                "topic", "app"
+            )
         )
-    )
     return CatalogDelta(
         brokers=brokers, topics=topics, apps=apps, producers=producers, consumers=consumers
     )
@@ -358,8 +350,16 @@ def build_delta(changes: CatalogChanges) -> CatalogDelta:
 # -- publishing --------------------------------------------------------------------------
 
 
+_clients: dict[str, redis.Redis] = {}
+
+
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
+    """This process's Redis client for publishing (thread-safe, pooled; per URL, so a
+    test's fresh server gets its own)."""
+    client = _clients.get(settings.REDIS_URL)
+    if client is None:
+        client = _clients[settings.REDIS_URL] = redis.Redis.from_url(settings.REDIS_URL)
+    return client
 
 
 def _lock() -> None:
@@ -386,18 +386,17 @@ def publish_changes(changes: CatalogChanges) -> int:
     """Read the rows ``changes`` names and append them to the catalog log as the next
     version; returns it. Publishes a full snapshot instead when Redis has no catalog."""
     client = _redis()
-    try:
-        with _catalog_lock():
-            delta = build_delta(changes)
-            if not len(delta):
-                return 0
-            expected = int(client.get(VERSION_KEY) or 0) + 1
-            record_leaders(client, delta.topics.values(), expected)
-            version = int(client.eval(APPEND_DELTA, 2, *APPEND_DELTA_KEYS, *delta_args(delta)))
-        if version:
-            return version
-    finally:
-        client.close()
+    with _catalog_lock():
+        delta = build_delta(changes)
+        if not len(delta):
+            return 0
+        expected = int(client.get(VERSION_KEY) or 0) + 1
+        pipe = client.pipeline(transaction=False)  # the leaders, then the delta: one trip
+        _queue_leaders(pipe, leader_records(delta.topics.values()), expected)
+        pipe.eval(APPEND_DELTA, 2, *APPEND_DELTA_KEYS, *delta_args(delta))
+        version = int(pipe.execute()[-1])
+    if version:
+        return version
     log.warning("Redis holds no catalog version: publishing a full snapshot")
     return publish().version
 
@@ -416,17 +415,14 @@ def publish() -> CatalogSnapshot:
     Returns the snapshot at its checkpoint's version: the version a process has once it
     holds this catalog."""
     client = _redis()
-    try:
-        snapshot = _read_consistent_snapshot(client)
-        record_leaders(client, snapshot.topics.values(), snapshot.version)
-        args = snapshot_args(snapshot)
-        checkpoint = int(client.eval(STORE_SNAPSHOT, 4, *STORE_SNAPSHOT_KEYS, *args))
-        if not checkpoint:  # a newer snapshot was stored meanwhile
-            return snapshot
-        # What every process holds once it applied the checkpoint (the version to wait for).
-        return snapshot.apply(CatalogDelta(version=checkpoint))
-    finally:
-        client.close()
+    snapshot = _read_consistent_snapshot(client)
+    record_leaders(client, snapshot.topics.values(), snapshot.version)
+    args = snapshot_args(snapshot)
+    checkpoint = int(client.eval(STORE_SNAPSHOT, 4, *STORE_SNAPSHOT_KEYS, *args))
+    if not checkpoint:  # a newer snapshot was stored meanwhile
+        return snapshot
+    # What every process holds once it applied the checkpoint (the version to wait for).
+    return snapshot.apply(CatalogDelta(version=checkpoint))
 
 
 def _read_consistent_snapshot(client: redis.Redis) -> CatalogSnapshot:
@@ -459,13 +455,19 @@ def record_leaders(
 ) -> None:
     """Record the leader of every partition of ``topics`` in Redis as set by catalog
     ``version``, unless a newer version already did (``chunk`` partitions per round trip)."""
-    script = client.register_script(RECORD_LEADER_LUA)
     records = list(leader_records(topics))
     for start in range(0, len(records), chunk):
         pipe = client.pipeline(transaction=False)
-        for key, leader in records[start : start + chunk]:
-            script(keys=[key], args=[leader, version], client=pipe)
+        _queue_leaders(pipe, records[start : start + chunk], version)
         pipe.execute()
+
+
+def _queue_leaders(pipe: Pipeline, records: Iterable[tuple[str, int]], version: int) -> None:
+    """Queue leader ``records`` ((partition meta key, leader) pairs) on ``pipe``: EVAL, not
+    EVALSHA, since a pipeline of registered scripts asks SCRIPT EXISTS on every execution,
+    and Redis caches the body's compiled form by its hash anyway."""
+    for key, leader in records:
+        pipe.eval(RECORD_LEADER_LUA, 1, key, leader, version)
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -477,11 +479,7 @@ def current_snapshot() -> CatalogSnapshot:
     """The newest catalog in Redis, for synchronous callers (an empty one if none yet).
 
     This process keeps the last one it read and catches up through the log."""
-    client = _redis()
-    try:
-        follow_catalog(client, _follower)
-    finally:
-        client.close()
+    follow_catalog(_redis(), _follower)
     return _follower.current
 
 

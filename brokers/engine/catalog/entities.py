@@ -24,7 +24,7 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """One broker process as the catalog knows it."""
 
     id: int
@@ -44,7 +44,7 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return (1 if self.readable else 0) | (2 if self.writable else 0)
 
 
-class PartitionGroupInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class PartitionGroupInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A partition group: the partitions one leader broker serves."""
 
     group_id: int
@@ -54,7 +54,7 @@ class PartitionGroupInfo(msgspec.Struct, frozen=True, kw_only=True, omit_default
     """The broker that should lead the group; FETCH_CLUSTER lists it once it is up."""
 
 
-class QueueSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class QueueSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Queue behaviour of a topic, whatever protocol produces or consumes it: delivery
     mode, bound and overflow, TTL, dead-letter queue and retry limit of its groups."""
 
@@ -68,7 +68,7 @@ class QueueSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     max_retry_attempts: int = 3
 
 
-class TopicInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class TopicInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A topic with its partitions, retention and per-protocol settings."""
 
     code: str
@@ -101,7 +101,7 @@ class TopicInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return tuple(sorted(p for g in self.groups if g.leader == broker_id for p in g.partitions))
 
 
-class AppInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class AppInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """An application: the identity producers and consumers authenticate as."""
 
     code: str
@@ -120,7 +120,7 @@ class AppInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return ok
 
 
-class ProducerPolicyInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ProducerPolicyInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """What one app may do when producing to one topic (JMQ4 producer policy)."""
 
     name: str
@@ -136,7 +136,7 @@ class ProducerPolicyInfo(msgspec.Struct, frozen=True, kw_only=True, omit_default
     rate_limit: int | None = None
 
 
-class ConsumerPolicyInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ConsumerPolicyInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """What one app may do when consuming one topic (JMQ4 consumer policy + MQCloud)."""
 
     name: str
