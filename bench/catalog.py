@@ -1,6 +1,6 @@
 """Catalog benchmark at fleet size (a script, not a test; issue 21):
 ``.venv/bin/python bench/catalog.py [--topics 10000] [--changes 100] [--save-changes 20]
-[--api-sample 10] [--create-limit SECONDS]``.
+[--api-sample 10] [--create-limit SECONDS] [--batch 1]``.
 
 Starts its own PostgreSQL and Redis (free loopback ports, temporary directories), migrates
 the database and starts the real process set on free ports: the web process (daphne), two
@@ -11,7 +11,8 @@ runproxy --processes 1``). Then it measures and prints:
   producer and one consumer policy of apps of different teams (200 teams, 400 apps), made
   THROUGH THE MODELS as the REST API's serializers make them (one transaction per topic
   and its two policies; every signal fires, the brokers and the proxy follow the catalog
-  meanwhile) — goal ≤ 120 s at 10,000 topics. ``--create-limit`` stops creating after
+  meanwhile) — goal ≤ 120 s at 10,000 topics; ``--batch N`` makes N topics per transaction
+  (a bulk import: one delta and one pin batch each). ``--create-limit`` stops creating after
   that many seconds (the rest of the run uses what was made) and prints the rate; a
   sample of ``--api-sample`` topics is also made through the REST API (3 POSTs each);
 * propagation: ``--changes`` times, a consumer policy is paused or resumed (alternately)
@@ -170,44 +171,47 @@ def pair(i: int) -> tuple[int, int]:
 
 
 def create_topic(fleet: Fleet, i: int) -> None:
-    """Topic ``i`` with its partition groups and two policies in one transaction, as the
-    REST API's serializers save them."""
-    from django.db import transaction
-
+    """Topic ``i`` with its partition groups and two policies, as the REST API's
+    serializers save them (in the caller's transaction)."""
     from brokers.models import ConsumerPolicy, ProducerPolicy, Topic
     from brokers.topology import create_partition_groups
 
     prod, cons = pair(i)
-    with transaction.atomic():
-        topic = Topic(
-            code=f"bench.t{i:05d}",
-            cluster=fleet.cluster,
-            team=fleet.apps[prod].team,
-            partitions=PARTITIONS,
-            creator="bench-admin",
-        )
-        topic.save()
-        create_partition_groups(topic, GROUPS)
-        ProducerPolicy.objects.create(topic=topic, app=fleet.apps[prod], http_enabled=True)
-        ConsumerPolicy.objects.create(
-            topic=topic, app=fleet.apps[cons], http_enabled=True, start_position="latest"
-        )
+    topic = Topic(
+        code=f"bench.t{i:05d}",
+        cluster=fleet.cluster,
+        team=fleet.apps[prod].team,
+        partitions=PARTITIONS,
+        creator="bench-admin",
+    )
+    topic.save()
+    create_partition_groups(topic, GROUPS)
+    ProducerPolicy.objects.create(topic=topic, app=fleet.apps[prod], http_enabled=True)
+    ConsumerPolicy.objects.create(
+        topic=topic, app=fleet.apps[cons], http_enabled=True, start_position="latest"
+    )
 
 
-def create_all(fleet: Fleet, topics: int, limit: float) -> float:
+def create_all(fleet: Fleet, topics: int, limit: float, batch: int = 1) -> float:
+    """Create ``topics`` topics, ``batch`` per transaction (1: one topic with its groups
+    and policies per transaction, as one API client making them one by one; more: a
+    fleet imported in bulk, each transaction's changes published as one delta)."""
+    from django.db import transaction
+
     started = time.monotonic()
-    step = max(1, min(topics // 10, 250))  # progress lines also under --create-limit
-    for i in range(topics):
-        create_topic(fleet, i)
-        fleet.created = i + 1
+    step = max(batch, min(topics // 10, 250) // batch * batch)
+    i = 0
+    while i < topics:
+        with transaction.atomic():
+            for k in range(i, min(i + batch, topics)):
+                create_topic(fleet, k)
+        i = min(i + batch, topics)
+        fleet.created = i
         elapsed = time.monotonic() - started
-        if (i + 1) % step == 0 or i + 1 == topics:
-            print(
-                f"  {i + 1:6d} topics in {elapsed:7.1f} s ({(i + 1) / elapsed:6.1f} topics/s)",
-                flush=True,
-            )
+        if i % step == 0 or i == topics:
+            print(f"  {i:6d} topics in {elapsed:7.1f} s ({i / elapsed:6.1f} topics/s)", flush=True)
         if elapsed > limit:
-            print(f"  --create-limit {limit:.0f} s reached: stopping at {i + 1} topics", flush=True)
+            print(f"  --create-limit {limit:.0f} s reached: stopping at {i} topics", flush=True)
             break
     return time.monotonic() - started
 
@@ -543,6 +547,9 @@ def main() -> None:
     parser.add_argument("--save-changes", type=int, default=20, help="model-save changes")
     parser.add_argument("--api-sample", type=int, default=10, help="topics made via REST")
     parser.add_argument("--create-limit", type=float, default=3600.0, help="seconds")
+    parser.add_argument(
+        "--batch", type=int, default=1, help="topics per transaction (1: one by one)"
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-catalog-"))
@@ -614,11 +621,12 @@ def main() -> None:
             f" producer and a consumer policy each, through the models ({TEAMS} teams,"
             f" {APPS} apps); web, 2 brokers and the proxy running", flush=True,
         )  # fmt: skip
-        elapsed = create_all(fleet, args.topics, args.create_limit)
+        elapsed = create_all(fleet, args.topics, args.create_limit, max(1, args.batch))
         made = fleet.created
         goal = 120 * made / 10_000
         print(
-            f"CREATION: {made} topics + {2 * made} policies in {elapsed:.1f} s"
+            f"CREATION ({args.batch} per transaction): {made} topics + {2 * made} policies"
+            f" in {elapsed:.1f} s"
             f" ({made / elapsed:.1f} topics/s; goal ≤ 120 s at 10,000 → ≤ {goal:.0f} s here;"
             f" at this rate 10,000 would take {10_000 / (made / elapsed):.0f} s if linear)",
             flush=True,
