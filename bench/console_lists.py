@@ -78,18 +78,14 @@ def run(topics: int, runs: int) -> None:
     client = Client()
     client.force_login(factories.user("root", admin=True))
     urls = [*list_pages(), "/api/v1/consumer-policies/?topic=t00042"]
-    held = {url: measure(client, url, runs)[1] for url in urls} if held_catalog() else {}
-    restore_sessions()
-    print(f"{'page':48} {'kB':>7} {'ms':>6} {'held':>6}")
+    print(f"{'page':48} {'kB':>7} {'ms':>6}")
     worst_bytes = worst_ms = 0.0
     for url in urls:
         size, ms = measure(client, url, runs)
         worst_bytes, worst_ms = max(worst_bytes, size), max(worst_ms, ms)
         flag = "" if size <= TARGET_BYTES and ms <= TARGET_MS else "  over target"
-        print(f"{url:48} {size / 1000:7.1f} {ms:6.0f} {held.get(url, 0):6.0f}{flag}")
+        print(f"{url:48} {size / 1000:7.1f} {ms:6.0f}{flag}")
     print(f"largest {worst_bytes / 1000:.1f} kB, slowest {worst_ms:.0f} ms (median of {runs})")
-    print("held: the same page when the web process holds the catalog instead of loading")
-    print("the whole snapshot from Redis in every engine session (simulated in this bench)")
     for url in ("/", "/?page=37", "/?q=t0420"):
         size, ms = zbus_index(url, runs)
         print(f"{'zbus index ' + url:48} {size / 1000:7.1f} {ms:6.0f}")
@@ -132,49 +128,9 @@ def zbus_index(path: str, runs: int) -> tuple[int, float]:
     return asyncio.run(go())
 
 
-_ORIGINAL: list[object] = []
-
-
-def held_catalog() -> bool:
-    """Make the console's engine sessions reuse one snapshot loaded once (bench only)."""
-    from contextlib import asynccontextmanager
-
-    import redis.asyncio as aioredis
-    from django.conf import settings
-
-    from brokers.engine import Engine, load_snapshot
-    from mqcloud.console import engine_calls
-
-    cached: list[object] = []
-
-    @asynccontextmanager
-    async def session():  # type: ignore[no-untyped-def]
-        client = aioredis.from_url(settings.REDIS_URL)
-        try:
-            if not cached:
-                cached.append(await load_snapshot(client))
-            engine = Engine(client, lambda: cached[0])
-            try:
-                yield engine
-            finally:
-                await engine.close()
-        finally:
-            await client.aclose()
-
-    _ORIGINAL.append(engine_calls.engine_session)
-    engine_calls.engine_session = session
-    return True
-
-
-def restore_sessions() -> None:
-    from mqcloud.console import engine_calls
-
-    if _ORIGINAL:
-        engine_calls.engine_session = _ORIGINAL.pop()
-
-
 def session_ms(runs: int) -> float:
-    """Median ms of an engine session doing nothing: opening it loads the catalog."""
+    """Median ms of an engine session doing nothing: opening it reads the catalog log
+    (the web process keeps the catalog between sessions)."""
     from mqcloud.console import engine_calls
 
     async def nothing(engine: object) -> None:
