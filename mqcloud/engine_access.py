@@ -1,7 +1,9 @@
 """Short engine sessions for the console and its API (through the engine's public API).
 
-Each session opens a Redis client, reads the published catalog snapshot and closes both
-when done; the console keeps no engine state between requests.
+Each session opens a Redis client and brings this process's catalog up to date — one
+read of the catalog log, which is empty when nothing changed — and closes the client
+when done. The catalog itself is kept by the process between sessions, so a console
+request never decodes the whole catalog.
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from brokers.engine import Engine, load_snapshot
+from brokers.engine import CatalogFollower, Engine, catch_up
+
+_follower = CatalogFollower()
 
 
 @asynccontextmanager
 async def engine_session() -> AsyncIterator[Engine]:
-    """An Engine over the current catalog snapshot, closed on exit."""
+    """An Engine over the newest catalog, closed on exit."""
     client = aioredis.from_url(settings.REDIS_URL)
     try:
-        snapshot = await load_snapshot(client)
+        await catch_up(client, _follower)
+        snapshot = _follower.current
         engine = Engine(client, lambda: snapshot)
         try:
             yield engine

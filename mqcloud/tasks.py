@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
-from brokers.catalog_loader import publish, publish_on_commit
+from brokers.catalog_loader import changed_on_commit, publish
 from brokers.models import Broker, Cluster, PartitionGroup
 from mqcloud.approvals.services import fail_interrupted, record
 
@@ -36,9 +36,9 @@ def mark_silent_brokers_down() -> list[int]:
         )
         if silent:
             Broker.objects.filter(id__in=silent).update(status=Broker.Status.DOWN, up_since=None)
-        moved = fail_over_partition_groups()
-        if silent or moved:
-            publish_on_commit()
+        if silent:
+            changed_on_commit(brokers=silent)
+        fail_over_partition_groups()  # each moved group is saved: its topic's delta follows
     return silent
 
 
@@ -127,8 +127,6 @@ def rebalance_preferred_leaders(
             group.leader_id = group.preferred_leader_id
             group.save(update_fields=["leader"])
             moves.append(move)
-        if moves:
-            publish_on_commit()
     return moves
 
 
@@ -201,7 +199,8 @@ def release_delayed_messages() -> int:
 
 @shared_task
 def check_backlog_alerts() -> int:
-    """Fire backlog alerts (beat: every minute); returns how many fired."""
+    """Record every consumer's lag and fire backlog alerts (beat: every minute); returns
+    how many fired."""
     from mqcloud.alerts.backlog import check_backlogs
 
     return len(check_backlogs())

@@ -25,7 +25,7 @@ class OptionError(ValueError):
 def encode_catalog(snapshot: CatalogSnapshot, topics: Iterable[str] | None = None) -> str:
     """JSON of ``snapshot`` reduced to ``topics`` (all when None): topics only, no apps."""
     wanted = snapshot.topics if topics is None else {c: snapshot.topics[c] for c in topics}
-    return msgspec.json.encode(CatalogSnapshot(version=snapshot.version, topics=wanted)).decode()
+    return CatalogSnapshot(version=snapshot.version, topics=wanted).encode_json().decode()
 
 
 def decode_catalog(text: str | None) -> CatalogSnapshot:
@@ -33,11 +33,11 @@ def decode_catalog(text: str | None) -> CatalogSnapshot:
     if not text:
         raise OptionError("option 'catalog' is required (a snapshot JSON from the driver)")
     try:
-        snap = msgspec.json.decode(text, type=CatalogSnapshot)
+        snap = CatalogSnapshot.decode_json(text)
     except msgspec.DecodeError as exc:
         raise OptionError(f"option 'catalog' is not a catalog snapshot: {exc}") from exc
     for code, info in snap.topics.items():
-        if code != info.code or info.partitions < 1:
+        if info.partitions < 1:
             raise OptionError(f"option 'catalog': topic {code!r} is inconsistent")
     return snap
 

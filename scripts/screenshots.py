@@ -149,6 +149,25 @@ async def traffic() -> None:
     await client.aclose()
 
 
+def rollups() -> None:
+    """What the dashboard's top lists read: the backlog check's recorded lags and ten
+    minutes of traffic rollups (the pipeline's rollup job writes them in a deployment)."""
+    from datetime import UTC, datetime, timedelta
+
+    from mqcloud.alerts.backlog import check_backlogs
+    from pipeline.models import TrafficMinute
+
+    check_backlogs()
+    last = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    TrafficMinute.objects.bulk_create(
+        TrafficMinute(dimension="topic", name=name, minute=last - timedelta(minutes=m),
+                      messages=per * (m + 3), bytes=per * (m + 3) * 40, latency_p50_ms=2,
+                      latency_p99_ms=9)
+        for name, per in (("orders", 37), ("refunds", 4), ("shipments", 12))
+        for m in range(10)
+    )  # fmt: skip
+
+
 def shoot(base: str) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -237,6 +256,7 @@ def main() -> int:
         django.setup()
         seed()
         asyncio.run(traffic())
+        rollups()
         port = free_port()
         log = (workdir / "web.log").open("wb")
         procs.append(

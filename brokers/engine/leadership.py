@@ -14,9 +14,9 @@ published since this was added) is not fenced.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from brokers.engine.catalog import CatalogSnapshot
+from brokers.engine.catalog import TopicInfo
 from brokers.engine.keys import PartitionKeys
 
 RECORD_LEADER_LUA = """
@@ -28,9 +28,12 @@ return 1
 """
 
 
-def leader_records(snapshot: CatalogSnapshot) -> Iterator[tuple[str, int]]:
-    """(partition meta key, leader broker id) of every partition of a topic with groups."""
-    for topic in snapshot.topics.values():
+def leader_records(topics: Iterable[TopicInfo | None]) -> Iterator[tuple[str, int]]:
+    """(partition meta key, leader broker id) of every partition of ``topics`` that is in a
+    group (pass ``snapshot.topics.values()`` for the whole catalog)."""
+    for topic in topics:
+        if topic is None:
+            continue
         for group in topic.groups:
             for partition in group.partitions:
                 yield PartitionKeys(topic.code, partition).meta, group.leader

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from brokers.engine.keys import GroupKeys, PartitionKeys
 from brokers.engine.model import PartitionProgress
-from brokers.engine.redisio import AnyRedis, Script
+from brokers.engine.redisio import AnyRedis, Script, run_pipelined
 
 SET_ACK = Script(
     """
@@ -37,6 +37,18 @@ return s(idx)
 )
 
 
+def _set_ack_keys(topic: str, partition: int, cid: str) -> tuple[str, ...]:
+    keys = PartitionKeys(topic, partition)
+    return (
+        keys.state(cid),
+        keys.acked(cid),
+        keys.meta,
+        keys.range_starts(cid),
+        keys.range_due(cid),
+        keys.ranges(cid),
+    )
+
+
 async def set_ack(
     client: AnyRedis,
     topic: str,
@@ -47,20 +59,24 @@ async def set_ack(
     only_if_missing: bool = False,
 ) -> int:
     """Set the ack index to an index (clamped to [min, max]), 'earliest' or 'latest'."""
-    keys = PartitionKeys(topic, partition)
     result = await SET_ACK(
         client,
-        (
-            keys.state(cid),
-            keys.acked(cid),
-            keys.meta,
-            keys.range_starts(cid),
-            keys.range_due(cid),
-            keys.ranges(cid),
-        ),
+        _set_ack_keys(topic, partition, cid),
         (position, 1 if only_if_missing else 0),
     )
     return int(result)
+
+
+async def set_acks_if_missing(
+    client: AnyRedis, pins: Sequence[tuple[str, int, str, int | str]]
+) -> list[int]:
+    """:func:`set_ack` with ``only_if_missing`` for many ``(topic, partition, cid,
+    position)`` at once, in one pipelined round trip; the resulting ack indexes in order."""
+    calls = [
+        (_set_ack_keys(topic, partition, cid), (position, 1))
+        for topic, partition, cid, position in pins
+    ]
+    return [int(r) for r in await run_pipelined(client, SET_ACK, calls)]
 
 
 async def progress(

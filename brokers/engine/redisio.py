@@ -100,6 +100,37 @@ class Script:
             return await client.eval(self.source, len(keys), *keys, *args)
 
 
+async def run_pipelined(
+    client: AnyRedis, script: Script, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+) -> list[Any]:
+    """Run ``script`` once per ``(keys, args)`` of ``calls`` in ONE pipelined round trip
+    (on a Redis Cluster the client splits the pipeline by node) and return the replies in
+    order. Calls Redis does not know the script for yet (NOSCRIPT: a fresh server) load it
+    and run again in a second round trip; any other error is raised."""
+    if not calls:
+        return []
+    results = await _evalsha_all(client, script, calls)
+    missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+    if missing:
+        await client.script_load(script.source)
+        again = await _evalsha_all(client, script, [calls[i] for i in missing])
+        for i, r in zip(missing, again, strict=True):
+            results[i] = r
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    return results
+
+
+async def _evalsha_all(
+    client: AnyRedis, script: Script, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for keys, args in calls:
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    return list(await pipe.execute(raise_on_error=False))
+
+
 class Durability:
     """Waits for AOF fsync (WAITAOF) or replicas (WAIT) after a write, per qos.
 

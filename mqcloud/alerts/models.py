@@ -1,10 +1,10 @@
-"""Alert history: every alert that fired, where it was delivered."""
+"""Alert history: every alert that fired, where it was delivered; the latest measured lag."""
 
 from __future__ import annotations
 
 from django.db import models
 
-from brokers.models import Team
+from brokers.models import ConsumerPolicy, Team
 
 
 class AlertEvent(models.Model):
@@ -27,3 +27,27 @@ class AlertEvent(models.Model):
 
     def __str__(self) -> str:
         return self.message
+
+
+class LatestLag(models.Model):
+    """The lag of one consumer policy when the backlog check last measured it.
+
+    Written by :func:`mqcloud.alerts.backlog.check_backlogs` for every consumer it checks,
+    so the dashboard's "furthest behind" and a lag sort over thousands of consumers are one
+    indexed query instead of an engine call per consumer on the request.
+    """
+
+    consumer = models.OneToOneField(
+        ConsumerPolicy, on_delete=models.CASCADE, primary_key=True, related_name="latest_lag"
+    )
+    lag = models.BigIntegerField(help_text="Messages stored and not yet acknowledged.")
+    oldest_age_s = models.FloatField(
+        null=True, blank=True, help_text="Age of the oldest unacknowledged message, if any."
+    )
+    measured_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["-lag"], name="alerts_latest_lag_desc")]
+
+    def __str__(self) -> str:
+        return f"{self.consumer_id}: {self.lag}"

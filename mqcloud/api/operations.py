@@ -72,13 +72,19 @@ class ConsumerListQuery(serializers.Serializer):
         choices=list(lag.SORTS),
         required=False,
         default=lag.DEFAULT_SORT,
-        help_text="name, -name, lag (smallest first) or -lag (largest first).",
+        help_text="name, -name, lag (smallest first) or -lag (largest first). Over more than"
+        " 500 consumers a lag sort orders by the lag the periodic backlog check last recorded"
+        " (the rows still show the live lag).",
     )
     search = serializers.CharField(
         required=False, max_length=200, help_text="Part of the consumer's name."
     )
     team = serializers.CharField(required=False, max_length=100, help_text="The app's team.")
     topic = serializers.CharField(required=False, max_length=255, help_text="Topic code.")
+    app = serializers.CharField(required=False, max_length=255, help_text="App code.")
+    state = serializers.ChoiceField(
+        choices=["running", "paused"], required=False, help_text="running or paused."
+    )
     limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PAGE, default=50)
     offset = serializers.IntegerField(required=False, min_value=0, max_value=10**9, default=0)
 
@@ -172,6 +178,10 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
             consumers = consumers.filter(app__team__name=q["team"])
         if "topic" in q:
             consumers = consumers.filter(topic__code=q["topic"])
+        if "app" in q:
+            consumers = consumers.filter(app__code=q["app"])
+        if "state" in q:
+            consumers = consumers.filter(paused=q["state"] == "paused")
         page = lag.consumer_page(
             consumers, sort=q["ordering"], offset=q["offset"], limit=q["limit"]
         )

@@ -13,7 +13,7 @@ from rest_framework.serializers import BaseSerializer
 
 from brokers.anonymous import with_open_flag
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
-from mqcloud.api import messages
+from mqcloud.api import filters, messages
 from mqcloud.api import serializers as s
 from mqcloud.api.errors import error_responses
 from mqcloud.api.query import validated_query
@@ -194,7 +194,7 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     update_serializer_class = s.TopicUpdateSerializer
     permission_classes = [permissions.IsAuthenticated, AdminOrApplication]
     audit_name = "topic"
-    filterset_fields = ["cluster__name", "team__name", "type"]
+    filterset_class = filters.TopicFilter
     search_fields = ["code", "description"]
     ordering_fields = ["code", "created_at", "partitions"]
     lookup_field = "code"
@@ -251,7 +251,7 @@ class AppViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     update_serializer_class = s.AppUpdateSerializer
     permission_classes = [permissions.IsAuthenticated, TeamAdminWrites]
     audit_name = "app"
-    filterset_fields = ["team__name", "is_admin", "is_anonymous"]
+    filterset_class = filters.AppFilter
     search_fields = ["code", "description"]
     ordering_fields = ["code", "created_at"]
     lookup_field = "code"
@@ -292,7 +292,7 @@ class ProducerPolicyViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     permission_classes = [permissions.IsAuthenticated, AdminOrApplication]
     audit_name = "producer"
     team_path = "app__team"
-    filterset_fields = ["topic__code", "app__code", "http_enabled", "archive"]
+    filterset_class = filters.ProducerPolicyFilter
     search_fields = ["name", "topic__code", "app__code"]
     ordering_fields = ["name", "created_at"]
 
@@ -309,7 +309,7 @@ class ConsumerPolicyViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     permission_classes = [permissions.IsAuthenticated, AdminOrApplication]
     audit_name = "consumer"
     team_path = "app__team"
-    filterset_fields = ["topic__code", "app__code", "mode", "paused", "http_enabled"]
+    filterset_class = filters.ConsumerPolicyFilter
     search_fields = ["name", "topic__code", "app__code"]
     ordering_fields = ["name", "created_at"]
 

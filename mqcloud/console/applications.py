@@ -7,7 +7,6 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -15,12 +14,43 @@ from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
 from mqcloud.approvals import services
-from mqcloud.approvals.models import Application, ApprovalSettings, Status
+from mqcloud.approvals.models import Application, ApprovalSettings, Kind, Status
 from mqcloud.console import access
 from mqcloud.console.forms import FORMS, add_service_errors, error_text, initial_for
+from mqcloud.console.listing import Filter, ListSpec, paginate
+from mqcloud.console.topics import team_choices
 from mqcloud.operations import progress as operation_progress
 
 PAGE = 25
+FILTERS = (
+    Filter("status", "Status", lookup="status", choices=tuple(Status.choices)),
+    Filter("kind", "Kind", lookup="kind", choices=tuple(Kind.choices)),
+    Filter("team", "Team", lookup="team__name"),
+)
+SORTS = {
+    "id": ["pk"],
+    "created": ["created_at"],
+    "kind": ["kind"],
+    "status": ["status"],
+    "target": ["target"],
+    "team": ["team__name"],
+}
+APPLICATIONS = ListSpec(
+    sorts=SORTS,
+    default_sort="-created",
+    search=("target", "applicant__username"),
+    filters=FILTERS,
+    per_page=PAGE,
+    search_label="Search target or applicant",
+)
+QUEUE = ListSpec(
+    sorts=SORTS,
+    default_sort="created",
+    search=("target", "applicant__username"),
+    filters=FILTERS[1:],
+    per_page=PAGE,
+    search_label="Search target or applicant",
+)
 
 
 class RejectForm(forms.Form):
@@ -66,36 +96,28 @@ def application_new(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def application_list(request: HttpRequest) -> HttpResponse:
-    """The user's own applications ("mine", default) or their teams' ("team")."""
+    """The user's own applications ("mine", default) or their teams' ("team"): searched,
+    filtered, sorted and paged on the server."""
     scope = "team" if request.GET.get("scope") == "team" else "mine"
     rows = _visible(request.user)
     if scope == "mine":
         rows = rows.filter(applicant=request.user)
-    status = request.GET.get("status", "")
-    if status in Status.values:
-        rows = rows.filter(status=status)
-    page = Paginator(rows, PAGE).get_page(request.GET.get("page"))
-    return render(
-        request,
-        "console/applications.html",
-        {"page": page, "scope": scope, "status": status, "statuses": Status.choices},
-    )
+    listing = paginate(request, rows, APPLICATIONS, choices={"team": team_choices(request.user)})
+    return render(request, "console/applications.html", {"listing": listing, "scope": scope})
 
 
 @login_required
 def application_queue(request: HttpRequest) -> HttpResponse:
-    """Pending applications, oldest first, for platform admins to decide."""
+    """Pending applications, oldest first (paged, searchable), for platform admins to
+    decide."""
     access.require_platform_admin(request.user)
-    pending = (
-        Application.objects.filter(status=Status.PENDING)
-        .select_related("applicant", "team")
-        .order_by("created_at")
-    )
+    pending = Application.objects.filter(status=Status.PENDING).select_related("applicant", "team")
+    listing = paginate(request, pending, QUEUE, choices={"team": team_choices(request.user)})
     return render(
         request,
         "console/application_queue.html",
         {
-            "pending": pending,
+            "listing": listing,
             "settings": ApprovalSettings.current(),
             "reject_form": RejectForm(),
         },

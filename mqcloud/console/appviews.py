@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
@@ -18,6 +19,46 @@ from brokers.models import App, ConsumerPolicy, ProducerPolicy
 from brokers.validators import APP_CODE_MAX, name_validator
 from mqcloud.approvals.services import record
 from mqcloud.console import access
+from mqcloud.console.listing import Filter, ListSpec, paginate
+from mqcloud.console.topics import team_choices
+
+APPS = ListSpec(
+    sorts={"code": ["code"], "team": ["team__name"], "created": ["created_at"]},
+    default_sort="code",
+    search=("code", "description"),
+    filters=(
+        Filter("team", "Team", lookup="team__name"),
+        Filter(
+            "kind",
+            "Kind",
+            states={"anonymous": Q(is_anonymous=True), "admin": Q(is_admin=True)},
+        ),
+    ),
+    search_label="Search code or description",
+)
+POLICY_SORTS = {"name": ["name"], "topic": ["topic__code"], "created": ["created_at"]}
+APP_PRODUCERS = ListSpec(
+    sorts=POLICY_SORTS,
+    default_sort="name",
+    search=("name", "topic__code"),
+    prefix="p_",
+    per_page=25,
+    search_label="Search producers by name or topic",
+)
+APP_CONSUMERS = ListSpec(
+    sorts=POLICY_SORTS,
+    default_sort="name",
+    search=("name", "topic__code"),
+    filters=(
+        Filter("state", "State", states={"running": Q(paused=False), "paused": Q(paused=True)}),
+    ),
+    prefix="c_",
+    per_page=25,
+    search_label="Search consumers by name or topic",
+)
+APP_TOKENS = ListSpec(
+    sorts={"created": ["created_at"]}, default_sort="-created", prefix="t_", per_page=10
+)
 
 
 class AppForm(forms.Form):
@@ -43,11 +84,14 @@ class AppForm(forms.Form):
 
 @login_required
 def app_list(request: HttpRequest) -> HttpResponse:
+    """The user's apps, searched, filtered, sorted and paged on the server (the tokens of
+    the page's apps only)."""
     apps = access.apps_for(request.user).prefetch_related("tokens")
+    listing = paginate(request, apps, APPS, choices={"team": team_choices(request.user)})
     return render(
         request,
         "console/apps.html",
-        {"apps": apps, "can_create": access.admin_teams(request.user).exists()},
+        {"listing": listing, "can_create": access.admin_teams(request.user).exists()},
     )
 
 
@@ -65,9 +109,17 @@ def _detail(request: HttpRequest, app: App, token: str = "", status: int = 200) 
         {
             "app": app,
             "token": token,
-            "tokens": app.tokens.all(),
-            "producers": ProducerPolicy.objects.filter(app=app).select_related("topic"),
-            "consumers": ConsumerPolicy.objects.filter(app=app).select_related("topic"),
+            "tokens": paginate(request, app.tokens.all(), APP_TOKENS),
+            "producers": paginate(
+                request,
+                ProducerPolicy.objects.filter(app=app).select_related("topic"),
+                APP_PRODUCERS,
+            ),
+            "consumers": paginate(
+                request,
+                ConsumerPolicy.objects.filter(app=app).select_related("topic"),
+                APP_CONSUMERS,
+            ),
             "can_admin": access.admin_teams(request.user).filter(pk=app.team_id).exists(),
         },
         status=status,

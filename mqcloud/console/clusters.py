@@ -13,7 +13,15 @@ from django.views.decorators.http import require_POST
 
 from brokers.models import Broker, Cluster, PartitionGroup
 from mqcloud.console import access
+from mqcloud.console.listing import ListSpec, paginate
 from mqcloud.tasks import elect_preferred_leaders
+
+GROUPS_LED = ListSpec(
+    sorts={"topic": ["topic__code", "group_id"]},
+    default_sort="topic",
+    search=("topic__code",),
+    search_label="Search topic",
+)
 
 
 @login_required
@@ -39,13 +47,18 @@ def broker_detail(request: HttpRequest, broker_id: int) -> HttpResponse:
     """One broker and the partition groups it leads (topics of other teams are counted,
     not named, unless the user is a platform admin)."""
     broker = get_object_or_404(Broker.objects.select_related("cluster"), pk=broker_id)
-    led = PartitionGroup.objects.filter(leader=broker).select_related("topic", "topic__team")
-    visible = set(access.topics_for(request.user).values_list("id", flat=True))
-    groups = [g for g in led if g.topic_id in visible]
+    led = PartitionGroup.objects.filter(leader=broker)
+    visible = led.filter(topic__in=access.topics_for(request.user).values("pk"))
+    listing = paginate(request, visible.select_related("topic"), GROUPS_LED)
     return render(
         request,
         "console/broker_detail.html",
-        {"broker": broker, "groups": groups, "hidden": len(led) - len(groups)},
+        {
+            "broker": broker,
+            "listing": listing,
+            "led": led.count(),
+            "hidden": led.count() - visible.count(),
+        },
     )
 
 

@@ -12,11 +12,13 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
 
 from brokers.models import Broker, Cluster, ConsumerPolicy, ProducerPolicy, Topic
 from mqcloud.approvals.models import Kind
 from mqcloud.console import access
 
+SELECT_LIMIT = 200  # more choices than this: a checked text box instead of a <select>
 TIME_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M")
 
 
@@ -82,34 +84,64 @@ class ApplicationForm(forms.Form):
     def setup(self) -> None:
         """Narrow choices to what the user may use."""
 
+    def choose(self, field: str, names: QuerySet, attr: str) -> None:
+        """Let ``field`` take one of ``names``: a ``<select>`` of up to SELECT_LIMIT, else
+        a checked text box (a select of 10,000 topics would be a page of 500 kB)."""
+        first = list(names[: SELECT_LIMIT + 1])
+        if len(first) <= SELECT_LIMIT:
+            self.fields[field].choices = [(n, n) for n in first]
+        else:
+            self.fields[field] = NameOf(names, attr, self.fields[field])
+
     def payload(self) -> dict[str, Any]:
         return {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
 
 
-def _consumer_choices(user: AbstractBaseUser) -> list[tuple[str, str]]:
-    rows = ConsumerPolicy.objects.select_related("app")
+def _consumer_choices(user: AbstractBaseUser) -> QuerySet:
+    rows = ConsumerPolicy.objects.all()
     if not access.is_platform_admin(user):
         rows = rows.filter(app__team__in=access.user_teams(user))
-    return [(c.name, c.name) for c in rows.order_by("name")]
+    return rows.order_by("name").values_list("name", flat=True)
 
 
-def _producer_choices(user: AbstractBaseUser) -> list[tuple[str, str]]:
-    rows = ProducerPolicy.objects.select_related("app")
+def _producer_choices(user: AbstractBaseUser) -> QuerySet:
+    rows = ProducerPolicy.objects.all()
     if not access.is_platform_admin(user):
         rows = rows.filter(app__team__in=access.user_teams(user))
-    return [(p.name, p.name) for p in rows.order_by("name")]
+    return rows.order_by("name").values_list("name", flat=True)
 
 
-def _app_choices(user: AbstractBaseUser) -> list[tuple[str, str]]:
+def _app_choices(user: AbstractBaseUser) -> QuerySet:
     """Apps a producer or consumer may be applied for (anonymous apps get theirs by
     opening a topic to token-less zbus clients)."""
-    apps = access.apps_for(user).filter(is_anonymous=False).order_by("code")
-    return [(a.code, a.code) for a in apps]
+    apps = access.apps_for(user).filter(is_anonymous=False)
+    return apps.order_by("code").values_list("code", flat=True)
 
 
-def _topic_choices(user: AbstractBaseUser, *, own: bool) -> list[tuple[str, str]]:
+def _topic_choices(user: AbstractBaseUser, *, own: bool) -> QuerySet:
     topics = access.topics_for(user) if own else Topic.objects.all()
-    return [(t.code, t.code) for t in topics.order_by("code")]
+    return topics.order_by("code").values_list("code", flat=True)
+
+
+class NameOf(forms.CharField):
+    """One name of a set too large for a ``<select>`` (a fleet's topics or consumers): a
+    text box whose value must be in the set (one indexed query)."""
+
+    def __init__(self, names: QuerySet, attr: str, field: forms.Field) -> None:
+        super().__init__(
+            max_length=255,
+            required=field.required,
+            label=field.label,
+            help_text=field.help_text or f"Type the exact name ({names.count()} to choose from).",
+            initial=field.initial,
+        )
+        self.names, self.attr = names, attr
+
+    def clean(self, value: Any) -> str:
+        value = super().clean(value)
+        if value and not self.names.filter(**{self.attr: value}).exists():
+            raise forms.ValidationError(f"No such name you may choose: {value!r}.")
+        return value
 
 
 class TopicCreateForm(ApplicationForm):
@@ -146,7 +178,7 @@ class TopicUpdateForm(ApplicationForm):
     retention_max_count = forms.IntegerField(min_value=1, required=False)
 
     def setup(self) -> None:
-        self.fields["code"].choices = _topic_choices(self.user, own=True)
+        self.choose("code", _topic_choices(self.user, own=True), "code")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -171,7 +203,7 @@ class TopicDeleteForm(ApplicationForm):
     code = forms.ChoiceField(label="Topic")
 
     def setup(self) -> None:
-        self.fields["code"].choices = _topic_choices(self.user, own=True)
+        self.choose("code", _topic_choices(self.user, own=True), "code")
 
 
 class _ZbusAccessForm(ApplicationForm):
@@ -180,7 +212,7 @@ class _ZbusAccessForm(ApplicationForm):
     code = forms.ChoiceField(label="Topic")
 
     def setup(self) -> None:
-        self.fields["code"].choices = _topic_choices(self.user, own=True)
+        self.choose("code", _topic_choices(self.user, own=True), "code")
 
 
 class ZbusOpenForm(_ZbusAccessForm):
@@ -212,8 +244,8 @@ class ProducerCreateForm(ApplicationForm):
     rate_limit = forms.IntegerField(min_value=1, max_value=1_000_000, required=False)
 
     def setup(self) -> None:
-        self.fields["topic"].choices = _topic_choices(self.user, own=False)
-        self.fields["app"].choices = _app_choices(self.user)
+        self.choose("topic", _topic_choices(self.user, own=False), "code")
+        self.choose("app", _app_choices(self.user), "code")
 
 
 class ConsumerCreateForm(ApplicationForm):
@@ -230,8 +262,8 @@ class ConsumerCreateForm(ApplicationForm):
     )
 
     def setup(self) -> None:
-        self.fields["topic"].choices = _topic_choices(self.user, own=False)
-        self.fields["app"].choices = _app_choices(self.user)
+        self.choose("topic", _topic_choices(self.user, own=False), "code")
+        self.choose("app", _app_choices(self.user), "code")
 
 
 class _PolicyDeleteForm(ApplicationForm):
@@ -243,7 +275,7 @@ class ProducerDeleteForm(_PolicyDeleteForm):
     title = "Delete a producer"
 
     def setup(self) -> None:
-        self.fields["name"].choices = _producer_choices(self.user)
+        self.choose("name", _producer_choices(self.user), "name")
 
 
 class ConsumerDeleteForm(_PolicyDeleteForm):
@@ -251,7 +283,7 @@ class ConsumerDeleteForm(_PolicyDeleteForm):
     title = "Delete a consumer"
 
     def setup(self) -> None:
-        self.fields["name"].choices = _consumer_choices(self.user)
+        self.choose("name", _consumer_choices(self.user), "name")
 
 
 class ConsumerForm(ApplicationForm):
@@ -260,7 +292,7 @@ class ConsumerForm(ApplicationForm):
     consumer = forms.ChoiceField()
 
     def setup(self) -> None:
-        self.fields["consumer"].choices = _consumer_choices(self.user)
+        self.choose("consumer", _consumer_choices(self.user), "name")
 
 
 class PauseForm(ConsumerForm):
@@ -374,7 +406,7 @@ class ProducerUpdateForm(ApplicationForm):
     )
 
     def setup(self) -> None:
-        self.fields["name"].choices = _producer_choices(self.user)
+        self.choose("name", _producer_choices(self.user), "name")
 
     def clean_weights(self) -> dict[str, int]:
         weights = parse_weights(self.cleaned_data["weights"])
@@ -417,7 +449,7 @@ class ConsumerUpdateForm(ApplicationForm):
     )
 
     def setup(self) -> None:
-        self.fields["name"].choices = _consumer_choices(self.user)
+        self.choose("name", _consumer_choices(self.user), "name")
 
     def payload(self) -> dict[str, Any]:
         d = self.cleaned_data

@@ -3,8 +3,11 @@
 One page of a list costs a fixed number of Redis round trips whatever its length: the
 lags of all its consumers come from one batched engine call (``Engine.group_lags``), the
 rates of all its topics from another. Sorting by name pages the queryset first and
-measures only the page; sorting by lag measures every consumer the caller may see (still
-two round trips) and pages the sorted rows. :func:`consumer_page` is the one place that
+measures only the page. Sorting by lag measures every consumer the caller may see (still
+two round trips) while they are at most LIVE_SORT_LIMIT; past that — a fleet of
+thousands — it orders by the lag the periodic backlog check recorded
+(:class:`~mqcloud.alerts.models.LatestLag`, one indexed query) and measures only the page,
+so no request measures thousands of consumers. :func:`consumer_page` is the one place that
 pages, so the console list and the API list share it.
 """
 
@@ -14,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from brokers.models import ConsumerPolicy, Topic
 from mqcloud.console import engine_calls
@@ -22,6 +25,7 @@ from mqcloud.console import engine_calls
 SORTS = ("name", "-name", "lag", "-lag")
 DEFAULT_SORT = "name"
 RATE_MINUTES = 5
+LIVE_SORT_LIMIT = 500
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class ConsumerPage:
     rows: list[ConsumerLag]
     total: int
     error: str
+    recorded: bool = False
+    """Ordered by the lag the backlog check recorded (the rows show the live lag)."""
 
 
 def measure(consumers: Sequence[ConsumerPolicy]) -> tuple[list[ConsumerLag], str]:
@@ -84,12 +90,36 @@ def consumer_page(
         total = ordered.count()
         rows, error = measure(list(ordered[offset : offset + limit]))
         return ConsumerPage(rows, total, error)
+    total = consumers.count()
+    if total > LIVE_SORT_LIMIT:
+        ordered = by_recorded_lag(consumers, descending=sort.startswith("-"))
+        rows, error = measure(list(ordered[offset : offset + limit]))
+        return ConsumerPage(rows, total, error, recorded=True)
     rows, error = measure(list(consumers.order_by("name")))
     descending = sort.startswith("-")
     known = [r for r in rows if r.lag is not None]
     known.sort(key=lambda r: r.lag or 0, reverse=descending)
     ordered_rows = known + [r for r in rows if r.lag is None]
     return ConsumerPage(ordered_rows[offset : offset + limit], len(rows), error)
+
+
+def by_recorded_lag(
+    consumers: QuerySet[ConsumerPolicy], *, descending: bool = True
+) -> QuerySet[ConsumerPolicy]:
+    """``consumers`` ordered by their recorded lag (never measured ones last), then name."""
+    recorded = F("latest_lag__lag")
+    first = recorded.desc(nulls_last=True) if descending else recorded.asc(nulls_last=True)
+    return consumers.order_by(first, "name")
+
+
+def top_lagging(consumers: QuerySet[ConsumerPolicy], n: int) -> list[ConsumerPolicy]:
+    """The ``n`` consumers with the largest recorded lag (one indexed query), each with
+    ``latest_lag`` loaded; consumers without backlog are left out."""
+    return list(
+        consumers.filter(latest_lag__lag__gt=0)
+        .select_related("latest_lag", "topic", "app", "app__team")
+        .order_by("-latest_lag__lag", "name")[:n]
+    )
 
 
 @dataclass(frozen=True)

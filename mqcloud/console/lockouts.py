@@ -16,6 +16,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.signals import user_login_failed
+from django.db.models import Q
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -23,8 +24,30 @@ from django.views.decorators.http import require_POST
 
 from mqcloud.approvals.services import record
 from mqcloud.console import access
+from mqcloud.console.listing import Filter, ListSpec, paginate
 
 USERNAME_LIMIT = 150
+LOCKOUTS = ListSpec(
+    sorts={
+        "failures": ["failures_since_start", "attempt_time"],
+        "time": ["attempt_time"],
+        "username": ["username"],
+        "address": ["ip_address"],
+    },
+    default_sort="-failures",
+    search=("username", "ip_address"),
+    filters=(
+        Filter(
+            "state",
+            "State",
+            states={
+                "locked": Q(failures_since_start__gte=settings.AXES_FAILURE_LIMIT),
+                "counting": Q(failures_since_start__lt=settings.AXES_FAILURE_LIMIT),
+            },
+        ),
+    ),
+    search_label="Search username or address",
+)
 
 
 def _address(request: HttpRequest | None) -> str:
@@ -66,13 +89,14 @@ def audit_lockout(
 
 @login_required
 def lockout_list(request: HttpRequest) -> HttpResponse:
-    """Failed-login records (platform admins): locked ones first."""
+    """Failed-login records (platform admins): locked ones first, searched, filtered and
+    paged on the server."""
     access.require_platform_admin(request.user)
-    attempts = AccessAttempt.objects.order_by("-failures_since_start", "-attempt_time")[:500]
+    listing = paginate(request, AccessAttempt.objects.all(), LOCKOUTS)
     return render(
         request,
         "console/lockouts.html",
-        {"attempts": attempts, "limit": settings.AXES_FAILURE_LIMIT},
+        {"listing": listing, "limit": settings.AXES_FAILURE_LIMIT},
     )
 
 

@@ -1,9 +1,9 @@
-"""In-console notifications, the audit trail, and alerts (rules and history)."""
+"""In-console notifications, the audit trail, and alerts (rules and history) — each list
+searched, filtered, sorted and paged on the server (:mod:`mqcloud.console.listing`)."""
 
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -12,15 +12,75 @@ from django.views.decorators.http import require_POST
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.approvals.models import AuditEvent, Notification
 from mqcloud.console import access
+from mqcloud.console.listing import Filter, ListSpec, paginate
+from mqcloud.console.topics import team_choices
 
 PAGE = 50
+NOTIFICATIONS = ListSpec(
+    sorts={"created": ["created_at"]},
+    default_sort="-created",
+    search=("message",),
+    filters=(Filter("state", "State", states={"unread": Q(read=False), "read": Q(read=True)}),),
+    per_page=PAGE,
+    search_label="Search messages",
+)
+AUDIT = ListSpec(
+    sorts={
+        "created": ["created_at"],
+        "action": ["action"],
+        "target": ["target"],
+        "actor": ["actor__username"],
+        "team": ["team__name"],
+    },
+    default_sort="-created",
+    search=("target", "action", "actor__username"),
+    filters=(
+        Filter("team", "Team", lookup="team__name"),
+        Filter("action", "Action", lookup="action"),
+        Filter("actor", "Who", lookup="actor__username"),
+    ),
+    per_page=PAGE,
+    search_label="Search target, action or user",
+)
+ALERTS = ListSpec(
+    sorts={"created": ["created_at"], "target": ["target"], "team": ["team__name"]},
+    default_sort="-created",
+    search=("target", "message"),
+    filters=(
+        Filter("team", "Team", lookup="team__name"),
+        Filter("kind", "Kind", lookup="kind", choices=tuple(AlertEvent.Kind.choices)),
+    ),
+    per_page=PAGE,
+    search_label="Search target or message",
+)
+RULES = ListSpec(
+    sorts={
+        "name": ["name"],
+        "team": ["app__team__name"],
+        "threshold": ["backlog_alert_count"],
+    },
+    default_sort="name",
+    search=("name", "topic__code", "app__code"),
+    filters=(
+        Filter("team", "Team", lookup="app__team__name"),
+        Filter(
+            "rule",
+            "Rule",
+            states={"on": Q(backlog_alert_enabled=True), "off": Q(backlog_alert_enabled=False)},
+        ),
+    ),
+    per_page=25,
+    prefix="r_",
+    search_label="Search consumer, topic or app",
+)
 
 
 @login_required
 def notifications(request: HttpRequest) -> HttpResponse:
     rows = Notification.objects.filter(user=request.user).select_related("application")
-    page = Paginator(rows, PAGE).get_page(request.GET.get("page"))
-    return render(request, "console/notifications.html", {"page": page})
+    return render(
+        request, "console/notifications.html", {"listing": paginate(request, rows, NOTIFICATIONS)}
+    )
 
 
 @login_required
@@ -37,19 +97,23 @@ def audit(request: HttpRequest) -> HttpResponse:
     rows = AuditEvent.objects.select_related("actor", "team", "application")
     if not access.is_platform_admin(request.user):
         rows = rows.filter(Q(team__in=access.user_teams(request.user)) | Q(actor=request.user))
-    target = request.GET.get("target", "").strip()[:300]
-    if target:
+    target = request.GET.get("target", "").replace("\x00", "").strip()[:300]
+    if target:  # the older bookmarkable filter: a part of the target
         rows = rows.filter(target__icontains=target)
-    page = Paginator(rows, PAGE).get_page(request.GET.get("page"))
-    return render(request, "console/audit.html", {"page": page, "target": target})
+    listing = paginate(request, rows, AUDIT, choices={"team": team_choices(request.user)})
+    return render(request, "console/audit.html", {"listing": listing, "target": target})
 
 
 @login_required
 def alerts(request: HttpRequest) -> HttpResponse:
     """Backlog alert rules of the user's consumers, and the alerts that fired."""
     history = AlertEvent.objects.select_related("team")
-    consumers = access.consumers_for(request.user).order_by("name")
     if not access.is_platform_admin(request.user):
         history = history.filter(team__in=access.user_teams(request.user))
-    page = Paginator(history, PAGE).get_page(request.GET.get("page"))
-    return render(request, "console/alerts.html", {"page": page, "consumers": consumers})
+    teams = {"team": team_choices(request.user)}
+    rules = paginate(request, access.consumers_for(request.user), RULES, choices=teams)
+    return render(
+        request,
+        "console/alerts.html",
+        {"listing": paginate(request, history, ALERTS, choices=teams), "rules": rules},
+    )

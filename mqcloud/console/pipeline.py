@@ -28,6 +28,7 @@ from brokers.engine import EngineError
 from mqcloud.console import access
 from mqcloud.console.engine_calls import fmt_ms, preview
 from mqcloud.console.forms import UtcTimeField
+from mqcloud.console.listing import ListSpec, page_of
 from pipeline import tasks
 from pipeline.models import TRACE_LIMIT, JobRun, TraceSearch
 from pipeline.status import TopicStatus, archive_status
@@ -37,6 +38,10 @@ RUNS_POLL_S = 3
 TRACE_POLL_S = 2
 MAX_OPEN_SEARCHES = 3  # pending or running searches per user
 OPEN = (TraceSearch.Status.PENDING, TraceSearch.Status.RUNNING)
+ARCHIVE = ListSpec(
+    sorts={"topic": []}, default_sort="topic", search=("topic",), per_page=25,
+    search_label="Search archived topics",
+)  # fmt: skip
 
 
 def archive_topics(user: AbstractBaseUser) -> tuple[list[TopicStatus], str]:
@@ -68,6 +73,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
     runs = _job_runs()
     running = any(r.status == JobRun.Status.RUNNING for j in runs for r in j["runs"])
     topics, store_error = archive_topics(request.user)
+    archive = page_of(request, topics, ARCHIVE, text=lambda t: t.topic)
     template = "console/pipeline_runs.html" if request.htmx else "console/pipeline.html"
     return render(
         request,
@@ -77,7 +83,8 @@ def jobs(request: HttpRequest) -> HttpResponse:
             "running": running,
             "poll_s": RUNS_POLL_S,
             "show_detail": access.is_platform_admin(request.user),
-            "archive_topics": topics,
+            "archive_topics": archive.rows,
+            "archive": archive,
             "store_error": store_error,
         },
     )

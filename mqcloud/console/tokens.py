@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from mqcloud.api import tokens
 from mqcloud.api.models import ApiToken
 from mqcloud.console import access
+from mqcloud.console.listing import ListSpec, paginate
 
 LIFETIMES = [
     ("", "Never expires"),
@@ -28,6 +29,18 @@ LIFETIMES = [
     ("90", "90 days"),
     ("365", "1 year"),
 ]
+
+TOKEN_SORTS = {"created": ["created_at"], "name": ["name"], "used": ["last_used_at"]}
+OWN = ListSpec(sorts=TOKEN_SORTS, default_sort="-created", search=("name",), prefix="o_",
+               per_page=25, search_label="Search your tokens by name")  # fmt: skip
+OTHERS = ListSpec(
+    sorts={**TOKEN_SORTS, "user": ["user__username"]},
+    default_sort="-created",
+    search=("name", "user__username"),
+    prefix="a_",
+    per_page=25,
+    search_label="Search by user or token name",
+)
 
 
 class TokenForm(forms.Form):
@@ -49,10 +62,11 @@ class TokenForm(forms.Form):
 
 
 def _context(request: HttpRequest, form: TokenForm, **extra: object) -> dict:
-    own = ApiToken.objects.filter(user=request.user)
+    own = paginate(request, ApiToken.objects.filter(user=request.user), OWN)
     others = None
     if access.is_platform_admin(request.user):
-        others = ApiToken.objects.exclude(user=request.user).select_related("user")
+        rows = ApiToken.objects.exclude(user=request.user).select_related("user")
+        others = paginate(request, rows, OTHERS)
     return {"form": form, "tokens": own, "others": others, **extra}
 
 

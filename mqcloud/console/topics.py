@@ -8,38 +8,84 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import render
 
 from brokers import anonymous
 from brokers.anonymous import has_anonymous_policy, with_open_flag
-from brokers.models import ConsumerPolicy, ProducerPolicy, Topic
+from brokers.models import Cluster, ConsumerPolicy, ProducerPolicy, Topic
 from mqcloud.console import access, engine_calls, lag, rollups
+from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.zbus_access import CLOSED_LABEL, OPEN_LABEL
 
 RANGES = {"1h": 60, "6h": 360, "24h": 1440}
 COUNTER_RETENTION_MS = 30 * 86_400_000  # the engine keeps per-minute counters 30 days
 LIST_PAGE = 50
+TEAM = Filter("team", "Team", lookup="team__name")
+TOPICS = ListSpec(
+    sorts={
+        "code": ["code"],
+        "team": ["team__name"],
+        "cluster": ["cluster__name"],
+        "type": ["type"],
+        "partitions": ["partitions"],
+        "created": ["created_at"],
+    },
+    default_sort="code",
+    search=("code", "description"),
+    filters=(
+        TEAM,
+        Filter("cluster", "Cluster", lookup="cluster__name"),
+        Filter("type", "Type", lookup="type", choices=tuple(Topic.Type.choices)),
+    ),
+    per_page=LIST_PAGE,
+    search_label="Search code or description",
+)
+
+TOPIC_POLICY_SORTS = {"name": ["name"], "app": ["app__code"], "created": ["created_at"]}
+TOPIC_PRODUCERS = ListSpec(
+    sorts=TOPIC_POLICY_SORTS,
+    default_sort="name",
+    search=("name", "app__code"),
+    prefix="p_",
+    per_page=25,
+    search_label="Search producers by name or app",
+)
+TOPIC_CONSUMERS = ListSpec(
+    sorts=TOPIC_POLICY_SORTS,
+    default_sort="name",
+    search=("name", "app__code"),
+    filters=(
+        Filter("state", "State", states={"running": Q(paused=False), "paused": Q(paused=True)}),
+    ),
+    prefix="c_",
+    per_page=25,
+    search_label="Search consumers by name or app",
+)
+
+
+def team_choices(user: object) -> list[tuple[str, str]]:
+    """The teams a list may be filtered by: the user's (every team for admins)."""
+    return [(n, n) for n in access.user_teams(user).order_by("name").values_list("name", flat=True)]
 
 
 @login_required
 def topic_list(request: HttpRequest) -> HttpResponse:
-    """The user's topics, paged, each with its produce rate over the last minutes (one
-    batched engine call for the page)."""
+    """The user's topics, searched, filtered, sorted and paged on the server, each with
+    its produce rate over the last minutes (one batched engine call for the page)."""
     topics = with_open_flag(access.topics_for(request.user)).prefetch_related("groups")
-    query = request.GET.get("q", "").strip()[:200].replace("\x00", "")
-    if query:
-        topics = topics.filter(code__icontains=query)
-    page = Paginator(topics.order_by("code"), LIST_PAGE).get_page(request.GET.get("page"))
-    rows, error = lag.with_rates(list(page.object_list))
+    clusters = [(n, n) for n in Cluster.objects.values_list("name", flat=True)]
+    listing = paginate(
+        request, topics, TOPICS, choices={"team": team_choices(request.user), "cluster": clusters}
+    )
+    rows, error = lag.with_rates(listing.rows)
     return render(
         request,
         "console/topics.html",
         {
             "rows": rows,
-            "page": page,
-            "q": query,
+            "listing": listing,
             "rate_minutes": lag.RATE_MINUTES,
             "error": error,
         },
@@ -73,8 +119,16 @@ def topic_detail(request: HttpRequest, code: str) -> HttpResponse:
             "groups": groups,
             "partitions": partitions,
             "engine_error": engine_error,
-            "producers": ProducerPolicy.objects.filter(topic=topic).select_related("app"),
-            "consumers": ConsumerPolicy.objects.filter(topic=topic).select_related("app"),
+            "producers": paginate(
+                request,
+                ProducerPolicy.objects.filter(topic=topic).select_related("app"),
+                TOPIC_PRODUCERS,
+            ),
+            "consumers": paginate(
+                request,
+                ConsumerPolicy.objects.filter(topic=topic).select_related("app"),
+                TOPIC_CONSUMERS,
+            ),
             "ranges": list(RANGES),
             "can_manage": access.user_teams(request.user).filter(pk=topic.team_id).exists(),
             "zbus": zbus_access(topic),

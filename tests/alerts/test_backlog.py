@@ -106,3 +106,47 @@ def test_disabled_alerts_are_skipped(backlog_consumer, webhook):
     produce(5)
     time.sleep(1.1)
     assert check_backlogs() == []
+
+
+def test_every_check_records_each_consumers_latest_lag(backlog_consumer, client, settings):
+    """Alerting on or off, each run keeps every consumer's lag (batched), and the
+    dashboard's "top consumers by lag" and a lag sort read it in one indexed query."""
+    from mqcloud.alerts import backlog
+    from mqcloud.alerts.models import LatestLag
+    from mqcloud.console import lag
+
+    quiet = ConsumerPolicy.objects.create(
+        topic=backlog_consumer.topic,
+        app=factories.app("quiet-app", backlog_consumer.app.team)[0],
+        start_position="earliest",
+        backlog_alert_enabled=False,
+    )
+    redis.Redis.from_url(django_settings.REDIS_URL).flushall()  # earlier tests' messages
+    publish()
+    settings.ALERT_THROTTLE_SECONDS = 3600
+    backlog.LAG_BATCH = 1  # two batches: both are written
+    try:
+        produce(5)
+        check_backlogs()
+    finally:
+        backlog.LAG_BATCH = 500
+    recorded = {r.consumer_id: r for r in LatestLag.objects.all()}
+    assert recorded[backlog_consumer.pk].lag == 5 and recorded[quiet.pk].lag == 5
+    assert recorded[backlog_consumer.pk].oldest_age_s is not None
+    LatestLag.objects.filter(consumer=quiet).update(lag=1)
+    top = lag.top_lagging(ConsumerPolicy.objects.all(), 10)
+    assert [c.name for c in top] == ["slow-app.busy", "quiet-app.busy"]
+    client.force_login(factories.user("root", admin=True))
+    dashboard = client.get("/")
+    assert [c.name for c in dashboard.context["top_lagging"]] == ["slow-app.busy", "quiet-app.busy"]
+    assert 'href="/consumers/?sort=-lag"' in dashboard.content.decode()
+    lag.LIVE_SORT_LIMIT, before = 0, lag.LIVE_SORT_LIMIT  # a "fleet": order by what was recorded
+    try:
+        by_lag = client.get("/consumers/?sort=lag").context
+    finally:
+        lag.LIVE_SORT_LIMIT = before
+    assert by_lag["recorded"] and [r.consumer.name for r in by_lag["rows"]] == [
+        "quiet-app.busy",
+        "slow-app.busy",
+    ]
+    assert [r.lag for r in by_lag["rows"]] == [5, 5]  # the rows show the live lag

@@ -10,7 +10,14 @@ from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 
 from brokers.catalog_loader import build_snapshot, current_snapshot, publish
-from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher, publish_snapshot
+from brokers.engine import TopicInfo
+from brokers.engine.catalog import (
+    SNAPSHOT_VERSION_KEY,
+    VERSION_KEY,
+    CatalogSnapshot,
+    CatalogWatcher,
+    publish_snapshot,
+)
 from brokers.models import Broker, ConsumerPolicy, ProducerPolicy, Team
 from tests import factories
 
@@ -50,21 +57,25 @@ def test_snapshot_carries_the_catalog(demo):
 
 
 def test_older_snapshot_never_overwrites_newer(redis_url):
-    async def scenario() -> int:
+    async def scenario() -> tuple[int, int, int, CatalogSnapshot]:
         import redis.asyncio as aioredis
 
         client = aioredis.from_url(redis_url)
         await client.flushall()
-        await publish_snapshot(client, CatalogSnapshot(version=5))
-        await publish_snapshot(client, CatalogSnapshot(version=3))
+        newer = CatalogSnapshot(version=5, topics=[TopicInfo(code="new")])
+        assert await publish_snapshot(client, newer) == 6  # its checkpoint follows it
+        refused = await publish_snapshot(client, CatalogSnapshot(version=3))
+        stored = int(await client.get(SNAPSHOT_VERSION_KEY))
         watcher = CatalogWatcher(client)
         await watcher.start()
-        version = watcher.current.version
+        current = watcher.current
         await watcher.stop()
         await client.aclose()
-        return version
+        return refused, stored, current.version, current
 
-    assert asyncio.run(scenario()) == 5
+    refused, stored, version, current = asyncio.run(scenario())
+    assert (refused, stored, version) == (0, 5, 6)
+    assert set(current.topics) == {"new"}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -110,14 +121,14 @@ def test_one_publish_per_transaction(demo, redis_url):
 
     client = redis.Redis.from_url(redis_url)
     publish()
-    before = int(client.get("mqcloud:catalog:version-counter"))
+    before = int(client.get(VERSION_KEY))
     with transaction.atomic():
         for broker in Broker.objects.all():
             broker.weight = 5
             broker.save()
         demo["topic"].description = "changed"
         demo["topic"].save()
-    after = int(client.get("mqcloud:catalog:version-counter"))
+    after = int(client.get(VERSION_KEY))
     assert after == before + 1
     assert current_snapshot().brokers[1].weight == 5
 
@@ -128,12 +139,12 @@ def test_rolled_back_change_publishes_nothing(demo, redis_url):
 
     client = redis.Redis.from_url(redis_url)
     publish()
-    before = int(client.get("mqcloud:catalog:version-counter"))
+    before = int(client.get(VERSION_KEY))
     with pytest.raises(RuntimeError), transaction.atomic():
         demo["topic"].description = "never"
         demo["topic"].save()
         raise RuntimeError
-    assert int(client.get("mqcloud:catalog:version-counter")) == before
+    assert int(client.get(VERSION_KEY)) == before
     demo["topic"].description = "now"
     demo["topic"].save()
-    assert int(client.get("mqcloud:catalog:version-counter")) == before + 1
+    assert int(client.get(VERSION_KEY)) == before + 1

@@ -42,7 +42,7 @@ def test_admin_sees_and_unlocks(client, world, settings):
     client.force_login(world.root)
     page = client.get("/lockouts/")
     assert "locked" in page.content.decode()
-    attempt = page.context["attempts"][0]
+    attempt = page.context["listing"].rows[0]
     assert client.post(f"/lockouts/{attempt.pk}/unlock/").status_code == 302
     assert AuditEvent.objects.filter(action="login-unlocked", actor=world.root).exists()
     assert "login-locked-out" in client.get("/audit/").content.decode()

@@ -122,11 +122,30 @@ def test_traffic_json_counts_produced_and_consumed(client, world):
 
 
 def test_dashboard_ranks_topics_by_traffic(client, world):
-    engine_call(lambda e: e.append("orders", "shop", [Message(b"x")] * 2, partition=0))
+    """The top topics come from the pipeline's rollup: the last 10 rolled-up minutes,
+    only the caller's topics."""
+    from datetime import UTC, datetime, timedelta
+
+    from pipeline.models import TrafficMinute
+
+    last = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=3)
+    for name, minute, messages in [
+        ("orders", last, 2),
+        ("orders", last - timedelta(minutes=1), 3),
+        ("orders", last - timedelta(minutes=30), 1000),  # outside the window
+        ("blue-secret", last, 99),  # another team's
+    ]:
+        TrafficMinute.objects.create(
+            dimension="topic", name=name, minute=minute, messages=messages, bytes=messages * 10,
+            latency_p50_ms=1, latency_p99_ms=2,
+        )  # fmt: skip
     client.force_login(world.alice)
     response = client.get("/")
-    assert response.context["top_topics"] == [{"code": "orders", "produced": 2, "consumed": 0}]
+    assert response.context["top_topics"] == [{"code": "orders", "messages": 5, "bytes": 50}]
     assert response.context["clusters"][0]["healthy"]
+    client.force_login(world.root)
+    ranked = [t["code"] for t in client.get("/").context["top_topics"]]
+    assert ranked == ["blue-secret", "orders"]
 
 
 def test_charts_read_the_pipeline_rollups(client, world):

@@ -24,7 +24,7 @@ def _moved(snapshot: CatalogSnapshot, topic: str, leader: int) -> CatalogSnapsho
     info = snapshot.topics[topic]
     groups = tuple(msgspec.structs.replace(g, leader=leader) for g in info.groups)
     topics = {**snapshot.topics, topic: msgspec.structs.replace(info, groups=groups)}
-    return msgspec.structs.replace(snapshot, topics=topics, version=snapshot.version + 1)
+    return snapshot.replace(topics=topics, version=snapshot.version + 1)
 
 
 async def _produce(port: int, token: str, partition: int, body: bytes) -> int:
@@ -45,7 +45,8 @@ async def test_a_stale_leader_is_refused_by_redis_and_stores_nothing(catalog, br
     before = await stale.engine.progress("local", "app1", partitions=[0, 1])
     client = redis.Redis.from_url(redis_url)
     try:
-        record_leaders(client, _moved(stale.watcher.current, "local", 2))  # failover's publish
+        moved = _moved(stale.watcher.current, "local", 2)
+        record_leaders(client, moved.topics.values(), moved.version)  # failover's publish
     finally:
         client.close()
     assert stale.watcher.current.topics["local"].leader_of(0) == 1  # it still believes
@@ -67,8 +68,9 @@ def test_publish_records_leaders_and_an_older_version_never_overwrites(catalog, 
         old = publish()
         PartitionGroup.objects.filter(topic__code="local").update(leader_id=2)
         new = publish()
-        assert client.hmget(meta, "ldr", "lv") == [b"2", str(new.version).encode()]
-        record_leaders(client, old)  # a slower, older publish finishing late
+        # recorded at the snapshot's own version (its checkpoint, publish()'s, is the next)
+        assert client.hmget(meta, "ldr", "lv") == [b"2", str(new.version - 1).encode()]
+        record_leaders(client, old.topics.values(), old.version)  # an older publish, late
         assert client.hget(meta, "ldr") == b"2"
     finally:
         client.close()

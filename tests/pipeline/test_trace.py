@@ -37,7 +37,7 @@ def put(store: Store, when: dt.datetime, business_id: str, body: bytes) -> int:
 def trim_to(store: Store, catalog: CatalogSnapshot, keep: int) -> None:
     """Apply a retention of ``keep`` messages to orders (what Celery's retention does)."""
     orders = msgspec.structs.replace(catalog.topics["orders"], retention_max_count=keep)
-    short = msgspec.structs.replace(catalog, topics={**catalog.topics, "orders": orders})
+    short = catalog.replace(topics={**catalog.topics, "orders": orders})
     Store(store.redis_url, short).run(lambda engine: engine.trim("orders"))
 
 

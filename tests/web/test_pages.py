@@ -31,9 +31,11 @@ def test_dashboard_shows_own_team_only(client, demo):
     other = Team.objects.create(name="blue")
     factories.topic("secret-topic", factories.cluster_with_brokers("c2", first_id=5), other)
     client.force_login(factories.user("alice", team=demo))
-    page = client.get("/").content.decode()
-    assert "orders" in page and "shop" in page
-    assert "secret-topic" not in page
+    response = client.get("/")
+    assert response.context["topic_count"] == 1 and response.context["app_count"] == 1
+    assert "secret-topic" not in response.content.decode()
+    topics = client.get("/topics/").content.decode()
+    assert "orders" in topics and "secret-topic" not in topics
 
 
 def test_login_shows_errors_inline(client, demo):

@@ -129,11 +129,13 @@ def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> No
         assert health.json()["status"] == "ok"
         console = _login(base, "admin", "admin-Secret-1")
         deadline = time.monotonic() + 30
-        while "2 of 2 up" not in (page := console.get("/").text):
+        while "2 of 2 up" not in console.get("/").text:
             assert time.monotonic() < deadline, "brokers never reported up"
             time.sleep(0.5)
-        assert "demo-app" in page and "demo-team" in page
-        assert "0: 0,1" in page and "1: 2,3" in page
+        apps = console.get("/apps/").text
+        assert "demo-app" in apps and "demo-team" in apps
+        topic = console.get("/topics/demo/").text
+        assert "<td>0, 1</td>" in topic and "<td>2, 3</td>" in topic
         # Stop only a fully started set: Ctrl-C while Celery is still forking its pool
         # makes it report lost pool processes (a traceback), which is not what we test.
         deadline = time.monotonic() + 60

@@ -127,3 +127,26 @@ async def test_track_sub(broker) -> None:
         push = await c.unmatched.get()
         assert push.headers["cmd"] == "track_pub"
         assert "pushed" in orjson.loads(push.body)["mqTable"]
+
+
+async def test_index_pages_and_filters_on_the_server(raw: Raw, monkeypatch) -> None:
+    """The index shows PAGE_SIZE MQs at a time; ?q= filters by name, ?page= pages, and a
+    bad page number gives a page, not an error; data takes the same parameters."""
+    from brokers.servers.zbus import index
+
+    monkeypatch.setattr(index, "PAGE_SIZE", 2)
+    await raw.send(msg(start="GET /?page=2 HTTP/1.1"))
+    html = (await raw.recv()).body.decode()
+    assert 'data-mq="secure"' in html and 'data-mq="news"' not in html
+    assert "page 2 of 2" in html and 'rel="prev"' in html and 'href="/"' in html
+    await raw.send(msg(start="GET /?q=NEW HTTP/1.1"))
+    html = (await raw.recv()).body.decode()
+    assert 'data-mq="news"' in html and 'data-mq="orders"' not in html
+    for bad in ("abc", "-3", "99999999", "1x"):
+        await raw.send(msg(start=f"GET /?page={bad}&&q=%3Cscript%3E HTTP/1.1"))
+        page = await raw.recv()
+        assert page.status == 200 and "&lt;script&gt;" in page.body.decode()
+    await raw.send(msg(start="GET /?cmd=admin&&sub_cmd=data&&q=ord&&msgid=d HTTP/1.1"))
+    assert list(orjson.loads((await raw.recv()).body)["mqTable"]) == ["orders"]
+    await raw.send(msg(start="GET /?cmd=admin&&sub_cmd=data&&msgid=e HTTP/1.1"))
+    assert {"orders", "news", "secure"} <= set(orjson.loads((await raw.recv()).body)["mqTable"])

@@ -366,6 +366,29 @@ class PullSection(EngineBase):
             for p in range(info.partitions)
         }
 
+    async def register_consumers(
+        self, consumers: Sequence[tuple[str, str, str]]
+    ) -> dict[tuple[str, str], dict[int, int]]:
+        """:meth:`register_consumer` (clustering) for many ``(topic, app, start)`` at once:
+        every partition of every one is pinned in ONE pipelined Redis round trip, so
+        approving a fleet of consumers costs one round trip, not one per partition. Each
+        must be in the catalog: TopicNotFound / ConsumerNotFound before anything is
+        written. Returns each ``(topic, app)``'s ``{partition: ack index}``."""
+        pins: list[tuple[str, int, str, str]] = []
+        owners: list[tuple[str, str]] = []
+        for topic, app, start in consumers:
+            info = self.topic(topic)
+            self._consumer(topic, app)
+            cid = consumer_id(app, None)
+            for p in range(info.partitions):
+                pins.append((topic, p, cid, start))
+                owners.append((topic, app))
+        acks = await offsets_mod.set_acks_if_missing(self.redis, pins)
+        result: dict[tuple[str, str], dict[int, int]] = {}
+        for owner, pin, ack in zip(owners, pins, acks, strict=True):
+            result.setdefault(owner, {})[pin[1]] = ack
+        return result
+
     async def progress(
         self,
         topic: str,

@@ -42,7 +42,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from brokers.catalog_loader import publish_on_commit
+from brokers.catalog_loader import changed_on_commit
 from brokers.engine import (
     AnyRedis,
     Engine,
@@ -206,7 +206,7 @@ def _mark_up(broker_id: int) -> bool:
     if not _heartbeat(broker_id):
         return False
     Broker.objects.filter(id=broker_id).update(up_since=timezone.now())
-    publish_on_commit()
+    changed_on_commit(brokers=[broker_id])
     return True
 
 
@@ -230,7 +230,7 @@ def _ports(broker_id: int) -> dict[str, int | None]:
 @transaction.atomic
 def _mark_down(broker_id: int) -> None:
     Broker.objects.filter(id=broker_id).update(status=Broker.Status.DOWN, up_since=None)
-    publish_on_commit()
+    changed_on_commit(brokers=[broker_id])
 
 
 class ProtocolServer(Protocol):

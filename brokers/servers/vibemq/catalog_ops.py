@@ -5,8 +5,8 @@ by the creating app's team; the creating app gets a producer and a consumer poli
 (and on its DLQ), so it may publish and subscribe — others only once they have policies
 of their own (vibemq.md §14). A connection without an app token creates queues in the
 ``vibemq-anonymous`` team, open to that team's anonymous app. The ORM runs in a thread
-(``sync_to_async``); the catalog snapshot is published when the transaction commits (the
-model signals call ``publish_on_commit``), and the caller then refreshes its watcher so
+(``sync_to_async``); the model signals publish the change as a catalog delta when the
+transaction commits, and the caller then refreshes its watcher so
 the next command already sees the change.
 """
 
@@ -23,7 +23,6 @@ from django.db import connection as db_connection
 from django.db.models import ProtectedError
 
 from brokers.anonymous import anonymous_app
-from brokers.catalog_loader import publish_on_commit
 from brokers.engine import PRIORITY_BANDS, PRIORITY_MODE
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from brokers.topology import create_partition_groups
@@ -128,8 +127,6 @@ def _create_queue(spec: QueueSpec, dead_letter_queue: str | None, broker_id: int
                     code=dead_letter_queue, team=spec.team, app=spec.app, creator=spec.creator
                 )
                 _create_row(dlq, cluster, team)
-            if created:
-                publish_on_commit()
             return created
     except ValidationError as exc:
         raise CatalogRefused("; ".join(exc.messages)) from None
@@ -144,7 +141,6 @@ def _delete_queue(code: str) -> bool:
             topic.delete()
         except ProtectedError as exc:
             raise CatalogRefused(f"queue {code} is still referenced") from exc
-        publish_on_commit()
         return True
 
 

@@ -22,8 +22,8 @@ from brokers.servers.zbus import track
 from brokers.servers.zbus.access import admin_allowed
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
-from brokers.servers.zbus.data import broker_data
-from brokers.servers.zbus.index import render_index
+from brokers.servers.zbus.data import broker_data, mq_names
+from brokers.servers.zbus.index import render_index, select, wants_page
 from brokers.servers.zbus.mqs import lookup
 from brokers.servers.zbus.replies import Refuse, reply
 from brokers.servers.zbus.temp import open_temp
@@ -39,12 +39,14 @@ async def admin(ctx: ServerContext, conn: Connection, msg: Message) -> None:
         raise Refuse(403, ADMIN_FORBIDDEN, always=True)
     sub = msg.sub_cmd
     if sub in ("", SubCommand.INDEX):
-        data = await broker_data(ctx)
-        reply(conn, msg, 200, render_index(data, msg.token), HTML)
+        paging = select(mq_names(ctx), msg.headers)
+        data = await broker_data(ctx, paging.names)
+        reply(conn, msg, 200, render_index(data, msg.token, paging), HTML)
     elif sub == SubCommand.JQUERY:
         reply(conn, msg, 200, b"", JS)
     elif sub == SubCommand.DATA:
-        reply(conn, msg, 200, orjson.dumps(await broker_data(ctx)), JSON)
+        names = select(mq_names(ctx), msg.headers).names if wants_page(msg.headers) else None
+        reply(conn, msg, 200, orjson.dumps(await broker_data(ctx, names)), JSON)
     elif sub == SubCommand.CREATE_MQ:
         await create_mq(ctx, conn, msg)
     elif sub == SubCommand.TRACK_SUB:

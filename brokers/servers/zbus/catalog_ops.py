@@ -1,7 +1,7 @@
 """``create_mq`` in the catalog: the only database access of the zbus server.
 
-Runs the ORM in a worker thread (``sync_to_async``) and publishes the catalog change the
-way every catalog write does (``publish_on_commit``), then refreshes this server's watcher
+Runs the ORM in a worker thread (``sync_to_async``); the model signals publish the change
+as a catalog delta when the transaction commits, and this server then refreshes its watcher
 so the new MQ is usable at once; other brokers pick it up within a second.
 A new MQ is a one-partition topic led by this broker, in the broker's cluster, owned by the
 ``zbus`` team, unbounded as zbus 5's queues were (its retention applies).
@@ -19,7 +19,6 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 
 from brokers.anonymous import open_topic
-from brokers.catalog_loader import publish_on_commit
 from brokers.models import Broker, PartitionGroup, Team, Topic
 
 ZBUS_TEAM = "zbus"
@@ -57,7 +56,6 @@ def _create(name: str, mode: int, token: str, creator: str, broker_id: int) -> O
             topic.save()
             PartitionGroup.objects.create(topic=topic, group_id=0, leader=broker, partitions=[0])
             open_topic(topic)
-            publish_on_commit()
     except ValidationError as exc:
         if "code" in getattr(exc, "error_dict", {}) and Topic.objects.filter(code=name).exists():
             return _create(name, mode, token, creator, broker_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from brokers.engine import EngineError, GroupStats
@@ -102,9 +103,10 @@ def mq_names(ctx: ServerContext) -> list[str]:
     return sorted(ctx.snapshot.topics) + sorted(ctx.temps)
 
 
-async def broker_data(ctx: ServerContext) -> dict[str, Any]:
-    """The ``data`` JSON of this broker."""
-    refs = [r for r in (lookup(ctx, n) for n in mq_names(ctx)) if r is not None]
+async def broker_data(ctx: ServerContext, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """The ``data`` JSON of this broker: every MQ, or those of ``names`` only."""
+    wanted = mq_names(ctx) if names is None else names
+    refs = [r for r in (lookup(ctx, n) for n in wanted) if r is not None]
     infos = await asyncio.gather(*(mq_info(ctx, r, ctx.address) for r in refs))
     return {
         "broker": ctx.address,

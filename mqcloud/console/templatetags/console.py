@@ -1,12 +1,14 @@
 """Console template helpers: the unread-notification count, millisecond times and
-durations, roles."""
+durations, roles, sortable list headers."""
 
 from __future__ import annotations
 
 from django import template
+from django.utils.html import format_html
 
 from mqcloud.approvals.models import Application, Notification, Status
 from mqcloud.console import access, engine_calls
+from mqcloud.console.listing import Listing
 
 register = template.Library()
 
@@ -55,3 +57,35 @@ def duration_ms(value: int | None) -> str:
         return f"{hours} h {minutes} min"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h"
+
+
+@register.simple_tag
+def sort_th(listing: Listing, key: str, label: str, css: str = "") -> str:
+    """A table header that sorts ``listing`` by ``key`` (toggling the direction), with
+    ``aria-sort`` on the sorted column."""
+    state = listing.sort_state(key)
+    arrow = {"ascending": " ▲", "descending": " ▼"}.get(state, "")
+    return format_html(
+        '<th{}{}><a href="{}" data-sort="{}">{}{}</a></th>',
+        format_html(' class="{}"', css) if css else "",
+        format_html(' aria-sort="{}"', state) if state else "",
+        listing.sort_url(key),
+        key,
+        label,
+        arrow,
+    )
+
+
+@register.simple_tag
+def list_hx(listing: Listing) -> str:
+    """htmx attributes that make the links inside an element (sort headers) swap only
+    ``listing``'s container and push its URL; without JavaScript they are plain links."""
+    return format_html(
+        'hx-boost="true" hx-target="#{0}" hx-select="#{0}" hx-swap="outerHTML"', listing.id
+    )
+
+
+@register.simple_tag
+def list_url(listing: Listing, **changes: object) -> str:
+    """``listing``'s URL with some of its parameters changed (``sort="-lag"``)."""
+    return listing.url(**changes)
