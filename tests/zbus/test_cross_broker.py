@@ -188,3 +188,22 @@ async def test_registration_is_renewed_while_the_owner_lives(broker) -> None:
         assert await broker.redis.get(temp_key(name)) == broker.server.ctx.temps[name].entry
     finally:
         await requester.close()
+
+
+async def test_servers_report_for_the_tracker_only_while_clients_track(broker, other) -> None:
+    """An MQ report costs Redis work in proportion to the catalog, so no server makes one
+    until a client sends track_sub somewhere; then every server reports (zbus.md §11.4)."""
+    from brokers.servers.zbus import track
+
+    await asyncio.sleep(0.3)  # the reporters have ticked: nobody tracks
+    assert await broker.engine.read_reports(track.BOARD) == {}
+    async with ZbusClient("127.0.0.1", broker.port, timeout=5) as c:
+        reply = await c.invoke({"cmd": "track_sub"})
+        assert reply.status == 200
+        seen: dict = {}
+        for _ in range(160):  # the other server reports at its next tick
+            seen = await broker.engine.read_reports(track.BOARD)
+            if f"127.0.0.1:{other.port}" in seen:
+                break
+            await asyncio.sleep(0.05)
+        assert {f"127.0.0.1:{broker.port}", f"127.0.0.1:{other.port}"} <= set(seen)

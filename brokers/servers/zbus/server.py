@@ -13,7 +13,7 @@ from brokers.servers.zbus.config import ZbusConfig
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.protocol import ZbusProtocol
 from brokers.servers.zbus.relay import Relay
-from brokers.servers.zbus.track import BOARD, run_reporter
+from brokers.servers.zbus.track import BOARD, DEMAND_BOARD, run_reporter
 
 log = logging.getLogger("mqcloud.zbus")
 
@@ -50,6 +50,7 @@ class ZbusServer(ListeningServer):
             await self.ctx.relay.stop()
         with contextlib.suppress(Exception):
             await self.ctx.engine.withdraw_report(BOARD, self.ctx.address)
+            await self.ctx.engine.withdraw_report(DEMAND_BOARD, self.ctx.address)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
