@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from redis.client import Pipeline
 
+from brokers.commit_batch import add_to_commit_batch
 from brokers.engine import RECORD_LEADER_LUA, CatalogDelta, CatalogFollower, leader_records
 from brokers.engine.catalog import (
     APPEND_DELTA,
@@ -228,7 +229,7 @@ class CatalogChanges:
         for name, keys in vars(other).items():
             getattr(self, name).update(keys)
 
-    def publish(self) -> None:
+    def __call__(self) -> None:
         """The on-commit callback: publish these changes as one delta (logged on failure;
         beat's periodic rebuild repairs a delta lost to a Redis outage)."""
         started = time.monotonic()
@@ -265,30 +266,8 @@ def changed_on_commit(
         set(consumers),
         set(teams),
     )
-    if not changes:
-        return
-    pending = _pending_changes()
-    if pending is not None:
-        pending.merge(changes)
-    else:
-        transaction.on_commit(changes.publish)
-
-
-def _pending_changes() -> CatalogChanges | None:
-    """The changes this transaction already registered to publish, if any.
-
-    Merging into them is safe wherever they were registered: a savepoint that is rolled
-    back takes its callbacks with it (and then nothing is found here), and one that was
-    released can no longer be rolled back, so what it registered is published at commit
-    with everything merged since."""
-    conn = transaction.get_connection()
-    if not conn.in_atomic_block:
-        return None
-    for _sids, callback, _robust in conn.run_on_commit:
-        owner = getattr(callback, "__self__", None)
-        if isinstance(owner, CatalogChanges):
-            return owner
-    return None
+    if changes:
+        add_to_commit_batch(CatalogChanges, lambda pending: pending.merge(changes))
 
 
 def build_delta(changes: CatalogChanges) -> CatalogDelta:

@@ -21,11 +21,11 @@ import redis
 import redis.asyncio as aioredis
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.db import transaction
 
+from brokers.catalog_loader import consumer_info
+from brokers.commit_batch import add_to_commit_batch
 from brokers.engine import (
     CatalogSnapshot,
-    ConsumerPolicyInfo,
     Engine,
     EngineError,
     QueueSettings,
@@ -43,7 +43,9 @@ def registration_topic_info(topic: Topic) -> TopicInfo:
     """The part of a topic row that pinning needs: code, type, partitions and delivery
     mode (a PriorityBased topic's bands are its partitions, each pinned like any other).
     Deliberately partial — no partition groups, archive flag or anonymous app, which cost
-    queries of their own — and never published: only ``register_consumers`` reads it."""
+    queries of their own — and never published: only ``register_consumers`` reads it.
+    (The consumers are the catalog's own :func:`~brokers.catalog_loader.consumer_info`:
+    it reads only the policy row with its topic and app.)"""
     return TopicInfo(
         code=topic.code,
         type=topic.type,
@@ -52,25 +54,12 @@ def registration_topic_info(topic: Topic) -> TopicInfo:
     )
 
 
-def registration_consumer_info(policy: ConsumerPolicy) -> ConsumerPolicyInfo:
-    """The part of a consumer policy row that pinning needs (see
-    :func:`registration_topic_info`); ``policy.topic`` and ``policy.app`` are read, so
-    select them with the policy."""
-    return ConsumerPolicyInfo(
-        name=policy.name,
-        topic=policy.topic.code,
-        app=policy.app.code,
-        broadcast=policy.mode == ConsumerPolicy.Mode.BROADCAST,
-        start_position=policy.start_position,
-    )
-
-
 def registration_snapshot(policies: Sequence[ConsumerPolicy]) -> CatalogSnapshot:
     """A catalog holding just ``policies`` and their topics: enough for the engine to pin
     them, built without reading the rest of the catalog."""
     return CatalogSnapshot(
         topics={p.topic.code: registration_topic_info(p.topic) for p in policies},
-        consumers=tuple(registration_consumer_info(p) for p in policies),
+        consumers=tuple(consumer_info(p) for p in policies),
     )
 
 
@@ -125,12 +114,4 @@ def pin_start_on_commit(policy_id: int) -> None:
     created inside it as well) or leaves an id whose row is gone, which :func:`pin_starts`
     skips. Outside a transaction the consumer is pinned at once.
     """
-    connection = transaction.get_connection()
-    if connection.in_atomic_block:
-        for _sids, callback, _robust in connection.run_on_commit:
-            if isinstance(callback, PinBatch):
-                callback.policy_ids.append(policy_id)
-                return
-    batch = PinBatch()
-    batch.policy_ids.append(policy_id)
-    transaction.on_commit(batch)
+    add_to_commit_batch(PinBatch, lambda batch: batch.policy_ids.append(policy_id))

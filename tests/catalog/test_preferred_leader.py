@@ -91,7 +91,7 @@ def test_the_beat_task_follows_the_settings(failed_over, settings):
     assert len(rebalance_preferred_leaders_task()) == 1
     assert _leaders(failed_over) == [70, 71]
     pending = transaction.get_connection().run_on_commit
-    published = [cb.__self__ for _, cb, _ in pending if isinstance(cb.__self__, CatalogChanges)]
+    published = [cb for _, cb, _ in pending if isinstance(cb, CatalogChanges)]
     assert any(changes.topic_ids for changes in published)  # the moved group fences the old
 
 
