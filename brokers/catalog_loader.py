@@ -451,15 +451,17 @@ def _queue_leaders(pipe: Pipeline, records: Iterable[tuple[str, int]], version: 
 
 # -- reading -----------------------------------------------------------------------------
 
-_follower = CatalogFollower()
+process_catalog = CatalogFollower()
+"""This process's catalog, for its synchronous readers (:func:`current_snapshot`) and the
+console's engine sessions alike: one copy per process, caught up through the log."""
 
 
 def current_snapshot() -> CatalogSnapshot:
     """The newest catalog in Redis, for synchronous callers (an empty one if none yet).
 
     This process keeps the last one it read and catches up through the log."""
-    follow_catalog(_redis(), _follower)
-    return _follower.current
+    follow_catalog(_redis(), process_catalog)
+    return process_catalog.current
 
 
 def follow_catalog(client: redis.Redis, follower: CatalogFollower) -> None:

@@ -2,8 +2,9 @@
 
 Each session opens a Redis client and brings this process's catalog up to date — one
 read of the catalog log, which is empty when nothing changed — and closes the client
-when done. The catalog itself is kept by the process between sessions, so a console
-request never decodes the whole catalog.
+when done. The catalog itself is kept by the process between sessions (the one
+``brokers.catalog_loader.process_catalog`` that its synchronous readers share too), so a
+console request never decodes the whole catalog.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from brokers.engine import CatalogFollower, Engine, catch_up
-
-_follower = CatalogFollower()
+from brokers.catalog_loader import process_catalog
+from brokers.engine import Engine, catch_up
 
 
 @asynccontextmanager
@@ -24,8 +24,8 @@ async def engine_session() -> AsyncIterator[Engine]:
     """An Engine over the newest catalog, closed on exit."""
     client = aioredis.from_url(settings.REDIS_URL)
     try:
-        await catch_up(client, _follower)
-        snapshot = _follower.current
+        await catch_up(client, process_catalog)
+        snapshot = process_catalog.current
         engine = Engine(client, lambda: snapshot)
         try:
             yield engine
