@@ -88,6 +88,7 @@ from brokers.engine.record import (
     encode_attributes,
     encode_batch_body,
     encode_record,
+    message_view,
 )
 from brokers.engine.redisio import AnyRedis, broker_client, engine_client
 from brokers.engine.reports import publish_report, read_reports, withdraw_report
@@ -184,6 +185,7 @@ __all__ = [
     "java_hash",
     "leader_records",
     "load_snapshot",
+    "message_view",
     "one_by_one",
     "publish_delta",
     "publish_report",

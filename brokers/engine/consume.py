@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from brokers.engine.keys import PartitionKeys, notify_channel
 from brokers.engine.model import Delivery
-from brokers.engine.read import READ_FN, parse_entries
+from brokers.engine.read import READ_FN, parse_spans
 from brokers.engine.redisio import AnyRedis, Script
 
 LOCKED, EMPTY, FOUND = -1, 0, 1
@@ -60,7 +60,7 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
   local limit = nil
   if max_store ~= '' then limit = tonumber(max_store) end
   local out = {}
-  local items, blocked = read_from(stream, start, tonumber(want), out, limit)
+  local items, blocked = read_span(stream, start, tonumber(want), out, limit)
   if items == 0 then return {0, s(ack), s(nxt), s(mn), s(blocked or 0)} end
   local token = now
   local lk = tonumber(st[3])
@@ -147,7 +147,7 @@ class Attempt:
             self.blocked = int(raw[4])
             return
         self.token, self.expires, self.first = int(raw[4]), int(raw[5]), bool(int(raw[6]))
-        self.deliveries = parse_entries(partition, raw, 7)
+        self.deliveries = parse_spans(partition, raw, 7)
 
 
 async def try_partition(

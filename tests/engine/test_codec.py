@@ -20,6 +20,7 @@ from brokers.engine import (
     encode_attributes,
     encode_batch_body,
     encode_record,
+    message_view,
 )
 from brokers.engine.record import check_record
 from brokers.engine.wire import WireBlob, check_batch_body, check_wire, stamp_wire, wire_records
@@ -87,6 +88,41 @@ def test_record_round_trip(body, bid, prio, send, attrs, ext):
     assert (msg.attributes, msg.extension, msg.app, msg.partition) == (attrs, ext, "app", 3)
     assert msg.store_time_ms == send + 5 and msg.client_address == "10.0.0.2:443"
     assert check_record(raw).size == len(raw)
+
+
+@given(
+    body=st.binary(max_size=80),
+    bid=st.text(max_size=30).filter(lambda s: len(s.encode()) <= 100),
+    attrs=st.dictionaries(text.filter(bool), text, max_size=3),
+    ext=st.binary(max_size=20),
+    cut=st.integers(0, 300),
+    flip=st.tuples(st.integers(0, 300), st.integers(0, 255)),
+)
+def test_message_view_reads_what_decode_record_reads(body, bid, attrs, ext, cut, flip):
+    """The light reader HTTP-MQ hands messages out with gives decode_record's store time,
+    body and attributes for every record, and for a damaged one either the same verdict
+    as decode_record (InvalidMessage) or decode_record's own fields."""
+    raw, _ = encode_record(
+        Message(body, business_id=bid, attributes=attrs, send_time_ms=7_000, extension=ext),
+        app="app",
+        partition=1,
+        now_ms=7_003,
+    )
+    assert message_view(raw) == (7_003, body, attrs)
+    damaged = bytearray(raw[: len(raw) - cut] if cut < len(raw) else raw)
+    if flip[0] < len(damaged):
+        damaged[flip[0]] = flip[1]
+    try:
+        full = decode_record(bytes(damaged))
+    except InvalidMessage:
+        try:
+            view = message_view(bytes(damaged))
+        except InvalidMessage:
+            return
+        # the view reads fewer fields: a record damaged only in those it skips still reads
+        assert view[1] == damaged[65 : 65 + len(view[1])]
+        return
+    assert message_view(bytes(damaged)) == (full.store_time_ms, full.body, full.attributes)
 
 
 def test_layout_offsets():
