@@ -8,7 +8,7 @@ range handed out under it; otherwise it is ignored (reference: code 0, no move).
 is released once the ack index passes the locked range. A token older than a still-valid
 lock is rejected as stale.
 
-HTTP-MQ (:func:`commit`): http-mq.md §7 verbatim — no lock → dropped; older lockTime
+HTTP-MQ (:class:`CommitCall`, :data:`COMMIT`): http-mq.md §7 verbatim — no lock → dropped; older lockTime
 than a valid lock → dropped; commit when the stored offset equals the batch start (or
 forceAck / no offset yet); "offset has committed" / "committedOffset not equal"
 otherwise; the lock is always released.
@@ -19,6 +19,8 @@ Both publish on the topic channel when they release a lock, waking long polls.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from brokers.engine.errors import AckRejected
 from brokers.engine.keys import PartitionKeys, notify_channel
@@ -40,7 +42,7 @@ def contiguous(indexes: Sequence[int]) -> tuple[int, int]:
     return lo, hi + 1
 
 
-_MERGE_FN = """
+MERGE_FN = """
 local function merge(oo, ack)
   while true do
     local r = redis.call('ZRANGEBYSCORE', oo, '-inf', s(ack), 'LIMIT', 0, 1)
@@ -57,7 +59,7 @@ end
 """
 
 ACK = Script(
-    _MERGE_FN
+    MERGE_FN
     + """
 -- KEYS: state, oo, meta. ARGV: start, end, owner, token(''), now, channel, partition
 local start, stop, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[5])
@@ -96,33 +98,92 @@ return {status, s(ack)}
 """
 )
 
+COMMIT_FN = """
+-- commit_one(state, oo, offset, next, lockTime, force '0'/'1', now, channel, partition):
+-- http-mq.md §7 on one partition's state; {status, committed, stored lock, expired, anomaly}.
+local function commit_one(state, oo, off, nxt, token, force, now, channel, partition)
+  local st = redis.call('HMGET', state, 'ack', 'lt', 'le')
+  local lt, le = tonumber(st[2]), tonumber(st[3])
+  local cmt = tonumber(st[1])
+  local cmts = '-1'
+  if cmt then cmts = s(cmt) end
+  if not lt then return {'lock not exist', cmts, '0', 0, 0} end
+  local expired, anomaly = 0, 0
+  if le <= now then expired = 1
+  elseif token < lt then return {'ack lockTime small than', cmts, s(lt), 0, 0}
+  elseif token > lt then anomaly = 1 end
+  local status
+  if (not cmt) or force == '1' or (cmt == off and nxt > cmt) then
+    if force == '1' or not cmt then redis.call('DEL', oo) end
+    cmt = merge(oo, nxt)
+    redis.call('HSET', state, 'ack', s(cmt))
+    status = 'ok'
+  elseif cmt == nxt then status = 'offset has committed'
+  else status = 'committedOffset not equal' end
+  unlock(state, channel, partition)
+  return {status, s(cmt), s(lt), expired, anomaly}
+end
+"""
+
 COMMIT = Script(
-    _MERGE_FN
+    MERGE_FN
+    + COMMIT_FN
     + """
 -- KEYS: state, oo. ARGV: offset, next, lockTime, force(0/1), now, channel, partition
-local off, nxt, token, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
-local st = redis.call('HMGET', KEYS[1], 'ack', 'lt', 'le')
-local lt, le = tonumber(st[2]), tonumber(st[3])
-local cmt = tonumber(st[1])
-local cmts = '-1'
-if cmt then cmts = s(cmt) end
-if not lt then return {'lock not exist', cmts, '0', 0, 0} end
-local expired, anomaly = 0, 0
-if le <= now then expired = 1
-elseif token < lt then return {'ack lockTime small than', cmts, s(lt), 0, 0}
-elseif token > lt then anomaly = 1 end
-local status
-if (not cmt) or ARGV[4] == '1' or (cmt == off and nxt > cmt) then
-  if ARGV[4] == '1' or not cmt then redis.call('DEL', KEYS[2]) end
-  cmt = merge(KEYS[2], nxt)
-  redis.call('HSET', KEYS[1], 'ack', s(cmt))
-  status = 'ok'
-elseif cmt == nxt then status = 'offset has committed'
-else status = 'committedOffset not equal' end
-unlock(KEYS[1], ARGV[6], ARGV[7])
-return {status, s(cmt), s(lt), expired, anomaly}
+return commit_one(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
+  ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7])
 """
 )
+
+
+@dataclass(frozen=True, slots=True)
+class CommitCall:
+    """An HTTP-MQ commit ready to run: the keys and arguments of :data:`COMMIT` (or of
+    the commit step of a combined script, :data:`brokers.engine.scan.COMMIT_FETCH_ANY`)."""
+
+    keys: tuple[str, str]
+    args: tuple[Any, ...]
+
+    @classmethod
+    def of(
+        cls,
+        topic: str,
+        partition: int,
+        cid: str,
+        *,
+        offset: int,
+        next_offset: int,
+        lock_time: int,
+        force: bool,
+        now_ms: int,
+    ) -> CommitCall:
+        keys = PartitionKeys(topic, partition)
+        return cls(
+            (keys.state(cid), keys.acked(cid)),
+            (
+                offset,
+                next_offset,
+                lock_time,
+                1 if force else 0,
+                now_ms,
+                notify_channel(topic),
+                partition,
+            ),
+        )
+
+    async def run(self, client: AnyRedis) -> CommitOutcome:
+        """Run it on its own."""
+        return commit_outcome(await COMMIT(client, self.keys, self.args))
+
+
+CommitOutcome = tuple[CommitStatus, int, int, bool, bool]
+"""(status, committed, stored lock, lock expired, anomaly)"""
+
+
+def commit_outcome(raw: list) -> CommitOutcome:
+    """The commit script's reply as Python values."""
+    status, cmt, lt, expired, anomaly = raw
+    return CommitStatus(status.decode()), int(cmt), int(lt), bool(expired), bool(anomaly)
 
 
 async def ack_range(
@@ -153,33 +214,3 @@ async def ack_range(
         ),
     )
     return AckStatus(status.decode()), int(ack)
-
-
-async def commit(
-    client: AnyRedis,
-    topic: str,
-    partition: int,
-    cid: str,
-    *,
-    offset: int,
-    next_offset: int,
-    lock_time: int,
-    force: bool,
-    now_ms: int,
-) -> tuple[CommitStatus, int, int, bool, bool]:
-    """HTTP-MQ commit; (status, committed, stored lock, lock expired, anomaly)."""
-    keys = PartitionKeys(topic, partition)
-    status, cmt, lt, expired, anomaly = await COMMIT(
-        client,
-        (keys.state(cid), keys.acked(cid)),
-        (
-            offset,
-            next_offset,
-            lock_time,
-            1 if force else 0,
-            now_ms,
-            notify_channel(topic),
-            partition,
-        ),
-    )
-    return CommitStatus(status.decode()), int(cmt), int(lt), bool(expired), bool(anomaly)

@@ -31,6 +31,7 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
+from brokers.engine.ack import CommitCall, CommitOutcome
 from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
 from brokers.engine.consume import EMPTY, FOUND, LOCKED, Attempt, read_states, try_partition
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
@@ -43,6 +44,27 @@ from brokers.engine.retry import RetryPolicy, RetryStore
 from brokers.engine.scan import ScanOutcome, fetch_any
 
 MAX_PARKED = 10_000
+
+
+@dataclass(slots=True)
+class Piggyback:
+    """Work that rides on a fetch's first look at its partitions (HTTP-MQ's request):
+    ``commit`` runs before it, and up to ``resends[1]`` entries of the resend list
+    ``resends[0]`` are popped after it unless the look failed for locks. On a single
+    Redis all three are one script call (:data:`~brokers.engine.scan.COMMIT_FETCH_ANY`);
+    otherwise, or when the fetch looks at the retry store first, the commit runs on its
+    own before the fetch and the resends are left to the caller. What ran is recorded:
+    ``committed`` (the commit's outcome) and ``popped`` (None: not popped)."""
+
+    commit: CommitCall | None = None
+    resends: tuple[str, int] | None = None
+    committed: CommitOutcome | None = None
+    popped: list[bytes] | None = None
+
+    async def commit_alone(self, client: AnyRedis) -> None:
+        """Run the commit now, on its own, if it has not run."""
+        if self.commit is not None and self.committed is None:
+            self.committed = await self.commit.run(client)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +103,11 @@ class Fetcher:
         # the stamp holds, nothing was added (adds publish), so the store need not be asked
         self._retries_empty: dict[tuple[str, str], tuple[int, int]] = {}
 
-    async def fetch(self, req: FetchRequest, long_poll_ms: int = 0) -> FetchResult:
-        """Fetch once, then park until data arrives if asked to long-poll.
+    async def fetch(
+        self, req: FetchRequest, long_poll_ms: int = 0, extra: Piggyback | None = None
+    ) -> FetchResult:
+        """Fetch once, then park until data arrives if asked to long-poll. ``extra`` rides
+        on the first look (see :class:`Piggyback`).
 
         A parked fetch is woken with the partitions that got messages and looks at just
         those (one script call each); it re-reads everything only when its timer (lock
@@ -93,7 +118,9 @@ class Fetcher:
             self._notifier.parked(topic) >= max(1, len(req.partitions)) * 8
             or self._notifier.total_parked >= MAX_PARKED
         ):
-            return await self.fetch_once(req)
+            return (await self._scan(req, extra))[0]
+        if extra is not None:
+            await extra.commit_alone(self._client)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + long_poll_ms / 1000
         group = f"{req.app}\n{req.client_id or ''}"
@@ -132,7 +159,7 @@ class Fetcher:
         """One look at every partition (and the retry store)."""
         return (await self._scan(req))[0]
 
-    def _found(self, req: FetchRequest, p: int, att: Attempt) -> FetchResult:
+    def _found(self, req: FetchRequest, p: int, att: Attempt, now: int) -> FetchResult:
         return FetchResult(
             status=FetchStatus.FOUND,
             topic=req.topic.code,
@@ -143,6 +170,9 @@ class Fetcher:
             start=max(att.ack, att.min),
             end=att.deliveries[-1].end,
             first_consume=att.first,
+            ack_index=att.ack,
+            max_index=att.max,
+            accessed_ms=now,
         )
 
     @staticmethod
@@ -174,7 +204,7 @@ class Fetcher:
         for i, p in enumerate(ours):
             att = await self._try(req, p, cid, now)
             if att.status == FOUND:
-                return self._found(req, p, att), ours[i + 1 :]
+                return self._found(req, p, att, now), ours[i + 1 :]
             if att.status == LOCKED:
                 hints.append(att.expires)
                 any_locked = True
@@ -186,7 +216,9 @@ class Fetcher:
         )
         return result, []
 
-    async def _scan(self, req: FetchRequest) -> tuple[FetchResult, list[int]]:
+    async def _scan(
+        self, req: FetchRequest, extra: Piggyback | None = None
+    ) -> tuple[FetchResult, list[int]]:
         """One look at every partition; (result, partitions with a backlog not tried)."""
         now = self._now_ms()
         topic = req.topic.code
@@ -194,6 +226,8 @@ class Fetcher:
         use_retry = policy.retry and not req.sequential
         roll = self._rng.random() * 100
         if use_retry and roll < policy.read_retry_probability:
+            if extra is not None:
+                await extra.commit_alone(self._client)
             found, _ = await self._fetch_retry(req, now)
             if found is not None:
                 return found, []
@@ -201,8 +235,12 @@ class Fetcher:
         n = len(req.partitions) or 1
         turn = next(self._rotation[(topic, cid)]) % n
         if isinstance(self._client, RedisCluster):
+            if extra is not None:
+                await extra.commit_alone(self._client)
             outcome = await self._scan_pipelined(req, cid, now, turn)
         else:
+            commit = extra.commit if extra is not None and extra.committed is None else None
+            resends = extra.resends if extra is not None and extra.popped is None else None
             outcome = await fetch_any(
                 self._client,
                 topic,
@@ -210,10 +248,20 @@ class Fetcher:
                 cid,
                 turn=turn,
                 max_partition_num=policy.max_partition_num,
+                commit=commit,
+                resends=resends,
                 **self._lock_args(req, now),
             )
+            if extra is not None:
+                if commit is not None:
+                    extra.committed = outcome.commit
+                if resends is not None:
+                    extra.popped = outcome.resends
         if outcome.attempt is not None:
-            return self._found(req, outcome.partition, outcome.attempt), list(outcome.untried)
+            return (
+                self._found(req, outcome.partition, outcome.attempt, now),
+                list(outcome.untried),
+            )
         hints: list[int] = []
         if outcome.lock_expiry:
             hints.append(outcome.lock_expiry)

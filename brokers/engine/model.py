@@ -52,9 +52,13 @@ class AppendResult:
     dead_lettered: bool = False  # queue overflow RedirectToDlq
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivery:
     """One delivered record: a message or a batch (``count`` consecutive indexes).
+
+    A value: nothing changes a delivery once made. It is not frozen only because a fetch
+    makes one per record read (32 per HTTP-MQ request, thousands per second on a stream)
+    and a frozen dataclass's constructor costs four times as much.
 
     For a retry delivery ``partition`` is 32767, ``index`` the retry id, and ``origin``
     the (partition, index) it was first stored at; ``record`` already carries them.
@@ -96,6 +100,11 @@ class FetchResult:
     ``lock_expires_ms``; ``start`` is the ack index the read started from and ``end`` the
     index right after the batch (HTTP-MQ offset / nextOffset). ``retry_after_ms`` is a
     hint: when a locked or delayed partition may become servable.
+
+    A batch from a partition also says where that partition stood when it was read, as
+    the lock-and-read script saw it (so a caller reporting progress needs no second
+    read): ``ack_index`` (the consumer's, -1 for retries), ``max_index`` (the partition's
+    next index) and ``accessed_ms`` (the access time recorded with it).
     """
 
     status: FetchStatus
@@ -108,10 +117,25 @@ class FetchResult:
     end: int = -1
     retry_after_ms: int | None = None
     first_consume: bool = False
+    ack_index: int = -1
+    max_index: int = -1
+    accessed_ms: int = 0
 
     @property
     def found(self) -> bool:
         return self.status is FetchStatus.FOUND
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """What :meth:`Engine.commit_and_fetch` did: the commit's outcome (None when there was
+    none, or when it was rejected without running: ``commit_error`` says why), the
+    fetch, and the queued resends it took."""
+
+    commit: CommitResult | None
+    fetched: FetchResult
+    resends: tuple[Delivery, ...] = ()
+    commit_error: str | None = None
 
 
 class AckStatus(enum.StrEnum):
@@ -141,6 +165,18 @@ class CommitStatus(enum.StrEnum):
     LOCK_STALE = "ack lockTime small than"
     COMMITTED = "offset has committed"
     NOT_EQUAL = "committedOffset not equal"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    """An HTTP-MQ acknowledgement (http-mq.md §7): the requestId's partition, batch
+    start (``offset``) and end (``next_offset``), its lock token and forceAck."""
+
+    partition: int
+    offset: int
+    next_offset: int
+    lock_time: int
+    force: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,16 @@ def broker_client(url: str, *, max_connections: int, timeout: float = 10) -> aio
     return aioredis.Redis(connection_pool=pool)
 
 
+async def command(client: AnyRedis, *args: Any) -> Any:
+    """One non-blocking command with its raw reply: on a single Redis pipelined with the
+    turn's other calls (:mod:`brokers.engine.coalesce`), skipping redis-py's per-command
+    connection round and reply callbacks; on a cluster sent to its slot's node. For hot
+    paths only: replies come back as RESP gives them (bytes, lists, None)."""
+    if type(client) is aioredis.Redis:
+        return await coalescer(client).call(*args)
+    return await client.execute_command(*args)
+
+
 class Script:
     """A Lua script run by SHA, loaded on demand."""
 

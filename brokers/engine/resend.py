@@ -14,7 +14,7 @@ from brokers.engine.errors import IndexOutOfRange
 from brokers.engine.keys import GroupKeys
 from brokers.engine.model import Delivery
 from brokers.engine.read import read_range
-from brokers.engine.redisio import AnyRedis
+from brokers.engine.redisio import AnyRedis, command
 
 
 async def add(
@@ -36,10 +36,21 @@ async def add(
 async def take(
     client: AnyRedis, topic: str, app: str, client_id: str | None, limit: int
 ) -> list[Delivery]:
-    """Pop up to ``limit`` queued resends and read their records (trimmed ones are skipped)."""
-    raw = await client.lpop(GroupKeys(topic, app).resend(client_id), limit)
+    """Pop up to ``limit`` queued resends and read their records (trimmed ones are skipped).
+    Asked on every HTTP-MQ fetch, so the pop is a coalesced command, not a redis-py call."""
+    raw = await command(client, "LPOP", list_key(topic, app, client_id), limit)
+    return await read_popped(client, topic, raw or ())
+
+
+def list_key(topic: str, app: str, client_id: str | None) -> str:
+    """The resend list of a consumer group (of one of its clients, for broadcast)."""
+    return GroupKeys(topic, app).resend(client_id)
+
+
+async def read_popped(client: AnyRedis, topic: str, members: Sequence[bytes]) -> list[Delivery]:
+    """The records of popped ``partition:index`` entries (trimmed ones are skipped)."""
     out: list[Delivery] = []
-    for member in raw or ():
+    for member in members:
         p, i = (int(x) for x in member.decode().split(":"))
         try:
             found = await read_range(client, topic, p, i, 1)

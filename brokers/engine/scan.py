@@ -11,88 +11,142 @@ skip locked ones and take the first that yields messages.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from brokers.engine.ack import COMMIT_FN, MERGE_FN, CommitCall, CommitOutcome, commit_outcome
 from brokers.engine.consume import FETCH_FN, FOUND, Attempt, fetch_keys
 from brokers.engine.keys import PartitionKeys
 from brokers.engine.read import READ_FN
 from brokers.engine.redisio import AnyRedis, Script
 
-FETCH_ANY = Script(
-    READ_FN
-    + FETCH_FN
-    + """
--- KEYS: the six keys of fetch_keys() for each partition. ARGV: owner, now, timeout_ms, want, addr,
--- init, max_store, turn, max_partition_num, then the partition numbers in KEYS order.
+FETCH_ANY_FN = """
+-- fetch_any(K, kb, n, A, ab): choose, lock and read one of n partitions. K[kb + 1 ..
+-- kb + 6n] are the six keys of fetch_keys() for each partition; A[ab + 1 ..] are owner,
+-- now, timeout_ms, want, addr, init, max_store, turn, max_partition_num, then the n
+-- partition numbers in key order.
 -- Returns {1, partition, k, k untried partitions with a backlog, FETCH's reply...} or
 -- {0, earliest lock expiry or 0, earliest blocked store time or 0, locked (0/1),
 --  maxPartitionNum reached (0/1)}.
-local owner, now, init = ARGV[1], tonumber(ARGV[2]), ARGV[6]
-local turn, maxp = tonumber(ARGV[8]), tonumber(ARGV[9])
-local n = #KEYS / 6
-local held, locked_any, lock_hint, blocked_hint = 0, 0, 0, 0
-local cands = {}
-for i = 1, n do
-  local meta, state = KEYS[6 * i - 4], KEYS[6 * i - 3]
-  local p = tonumber(ARGV[9 + i])
-  local m = redis.call('HMGET', meta, 'min', 'next')
-  local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
-  local st = redis.call('HMGET', state, 'ack', 'lo', 'le')
-  local ack = tonumber(st[1])
-  if not ack and init == 'latest' then
-    -- pin 'latest' at the first access, or later messages would be skipped too
-    ack = nxt
-    redis.call('HSET', state, 'ack', s(ack))
-  end
-  if not ack then ack = mn end
-  local le = tonumber(st[3] or '0')
-  local locked = le > now
-  if locked and st[2] == owner then held = held + 1 end
-  local from = ack
-  if from < mn then from = mn end
-  if nxt - from > 0 then
-    if locked then
-      locked_any = 1
-      if lock_hint == 0 or le < lock_hint then lock_hint = le end
-    else
-      cands[#cands + 1] = {nxt - from, (p - turn) % n, i, p}
+local function fetch_any(K, kb, n, A, ab)
+  local owner, now, init = A[ab + 1], tonumber(A[ab + 2]), A[ab + 6]
+  local turn, maxp = tonumber(A[ab + 8]), tonumber(A[ab + 9])
+  local held, locked_any, lock_hint, blocked_hint = 0, 0, 0, 0
+  local cands = {}
+  for i = 1, n do
+    local meta, state = K[kb + 6 * i - 4], K[kb + 6 * i - 3]
+    local p = tonumber(A[ab + 9 + i])
+    local m = redis.call('HMGET', meta, 'min', 'next')
+    local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
+    local st = redis.call('HMGET', state, 'ack', 'lo', 'le')
+    local ack = tonumber(st[1])
+    if not ack and init == 'latest' then
+      -- pin 'latest' at the first access, or later messages would be skipped too
+      ack = nxt
+      redis.call('HSET', state, 'ack', s(ack))
+    end
+    if not ack then ack = mn end
+    local le = tonumber(st[3] or '0')
+    local locked = le > now
+    if locked and st[2] == owner then held = held + 1 end
+    local from = ack
+    if from < mn then from = mn end
+    if nxt - from > 0 then
+      if locked then
+        locked_any = 1
+        if lock_hint == 0 or le < lock_hint then lock_hint = le end
+      else
+        cands[#cands + 1] = {nxt - from, (p - turn) % n, i, p}
+      end
     end
   end
-end
-if maxp > 0 and held >= maxp then return {0, s(lock_hint), '0', locked_any, 1} end
-table.sort(cands, function(a, b)
-  if a[1] ~= b[1] then return a[1] > b[1] end
-  if a[2] ~= b[2] then return a[2] < b[2] end
-  return a[3] < b[3]
-end)
-for j, c in ipairs(cands) do
-  local i = c[3]
-  local b = 6 * (i - 1)
-  local res = fetch_one(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], {KEYS[b + 4], KEYS[b + 5], KEYS[b + 6]},
-    owner, now, ARGV[3], ARGV[4], ARGV[5], init, ARGV[7])
-  if res[1] == 1 then
-    local out = {1, c[4], #cands - j}
-    for k = j + 1, #cands do out[#out + 1] = cands[k][4] end
-    for _, v in ipairs(res) do out[#out + 1] = v end
-    return out
-  elseif res[1] == -1 then
-    locked_any = 1
-    local le = tonumber(res[2])
-    if lock_hint == 0 or le < lock_hint then lock_hint = le end
-  else
-    local b = tonumber(res[5])
-    if b > 0 and (blocked_hint == 0 or b < blocked_hint) then blocked_hint = b end
+  if maxp > 0 and held >= maxp then return {0, s(lock_hint), '0', locked_any, 1} end
+  table.sort(cands, function(a, b)
+    if a[1] ~= b[1] then return a[1] > b[1] end
+    if a[2] ~= b[2] then return a[2] < b[2] end
+    return a[3] < b[3]
+  end)
+  for j, c in ipairs(cands) do
+    local b = kb + 6 * (c[3] - 1)
+    local res = fetch_one(K[b + 1], K[b + 2], K[b + 3], {K[b + 4], K[b + 5], K[b + 6]},
+      owner, now, A[ab + 3], A[ab + 4], A[ab + 5], init, A[ab + 7])
+    if res[1] == 1 then
+      local out = {1, c[4], #cands - j}
+      for k = j + 1, #cands do out[#out + 1] = cands[k][4] end
+      for _, v in ipairs(res) do out[#out + 1] = v end
+      return out
+    elseif res[1] == -1 then
+      locked_any = 1
+      local le = tonumber(res[2])
+      if lock_hint == 0 or le < lock_hint then lock_hint = le end
+    else
+      local bl = tonumber(res[5])
+      if bl > 0 and (blocked_hint == 0 or bl < blocked_hint) then blocked_hint = bl end
+    end
   end
+  return {0, s(lock_hint), s(blocked_hint), locked_any, 0}
 end
-return {0, s(lock_hint), s(blocked_hint), locked_any, 0}
+"""
+
+FETCH_ANY = Script(
+    READ_FN
+    + FETCH_FN
+    + FETCH_ANY_FN
+    + """
+-- KEYS: the six keys of fetch_keys() for each partition. ARGV: fetch_any's arguments.
+return fetch_any(KEYS, 0, #KEYS / 6, ARGV, 0)
+"""
+)
+
+COMMIT_FETCH_ANY = Script(
+    READ_FN
+    + FETCH_FN
+    + FETCH_ANY_FN
+    + MERGE_FN
+    + COMMIT_FN
+    + """
+-- An HTTP-MQ request in one call: commit the previous batch, fetch the next, and pop the
+-- queued resends unless every partition with messages was locked (the request then
+-- fails, and the resends must wait for the next one). Each step exactly as its own script.
+-- KEYS: [the commit's state and oo keys], fetch_any's keys, [the resend list].
+-- ARGV: commits (0/1), resend limit (0: none), [the commit's seven arguments],
+-- fetch_any's arguments. Returns {commit reply or false, fetch_any's reply, the popped
+-- resends (a list, maybe empty) or false when not popped}.
+local commits, limit = ARGV[1] == '1', tonumber(ARGV[2])
+local kb, ab = 0, 2
+local c = false
+if commits then
+  c = commit_one(KEYS[1], KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
+    ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9])
+  kb, ab = 2, 9
+end
+local n = (#KEYS - kb - (limit > 0 and 1 or 0)) / 6
+local f = fetch_any(KEYS, kb, n, ARGV, ab)
+local r = false
+if limit > 0 and (f[1] == 1 or (f[4] == 0 and f[5] == 0)) then
+  r = redis.call('LPOP', KEYS[#KEYS], limit) or {}
+end
+return {c, f, r}
 """
 )
 
 
+@functools.lru_cache(maxsize=1024)
+def scan_keys(topic: str, partitions: tuple[int, ...], cid: str) -> tuple[str, ...]:
+    """The keys :data:`FETCH_ANY` reads for consumer ``cid`` over ``partitions`` (six per
+    partition), kept for the busiest consumers: a fetch of 8 partitions builds 48."""
+    keys: list[str] = []
+    for p in partitions:
+        keys += fetch_keys(PartitionKeys(topic, p), cid)
+    return tuple(keys)
+
+
 @dataclass(frozen=True, slots=True)
 class ScanOutcome:
-    """What :func:`fetch_any` found: a locked partition with messages, or why not."""
+    """What :func:`fetch_any` found: a locked partition with messages, or why not; with
+    the outcome of the commit it ran first and the resends it popped, when asked to."""
 
     partition: int = -1
     attempt: Attempt | None = None
@@ -101,6 +155,8 @@ class ScanOutcome:
     blocked: int = 0  # earliest store time held back by a consumer delay (0: none)
     locked: bool = False
     at_max_partitions: bool = False
+    commit: CommitOutcome | None = None
+    resends: list[bytes] | None = None  # popped resend entries; None: not asked or not popped
 
 
 async def fetch_any(
@@ -118,12 +174,16 @@ async def fetch_any(
     max_store_ms: int | None,
     turn: int,
     max_partition_num: int,
+    commit: CommitCall | None = None,
+    resends: tuple[str, int] | None = None,
 ) -> ScanOutcome:
-    """Run :data:`FETCH_ANY` over ``partitions`` (a single Redis only)."""
-    keys: list[str] = []
-    for p in partitions:
-        keys += fetch_keys(PartitionKeys(topic, p), cid)
-    args = (
+    """Run :data:`FETCH_ANY` over ``partitions`` (a single Redis only). With ``commit``
+    (run first) or ``resends`` (the resend list's key and how many to pop, after), the
+    three run as ONE script call: :data:`COMMIT_FETCH_ANY`."""
+    keys = list(scan_keys(topic, tuple(partitions), cid))
+    if commit is not None:
+        keys[:0] = commit.keys
+    args: list[Any] = [
         owner,
         now_ms,
         timeout_ms,
@@ -134,17 +194,35 @@ async def fetch_any(
         turn,
         max_partition_num,
         *partitions,
-    )
-    raw = await FETCH_ANY(client, keys, args)
+    ]
+    committed: CommitOutcome | None = None
+    popped: list[bytes] | None = None
+    if commit is None and resends is None:
+        raw = await FETCH_ANY(client, keys, args)
+    else:
+        head: list[Any] = [1 if commit is not None else 0, resends[1] if resends else 0]
+        if commit is not None:
+            head += commit.args
+        if resends is not None:
+            keys.append(resends[0])
+        c, raw, r = await COMMIT_FETCH_ANY(client, keys, head + args)
+        committed = commit_outcome(c) if commit is not None else None
+        popped = list(r) if r is not None else None
     if int(raw[0]) != FOUND:
         return ScanOutcome(
             lock_expiry=int(raw[1]),
             blocked=int(raw[2]),
             locked=bool(int(raw[3])),
             at_max_partitions=bool(int(raw[4])),
+            commit=committed,
+            resends=popped,
         )
     partition, k = int(raw[1]), int(raw[2])
     untried = tuple(int(x) for x in raw[3 : 3 + k])
     return ScanOutcome(
-        partition=partition, attempt=Attempt(partition, raw[3 + k :]), untried=untried
+        partition=partition,
+        attempt=Attempt(partition, raw[3 + k :]),
+        untried=untried,
+        commit=committed,
+        resends=popped,
     )

@@ -20,14 +20,18 @@ import orjson
 from brokers.engine import (
     DELAY_LEVELS,
     AccessDenied,
+    CommitRequest,
+    CommitResult,
     CommitStatus,
     ConsumerPolicyInfo,
     EngineError,
+    FetchResult,
     FetchStatus,
     Message,
     ProducerPolicyInfo,
     RateLimited,
     StoreUnavailable,
+    TopicInfo,
     java_hash,
 )
 from proxy.httpmq import params as p
@@ -313,28 +317,18 @@ def _request_id(request: Request) -> RequestId | None:
         raise bad_parameter(str(exc), "INVALID_REQUEST_ID") from None
 
 
-async def _acknowledge(
-    rt: Runtime, policy: ConsumerPolicyInfo, rid: RequestId, client_id: str | None
-) -> tuple[int, str]:
-    """Apply the requestId's acknowledgement (§7); (status, message)."""
+def _illegal_ack(rid: RequestId) -> bool:
+    """A requestId no commit can come of (§7: "ack illegal")."""
+    return not rid.broker or rid.offset < 0 or (rid.next_offset < rid.offset and not rid.force_ack)
+
+
+def _commit_request(rid: RequestId) -> CommitRequest:
+    return CommitRequest(rid.queue, rid.offset, rid.next_offset, rid.lock_time, rid.force_ack)
+
+
+def _ack_info(rid: RequestId, result: CommitResult) -> tuple[int, str]:
+    """The ackInfo of a commit that ran (§7): (status, message)."""
     info = rid.ack_info
-    if not rid.broker or rid.offset < 0 or (rid.next_offset < rid.offset and not rid.force_ack):
-        return 400, f"ack illegal {info}"
-    try:
-        result = await rt.engine.commit(
-            policy.topic,
-            policy.app,
-            rid.queue,
-            offset=rid.offset,
-            next_offset=rid.next_offset,
-            lock_time=rid.lock_time,
-            force=rid.force_ack,
-            client_id=client_id,
-        )
-    except EngineError as exc:
-        if exc.code in ("BAD_PARAMETER", "OFFSET_ILLEGAL"):
-            return 400, f"ack illegal {info}: {exc}"
-        raise
     note = " lock expired" if result.lock_expired else ""
     messages = {
         CommitStatus.OK: f"ok {info}{note}",
@@ -346,6 +340,31 @@ async def _acknowledge(
     return 200, messages[result.status]
 
 
+async def _acknowledge(
+    rt: Runtime, policy: ConsumerPolicyInfo, rid: RequestId, client_id: str | None
+) -> tuple[int, str]:
+    """Apply the requestId's acknowledgement (§7); (status, message)."""
+    if _illegal_ack(rid):
+        return 400, f"ack illegal {rid.ack_info}"
+    commit = _commit_request(rid)
+    try:
+        result = await rt.engine.commit(
+            policy.topic,
+            policy.app,
+            commit.partition,
+            offset=commit.offset,
+            next_offset=commit.next_offset,
+            lock_time=commit.lock_time,
+            force=commit.force,
+            client_id=client_id,
+        )
+    except EngineError as exc:
+        if exc.code in ("BAD_PARAMETER", "OFFSET_ILLEGAL"):
+            return 400, f"ack illegal {rid.ack_info}: {exc}"
+        raise
+    return _ack_info(rid, result)
+
+
 def _client_id(params: dict[str, str]) -> str | None:
     value = params.get("clientId") or None
     if value is not None and len(value) > 128:
@@ -353,55 +372,60 @@ def _client_id(params: dict[str, str]) -> str | None:
     return value
 
 
-async def _queue_info(
-    rt: Runtime, policy: ConsumerPolicyInfo, partition: int, client_id: str | None, first: bool
-) -> dict[str, Any]:
-    info = rt.engine.topic(policy.topic)
-    (row,) = await rt.engine.progress(
-        policy.topic, policy.app, client_id=client_id, partitions=[partition]
-    )
+def _queue_info(info: TopicInfo, fetched: FetchResult, address: str) -> dict[str, Any]:
+    """The queue offset record (§5) of the partition just locked, as the fetch saw it:
+    the lock-and-read script returns the partition's position, so no second read."""
     return {
         "messageQueue": {
-            "topic": policy.topic,
-            "brokerName": broker_name(info, partition),
-            "queueId": partition,
+            "topic": info.code,
+            "brokerName": broker_name(info, fetched.partition),
+            "queueId": fetched.partition,
         },
-        "maxOffset": row.max_index,
-        "committedOffset": row.ack_index,
-        "lockTimestamp": row.lock_token,
-        "lastConsumeTimestamp": row.last_access_ms,
-        "lastConsumeClientIp": row.last_address,
-        "firstConsume": first,
-        "newerMaxOffset": row.max_index,
+        "maxOffset": fetched.max_index,
+        "committedOffset": fetched.ack_index,
+        "lockTimestamp": fetched.lock_token,
+        "lastConsumeTimestamp": fetched.accessed_ms,
+        "lastConsumeClientIp": address,
+        "firstConsume": fetched.first_consume,
+        "newerMaxOffset": fetched.max_index,
     }
 
 
 async def message(request: Request, rt: Runtime) -> Reply:
-    """GET|POST /mq/message: acknowledge the previous batch, then fetch the next one."""
+    """GET|POST /mq/message: acknowledge the previous batch, fetch the next one and hand
+    out queued resends — one engine call (on a single Redis, one script call)."""
     policy = consumer_for(rt, request)
     client_id = _client_id(request.params)
     rid = _request_id(request)
-    ack_info = None
-    if rid is not None:
-        status, text = await _acknowledge(rt, policy, rid, client_id)
-        ack_info = {"status": status, "message": text}
     result: dict[str, Any] = {"msgListSize": 0, "retryMsgListSize": 0}
-    if ack_info:
-        result["ackInfo"] = ack_info
+    commit = None
+    if rid is not None:
+        if _illegal_ack(rid):
+            result["ackInfo"] = {"status": 400, "message": f"ack illegal {rid.ack_info}"}
+        else:
+            commit = _commit_request(rid)
     address = request.client_ip()
     peer = request.peer_address
     # Clustering consumers were pinned at approval (brokers.consumer_start); a partition
     # they have no position on yet only holds messages produced since, so it starts at its
     # beginning. A broadcast client starts per startPosition at its first access.
-    fetched = await rt.engine.fetch(
+    pulled = await rt.engine.commit_and_fetch(
         policy.topic,
         policy.app,
+        commit=commit,
         owner=f"http:{address}",
         client_id=client_id,
         address=peer,
         reported_address=address,
         start_position=policy.start_position if client_id else "earliest",
     )
+    if rid is not None and commit is not None:
+        if pulled.commit is not None:
+            status, text = _ack_info(rid, pulled.commit)
+        else:
+            status, text = 400, f"ack illegal {rid.ack_info}: {pulled.commit_error}"
+        result["ackInfo"] = {"status": status, "message": text}
+    fetched = pulled.fetched
     if fetched.status is FetchStatus.NO_PARTITION:
         raise ProxyError(
             503,
@@ -418,19 +442,14 @@ async def message(request: Request, rt: Runtime) -> Reply:
     if msg_list:
         result["msgList"] = msg_list
         result["msgListSize"] = len(msg_list)
-    take = rt.engine.take_resends(policy.topic, policy.app, client_id=client_id)
-    if fetched.partition >= 0:  # both reads in one round trip
-        resends, result["queueInfo"] = await asyncio.gather(
-            take, _queue_info(rt, policy, fetched.partition, client_id, fetched.first_consume)
-        )
-    else:
-        resends = await take
-    if resends:
-        result["retryMsgList"] = deliveries_to_list(policy.topic, tuple(resends))
+    info = rt.engine.topic(policy.topic)
+    if fetched.lock_token:  # a partition's batch (retries hold no partition lock)
+        result["queueInfo"] = _queue_info(info, fetched, address)
+    if pulled.resends:
+        result["retryMsgList"] = deliveries_to_list(policy.topic, pulled.resends)
         result["retryMsgListSize"] = len(result["retryMsgList"])
     new_rid = None
     if fetched.partition >= 0 and fetched.lock_token:
-        info = rt.engine.topic(policy.topic)
         new_rid = RequestId(
             broker_name(info, fetched.partition),
             fetched.partition,

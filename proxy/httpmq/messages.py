@@ -7,10 +7,11 @@ whatever protocol it used."""
 from __future__ import annotations
 
 import base64
+import functools
 import zlib
 from typing import Any
 
-from brokers.engine import Delivery, TopicInfo, one_by_one
+from brokers.engine import Delivery, TopicInfo, message_view, one_by_one
 
 HTTPMQ_EXTENSION = b"hm1\0"
 """The record extension of messages produced over HTTP-MQ, so the message browser can say
@@ -18,9 +19,14 @@ which protocol produced a message (zbus marks its records the same way, with ``z
 and its headers). Consumers of every protocol ignore it."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _topic_checksum(topic: str) -> str:
+    return f"{zlib.crc32(topic.encode()) & 0xFFFFFFFF:08x}"
+
+
 def message_id(topic: str, partition: int, index: int) -> str:
     """32 hex digits naming a stored message: topic checksum, partition, index."""
-    return f"{zlib.crc32(topic.encode()) & 0xFFFFFFFF:08x}{partition:08x}{index:016x}"
+    return f"{_topic_checksum(topic)}{partition:08x}{index:016x}"
 
 
 def parse_message_id(topic: str, value: str) -> tuple[int, int]:
@@ -61,13 +67,14 @@ def deliveries_to_list(topic: str, deliveries: tuple[Delivery, ...]) -> list[dic
     """One msgList entry per message: the engine splits batch records into their items
     and inflates compressed bodies (:func:`brokers.engine.one_by_one`)."""
     out: list[dict[str, Any]] = []
+    checksum = _topic_checksum(topic)
     for delivery in one_by_one(deliveries):
-        stored = delivery.message
-        entry = {
-            "messageId": message_id(topic, delivery.partition, delivery.index),
-            "timestamp": stored.store_time_ms,
+        store_ms, body, attributes = message_view(delivery.record)
+        entry: dict[str, Any] = {
+            "messageId": f"{checksum}{delivery.partition:08x}{delivery.index:016x}",
+            "timestamp": store_ms,
         }
-        if stored.attributes:  # every protocol's metadata: zbus and VibeMQ headers too
-            entry["properties"] = dict(stored.attributes)
-        out.append(text_entry(stored.body, entry))
+        if attributes:  # every protocol's metadata: zbus and VibeMQ headers too
+            entry["properties"] = attributes
+        out.append(text_entry(body, entry))
     return out

@@ -13,7 +13,7 @@ from brokers.engine import ack as ack_mod
 from brokers.engine import offsets as offsets_mod
 from brokers.engine import overview
 from brokers.engine import resend as resend_mod
-from brokers.engine.ack import contiguous
+from brokers.engine.ack import CommitCall, contiguous
 from brokers.engine.catalog import (
     ConsumerPolicyInfo,
     TopicInfo,
@@ -24,18 +24,21 @@ from brokers.engine.errors import (
     ConsumerPaused,
     IndexOutOfRange,
     InvalidMessage,
+    PartitionNotFound,
     RateLimited,
 )
-from brokers.engine.fetch import FetchRequest
+from brokers.engine.fetch import FetchRequest, Piggyback
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import (
     AckResult,
     AckStatus,
+    CommitRequest,
     CommitResult,
     Delivery,
     FetchResult,
     FetchStatus,
     PartitionProgress,
+    PullResult,
     RetryType,
 )
 from brokers.engine.overview import GroupLag, TopicRate
@@ -110,6 +113,90 @@ class PullSection(EngineBase):
         RATE_LIMITED (none of them reads or locks). A fetch costs one permit of the
         rate limit and every message it returns one more (http-mq.md §11).
         """
+        return await self._gated_fetch(
+            topic,
+            app,
+            count,
+            ack_timeout_ms,
+            long_poll_ms,
+            owner,
+            client_id,
+            address,
+            start_position,
+            reported_address,
+            None,
+        )
+
+    async def commit_and_fetch(
+        self,
+        topic: str,
+        app: str,
+        *,
+        commit: CommitRequest | None,
+        resends: int = 32,
+        owner: str = "",
+        client_id: str | None = None,
+        address: str = "",
+        start_position: str | None = None,
+        reported_address: str | None = None,
+    ) -> PullResult:
+        """HTTP-MQ's /mq/message (http-mq.md §9): :meth:`commit` ``commit`` (if any), then
+        :meth:`fetch` (the policy's batch size and ack timeout), then :meth:`take_resends`
+        (up to ``resends``) unless the fetch was refused or found every partition with
+        messages locked (NO_PARTITION). On a single Redis the three are ONE script call.
+
+        A commit naming no partition of the topic or illegal offsets is not run: its
+        reason is the result's ``commit_error`` and the fetch goes on (http-mq.md §7). A
+        fetch the gate refuses (blacklisted, paused, rate limited) still commits."""
+        info = self.topic(topic)
+        call = None
+        rejected = None
+        if commit is not None:
+            policy = self._consumer(topic, app)
+            self._broadcast(info, policy, client_id)
+            try:
+                call = self._commit_call(info, app, commit, client_id)
+            except (PartitionNotFound, InvalidMessage) as exc:
+                rejected = str(exc)
+        want = (resend_mod.list_key(topic, app, client_id), resends) if resends > 0 else None
+        extra = Piggyback(call, want)
+        fetched = await self._gated_fetch(
+            topic,
+            app,
+            0,
+            0,
+            0,
+            owner,
+            client_id,
+            address,
+            start_position,
+            reported_address,
+            extra,
+        )
+        await extra.commit_alone(self.redis)  # the gate refused the fetch: it did not run
+        committed = None if extra.committed is None else CommitResult(*extra.committed)
+        taken: list[Delivery] = []
+        if extra.popped is not None:  # popped entries are handed out whatever happened
+            taken = await resend_mod.read_popped(self.redis, topic, extra.popped)
+        elif resends > 0 and fetched.status in (FetchStatus.FOUND, FetchStatus.NO_NEW_MSG):
+            taken = await resend_mod.take(self.redis, topic, app, client_id, resends)
+        return PullResult(committed, fetched, tuple(taken), rejected)
+
+    async def _gated_fetch(
+        self,
+        topic: str,
+        app: str,
+        count: int,
+        ack_timeout_ms: int,
+        long_poll_ms: int,
+        owner: str,
+        client_id: str | None,
+        address: str,
+        start_position: str | None,
+        reported_address: str | None,
+        extra: Piggyback | None,
+    ) -> FetchResult:
+        """:meth:`fetch` past the gate, with ``extra`` riding on the first look."""
         info = self.topic(topic)
         try:
             policy = self.gate.consumer(topic, app, address)
@@ -134,6 +221,7 @@ class PullSection(EngineBase):
             client_id,
             reported_address or address,
             start_position,
+            extra,
         )
         await self.gate.charge_consume(policy, sum(d.count for d in result.messages))
         return result
@@ -149,6 +237,7 @@ class PullSection(EngineBase):
         client_id: str | None,
         address: str,
         start_position: str | None,
+        extra: Piggyback | None = None,
     ) -> FetchResult:
         topic, app = info.code, policy.app
         if client_id:
@@ -166,7 +255,7 @@ class PullSection(EngineBase):
             sequential=info.type == "sequential" or policy.sequential,
             init=start_position or (policy.start_position if client_id else "earliest"),
         )
-        result = await self._fetcher.fetch(req, long_poll_ms)
+        result = await self._fetcher.fetch(req, long_poll_ms, extra)
         if result.found:
             self.counters.record(
                 topic=topic,
@@ -277,21 +366,28 @@ class PullSection(EngineBase):
         info = self.topic(topic)
         policy = self._consumer(topic, app)
         self._broadcast(info, policy, client_id)
-        self._partition(info, partition)
-        if offset < 0 or (next_offset < offset and not force):
-            raise InvalidMessage(f"ack illegal {partition}:{offset},{next_offset}")
-        status, cmt, lt, expired, anomaly = await ack_mod.commit(
-            self.redis,
-            topic,
-            partition,
+        request = CommitRequest(partition, offset, next_offset, lock_time, force)
+        call = self._commit_call(info, app, request, client_id)
+        return CommitResult(*await call.run(self.redis))
+
+    def _commit_call(
+        self, info: TopicInfo, app: str, commit: CommitRequest, client_id: str | None
+    ) -> CommitCall:
+        self._partition(info, commit.partition)
+        if commit.offset < 0 or (commit.next_offset < commit.offset and not commit.force):
+            raise InvalidMessage(
+                f"ack illegal {commit.partition}:{commit.offset},{commit.next_offset}"
+            )
+        return CommitCall.of(
+            info.code,
+            commit.partition,
             consumer_id(app, client_id),
-            offset=offset,
-            next_offset=next_offset,
-            lock_time=lock_time,
-            force=force,
+            offset=commit.offset,
+            next_offset=commit.next_offset,
+            lock_time=commit.lock_time,
+            force=commit.force,
             now_ms=self.now_ms(),
         )
-        return CommitResult(status, cmt, lt, expired, anomaly)
 
     async def unlock(
         self,
