@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from brokers.engine.keys import PartitionKeys
 from brokers.engine.model import Delivery
-from brokers.engine.read import READ_FN
+from brokers.engine.read import READ_FN, parse_spans
 from brokers.engine.redisio import AnyRedis, Script
 
 LOCKED, EMPTY, FOUND = -1, 0, 1
@@ -278,7 +278,11 @@ if #live == 0 then
     if cur >= nxt or #live > 0 then break end
     local part = {}
     local items
-    items, blocked = read_from(K.stream, cur, want, part, max_store)
+    if ttl > 0 then  -- TTL looks at each record: one triple per record
+      items, blocked = read_from(K.stream, cur, want, part, max_store)
+    else  -- a run of records as one string (parse_spans splits it)
+      items, blocked = read_span(K.stream, cur, want, part, max_store)
+    end
     if items == 0 then break end
     local stop = tonumber(part[#part - 2]) + tonumber(part[#part - 1])
     local r = {start = cur, stop = stop, attempt = 1, deadline = now + lease, owner = owner,
@@ -438,10 +442,9 @@ def _keys(topic: str, partition: int, cid: str) -> tuple[str, ...]:
 
 
 def _triples(partition: int, flat: Sequence, offset: int, n: int, attempt: int) -> list[Delivery]:
-    return [
-        Delivery(partition, int(flat[i]), int(flat[i + 1]), flat[i + 2], attempts=attempt)
-        for i in range(offset, offset + n, 3)
-    ]
+    """The deliveries of ``n`` flat values from ``offset``: triples of one record each, or
+    of a run of records (:func:`~brokers.engine.read.parse_spans` splits both)."""
+    return parse_spans(partition, flat[offset : offset + n], attempts=attempt)
 
 
 async def lease(

@@ -11,6 +11,7 @@ is returned whole even when the range starts inside it (the reader expands items
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from brokers.engine.errors import IndexOutOfRange, InvalidMessage
 from brokers.engine.keys import PartitionKeys
@@ -240,16 +241,19 @@ def parse_entries(partition: int, flat: list, offset: int = 0) -> list[Delivery]
 _SIZE = struct.Struct(">i")
 
 
-def parse_spans(partition: int, flat: list, offset: int = 0) -> list[Delivery]:
+def parse_spans(
+    partition: int, flat: Sequence, offset: int = 0, *, attempts: int = 0
+) -> list[Delivery]:
     """Turn ``read_span``'s flat ``first, items, records`` triples into one delivery per
-    record (a batch record is one delivery of its items, as stored)."""
+    record (a batch record is one delivery of its items, as stored); ``read_from``'s
+    one-record triples pass through as they are."""
     out: list[Delivery] = []
     for i in range(offset, len(flat), 3):
         index, span = int(flat[i]), flat[i + 2]
         end = len(span)
         (size,) = _SIZE.unpack_from(span, 0)
         if size == end:  # one record
-            out.append(Delivery(partition, index, int(flat[i + 1]), span))
+            out.append(Delivery(partition, index, int(flat[i + 1]), span, attempts=attempts))
             continue
         pos = 0
         while pos < end:
@@ -257,7 +261,7 @@ def parse_spans(partition: int, flat: list, offset: int = 0) -> list[Delivery]:
             if size < FIXED_SIZE or pos + size > end:
                 raise InvalidMessage("record size disagrees with its content")
             count = record_count(span, pos)
-            out.append(Delivery(partition, index, count, span[pos : pos + size]))
+            out.append(Delivery(partition, index, count, span[pos : pos + size], attempts=attempts))
             index += count
             pos += size
     return out

@@ -1,5 +1,6 @@
 """Reads return records one by one whatever the stored layout: the scripts hand each run
-of records back as one string (``read_span``) and :func:`parse_spans` splits it."""
+of records back as one string (``read_span``) and :func:`parse_spans` splits it — for a
+read, a pull consumer's fetch and a consumer group's lease alike."""
 
 from __future__ import annotations
 
@@ -40,7 +41,11 @@ async def _check(redis_url: str, appends: list[list[int]], start: int, count: in
     client = aioredis.from_url(redis_url)
     try:
         await client.flushdb()
-        engine = Engine(client, lambda: snapshot(topics={"t": {"partitions": 1}}))
+        snap = snapshot(
+            topics={"t": {"partitions": 1}},
+            consumers=[{"topic": "t", "app": "a"}, {"topic": "t", "app": "b"}],
+        )
+        engine = Engine(client, lambda: snap)
         n = 0
         for kinds in appends:
             await engine.append(
@@ -58,6 +63,9 @@ async def _check(redis_url: str, appends: list[list[int]], start: int, count: in
         assert [(d.index, d.count) for d in fetched.messages] == whole
         if whole:
             assert fetched.end == whole[-1][0] + whole[-1][1]
+        leased = await engine.lease("t", "b", count=count, owner="o")  # another group
+        items = [(index + j, 1) for index, n in whole for j in range(n)]
+        assert [(d.index, d.count) for d in leased.deliveries] == items  # batches opened
         await engine.close()
     finally:
         await client.aclose()
