@@ -319,9 +319,10 @@ return res
 SETTLE = Script(
     RANGES_FN
     + """
--- ARGV: mode ('ack' | 'release' | 'fail' | 'drop'), now, backoff base, backoff cap,
--- max_retry (-1 none), then runs as start, end pairs. ack: the runs are settled;
--- release: back to be delivered again at once (not an attempt); fail: again after the
+-- ARGV: mode ('ack' | 'release' | 'unread' | 'fail' | 'drop'), now, backoff base, backoff
+-- cap, max_retry (-1 none), then runs as start, end pairs. ack: the runs are settled;
+-- release: back to be delivered again at once (not an attempt); unread: the same, for
+-- leased messages no consumer was handed (not marked redelivered); fail: again after the
 -- backoff of their attempt, or dead past max_retry; drop: a dead range was dead-lettered.
 -- Runs outside every range are settled already and ignored. Returns {ack index, settled,
 -- dead starts...}.
@@ -349,6 +350,8 @@ for i = 6, #ARGV, 2 do
       if not settled(r) then
         if mode == 'release' then
           r.owner = ''; r.flag = 'r'; r.deadline = now
+        elseif mode == 'unread' then  -- handed back unseen: not marked redelivered
+          r.owner = ''; r.flag = 'n'; r.deadline = now
         elseif maxr >= 0 and r.attempt > maxr then
           r.owner = '!'; r.deadline = now; dead[#dead + 1] = s(r.start)
         else

@@ -118,12 +118,15 @@ class GroupSection(EngineBase):
         indexes: Sequence[int],
         *,
         client_id: str | None = None,
+        unread: bool = False,
     ) -> int:
         """Leased deliveries go back, due at once and marked redelivered (their consumer
-        went away: not a failed attempt)."""
+        went away: not a failed attempt); with ``unread``, deliveries no consumer was
+        handed (read ahead, then not needed) go back unmarked."""
         info, policy = self._group_policy(topic, app)
+        mode = "unread" if unread else "release"
         return await self.shared.settle(
-            info, policy, partition, indexes, mode="release", client_id=client_id
+            info, policy, partition, indexes, mode=mode, client_id=client_id
         )
 
     async def fail(

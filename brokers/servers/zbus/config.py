@@ -41,6 +41,9 @@ class ZbusConfig:
     """``track_pub`` is pushed to ``track_sub`` subscribers this often (§11.4)."""
     take_batch: int = 64
     """Queue messages taken from the engine per round."""
+    read_ahead_hold: float = 1.0
+    """Queue messages taken beyond what the parked sessions wanted wait this long (seconds)
+    for the next sessions of their consumer, then go back to the group unread."""
     idle_recheck: float = 5.0
     """A parked queue re-checks the engine this often (retry backoffs end without a wake-up)."""
     shutdown_grace: float = 5.0

@@ -12,6 +12,14 @@ notifier otherwise (no busy polling). It leases for each consumer of its session
 rate-limited consumer's sessions simply wait, and deals the batch round-robin to that
 consumer's sessions.
 
+Read-ahead: the pump always takes a full batch (``take_batch``). What the parked sessions
+do not take waits in memory for the consumer's next sessions — a long-polling client
+(window 1) is dealt from memory instead of costing a lease each — for at most
+``read_ahead_hold`` seconds, then goes back to the group unread (not marked redelivered).
+The engine's gate is asked again before memory is dealt, so a pause or a revoked policy
+holds those messages back at once. Settles of one loop turn, from every connection, go
+to the engine as one call per (group, partition).
+
 Settling (§13.1):
 
 * A connection that re-sends a consume while its previous one is still parked, at least
@@ -101,6 +109,11 @@ class QueueMq:
     _watched: set[Connection] = field(default_factory=set)
     _blocked: dict[tuple[str, str], float] = field(default_factory=dict)
     """Consumer → monotonic time before which it is not taken for (rate limit, refusal)."""
+    _ahead: dict[tuple[str, str], deque[tuple[Delivery, float]]] = field(default_factory=dict)
+    """Consumer → deliveries leased and not yet dealt, with the monotonic time leased."""
+    _ahead_timer: asyncio.TimerHandle | None = None
+    _to_settle: list[InFlight] = field(default_factory=list)
+    _settled: asyncio.Future[None] | None = None
 
     @property
     def owner(self) -> str:
@@ -184,9 +197,36 @@ class QueueMq:
             else:
                 settle.append(item)
         if settle:
-            await self._settle_items(settle)
+            await self._settle_soon(settle)
         if again:
             await self._release(again)
+
+    def _settle_soon(self, items: list[InFlight]) -> asyncio.Future[None]:
+        """Settle ``items`` with everything else settled in this loop turn (one engine call
+        per group and partition); the future is done once they are."""
+        self._to_settle.extend(items)
+        if self._settled is None:
+            loop = asyncio.get_running_loop()
+            self._settled = loop.create_future()
+            loop.call_soon(self._flush_settles)
+        return self._settled
+
+    def _flush_settles(self) -> None:
+        items, self._to_settle = self._to_settle, []
+        done, self._settled = self._settled, None
+
+        async def settle() -> None:
+            try:
+                await self._settle_items(items)
+            except BaseException as exc:
+                if done is not None and not done.done():
+                    done.set_exception(exc)
+                    done.exception()  # the spawner logs it; waiters may be gone
+                raise
+            if done is not None and not done.done():
+                done.set_result(None)
+
+        self.ctx.spawn(settle(), f"zbus-settle-{self.name}")
 
     async def _settle_items(self, items: list[InFlight]) -> None:
         """Ack ``items``: one engine call per (app, partition)."""
@@ -210,7 +250,7 @@ class QueueMq:
             else:
                 del self.inflight[conn]
         if done:
-            self.ctx.spawn(self._settle_items(done), f"zbus-ack-{self.name}")
+            self._settle_soon(done)
 
     # ------------------------------------------------------------------ pump
 
@@ -220,9 +260,16 @@ class QueueMq:
             self._task = self.ctx.spawn(self._pump(), f"zbus-queue-{self.name}")
 
     async def stop(self) -> None:
-        """Stop the pump (server shutdown)."""
+        """Stop the pump (server shutdown); what was read ahead goes back unread."""
         if self._task is not None:
             await cancel_and_wait(self._task)
+        if self._ahead_timer is not None:
+            self._ahead_timer.cancel()
+            self._ahead_timer = None
+        ahead = [(key, d) for key, q in self._ahead.items() for d, _ in q]
+        self._ahead.clear()
+        with contextlib.suppress(EngineError):
+            await self._return_unread(ahead)
 
     async def _pump(self) -> None:
         engine, cfg = self.ctx.engine, self.ctx.config
@@ -237,12 +284,18 @@ class QueueMq:
                         want = wants.get(key, 0) + (cfg.take_batch if s.window < 0 else s.window)
                         wants[key] = min(want, cfg.take_batch)
                 progressed = False
-                for (app, address), want in wants.items():
+                for (app, address), _want in wants.items():
+                    ahead = self._take_ahead((app, address))
+                    if ahead:
+                        await self._dispatch(ahead[0], (app, address), ahead[1])
+                        progressed = True
+                        continue
                     try:
+                        leased_at = time.monotonic()
                         lease = await engine.lease(
                             self.name,
                             app,
-                            count=want,
+                            count=cfg.take_batch,
                             owner=self.owner,
                             address=address,
                             lease_ms=cfg.lease_ms,
@@ -260,7 +313,7 @@ class QueueMq:
                         await asyncio.sleep(0.5)
                         continue
                     if got:
-                        await self._dispatch(got, (app, address))
+                        await self._dispatch(got, (app, address), leased_at)
                         progressed = True
                 if progressed:
                     continue
@@ -298,34 +351,104 @@ class QueueMq:
         self.line.extendleft(reversed(skipped))
         return found
 
-    async def _dispatch(self, deliveries: list[Delivery], consumer: tuple[str, str]) -> None:
-        leftover: list[InFlight] = []
+    async def _dispatch(
+        self, deliveries: list[Delivery], consumer: tuple[str, str], leased_at: float
+    ) -> None:
+        unsent: list[InFlight] = []
+        undealt: list[Delivery] = []
         now = Connection.now()
         corked: set[Connection] = set()
         try:
-            self._deal(deliveries, consumer, now, leftover, corked)
+            self._deal(deliveries, consumer, now, unsent, undealt, corked)
         finally:
             for conn in corked:  # each connection's share of the batch in one write
                 conn.uncork()
-        if leftover:
-            await self._release(leftover)
+        if undealt:  # for the consumer's next sessions (see the module docstring)
+            self._keep_ahead(consumer, undealt, leased_at)
+        if unsent:
+            await self._release(unsent)
         self._settle_streams()
+
+    # ------------------------------------------------------------------ read-ahead
+
+    def _take_ahead(self, key: tuple[str, str]) -> tuple[list[Delivery], float] | None:
+        """What was read ahead for ``key`` and may still be dealt, with when it was leased
+        (the oldest); None when there is none. Asks the gate again: a paused or refused
+        consumer's deliveries go back unread."""
+        queue = self._ahead.get(key)
+        if not queue:
+            return None
+        try:
+            allowed = self.ctx.engine.authorize_consumer(self.name, key[0], key[1])
+        except EngineError:
+            allowed = False
+        if not allowed:
+            self._drop_ahead(key, everything=True)
+            self._block(key, 1.0)
+            return None
+        self._drop_ahead(key)
+        if not queue:
+            return None
+        leased_at = queue[0][1]
+        deliveries = [d for d, _ in queue]
+        queue.clear()
+        return deliveries, leased_at
+
+    def _keep_ahead(self, key: tuple[str, str], deliveries: list[Delivery], at: float) -> None:
+        queue = self._ahead.setdefault(key, deque())
+        queue.extendleft((d, at) for d in reversed(deliveries))  # before anything newer
+        if self._ahead_timer is None:
+            delay = max(0.0, at + self.ctx.config.read_ahead_hold - time.monotonic())
+            self._ahead_timer = asyncio.get_running_loop().call_later(delay, self._expire_ahead)
+
+    def _drop_ahead(self, key: tuple[str, str], *, everything: bool = False) -> None:
+        """Send ``key``'s read-ahead deliveries past their hold (or all) back unread."""
+        queue = self._ahead.get(key)
+        if not queue:
+            return
+        limit = time.monotonic() - self.ctx.config.read_ahead_hold
+        stale: list[tuple[tuple[str, str], Delivery]] = []
+        while queue and (everything or queue[0][1] <= limit):
+            stale.append((key, queue.popleft()[0]))
+        if not queue:
+            del self._ahead[key]
+        if stale:
+            self.ctx.spawn(self._return_unread(stale), f"zbus-unread-{self.name}")
+
+    def _expire_ahead(self) -> None:
+        self._ahead_timer = None
+        for key in list(self._ahead):
+            self._drop_ahead(key)
+        if self._ahead:
+            oldest = min(q[0][1] for q in self._ahead.values())
+            delay = max(0.01, oldest + self.ctx.config.read_ahead_hold - time.monotonic())
+            self._ahead_timer = asyncio.get_running_loop().call_later(delay, self._expire_ahead)
+
+    async def _return_unread(self, items: list[tuple[tuple[str, str], Delivery]]) -> None:
+        """Back to the group: marked redelivered only when they had been delivered before."""
+        runs: dict[tuple[str, int, bool], list[int]] = {}
+        for (app, _), d in items:
+            runs.setdefault((app, d.partition, d.redelivered), []).append(d.index)
+        for (app, partition, before), indexes in runs.items():
+            await self.ctx.engine.release(self.name, app, partition, indexes, unread=not before)
 
     def _deal(
         self,
         deliveries: list[Delivery],
         consumer: tuple[str, str],
         now: float,
-        leftover: list[InFlight],
+        unsent: list[InFlight],
+        undealt: list[Delivery],
         corked: set[Connection],
     ) -> None:
-        """Hand ``deliveries`` round-robin to the consumer's sessions (writes held)."""
+        """Hand ``deliveries`` round-robin to the consumer's sessions (writes held); what
+        no session took is ``undealt``, what a closing connection refused ``unsent``."""
         app = consumer[0]
-        for d in deliveries:
+        for i, d in enumerate(deliveries):
             session = self._next_session(consumer)
             if session is None:
-                leftover.append(InFlight(app, d.partition, d.index, now, now, False))
-                continue
+                undealt.extend(deliveries[i:])
+                return
             stored = from_record(d.record)
             out = make_delivery(stored, msgid=session.msgid, redelivered=d.redelivered)
             if session.conn not in corked:
@@ -333,7 +456,7 @@ class QueueMq:
                 corked.add(session.conn)
             if not session.conn.send(out, session.aliases):
                 self._deactivate(session)
-                leftover.append(InFlight(app, d.partition, d.index, now, now, False))
+                unsent.append(InFlight(app, d.partition, d.index, now, now, False))
                 continue
             session.delivered += 1
             streaming = session.window < 0

@@ -1,0 +1,92 @@
+"""Read-ahead of queue MQs: a batch leased for long-polling sessions is dealt from memory,
+goes back to the group unread when nobody takes it in time, and stops at a pause."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from brokers.catalog_loader import publish
+from brokers.models import ConsumerPolicy
+from tests.zbus.conftest import TEST_CONFIG, Broker_, Raw, msg
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOLD = dataclasses.replace(TEST_CONFIG, read_ahead_hold=0.3)
+
+
+async def _produce(raw: Raw, bodies: list[bytes]) -> None:
+    for i, body in enumerate(bodies):
+        await raw.send(msg("cmd: produce", "mq: orders", f"msgid: p{i}", body=body))
+        assert (await raw.recv()).status == 200
+
+
+async def test_unclaimed_read_ahead_goes_back_unread(catalog, redis_url) -> None:
+    """One long poll leases the whole backlog; when no session takes the rest within the
+    hold, another server's consumer gets it, not marked redelivered."""
+    first, second = Broker_(redis_url), Broker_(redis_url)
+    await first.start(HOLD)
+    await second.start(HOLD)
+    a = await Raw.open(first.port)
+    b = await Raw.open(second.port)
+    try:
+        await _produce(a, [b"m0", b"m1", b"m2"])
+        await a.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
+        assert (await a.recv()).body == b"m0"  # m1 and m2 wait in the first server's memory
+        await b.send(msg("cmd: consume", "mq: orders", "msgid: d1", "window: 2"))
+        got = [await b.recv(3.0) for _ in range(2)]
+        assert [m.body for m in got] == [b"m1", b"m2"]
+        assert all(m.headers.get("redelivered") in (None, "0") for m in got)
+    finally:
+        for raw in (a, b):
+            await raw.close()
+        await first.stop()
+        await second.stop()
+
+
+async def test_read_ahead_is_dealt_to_the_next_long_polls_in_order(broker) -> None:
+    raw = await Raw.open(broker.port)
+    try:
+        await _produce(raw, [f"m{i}".encode() for i in range(5)])
+        bodies = []
+        for i in range(5):
+            await raw.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
+            bodies.append((await raw.recv()).body)
+        assert bodies == [f"m{i}".encode() for i in range(5)]
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: last"))  # settles m4
+        assert await raw.silent(0.3)
+    finally:
+        await raw.close()
+
+
+def _pause(paused: bool) -> None:
+    try:
+        ConsumerPolicy.objects.filter(topic__code="orders").update(paused=paused)
+        publish()
+    finally:
+        connection.close()  # this runs on a worker thread: its connection goes with it
+
+
+async def test_a_pause_holds_back_what_was_read_ahead(broker) -> None:
+    raw = await Raw.open(broker.port)
+    try:
+        await _produce(raw, [b"m0", b"m1", b"m2"])
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c0"))
+        assert (await raw.recv()).body == b"m0"
+        await sync_to_async(_pause)(True)
+        for _ in range(50):  # the broker follows the catalog
+            if not broker.engine.authorize_consumer(
+                "orders", broker.engine.catalog.consumers_of("orders")[0].app
+            ):
+                break
+            await asyncio.sleep(0.05)
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
+        assert await raw.silent(0.5)  # m1 was in memory: the pause holds it back too
+        await sync_to_async(_pause)(False)
+        assert (await raw.recv(3.0)).body == b"m1"
+    finally:
+        await raw.close()
