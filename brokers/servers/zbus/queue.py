@@ -63,6 +63,8 @@ log = logging.getLogger("mqcloud.zbus")
 
 MIN_LEARN = 0.5
 """A re-sent parked consume teaches a timeout only if it came at least this late (seconds)."""
+PUMP_IDLE = 1.0
+"""A pump with no session waits this long (seconds) for one before it ends."""
 
 
 @dataclass(eq=False, slots=True)
@@ -275,8 +277,20 @@ class QueueMq:
         engine, cfg = self.ctx.engine, self.ctx.config
         async with engine.notifier.watch(self.name) as event:
             self._event = event
-            while self.line:
+            while True:
                 event.clear()
+                if not self.line:
+                    # long polls come back within a round trip: wait for the next session
+                    # a while rather than end the pump and watch the topic again
+                    loop = asyncio.get_running_loop()
+                    deadline = loop.time() + PUMP_IDLE
+                    while not self.line and (left := deadline - loop.time()) > 0:
+                        event.clear()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(event.wait(), left)
+                    if not self.line:
+                        return
+                    continue
                 wants: dict[tuple[str, str], int] = {}
                 for s in self.line:
                     key = (s.app, s.address)
