@@ -83,6 +83,7 @@ from brokers.engine.priority import PRIORITY_BANDS, PRIORITY_MODE, band_of, band
 from brokers.engine.record import (
     BatchItem,
     Message,
+    MessageView,
     StoredMessage,
     decode_attributes,
     decode_batch_body,
@@ -91,6 +92,7 @@ from brokers.engine.record import (
     encode_batch_body,
     encode_record,
     message_view,
+    record_store_time,
 )
 from brokers.engine.redisio import AnyRedis, broker_client, engine_client
 from brokers.engine.reports import publish_report, read_reports, withdraw_report
@@ -143,6 +145,7 @@ __all__ = [
     "Mailboxes",
     "Message",
     "MessageTooLarge",
+    "MessageView",
     "MinuteTraffic",
     "NoWritablePartition",
     "PartitionGroupInfo",
@@ -195,6 +198,7 @@ __all__ = [
     "publish_report",
     "publish_snapshot",
     "read_reports",
+    "record_store_time",
     "seed_group",
     "withdraw_report",
 ]

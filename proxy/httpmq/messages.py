@@ -69,12 +69,12 @@ def deliveries_to_list(topic: str, deliveries: tuple[Delivery, ...]) -> list[dic
     out: list[dict[str, Any]] = []
     checksum = _topic_checksum(topic)
     for delivery in one_by_one(deliveries):
-        store_ms, body, attributes = message_view(delivery.record)
+        view = message_view(delivery.record)
         entry: dict[str, Any] = {
             "messageId": f"{checksum}{delivery.partition:08x}{delivery.index:016x}",
-            "timestamp": store_ms,
+            "timestamp": view.store_time_ms,
         }
-        if attributes:  # every protocol's metadata: zbus and VibeMQ headers too
-            entry["properties"] = attributes
-        out.append(text_entry(body, entry))
+        if view.attributes:  # every protocol's metadata: zbus and VibeMQ headers too
+            entry["properties"] = view.attributes
+        out.append(text_entry(view.body, entry))
     return out

@@ -108,7 +108,7 @@ def test_message_view_reads_what_decode_record_reads(body, bid, attrs, ext, cut,
         partition=1,
         now_ms=7_003,
     )
-    assert message_view(raw) == (7_003, body, attrs)
+    assert message_view(raw) == (7_003, body, bid, attrs)
     damaged = bytearray(raw[: len(raw) - cut] if cut < len(raw) else raw)
     if flip[0] < len(damaged):
         damaged[flip[0]] = flip[1]
@@ -122,7 +122,12 @@ def test_message_view_reads_what_decode_record_reads(body, bid, attrs, ext, cut,
         # the view reads fewer fields: a record damaged only in those it skips still reads
         assert view[1] == damaged[65 : 65 + len(view[1])]
         return
-    assert message_view(bytes(damaged)) == (full.store_time_ms, full.body, full.attributes)
+    assert message_view(bytes(damaged)) == (
+        full.store_time_ms,
+        full.body,
+        full.business_id,
+        full.attributes,
+    )
 
 
 def test_layout_offsets():

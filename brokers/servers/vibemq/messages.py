@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from brokers.engine import Delivery, Message, StoredMessage
+from brokers.engine import Delivery, Message, MessageView, StoredMessage, message_view
 from brokers.protocols.vibemq import Deliver, Publish, deliver
 
 ID_PROPERTY = "messageId"
@@ -69,7 +69,7 @@ def _payload(body: bytes, content_type: str, headers: dict[str, str]) -> Any:
         return base64.b64encode(body).decode("ascii")
 
 
-def _stored_id(stored: StoredMessage, index: int) -> str:
+def _stored_id(stored: StoredMessage | MessageView, index: int) -> str:
     """The VibeMQ id of a stored message: its ``messageId``, else zbus's ``msgid``, else
     the businessId, else the index."""
     props = stored.attributes
@@ -79,7 +79,7 @@ def _stored_id(stored: StoredMessage, index: int) -> str:
 def to_deliver(queue: str, delivery: Delivery, attempt: int | None = None) -> Deliver:
     """The ``deliver`` frame of a record (decoded once, its ``id`` included); ``attempt``
     overrides the engine's count."""
-    stored = delivery.message
+    stored = message_view(delivery.record)
     props = stored.attributes
     headers = {k: v for k, v in props.items() if k != ID_PROPERTY and not k.startswith(":")}
     payload = _payload(stored.body, props.get(CONTENT_TYPE, ""), headers)

@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import Protocol
 
-from brokers.engine import AppInfo, Delivery, EngineError, cancel_and_wait
+from brokers.engine import AppInfo, Delivery, EngineError, cancel_and_wait, record_store_time
 from brokers.protocols.vibemq import (
     Ack,
     ErrorCode,
@@ -320,7 +320,7 @@ class Session:
         """Count a delivery and its publish→deliver latency (§15 metrics)."""
         counters = self.ctx.counters
         counters["delivered"] += 1
-        stored = delivery.message.store_time_ms
+        stored = record_store_time(delivery.record)  # without decoding the record again
         counters["delivery_latency_ms"] += max(0, self.ctx.engine.now_ms() - stored)
 
     def deliver_copy(self, queue: str, delivery: Delivery) -> bool:
