@@ -51,9 +51,21 @@ _PLAIN_VALUE = re.compile(r"(?:[\x21-\x7e][\x20-\x7e]*)?")
 _SPECIAL = frozenset("\\=:#!")
 
 
+# Printable ASCII needs only its separators, backslashes and (in a key, or leading a
+# value) spaces escaped: one str.translate instead of the per-character path below.
+_PRINTABLE = re.compile(r"[\x20-\x7e]*")
+_VALUE_ESCAPES = str.maketrans({c: "\\" + c for c in "\\=:#!"})
+_KEY_ESCAPES = str.maketrans({**{c: "\\" + c for c in "\\=:#!"}, " ": "\\ "})
+
+
 def _escape(text: str, *, key: bool) -> str:
     if (_PLAIN_KEY if key else _PLAIN_VALUE).fullmatch(text) and _SPECIAL.isdisjoint(text):
         return text
+    if _PRINTABLE.fullmatch(text):
+        if key:
+            return text.translate(_KEY_ESCAPES)
+        escaped = text.translate(_VALUE_ESCAPES)
+        return "\\" + escaped if escaped[:1] == " " else escaped
     out: list[str] = []
     for pos, ch in enumerate(text):
         code = ord(ch)
@@ -166,27 +178,18 @@ def decode_attributes(data: bytes) -> dict[str, str]:
     return _plain_attributes(text) if "\\" not in text else _full_attributes(text)
 
 
+# One logical line with escapes: the key runs to the first unescaped separator or blank
+# (a backslash escapes the character after it, if any); then blanks and one = or :.
+_ESCAPED_LINE = re.compile(r"((?:\\[\s\S]?|[^=: \t\f\\])*)[ \t\f]*(?:[=:][ \t\f]*)?(.*)", re.DOTALL)
+
+
 def _full_attributes(text: str) -> dict[str, str]:
-    """Java-Properties text with escapes and continuations, character by character."""
+    """Java-Properties text with escapes and continuations."""
     result: dict[str, str] = {}
     for line in _logical_lines(text):
-        i, n = 0, len(line)
-        while i < n:
-            ch = line[i]
-            if ch == "\\":
-                i += 2
-                continue
-            if ch in "=: \t\f":
-                break
-            i += 1
-        key = line[:i]
-        while i < n and line[i] in " \t\f":
-            i += 1
-        if i < n and line[i] in "=:":
-            i += 1
-            while i < n and line[i] in " \t\f":
-                i += 1
-        result[_unescape(key)] = _unescape(line[i:])
+        m = _ESCAPED_LINE.match(line)
+        assert m is not None  # the pattern matches every text
+        result[_unescape(m.group(1))] = _unescape(m.group(2))
     return result
 
 

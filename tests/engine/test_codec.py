@@ -424,3 +424,67 @@ def test_attribute_escaping_fast_path_round_trips(attrs: dict) -> None:
                 assert all(0x20 <= ord(c) <= 0x7E for c in text)
                 assert not text.startswith(" ") and (not key or " " not in text)
     assert decode_attributes(encode_attributes(attrs)) == attrs
+
+
+def _escape_char_by_char(text: str, *, key: bool) -> str:
+    """The Java-Properties escape of printable ASCII, one character at a time (what the
+    codec's translate tables must equal)."""
+    out = []
+    for pos, ch in enumerate(text):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch in "=:#!":
+            out.append("\\" + ch)
+        elif ch == " ":
+            out.append("\\ " if key or pos == 0 else " ")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40))
+def test_printable_attributes_escape_as_character_by_character(text: str) -> None:
+    from brokers.engine.record import _escape
+
+    for key in (True, False):
+        assert _escape(text, key=key) == _escape_char_by_char(text, key=key)
+        assert decode_attributes(encode_attributes({"k": text})) == {"k": text}
+
+
+def _full_attributes_char_by_char(text: str) -> dict[str, str]:
+    """The escaped-text parser one character at a time (the codec's regex must agree)."""
+    from brokers.engine.record import _logical_lines, _unescape
+
+    result: dict[str, str] = {}
+    for line in _logical_lines(text):
+        i, n = 0, len(line)
+        while i < n:
+            ch = line[i]
+            if ch == "\\":
+                i += 2
+                continue
+            if ch in "=: \t\f":
+                break
+            i += 1
+        key = line[:i]
+        while i < n and line[i] in " \t\f":
+            i += 1
+        if i < n and line[i] in "=:":
+            i += 1
+            while i < n and line[i] in " \t\f":
+                i += 1
+        result[_unescape(key)] = _unescape(line[i:])
+    return result
+
+
+@given(st.lists(st.sampled_from([*"ab =:\\\t\f\n\r#!u0", "\\u0041"]), max_size=40).map("".join))
+def test_escaped_attribute_text_parses_as_character_by_character(text: str) -> None:
+    from brokers.engine.record import _full_attributes
+
+    try:
+        expected = _full_attributes_char_by_char(text)
+    except InvalidMessage:
+        with pytest.raises(InvalidMessage):
+            _full_attributes(text)
+        return
+    assert _full_attributes(text) == expected
