@@ -8,6 +8,7 @@ FETCH_INDEX partition entries carry ``leftIndex, rightIndex`` only at header ver
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Self
@@ -305,21 +306,30 @@ def _write_ack(w: Writer, entry: AckEntry) -> None:
     w.write_byte(entry.retry_type)
 
 
-def _read_ack(r: Reader) -> AckEntry:
-    partition, index, raw_retry = r.read_short(), r.read_long(), r.read_byte()
-    retry_type = _RETRY_TYPES.get(raw_retry)
-    if retry_type is None:
-        raise DecodeError(f"unknown retryType {raw_retry}")
-    return AckEntry(partition=partition, index=index, retry_type=retry_type)
-
-
 def _write_ack_partition(w: Writer, entry: AckPartition) -> None:
     w.write_short(entry.partition)
     w.write_array(entry.acks, _write_ack)
 
 
+_ACK = struct.Struct(">hqb")  # partition SHORT, index LONG, retryType BYTE
+
+
 def _read_ack_partition(r: Reader) -> AckPartition:
-    return AckPartition(partition=r.read_short(), acks=r.read_array(_read_ack))
+    """The acks of one partition, read in one walk of the array (a fetch of 256 messages is
+    acked in one request)."""
+    partition, count = r.read_short(), r.read_count()
+    data, pos, end = r.window()
+    stop = pos + _ACK.size * count
+    if stop > end:
+        raise DecodeError(f"{count} acks at offset {pos} overrun the data ({end})")
+    acks = []
+    for p, index, raw_retry in _ACK.iter_unpack(memoryview(data)[pos:stop]):
+        retry_type = _RETRY_TYPES.get(raw_retry)
+        if retry_type is None:
+            raise DecodeError(f"unknown retryType {raw_retry}")
+        acks.append(AckEntry(partition=p, index=index, retry_type=retry_type))
+    r.seek(stop)
+    return AckPartition(partition=partition, acks=tuple(acks))
 
 
 def _write_ack_topic(w: Writer, entry: AckTopic) -> None:
