@@ -45,12 +45,10 @@ INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
 
 
 # Texts needing no escape (the common case, kept off the per-character path): printable
-# ASCII without the separators; a value may hold spaces, but not a leading one.
-_PLAIN_KEY = re.compile(r"[\x21-\x7e]*")
-_PLAIN_VALUE = re.compile(r"(?:[\x21-\x7e][\x20-\x7e]*)?")
-_SPECIAL = frozenset("\\=:#!")
-
-
+# ASCII without the separators (\\ = : # !); a value may hold spaces, but not a leading one.
+_PLAIN_CHARS = r"\x22\x24-\x39\x3b\x3c\x3e-\x5b\x5d-\x7e"
+_PLAIN_KEY = re.compile(f"[{_PLAIN_CHARS}]*")
+_PLAIN_VALUE = re.compile(f"(?:[{_PLAIN_CHARS}][ {_PLAIN_CHARS}]*)?")
 # Printable ASCII needs only its separators, backslashes and (in a key, or leading a
 # value) spaces escaped: one str.translate instead of the per-character path below.
 _PRINTABLE = re.compile(r"[\x20-\x7e]*")
@@ -59,7 +57,7 @@ _KEY_ESCAPES = str.maketrans({**{c: "\\" + c for c in "\\=:#!"}, " ": "\\ "})
 
 
 def _escape(text: str, *, key: bool) -> str:
-    if (_PLAIN_KEY if key else _PLAIN_VALUE).fullmatch(text) and _SPECIAL.isdisjoint(text):
+    if (_PLAIN_KEY if key else _PLAIN_VALUE).fullmatch(text):
         return text
     if _PRINTABLE.fullmatch(text):
         if key:
@@ -92,12 +90,18 @@ def _escape(text: str, *, key: bool) -> str:
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=1024)
+def _escape_key(key: str) -> str:
+    """Keys come from few names (protocol headers): escaped once each."""
+    return _escape(key, key=True)
+
+
 def encode_attributes(attributes: Mapping[str, str] | None) -> bytes:
     """Java-Properties text of ``attributes`` (``key=value`` lines, no trailing newline)."""
     if not attributes:
         return b""
     text = "\n".join(
-        f"{_escape(str(k), key=True)}={_escape(str(v), key=False)}" for k, v in attributes.items()
+        [f"{_escape_key(str(k))}={_escape(str(v), key=False)}" for k, v in attributes.items()]
     )
     return text.encode("ascii")
 
