@@ -13,7 +13,7 @@ a value) are left out of the zbus view.
 from __future__ import annotations
 
 from brokers.engine import Message as EngineMessage
-from brokers.engine import StoredMessage, decode_record
+from brokers.engine import MessageView, StoredMessage, message_view
 from brokers.protocols.zbus import (
     Header,
     Message,
@@ -40,7 +40,7 @@ def to_engine(message: Message, *, priority: int = 0) -> EngineMessage:
     return EngineMessage(message.body, attributes=properties, priority=priority, extension=MARK)
 
 
-def from_stored(stored: StoredMessage) -> Message:
+def from_stored(stored: StoredMessage | MessageView) -> Message:
     """The zbus message a record carries."""
     headers: dict[str, str] = {}
     status = 0
@@ -60,5 +60,6 @@ def from_stored(stored: StoredMessage) -> Message:
 
 
 def from_record(record: bytes) -> Message:
-    """The zbus message of an engine record."""
-    return from_stored(decode_record(record))
+    """The zbus message of an engine record (read with :func:`message_view`: only the
+    fields a zbus message shows)."""
+    return from_stored(message_view(record))
