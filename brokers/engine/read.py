@@ -256,12 +256,15 @@ def parse_spans(
             out.append(Delivery(partition, index, int(flat[i + 1]), span, attempts=attempts))
             continue
         pos = 0
+        unpack = _SIZE.unpack_from
+        append = out.append
         while pos < end:
-            (size,) = _SIZE.unpack_from(span, pos)
+            (size,) = unpack(span, pos)
             if size < FIXED_SIZE or pos + size > end:
                 raise InvalidMessage("record size disagrees with its content")
-            count = record_count(span, pos)
-            out.append(Delivery(partition, index, count, span[pos : pos + size], attempts=attempts))
+            # a batch record (sysCode bit 12, in the high byte at +20) takes its items
+            count = record_count(span, pos) if span[pos + 20] & 0x10 else 1
+            append(Delivery(partition, index, count, span[pos : pos + size], attempts=attempts))
             index += count
             pos += size
     return out

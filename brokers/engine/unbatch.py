@@ -38,13 +38,10 @@ _COMPRESSION_BITS = SYS_COMPRESSED | 0x0070  # the flag and the compression type
 _NEEDS_OPENING = SYS_BATCH | SYS_COMPRESSED
 
 
-def _sys_code_of(raw: bytes) -> int:
-    return int.from_bytes(raw[20:22], "big", signed=True)
-
-
 def needs_opening(record: bytes) -> bool:
-    """True when ``record`` is a batch or has a compressed body."""
-    return bool(_sys_code_of(record) & _NEEDS_OPENING)
+    """True when ``record`` is a batch or has a compressed body (sysCode bits 12 and 0:
+    the big-endian SHORT at byte 20, read a byte at a time — this runs per delivery)."""
+    return bool(record[20] & (_NEEDS_OPENING >> 8) or record[21] & (_NEEDS_OPENING & 0xFF))
 
 
 def one_by_one(

@@ -69,12 +69,16 @@ def deliveries_to_list(topic: str, deliveries: tuple[Delivery, ...]) -> list[dic
     out: list[dict[str, Any]] = []
     checksum = _topic_checksum(topic)
     for delivery in one_by_one(deliveries):
-        view = message_view(delivery.record)
+        store_ms, body, _, attributes = message_view(delivery.record)
         entry: dict[str, Any] = {
             "messageId": f"{checksum}{delivery.partition:08x}{delivery.index:016x}",
-            "timestamp": view.store_time_ms,
+            "timestamp": store_ms,
         }
-        if view.attributes:  # every protocol's metadata: zbus and VibeMQ headers too
-            entry["properties"] = view.attributes
-        out.append(text_entry(view.body, entry))
+        if attributes:  # every protocol's metadata: zbus and VibeMQ headers too
+            entry["properties"] = attributes
+        try:
+            entry["message"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            text_entry(body, entry)
+        out.append(entry)
     return out

@@ -488,3 +488,12 @@ def test_escaped_attribute_text_parses_as_character_by_character(text: str) -> N
             _full_attributes(text)
         return
     assert _full_attributes(text) == expected
+
+
+@given(sys_code=st.integers(-(2**15), 2**15 - 1))
+def test_needs_opening_reads_the_batch_and_compressed_bits(sys_code: int) -> None:
+    from brokers.engine.unbatch import needs_opening
+
+    raw, _ = encode_record(Message(b"x"), app="a", now_ms=1)
+    record = raw[:20] + struct.pack(">h", sys_code) + raw[22:]
+    assert needs_opening(record) == bool(sys_code & 0x1001)
