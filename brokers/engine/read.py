@@ -32,6 +32,35 @@ local function rec_count(v, pos)
   end
   return 1
 end
+-- each_entry: take(e) on the stream entries covering `start` onwards until taken() reaches
+-- `want`, asking XRANGE for as many entries as the last entry's size says are still
+-- needed; returns what take returned when it stopped the walk (a blocked store time).
+local function each_entry(stream, start, want, take, taken)
+  local head = redis.call('XREVRANGE', stream, s(start) .. '-18446744073709551615', '-', 'COUNT', 1)
+  local per = 1  -- items per entry, as the last entry read had
+  if head[1] then
+    local blocked = take(head[1])
+    if blocked then return blocked end
+    local _, c = first_of(head[1][1])
+    per = c
+  end
+  local from = start + 1
+  while taken() < want do
+    local n = math.ceil((want - taken()) / per)
+    if n > 16 then n = 16 end
+    local rest = redis.call('XRANGE', stream, s(from) .. '-0', '+', 'COUNT', n)
+    if not rest[1] then break end
+    for _, e in ipairs(rest) do
+      local blocked = take(e)
+      if blocked then return blocked end
+      if taken() >= want then break end
+      local fi, c = first_of(e[1])
+      from = fi + c
+      per = c
+    end
+  end
+  return nil
+end
 local function read_from(stream, start, want, out, max_store)
   local items = 0
   local function take(e)
@@ -61,30 +90,8 @@ local function read_from(stream, start, want, out, max_store)
     end
     return nil
   end
-  local head = redis.call('XREVRANGE', stream, s(start) .. '-18446744073709551615', '-', 'COUNT', 1)
-  local per = 1  -- items per entry, as the last entry read had: entries to ask for next
-  if head[1] then
-    local blocked = take(head[1])
-    if blocked then return items, blocked end
-    local _, c = first_of(head[1][1])
-    per = c
-  end
-  local from = start + 1
-  while items < want do
-    local n = math.ceil((want - items) / per)
-    if n > 16 then n = 16 end
-    local rest = redis.call('XRANGE', stream, s(from) .. '-0', '+', 'COUNT', n)
-    if not rest[1] then break end
-    for _, e in ipairs(rest) do
-      local blocked = take(e)
-      if blocked then return items, blocked end
-      if items >= want then break end
-      local fi, c = first_of(e[1])
-      from = fi + c
-      per = c
-    end
-  end
-  return items, nil
+  local blocked = each_entry(stream, start, want, take, function() return items end)
+  return items, blocked  -- items as counted once the walk is done
 end
 -- read_span: read_from's records, but the records taken from consecutive entries go out as
 -- ONE triple (first index, items, the records back to back): a fetch costs one reply
@@ -132,30 +139,7 @@ local function read_span(stream, start, want, out, max_store)
     end
     return items, blocked
   end
-  local head = redis.call('XREVRANGE', stream, s(start) .. '-18446744073709551615', '-', 'COUNT', 1)
-  local per = 1  -- items per entry, as the last entry read had: entries to ask for next
-  if head[1] then
-    local blocked = take(head[1])
-    if blocked then return done(blocked) end
-    local _, c = first_of(head[1][1])
-    per = c
-  end
-  local from = start + 1
-  while items < want do
-    local n = math.ceil((want - items) / per)
-    if n > 16 then n = 16 end
-    local rest = redis.call('XRANGE', stream, s(from) .. '-0', '+', 'COUNT', n)
-    if not rest[1] then break end
-    for _, e in ipairs(rest) do
-      local blocked = take(e)
-      if blocked then return done(blocked) end
-      if items >= want then break end
-      local fi, c = first_of(e[1])
-      from = fi + c
-      per = c
-    end
-  end
-  return done(nil)
+  return done(each_entry(stream, start, want, take, function() return items end))
 end
 """
 
