@@ -24,7 +24,7 @@ from typing import Any
 
 from brokers.engine.errors import AckRejected
 from brokers.engine.keys import PartitionKeys, notify_channel
-from brokers.engine.model import AckStatus, CommitStatus
+from brokers.engine.model import AckStatus, CommitResult, CommitStatus
 from brokers.engine.redisio import AnyRedis, Script
 
 
@@ -99,9 +99,12 @@ return {status, s(ack)}
 )
 
 COMMIT_FN = """
--- commit_one(state, oo, offset, next, lockTime, force '0'/'1', now, channel, partition):
--- http-mq.md §7 on one partition's state; {status, committed, stored lock, expired, anomaly}.
-local function commit_one(state, oo, off, nxt, token, force, now, channel, partition)
+-- commit_one(state, oo, A, ab): http-mq.md §7 on one partition's state, with A[ab + 1 ..
+-- ab + 7] = offset, next, lockTime, force ('0'/'1'), now, channel, partition (the
+-- arguments of CommitCall). Returns {status, committed, stored lock, expired, anomaly}.
+local function commit_one(state, oo, A, ab)
+  local off, nxt, token = tonumber(A[ab + 1]), tonumber(A[ab + 2]), tonumber(A[ab + 3])
+  local force, now, channel, partition = A[ab + 4], tonumber(A[ab + 5]), A[ab + 6], A[ab + 7]
   local st = redis.call('HMGET', state, 'ack', 'lt', 'le')
   local lt, le = tonumber(st[2]), tonumber(st[3])
   local cmt = tonumber(st[1])
@@ -130,8 +133,7 @@ COMMIT = Script(
     + COMMIT_FN
     + """
 -- KEYS: state, oo. ARGV: offset, next, lockTime, force(0/1), now, channel, partition
-return commit_one(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
-  ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7])
+return commit_one(KEYS[1], KEYS[2], ARGV, 0)
 """
 )
 
@@ -171,19 +173,17 @@ class CommitCall:
             ),
         )
 
-    async def run(self, client: AnyRedis) -> CommitOutcome:
+    async def run(self, client: AnyRedis) -> CommitResult:
         """Run it on its own."""
-        return commit_outcome(await COMMIT(client, self.keys, self.args))
+        return commit_result(await COMMIT(client, self.keys, self.args))
 
 
-CommitOutcome = tuple[CommitStatus, int, int, bool, bool]
-"""(status, committed, stored lock, lock expired, anomaly)"""
-
-
-def commit_outcome(raw: list) -> CommitOutcome:
-    """The commit script's reply as Python values."""
+def commit_result(raw: list) -> CommitResult:
+    """The commit script's reply (``commit_one``'s) as a :class:`CommitResult`."""
     status, cmt, lt, expired, anomaly = raw
-    return CommitStatus(status.decode()), int(cmt), int(lt), bool(expired), bool(anomaly)
+    return CommitResult(
+        CommitStatus(status.decode()), int(cmt), int(lt), bool(expired), bool(anomaly)
+    )
 
 
 async def ack_range(

@@ -31,11 +31,11 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
-from brokers.engine.ack import CommitCall, CommitOutcome
+from brokers.engine.ack import CommitCall
 from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
 from brokers.engine.consume import EMPTY, FOUND, LOCKED, Attempt, read_states, try_partition
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
-from brokers.engine.model import Delivery, FetchResult, FetchStatus
+from brokers.engine.model import CommitResult, Delivery, FetchResult, FetchStatus
 from brokers.engine.notify import Notifier
 from brokers.engine.offsets import set_ack
 from brokers.engine.record import with_position
@@ -58,7 +58,7 @@ class Piggyback:
 
     commit: CommitCall | None = None
     resends: tuple[str, int] | None = None
-    committed: CommitOutcome | None = None
+    committed: CommitResult | None = None
     popped: list[bytes] | None = None
 
     async def commit_alone(self, client: AnyRedis) -> None:
@@ -154,10 +154,6 @@ class Fetcher:
                     if loop.time() >= deadline:
                         return (await self._scan(req))[0]
                     hinted = None
-
-    async def fetch_once(self, req: FetchRequest) -> FetchResult:
-        """One look at every partition (and the retry store)."""
-        return (await self._scan(req))[0]
 
     def _found(self, req: FetchRequest, p: int, att: Attempt, now: int) -> FetchResult:
         return FetchResult(

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from brokers.engine.ack import COMMIT_FN, MERGE_FN, CommitCall, CommitOutcome, commit_outcome
+from brokers.engine.ack import COMMIT_FN, MERGE_FN, CommitCall, commit_result
 from brokers.engine.consume import FETCH_FN, FOUND, Attempt, fetch_keys
 from brokers.engine.keys import PartitionKeys
+from brokers.engine.model import CommitResult
 from brokers.engine.read import READ_FN
 from brokers.engine.redisio import AnyRedis, Script
 
@@ -118,8 +119,7 @@ local commits, limit = ARGV[1] == '1', tonumber(ARGV[2])
 local kb, ab = 0, 2
 local c = false
 if commits then
-  c = commit_one(KEYS[1], KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
-    ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9])
+  c = commit_one(KEYS[1], KEYS[2], ARGV, 2)
   kb, ab = 2, 9
 end
 local n = (#KEYS - kb - (limit > 0 and 1 or 0)) / 6
@@ -155,7 +155,7 @@ class ScanOutcome:
     blocked: int = 0  # earliest store time held back by a consumer delay (0: none)
     locked: bool = False
     at_max_partitions: bool = False
-    commit: CommitOutcome | None = None
+    commit: CommitResult | None = None
     resends: list[bytes] | None = None  # popped resend entries; None: not asked or not popped
 
 
@@ -195,7 +195,7 @@ async def fetch_any(
         max_partition_num,
         *partitions,
     ]
-    committed: CommitOutcome | None = None
+    committed: CommitResult | None = None
     popped: list[bytes] | None = None
     if commit is None and resends is None:
         raw = await FETCH_ANY(client, keys, args)
@@ -206,7 +206,7 @@ async def fetch_any(
         if resends is not None:
             keys.append(resends[0])
         c, raw, r = await COMMIT_FETCH_ANY(client, keys, head + args)
-        committed = commit_outcome(c) if commit is not None else None
+        committed = commit_result(c) if commit is not None else None
         popped = list(r) if r is not None else None
     if int(raw[0]) != FOUND:
         return ScanOutcome(

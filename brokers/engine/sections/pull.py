@@ -116,15 +116,14 @@ class PullSection(EngineBase):
         return await self._gated_fetch(
             topic,
             app,
-            count,
-            ack_timeout_ms,
-            long_poll_ms,
-            owner,
-            client_id,
-            address,
-            start_position,
-            reported_address,
-            None,
+            count=count,
+            ack_timeout_ms=ack_timeout_ms,
+            long_poll_ms=long_poll_ms,
+            owner=owner,
+            client_id=client_id,
+            address=address,
+            start_position=start_position,
+            reported_address=reported_address,
         )
 
     async def commit_and_fetch(
@@ -163,38 +162,35 @@ class PullSection(EngineBase):
         fetched = await self._gated_fetch(
             topic,
             app,
-            0,
-            0,
-            0,
-            owner,
-            client_id,
-            address,
-            start_position,
-            reported_address,
-            extra,
+            owner=owner,
+            client_id=client_id,
+            address=address,
+            start_position=start_position,
+            reported_address=reported_address,
+            extra=extra,
         )
         await extra.commit_alone(self.redis)  # the gate refused the fetch: it did not run
-        committed = None if extra.committed is None else CommitResult(*extra.committed)
         taken: list[Delivery] = []
         if extra.popped is not None:  # popped entries are handed out whatever happened
             taken = await resend_mod.read_popped(self.redis, topic, extra.popped)
         elif resends > 0 and fetched.status in (FetchStatus.FOUND, FetchStatus.NO_NEW_MSG):
             taken = await resend_mod.take(self.redis, topic, app, client_id, resends)
-        return PullResult(committed, fetched, tuple(taken), rejected)
+        return PullResult(extra.committed, fetched, tuple(taken), rejected)
 
     async def _gated_fetch(
         self,
         topic: str,
         app: str,
-        count: int,
-        ack_timeout_ms: int,
-        long_poll_ms: int,
+        *,
+        count: int = 0,
+        ack_timeout_ms: int = 0,
+        long_poll_ms: int = 0,
         owner: str,
         client_id: str | None,
         address: str,
         start_position: str | None,
         reported_address: str | None,
-        extra: Piggyback | None,
+        extra: Piggyback | None = None,
     ) -> FetchResult:
         """:meth:`fetch` past the gate, with ``extra`` riding on the first look."""
         info = self.topic(topic)
@@ -367,8 +363,7 @@ class PullSection(EngineBase):
         policy = self._consumer(topic, app)
         self._broadcast(info, policy, client_id)
         request = CommitRequest(partition, offset, next_offset, lock_time, force)
-        call = self._commit_call(info, app, request, client_id)
-        return CommitResult(*await call.run(self.redis))
+        return await self._commit_call(info, app, request, client_id).run(self.redis)
 
     def _commit_call(
         self, info: TopicInfo, app: str, commit: CommitRequest, client_id: str | None
