@@ -61,16 +61,24 @@ local function each_entry(stream, start, want, take, taken)
   end
   return nil
 end
+-- open_entry(e, start, max_store): an entry's first index, index count and records; nothing
+-- when it ends before `start`, and (nil, nil, nil, its store time) when it was stored after
+-- `max_store` (a consumer delay holds it back).
+local function open_entry(e, start, max_store)
+  local fi, c = first_of(e[1])
+  if fi + c <= start then return nil end
+  local v = e[2][2]
+  if max_store then
+    local st = struct.unpack('>i8', v, 40) + struct.unpack('>i4', v, 48)
+    if st > max_store then return nil, nil, nil, st end
+  end
+  return fi, c, v
+end
 local function read_from(stream, start, want, out, max_store)
   local items = 0
   local function take(e)
-    local fi, c = first_of(e[1])
-    if fi + c <= start then return nil end
-    local v = e[2][2]
-    if max_store then
-      local st = struct.unpack('>i8', v, 40) + struct.unpack('>i4', v, 48)
-      if st > max_store then return st end
-    end
+    local fi, c, v, blocked = open_entry(e, start, max_store)
+    if not fi then return blocked end
     local size = struct.unpack('>i4', v, 1)
     if size == #v then
       out[#out + 1] = s(fi); out[#out + 1] = s(c); out[#out + 1] = v
@@ -100,13 +108,8 @@ end
 local function read_span(stream, start, want, out, max_store)
   local items, buf, first = 0, {}, nil
   local function take(e)
-    local fi, c = first_of(e[1])
-    if fi + c <= start then return nil end
-    local v = e[2][2]
-    if max_store then
-      local st = struct.unpack('>i8', v, 40) + struct.unpack('>i4', v, 48)
-      if st > max_store then return st end
-    end
+    local fi, c, v, blocked = open_entry(e, start, max_store)
+    if not fi then return blocked end
     if fi >= start and items + c <= want then
       if not first then first = fi end
       buf[#buf + 1] = v
