@@ -190,6 +190,12 @@ def test_topic_mismatch_and_bad_request_ids(mq):
     assert r.status_code == 200
     assert r.json()["result"]["ackInfo"]["status"] == 400
     assert r.json()["result"]["ackInfo"]["message"].startswith("ack illegal")
+    no_such_queue = RequestId("broker-1", 7, 0, 2, 1).encode()  # the topic has 1 partition
+    r = fetch(mq, s, requestId=no_such_queue)
+    assert r.status_code == 200  # the ack is refused, the fetch still runs
+    assert r.json()["result"]["ackInfo"]["status"] == 400
+    assert r.json()["result"]["ackInfo"]["message"].startswith("ack illegal")
+    assert "status" in r.json()["result"]
     r = mq.get(
         "/mq/ack",
         params={"topic": s.topic, "consumer": s.consumer, "requestId": illegal},
