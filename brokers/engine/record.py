@@ -598,7 +598,9 @@ def record_store_time(raw: bytes) -> int:
     return send + _I32.unpack_from(raw, OFF_STORE_TIME)[0]
 
 
-_SEND_AND_DELTA = struct.Struct(">qi")  # send time and store-time delta, from byte 39
+# send time, store-time delta and body length: bytes 39-46, 47-50 and 61-64 of a record
+_VIEW_HEAD = struct.Struct(">qi10xi")
+_new_tuple = tuple.__new__
 
 
 class MessageView(NamedTuple):
@@ -619,14 +621,13 @@ def message_view(raw: bytes) -> MessageView:
     try:
         if raw[18:20] != b"\x12\x34":  # MAGIC
             raise InvalidMessage("bad magic")
-        send, delta = _SEND_AND_DELTA.unpack_from(raw, 39)
-        (blen,) = _I32.unpack_from(raw, 61)
+        send, delta, blen = _VIEW_HEAD.unpack_from(raw, 39)
         end = 65 + blen
         if blen < 0 or end > len(raw):
             raise InvalidMessage("body length out of range")
         bl = raw[end]
         at = end + 1 + bl  # past the businessId
-        business_id = raw[end + 1 : at].decode("utf-8")
+        business_id = raw[end + 1 : at].decode("utf-8") if bl else ""
         (al,) = _I16.unpack_from(raw, at)
         if bl > 127 or al < 0 or at + 2 + al > len(raw):
             raise InvalidMessage("businessId or attributes out of range")
@@ -634,7 +635,9 @@ def message_view(raw: bytes) -> MessageView:
         stored = decode_record(raw)
         return MessageView(stored.store_time_ms, stored.body, stored.business_id, stored.attributes)
     attrs = decode_attributes(raw[at + 2 : at + 2 + al]) if al else {}
-    return MessageView(send + delta, raw[65:end], business_id, attrs)
+    # tuple.__new__ directly: a NamedTuple's own __new__ is a Python function (a quarter
+    # of this function's time, and it runs per message handed out)
+    return _new_tuple(MessageView, (send + delta, raw[65:end], business_id, attrs))
 
 
 def record_priority(raw: bytes, offset: int = 0) -> int:

@@ -17,6 +17,7 @@ when they differ.
 
 from __future__ import annotations
 
+import functools
 import hmac
 from collections.abc import Iterable, Mapping
 from hashlib import blake2b
@@ -114,6 +115,12 @@ def _keyed(items: Mapping[Any, V] | Iterable[V], key: str) -> Map:
     return Map({getattr(item, key): item for item in items})
 
 
+# The stored form of the tokens seen last, so a client sending its token with every request
+# (HTTP-MQ: one message per request) is not hashed every time; bounded, so tokens made up
+# by a client only churn it.
+_token_digest = functools.lru_cache(maxsize=4096)(hash_token)
+
+
 class CatalogSnapshot:
     """Everything the engine and the protocol servers need from the catalog, at one version.
 
@@ -193,7 +200,7 @@ class CatalogSnapshot:
         with ``compare_digest``."""
         if not token:
             return None
-        digest = hash_token(token)
+        digest = _token_digest(token)
         code = self._apps_by_token_hash.get(digest)
         app = self.apps.get(code) if code is not None else None
         if app is None:

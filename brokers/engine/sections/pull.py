@@ -207,7 +207,7 @@ class PullSection(EngineBase):
             return FetchResult(
                 FetchStatus.RATE_LIMITED, topic, retry_after_ms=self.now_ms() + exc.retry_after_ms
             )
-        result = await self._fetch(
+        result, consumed = await self._fetch(
             info,
             policy,
             count if count > 0 else policy.batch_size,
@@ -219,7 +219,7 @@ class PullSection(EngineBase):
             start_position,
             extra,
         )
-        await self.gate.charge_consume(policy, sum(d.count for d in result.messages))
+        await self.gate.charge_consume(policy, consumed)
         return result
 
     async def _fetch(
@@ -234,7 +234,8 @@ class PullSection(EngineBase):
         address: str,
         start_position: str | None,
         extra: Piggyback | None = None,
-    ) -> FetchResult:
+    ) -> tuple[FetchResult, int]:
+        """The fetch, and the messages it took (what the gate charges)."""
         topic, app = info.code, policy.app
         if client_id:
             await offsets_mod.seen_client(self.redis, topic, app, client_id, self.now_ms())
@@ -252,15 +253,16 @@ class PullSection(EngineBase):
             init=start_position or (policy.start_position if client_id else "earliest"),
         )
         result = await self._fetcher.fetch(req, long_poll_ms, extra)
+        consumed = 0
         if result.found:
+            size = 0
+            for d in result.messages:  # one pass: this runs per fetch, over every message
+                consumed += d.count
+                size += len(d.record)
             self.counters.record(
-                topic=topic,
-                app=app,
-                broker=self.broker_id,
-                consumed=sum(d.count for d in result.messages),
-                consumed_bytes=sum(len(d.record) for d in result.messages),
+                topic=topic, app=app, broker=self.broker_id, consumed=consumed, consumed_bytes=size
             )
-        return result
+        return result, consumed
 
     async def ack(
         self,
