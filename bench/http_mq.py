@@ -56,6 +56,7 @@ from brokers.engine import (  # noqa: E402
     hash_token,
     publish_snapshot,
 )
+from brokers.engine.keys import PartitionKeys  # noqa: E402
 
 TOKEN = "bench-token"
 BODY = "x" * 100
@@ -64,6 +65,7 @@ FORM = "application/x-www-form-urlencoded"
 
 
 SERVERS = ("uvicorn", "granian")
+PARTITIONS = 8
 
 
 def reader(server: str) -> tuple[str, str]:
@@ -79,7 +81,7 @@ def snapshot() -> CatalogSnapshot:
     broker = BrokerInfo(id=1, host="127.0.0.1", jmq4_port=1, zbus_port=2, vibemq_port=3)
     topic = TopicInfo(
         code="bench",
-        partitions=8,
+        partitions=PARTITIONS,
         groups=(PartitionGroupInfo(group_id=0, leader=1, partitions=tuple(range(8))),),
     )
     apps = {"bench-app": AppInfo(code="bench-app", token_hashes=(hash_token(TOKEN),))}
@@ -311,6 +313,34 @@ def process_times(pid: int) -> tuple[float, float]:
     return cpu / 1e9, wait / 1e9
 
 
+FETCH_HEADROOM = 6_000
+"""Fetches per second the backlog before a fetch+ack run is sized for: twice the target,
+and above what one process does here, so no fetch of the run finds less than a full
+batch (an empty fetch is cheaper, and would flatter the figure)."""
+
+
+def stored_messages(redis_port: int) -> int:
+    """Messages stored in the bench topic: a new reader's backlog."""
+    import redis
+
+    client = redis.Redis(port=redis_port)
+    try:
+        nexts = [client.hget(PartitionKeys("bench", p).meta, "next") for p in range(PARTITIONS)]
+    finally:
+        client.close()
+    return sum(int(n or 0) for n in nexts)
+
+
+def top_up(redis_port: int, url: str, batch: str, seconds: float) -> None:
+    """Produce batches (not measured) until a new reader's backlog lasts the fetch run."""
+    want = round(seconds * FETCH_HEADROOM * 32)
+    have = stored_messages(redis_port)
+    while have < want:
+        wrk(url + "/mq/produce/batch", batch, 16, 1, 2)
+        have = stored_messages(redis_port)
+    print(f"backlog before the fetch run: {have:,} messages (sized for {want:,})", flush=True)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -340,6 +370,8 @@ def measure(server: str, redis_port: int, seconds: float, raw: float) -> dict[st
                 ("fetch+ack req/s (8 clients)", "/", fetch_lua, 8, 8, 1),
             ]
             for name, path, script, conns, threads, per_request in runs:
+                if path == "/":
+                    top_up(redis_port, url, batch, seconds)
                 cpu, wait = process_times(proc.pid)
                 started = time.monotonic()
                 r = wrk(url + path, script, conns, threads, seconds)
