@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.httpmq.envelope import ProxyError, envelope, ok, raw_response
 from proxy.httpmq.params import MAX_PARAMS, collect
@@ -116,3 +120,22 @@ def test_relayed_envelopes_pass_and_pages_become_envelopes():
     for status in (302, 502):
         odd = relayed(status, "text/html", b"")
         assert odd.status == 503 and orjson.loads(odd.body)["error"] == "UNAVAILABLE"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.text(alphabet="ab=&%+2F0Ez\u00e9 ;", max_size=12).map(lambda t: t.encode("utf-8"))
+        | st.binary(max_size=12),
+        max_size=6,
+    )
+)
+def test_urlencoded_fields_parse_as_urllib_parses_them(pieces: list[bytes]) -> None:
+    """The query/form parser agrees with urllib's parse_qsl (blank values kept, the last
+    of a repeated name wins) on any bytes, escapes and separators included."""
+    data = b"&".join(pieces)
+    text = data.decode("latin-1") if data.isascii() else data.decode("utf-8", "replace")
+    expected = dict(parse_qsl(text, keep_blank_values=True))
+    if len(expected) > MAX_PARAMS:
+        return
+    assert collect("GET", data, FORM, b"") == expected
