@@ -90,3 +90,26 @@ async def test_a_pause_holds_back_what_was_read_ahead(broker) -> None:
         assert (await raw.recv(3.0)).body == b"m1"
     finally:
         await raw.close()
+
+
+async def test_read_ahead_taken_to_the_last_leaves_nothing_for_the_hold_timer(
+    catalog, redis_url, caplog
+) -> None:
+    """A consumer that takes everything read ahead leaves no empty queue behind: the hold
+    timer used to fail on one (IndexError in the loop's callback), and with it the expiry
+    of every other consumer's read-ahead until the next lease."""
+    server = Broker_(redis_url)
+    await server.start(HOLD)
+    raw = await Raw.open(server.port)
+    try:
+        await _produce(raw, [b"m0", b"m1", b"m2"])
+        for i in range(3):  # m1 and m2 come from memory
+            await raw.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
+            assert (await raw.recv()).body == f"m{i}".encode()
+        await asyncio.sleep(HOLD.read_ahead_hold + 0.3)  # the hold timer fires
+        assert not [r for r in caplog.records if r.exc_info]
+        queue = server.server.ctx.queues["orders"]
+        assert queue._ahead == {} and queue._ahead_timer is None
+    finally:
+        await raw.close()
+        await server.stop()

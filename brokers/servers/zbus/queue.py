@@ -405,7 +405,7 @@ class QueueMq:
             return None
         leased_at = queue[0][1]
         deliveries = [d for d, _ in queue]
-        queue.clear()
+        del self._ahead[key]  # no empty queue stays: the hold timer reads each one's head
         return deliveries, leased_at
 
     def _keep_ahead(self, key: tuple[str, str], deliveries: list[Delivery], at: float) -> None:
@@ -419,6 +419,7 @@ class QueueMq:
         """Send ``key``'s read-ahead deliveries past their hold (or all) back unread."""
         queue = self._ahead.get(key)
         if not queue:
+            self._ahead.pop(key, None)
             return
         limit = time.monotonic() - self.ctx.config.read_ahead_hold
         stale: list[tuple[tuple[str, str], Delivery]] = []
