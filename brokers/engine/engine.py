@@ -24,6 +24,7 @@ from brokers.engine.catalog import CatalogSnapshot
 from brokers.engine.counters import Counters, MinuteTraffic
 from brokers.engine.errors import StoreUnavailable
 from brokers.engine.fetch import Fetcher
+from brokers.engine.holders import DEFAULT_TTL_MS, Holders
 from brokers.engine.notify import Notifier
 from brokers.engine.ratelimit import RateLimiter
 from brokers.engine.record import DEFAULT_MAX_BODY
@@ -75,6 +76,7 @@ class Engine(
         replicas: int = 1,
         rng: random.Random | None = None,
         queue_retry: QueueRetry = DEFAULT_QUEUE_RETRY,
+        holder_ttl_ms: int = DEFAULT_TTL_MS,
     ) -> None:
         self.redis = redis
         self.queue_retry = queue_retry
@@ -93,9 +95,12 @@ class Engine(
         self._fetcher = Fetcher(redis, self.notifier, self.now_ms, self._retry_for, self._rng)
         self.shared = SharedDelivery(redis, self.now_ms, self._dead_letter, queue_retry)
         self.assigner = GroupAssigner(redis)
+        self.holders = Holders(redis, self._release_held, ttl_ms=holder_ttl_ms)
 
     async def close(self) -> None:
-        """Flush counters and stop the notification listener."""
+        """Hand on the group leases still held, flush counters and stop the notification
+        listener."""
+        await self.holders.close()
         await self.counters.close()
         await self.notifier.close()
 

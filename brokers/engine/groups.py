@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from brokers.engine.keys import PartitionKeys
 from brokers.engine.model import Delivery
 from brokers.engine.read import READ_FN, parse_spans
-from brokers.engine.redisio import AnyRedis, Script
+from brokers.engine.redisio import AnyRedis, Script, run_pipelined
 
 LOCKED, EMPTY, FOUND = -1, 0, 1
 
@@ -375,13 +375,16 @@ return res
 RELEASE_OWNER = Script(
     RANGES_FN
     + """
--- ARGV: owner, now. Every range leased by `owner` is due again at once (its connection
--- went away: not an attempt, marked redelivered). Returns how many ranges.
+-- ARGV: owner, now, prefix (1: every owner starting with `owner`). Every range leased by
+-- `owner` is due again at once (its connection, or its process, went away: not an
+-- attempt, marked redelivered). A lease already past its deadline stays as it is: it
+-- expired, a failed attempt, whoever looks at it first. Returns how many ranges.
+local owner, now, by_prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local n = 0
 for _, st in ipairs(redis.call('ZRANGE', K.rs, 0, -1)) do
   local r = get_range(tonumber(st))
-  if r.owner == ARGV[1] then
-    r.owner = ''; r.flag = 'r'; r.deadline = tonumber(ARGV[2]); put_range(r); n = n + 1
+  if r.deadline > now and (r.owner == owner or (by_prefix and string.sub(r.owner, 1, #owner) == owner)) then
+    r.owner = ''; r.flag = 'r'; r.deadline = now; put_range(r); n = n + 1
   end
 end
 return n
@@ -535,12 +538,20 @@ async def settle(
 
 
 async def release_owner(
-    client: AnyRedis, topic: str, partition: int, cid: str, owner: str, *, now_ms: int
+    client: AnyRedis,
+    topic: str,
+    partitions: Sequence[int],
+    cid: str,
+    owner: str,
+    *,
+    now_ms: int,
+    prefix: bool = False,
 ) -> int:
-    """Every range ``owner`` leased on ``partition`` is due again at once; how many."""
-    return int(
-        await RELEASE_OWNER(client, _keys(topic, partition, cid), (owner.replace("|", "/"), now_ms))
-    )
+    """Every range ``owner`` (with ``prefix``: every owner whose name starts with it)
+    leased on ``partitions`` is due again at once; how many. One round trip."""
+    args = (owner.replace("|", "/"), now_ms, 1 if prefix else 0)
+    calls = [(_keys(topic, p, cid), args) for p in partitions]
+    return sum(int(n) for n in await run_pipelined(client, RELEASE_OWNER, calls))
 
 
 async def dead_runs(

@@ -13,6 +13,8 @@
 * ``{o:<topic>}`` — the partition counter of a topic's produce in turn (:mod:`.rotation`).
 * ``{a:<topic>:<app>}`` — partition-group assignment of a group's members
   (:mod:`.assignment`).
+* ``{holders}`` — the live lease holders (processes); ``{holder:<id>}`` — the consumer
+  groups one of them leased from (:mod:`.holders`).
 
 Topic and app names are restricted by the catalog to ``[A-Za-z0-9._-]``, so ``:`` and
 ``#`` are safe separators; a broadcast consumer id is ``<app>#<clientId>``.
@@ -227,6 +229,17 @@ def mailbox_key(space: str, name: str) -> str:
 def inbox_channel(space: str, owner: str) -> str:
     """Pub/sub channel on which ``owner`` hears the messages for its mailboxes of ``space``."""
     return f"{PREFIX}:ib:{space}:{owner}"
+
+
+def holders_key() -> str:
+    """Sorted set of the lease-holding processes, scored by when they lapse (ms)."""
+    return f"{PREFIX}:{{holders}}"
+
+
+def holder_groups_key(holder: str) -> str:
+    """Sorted set of the consumer groups ``holder`` leased from, scored by when the last of
+    those leases ends (ms)."""
+    return f"{PREFIX}:{{holder:{holder}}}:groups"
 
 
 def turn_key(topic: str) -> str:

@@ -221,14 +221,20 @@ class SharedDelivery:
         partitions: Sequence[int],
         owner: str,
         client_id: str | None,
+        *,
+        prefix: bool = False,
     ) -> int:
-        """Everything ``owner`` leased on ``partitions`` is due again at once."""
-        cid = consumer_id(app, client_id)
-        now = self._now_ms()
-        n = 0
-        for p in partitions:
-            n += await groups.release_owner(self._client, topic.code, p, cid, owner, now_ms=now)
-        return n
+        """Everything ``owner`` (with ``prefix``: every owner whose name starts with it)
+        leased on ``partitions`` is due again at once."""
+        return await groups.release_owner(
+            self._client,
+            topic.code,
+            partitions,
+            consumer_id(app, client_id),
+            owner,
+            now_ms=self._now_ms(),
+            prefix=prefix,
+        )
 
 
 async def _records(

@@ -69,7 +69,7 @@ async def test_release_owner_redelivers_without_an_attempt(make_engine, clock):
     engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
     await _fill(engine, 2)
     await _lease(engine, clock, owner="conn1")
-    assert await release_owner(engine.redis, "t", 0, "a", "conn1", now_ms=engine.now_ms()) == 1
+    assert await release_owner(engine.redis, "t", [0], "a", "conn1", now_ms=engine.now_ms()) == 1
     again = await _lease(engine, clock, owner="conn2")
     assert [(d.index, d.attempts, d.redelivered) for d in again.deliveries] == [
         (0, 1, True),

@@ -6,6 +6,7 @@ processes see it); each broker's output goes to its own log file, kept across re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -67,6 +68,20 @@ class BrokerProcesses:
         proc = self.procs[broker_id]
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+    def kill_tree(self, broker_id: int) -> None:
+        """kill -9 of the broker and its worker processes at once (a lost machine): no
+        worker outlives the parent to stop gracefully."""
+        proc = self.procs[broker_id]
+        try:
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+                children = [int(pid) for pid in f.read().split()]
+        except OSError:
+            children = []
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.kill(broker_id)
 
     def alive(self, broker_id: int) -> bool:
         return self.procs[broker_id].poll() is None

@@ -28,6 +28,7 @@ from brokers.engine.errors import (
     TopicNotFound,
 )
 from brokers.engine.fetch import Fetcher
+from brokers.engine.holders import Holders
 from brokers.engine.model import (
     Delivery,
     QoS,
@@ -59,6 +60,7 @@ class EngineBase:
     counters: Counters
     gate: Gate
     shared: SharedDelivery
+    holders: Holders
     _catalog: Callable[[], CatalogSnapshot]
     _clock: Callable[[], float]
     _rng: random.Random

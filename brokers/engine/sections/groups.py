@@ -13,6 +13,7 @@ from brokers.engine.catalog import (
     ConsumerPolicyInfo,
     TopicInfo,
 )
+from brokers.engine.errors import TopicNotFound
 from brokers.engine.groups import GroupStats, count_dropped, group_stats, purge_partitions
 from brokers.engine.groups import expire as expire_records
 from brokers.engine.groups import forget as forget_progress
@@ -51,21 +52,20 @@ class GroupSection(EngineBase):
         if policy.paused or count <= 0:
             return result
         granted = await self.gate.admit_consume(policy, count)
+        lease_ms = lease_ms if lease_ms is not None else policy.ack_timeout_ms
         try:
+            # recorded before leasing: a process that dies holding leases is known to
+            # have held them in this group (:mod:`brokers.engine.holders`)
+            await self.holders.register(topic, app, client_id, lease_ms)
             result = await self.shared.lease(
                 info,
                 policy,
                 tuple(range(info.partitions)),  # every broker serves push consumers
                 count=granted,
-                owner=owner,
+                owner=self.holders.owner(owner),
                 address=address or "",
                 client_id=client_id,
-                args=self.shared.args(
-                    info,
-                    policy,
-                    lease_ms if lease_ms is not None else policy.ack_timeout_ms,
-                    start if client_id else "earliest",
-                ),
+                args=self.shared.args(info, policy, lease_ms, start if client_id else "earliest"),
             )
         except BaseException:
             if policy.rate_limit:
@@ -152,7 +152,20 @@ class GroupSection(EngineBase):
         connection closed); how many leases."""
         info = self.group_topic(topic)
         return await self.shared.release_owner(
-            info, app, tuple(range(info.partitions)), owner, client_id
+            info, app, tuple(range(info.partitions)), self.holders.owner(owner), client_id
+        )
+
+    async def _release_held(
+        self, topic: str, app: str, client_id: str | None, owner_prefix: str
+    ) -> int:
+        """Every range of the group (``topic``, ``app``, ``client_id``) leased by an owner
+        named ``owner_prefix``… (a lease holder that is gone) is due again at once."""
+        try:
+            info = self.group_topic(topic)
+        except TopicNotFound:  # deleted since: nothing left to hand on
+            return 0
+        return await self.shared.release_owner(
+            info, app, tuple(range(info.partitions)), owner_prefix, client_id, prefix=True
         )
 
     async def expire(self, topic: str) -> int:

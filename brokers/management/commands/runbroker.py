@@ -315,7 +315,13 @@ async def run(
 
     watcher.on_change(changed)
     await watcher.start()
-    engine = Engine(client, lambda: watcher.current, broker_id=broker_id)
+    # a process that stops renewing its group leases for two of these is taken for dead
+    # and its leases handed on (brokers.engine.holders): five heartbeats, 10 s by default
+    holder_ttl_ms = round(settings.BROKER_HEARTBEAT_SECONDS * 5000)
+    engine = Engine(
+        client, lambda: watcher.current, broker_id=broker_id, holder_ttl_ms=holder_ttl_ms
+    )
+    engine.holders.start()
     ports = {"jmq4_port": jmq4_port, "zbus_port": zbus_port, "vibemq_port": vibemq_port}
     servers = await start_servers(engine, watcher, broker_id, bind, **ports, reuse_port=reuse_port)
     tune_gc()

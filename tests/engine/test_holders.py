@@ -1,0 +1,118 @@
+"""Lease holders (brokers.engine.holders): the group leases of an engine that stops
+renewing — its process died — are due again once it has lapsed, without waiting for the
+leases to expire; a live or another holder's leases stay; a closing engine hands on what
+it holds itself; a holder taken for dead records its groups again."""
+
+from __future__ import annotations
+
+import asyncio
+
+from brokers.engine import Message
+from brokers.engine.background import cancel_and_wait
+from brokers.engine.keys import holder_groups_key, holders_key
+from tests.engine.conftest import snapshot
+
+TTL_MS = 300  # renewed every 100 ms, taken for dead 600 ms after its last renewal
+LEASE_MS = 600_000  # zbus sessions' lease: 10 minutes
+
+
+def _catalog():
+    return snapshot(topics={"t": {"partitions": 2}}, consumers=[{"topic": "t", "app": "a"}])
+
+
+async def _fill(engine, n: int) -> None:
+    for i in range(n):
+        await engine.append("t", "a", [Message(b"m%d" % i)], partition=i % 2)
+
+
+async def _lease(engine, owner: str, count: int = 10) -> list:
+    """Up to ``count`` messages from both partitions, leased for ``owner``."""
+    out = []
+    for _ in range(2):
+        got = await engine.lease("t", "a", count=count, owner=owner, lease_ms=LEASE_MS)
+        out += got.deliveries
+    return out
+
+
+async def _die(engine) -> None:
+    """What kill -9 leaves: the holder stops renewing, nothing is released."""
+    await cancel_and_wait(engine.holders._task)
+    engine.holders._task = None
+    engine.holders._closed = True  # and its close() does nothing either
+
+
+async def _lease_until(engine, owner: str, want: int, seconds: float) -> tuple[list, float]:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    got: list = []
+    while len(got) < want and loop.time() - started < seconds:
+        got += await _lease(engine, owner)
+        await asyncio.sleep(0.05)
+    return got, loop.time() - started
+
+
+async def test_a_dead_holders_leases_are_due_again_once_it_lapsed(make_engine):
+    a = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    b = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    await _fill(a, 6)
+    held = await _lease(a, "zbus-conn-1")
+    assert len(held) == 6
+    assert await _lease(b, "zbus-conn-2") == []  # all leased, for 10 minutes
+    await _die(a)
+    got, took = await _lease_until(b, "zbus-conn-2", 6, 5.0)
+    assert sorted(d.record for d in got) == sorted(d.record for d in held)
+    assert all(d.redelivered for d in got)  # as when a connection closes: not an attempt
+    assert all(d.attempts == 1 for d in got)
+    assert took < 2.0  # two TTLs and a sweep round, not the 10-minute lease
+    assert await b.redis.exists(holder_groups_key(a.holders.id)) == 0  # forgotten
+    assert await b.redis.zscore(holders_key(), a.holders.id) is None
+
+
+async def test_a_live_holders_leases_stay_leased(make_engine):
+    a = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    b = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    await _fill(a, 4)
+    assert len(await _lease(a, "conn-a")) == 4
+    got, _ = await _lease_until(b, "conn-b", 1, 1.5)  # five TTLs of sweeping by b
+    assert got == []
+
+
+async def test_only_the_dead_holders_ranges_come_back(make_engine):
+    a = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    c = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    b = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    await _fill(a, 4)
+    from_a = await _lease(a, "conn", count=1)  # one per partition
+    from_c = await _lease(c, "conn", count=1)  # the same owner name, another process
+    assert len(from_a) == len(from_c) == 2
+    await _die(a)
+    got, _ = await _lease_until(b, "conn-b", 2, 5.0)
+    await asyncio.sleep(0.3)
+    got += await _lease(b, "conn-b")
+    assert sorted(d.record for d in got) == sorted(d.record for d in from_a)
+
+
+async def test_a_closing_engine_hands_on_what_it_still_holds(make_engine):
+    a = make_engine(_catalog(), holder_ttl_ms=60_000)
+    b = make_engine(_catalog(), holder_ttl_ms=60_000)
+    await _fill(a, 3)
+    assert len(await _lease(a, "conn-a")) == 3
+    await a.close()
+    got = await _lease(b, "conn-b")
+    assert len(got) == 3 and all(d.redelivered for d in got)
+
+
+async def test_a_holder_taken_for_dead_records_its_groups_again(make_engine):
+    a = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    b = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    await _fill(a, 4)
+    await _lease(a, "conn-a", count=1)
+    await cancel_and_wait(a.holders._task)  # paused: no renewal for a while
+    a.holders._task = None
+    got, _ = await _lease_until(b, "conn-b", 4, 5.0)  # 2 free, then the 2 a held
+    assert len(got) == 4  # b took a for dead and handed its leases on
+    assert await b.redis.exists(holder_groups_key(a.holders.id)) == 0
+    await a.holders._renew()  # back: its entry is gone, so it forgets what it recorded
+    assert a.holders._registered == {}
+    await _lease(a, "conn-a", count=1)
+    assert await a.redis.exists(holder_groups_key(a.holders.id)) == 1
