@@ -127,28 +127,27 @@ def _logical_lines(text: str) -> list[str]:
     return result
 
 
+# A backslash and what it escapes: \uXXXX (the "u" alone is malformed) or any one character.
+_ESCAPE = re.compile(r"\\(u(?:[0-9a-fA-F]{4})?|[\s\S])")
+_ESCAPED_CHARS = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape_one(match: re.Match[str]) -> str:
+    escaped = match.group(1)
+    if escaped[0] == "u":
+        if len(escaped) != 5:
+            raise InvalidMessage("malformed \\uXXXX in attributes")
+        return chr(int(escaped[1:], 16))
+    return _ESCAPED_CHARS.get(escaped, escaped)
+
+
 def _unescape(text: str) -> str:
     if "\\" not in text:  # most keys and values of an escaped block have no escape
         return text
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch != "\\" or i + 1 >= n:
-            out.append(ch)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u":
-            digits = text[i + 2 : i + 6]
-            if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
-                raise InvalidMessage("malformed \\uXXXX in attributes")
-            out.append(chr(int(digits, 16)))
-            i += 6
-            continue
-        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
-        i += 2
-    joined = "".join(out)
+    # one regex pass (a trailing lone backslash stays as it is)
+    joined = _ESCAPE.sub(_unescape_one, text)
+    if "\\u" not in text:
+        return joined
     # join surrogate pairs written as two \u escapes
     return joined.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
 
@@ -190,7 +189,16 @@ _ESCAPED_LINE = re.compile(r"((?:\\[\s\S]?|[^=: \t\f\\])*)[ \t\f]*(?:[=:][ \t\f]
 def _full_attributes(text: str) -> dict[str, str]:
     """Java-Properties text with escapes and continuations."""
     result: dict[str, str] = {}
-    for line in _logical_lines(text):
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "\\\n" in text or text.endswith("\\"):  # maybe a continued line
+        lines = _logical_lines(text)
+    else:  # every physical line is a logical one (what the codec writes)
+        lines = [
+            line
+            for line in (raw.lstrip(" \t\f") for raw in text.split("\n"))
+            if line and line[0] not in "#!"
+        ]
+    for line in lines:
         m = _ESCAPED_LINE.match(line)
         assert m is not None  # the pattern matches every text
         result[_unescape(m.group(1))] = _unescape(m.group(2))

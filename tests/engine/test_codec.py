@@ -451,9 +451,51 @@ def test_printable_attributes_escape_as_character_by_character(text: str) -> Non
         assert decode_attributes(encode_attributes({"k": text})) == {"k": text}
 
 
+def _unescape_char_by_char(text: str) -> str:
+    """Java-Properties unescaping one character at a time (the codec's regex must agree)."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch != "\\" or i + 1 >= n:
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u":
+            digits = text[i + 2 : i + 6]
+            if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                raise InvalidMessage("malformed \\uXXXX in attributes")
+            out.append(chr(int(digits, 16)))
+            i += 6
+            continue
+        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
+        i += 2
+    joined = "".join(out)
+    return joined.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+
+
+_ESCAPED_PIECES = [*"ab =:\\\t\f\n\r#!u0", "\\u0041", "\\u00e9", "\\uD83D\\uDE00", "\\u12", "\\"]
+
+
+@given(st.lists(st.sampled_from(_ESCAPED_PIECES), max_size=40).map("".join))
+def test_unescape_agrees_with_character_by_character(text: str) -> None:
+    from brokers.engine.record import _unescape
+
+    try:
+        expected = _unescape_char_by_char(text)
+    except InvalidMessage:
+        with pytest.raises(InvalidMessage):
+            _unescape(text)
+        return
+    assert _unescape(text) == expected
+
+
 def _full_attributes_char_by_char(text: str) -> dict[str, str]:
     """The escaped-text parser one character at a time (the codec's regex must agree)."""
-    from brokers.engine.record import _logical_lines, _unescape
+    from brokers.engine.record import _logical_lines
+
+    _unescape = _unescape_char_by_char
 
     result: dict[str, str] = {}
     for line in _logical_lines(text):
@@ -477,7 +519,7 @@ def _full_attributes_char_by_char(text: str) -> dict[str, str]:
     return result
 
 
-@given(st.lists(st.sampled_from([*"ab =:\\\t\f\n\r#!u0", "\\u0041"]), max_size=40).map("".join))
+@given(st.lists(st.sampled_from(_ESCAPED_PIECES), max_size=40).map("".join))
 def test_escaped_attribute_text_parses_as_character_by_character(text: str) -> None:
     from brokers.engine.record import _full_attributes
 
