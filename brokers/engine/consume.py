@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from brokers.engine.keys import PartitionKeys, notify_channel
 from brokers.engine.model import Delivery
 from brokers.engine.read import READ_FN, parse_spans
-from brokers.engine.redisio import AnyRedis, Script
+from brokers.engine.redisio import AnyRedis, Script, run_pipelined
 
 LOCKED, EMPTY, FOUND = -1, 0, 1
 
@@ -100,6 +100,40 @@ redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 """
 )
+
+
+RELEASE_HELD = Script(
+    """
+-- KEYS: state. ARGV: owner prefix, now, channel, partition. Unlock without committing when
+-- the lock's owner starts with the prefix (a process that is gone) and it has not expired
+-- (an expired lock is free already). 1 when unlocked; wakes long polls.
+local st = redis.call('HMGET', KEYS[1], 'lo', 'le')
+if not st[1] or string.sub(st[1], 1, #ARGV[1]) ~= ARGV[1] then return 0 end
+if tonumber(st[2] or '0') <= tonumber(ARGV[2]) then return 0 end
+redis.call('HDEL', KEYS[1], 'lo', 'lt', 'le', 'ls', 'lend')
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 1
+"""
+)
+
+
+async def release_held(
+    client: AnyRedis,
+    topic: str,
+    partitions: Sequence[int],
+    cid: str,
+    owner_prefix: str,
+    *,
+    now_ms: int,
+) -> int:
+    """Drop the unexpired locks on ``partitions`` whose owner starts with ``owner_prefix``
+    (a lease holder that is gone, :mod:`brokers.engine.holders`); how many. One round trip."""
+    channel = notify_channel(topic)
+    calls = [
+        ((PartitionKeys(topic, p).state(cid),), (owner_prefix, now_ms, channel, p))
+        for p in partitions
+    ]
+    return sum(int(n) for n in await run_pipelined(client, RELEASE_HELD, calls))
 
 
 def fetch_keys(keys: PartitionKeys, cid: str) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ from brokers.engine.access import Gate
 from brokers.engine.assignment import GroupAssigner
 from brokers.engine.catalog import CatalogSnapshot
 from brokers.engine.counters import Counters, MinuteTraffic
-from brokers.engine.errors import StoreUnavailable
+from brokers.engine.errors import StoreUnavailable, TopicNotFound
 from brokers.engine.fetch import Fetcher
 from brokers.engine.holders import DEFAULT_TTL_MS, Holders
 from brokers.engine.notify import Notifier
@@ -103,6 +103,19 @@ class Engine(
         await self.holders.close()
         await self.counters.close()
         await self.notifier.close()
+
+    async def _release_held(
+        self, topic: str, app: str, client_id: str | None, owner_prefix: str
+    ) -> int:
+        """What a gone lease holder (owners named ``owner_prefix``…) held in the group
+        (``topic``, ``app``, ``client_id``): leased ranges and partition locks, due again
+        at once; how many (:mod:`brokers.engine.holders`)."""
+        try:
+            info = self.group_topic(topic)
+        except TopicNotFound:  # deleted since: nothing left to hand on
+            return 0
+        leases = await self._release_held_leases(info, app, client_id, owner_prefix)
+        return leases + await self._release_held_locks(info, app, client_id, owner_prefix)
 
     async def traffic(
         self, dimension: str, name: str, start_ms: int, end_ms: int

@@ -1,10 +1,13 @@
-"""Lease holders: the consumer-group leases of a process that dies are handed on at once.
+"""Lease holders: what a process that dies held for its connections is handed on at once.
 
-A consumer group's leased ranges name who holds them (``owner``: a connection, a
-dispatcher). A server releases what a connection held when it closes; when the whole
-process dies nobody does, and its leases — messages in flight to its clients and what it
-had read ahead — were due again only when they expired: the group's lease time, 10 minutes
-for zbus sessions. So each engine that leases is a *holder* with an id of its own:
+A consumer group's leased ranges (zbus sessions, VibeMQ subscribers) and a pull
+consumer's partition locks taken for a connection (JMQ4) name who holds them (``owner``).
+A server releases what a connection held when it closes; when the whole process dies
+nobody does, and its leases — messages in flight to its clients and what it had read
+ahead — were due again only when they expired (the group's lease time: 10 minutes for zbus
+sessions), its locks kept their partitions from every other consumer until the ack
+timeout (300 s by default). So each engine that leases or locks for connections is a
+*holder* with an id of its own:
 
 - every owner it leases for is stored as ``<holder>/<owner>``;
 - its first lease in a group records the group under the holder (``{holder:<id>}``, scored
@@ -14,8 +17,8 @@ for zbus sessions. So each engine that leases is a *holder* with an id of its ow
 - every holder sweeps: an entry lapsed for ``ttl_ms`` more is a dead process. The sweeper
   claims it (one script: removed only if still lapsed), and in each group the dead holder
   recorded its leased ranges are due again at once, marked redelivered — as when a
-  connection closes. A lease that had expired before is left to be what expiry makes it,
-  a failed attempt. At least once: a message a dead process's client had handled but not
+  connection closes — and its partition locks are dropped. A lease that had expired before
+  is left to be what expiry makes it, a failed attempt. At least once: a message a dead process's client had handled but not
   acked is delivered again.
 
 Liveness is wall-clock time, whatever clock the engine stamps messages with. A process

@@ -116,3 +116,54 @@ async def test_a_holder_taken_for_dead_records_its_groups_again(make_engine):
     assert a.holders._registered == {}
     await _lease(a, "conn-a", count=1)
     assert await a.redis.exists(holder_groups_key(a.holders.id)) == 1
+
+
+async def test_a_dead_holders_partition_locks_are_dropped_not_those_of_stateless_clients(
+    make_engine,
+):
+    """A JMQ4 connection's lock (``held``) goes with its dead process; an HTTP-MQ client's
+    lock (not held: any proxy process serves its next request) waits for its ack timeout."""
+    catalog = snapshot(
+        topics={"t": {"partitions": 2}},
+        consumers=[{"topic": "t", "app": "a", "ack_timeout_ms": 600_000}],
+    )
+    a = make_engine(catalog, holder_ttl_ms=TTL_MS)
+    b = make_engine(catalog, holder_ttl_ms=TTL_MS)
+    for i in range(4):
+        await a.append("t", "a", [Message(b"m%d" % i)], partition=i % 2)
+    jmq4 = await a.fetch("t", "a", owner="conn-1", held=True)
+    http = await a.fetch("t", "a", owner="http:10.0.0.1")
+    assert {jmq4.partition, http.partition} == {0, 1}
+    b.holders.start()  # a broker process renews and sweeps from its start
+    await _die(a)
+    loop = asyncio.get_running_loop()
+    started, got = loop.time(), None
+    while loop.time() - started < 5:
+        got = await b.fetch("t", "a", owner="conn-2", held=True)
+        if got.found:
+            break
+        await asyncio.sleep(0.05)
+    assert got is not None and got.found and got.partition == jmq4.partition
+    assert [d.record for d in got.messages] == [d.record for d in jmq4.messages]
+    assert not (await b.fetch("t", "a", owner="conn-2", held=True)).found  # http's: locked
+
+
+async def test_held_locks_ack_and_unlock_as_their_fetch_took_them(make_engine):
+    a = make_engine(_catalog(), holder_ttl_ms=60_000)
+    await _fill(a, 4)
+    first = await a.fetch("t", "a", owner="conn-1", held=True)
+    assert first.found
+    assert not await a.unlock("t", "a", first.partition, owner="conn-1")  # not the same owner
+    assert await a.unlock("t", "a", first.partition, owner="conn-1", held=True)
+    again = await a.fetch("t", "a", owner="conn-1", held=True)
+    assert again.found
+    acked = await a.ack(
+        "t",
+        "a",
+        again.partition,
+        [d.index for d in again.messages],
+        owner="conn-1",
+        token=again.lock_token,
+        held=True,
+    )
+    assert acked.status.name == "OK"

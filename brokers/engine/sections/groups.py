@@ -13,7 +13,6 @@ from brokers.engine.catalog import (
     ConsumerPolicyInfo,
     TopicInfo,
 )
-from brokers.engine.errors import TopicNotFound
 from brokers.engine.groups import GroupStats, count_dropped, group_stats, purge_partitions
 from brokers.engine.groups import expire as expire_records
 from brokers.engine.groups import forget as forget_progress
@@ -155,15 +154,11 @@ class GroupSection(EngineBase):
             info, app, tuple(range(info.partitions)), self.holders.owner(owner), client_id
         )
 
-    async def _release_held(
-        self, topic: str, app: str, client_id: str | None, owner_prefix: str
+    async def _release_held_leases(
+        self, info: TopicInfo, app: str, client_id: str | None, owner_prefix: str
     ) -> int:
-        """Every range of the group (``topic``, ``app``, ``client_id``) leased by an owner
-        named ``owner_prefix``… (a lease holder that is gone) is due again at once."""
-        try:
-            info = self.group_topic(topic)
-        except TopicNotFound:  # deleted since: nothing left to hand on
-            return 0
+        """Every unexpired range of the group leased by an owner named ``owner_prefix``…
+        (a lease holder that is gone) is due again at once."""
         return await self.shared.release_owner(
             info, app, tuple(range(info.partitions)), owner_prefix, client_id, prefix=True
         )

@@ -18,7 +18,7 @@ from brokers.engine.catalog import (
     ConsumerPolicyInfo,
     TopicInfo,
 )
-from brokers.engine.consume import release
+from brokers.engine.consume import release, release_held
 from brokers.engine.errors import (
     ConsumerClientNotAllowed,
     ConsumerPaused,
@@ -92,6 +92,7 @@ class PullSection(EngineBase):
         address: str = "",
         start_position: str | None = None,
         reported_address: str | None = None,
+        held: bool = False,
     ) -> FetchResult:
         """Lock a partition and read from its ack index (JMQ4 FETCH_TOPIC_MESSAGE, HTTP-MQ).
 
@@ -112,7 +113,14 @@ class PullSection(EngineBase):
         blacklisted ``address`` → BLACKLISTED, paused → PAUSED, over its rate limit →
         RATE_LIMITED (none of them reads or locks). A fetch costs one permit of the
         rate limit and every message it returns one more (http-mq.md §11).
+
+        ``held``: the lock is held for a connection of this process (JMQ4), not for a
+        client that any process may serve next (HTTP-MQ); if the process dies, another
+        hands it on (:mod:`brokers.engine.holders`). Pass the same to :meth:`ack` and
+        :meth:`unlock`.
         """
+        if held:
+            owner = await self._hold(topic, app, client_id, owner, ack_timeout_ms)
         return await self._gated_fetch(
             topic,
             app,
@@ -264,6 +272,30 @@ class PullSection(EngineBase):
             )
         return result, consumed
 
+    async def _hold(
+        self, topic: str, app: str, client_id: str | None, owner: str, ack_timeout_ms: int
+    ) -> str:
+        """``owner`` as this process holds it; the group recorded for the holder's sweep
+        (for as long as the policy's ack timeout when the fetch gives none)."""
+        if ack_timeout_ms <= 0:
+            policy = self.catalog.consumer(topic, app)
+            ack_timeout_ms = policy.ack_timeout_ms if policy is not None else 0
+        await self.holders.register(topic, app, client_id, ack_timeout_ms)
+        return self.holders.owner(owner)
+
+    async def _release_held_locks(
+        self, info: TopicInfo, app: str, client_id: str | None, owner_prefix: str
+    ) -> int:
+        """Drop the unexpired partition locks of a gone holder (``owner_prefix``…)."""
+        return await release_held(
+            self.redis,
+            info.code,
+            range(info.partitions),
+            consumer_id(app, client_id),
+            owner_prefix,
+            now_ms=self.now_ms(),
+        )
+
     async def ack(
         self,
         topic: str,
@@ -276,13 +308,17 @@ class PullSection(EngineBase):
         token: int | None = None,
         client_id: str | None = None,
         reason: str | None = None,
+        held: bool = False,
     ) -> AckResult:
         """JMQ4 COMMIT_ACK of a contiguous run of indexes on one partition.
 
         Partition 32767 acks retry ids. A ``retry_type`` other than NONE copies the
         messages to the retry store and still acks (a sequential topic, or a policy with
         retry off and no force-ack, only releases the lock: the run is delivered again).
+        ``held`` as the fetch that took the lock had it.
         """
+        if held and owner:
+            owner = self.holders.owner(owner)
         info = self.topic(topic)
         policy = self._consumer(topic, app)
         self._broadcast(info, policy, client_id)
@@ -395,10 +431,14 @@ class PullSection(EngineBase):
         token: int | None = None,
         client_id: str | None = None,
         owner: str = "",
+        held: bool = False,
     ) -> bool:
         """Release a partition lock without committing: only if ``token`` still holds it;
-        without a token, only if ``owner`` (the ``owner`` of the fetch that took it) holds
-        it; with neither, whoever holds it. Wakes long polls on the partition."""
+        without a token, only if ``owner`` (the ``owner`` of the fetch that took it, with
+        its ``held``) holds it; with neither, whoever holds it. Wakes long polls on the
+        partition."""
+        if held and owner:
+            owner = self.holders.owner(owner)
         info = self.topic(topic)
         self._partition(info, partition)
         cid = consumer_id(app, client_id)

@@ -89,7 +89,9 @@ async def _release(
 ) -> None:
     cid = consumer_client_id(ctx, info, app, session)
     try:
-        await ctx.engine.unlock(info.code, app, partition, token=token, client_id=cid, owner=owner)
+        await ctx.engine.unlock(
+            info.code, app, partition, token=token, client_id=cid, owner=owner, held=True
+        )
     except Exception:  # best effort: the lock expires anyway
         log.warning("JMQ4 could not release %s/%s for %s", info.code, partition, app)
 

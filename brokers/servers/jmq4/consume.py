@@ -98,6 +98,7 @@ async def _fetch_topic(
             owner=owner,
             client_id=consumer_client_id(ctx, topic, req.app, session),
             address=session.address,
+            held=True,  # the connection's lock: handed on if this process dies
         )
     except EngineError as exc:
         return TopicMessages(topic=entry.topic, code=engine_code(exc))
@@ -206,6 +207,7 @@ async def _ack_partition(
                 owner=session.connection_id,
                 token=token,
                 client_id=cid,
+                held=True,
             )
     except EngineError as exc:
         return engine_code(exc)
