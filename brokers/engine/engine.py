@@ -96,6 +96,7 @@ class Engine(
         self.shared = SharedDelivery(redis, self.now_ms, self._dead_letter, queue_retry)
         self.assigner = GroupAssigner(redis)
         self.holders = Holders(redis, self._release_held, ttl_ms=holder_ttl_ms)
+        self._expire_due = {}  # topic → (its groups, ms before which its sweep skips it)
 
     async def close(self) -> None:
         """Hand on the group leases still held, flush counters and stop the notification

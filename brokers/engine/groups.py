@@ -722,7 +722,10 @@ EXPIRE = Script(
     + """
 -- KEYS as a lease's. ARGV: now, ttl_ms, limit, mode ('group' | 'fan').
 -- Moves the group's cursor (or, mode 'fan', the partition's dispatch mark) over records
--- past their TTL that nobody was handed yet; returns them as triples, to dead-letter.
+-- past their TTL that nobody was handed yet; returns {when the next one can expire, then
+-- them as triples, to dead-letter}. The next one can expire when the first record left
+-- does, or, none left, a TTL from now; now when the walk stopped early (a pull consumer
+-- holds the partition, or `limit` was reached).
 local now, ttl, limit, mode = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local m = redis.call('HMGET', K.meta, 'min', 'next', 'fan')
 local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
@@ -732,11 +735,11 @@ if mode == 'fan' then
 else
   local st = redis.call('HMGET', K.state, 'ack', 'cur', 'le')
   local le = tonumber(st[3])
-  if le and le > now then return {} end  -- a pull consumer holds the partition
+  if le and le > now then return {s(now)} end  -- a pull consumer holds the partition
   cur = tonumber(st[2]) or tonumber(st[1]) or mn
 end
 if cur < mn then cur = mn end
-local out, n = {}, 0
+local out, n = {s(now + ttl)}, 0
 while cur < nxt and n < limit do
   local part = {}
   read_from(K.stream, cur, 16, part, nil)
@@ -744,8 +747,10 @@ while cur < nxt and n < limit do
   local live = false
   for i = 1, #part, 3 do
     local idx, c, rec = tonumber(part[i]), tonumber(part[i + 1]), part[i + 2]
-    if struct.unpack('>i8', rec, 40) + struct.unpack('>i4', rec, 48) + ttl > now then
+    local due = struct.unpack('>i8', rec, 40) + struct.unpack('>i4', rec, 48) + ttl
+    if due > now then
       live = true
+      out[1] = s(due)
       break
     end
     if idx + c > cur then
@@ -755,6 +760,7 @@ while cur < nxt and n < limit do
   end
   if live then break end
 end
+if n >= limit then out[1] = s(now) end
 if n > 0 then
   if mode == 'fan' then redis.call('HSET', K.meta, 'fan', s(cur))
   else redis.call('HSET', K.state, 'cur', s(cur)); refresh_ack(cur) end
@@ -773,15 +779,16 @@ async def expire(
     now_ms: int,
     ttl_ms: int,
     limit: int = 1000,
-) -> list[Delivery]:
+) -> tuple[list[Delivery], int]:
     """Move group ``cid``'s cursor (None: the fan-out dispatch mark) over the records
-    past their TTL that nobody was handed yet; those records, to dead-letter."""
+    past their TTL that nobody was handed yet; those records, to dead-letter, and the
+    time (ms) before which no other record of the partition can expire for the group."""
     flat = await EXPIRE(
         client,
         _keys(topic, partition, cid if cid is not None else "~fan"),
         (now_ms, ttl_ms, limit, "fan" if cid is None else "group"),
     )
-    return _triples(partition, flat, 0, len(flat), 1)
+    return _triples(partition, flat, 1, len(flat) - 1, 1), int(flat[0])
 
 
 JOIN = Script(

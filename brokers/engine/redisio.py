@@ -9,6 +9,7 @@ one connection (on a cluster: the connection of the node owning the key's slot).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from collections.abc import Sequence
@@ -102,12 +103,21 @@ class Script:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     async def __call__(self, client: AnyRedis, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
-            if type(client) is aioredis.Redis:  # a single Redis: pipelined with the turn's calls
-                return await coalescer(client).call("EVALSHA", self.sha, len(keys), *keys, *args)
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return await client.eval(self.source, len(keys), *keys, *args)
+        if type(client) is aioredis.Redis:  # a single Redis: pipelined with the turn's calls
+            batch = coalescer(client)
+            try:
+                return await batch.call("EVALSHA", self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                # A Redis that restarted knows no script. Loaded on the same pipelined
+                # connection, not by EVAL on a pool connection per caller: a sweep of
+                # hundreds of calls at once used up the pool.
+                await batch.call("SCRIPT", "LOAD", self.source)
+                with contextlib.suppress(NoScriptError):  # unless flushed again meanwhile
+                    return await batch.call("EVALSHA", self.sha, len(keys), *keys, *args)
+        else:
+            with contextlib.suppress(NoScriptError):
+                return await client.evalsha(self.sha, len(keys), *keys, *args)
+        return await client.eval(self.source, len(keys), *keys, *args)
 
 
 async def run_pipelined(

@@ -78,3 +78,18 @@ async def test_broker_client_packs_with_hiredis_like_redis_py(redis_url):
     finally:
         await client.aclose()
         await client.connection_pool.disconnect()
+
+
+async def test_a_restarted_redis_gets_each_script_loaded_without_a_connection_per_caller(
+    redis_url,
+):
+    """Hundreds of calls meeting NOSCRIPT at once (a Redis that restarted) load the script
+    on the pipelined connection: the pool is not asked for a connection per caller."""
+    client = aioredis.from_url(redis_url, max_connections=4)
+    try:
+        await client.script_flush()
+        results = await asyncio.gather(*(ECHO(client, [f"k{i}"], [i]) for i in range(500)))
+        assert [int(r[1]) for r in results] == list(range(500))
+        assert len(client.connection_pool._in_use_connections) <= 1
+    finally:
+        await client.aclose()

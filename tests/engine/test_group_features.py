@@ -195,3 +195,67 @@ async def test_broadcast_members_each_get_every_message(make_engine):
     assert await take(engine, client_id="x") == []
     await engine.release("q", "a", 0, [y[0].index], client_id="y")
     assert [d.redelivered for d in await take(engine, client_id="y")] == [True]
+
+
+async def _sweep_until(engine, clock, seconds: float, step: float = 0.25) -> dict[float, int]:
+    """Sweep every ``step`` s of the fake clock; {elapsed: expired} of the sweeps that
+    expired something."""
+    out, elapsed = {}, 0.0
+    while elapsed <= seconds:
+        n = await engine.expire("q")
+        if n:
+            out[elapsed] = n
+        clock.advance(step)
+        elapsed += step
+    return out
+
+
+async def test_the_sweep_expires_each_message_at_the_first_sweep_past_its_ttl(
+    make_engine, clock, monkeypatch
+):
+    """The sweep skips a queue until its first message left can expire, and still
+    expires every message at the first sweep after its TTL (never later)."""
+    from brokers.engine.sections import groups as section
+
+    looks = []
+    real = section.expire_records
+
+    async def counted(*args, **kwargs):
+        looks.append(1)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(section, "expire_records", counted)
+    engine = make_engine(queue_snap(message_ttl_ms=4000))
+    await publish(engine, b"a")  # expires at 4.0 s
+    clock.advance(1.0)
+    await publish(engine, b"b")  # expires at 5.0 s
+    clock.advance(1.0)  # the sweeps start at 2.0 s
+    expired = await _sweep_until(engine, clock, 4.0, step=0.5)
+    assert expired == {2.0: 1, 3.0: 1}  # the sweeps at 4.0 s and 5.0 s
+    # 9 sweeps; looks at 2.0 s, then within the clock margin (1 s) of each message's TTL
+    assert len(looks) == 6
+    await publish(engine, b"c")  # at 6.5 s: expires at 10.5 s
+    clock.advance(2.0)  # past the skip the last look set (nothing was left then)
+    assert await engine.expire("q") == 0  # a look: c is due at 10.5 s
+    looks.clear()
+    for _ in range(3):  # to 9.25 s: c cannot expire yet, and nothing older is left
+        clock.advance(0.25)
+        assert await engine.expire("q") == 0
+    assert looks == []
+
+
+async def test_a_group_added_is_swept_at_once(make_engine, clock):
+    """A skip holds for the groups it looked at: a new consumer group (whose cursor may be
+    behind) makes the next sweep look again."""
+    engine = make_engine(queue_snap(message_ttl_ms=5000))
+    await publish(engine, b"a")  # expires at 5 s
+    assert await take(engine) != []  # group a was handed it
+    clock.advance(3.0)
+    assert await engine.expire("q") == 0  # nothing unhanded for a: skipped until 7 s
+    snap = snapshot(
+        topics={"q": {"partitions": 1, "queue": QueueSettings(message_ttl_ms=5000)}},
+        consumers=[{"topic": "q", "app": "a"}, {"topic": "q", "app": "b"}],
+    )
+    engine.set_snapshot(snap)
+    clock.advance(2.5)
+    assert await engine.expire("q") == 1  # b's copy, expired before b was handed it

@@ -61,6 +61,7 @@ class EngineBase:
     gate: Gate
     shared: SharedDelivery
     holders: Holders
+    _expire_due: dict[str, tuple[tuple[str | None, ...], int]]
     _catalog: Callable[[], CatalogSnapshot]
     _clock: Callable[[], float]
     _rng: random.Random

@@ -6,6 +6,7 @@ A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Sequence
 
@@ -21,6 +22,12 @@ from brokers.engine.groups import keep as keep_progress
 from brokers.engine.keys import consumer_id
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.shared import Lease
+
+EXPIRE_RECHECK_MS = 10_000
+"""The longest a topic's TTL sweep skips it on the strength of an earlier look."""
+EXPIRE_CLOCK_MARGIN_MS = 1_000
+"""Store times come from the clocks of the producing brokers: a look is repeated this much
+before the first message left is due by ours."""
 
 
 class GroupSection(EngineBase):
@@ -166,23 +173,36 @@ class GroupSection(EngineBase):
     async def expire(self, topic: str) -> int:
         """Expire the messages of a topic with a TTL that no consumer was handed yet (the
         periodic sweep: a queue nobody consumes still sheds them): dead-lettered to the
-        topic's DLQ, or counted dropped. How many."""
+        topic's DLQ, or counted dropped. How many.
+
+        Every partition and group in one round trip; then nothing is read again before
+        the first message left can expire (at most :data:`EXPIRE_RECHECK_MS` later, so a
+        group added or moved back meanwhile waits no longer): a sweep of thousands of
+        queues costs Redis only for those with something due."""
         info = self.group_topic(topic)
         ttl = info.queue.message_ttl_ms
         if ttl is None:
             return 0
-        cids: list[str | None] = list(self._group_ids(info)) or [None]
-        n = 0
-        for p in range(info.partitions):
-            for cid in cids:
-                gone = await expire_records(
-                    self.redis, topic, p, cid, now_ms=self.now_ms(), ttl_ms=ttl
-                )
-                for d in gone:
-                    if not await self._dead_letter(topic, cid or "", d, "MessageExpired", 0):
-                        await count_dropped(self.redis, topic, p, d.count)
-                n += len(gone)
-        return n
+        cids: tuple[str | None, ...] = tuple(self._group_ids(info)) or (None,)
+        now = self.now_ms()
+        known = self._expire_due.get(topic)
+        if known is not None and known[0] == cids and known[1] > now:
+            return 0
+
+        async def one(p: int, cid: str | None) -> tuple[int, int]:
+            gone, due = await expire_records(self.redis, topic, p, cid, now_ms=now, ttl_ms=ttl)
+            for d in gone:
+                if not await self._dead_letter(topic, cid or "", d, "MessageExpired", 0):
+                    await count_dropped(self.redis, topic, p, d.count)
+            return len(gone), due
+
+        results = await asyncio.gather(*(one(p, c) for p in range(info.partitions) for c in cids))
+        due = min(d for _, d in results) - EXPIRE_CLOCK_MARGIN_MS
+        if len(self._expire_due) > 2 * len(self._catalog().topics) + 1024:
+            topics = self._catalog().topics
+            self._expire_due = {t: v for t, v in self._expire_due.items() if t in topics}
+        self._expire_due[topic] = (cids, min(due, now + EXPIRE_RECHECK_MS))
+        return sum(n for n, _ in results)
 
     async def join(self, topic: str, app: str, member: str) -> None:
         """A fan-out member of ``app``'s group starts where it joins: at the queue's

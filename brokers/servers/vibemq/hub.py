@@ -38,6 +38,7 @@ log = logging.getLogger("mqcloud.vibemq")
 FANOUT_MODES = ("FanOutWithAck", "FanOutWithoutAck")
 TAKE_BATCH = 64
 REGISTRY_REFRESH_S = 5.0
+SWEEP_CHUNK = 256  # TTL queues whose sweep calls go out together
 
 
 class Subscriber(Protocol):
@@ -354,12 +355,23 @@ class Hub:
         broker = self.ctx.broker_id
         if broker is None:
             return  # the web process leaves sweeping to the brokers
-        for code, info in self.ctx.snapshot.topics.items():
-            if info.queue.message_ttl_ms is None:
-                continue
-            leader = info.leader_of(0)
-            if leader is None or leader == broker:
-                await self.ctx.engine.expire(code)
+        codes = [
+            code
+            for code, info in self.ctx.snapshot.topics.items()
+            if info.queue.message_ttl_ms is not None
+            and (info.leader_of(0) is None or info.leader_of(0) == broker)
+        ]
+        failed = 0
+        for i in range(0, len(codes), SWEEP_CHUNK):  # a chunk's calls go out together
+            chunk = codes[i : i + SWEEP_CHUNK]
+            done = await asyncio.gather(
+                *(self.ctx.engine.expire(code) for code in chunk), return_exceptions=True
+            )
+            failed += sum(isinstance(r, Exception) for r in done)
+        if failed:
+            log.warning(
+                "VibeMQ TTL sweep: %d of %d queues failed; next round retries", failed, len(codes)
+            )
 
     async def drop_queue(self, queue: str) -> None:
         """A deleted queue: its local subscribers are unsubscribed silently."""
