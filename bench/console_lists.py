@@ -10,7 +10,8 @@ figures are the server's time, without a network or daphne), requests every list
 targets (≤ 300 kB, ≤ 300 ms). It also prints the REST API's consumer-policy list with
 ``?topic=`` for comparison, the zbus admin index page of an in-process broker (one page
 of MQs, a page further on, a search), and what one engine session costs to open (the
-pages that show lag or rates open one).
+pages that show lag or rates open one). The raw Redis baseline (pipelined XADD) is
+printed first, as in every benchmark here.
 
     .venv/bin/python bench/console_lists.py [--topics 10000] [--runs 5]
 """
@@ -32,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from localservices import PostgresServer, RedisServer, free_port  # noqa: E402
+
+from bench.harness import raw_xadd  # noqa: E402
 
 TARGET_BYTES = 300_000
 TARGET_MS = 300
@@ -156,6 +159,10 @@ def main() -> None:
     try:
         postgres.start()
         redis.start()
+        # the raw baseline of every benchmark here: this run's machine speed, next to which
+        # the pages' times are read (a slow phase of a shared machine moves both)
+        raw = raw_xadd(redis.port, 200_000)
+        print(f"raw redis-benchmark -P 100 XADD: {raw:,.0f} ops/s (median, same run)", flush=True)
         os.environ.update(DATABASE_URL=postgres.url, REDIS_URL=redis.url)
         run(args.topics, args.runs)
     finally:
