@@ -107,7 +107,22 @@ class _Wire(msgspec.Struct, omit_defaults=True, rename="camel"):
     schema_version: str = ""
 
 
+class _Small(msgspec.Struct, rename="camel"):
+    """The fields of a frame of at most :data:`SHORT_FIELD_BYTES` (acks, most publishes),
+    decoded in one pass when they have the types a valid frame's have: no field of it can
+    pass a size limit, so what :func:`_field` would make of each is its plain value."""
+
+    id: str | None = None
+    type: str | None = None
+    queue: str | None = None
+    payload: msgspec.Raw = msgspec.Raw()
+    headers: dict[str, str] | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+
 _DECODER = msgspec.json.Decoder(_Envelope)
+_SMALL = msgspec.json.Decoder(_Small)
 _ENCODER = msgspec.json.Encoder()
 
 
@@ -125,6 +140,21 @@ def _envelope(data: bytes | str) -> _Envelope:
         raise InvalidJson(f"frame is not a JSON object: {exc}") from None
 
 
+def _small(data: bytes | str) -> _Small | None:
+    """A frame of at most :data:`SHORT_FIELD_BYTES` decoded in one pass, or None: larger,
+    not UTF-8, or anything unusual (a field of another type, not JSON), which the field by
+    field path then decodes and reports exactly as it always did."""
+    try:
+        if isinstance(data, str):
+            data = data.encode()
+        if len(data) > SHORT_FIELD_BYTES:
+            return None
+        data.decode()
+        return _SMALL.decode(data)
+    except (UnicodeError, msgspec.DecodeError, RecursionError):
+        return None
+
+
 def decode_json(data: bytes | str, *, accept_server_frames: bool = False) -> Frame:
     """Decode and validate one frame's JSON text; raises a :class:`ProtocolError` subclass.
 
@@ -132,9 +162,20 @@ def decode_json(data: bytes | str, *, accept_server_frames: bool = False) -> Fra
     (or a test) passes ``accept_server_frames=True`` to read the broker's frames, where the
     shutdown ``disconnect`` may lack an id.
     """
-    env = _envelope(data)
-    rid = valid_id(_field(env.id, SHORT_FIELD_BYTES))
-    type_ = _field(env.type, SHORT_FIELD_BYTES)
+    small = _small(data)
+    if small is not None:
+        rid, type_, queue_ = valid_id(small.id), small.type, small.queue
+        headers_ = small.headers
+        payload, code, text = small.payload, small.error_code, small.error_message
+    else:  # field by field, each within its size, for precise errors
+        env = _envelope(data)
+        rid = valid_id(_field(env.id, SHORT_FIELD_BYTES))
+        type_ = _field(env.type, SHORT_FIELD_BYTES)
+        queue_ = _field(env.queue, SHORT_FIELD_BYTES)
+        headers_ = _headers(env.headers)
+        payload = env.payload
+        code = _field(env.error_code, SHORT_FIELD_BYTES)
+        text = _field(env.error_message, LONG_FIELD_BYTES)
     kind = CommandType.parse(type_)
     if rid is None and not (accept_server_frames and kind is CommandType.DISCONNECT):
         raise InvalidMessage("id must be a string of 1-256 characters")
@@ -144,19 +185,16 @@ def decode_json(data: bytes | str, *, accept_server_frames: bool = False) -> Fra
         raise UnknownCommand(f"unknown command type {str(type_)[:64]!r}", request_id=rid)
     cls = FRAME_CLASSES[kind]
     fields: dict[str, Any] = {"id": rid}
-    queue_ = _field(env.queue, SHORT_FIELD_BYTES)
     if queue_ is not None or kind in QUEUE_REQUIRED:
         queue = check_queue(queue_, rid)
         if "queue" in cls.__struct_fields__:
             fields["queue"] = queue
-    headers = check_headers(_headers(env.headers), rid)
+    headers = check_headers(headers_, rid)
     if "headers" in cls.__struct_fields__:
         fields["headers"] = headers
-    if "payload" in cls.__struct_fields__ and env.payload not in _NO_PAYLOAD:
-        fields["payload"] = env.payload
+    if "payload" in cls.__struct_fields__ and payload not in _NO_PAYLOAD:
+        fields["payload"] = payload
     if kind is CommandType.ERROR:
-        code = _field(env.error_code, SHORT_FIELD_BYTES)
-        text = _field(env.error_message, LONG_FIELD_BYTES)
         if not isinstance(code, str) or not isinstance(text, str | None):
             raise InvalidMessage("errorCode / errorMessage must be strings", request_id=rid)
         fields["error_code"] = code
