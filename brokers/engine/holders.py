@@ -190,20 +190,26 @@ class Holders:
                 continue
             if not int(await CLAIM(self._redis, (holders_key(),), (holder, lapsed_before))):
                 continue  # renewed meanwhile, or another sweeper claimed it
-            released += await self._hand_on(holder, "is gone")
+            try:
+                released += await self._hand_on(holder, "is gone")
+            except BaseException:
+                # put it back, still lapsed: the next sweep (anybody's) finishes the job
+                with contextlib.suppress(RedisError, OSError):
+                    await self._redis.zadd(holders_key(), {holder: lapsed_before - 1}, nx=True)
+                raise
         return released
 
     async def _hand_on(self, holder: str, why: str) -> int:
         """Make every range ``holder`` leased due again, then forget its record."""
         key = holder_groups_key(holder)
         members = await self._redis.zrange(key, 0, -1)
-        await self._redis.delete(key)
         released = 0
         for member in members:
             group = parse_group(member)
             if group is None:
                 continue
             released += await self._release(*group, f"{holder}/")
+        await self._redis.delete(key)  # only once all is handed on (a retry redoes it all)
         if released:
             log.warning(
                 "lease holder %s %s: %d leased ranges in %d groups are due again",

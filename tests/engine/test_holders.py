@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from brokers.engine import Message
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.keys import holder_groups_key, holders_key
@@ -167,3 +169,29 @@ async def test_held_locks_ack_and_unlock_as_their_fetch_took_them(make_engine):
         held=True,
     )
     assert acked.status.name == "OK"
+
+
+async def test_a_sweep_cut_short_is_finished_by_the_next(make_engine, monkeypatch):
+    """Redis failing in the middle of handing a dead holder's leases on: the holder is put
+    back, still lapsed, and the next sweep hands everything on."""
+    a = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    b = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    await _fill(a, 4)
+    held = await _lease(a, "conn-a")
+    assert len(held) == 4
+    await _die(a)
+    await asyncio.sleep(2 * TTL_MS / 1000 + 0.1)  # a has lapsed twice over
+    real, calls = b.holders._release, []
+
+    async def failing(*args):
+        calls.append(args)
+        raise ConnectionError("Redis went away")
+
+    monkeypatch.setattr(b.holders, "_release", failing)
+    with pytest.raises(ConnectionError):
+        await b.holders.sweep()
+    assert calls  # it got as far as the first group
+    assert await b.redis.zscore(holders_key(), a.holders.id) is not None  # put back
+    monkeypatch.setattr(b.holders, "_release", real)
+    assert await b.holders.sweep() == 2  # one range per partition
+    assert len(await _lease(b, "conn-b")) == 4
