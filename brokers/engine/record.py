@@ -178,7 +178,26 @@ def decode_attributes(data: bytes) -> dict[str, str]:
         text = data.decode("latin-1") if not _is_utf8(data) else data.decode("utf-8")
     except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 never fails
         raise InvalidMessage("attributes are not text") from exc
-    return _plain_attributes(text) if "\\" not in text else _full_attributes(text)
+    if "\\" not in text:
+        return _plain_attributes(text)
+    if text.count("\\") == text.count("\\:") and _COLON not in text:
+        return _colon_escaped_attributes(text)
+    return _full_attributes(text)
+
+
+_COLON = "\ue000"  # a private-use character standing in for an escaped colon
+
+
+def _colon_escaped_attributes(text: str) -> dict[str, str]:
+    """:func:`decode_attributes` of text whose only escapes are ``\\:`` (VibeMQ's own
+    ``:content-type``, a zbus header with a colon): the colons are set aside, the text parsed
+    as plain, and put back."""
+    result: dict[str, str] = {}
+    for key, value in _plain_attributes(text.replace("\\:", _COLON)).items():
+        if _COLON in key:
+            key = key.replace(_COLON, ":")
+        result[key] = value.replace(_COLON, ":") if _COLON in value else value
+    return result
 
 
 # One logical line with escapes: the key runs to the first unescaped separator or blank

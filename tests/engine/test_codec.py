@@ -539,3 +539,13 @@ def test_needs_opening_reads_the_batch_and_compressed_bits(sys_code: int) -> Non
     raw, _ = encode_record(Message(b"x"), app="a", now_ms=1)
     record = raw[:20] + struct.pack(">h", sys_code) + raw[22:]
     assert needs_opening(record) == bool(sys_code & 0x1001)
+
+
+@given(st.lists(st.sampled_from([*"ab =:\t\f\n\r#!", "\\:", "\\:\\:", "\ue000", "é"]), max_size=40))
+def test_colon_escaped_attribute_text_parses_as_the_full_parser_does(pieces: list[str]) -> None:
+    """Text whose only escapes are ``\\:`` takes a shortcut (colons set aside, parsed as
+    plain); it must read as the full parser reads it."""
+    from brokers.engine.record import _full_attributes
+
+    text = "".join(pieces)
+    assert decode_attributes(text.encode("utf-8")) == _full_attributes(text)
