@@ -195,3 +195,16 @@ async def test_a_sweep_cut_short_is_finished_by_the_next(make_engine, monkeypatc
     monkeypatch.setattr(b.holders, "_release", real)
     assert await b.holders.sweep() == 2  # one range per partition
     assert len(await _lease(b, "conn-b")) == 4
+
+
+async def test_a_held_fetch_the_gate_refuses_records_nothing(make_engine):
+    """The group is recorded for the sweep only when a lock may be taken: a paused
+    consumer's fetch leaves no record behind."""
+    paused = snapshot(
+        topics={"t": {"partitions": 2}},
+        consumers=[{"topic": "t", "app": "a", "paused": True}],
+    )
+    a = make_engine(paused, holder_ttl_ms=60_000)
+    await _fill(a, 2)
+    assert not (await a.fetch("t", "a", owner="conn-1", held=True)).found
+    assert await a.redis.exists(holder_groups_key(a.holders.id)) == 0

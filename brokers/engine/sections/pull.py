@@ -119,8 +119,6 @@ class PullSection(EngineBase):
         hands it on (:mod:`brokers.engine.holders`). Pass the same to :meth:`ack` and
         :meth:`unlock`.
         """
-        if held:
-            owner = await self._hold(topic, app, client_id, owner, ack_timeout_ms)
         return await self._gated_fetch(
             topic,
             app,
@@ -132,6 +130,7 @@ class PullSection(EngineBase):
             address=address,
             start_position=start_position,
             reported_address=reported_address,
+            held=held,
         )
 
     async def commit_and_fetch(
@@ -199,6 +198,7 @@ class PullSection(EngineBase):
         start_position: str | None,
         reported_address: str | None,
         extra: Piggyback | None = None,
+        held: bool = False,
     ) -> FetchResult:
         """:meth:`fetch` past the gate, with ``extra`` riding on the first look."""
         info = self.topic(topic)
@@ -215,6 +215,11 @@ class PullSection(EngineBase):
             return FetchResult(
                 FetchStatus.RATE_LIMITED, topic, retry_after_ms=self.now_ms() + exc.retry_after_ms
             )
+        if ack_timeout_ms <= 0:
+            ack_timeout_ms = policy.ack_timeout_ms
+        if held:  # recorded before the lock is taken, for the holders' sweep
+            await self.holders.register(topic, app, client_id, ack_timeout_ms)
+            owner = self.holders.owner(owner)
         result, consumed = await self._fetch(
             info,
             policy,
@@ -253,7 +258,7 @@ class PullSection(EngineBase):
             policy=policy,
             partitions=self.readable_partitions(info),
             count=count,
-            ack_timeout_ms=ack_timeout_ms if ack_timeout_ms > 0 else policy.ack_timeout_ms,
+            ack_timeout_ms=ack_timeout_ms,
             owner=owner,
             client_id=client_id,
             address=address,
@@ -272,16 +277,9 @@ class PullSection(EngineBase):
             )
         return result, consumed
 
-    async def _hold(
-        self, topic: str, app: str, client_id: str | None, owner: str, ack_timeout_ms: int
-    ) -> str:
-        """``owner`` as this process holds it; the group recorded for the holder's sweep
-        (for as long as the policy's ack timeout when the fetch gives none)."""
-        if ack_timeout_ms <= 0:
-            policy = self.catalog.consumer(topic, app)
-            ack_timeout_ms = policy.ack_timeout_ms if policy is not None else 0
-        await self.holders.register(topic, app, client_id, ack_timeout_ms)
-        return self.holders.owner(owner)
+    def _held_owner(self, owner: str, held: bool) -> str:
+        """``owner`` as the lock stores it: under this process's holder id when ``held``."""
+        return self.holders.owner(owner) if held and owner else owner
 
     async def _release_held_locks(
         self, info: TopicInfo, app: str, client_id: str | None, owner_prefix: str
@@ -317,8 +315,7 @@ class PullSection(EngineBase):
         retry off and no force-ack, only releases the lock: the run is delivered again).
         ``held`` as the fetch that took the lock had it.
         """
-        if held and owner:
-            owner = self.holders.owner(owner)
+        owner = self._held_owner(owner, held)
         info = self.topic(topic)
         policy = self._consumer(topic, app)
         self._broadcast(info, policy, client_id)
@@ -437,8 +434,7 @@ class PullSection(EngineBase):
         without a token, only if ``owner`` (the ``owner`` of the fetch that took it, with
         its ``held``) holds it; with neither, whoever holds it. Wakes long polls on the
         partition."""
-        if held and owner:
-            owner = self.holders.owner(owner)
+        owner = self._held_owner(owner, held)
         info = self.topic(topic)
         self._partition(info, partition)
         cid = consumer_id(app, client_id)
