@@ -18,8 +18,8 @@ timeout (300 s by default). So each engine that leases or locks for connections 
   claims it (one script: removed only if still lapsed), and in each group the dead holder
   recorded its leased ranges are due again at once, marked redelivered — as when a
   connection closes — and its partition locks are dropped. A lease that had expired before
-  is left to be what expiry makes it, a failed attempt. At least once: a message a dead process's client had handled but not
-  acked is delivered again.
+  is left to be what expiry makes it, a failed attempt. At least once: a message a dead
+  process's client had handled but not acked is delivered again.
 
 Liveness is wall-clock time, whatever clock the engine stamps messages with. A process
 that stops renewing for two ``ttl_ms`` (paused, cut off from Redis) is taken for dead; when
@@ -158,12 +158,7 @@ class Holders:
         await self._redis.zremrangebyscore(holder_groups_key(self.id), "-inf", ended)
 
     async def _run(self) -> None:
-        every = self.ttl_ms / 3000
-        first = True
         while True:
-            if not first:
-                await asyncio.sleep(every)
-            first = False
             try:
                 await self._renew()
                 await self.sweep()
@@ -173,6 +168,7 @@ class Holders:
                 log.info("lease holder %s: renewal or sweep failed: %s", self.id, exc)
             except Exception:
                 log.exception("lease holder %s: renewal or sweep failed", self.id)
+            await asyncio.sleep(self.ttl_ms / 3000)
 
     # ------------------------------------------------------------------ sweep
 

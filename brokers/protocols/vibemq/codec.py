@@ -145,12 +145,12 @@ def _small(data: bytes | str) -> _Small | None:
     not UTF-8, or anything unusual (a field of another type, not JSON), which the field by
     field path then decodes and reports exactly as it always did."""
     try:
-        if isinstance(data, str):
-            data = data.encode()
-        if len(data) > SHORT_FIELD_BYTES:
+        raw = data.encode() if isinstance(data, str) else data
+        if len(raw) > SHORT_FIELD_BYTES:
             return None
-        data.decode()
-        return _SMALL.decode(data)
+        if raw is data:  # bytes off the wire: UTF-8 is checked before JSON (§1's order)
+            raw.decode()
+        return _SMALL.decode(raw)
     except (UnicodeError, msgspec.DecodeError, RecursionError):
         return None
 

@@ -358,8 +358,7 @@ class Hub:
         codes = [
             code
             for code, info in self.ctx.snapshot.topics.items()
-            if info.queue.message_ttl_ms is not None
-            and (info.leader_of(0) is None or info.leader_of(0) == broker)
+            if info.queue.message_ttl_ms is not None and info.leader_of(0) in (None, broker)
         ]
         failed = 0
         for i in range(0, len(codes), SWEEP_CHUNK):  # a chunk's calls go out together
