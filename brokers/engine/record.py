@@ -170,6 +170,22 @@ def _plain_attributes(text: str) -> dict[str, str]:
     return result
 
 
+# What the codec writes for ordinary keys and values: ``key=value`` lines, a key of no
+# blank, separator or backslash (``\:`` may open it: VibeMQ's ``:content-type``), a value
+# that starts with no blank and holds no backslash or line break.
+_SIMPLE_LINE = r"(?:\\:)?[^\s=:\\#!][^\s=:\\]*=(?:[^\s\\][^\n\r\\]*)?"
+_SIMPLE_TEXT = re.compile(rf"{_SIMPLE_LINE}(?:\n{_SIMPLE_LINE})*")
+
+
+def _simple_attributes(text: str) -> dict[str, str]:
+    """:func:`decode_attributes` of text that :data:`_SIMPLE_TEXT` matches in full."""
+    result: dict[str, str] = {}
+    for line in text.split("\n"):
+        key, _, value = line.partition("=")
+        result[":" + key[2:] if key[0] == "\\" else key] = value
+    return result
+
+
 def decode_attributes(data: bytes) -> dict[str, str]:
     """Parse Java-Properties text (separators, comments, continuations, escapes)."""
     if not data:
@@ -178,6 +194,8 @@ def decode_attributes(data: bytes) -> dict[str, str]:
         text = data.decode("latin-1") if not _is_utf8(data) else data.decode("utf-8")
     except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 never fails
         raise InvalidMessage("attributes are not text") from exc
+    if _SIMPLE_TEXT.fullmatch(text):  # the common case, one regex pass
+        return _simple_attributes(text)
     if "\\" not in text:
         return _plain_attributes(text)
     if text.count("\\") == text.count("\\:") and _COLON not in text:

@@ -549,3 +549,46 @@ def test_colon_escaped_attribute_text_parses_as_the_full_parser_does(pieces: lis
 
     text = "".join(pieces)
     assert decode_attributes(text.encode("utf-8")) == _full_attributes(text)
+
+
+# Mostly plain keys and values (so the shortcut is taken often), some with anything that
+# must send the text down the full parser.
+_KEYS = st.builds(
+    lambda prefix, key: prefix + key,
+    st.sampled_from(["", "\\:"]),
+    st.one_of(
+        st.text(alphabet="abé", min_size=1, max_size=3),
+        st.text(alphabet="ab:=\\ #!é\t\x0b\xa0", max_size=4),
+    ),
+)
+_VALUES = st.one_of(
+    st.text(alphabet="ab=:é", max_size=4),
+    st.text(alphabet="ab =:\t\f\\#é\r\x85\u2028", max_size=5),
+)
+
+
+@given(
+    st.lists(st.tuples(_KEYS, st.sampled_from("==: "), _VALUES), min_size=1, max_size=4),
+    st.sampled_from(["", "", "\n", " "]),
+)
+def test_simple_attribute_text_parses_as_the_full_parser_does(lines, tail: str) -> None:
+    """Plain ``key=value`` lines (a key may open with ``\\:``) take the one-regex shortcut;
+    whatever text it accepts must read as the full parser reads it."""
+    from brokers.engine.record import _SIMPLE_TEXT, _full_attributes, _simple_attributes
+
+    text = "\n".join(k + sep + v for k, sep, v in lines) + tail
+    if _SIMPLE_TEXT.fullmatch(text):
+        assert _simple_attributes(text) == _full_attributes(text)
+    assert decode_attributes(text.encode("utf-8")) == _full_attributes(text)
+
+
+def test_what_the_protocols_write_takes_the_simple_path() -> None:
+    from brokers.engine.record import _SIMPLE_TEXT
+
+    for attributes in (
+        {"messageId": "3f2a9c1e-0000-4000-8000-000000000001", ":content-type": "application/json"},
+        {"msgid": "m-1", "topic": "orders", "empty": "", "spaced": "a b"},
+    ):
+        text = encode_attributes(attributes).decode()
+        assert _SIMPLE_TEXT.fullmatch(text), text
+        assert decode_attributes(text.encode()) == attributes
