@@ -1,0 +1,119 @@
+"""Read-ahead of RoundRobin queues (hub.py): a consumer keeps up to ``READ_AHEAD``
+deliveries leased beyond its subscribers' room, so an ack's freed slot is filled from
+memory. What waits there must never be stuck: it goes back to the group unread (not a
+delivery attempt) when its hold passes, when the consumer's last subscriber leaves, and when
+the consumer is paused."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from brokers.catalog_loader import publish
+from brokers.clients.vibemq import VibeMQClient
+from brokers.models import ConsumerPolicy
+from brokers.servers.vibemq.hub import READ_AHEAD_HOLD_S
+from tests.vibemq.conftest import FAST, Broker
+
+SLOW_ACKS = replace(FAST, max_unacked_per_subscriber=2, ack_timeout_ms=30_000)
+
+
+async def _receive_all(client: VibeMQClient, n: int, within: float) -> list:
+    got = []
+    deadline = time.monotonic() + within
+    while len(got) < n:
+        got.append(await client.receive(max(0.01, deadline - time.monotonic())))
+        client.ack(got[-1].id)
+    return got
+
+
+async def _broker(redis_url: str, broker_id: int, config=FAST) -> Broker:
+    b = Broker(broker_id, redis_url)
+    await b.start(config)
+    return b
+
+
+async def test_read_ahead_past_its_hold_goes_to_another_brokers_subscriber(catalog, redis_url):
+    one, two = await _broker(redis_url, 1, SLOW_ACKS), await _broker(redis_url, 2)
+    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    b = await VibeMQClient.open("127.0.0.1", two.port, catalog.token)
+    try:
+        for i in range(10):
+            await a.publish("ra", i, message_id=f"m{i}")
+        await a.subscribe("ra")
+        held = [await a.receive(), await a.receive()]  # its room is 2: the rest read ahead
+        assert [m.id for m in held] == ["m0", "m1"]
+        await two.watcher.refresh()
+        await b.subscribe("ra")
+        start = time.monotonic()
+        rest = await _receive_all(b, 8, within=READ_AHEAD_HOLD_S + 4)
+        assert sorted(m.id for m in rest) == [f"m{i}" for i in range(2, 10)]
+        assert {m.attempts for m in rest} == {1}  # back unread: not a delivery attempt
+        assert time.monotonic() - start >= READ_AHEAD_HOLD_S * 0.5  # held, then let go
+    finally:
+        await a.close()
+        await b.close()
+        await one.stop()
+        await two.stop()
+
+
+async def test_a_leaving_subscribers_read_ahead_goes_back_at_once(catalog, redis_url):
+    one, two = await _broker(redis_url, 1, SLOW_ACKS), await _broker(redis_url, 2)
+    b = await VibeMQClient.open("127.0.0.1", two.port, catalog.token)
+    try:
+        a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+        for i in range(10):
+            await a.publish("gone", i, message_id=f"g{i}")
+        await a.subscribe("gone")
+        await a.receive()
+        await a.receive()
+        await asyncio.sleep(0.1)  # the dispatcher has read the rest ahead by now
+        await a.close()  # its 2 in flight and its read-ahead: back to the group
+        await two.watcher.refresh()
+        await b.subscribe("gone")
+        got = await _receive_all(b, 10, within=5)  # not after the 30 s lease
+        assert sorted(m.id for m in got) == sorted(f"g{i}" for i in range(10))
+    finally:
+        await b.close()
+        await one.stop()
+        await two.stop()
+
+
+def _pause(queue: str, paused: bool) -> None:
+    try:
+        ConsumerPolicy.objects.filter(topic__code=queue).update(paused=paused)
+        publish()
+    finally:
+        connection.close()  # a worker thread: its connection goes with it
+
+
+async def test_a_pause_holds_back_what_was_read_ahead(catalog, redis_url):
+    one = await _broker(redis_url, 1, SLOW_ACKS)
+    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    try:
+        for i in range(6):
+            await a.publish("halt", i, message_id=f"h{i}")
+        await a.subscribe("halt")
+        first = [await a.receive(), await a.receive()]
+        await asyncio.sleep(0.1)  # read ahead: h2..h5
+        await sync_to_async(_pause)("halt", True)
+        app = one.engine.catalog.consumers_of("halt")[0].app
+        for _ in range(100):  # the broker follows the catalog
+            if not one.engine.authorize_consumer("halt", app):
+                break
+            await asyncio.sleep(0.05)
+        for m in first:
+            a.ack(m.id)  # room again, but the consumer is paused: nothing from memory
+        await asyncio.sleep(0.5)
+        assert a.deliveries.empty()
+        await sync_to_async(_pause)("halt", False)
+        rest = await _receive_all(a, 4, within=5)
+        assert [m.id for m in rest] == ["h2", "h3", "h4", "h5"]
+        assert {m.attempts for m in rest} == {1}
+    finally:
+        await a.close()
+        await one.stop()
