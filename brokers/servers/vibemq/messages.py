@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
-from brokers.engine import Delivery, Message, MessageView, StoredMessage, message_view
-from brokers.protocols.vibemq import Deliver, Publish, deliver
+from brokers.engine import Delivery, Message, message_view
+from brokers.protocols.vibemq import Deliver, Header, Publish
 
 ID_PROPERTY = "messageId"
 CONTENT_TYPE = ":content-type"
@@ -52,12 +52,15 @@ def to_message(frame: Publish) -> Message:
     return Message(body, attributes=properties, priority=int(frame.priority), extension=MARK)
 
 
+_check_json = msgspec.json.Decoder(msgspec.Raw).decode  # validates, builds nothing
+
+
 def _payload(body: bytes, content_type: str, headers: dict[str, str]) -> Any:
-    if content_type.split(";")[0].strip().lower() == JSON:
+    if content_type == JSON or content_type.split(";")[0].strip().lower() == JSON:
         if body.strip() == b"null":
             return None  # published without a payload (null reads as absent, §2)
         try:
-            msgspec.json.decode(body)
+            _check_json(body)
         except msgspec.DecodeError:
             pass
         else:
@@ -69,24 +72,17 @@ def _payload(body: bytes, content_type: str, headers: dict[str, str]) -> Any:
         return base64.b64encode(body).decode("ascii")
 
 
-def _stored_id(stored: StoredMessage | MessageView, index: int) -> str:
-    """The VibeMQ id of a stored message: its ``messageId``, else zbus's ``msgid``, else
-    the businessId, else the index."""
-    props = stored.attributes
-    return props.get(ID_PROPERTY) or props.get("msgid") or stored.business_id or str(index)
-
-
 def to_deliver(queue: str, delivery: Delivery, attempt: int | None = None) -> Deliver:
     """The ``deliver`` frame of a record (decoded once, its ``id`` included); ``attempt``
-    overrides the engine's count."""
+    overrides the engine's count. Written out in one pass: it runs per message delivered."""
     stored = message_view(delivery.record)
     props = stored.attributes
-    headers = {k: v for k, v in props.items() if k != ID_PROPERTY and not k.startswith(":")}
+    headers = {k: v for k, v in props.items() if k[:1] != ":"} if props else {}
+    message_id = headers.pop(ID_PROPERTY, None) or props.get("msgid") or stored.business_id
     payload = _payload(stored.body, props.get(CONTENT_TYPE, ""), headers)
-    return deliver(
-        _stored_id(stored, delivery.index),
-        queue,
-        payload,
-        headers,
-        attempt=attempt if attempt is not None else max(1, delivery.attempts),
+    headers[Header.DELIVERY_ATTEMPTS] = str(
+        attempt if attempt is not None else max(1, delivery.attempts)
+    )
+    return Deliver(
+        id=message_id or str(delivery.index), queue=queue, payload=payload, headers=headers
     )

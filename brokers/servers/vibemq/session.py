@@ -197,8 +197,8 @@ class Session:
             event = await self._next()
             self._room.set()
             try:
-                if isinstance(event, Ack) and self.authenticated and self._admit(event.id):
-                    self._ack(event)
+                if isinstance(event, Ack) and self.authenticated:
+                    self._ack_run(event)
                 elif isinstance(event, Publish) and self.authenticated:
                     await self._flush_acks()
                     await publish(self, self._publish_run(event))
@@ -215,6 +215,22 @@ class Session:
                 rid = getattr(event, "id", None)
                 self.send(error_frame(ErrorCode.SERVER_ERROR, "internal error", request_id=rid))
             self.transport.frames_done()
+
+    def _ack_run(self, first: Ack) -> None:
+        """``first`` and the acks read right after it, settled in memory in one go (a
+        subscriber acks what one read brought in one write); at most ``ACK_BATCH``."""
+        event: Frame | ProtocolError = first
+        for _ in range(ACK_BATCH):
+            if not isinstance(event, Ack):
+                self._held = event
+                return
+            if self._admit(event.id):
+                self._ack(event)
+            if self._frames.empty():
+                return
+            event = self._frames.get_nowait()
+            self._taken()
+        self._held = event
 
     def rate_allowed(self) -> bool:
         """One more frame within the connection's frame rate (§14); counted if not."""

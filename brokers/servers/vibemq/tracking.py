@@ -31,10 +31,15 @@ class Tracked:
 
 
 class Inflight:
-    """Unacknowledged deliveries of one connection."""
+    """Unacknowledged deliveries of one connection.
+
+    Ids are nearly always unique, so the first delivery of an id is kept as it is and only
+    later ones of the same id wait in a queue behind it (no container per delivery).
+    """
 
     def __init__(self) -> None:
-        self._by_id: dict[str, deque[Tracked]] = {}
+        self._first: dict[str, Tracked] = {}
+        self._later: dict[str, deque[Tracked]] = {}
         self.per_queue: Counter[str] = Counter()
 
     def __len__(self) -> int:
@@ -42,19 +47,30 @@ class Inflight:
 
     def add(self, item: Tracked) -> None:
         """Track a delivery just written."""
-        self._by_id.setdefault(item.message_id, deque()).append(item)
+        if item.message_id in self._first:
+            self._later.setdefault(item.message_id, deque()).append(item)
+        else:
+            self._first[item.message_id] = item
         self.per_queue[item.queue] += 1
 
     def _remove(self, item: Tracked) -> None:
         item.settled = True
-        items = self._by_id.get(item.message_id)
-        if items is not None:
+        message_id = item.message_id
+        later = self._later.get(message_id)
+        if self._first.get(message_id) is item:
+            if later:
+                self._first[message_id] = later.popleft()
+            else:
+                del self._first[message_id]
+        elif later is not None:
             with contextlib.suppress(ValueError):
-                items.remove(item)
-            if not items:
-                del self._by_id[item.message_id]
-        self.per_queue[item.queue] -= 1
-        if self.per_queue[item.queue] <= 0:
+                later.remove(item)
+        if later is not None and not later:
+            del self._later[message_id]
+        count = self.per_queue[item.queue] - 1
+        if count > 0:
+            self.per_queue[item.queue] = count
+        else:
             del self.per_queue[item.queue]
 
     def settle(self, message_id: str, now_ms: int) -> Tracked | None:
@@ -63,7 +79,13 @@ class Inflight:
         An engine lease past its deadline is no longer this connection's: the engine
         retries it, so a late ack must not settle someone else's redelivery.
         """
-        for item in list(self._by_id.get(message_id, ())):
+        first = self._first.get(message_id)
+        if first is None:
+            return None
+        if first.deadline_ms > now_ms:
+            self._remove(first)
+            return first
+        for item in list(self._later.get(message_id, ())):
             if item.deadline_ms > now_ms:
                 self._remove(item)
                 return item
@@ -76,7 +98,7 @@ class Inflight:
 
     def items(self) -> list[Tracked]:
         """Every tracked delivery."""
-        return [item for items in self._by_id.values() for item in items]
+        return [*self._first.values(), *(item for items in self._later.values() for item in items)]
 
     def of_queue(self, queue: str) -> list[Tracked]:
         """Tracked deliveries of one queue."""
