@@ -10,6 +10,10 @@ policy on each — then prints, next to the goals of issue 17:
   on each (every publishAck means the message is stored); goal ≥ 50,000;
 * delivery to one acking subscriber msg/s — over the published backlog, every delivery
   acked (the acks of what one read brought are written together); goal ≥ 50,000;
+
+  both by ``bench/vibemq_load.py``, a load generator written from the spec (as a client in
+  another language would load the broker), and again, for comparison, by the project's
+  Python client (its own CPU then takes much of what this small machine has);
 * publish→deliver latency p50/p99 at a paced 5,000 msg/s (10 publishes every 2 ms, 5 s
   after a 1 s warm-up at that rate); goal p99 < 5 ms;
 * the raw baseline: ``redis-benchmark -P 100 -q XADD`` on the same Redis, in the same run.
@@ -34,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+from bench import vibemq_load
 from bench.harness import broker_bench, profiled, py_spy, serve_main, top_frames
 from brokers.clients.vibemq import VibeMQClient
 from brokers.engine import (
@@ -185,10 +190,16 @@ async def main(args: argparse.Namespace) -> None:
 
     with broker_bench(__file__, 1_000_000, args.processes) as (raw, _, port, pid):
         with recorded("publish"):
-            publish, pub_cpu = await publish_load(port, args.seconds)
-        backlog = min(int(publish * args.seconds), 200_000)
+            published = await vibemq_load.publish(port, TOKEN, "bench", args.seconds)
+        publish, pub_cpu = published.rate, published.generator_cpu
+        backlog = min(published.messages, 200_000)
         with recorded("deliver"):
-            deliver, del_cpu = await deliver_load(port, backlog)
+            delivered = await vibemq_load.deliver(port, TOKEN, "bench", backlog)
+        deliver, del_cpu = delivered.rate, delivered.generator_cpu
+        ours_pub, ours_pub_cpu = await publish_load(port, args.seconds / 2)
+        ours_del, ours_del_cpu = await deliver_load(
+            port, min(int(ours_pub * args.seconds / 2), 100_000)
+        )
         with recorded("latency"):
             p50, p99, n = await latency(port, 5000, args.seconds)
         print(f"broker processes: {args.processes}")
@@ -202,6 +213,10 @@ async def main(args: argparse.Namespace) -> None:
             f"VibeMQ deliver+ack, 1 subscriber : {deliver:12,.0f} msg/s   {deliver / raw:.3f}x raw"
             f"   goal >= 50,000 {'met' if deliver >= 50_000 else 'NOT met'}"
             f"   ({backlog:,} messages; generator cpu {del_cpu:.0%})"
+        )
+        print(
+            f"  the same by our Python client   : publish {ours_pub:,.0f} msg/s (its cpu"
+            f" {ours_pub_cpu:.0%}), deliver {ours_del:,.0f} msg/s (its cpu {ours_del_cpu:.0%})"
         )
         print(
             f"VibeMQ publish→deliver @5,000/s  : p50 {p50:.2f} ms  p99 {p99:.2f} ms"
