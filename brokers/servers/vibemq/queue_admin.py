@@ -7,6 +7,7 @@ command sees the change (other processes see it within a second).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from brokers.servers.vibemq.catalog_ops import QueueSpec
 
 TOPIC_CODE_MAX = 200  # brokers.validators.TOPIC_CODE_MAX (kept Django-free here)
+CREATED_ELSEWHERE_WAIT_S = 5.0
+"""How long an auto-create that lost the race waits for the winner's catalog delta."""
 
 
 def fits_catalog(code: str) -> bool:
@@ -79,14 +82,27 @@ async def _create(session: Session, spec: QueueSpec, dlq: str | None, rid: str) 
     return created
 
 
+async def _published(session: Session, queue: str) -> None:
+    """Wait (a bounded while) for the catalog to hold a queue someone else created: its
+    row is committed before the creator's catalog delta reaches Redis."""
+    ctx = session.ctx
+    deadline = asyncio.get_running_loop().time() + CREATED_ELSEWHERE_WAIT_S
+    while ctx.queue_settings(queue) is None and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+        await ctx.watcher.refresh()
+
+
 async def ensure(session: Session, queue: str, rid: str) -> bool:
     """The queue exists (auto-created with the defaults if allowed); else an error is sent."""
     ctx = session.ctx
     if ctx.queue_settings(queue) is not None:
         return True
     if ctx.config.auto_create:
-        if await _create(session, _spec(session, queue), None, rid) is None:
+        created = await _create(session, _spec(session, queue), None, rid)
+        if created is None:
             return False
+        if not created:  # another connection or process created it just now
+            await _published(session, queue)
     else:
         await ctx.watcher.refresh()
     if ctx.queue_settings(queue) is None:
