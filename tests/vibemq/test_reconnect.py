@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from brokers.clients.vibemq import VibeMQClient
-from tests.vibemq.conftest import Broker
+from tests.vibemq.conftest import Broker, frame
 
 
 async def test_disconnect_returns_unacked_to_the_queue_head(clients):
@@ -132,3 +132,36 @@ async def test_graceful_stop_waits_for_acks(catalog, redis_url):
         await check.stop()
     with pytest.raises(Exception):  # noqa: B017 - the old connection is gone
         await c.ping()
+
+
+async def test_acks_written_just_before_a_close_still_count(clients, raw, catalog, broker):
+    """The acks of a client that acks its last deliveries and closes at once were read
+    before the close: they settle, nothing is delivered again."""
+    pub = await clients()
+    for i in range(50):
+        await pub.publish("lastacks", i, message_id=f"a{i}")
+    sub = await raw()
+    sub.send({"id": "c", "type": "connect", "headers": {"authToken": catalog.token}})
+    assert (await sub.recv())["type"] == "connectAck"
+    sub.send({"id": "s", "type": "subscribe", "queue": "lastacks"})
+    ids = []
+    while len(ids) < 50:
+        got = await sub.recv()
+        if got["type"] == "deliver":
+            ids.append(got["id"])
+    sub.send(
+        b"".join(
+            frame({"id": f"k{i}", "type": "ack", "headers": {"messageId": m}})
+            for i, m in enumerate(ids)
+        )
+    )
+    await sub.close()  # right after the write: most acks are still unprocessed
+    for _ in range(50):
+        if (await broker.engine.queue_stats("lastacks")).backlog == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert (await broker.engine.queue_stats("lastacks")).backlog == 0
+    late = await clients()
+    await late.subscribe("lastacks")
+    with pytest.raises(asyncio.TimeoutError):
+        await late.receive(0.5)

@@ -322,15 +322,37 @@ class Session:
     ) -> bool:
         """Write a message leased for ``app`` (a fan-out ``member``, or None); False if
         this subscriber cannot take it (it went away)."""
+        return self.deliver_leases(queue, app, member, [(delivery, deadline_ms)]) == 1
+
+    def deliver_leases(
+        self,
+        queue: str,
+        app: str,
+        member: str | None,
+        leased: Sequence[tuple[Delivery, int] | tuple[Delivery, int, float]],
+    ) -> int:
+        """Write messages leased for ``app`` (a fan-out ``member``, or None), each with
+        its lease's deadline; how many were written (0 if this subscriber went away).
+        One call per dispatch round: it runs per message delivered."""
         if self.closed or queue not in self.subscriptions:
-            return False
-        frame = to_deliver(queue, delivery)  # the record decoded once for id and frame
-        self.inflight.add(Tracked(queue, frame.id, delivery, deadline_ms, app=app, member=member))
-        self._delivered(delivery)
-        if delivery.attempts > 1:
-            self.ctx.counters["retries"] += 1
-        self.send(frame)
-        return True
+            return 0
+        track, send = self.inflight.add, self.transport.send
+        retries = latency = 0
+        now = self.ctx.engine.now_ms()
+        for item in leased:
+            delivery = item[0]
+            frame = to_deliver(queue, delivery)  # the record decoded once for id and frame
+            track(Tracked(queue, frame.id, delivery, item[1], app, member))
+            if delivery.attempts > 1:
+                retries += 1
+            latency += max(0, now - record_store_time(delivery.record))
+            send(frame)
+        counters = self.ctx.counters
+        counters["delivered"] += len(leased)
+        counters["delivery_latency_ms"] += latency
+        if retries:
+            counters["retries"] += retries
+        return len(leased)
 
     def _delivered(self, delivery: Delivery) -> None:
         """Count a delivery and its publish→deliver latency (§15 metrics)."""
@@ -396,6 +418,18 @@ class Session:
             self._settled.clear()
             await self._settled.wait()
 
+    def _settle_read_acks(self) -> None:
+        """Acks read before the connection went and not processed yet still count: the
+        peer sent them (a client acking its last deliveries, then closing, must not get
+        them delivered again to someone else)."""
+        events = [] if self._held is None else [self._held]
+        self._held = None
+        while not self._frames.empty():
+            events.append(self._frames.get_nowait())
+        for event in events:
+            if isinstance(event, Ack) and self.authenticated:
+                self._ack(event)
+
     async def close(self) -> None:
         """The connection is gone: unsubscribe, return unacked leases to the queue head."""
         if self.closed:
@@ -405,6 +439,7 @@ class Session:
         self.hub.sessions.discard(self)
         if self._task is not None and self._task is not asyncio.current_task():
             await cancel_and_wait(self._task)
+        self._settle_read_acks()
         await self._flush_acks()
         for queue in list(self.subscriptions):
             with contextlib.suppress(Exception):
