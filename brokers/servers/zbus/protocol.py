@@ -6,7 +6,7 @@ ready, out of order when that is faster (§6). At most ``max_inflight`` holding 
 reading pauses (so one connection holds at most that + one message + one read). A recoverable decode error
 answers 400 and the stream goes on; a fatal one (lost framing, a message over the limits)
 answers 400 and closes (§1). Bytes of two messages never interleave: every message is
-encoded whole and written with one ``write`` call.
+encoded whole, and what one turn of the event loop sends is written with one ``write``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ class ZbusProtocol(FlowControlled):
         self._decoder = Decoder(
             max_head_bytes=ctx.config.max_head_bytes, max_body_bytes=ctx.config.max_body_bytes
         )
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self.conn = Connection("", self._write)
 
     # -------------------------------------------------------------- asyncio callbacks
@@ -96,12 +98,30 @@ class ZbusProtocol(FlowControlled):
             self.close()
 
     def _write(self, data: bytes) -> bool:
+        """Queue ``data`` (one whole message or a corked batch); what one turn of the event
+        loop writes — the replies of a stored run of produces, say — goes out in one
+        ``write``, in order."""
         transport = self._transport
         if transport is None or transport.is_closing():
             return False
-        transport.write(data)
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(data)
+        self._pending_bytes += len(data)
         return True
+
+    def _flush(self) -> None:
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        transport = self._transport
+        if pending and transport is not None and not transport.is_closing():
+            transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def _buffered(self) -> int:
         transport = self._transport
-        return transport.get_write_buffer_size() if transport is not None else 0
+        written = transport.get_write_buffer_size() if transport is not None else 0
+        return written + self._pending_bytes
+
+    def close(self) -> None:
+        """Close the connection after flushing what was written (queued writes first)."""
+        self._flush()
+        super().close()
