@@ -96,12 +96,25 @@ def _escape_key(key: str) -> str:
     return _escape(key, key=True)
 
 
+@functools.lru_cache(maxsize=4096)
+def _escaped_value(value: str) -> str:
+    return _escape(value, key=False)
+
+
+def _escape_value(value: str) -> str:
+    """A value escaped; short ones that need it come from a cache (the same addresses and
+    names, ``host\\:port`` say, recur on every message of a connection)."""
+    if _PLAIN_VALUE.fullmatch(value):
+        return value
+    return _escaped_value(value) if len(value) <= 64 else _escape(value, key=False)
+
+
 def encode_attributes(attributes: Mapping[str, str] | None) -> bytes:
     """Java-Properties text of ``attributes`` (``key=value`` lines, no trailing newline)."""
     if not attributes:
         return b""
     text = "\n".join(
-        [f"{_escape_key(str(k))}={_escape(str(v), key=False)}" for k, v in attributes.items()]
+        [f"{_escape_key(str(k))}={_escape_value(str(v))}" for k, v in attributes.items()]
     )
     return text.encode("ascii")
 
