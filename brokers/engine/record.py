@@ -185,8 +185,9 @@ def _plain_attributes(text: str) -> dict[str, str]:
 
 # What the codec writes for ordinary keys and values: ``key=value`` lines, a key of no
 # blank, separator or backslash (``\:`` may open it: VibeMQ's ``:content-type``), a value
-# that starts with no blank and holds no backslash or line break.
-_SIMPLE_LINE = r"(?:\\:)?[^\s=:\\#!][^\s=:\\]*=(?:[^\s\\][^\n\r\\]*)?"
+# that starts with no blank and holds no line break and no backslash but those of ``\:``
+# and ``\=`` (zbus stores ``remote-addr=host\:port``).
+_SIMPLE_LINE = r"(?:\\:)?[^\s=:\\#!][^\s=:\\]*=(?:(?:[^\s\\]|\\[:=])(?:[^\n\r\\]|\\[:=])*)?"
 _SIMPLE_TEXT = re.compile(rf"{_SIMPLE_LINE}(?:\n{_SIMPLE_LINE})*")
 
 
@@ -195,6 +196,8 @@ def _simple_attributes(text: str) -> dict[str, str]:
     result: dict[str, str] = {}
     for line in text.split("\n"):
         key, _, value = line.partition("=")
+        if "\\" in value:
+            value = value.replace("\\:", ":").replace("\\=", "=")
         result[":" + key[2:] if key[0] == "\\" else key] = value
     return result
 
