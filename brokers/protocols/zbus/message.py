@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from brokers.protocols.zbus.aliases import AliasFamily
@@ -58,14 +58,22 @@ class Message:
     """The alias spellings the sender used (§3); replies to it should repeat them."""
 
     def with_headers(self, updates: Mapping[str, str | None]) -> Message:
-        """A copy with headers set (appended if new) or removed (value ``None``)."""
+        """A copy with headers set (appended if new) or removed (value ``None``); this
+        message itself when nothing changes (it runs per message: a produce's token
+        removal, the broker's stamp)."""
         headers = dict(self.headers)
+        changed = False
         for key, value in updates.items():
             if value is None:
-                headers.pop(key, None)
-            else:
+                if key in headers:
+                    del headers[key]
+                    changed = True
+            elif headers.get(key) != value:
                 headers[key] = value
-        return replace(self, headers=headers)
+                changed = True
+        if not changed:
+            return self
+        return Message(self.start, headers, self.body, self.aliases)
 
     @property
     def is_response(self) -> bool:

@@ -285,3 +285,10 @@ def test_with_headers_sets_and_removes() -> None:
 
 def test_default_message_is_get_root() -> None:
     assert Message().start == RequestLine("GET", "/", "HTTP/1.1")
+
+
+def test_with_headers_that_change_nothing_return_the_message_itself() -> None:
+    message = Message(headers={"mq": "q", "remote-addr": "a:1"}, body=b"x")
+    assert message.with_headers({"token": None, "mq": "q"}) is message
+    assert message.with_headers({"remote-addr": "a:1"}) is message
+    assert message.with_headers({"mq": None}).headers == {"remote-addr": "a:1"}
