@@ -46,11 +46,11 @@ from brokers.servers.vibemq.context import ServerContext
 
 log = logging.getLogger("mqcloud.vibemq")
 FANOUT_MODES = ("FanOutWithAck", "FanOutWithoutAck")
-TAKE_BATCH = 64
-READ_AHEAD = 64
+TAKE_BATCH = 128
+READ_AHEAD = 128
 """Deliveries a RoundRobin consumer keeps leased ahead of its subscribers' room, so an ack's
 freed slot is filled from memory, not after a Redis round trip."""
-READ_AHEAD_MIN = 16
+READ_AHEAD_MIN = 32
 """A consumer with no room tops its read-ahead up only when this many are missing."""
 READ_AHEAD_HOLD_S = 1.0
 """How long a read-ahead delivery waits for room before it goes back to the group unread."""
