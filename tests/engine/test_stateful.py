@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 
 import redis.asyncio as aioredis
 from hypothesis import HealthCheck, settings
@@ -44,8 +45,11 @@ TIMEOUT_MS = 1000
 
 
 class EngineMachine(RuleBasedStateMachine):
-    @initialize()
-    def setup(self) -> None:
+    @initialize(rng=st.randoms(use_true_random=False))
+    def setup(self, rng: random.Random) -> None:
+        # The engine's rolls (read_retry_probability picks the retry partition) come from
+        # hypothesis: with the process's own random a replayed example took other paths,
+        # enabled other rules, and hypothesis failed the run as a flaky strategy.
         require_test_session()
         self.loop = asyncio.new_event_loop()
         self.client = aioredis.from_url(os.environ["REDIS_URL"])
@@ -56,6 +60,7 @@ class EngineMachine(RuleBasedStateMachine):
             lambda: SNAPSHOT,
             clock=self.clock,
             retry_policy=RetryPolicy(base_ms=1000, cap_ms=4000, max_attempts=0),
+            rng=rng,
         )
         # model: (topic, partition) -> {index: body}, entry starts, ack index
         self.bodies: dict[tuple[str, int], dict[int, bytes]] = {}
