@@ -259,3 +259,21 @@ async def test_a_group_added_is_swept_at_once(make_engine, clock):
     engine.set_snapshot(snap)
     clock.advance(2.5)
     assert await engine.expire("q") == 1  # b's copy, expired before b was handed it
+
+
+async def test_return_unread_marks_redelivered_only_what_was_delivered_before(make_engine):
+    engine = make_engine(queue_snap())
+    for body in (b"1", b"2", b"3"):
+        await publish(engine, body)
+    first = await take(engine, count=3)
+    await engine.release("q", "a", 0, [first[0].index])  # a consumer went away with it
+    again = await take(engine, count=3)
+    assert [(d.message.body, d.redelivered) for d in again] == [(b"1", True)]
+    # read ahead, never handed out: back unread; the one delivered before stays marked
+    assert await engine.return_unread("q", "a", [*again, *first[1:]]) == 3
+    back = [*await take(engine, count=3), *await take(engine, count=3)]  # a lease: one range
+    assert [(d.message.body, d.redelivered, d.attempts) for d in back] == [
+        (b"1", True, 1),
+        (b"2", False, 1),
+        (b"3", False, 1),
+    ]

@@ -20,6 +20,7 @@ from brokers.engine.groups import forget as forget_progress
 from brokers.engine.groups import join as join_group
 from brokers.engine.groups import keep as keep_progress
 from brokers.engine.keys import consumer_id
+from brokers.engine.model import Delivery
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.shared import Lease
 
@@ -134,6 +135,22 @@ class GroupSection(EngineBase):
         return await self.shared.settle(
             info, policy, partition, indexes, mode=mode, client_id=client_id
         )
+
+    async def return_unread(
+        self, topic: str, app: str, deliveries: Sequence[Delivery], *, client_id: str | None = None
+    ) -> int:
+        """Deliveries leased but never handed to a consumer (read ahead, then not needed) go
+        back, due at once: marked redelivered only those delivered before. One call per
+        partition and kind; how many went back."""
+        runs: dict[tuple[int, bool], list[int]] = {}
+        for d in deliveries:
+            runs.setdefault((d.partition, d.redelivered), []).append(d.index)
+        n = 0
+        for (partition, before), indexes in runs.items():
+            n += await self.release(
+                topic, app, partition, indexes, client_id=client_id, unread=not before
+            )
+        return n
 
     async def fail(
         self,

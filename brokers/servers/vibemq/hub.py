@@ -302,18 +302,12 @@ class QueueDispatcher:
         self._drop_ahead({})
 
     async def _return_unread(self, app: str, deliveries: list[Delivery]) -> None:
-        """Back to the group, due at once: marked redelivered only when they had been
-        delivered before."""
-        runs: dict[tuple[int, bool], list[int]] = {}
-        for d in deliveries:
-            runs.setdefault((d.partition, d.redelivered), []).append(d.index)
-        for (partition, before), indexes in runs.items():
-            try:
-                await self.hub.ctx.engine.release(
-                    self.queue, app, partition, indexes, unread=not before
-                )
-            except EngineError as exc:  # the leases lapse instead
-                log.info("VibeMQ %s: read-ahead not returned: %s", self.queue, exc)
+        """Back to the group, due at once (the engine marks redelivered only those
+        delivered before)."""
+        try:
+            await self.hub.ctx.engine.return_unread(self.queue, app, deliveries)
+        except EngineError as exc:  # the leases lapse instead
+            log.info("VibeMQ %s: read-ahead not returned: %s", self.queue, exc)
 
     async def _members(self, tracked: bool, lease_ms: int) -> bool:
         """FanOut: each subscriber leases from its own member progress."""

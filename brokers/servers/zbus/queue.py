@@ -441,11 +441,11 @@ class QueueMq:
 
     async def _return_unread(self, items: list[tuple[tuple[str, str], Delivery]]) -> None:
         """Back to the group: marked redelivered only when they had been delivered before."""
-        runs: dict[tuple[str, int, bool], list[int]] = {}
+        by_app: dict[str, list[Delivery]] = {}
         for (app, _), d in items:
-            runs.setdefault((app, d.partition, d.redelivered), []).append(d.index)
-        for (app, partition, before), indexes in runs.items():
-            await self.ctx.engine.release(self.name, app, partition, indexes, unread=not before)
+            by_app.setdefault(app, []).append(d)
+        for app, deliveries in by_app.items():
+            await self.ctx.engine.return_unread(self.name, app, deliveries)
 
     def _deal(
         self,
