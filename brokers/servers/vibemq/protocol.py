@@ -21,6 +21,7 @@ from brokers.protocols.vibemq import (
     encode_frame,
     error_frame,
 )
+from brokers.servers.turnwrite import TurnWriter
 from brokers.servers.vibemq.commands import COMMANDS
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import Hub
@@ -40,13 +41,13 @@ class VibeMQProtocol(asyncio.Protocol):
         self._write_paused = False
         self._read_paused = False
         self._admitted = False
-        self._pending: list[bytes] = []
+        self._out = TurnWriter()
         self.session: Session | None = None
 
     # -------------------------------------------------------------- asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        self._transport = self._out.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername") or ("", 0)
         verdict = self.ctx.gate.admit(str(peer[0]))
         if verdict is not None:
@@ -67,7 +68,7 @@ class VibeMQProtocol(asyncio.Protocol):
         if self._admitted:
             self._admitted = False
             self.ctx.gate.release()
-        self._transport = None
+        self._transport = self._out.transport = None
         if self.session is not None:
             self.hub.spawn(self.session.close())
 
@@ -98,17 +99,7 @@ class VibeMQProtocol(asyncio.Protocol):
     def send(self, frame: Frame) -> None:
         """Queue ``frame``; everything sent in one turn of the event loop (a dispatch
         round's deliveries, a run of publish acks) goes out in one write."""
-        if self._transport is None or self._transport.is_closing():
-            return
-        if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append(encode_frame(frame))
-
-    def _flush(self) -> None:
-        pending, self._pending = self._pending, []
-        transport = self._transport
-        if pending and transport is not None and not transport.is_closing():
-            transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        self._out.write(encode_frame(frame))
 
     @property
     def writable(self) -> bool:
@@ -116,7 +107,7 @@ class VibeMQProtocol(asyncio.Protocol):
 
     def close(self, error: ProtocolError | None = None) -> None:
         if self._transport is not None:
-            self._flush()  # what was sent before the close still goes out
+            self._out.flush()  # what was sent before the close still goes out
             self._transport.close()
 
     def shutdown_notice(self, frame: Frame) -> None:

@@ -17,6 +17,7 @@ import logging
 from brokers.protocols.zbus import Decoder, Message, ZbusDecodeError, make_reply
 from brokers.servers.flow import FlowControlled
 from brokers.servers.protocol_errors import protocol_errors
+from brokers.servers.turnwrite import TurnWriter
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.dispatch import dispatch
@@ -44,22 +45,22 @@ class ZbusProtocol(FlowControlled):
         self._decoder = Decoder(
             max_head_bytes=ctx.config.max_head_bytes, max_body_bytes=ctx.config.max_body_bytes
         )
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
-        self.conn = Connection("", self._write)
+        self._out = TurnWriter()
+        """Every message written whole; what one turn sends leaves in one ``write``."""
+        self.conn = Connection("", self._out.write)
 
     # -------------------------------------------------------------- asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Create the connection state."""
-        self._transport = transport  # type: ignore[assignment]
-        self.conn = Connection(_peer(transport), self._write, self._buffered)
+        self._transport = self._out.transport = transport  # type: ignore[assignment]
+        self.conn = Connection(_peer(transport), self._out.write, self._buffered)
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Undo what the connection holds (in-flight messages go back) and cancel its tasks."""
         self._connections.discard(self)
-        self._transport = None
+        self._transport = self._out.transport = None
         self.conn.close()
         self._cancel_tasks()
 
@@ -97,31 +98,10 @@ class ZbusProtocol(FlowControlled):
         if error.fatal:
             self.close()
 
-    def _write(self, data: bytes) -> bool:
-        """Queue ``data`` (one whole message or a corked batch); what one turn of the event
-        loop writes — the replies of a stored run of produces, say — goes out in one
-        ``write``, in order."""
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return False
-        if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append(data)
-        self._pending_bytes += len(data)
-        return True
-
-    def _flush(self) -> None:
-        pending, self._pending, self._pending_bytes = self._pending, [], 0
-        transport = self._transport
-        if pending and transport is not None and not transport.is_closing():
-            transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
-
     def _buffered(self) -> int:
-        transport = self._transport
-        written = transport.get_write_buffer_size() if transport is not None else 0
-        return written + self._pending_bytes
+        return self._out.buffered
 
     def close(self) -> None:
         """Close the connection after flushing what was written (queued writes first)."""
-        self._flush()
+        self._out.flush()
         super().close()
