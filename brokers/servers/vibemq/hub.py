@@ -62,6 +62,13 @@ Leased = tuple[Delivery, int, float]
 """A leased delivery, its lease's deadline (engine ms) and the loop time it was leased at."""
 
 
+def _by_partition(deliveries: Sequence[Delivery]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for d in deliveries:
+        out.setdefault(d.partition, []).append(d.index)
+    return out
+
+
 class Subscriber(Protocol):
     """What the hub needs of a session."""
 
@@ -71,9 +78,6 @@ class Subscriber(Protocol):
     def acting_app(self, queue: str) -> str: ...
     def member_id(self, queue: str) -> str: ...
     def capacity(self, queue: str) -> int: ...
-    def deliver_lease(
-        self, queue: str, app: str, member: str | None, delivery: Delivery, deadline_ms: int
-    ) -> bool: ...
     def deliver_leases(
         self, queue: str, app: str, member: str | None, leased: Sequence[Leased]
     ) -> int: ...
@@ -239,13 +243,10 @@ class QueueDispatcher:
             return leased[taken:]
         undealt: list[Leased] = []
         for item in leased:
-            delivery, deadline, _ = item
             for _ in range(len(subs)):
                 sub = subs[self._next % len(subs)]
                 self._next = (self._next + 1) % len(subs)
-                if caps.get(id(sub), 0) > 0 and sub.deliver_lease(
-                    self.queue, app, None, delivery, deadline
-                ):
+                if caps.get(id(sub), 0) > 0 and sub.deliver_leases(self.queue, app, None, [item]):
                     caps[id(sub)] -= 1
                     break
             else:
@@ -329,21 +330,15 @@ class QueueDispatcher:
             more = more or len(got) == room
             if tracked:
                 deadline = engine.now_ms() + lease_ms
-                for d in got:
-                    if not sub.deliver_lease(self.queue, key[0], member, d, deadline):
-                        await engine.release(
-                            self.queue, key[0], d.partition, [d.index], client_id=member
-                        )
+                written = sub.deliver_leases(
+                    self.queue, key[0], member, [(d, deadline) for d in got]
+                )
+                for partition, indexes in _by_partition(got[written:]).items():  # it left
+                    await engine.release(self.queue, key[0], partition, indexes, client_id=member)
                 continue
             written = [d for d in got if sub.deliver_copy(self.queue, d)]
-            for partition in {d.partition for d in got}:  # no acks: settled once written
-                await engine.settle(
-                    self.queue,
-                    key[0],
-                    partition,
-                    [d.index for d in got if d.partition == partition],
-                    client_id=member,
-                )
+            for partition, indexes in _by_partition(got).items():  # no acks: settled once written
+                await engine.settle(self.queue, key[0], partition, indexes, client_id=member)
             dropped = len(got) - len(written)
             if dropped:
                 self.hub.ctx.counters["fanout_dropped"] += dropped

@@ -15,7 +15,7 @@ import logging
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from brokers.engine import AppInfo, Delivery, EngineError, cancel_and_wait, record_store_time
 from brokers.protocols.vibemq import (
@@ -36,6 +36,7 @@ from brokers.servers.vibemq.tracking import Inflight, Tracked
 
 log = logging.getLogger("mqcloud.vibemq")
 ACK_BATCH = 128
+F = TypeVar("F", Ack, Publish)
 
 
 class Transport(Protocol):
@@ -179,13 +180,15 @@ class Session:
         self._taken()
         return event
 
-    def _publish_run(self, first: Publish) -> list[Publish]:
-        """``first`` and the publishes read right after it (stored together, §6)."""
+    def _run(self, first: F, kind: type[F], limit: int) -> list[F]:
+        """``first`` and the frames of its kind read right after it, at most ``limit``:
+        publishes are stored together (§6), acks settled in memory in one go (a
+        subscriber acks what one read brought in one write)."""
         run = [first]
-        while len(run) < self.commands.max_run and not self._frames.empty():
+        while len(run) < limit and not self._frames.empty():
             event = self._frames.get_nowait()
             self._taken()
-            if not isinstance(event, Publish):
+            if not isinstance(event, kind):
                 self._held = event
                 break
             run.append(event)
@@ -198,10 +201,12 @@ class Session:
             self._room.set()
             try:
                 if isinstance(event, Ack) and self.authenticated:
-                    self._ack_run(event)
+                    for ack in self._run(event, Ack, ACK_BATCH):
+                        if self._admit(ack.id):
+                            self._ack(ack)
                 elif isinstance(event, Publish) and self.authenticated:
                     await self._flush_acks()
-                    await publish(self, self._publish_run(event))
+                    await publish(self, self._run(event, Publish, self.commands.max_run))
                 else:
                     await self._flush_acks()
                     await self._process(event, handle)
@@ -215,22 +220,6 @@ class Session:
                 rid = getattr(event, "id", None)
                 self.send(error_frame(ErrorCode.SERVER_ERROR, "internal error", request_id=rid))
             self.transport.frames_done()
-
-    def _ack_run(self, first: Ack) -> None:
-        """``first`` and the acks read right after it, settled in memory in one go (a
-        subscriber acks what one read brought in one write); at most ``ACK_BATCH``."""
-        event: Frame | ProtocolError = first
-        for _ in range(ACK_BATCH):
-            if not isinstance(event, Ack):
-                self._held = event
-                return
-            if self._admit(event.id):
-                self._ack(event)
-            if self._frames.empty():
-                return
-            event = self._frames.get_nowait()
-            self._taken()
-        self._held = event
 
     def rate_allowed(self) -> bool:
         """One more frame within the connection's frame rate (§14); counted if not."""
@@ -316,13 +305,6 @@ class Session:
         if self.closed or self.stopping or not self.transport.writable:
             return 0
         return max(0, self.ctx.config.max_unacked_per_subscriber - self.inflight.per_queue[queue])
-
-    def deliver_lease(
-        self, queue: str, app: str, member: str | None, delivery: Delivery, deadline_ms: int
-    ) -> bool:
-        """Write a message leased for ``app`` (a fan-out ``member``, or None); False if
-        this subscriber cannot take it (it went away)."""
-        return self.deliver_leases(queue, app, member, [(delivery, deadline_ms)]) == 1
 
     def deliver_leases(
         self,
