@@ -117,3 +117,24 @@ async def test_a_pause_holds_back_what_was_read_ahead(catalog, redis_url):
     finally:
         await a.close()
         await one.stop()
+
+
+async def test_a_stalled_subscriber_does_not_lease_its_returned_read_ahead_again(
+    catalog, redis_url
+):
+    """A subscriber that acks nothing: its read-ahead goes back after the hold and stays
+    back (the queue's backlog is leased by nobody) instead of being leased again and again."""
+    one = await _broker(redis_url, 1, SLOW_ACKS)
+    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    try:
+        for i in range(10):
+            await a.publish("stall", i, message_id=f"s{i}")
+        await a.subscribe("stall")
+        await a.receive()
+        await a.receive()  # its room is 2, never freed
+        await asyncio.sleep(READ_AHEAD_HOLD_S + 1.5)  # held, handed back, rounds go by
+        stats = await one.engine.queue_stats("stall")
+        assert stats.in_flight == 2, stats  # only what it was handed
+    finally:
+        await a.close()
+        await one.stop()

@@ -51,7 +51,8 @@ READ_AHEAD = 128
 """Deliveries a RoundRobin consumer keeps leased ahead of its subscribers' room, so an ack's
 freed slot is filled from memory, not after a Redis round trip."""
 READ_AHEAD_MIN = 32
-"""A consumer with no room tops its read-ahead up only when this many are missing."""
+"""A consumer with no room left (after taking from its read-ahead) tops it up only when
+this many are missing."""
 READ_AHEAD_HOLD_S = 1.0
 """How long a read-ahead delivery waits for room before it goes back to the group unread."""
 REGISTRY_REFRESH_S = 5.0
@@ -210,15 +211,19 @@ class QueueDispatcher:
             caps = {id(s): s.capacity(self.queue) for s in subs}
             room = sum(caps.values())
             ahead = self._ahead.get(key)
+            dealt = False
             if ahead and room > 0:
                 if not self._still_allowed(key):
                     continue
                 taken = [ahead.popleft() for _ in range(min(room, len(ahead)))]
                 room -= len(taken)
                 ahead.extendleft(reversed(self._round_robin(key[0], subs, taken, caps)))
+                dealt = True
             held = len(ahead) if ahead else 0
             want = min(TAKE_BATCH, room + (READ_AHEAD - held if read_ahead else 0))
-            if want <= 0 or (room <= 0 and want < READ_AHEAD_MIN):
+            # with no room left, top the read-ahead up only for a consumer that is taking
+            # it: a stalled one would lease again what its last read-ahead handed back
+            if want <= 0 or (room <= 0 and (want < READ_AHEAD_MIN or not dealt)):
                 continue
             deadline = self.hub.ctx.engine.now_ms() + lease_ms
             got = await self._lease(key, want, self.owner, lease_ms, None)
