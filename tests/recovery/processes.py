@@ -72,16 +72,7 @@ class BrokerProcesses:
     def kill_tree(self, broker_id: int) -> None:
         """kill -9 of the broker and its worker processes at once (a lost machine): no
         worker outlives the parent to stop gracefully."""
-        proc = self.procs[broker_id]
-        try:
-            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
-                children = [int(pid) for pid in f.read().split()]
-        except OSError:
-            children = []
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.kill(broker_id)
+        kill_tree(self.procs[broker_id])
 
     def alive(self, broker_id: int) -> bool:
         return self.procs[broker_id].poll() is None
@@ -100,3 +91,18 @@ class BrokerProcesses:
                 proc.kill()
                 codes[bid] = proc.wait()
         return codes
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """kill -9 of ``proc`` and its children at once: no ``runbroker`` worker outlives its
+    parent to stop gracefully (and keep the port a moment longer)."""
+    try:
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+            children = [int(pid) for pid in f.read().split()]
+    except OSError:
+        children = []
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()

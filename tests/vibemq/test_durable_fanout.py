@@ -17,6 +17,7 @@ from django.conf import settings as django_settings
 
 from brokers.clients.vibemq import VibeMQClient, VibeMQServerError
 from brokers.models import Broker as BrokerRow
+from tests.recovery.processes import kill_tree
 from tests.scripts_path import wait_for_port
 from tests.vibemq.test_delivery import nothing_more
 
@@ -162,8 +163,7 @@ async def _kill_and_restart(procs: list[subprocess.Popen], port: int, token: str
     got = [await sub.receive() for _ in range(3)]
     sub.ack(got[0].id)
     await sub.ping()
-    procs[0].send_signal(signal.SIGKILL)
-    procs[0].wait(10)
+    kill_tree(procs[0])  # its worker too: none stops gracefully and keeps the port
     for c in (pub, sub):
         await asyncio.wait_for(c.closed.wait(), 5)
         await c.close()
