@@ -21,7 +21,12 @@ from brokers.protocols.zbus.constants import (
     reason_phrase,
 )
 from brokers.protocols.zbus.decoder import Decoder
-from brokers.protocols.zbus.encoder import encode_message, writable_header
+from brokers.protocols.zbus.encoder import (
+    encode_delivery,
+    encode_message,
+    header_line,
+    writable_header,
+)
 from brokers.protocols.zbus.errors import (
     BadContentLength,
     BodyTooLarge,
@@ -35,7 +40,7 @@ from brokers.protocols.zbus.errors import (
     ZbusDecodeError,
     ZbusError,
 )
-from brokers.protocols.zbus.message import Message, RequestLine, StatusLine
+from brokers.protocols.zbus.message import Message, RequestLine, StatusLine, parse_status
 from brokers.protocols.zbus.replies import make_delivery, make_reply, make_request
 
 __all__ = [
@@ -66,12 +71,15 @@ __all__ = [
     "TruncatedMessage",
     "ZbusDecodeError",
     "ZbusError",
+    "encode_delivery",
     "encode_message",
+    "header_line",
     "is_valid_mq_name",
     "make_delivery",
     "make_reply",
     "make_request",
     "parse_create_mq",
+    "parse_status",
     "reason_phrase",
     "writable_header",
 ]

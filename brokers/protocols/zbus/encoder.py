@@ -5,17 +5,23 @@ Headers are written in the message's order as ``key: value``; after each canonic
 :class:`AliasFamily` (§3). ``content-length`` is always written last, computed from the body
 (a ``content-length`` entry in the headers is ignored). Anything that would break the
 recipient's framing raises :class:`EncodeError`.
+
+:func:`encode_delivery` writes a stored message as delivered to a consumer in one pass —
+the bytes :func:`encode_message` writes for :func:`~.replies.make_delivery`'s message,
+without building it (it runs per delivered message). Header lines that recur (the same
+``mq``, ``remote-addr``, ``mq_reply`` on every message of a producer) come from a cache.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from brokers.protocols.zbus.aliases import AliasFamily, aliases_for
-from brokers.protocols.zbus.constants import Header
+from brokers.protocols.zbus.constants import Header, reason_phrase
 from brokers.protocols.zbus.errors import EncodeError
 from brokers.protocols.zbus.head import CONTROL
-from brokers.protocols.zbus.message import Message, RequestLine
+from brokers.protocols.zbus.message import Message, RequestLine, parse_status
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
@@ -53,3 +59,117 @@ def encode_message(message: Message, *, aliases: AliasFamily = AliasFamily.NONE)
         lines.extend(f"{alias}: {value}" for alias in aliases_for(key, aliases))
     lines.append(f"{Header.CONTENT_LENGTH}: {len(message.body)}")
     return "\r\n".join(lines).encode() + b"\r\n\r\n" + message.body
+
+
+_LINES: dict[tuple[str, str], bytes | None] = {}
+_LINES_MAX = 8192
+"""Cached header lines; the cache starts over when full (unique values only cost a miss)."""
+_STATUS_LINES: dict[int, bytes] = {}
+_ALIASED = frozenset({Header.MSGID, Header.MSGID_RAW, Header.MQ_REPLY})
+_SET_BY_DELIVERY = frozenset(
+    {Header.MSGID, Header.MSGID_RAW, Header.TOKEN, Header.REDELIVERED, Header.CONTENT_LENGTH}
+)
+
+
+def _line(key: str, value: str) -> bytes | None:
+    """``key: value`` CRLF as bytes; None when it cannot be written."""
+    if not writable_header(key, value):
+        return None
+    return f"{key}: {value}\r\n".encode()
+
+
+def header_line(key: str, value: str) -> bytes | None:
+    """``key: value`` CRLF as bytes, from the cache when it recurs; None when it cannot be
+    written (see :func:`writable_header`)."""
+    try:
+        return _LINES[key, value]
+    except KeyError:
+        pass
+    if len(_LINES) >= _LINES_MAX:
+        _LINES.clear()
+    line = _LINES[key, value] = _line(key, value)
+    return line
+
+
+def _status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    if line is None:
+        if not 100 <= status <= 999:
+            raise EncodeError(f"status {status} is not three digits")
+        text = f"HTTP/1.1 {status} {reason_phrase(status)}"
+        if CONTROL.search(text):
+            raise EncodeError(f"control character in start line {text[:80]!r}")
+        line = _STATUS_LINES[status] = f"{text}\r\n".encode()
+    return line
+
+
+def _with_aliases(out: list[bytes], key: str, value: str, aliases: AliasFamily) -> None:
+    for alias in aliases_for(key, aliases):
+        out.append(f"{alias}: {value}\r\n".encode())
+
+
+def encode_delivery(
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    msgid: str | None,
+    status: int | None = None,
+    own_status: int = 0,
+    redelivered: bool = False,
+    aliases: AliasFamily = AliasFamily.NONE,
+) -> bytes:
+    """The wire bytes of a stored message (``headers``, ``body``, response status
+    ``own_status`` or 0) as delivered to a consumer: exactly
+    ``encode_message(make_delivery(stored, msgid=…, status=…, redelivered=…), aliases=…)``
+    (see :func:`~.replies.make_delivery` for the rules). Raises :class:`EncodeError` for a
+    header that cannot be written."""
+    stored_msgid = headers.get(Header.MSGID)
+    if status is None:
+        status = parse_status(headers.get(Header.REPLY_CODE)) or own_status or 200
+    out = [_status_line(status)]
+    wrote_msgid = wrote_raw = wrote_redelivered = False
+    for key, value in headers.items():
+        if key in _SET_BY_DELIVERY:
+            if key == Header.MSGID:
+                wrote_msgid = True
+                _delivery_id(out, Header.MSGID, msgid, aliases)
+            elif key == Header.MSGID_RAW:
+                wrote_raw = True
+                _delivery_id(out, Header.MSGID_RAW, stored_msgid, aliases)
+            elif key == Header.REDELIVERED and redelivered:
+                wrote_redelivered = True
+                out.append(b"redelivered: 1\r\n")
+            elif key == Header.REDELIVERED:
+                _append_line(out, key, value)
+            continue
+        _append_line(out, key, value)
+        if aliases and key in _ALIASED:
+            _with_aliases(out, key, value, aliases)
+    if not wrote_msgid:
+        _delivery_id(out, Header.MSGID, msgid, aliases)
+    if not wrote_raw:
+        _delivery_id(out, Header.MSGID_RAW, stored_msgid, aliases)
+    if redelivered and not wrote_redelivered:
+        out.append(b"redelivered: 1\r\n")
+    out.append(b"content-length: %d\r\n\r\n" % len(body))
+    out.append(body)
+    return b"".join(out)
+
+
+def _append_line(out: list[bytes], key: str, value: str) -> None:
+    line = header_line(key, value)
+    if line is None:
+        raise EncodeError(f"header {key[:40]!r} cannot be written")
+    out.append(line)
+
+
+def _delivery_id(out: list[bytes], key: str, value: str | None, aliases: AliasFamily) -> None:
+    """A per-delivery id line (not cached: these values rarely recur), with its aliases."""
+    if value is None:
+        return
+    line = _line(key, value)
+    if line is None:
+        raise EncodeError(f"header {key!r} cannot be written")
+    out.append(line)
+    if aliases:
+        _with_aliases(out, key, value, aliases)

@@ -47,6 +47,11 @@ def parse_int32(value: str | None) -> int | None:
     return number if -(2**31) <= number < 2**31 else None
 
 
+def parse_status(value: str | None) -> int | None:
+    """A three-digit status (``reply_code``, a stored ``:status``), else ``None``."""
+    return int(value) if value is not None and _STATUS.fullmatch(value) else None
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One zbus message, request- or response-shaped; the broker routes by headers only."""
@@ -126,8 +131,7 @@ class Message:
     @property
     def reply_code(self) -> int | None:
         """``reply_code`` (alias ``reply-code``) when it is a three-digit status, else ``None``."""
-        value = self.headers.get(Header.REPLY_CODE)
-        return int(value) if value is not None and _STATUS.fullmatch(value) else None
+        return parse_status(self.headers.get(Header.REPLY_CODE))
 
     @property
     def token(self) -> str | None:

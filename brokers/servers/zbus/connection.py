@@ -54,6 +54,12 @@ class Connection:
         except EncodeError:
             log.warning("zbus: cannot encode a message for %s", self.remote_addr, exc_info=True)
             return False
+        return self.send_encoded(data)
+
+    def send_encoded(self, data: bytes) -> bool:
+        """Write one message's wire bytes whole; False if the connection is gone."""
+        if self.closed:
+            return False
         if self._corked is not None:
             self._corked.append(data)
             return True

@@ -54,10 +54,10 @@ from brokers.engine import (
     RateLimited,
     cancel_and_wait,
 )
-from brokers.protocols.zbus import AliasFamily, make_delivery
+from brokers.protocols.zbus import AliasFamily, EncodeError
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
-from brokers.servers.zbus.stored import from_record
+from brokers.servers.zbus.stored import delivery_bytes
 
 log = logging.getLogger("mqcloud.zbus")
 
@@ -464,12 +464,20 @@ class QueueMq:
             if session is None:
                 undealt.extend(deliveries[i:])
                 return
-            stored = from_record(d.record)
-            out = make_delivery(stored, msgid=session.msgid, redelivered=d.redelivered)
+            try:
+                out = delivery_bytes(
+                    d.record,
+                    msgid=session.msgid,
+                    redelivered=d.redelivered,
+                    aliases=session.aliases,
+                )
+            except EncodeError:  # headers are filtered to writable ones: a bug, not input
+                log.exception("zbus queue %s: cannot encode message %d", self.name, d.index)
+                out = None
             if session.conn not in corked:
                 session.conn.cork()
                 corked.add(session.conn)
-            if not session.conn.send(out, session.aliases):
+            if out is None or not session.conn.send_encoded(out):
                 self._deactivate(session)
                 unsent.append(InFlight(app, d.partition, d.index, now, now, False))
                 continue
