@@ -42,6 +42,8 @@ _FAMILY_OF = {
     "mq-reply": AliasFamily.HYPHEN,
     "msgid-raw": AliasFamily.HYPHEN,
 }
+_FAMILY_BITS = {name: family.value for name, family in _FAMILY_OF.items()}
+_FAMILIES = [AliasFamily(bits) for bits in range(4)]
 _WRITTEN_ALIASES: dict[AliasFamily, dict[str, str]] = {
     AliasFamily.ID: {Header.MSGID: "id", Header.MSGID_RAW: "rawid"},
     AliasFamily.HYPHEN: {Header.MSGID_RAW: "msgid-raw", Header.MQ_REPLY: "mq-reply"},
@@ -51,17 +53,18 @@ _WRITTEN_ALIASES: dict[AliasFamily, dict[str, str]] = {
 def canonicalize(headers: Mapping[str, str]) -> tuple[dict[str, str], AliasFamily]:
     """Rename aliases to canonical names (keeping positions) and report the families used."""
     out: dict[str, str] = {}
-    family = AliasFamily.NONE
+    family = 0  # the flags as an int: Flag arithmetic costs a call per operation
     for key, value in headers.items():
         canonical = _CANONICAL_OF.get(key)
         if canonical is None:
             out[key] = value
             continue
-        family |= _FAMILY_OF.get(key, AliasFamily.NONE)
-        winner = next(name for name in PRECEDENCE[canonical] if name in headers)
-        if key == winner:
+        family |= _FAMILY_BITS.get(key, 0)
+        if key == canonical:  # the canonical spelling always wins
+            out[key] = value
+        elif key == next(name for name in PRECEDENCE[canonical] if name in headers):
             out[canonical] = value
-    return out, family
+    return out, _FAMILIES[family]
 
 
 def aliases_for(name: str, family: AliasFamily) -> list[str]:

@@ -20,7 +20,7 @@ from brokers.protocols.zbus.uri import split_uri
 def assemble(start: RequestLine | StatusLine, headers: dict[str, str], body: bytes) -> Message:
     """Build the message the broker routes; raises :class:`MalformedStartLine` for bad params."""
     merged, aliases = canonicalize(headers)
-    if isinstance(start, RequestLine):
+    if isinstance(start, RequestLine) and "?" in start.uri:  # no query: no parameters
         _, params = split_uri(start.uri)
         body_param = params.pop(Header.BODY, None)
         for key, value in params.items():

@@ -13,6 +13,7 @@ empty header name. These are recoverable (:class:`MalformedHeader`,
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ _STATUS = re.compile(r"[1-9][0-9]{2}")
 _DIGITS = re.compile(rb"[0-9]+")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Head:
     """A parsed header block: what the decoder needs to read the body and build the message."""
 
@@ -79,14 +80,22 @@ def _content_length(value: bytes, max_body: int, msgid: str | None) -> int:
 
 def _msgid(headers: dict[str, str], start: RequestLine | StatusLine | None) -> str | None:
     """The id to echo in an error: from the headers, else from the URL parameters."""
-    sources = [headers]
-    if isinstance(start, RequestLine):
-        sources.append(split_uri(start.uri)[1])
-    for source in sources:
+    for name in PRECEDENCE[Header.MSGID]:
+        if name in headers:
+            return headers[name]
+    if isinstance(start, RequestLine) and "?" in start.uri:
+        params = split_uri(start.uri)[1]
         for name in PRECEDENCE[Header.MSGID]:
-            if name in source:
-                return source[name]
+            if name in params:
+                return params[name]
     return None
+
+
+# Anything a line may not hold (a control character other than tab) and any line break
+# but CRLF: where a block has none of these, its lines need no check of their own.
+_UNSAFE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|(?<!\r)\n")
+_parse_start_line = functools.lru_cache(maxsize=256)(parse_start_line)
+"""Clients send the same few start lines (``GET / HTTP/1.1``); the lines are immutable."""
 
 
 def parse_head(block: bytes, max_body: int) -> Head:
@@ -94,7 +103,46 @@ def parse_head(block: bytes, max_body: int) -> Head:
 
     Raises :class:`BadContentLength` or :class:`BodyTooLarge` (both fatal); other problems are
     returned in ``Head.problem`` because the message can still be skipped whole.
+
+    A block of valid UTF-8 with no control character, no bare CR or LF and no empty header
+    name — every block a well-behaved client sends — is decoded once and split as text;
+    any other takes the line-by-line path that finds its problem.
     """
+    try:
+        text = block.decode()
+    except UnicodeDecodeError:
+        return _parse_head_lines(block, max_body)
+    if _UNSAFE.search(text):
+        return _parse_head_lines(block, max_body)
+    raw_start, *lines = text.split("\r\n")
+    problem: ZbusDecodeError | None = None
+    start: RequestLine | StatusLine | None = None
+    try:
+        start = _parse_start_line(raw_start)
+    except MalformedStartLine as exc:
+        problem = exc.with_traceback(None)
+    headers: dict[str, str] = {}
+    raw_length: str | None = None
+    for line in lines:
+        key, colon, value = line.partition(":")
+        if not colon:
+            continue
+        key = key.strip(" \t").lower()
+        if key == "content-length":
+            raw_length = value
+        elif key:
+            headers[key] = value.strip(" \t")
+        else:
+            return _parse_head_lines(block, max_body)
+    msgid = _msgid(headers, start)
+    length = 0 if raw_length is None else _content_length(raw_length.encode(), max_body, msgid)
+    if problem is not None:
+        problem.msgid = msgid
+    return Head(start, headers, length, msgid, problem)
+
+
+def _parse_head_lines(block: bytes, max_body: int) -> Head:
+    """:func:`parse_head`, line by line (each line decoded and checked on its own)."""
     raw_start, *lines = block.split(b"\r\n")
     problem: ZbusDecodeError | None = None
     start: RequestLine | StatusLine | None = None

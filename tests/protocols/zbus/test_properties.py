@@ -18,6 +18,7 @@ from brokers.protocols.zbus import (
     make_delivery,
     make_reply,
 )
+from brokers.protocols.zbus.head import _parse_head_lines, parse_head
 
 _ALIASES = {"id", "rawid", "msgid-raw", "mq-reply", "method", "reply-code", "content-length"}
 _KEY_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-_."
@@ -144,3 +145,43 @@ def test_mutation_fuzz_only_typed_errors_escape() -> None:
             assert isinstance(event, Message | ZbusDecodeError)
             if isinstance(event, Message):
                 assert Decoder().feed(encode_message(event))[0].headers == event.headers
+
+
+_PARTS = st.sampled_from(
+    ["cmd", "mq", "msgid", "id", "Content-Length", "content-length", "MQ", "X-A", " ", "\t",
+     ":", "\r", "\n", "\x00", "\x7f", "é", "\u212a", "12", "-1", "a", "=", "?"]
+)  # fmt: skip
+_TEXTS = st.lists(_PARTS, max_size=4).map("".join)
+_STARTS = st.sampled_from(["GET / HTTP/1.1", "HTTP/1.1 200 OK", "GET /q?msgid=u&id=v HTTP/1.1"])
+_HEADER_LINES = st.builds(
+    lambda key, colon, value: key + colon + value,
+    _TEXTS,
+    st.sampled_from([":", ": ", " :\t", "", "::"]),
+    _TEXTS,
+)
+_HEAD_LINES = st.builds(
+    lambda start, lines: [start, *lines], _STARTS | _TEXTS, st.lists(_HEADER_LINES, max_size=5)
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_HEAD_LINES, st.sampled_from([b"", b"\xff", b"\xc3"]))
+def test_the_one_decode_head_parser_agrees_with_the_line_by_line_one(
+    lines: list[str], tail: bytes
+) -> None:
+    """``parse_head`` decodes a clean block once; any block — control characters, bare
+    CR or LF, bad UTF-8, empty names — gives what the line-by-line parser gives."""
+    block = "\r\n".join(lines).encode() + tail
+
+    def outcome(parse):  # the head, or the fatal error's type and message
+        try:
+            head = parse(block, 1000)
+        except ZbusDecodeError as exc:
+            return type(exc), str(exc)
+        problem = head.problem
+        return (
+            head.start, head.headers, head.content_length, head.msgid,
+            None if problem is None else (type(problem), str(problem), problem.msgid),
+        )  # fmt: skip
+
+    assert outcome(parse_head) == outcome(_parse_head_lines)
