@@ -1,6 +1,7 @@
 """Request flow control shared by the protocol servers' asyncio protocols.
 
-Each decoded request runs as its own task; at most ``max_inflight`` run per connection
+Each decoded request runs as its own task (or, where a server handles a common request
+without one, until its future is done); at most ``max_inflight`` run per connection
 and together they hold at most ``max_held_bytes`` of request bytes; reading pauses beyond
 either, while the peer does not read its replies (the transport asked us to pause
 writing), and for good once a graceful stop began. What one connection holds is so
@@ -28,8 +29,8 @@ class FlowControlled(asyncio.Protocol):
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._sizes: dict[asyncio.Task[None], int] = {}
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._sizes: dict[asyncio.Future[None], int] = {}
         self.held_bytes = 0
         self._reading_paused = False
         self._writing_paused = False
@@ -49,19 +50,28 @@ class FlowControlled(asyncio.Protocol):
     def _spawn(self, request: Coroutine[Any, Any, None], size: int = 0) -> None:
         """Run one request (``size`` bytes on the wire) as a task counted against
         ``max_inflight`` and ``max_held_bytes``."""
-        task = asyncio.get_running_loop().create_task(request)
-        self._tasks.add(task)
+        self._track(asyncio.get_running_loop().create_task(request), size)
+
+    def _track(self, request: asyncio.Future[None], size: int = 0) -> None:
+        """Count a request that runs until ``request`` is done — a task, or the future of
+        a request handled without one (its outcome is answered elsewhere) — against
+        ``max_inflight`` and ``max_held_bytes``; a graceful stop waits for it."""
+        self._tasks.add(request)
         if size:
-            self._sizes[task] = size
+            self._sizes[request] = size
             self.held_bytes += size
-        task.add_done_callback(self._done)
+        request.add_done_callback(self._done)
         self._update_reading()
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self.held_bytes -= self._sizes.pop(task, 0)
-        if not task.cancelled() and task.exception() is not None:
-            self.log.error("request task failed", exc_info=task.exception())
+    def _done(self, request: asyncio.Future[None]) -> None:
+        self._tasks.discard(request)
+        self.held_bytes -= self._sizes.pop(request, 0)
+        if (
+            isinstance(request, asyncio.Task)
+            and not request.cancelled()
+            and request.exception() is not None
+        ):
+            self.log.error("request task failed", exc_info=request.exception())
         self._update_reading()
         self._resumed()
 
@@ -100,7 +110,7 @@ class FlowControlled(asyncio.Protocol):
         self._update_reading()
 
     @property
-    def inflight(self) -> set[asyncio.Task[None]]:
+    def inflight(self) -> set[asyncio.Future[None]]:
         """The requests still running."""
         return self._tasks
 

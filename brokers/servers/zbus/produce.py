@@ -3,11 +3,19 @@
 Produces from one connection to one MQ are stored in the order they arrived, those queued
 up together with one engine call (:mod:`.batch`), while produces to other MQs and other
 commands run beside them. A produce to another broker's Temp MQ is forwarded (:mod:`.relay`).
+
+The common produce — to a catalog MQ, by an app its policy lets produce — runs without a
+task of its own (:func:`produce_now`, thousands arrive per second on one connection): it is
+stamped, checked and queued on its line as it is decoded, and answered from the line's
+outcome. Everything else, refusals included, takes :func:`produce`.
 """
 
 from __future__ import annotations
 
-from brokers.engine import AccessDenied, TopicNotFound
+import asyncio
+from collections.abc import Callable
+
+from brokers.engine import AccessDenied, EngineError, TopicNotFound
 from brokers.protocols.zbus import Header, Message
 from brokers.protocols.zbus.replies import mq_forbidden, mq_not_found
 from brokers.servers.zbus.access import Forbidden, acting_app
@@ -16,6 +24,7 @@ from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.mqs import MqRef, lookup, lookup_anywhere
 from brokers.servers.zbus.replies import Refuse, reply
+from brokers.servers.zbus.stamp import stamp_updates
 from brokers.servers.zbus.stored import to_engine
 
 
@@ -64,3 +73,44 @@ async def produce(ctx: ServerContext, conn: Connection, msg: Message) -> None:
     await store(ctx, conn, mq, app, msg)
     if msg.ack:
         reply(conn, msg, 200, str(ctx.engine.now_ms()))
+
+
+def produce_now(
+    ctx: ServerContext,
+    conn: Connection,
+    msg: Message,
+    answer_error: Callable[[Connection, Message, BaseException], None],
+) -> asyncio.Future[None] | None:
+    """:func:`produce` of ``msg`` as it arrives (not yet stamped), without a task, when it
+    goes to a catalog MQ and its acting app may produce there: stamped, stored on its
+    line, answered when the line's run is done (``answer_error`` answers a failure).
+    Returns the line's future for the message, or None when ``msg`` must take
+    :func:`produce` (a Temp MQ, an unknown MQ, any refusal: that path answers it)."""
+    name = msg.headers.get(Header.MQ)
+    if not name or name in ctx.temps:
+        return None
+    topic = ctx.snapshot.topics.get(name)
+    if topic is None:
+        return None
+    mq = MqRef(name, topic.zbus_mode, topic=topic)
+    try:
+        app = acting_app(ctx.snapshot, mq, msg.token)
+        ctx.engine.authorize_producer(name, app, conn.remote_addr)
+    except (Forbidden, EngineError):
+        return None
+    headers = dict(msg.headers)
+    headers.update(stamp_updates(ctx, conn, msg))
+    headers.pop(Header.TOKEN, None)
+    done = line_for(ctx, conn, name, mq.pubsub).submit(app, to_engine(msg, headers=headers))
+
+    def answer(done: asyncio.Future[None]) -> None:
+        if done.cancelled():  # the connection went away before it was stored
+            return
+        error = done.exception()
+        if error is not None:
+            answer_error(conn, msg, error)
+        elif msg.ack:
+            reply(conn, msg, 200, str(ctx.engine.now_ms()))
+
+    done.add_done_callback(answer)
+    return done

@@ -1,6 +1,7 @@
 """The asyncio protocol: bytes ↔ codec ↔ handlers, nothing else (like uvicorn's protocols).
 
-Each decoded message runs as its own task, so replies are written as soon as they are
+Each decoded message runs as its own task (the common produce without one, see
+:func:`~.dispatch.dispatch_now`), so replies are written as soon as they are
 ready, out of order when that is faster (§6). At most ``max_inflight`` holding at most
 ``max_held_bytes`` run per connection; beyond that, and while the peer does not read,
 reading pauses (so one connection holds at most that + one message + one read). A recoverable decode error
@@ -20,7 +21,7 @@ from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.turnwrite import TurnWriter
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
-from brokers.servers.zbus.dispatch import dispatch
+from brokers.servers.zbus.dispatch import dispatch, dispatch_now
 
 log = logging.getLogger("mqcloud.zbus")
 
@@ -71,7 +72,11 @@ class ZbusProtocol(FlowControlled):
         for event in self._decoder.feed(data):
             if isinstance(event, Message):
                 size = len(event.body) + sum(len(k) + len(v) for k, v in event.headers.items())
-                self._spawn(dispatch(self.ctx, self.conn, event), size)
+                done = dispatch_now(self.ctx, self.conn, event)
+                if done is None:
+                    self._spawn(dispatch(self.ctx, self.conn, event), size)
+                else:
+                    self._track(done, size)
             else:
                 self._bad(event)
                 if event.fatal:
