@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import dataclasses
 
-from tests.zbus.conftest import SECRET, Raw, msg
+import pytest
+import redis
+
+from tests.zbus.conftest import SECRET, TEST_CONFIG, Broker_, Raw, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,3 +75,41 @@ async def test_pipelined_pubsub_publishes_keep_order(broker) -> None:
     finally:
         await sub.close()
         await pub.close()
+
+
+async def test_queued_produces_count_against_the_connection_and_a_stop_answers_them(
+    catalog, redis_url: str
+) -> None:
+    """A produce to a catalog MQ waits on its line without a task of its own: it still
+    counts as the connection's request (reading pauses at ``max_inflight``), and a
+    graceful stop waits for its store and sends its 200 before closing."""
+    b = Broker_(redis_url)
+    await b.start(dataclasses.replace(TEST_CONFIG, max_inflight=8, shutdown_grace=5.0))
+    pauser = redis.Redis.from_url(redis_url)
+    raw = await Raw.open(b.port)
+    try:
+        await raw.send(msg("cmd: produce", "mq: orders", "msgid: warm", body=b"w"))
+        assert (await raw.recv()).status == 200
+        pauser.execute_command("CLIENT", "PAUSE", 600, "WRITE")  # stores wait
+        await raw.send(
+            b"".join(
+                msg("cmd: produce", "mq: orders", f"msgid: p{i}", body=b"x") for i in range(20)
+            )
+        )
+        (proto,) = b.server._connections
+        for _ in range(200):  # the 20 frames of one read are decoded and queued
+            if len(proto.inflight) >= 8:
+                break
+            await asyncio.sleep(0.01)
+        assert proto.busy  # reading paused: the queued produces are counted
+        stopping = asyncio.create_task(b.server.stop(grace=5.0))
+        replies = [await raw.recv(5) for _ in range(20)]
+        await stopping
+    finally:
+        pauser.execute_command("CLIENT", "UNPAUSE")
+        await raw.close()
+        await b.engine.close()
+        await b.watcher.stop()
+        await b.redis.aclose()
+    assert [r.msgid for r in replies] == [f"p{i}" for i in range(20)]
+    assert {r.status for r in replies} == {200}
