@@ -109,14 +109,28 @@ def _escape_value(value: str) -> str:
     return _escaped_value(value) if len(value) <= 64 else _escape(value, key=False)
 
 
+_LINES: dict[tuple[str, str], str] = {}
+_LINES_MAX = 8192
+"""Escaped ``key=value`` lines of short values: a producer's headers recur on every message
+(the cache starts over when full; a value seen once only costs the miss)."""
+
+
+def _line(key: str, value: str) -> str:
+    if type(key) is not str or type(value) is not str or len(value) > 64:
+        return f"{_escape_key(str(key))}={_escape_value(str(value))}"
+    line = _LINES.get((key, value))
+    if line is None:
+        if len(_LINES) >= _LINES_MAX:
+            _LINES.clear()
+        line = _LINES[key, value] = f"{_escape_key(key)}={_escape_value(value)}"
+    return line
+
+
 def encode_attributes(attributes: Mapping[str, str] | None) -> bytes:
     """Java-Properties text of ``attributes`` (``key=value`` lines, no trailing newline)."""
     if not attributes:
         return b""
-    text = "\n".join(
-        [f"{_escape_key(str(k))}={_escape_value(str(v))}" for k, v in attributes.items()]
-    )
-    return text.encode("ascii")
+    return "\n".join([_line(k, v) for k, v in attributes.items()]).encode("ascii")
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -187,13 +201,13 @@ def _plain_attributes(text: str) -> dict[str, str]:
 # blank, separator or backslash (``\:`` may open it: VibeMQ's ``:content-type``), a value
 # that starts with no blank and holds no line break and no backslash but those of ``\:``
 # and ``\=`` (zbus stores ``remote-addr=host\:port``).
-# The value's loop is unrolled and every repeat possessive: the regex engine then runs
-# through plain characters without a branch per character (3 µs → 0.9 µs for eight lines).
+# The value's loop is unrolled (runs of plain characters, then an escape): 3.1 → 2.2 µs
+# for eight lines. No possessive quantifiers: CPython 3.11.2's re matched "a=\n" with them.
 _SIMPLE_LINE = (
-    r"(?:\\:)?[^\s=:\\#!][^\s=:\\]*+="
-    r"(?:(?:[^\s\\]|\\[:=])[^\n\r\\]*+(?:\\[:=][^\n\r\\]*+)*+)?+"
+    r"(?:\\:)?[^\s=:\\#!][^\s=:\\]*="
+    r"(?:(?:[^\s\\]|\\[:=])[^\n\r\\]*(?:\\[:=][^\n\r\\]*)*)?"
 )
-_SIMPLE_TEXT = re.compile(rf"{_SIMPLE_LINE}(?:\n{_SIMPLE_LINE})*+")
+_SIMPLE_TEXT = re.compile(rf"{_SIMPLE_LINE}(?:\n{_SIMPLE_LINE})*")
 
 
 def _simple_attributes(text: str) -> dict[str, str]:

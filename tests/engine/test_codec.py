@@ -551,6 +551,15 @@ def test_colon_escaped_attribute_text_parses_as_the_full_parser_does(pieces: lis
     assert decode_attributes(text.encode("utf-8")) == _full_attributes(text)
 
 
+@pytest.mark.parametrize("text", ["a=\n", "a=b\n", "a=\nb", "a=\\:\n", "\\:a=\n\n"])
+def test_a_trailing_line_break_is_not_the_one_regex_shortcut(text: str) -> None:
+    """The one-regex path of ``key=value`` lines must not take a trailing or empty line
+    (CPython 3.11.2's re, with possessive repeats, matched ``a=`` + newline whole)."""
+    from brokers.engine.record import _full_attributes
+
+    assert decode_attributes(text.encode()) == _full_attributes(text)
+
+
 # Mostly plain keys and values (so the shortcut is taken often), some with anything that
 # must send the text down the full parser.
 _KEYS = st.builds(
