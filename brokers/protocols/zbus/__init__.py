@@ -24,6 +24,7 @@ from brokers.protocols.zbus.decoder import Decoder
 from brokers.protocols.zbus.encoder import (
     encode_delivery,
     encode_message,
+    encode_reply,
     header_line,
     writable_header,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "ZbusError",
     "encode_delivery",
     "encode_message",
+    "encode_reply",
     "header_line",
     "is_valid_mq_name",
     "make_delivery",

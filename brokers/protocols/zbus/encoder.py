@@ -8,7 +8,8 @@ recipient's framing raises :class:`EncodeError`.
 
 :func:`encode_delivery` writes a stored message as delivered to a consumer in one pass —
 the bytes :func:`encode_message` writes for :func:`~.replies.make_delivery`'s message,
-without building it (it runs per delivered message). Header lines that recur (the same
+without building it (it runs per delivered message); :func:`encode_reply` does the same
+for :func:`~.replies.make_reply` (a produce's ack). Header lines that recur (the same
 ``mq``, ``remote-addr``, ``mq_reply`` on every message of a producer) come from a cache.
 """
 
@@ -173,3 +174,25 @@ def _delivery_id(out: list[bytes], key: str, value: str | None, aliases: AliasFa
     out.append(line)
     if aliases:
         _with_aliases(out, key, value, aliases)
+
+
+def encode_reply(
+    status: int,
+    body: bytes,
+    *,
+    msgid: str | None = None,
+    mq_reply: str | None = None,
+    aliases: AliasFamily = AliasFamily.NONE,
+) -> bytes:
+    """Exactly ``encode_message(make_reply(status, body, msgid=…, mq_reply=…),
+    aliases=…)``, in one pass (a reply without further headers, such as a produce's ack).
+    Raises :class:`EncodeError` as that would."""
+    out = [_status_line(status)]
+    _delivery_id(out, Header.MSGID, msgid, aliases)
+    if mq_reply is not None:
+        _append_line(out, Header.MQ_REPLY, mq_reply)
+        if aliases:
+            _with_aliases(out, Header.MQ_REPLY, mq_reply, aliases)
+    out.append(b"content-length: %d\r\n\r\n" % len(body))
+    out.append(body)
+    return b"".join(out)

@@ -3,10 +3,13 @@ errors suppressed where ``ack`` is off (zbus.md §6, §8, §12)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
-from brokers.protocols.zbus import Message, make_reply
+from brokers.protocols.zbus import EncodeError, Message, encode_reply, make_reply
 from brokers.servers.zbus.connection import Connection
+
+log = logging.getLogger("mqcloud.zbus")
 
 
 class Refuse(Exception):
@@ -27,7 +30,20 @@ def reply(
     headers: Mapping[str, str] | None = None,
 ) -> None:
     """Write a reply to ``request``."""
-    conn.send(
-        make_reply(status, body, msgid=request.msgid, mq_reply=conn.session_id, headers=headers),
-        request.aliases,
-    )
+    if headers:
+        conn.send(
+            make_reply(
+                status, body, msgid=request.msgid, mq_reply=conn.session_id, headers=headers
+            ),
+            request.aliases,
+        )
+        return
+    data = body.encode() if isinstance(body, str) else body
+    try:  # the common reply (a produce's ack) without building a message
+        out = encode_reply(
+            status, data, msgid=request.msgid, mq_reply=conn.session_id, aliases=request.aliases
+        )
+    except EncodeError:
+        log.warning("zbus: cannot encode a reply for %s", conn.remote_addr, exc_info=True)
+        return
+    conn.send_encoded(out)

@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 from brokers.protocols.zbus import (
     AliasFamily,
     Decoder,
+    EncodeError,
     Message,
     RequestLine,
     StatusLine,
     ZbusDecodeError,
     encode_message,
+    encode_reply,
     make_delivery,
     make_reply,
 )
@@ -185,3 +187,34 @@ def test_the_one_decode_head_parser_agrees_with_the_line_by_line_one(
         )  # fmt: skip
 
     assert outcome(parse_head) == outcome(_parse_head_lines)
+
+
+@settings(deadline=None)
+@given(
+    st.integers(100, 999),
+    bodies,
+    st.none() | values | st.just("a\nb"),
+    st.none() | values,
+    st.sampled_from([AliasFamily.NONE, AliasFamily.ID, AliasFamily.HYPHEN, AliasFamily(3)]),
+)
+def test_one_pass_reply_writes_what_the_message_path_writes(
+    status: int, body: bytes, msgid: str | None, mq_reply: str | None, family: AliasFamily
+) -> None:
+    """``encode_reply`` (every produce's ack) writes the bytes, or raises the error, of
+    ``make_reply`` + ``encode_message``."""
+
+    def outcome(encode):
+        try:
+            return encode()
+        except EncodeError as exc:
+            return type(exc)
+
+    slow = outcome(
+        lambda: encode_message(
+            make_reply(status, body, msgid=msgid, mq_reply=mq_reply), aliases=family
+        )
+    )
+    fast = outcome(
+        lambda: encode_reply(status, body, msgid=msgid, mq_reply=mq_reply, aliases=family)
+    )
+    assert fast == slow
