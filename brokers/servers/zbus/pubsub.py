@@ -121,7 +121,8 @@ class PubSubMq:
                     continue
                 if not progressed:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(event.wait(), self.ctx.config.idle_recheck)
+                        async with asyncio.timeout(self.ctx.config.idle_recheck):
+                            await event.wait()
 
     async def _round(self) -> bool:
         engine, cap = self.ctx.engine, self.ctx.config.pubsub_buffer

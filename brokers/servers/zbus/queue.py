@@ -198,8 +198,9 @@ class QueueMq:
                 again.append(item)
             else:
                 settle.append(item)
-        if settle:
-            await self._settle_soon(settle)
+        if settle:  # the next delivery does not wait for the ack's round trip (a failed
+            # ack leaves the messages leased: they come back when the lease expires)
+            self._settle_soon(settle)
         if again:
             await self._release(again)
 
@@ -287,7 +288,8 @@ class QueueMq:
                     while not self.line and (left := deadline - loop.time()) > 0:
                         event.clear()
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(event.wait(), left)
+                            async with asyncio.timeout(left):  # no task per wait
+                                await event.wait()
                     if not self.line:
                         return
                     continue
@@ -335,7 +337,8 @@ class QueueMq:
                 if self._blocked:
                     wait = min(wait, max(0.01, min(self._blocked.values()) - time.monotonic()))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await event.wait()
 
     def _ready(self, key: tuple[str, str]) -> bool:
         until = self._blocked.get(key)
