@@ -66,6 +66,7 @@ _LINES: dict[tuple[str, str], bytes | None] = {}
 _LINES_MAX = 8192
 """Cached header lines; the cache starts over when full (unique values only cost a miss)."""
 _STATUS_LINES: dict[int, bytes] = {}
+_NO_ALIASES = AliasFamily.NONE
 _ALIASED = frozenset({Header.MSGID, Header.MSGID_RAW, Header.MQ_REPLY})
 _SET_BY_DELIVERY = frozenset(
     {Header.MSGID, Header.MSGID_RAW, Header.TOKEN, Header.REDELIVERED, Header.CONTENT_LENGTH}
@@ -128,6 +129,8 @@ def encode_delivery(
     if status is None:
         status = parse_status(headers.get(Header.REPLY_CODE)) or own_status or 200
     out = [_status_line(status)]
+    plain = aliases is _NO_ALIASES
+    lines = _LINES
     wrote_msgid = wrote_raw = wrote_redelivered = False
     for key, value in headers.items():
         if key in _SET_BY_DELIVERY:
@@ -143,8 +146,12 @@ def encode_delivery(
             elif key == Header.REDELIVERED:
                 _append_line(out, key, value)
             continue
-        _append_line(out, key, value)
-        if aliases and key in _ALIASED:
+        line = lines.get((key, value))
+        if line is None:
+            _append_line(out, key, value)
+        else:
+            out.append(line)
+        if not plain and key in _ALIASED:
             _with_aliases(out, key, value, aliases)
     if not wrote_msgid:
         _delivery_id(out, Header.MSGID, msgid, aliases)
@@ -168,11 +175,10 @@ def _delivery_id(out: list[bytes], key: str, value: str | None, aliases: AliasFa
     """A per-delivery id line (not cached: these values rarely recur), with its aliases."""
     if value is None:
         return
-    line = _line(key, value)
-    if line is None:
+    if CONTROL.search(value):  # the key is one of ours
         raise EncodeError(f"header {key!r} cannot be written")
-    out.append(line)
-    if aliases:
+    out.append(f"{key}: {value}\r\n".encode())
+    if aliases is not _NO_ALIASES:
         _with_aliases(out, key, value, aliases)
 
 
@@ -191,7 +197,7 @@ def encode_reply(
     _delivery_id(out, Header.MSGID, msgid, aliases)
     if mq_reply is not None:
         _append_line(out, Header.MQ_REPLY, mq_reply)
-        if aliases:
+        if aliases is not _NO_ALIASES:
             _with_aliases(out, Header.MQ_REPLY, mq_reply, aliases)
     out.append(b"content-length: %d\r\n\r\n" % len(body))
     out.append(body)
