@@ -29,8 +29,11 @@ class FlowControlled(asyncio.Protocol):
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
-        self._tasks: set[asyncio.Future[None]] = set()
-        self._sizes: dict[asyncio.Future[None], int] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._sizes: dict[asyncio.Future[Any], int] = {}
+        self._counts: dict[asyncio.Future[Any], int] = {}
+        self._requests = 0
+        """Requests running: a future may stand for several (a run handled together)."""
         self.held_bytes = 0
         self._reading_paused = False
         self._writing_paused = False
@@ -52,20 +55,24 @@ class FlowControlled(asyncio.Protocol):
         ``max_inflight`` and ``max_held_bytes``."""
         self._track(asyncio.get_running_loop().create_task(request), size)
 
-    def _track(self, request: asyncio.Future[None], size: int = 0) -> None:
-        """Count a request that runs until ``request`` is done — a task, or the future of
-        a request handled without one (its outcome is answered elsewhere) — against
-        ``max_inflight`` and ``max_held_bytes``; a graceful stop waits for it."""
+    def _track(self, request: asyncio.Future[Any], size: int = 0, count: int = 1) -> None:
+        """Count ``count`` requests that run until ``request`` is done — a task, or the
+        future of requests handled without one (their outcome is answered elsewhere) —
+        against ``max_inflight`` and ``max_held_bytes``; a graceful stop waits for it."""
         self._tasks.add(request)
         if size:
             self._sizes[request] = size
             self.held_bytes += size
+        if count != 1:
+            self._counts[request] = count
+        self._requests += count
         request.add_done_callback(self._done)
         self._update_reading()
 
-    def _done(self, request: asyncio.Future[None]) -> None:
+    def _done(self, request: asyncio.Future[Any]) -> None:
         self._tasks.discard(request)
         self.held_bytes -= self._sizes.pop(request, 0)
+        self._requests -= self._counts.pop(request, 1)
         if (
             isinstance(request, asyncio.Task)
             and not request.cancelled()
@@ -81,7 +88,7 @@ class FlowControlled(asyncio.Protocol):
         return (
             self._stopping
             or self._writing_paused
-            or len(self._tasks) >= self.max_inflight
+            or self._requests >= self.max_inflight
             or self.held_bytes >= self.max_held_bytes
         )
 
@@ -110,7 +117,12 @@ class FlowControlled(asyncio.Protocol):
         self._update_reading()
 
     @property
-    def inflight(self) -> set[asyncio.Future[None]]:
+    def requests(self) -> int:
+        """Requests running (each of a run handled together counts)."""
+        return self._requests
+
+    @property
+    def inflight(self) -> set[asyncio.Future[Any]]:
         """The requests still running."""
         return self._tasks
 

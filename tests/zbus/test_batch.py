@@ -8,6 +8,8 @@ import dataclasses
 import pytest
 import redis
 
+from brokers.catalog_loader import publish
+from brokers.models import Topic
 from tests.zbus.conftest import SECRET, TEST_CONFIG, Broker_, Raw, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,9 +82,10 @@ async def test_pipelined_pubsub_publishes_keep_order(broker) -> None:
 async def test_queued_produces_count_against_the_connection_and_a_stop_answers_them(
     catalog, redis_url: str
 ) -> None:
-    """A produce to a catalog MQ waits on its line without a task of its own: it still
-    counts as the connection's request (reading pauses at ``max_inflight``), and a
-    graceful stop waits for its store and sends its 200 before closing."""
+    """Produces to a catalog MQ wait on their line without a task of their own: each
+    still counts as one of the connection's requests (reading pauses at
+    ``max_inflight``), and a graceful stop waits for their store and sends their 200s
+    before closing."""
     b = Broker_(redis_url)
     await b.start(dataclasses.replace(TEST_CONFIG, max_inflight=8, shutdown_grace=5.0))
     pauser = redis.Redis.from_url(redis_url)
@@ -97,8 +100,8 @@ async def test_queued_produces_count_against_the_connection_and_a_stop_answers_t
             )
         )
         (proto,) = b.server._connections
-        for _ in range(200):  # the 20 frames of one read are decoded and queued
-            if len(proto.inflight) >= 8:
+        for _ in range(200):  # the 20 frames of one read are decoded and queued together
+            if proto.requests >= 8:
                 break
             await asyncio.sleep(0.01)
         assert proto.busy  # reading paused: the queued produces are counted
@@ -113,3 +116,69 @@ async def test_queued_produces_count_against_the_connection_and_a_stop_answers_t
         await b.redis.aclose()
     assert [r.msgid for r in replies] == [f"p{i}" for i in range(20)]
     assert {r.status for r in replies} == {200}
+
+
+@pytest.fixture
+def orders_bounded_at_3(catalog) -> None:
+    """``orders`` holds at most 3 messages and refuses more (BlockPublisher)."""
+    Topic.objects.filter(code="orders").update(
+        max_queue_size=3, overflow_policy=Topic.Overflow.BLOCK_PUBLISHER
+    )
+    publish()
+
+
+async def test_a_run_decoded_together_answers_each_produce_on_its_own(
+    orders_bounded_at_3, redis_url
+) -> None:
+    """Produces read together are stored as one run, yet each gets its own answer: on
+    a queue bounded at 3, the first three of a pipelined run are stored and the rest
+    refused with 500, each with its own msgid; with ack off, a refused produce stays
+    silent."""
+    b = Broker_(redis_url)
+    await b.start()
+    raw = await Raw.open(b.port)
+    try:
+        frames = [
+            msg("cmd: produce", "mq: orders", f"msgid: r{i}", body=b"%d" % i) for i in range(5)
+        ]
+        frames.append(msg("cmd: produce", "mq: orders", "msgid: quiet", "ack: 0", body=b"q"))
+        frames.append(msg("cmd: produce", "mq: orders", "msgid: last", body=b"l"))
+        await raw.send(b"".join(frames))
+        replies = [await raw.recv() for _ in range(6)]
+        assert await raw.silent(0.3)
+        stats = await b.engine.queue_stats("orders")
+    finally:
+        await raw.close()
+        await b.stop()
+    assert [(r.msgid, r.status) for r in replies] == [
+        ("r0", 200), ("r1", 200), ("r2", 200), ("r3", 500), ("r4", 500), ("last", 500)
+    ]  # fmt: skip
+    assert stats.ready == 3
+
+
+async def test_runs_queued_behind_a_store_are_stored_together_and_answered_apart(
+    orders_bounded_at_3, redis_url
+) -> None:
+    """Runs read one after another while a store is under way join the line's next
+    engine call; each message's outcome still reaches its own produce."""
+    b = Broker_(redis_url)
+    await b.start()
+    pauser = redis.Redis.from_url(redis_url)
+    raw = await Raw.open(b.port)
+
+    def run(*ids: str) -> bytes:
+        return b"".join(msg("cmd: produce", "mq: orders", f"msgid: {i}", body=b"x") for i in ids)
+
+    try:
+        pauser.execute_command("CLIENT", "PAUSE", 400, "WRITE")  # the first store waits
+        await raw.send(run("a0", "a1"))
+        await asyncio.sleep(0.1)
+        await raw.send(run("b0"))
+        await asyncio.sleep(0.1)
+        await raw.send(run("c0", "c1"))
+        replies = {r.msgid: r.status for r in [await raw.recv(5) for _ in range(5)]}
+    finally:
+        pauser.execute_command("CLIENT", "UNPAUSE")
+        await raw.close()
+        await b.stop()
+    assert replies == {"a0": 200, "a1": 200, "b0": 200, "c0": 500, "c1": 500}

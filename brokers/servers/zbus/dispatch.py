@@ -1,7 +1,7 @@
 """Stamping and routing one inbound message (zbus.md §4, §5, §12).
 
 Before routing, ``remote-addr``, ``broker`` and (when absent) ``mq_reply`` are stamped.
-The common produce is handled without a task (:func:`dispatch_now`).
+Runs of produces to a catalog MQ are handled without a task (:func:`start_all`).
 A handler answers by itself or raises :class:`Refuse`; errors of produce, consume and
 request are not sent when ``ack`` is off. An engine failure answers 500 with a short text:
 the message was not accepted.
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from brokers.engine import (
     AccessDenied,
@@ -33,6 +34,7 @@ from brokers.protocols.zbus.replies import (
 )
 from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.zbus.admin import admin
+from brokers.servers.zbus.batch import MAX_BATCH
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.consume import consume
 from brokers.servers.zbus.context import ServerContext
@@ -77,13 +79,47 @@ async def dispatch(ctx: ServerContext, conn: Connection, msg: Message) -> None:
         answer_error(conn, msg, exc)
 
 
-def dispatch_now(ctx: ServerContext, conn: Connection, msg: Message) -> asyncio.Future[None] | None:
-    """Handle ``msg`` without a task where it is the common case — a produce to a catalog
-    MQ, see :func:`~.produce.produce_now` — and return the future that is done once it is
-    answered; None when ``msg`` needs :func:`dispatch`."""
-    if msg.headers.get(Header.CMD) != Command.PRODUCE:
-        return None
-    return produce_now(ctx, conn, msg, answer_error)
+Started = tuple[asyncio.Future[Any] | Coroutine[Any, Any, None], int, int]
+"""What the connection tracks for one request or run: a future (handled without a task)
+or a coroutine (to run as a task), its bytes and its number of requests."""
+
+
+def start_all(ctx: ServerContext, conn: Connection, messages: list[Message]) -> list[Started]:
+    """Start what ``messages`` (decoded together, in order) ask for. Runs of produces
+    to one MQ with one token are handled together without a task where they can be
+    (:func:`~.produce.produce_now`); every other message runs :func:`dispatch`."""
+    started: list[Started] = []
+    i, n = 0, len(messages)
+    while i < n:
+        msg = messages[i]
+        headers = msg.headers
+        if headers.get(Header.CMD) != Command.PRODUCE:
+            started.append((dispatch(ctx, conn, msg), _size(msg), 1))
+            i += 1
+            continue
+        mq, token = headers.get(Header.MQ), headers.get(Header.TOKEN)
+        j = i + 1
+        while j < n and j - i < MAX_BATCH:
+            other = messages[j].headers
+            if (
+                other.get(Header.CMD) != Command.PRODUCE
+                or other.get(Header.MQ) != mq
+                or other.get(Header.TOKEN) != token
+            ):
+                break
+            j += 1
+        run = messages[i:j]
+        done = produce_now(ctx, conn, run, answer_error)
+        if done is None:
+            started.extend((dispatch(ctx, conn, m), _size(m), 1) for m in run)
+        else:
+            started.append((done, sum(_size(m) for m in run), len(run)))
+        i = j
+    return started
+
+
+def _size(msg: Message) -> int:
+    return len(msg.body) + sum(len(k) + len(v) for k, v in msg.headers.items())
 
 
 def answer_error(conn: Connection, msg: Message, exc: BaseException) -> None:

@@ -5,9 +5,10 @@ up together with one engine call (:mod:`.batch`), while produces to other MQs an
 commands run beside them. A produce to another broker's Temp MQ is forwarded (:mod:`.relay`).
 
 The common produce — to a catalog MQ, by an app its policy lets produce — runs without a
-task of its own (:func:`produce_now`, thousands arrive per second on one connection): it is
-stamped, checked and queued on its line as it is decoded, and answered from the line's
-outcome. Everything else, refusals included, takes :func:`produce`.
+task of its own (:func:`produce_now`, thousands arrive per second on one connection): the
+produces to one MQ decoded together are checked once, stamped and queued on the line as
+one submission, and answered from its outcomes. Everything else, refusals included, takes
+:func:`produce`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from brokers.engine import AccessDenied, EngineError, TopicNotFound
 from brokers.protocols.zbus import Header, Message
 from brokers.protocols.zbus.replies import mq_forbidden, mq_not_found
 from brokers.servers.zbus.access import Forbidden, acting_app
-from brokers.servers.zbus.batch import line_for
+from brokers.servers.zbus.batch import Outcomes, line_for
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.mqs import MqRef, lookup, lookup_anywhere
@@ -78,15 +79,18 @@ async def produce(ctx: ServerContext, conn: Connection, msg: Message) -> None:
 def produce_now(
     ctx: ServerContext,
     conn: Connection,
-    msg: Message,
+    run: list[Message],
     answer_error: Callable[[Connection, Message, BaseException], None],
-) -> asyncio.Future[None] | None:
-    """:func:`produce` of ``msg`` as it arrives (not yet stamped), without a task, when it
-    goes to a catalog MQ and its acting app may produce there: stamped, stored on its
-    line, answered when the line's run is done (``answer_error`` answers a failure).
-    Returns the line's future for the message, or None when ``msg`` must take
-    :func:`produce` (a Temp MQ, an unknown MQ, any refusal: that path answers it)."""
-    name = msg.headers.get(Header.MQ)
+) -> asyncio.Future[Outcomes] | None:
+    """:func:`produce` of ``run`` — produces decoded together, not yet stamped, all to
+    one MQ with one token (at most :data:`~.batch.MAX_BATCH`) — without a task, when
+    they go to a catalog MQ whose gate lets their acting app produce: stamped, queued on
+    the line as one submission, each answered when it is stored (``answer_error``
+    answers a failure). Returns the line's future for the run, or None when the run
+    must take :func:`produce` message by message (a Temp MQ, an unknown MQ, any
+    refusal: that path answers it)."""
+    first = run[0]
+    name = first.headers.get(Header.MQ)
     if not name or name in ctx.temps:
         return None
     topic = ctx.snapshot.topics.get(name)
@@ -94,23 +98,27 @@ def produce_now(
         return None
     mq = MqRef(name, topic.zbus_mode, topic=topic)
     try:
-        app = acting_app(ctx.snapshot, mq, msg.token)
+        app = acting_app(ctx.snapshot, mq, first.token)
         ctx.engine.authorize_producer(name, app, conn.remote_addr)
     except (Forbidden, EngineError):
         return None
-    headers = dict(msg.headers)
-    headers.update(stamp_updates(ctx, conn, msg))
-    headers.pop(Header.TOKEN, None)
-    done = line_for(ctx, conn, name, mq.pubsub).submit(app, to_engine(msg, headers=headers))
+    messages = []
+    for msg in run:
+        headers = dict(msg.headers)
+        headers.update(stamp_updates(ctx, conn, msg))
+        headers.pop(Header.TOKEN, None)
+        messages.append(to_engine(msg, headers=headers))
+    done = line_for(ctx, conn, name, mq.pubsub).submit_many(app, messages)
 
-    def answer(done: asyncio.Future[None]) -> None:
-        if done.cancelled():  # the connection went away before it was stored
+    def answer(done: asyncio.Future[Outcomes]) -> None:
+        if done.cancelled():  # the connection went away before they were stored
             return
-        error = done.exception()
-        if error is not None:
-            answer_error(conn, msg, error)
-        elif msg.ack:
-            reply(conn, msg, 200, str(ctx.engine.now_ms()))
+        now = str(ctx.engine.now_ms())
+        for msg, error in zip(run, done.result(), strict=True):
+            if error is not None:
+                answer_error(conn, msg, error)
+            elif msg.ack:
+                reply(conn, msg, 200, now)
 
     done.add_done_callback(answer)
     return done

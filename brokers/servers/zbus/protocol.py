@@ -1,7 +1,7 @@
 """The asyncio protocol: bytes ↔ codec ↔ handlers, nothing else (like uvicorn's protocols).
 
 Each decoded message runs as its own task (the common produce without one, see
-:func:`~.dispatch.dispatch_now`), so replies are written as soon as they are
+:func:`~.dispatch.start_all`), so replies are written as soon as they are
 ready, out of order when that is faster (§6). At most ``max_inflight`` holding at most
 ``max_held_bytes`` run per connection; beyond that, and while the peer does not read,
 reading pauses (so one connection holds at most that + one message + one read). A recoverable decode error
@@ -21,7 +21,7 @@ from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.turnwrite import TurnWriter
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
-from brokers.servers.zbus.dispatch import dispatch, dispatch_now
+from brokers.servers.zbus.dispatch import start_all
 
 log = logging.getLogger("mqcloud.zbus")
 
@@ -69,18 +69,26 @@ class ZbusProtocol(FlowControlled):
         """Feed the decoder and start a task per message."""
         if self._decoder.closed:
             return
+        messages: list[Message] = []
         for event in self._decoder.feed(data):
             if isinstance(event, Message):
-                size = len(event.body) + sum(len(k) + len(v) for k, v in event.headers.items())
-                done = dispatch_now(self.ctx, self.conn, event)
-                if done is None:
-                    self._spawn(dispatch(self.ctx, self.conn, event), size)
-                else:
-                    self._track(done, size)
+                messages.append(event)
+                continue
+            self._start(messages)
+            messages = []
+            self._bad(event)
+            if event.fatal:
+                return
+        self._start(messages)
+
+    def _start(self, messages: list[Message]) -> None:
+        if not messages:
+            return
+        for request, size, count in start_all(self.ctx, self.conn, messages):
+            if isinstance(request, asyncio.Future):
+                self._track(request, size, count)
             else:
-                self._bad(event)
-                if event.fatal:
-                    return
+                self._spawn(request, size)
 
     def eof_received(self) -> bool | None:
         """The peer closed: a cut-off message gets its 400, then the connection closes (what
