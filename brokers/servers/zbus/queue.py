@@ -300,8 +300,8 @@ class QueueMq:
                         want = wants.get(key, 0) + (cfg.take_batch if s.window < 0 else s.window)
                         wants[key] = min(want, cfg.take_batch)
                 progressed = False
-                for (app, address), _want in wants.items():
-                    ahead = self._take_ahead((app, address))
+                for (app, address), want in wants.items():
+                    ahead = self._take_ahead((app, address), want)
                     if ahead:
                         await self._dispatch(ahead[0], (app, address), ahead[1])
                         progressed = True
@@ -388,10 +388,11 @@ class QueueMq:
 
     # ------------------------------------------------------------------ read-ahead
 
-    def _take_ahead(self, key: tuple[str, str]) -> tuple[list[Delivery], float] | None:
-        """What was read ahead for ``key`` and may still be dealt, with when it was leased
-        (the oldest); None when there is none. Asks the gate again: a paused or refused
-        consumer's deliveries go back unread."""
+    def _take_ahead(self, key: tuple[str, str], want: int) -> tuple[list[Delivery], float] | None:
+        """Up to ``want`` of what was read ahead for ``key`` and may still be dealt, with
+        when it was leased (the oldest); None when there is none. The rest stays where it
+        is (a long poll takes one message, not the whole read-ahead and back). Asks the
+        gate again: a paused or refused consumer's deliveries go back unread."""
         queue = self._ahead.get(key)
         if not queue:
             return None
@@ -407,8 +408,10 @@ class QueueMq:
         if not queue:
             return None
         leased_at = queue[0][1]
-        deliveries = [d for d, _ in queue]
-        del self._ahead[key]  # no empty queue stays: the hold timer reads each one's head
+        take = queue.popleft
+        deliveries = [take()[0] for _ in range(min(want, len(queue)))]
+        if not queue:
+            del self._ahead[key]  # no empty queue stays: the hold timer reads each one's head
         return deliveries, leased_at
 
     def _keep_ahead(self, key: tuple[str, str], deliveries: list[Delivery], at: float) -> None:
