@@ -136,7 +136,7 @@ class QueueMq:
                 waited = now - previous.parked_at
                 if waited >= MIN_LEARN:
                     conn.learned_timeout = waited
-            self._deactivate(previous)
+            self._deactivate(previous, in_line=previous.active)
         await self._settle(conn, now)
         if conn.closed:
             return
@@ -160,13 +160,16 @@ class QueueMq:
         session.timer = None
         self._deactivate(session)
 
-    def _deactivate(self, session: PullSession) -> None:
+    def _deactivate(self, session: PullSession, *, in_line: bool = True) -> None:
+        """End ``session``; ``in_line`` False when it is known not to wait in the line (an
+        ended session never does): a failed ``deque.remove`` formats the session's repr."""
         session.active = False
         if session.timer is not None:
             session.timer.cancel()
             session.timer = None
-        with contextlib.suppress(ValueError):
-            self.line.remove(session)
+        if in_line:
+            with contextlib.suppress(ValueError):
+                self.line.remove(session)
 
     def _watch(self, conn: Connection) -> None:
         if conn not in self._watched:
@@ -177,7 +180,7 @@ class QueueMq:
         self._watched.discard(conn)
         session = self.sessions.pop(conn, None)
         if session is not None:
-            self._deactivate(session)
+            self._deactivate(session, in_line=session.active)
         items = self.inflight.pop(conn, [])
         if items:
             self.ctx.spawn(self._release(items), f"zbus-release-{self.name}")
@@ -484,7 +487,7 @@ class QueueMq:
                 session.conn.cork()
                 corked.add(session.conn)
             if out is None or not session.conn.send_encoded(out):
-                self._deactivate(session)
+                self._deactivate(session, in_line=False)
                 unsent.append(InFlight(app, d.partition, d.index, now, now, False))
                 continue
             session.delivered += 1
@@ -497,7 +500,7 @@ class QueueMq:
             if session.window != 0:
                 self.line.append(session)
             else:
-                self._deactivate(session)
+                self._deactivate(session, in_line=False)
 
 
 def _by_group(items: list[InFlight]) -> dict[tuple[str, int], list[int]]:
