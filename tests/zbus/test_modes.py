@@ -179,3 +179,27 @@ async def test_first_timeout_race_costs_a_redelivery(broker) -> None:
         assert (again.msgid, again.body, again.headers.get("redelivered")) == ("c2", b"raced", "1")
     finally:
         await raw.close()
+
+
+async def test_consumes_read_together_take_effect_in_order(broker) -> None:
+    """A consume that must wait (it releases a raced delivery first, a task's work) and
+    the one sent right behind it in the same write: the later one replaces the earlier
+    and gets the released message."""
+    raw = await Raw.open(broker.port)
+    try:
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
+        await asyncio.sleep(0.85)  # delivered late in the assumed 1 s client timeout
+        p = await Raw.open(broker.port)
+        await p.send(msg("cmd: produce", "mq: orders", "msgid: p", body=b"raced"))
+        await p.recv()
+        await p.close()
+        assert (await raw.recv()).msgid == "c1"
+        await raw.send(
+            msg("cmd: consume", "mq: orders", "msgid: c2")
+            + msg("cmd: consume", "mq: orders", "msgid: c3")
+        )
+        again = await raw.recv()
+        assert (again.msgid, again.body, again.headers.get("redelivered")) == ("c3", b"raced", "1")
+        assert await raw.silent(0.3)
+    finally:
+        await raw.close()

@@ -1,7 +1,8 @@
 """Stamping and routing one inbound message (zbus.md §4, §5, §12).
 
 Before routing, ``remote-addr``, ``broker`` and (when absent) ``mq_reply`` are stamped.
-Runs of produces to a catalog MQ are handled without a task (:func:`start_all`).
+Runs of produces to a catalog MQ and consumes of a queue MQ are handled without a task
+(:func:`start_all`).
 A handler answers by itself or raises :class:`Refuse`; errors of produce, consume and
 request are not sent when ``ack`` is off. An engine failure answers 500 with a short text:
 the message was not accepted.
@@ -36,7 +37,7 @@ from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.zbus.admin import admin
 from brokers.servers.zbus.batch import MAX_BATCH
 from brokers.servers.zbus.connection import Connection
-from brokers.servers.zbus.consume import consume
+from brokers.servers.zbus.consume import consume, consume_now
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.produce import produce, produce_now
 from brokers.servers.zbus.replies import Refuse, reply
@@ -87,14 +88,20 @@ or a coroutine (to run as a task), its bytes and its number of requests."""
 def start_all(ctx: ServerContext, conn: Connection, messages: list[Message]) -> list[Started]:
     """Start what ``messages`` (decoded together, in order) ask for. Runs of produces
     to one MQ with one token are handled together without a task where they can be
-    (:func:`~.produce.produce_now`); every other message runs :func:`dispatch`."""
+    (:func:`~.produce.produce_now`), a consume of a queue MQ at once where it can be
+    (:func:`~.consume.consume_now`); every other message runs :func:`dispatch`."""
     started: list[Started] = []
     i, n = 0, len(messages)
     while i < n:
         msg = messages[i]
         headers = msg.headers
-        if headers.get(Header.CMD) != Command.PRODUCE:
-            started.append((dispatch(ctx, conn, msg), _size(msg), 1))
+        command = headers.get(Header.CMD)
+        if command != Command.PRODUCE:
+            # a consume that cannot be done at once (it releases first) leaves the
+            # connection's in-flight messages in place, so the consumes behind it
+            # cannot either: they keep their order (a later one replaces an earlier)
+            if command != Command.CONSUME or not consume_now(ctx, conn, msg):
+                started.append((dispatch(ctx, conn, msg), _size(msg), 1))
             i += 1
             continue
         mq, token = headers.get(Header.MQ), headers.get(Header.TOKEN)

@@ -130,6 +130,32 @@ class QueueMq:
     ) -> None:
         """Replace ``conn``'s pull session (§9.1) and settle what it had in flight."""
         now = conn.now()
+        self._replace(conn, now)
+        await self._settle(conn, now)
+        if not conn.closed:
+            self._park(conn, msgid, window, aliases, app, now)
+
+    def consume_now(
+        self, conn: Connection, msgid: str | None, window: int, aliases: AliasFamily, app: str
+    ) -> bool:
+        """:meth:`consume` without waiting for anything — the common case, where what the
+        connection had in flight is only acked (a long poll, a streaming consumer's
+        next consume); False, with nothing done, when some of it must be released first
+        (§13.1's racing deliveries): then :meth:`consume` it is."""
+        now = conn.now()
+        settle, again = self._sort_inflight(conn, now)
+        if again:
+            return False
+        self._replace(conn, now)
+        if settle:
+            del self.inflight[conn]
+            self._settle_soon(settle)
+        if not conn.closed:
+            self._park(conn, msgid, window, aliases, app, now)
+        return True
+
+    def _replace(self, conn: Connection, now: float) -> None:
+        """End ``conn``'s previous session, learning its timeout (§13.1) from it."""
         previous = self.sessions.pop(conn, None)
         if previous is not None:
             if previous.active and previous.delivered == 0 and previous.window > 0:
@@ -137,9 +163,16 @@ class QueueMq:
                 if waited >= MIN_LEARN:
                     conn.learned_timeout = waited
             self._deactivate(previous, in_line=previous.active)
-        await self._settle(conn, now)
-        if conn.closed:
-            return
+
+    def _park(
+        self,
+        conn: Connection,
+        msgid: str | None,
+        window: int,
+        aliases: AliasFamily,
+        app: str,
+        now: float,
+    ) -> None:
         self._watch(conn)
         self.ctx.consumed(self.name, conn)
         session = PullSession(conn, msgid, window, aliases, app, now, conn.remote_host)
@@ -188,24 +221,33 @@ class QueueMq:
     # ------------------------------------------------------------------ settling
 
     async def _settle(self, conn: Connection, now: float) -> None:
-        items = self.inflight.pop(conn, [])
-        if not items:
-            return
-        cfg = self.ctx.config
-        guess, frac = cfg.client_timeout_guess, cfg.retire_fraction
-        settle, again = [], []
-        for item in items:
-            late = item.delivered_at - item.parked_at >= frac * guess
-            racing = now - item.delivered_at < (1 - frac) * guess
-            if not item.streaming and conn.learned_timeout is None and late and racing:
-                again.append(item)
-            else:
-                settle.append(item)
+        settle, again = self._sort_inflight(conn, now)
+        self.inflight.pop(conn, None)
         if settle:  # the next delivery does not wait for the ack's round trip (a failed
             # ack leaves the messages leased: they come back when the lease expires)
             self._settle_soon(settle)
         if again:
             await self._release(again)
+
+    def _sort_inflight(self, conn: Connection, now: float) -> tuple[list[InFlight], list[InFlight]]:
+        """What ``conn`` has in flight, split into what its new consume settles and what
+        it releases (delivered again, see the module docstring)."""
+        items = self.inflight.get(conn)
+        if not items:
+            return [], []
+        cfg = self.ctx.config
+        guess, frac = cfg.client_timeout_guess, cfg.retire_fraction
+        if conn.learned_timeout is not None:
+            return items, []
+        settle, again = [], []
+        for item in items:
+            late = item.delivered_at - item.parked_at >= frac * guess
+            racing = now - item.delivered_at < (1 - frac) * guess
+            if not item.streaming and late and racing:
+                again.append(item)
+            else:
+                settle.append(item)
+        return settle, again
 
     def _settle_soon(self, items: list[InFlight]) -> asyncio.Future[None]:
         """Settle ``items`` with everything else settled in this loop turn (one engine call
