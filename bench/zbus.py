@@ -25,6 +25,8 @@ load on the machine touches all of them alike:
 * RPC — 8 callers (one call at a time each) through a service MQ streamed by 4 workers;
   a call without reply within 1 s counts as lost.
 
+Each phase line also gives the server's CPU per message or call (the server process and
+its children from /proc, not Redis): a figure that holds when the machine's speed drifts.
 Then a table: each figure, ours/Java next to the goal of issue 17 (produce ≥ 1×, streaming
 ≥ 1×, long-poll ≥ 2×, RPC ≥ 2× with 0 lost), and the raw ``redis-benchmark -P 100 XADD``
 baseline of the same run. With ``--profile DIR`` (py-spy on PATH or in ``$PY_SPY``) each
@@ -62,6 +64,7 @@ from bench.harness import (
     steal_share,
     stop_process,
     top_frames,
+    tree_cpu_seconds,
 )
 from brokers.engine import (
     AppInfo,
@@ -173,6 +176,8 @@ class Target:
     pid: int
     ours: bool
     results: dict[str, load.Result] = field(default_factory=dict)
+    cpu_us: dict[str, float] = field(default_factory=dict)
+    """Server CPU (the process and its children, not Redis) per message or call."""
     fill: int = 0
 
     @property
@@ -197,11 +202,15 @@ async def phase(name: str, targets: list[Target], profile: Path | None, run) -> 
     for t in targets:
         out = profile / f"zbus-{t.slug}-{name}.txt" if profile else None
         with profiled(t.pid, out if t.ours else None):
+            cpu = tree_cpu_seconds(t.pid)
             result = await run(t)
+            cpu = tree_cpu_seconds(t.pid) - cpu
         t.results[name] = result
+        t.cpu_us[name] = cpu / result.count * 1e6 if result.count else 0.0
         print(
             f"  {name:10} {t.name:18} {result.rate:>10,.0f}/s  n={result.count:<8,} "
             f"{result.seconds:5.1f}s  generator cpu {result.cpu:4.0%}"
+            f"  server cpu {t.cpu_us[name]:5.1f} µs/{'call' if name == 'rpc' else 'msg'}"
             + (f"  errors={result.errors}" if result.errors else "")
             + (f"  lost={result.lost}" if name == "rpc" else "")
             + (f"  {result.note}" if result.note else ""),
