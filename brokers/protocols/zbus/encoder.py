@@ -136,7 +136,7 @@ def encode_delivery(
         if key in _SET_BY_DELIVERY:
             if key == Header.MSGID:
                 wrote_msgid = True
-                _delivery_id(out, Header.MSGID, msgid, aliases)
+                _consume_id(out, msgid, aliases)
             elif key == Header.MSGID_RAW:
                 wrote_raw = True
                 _delivery_id(out, Header.MSGID_RAW, stored_msgid, aliases)
@@ -154,7 +154,7 @@ def encode_delivery(
         if not plain and key in _ALIASED:
             _with_aliases(out, key, value, aliases)
     if not wrote_msgid:
-        _delivery_id(out, Header.MSGID, msgid, aliases)
+        _consume_id(out, msgid, aliases)
     if not wrote_raw:
         _delivery_id(out, Header.MSGID_RAW, stored_msgid, aliases)
     if redelivered and not wrote_redelivered:
@@ -169,6 +169,16 @@ def _append_line(out: list[bytes], key: str, value: str) -> None:
     if line is None:
         raise EncodeError(f"header {key[:40]!r} cannot be written")
     out.append(line)
+
+
+def _consume_id(out: list[bytes], msgid: str | None, aliases: AliasFamily) -> None:
+    """The consume's ``msgid`` line: the same for every delivery of a streaming consume,
+    so from the cache."""
+    if msgid is None:
+        return
+    _append_line(out, Header.MSGID, msgid)
+    if aliases is not _NO_ALIASES:
+        _with_aliases(out, Header.MSGID, msgid, aliases)
 
 
 def _delivery_id(out: list[bytes], key: str, value: str | None, aliases: AliasFamily) -> None:

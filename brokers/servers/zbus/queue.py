@@ -399,6 +399,16 @@ class QueueMq:
 
     def _next_session(self, key: tuple[str, str]) -> PullSession | None:
         """The next session in line of the consumer ``key`` (others keep their turn)."""
+        line = self.line
+        if line:  # most often the first in line (one consumer streaming): no list
+            session = line[0]
+            if (
+                session.active
+                and not session.conn.closed
+                and session.app == key[0]
+                and session.address == key[1]
+            ):
+                return line.popleft()
         skipped: list[PullSession] = []
         found = None
         while self.line:
