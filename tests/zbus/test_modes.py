@@ -164,16 +164,22 @@ async def test_timeout_resend_learns_and_retires(broker) -> None:
         await raw.close()
 
 
+async def raced_delivery(broker, raw: Raw) -> None:
+    """``raw`` consumes ``orders`` as c1 and is delivered "raced" late in the assumed
+    1 s client timeout: a consume right after it races the client's own timeout."""
+    await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
+    await asyncio.sleep(0.85)
+    p = await Raw.open(broker.port)
+    await p.send(msg("cmd: produce", "mq: orders", "msgid: p", body=b"raced"))
+    await p.recv()
+    await p.close()
+    assert (await raw.recv()).msgid == "c1"
+
+
 async def test_first_timeout_race_costs_a_redelivery(broker) -> None:
     raw = await Raw.open(broker.port)
     try:
-        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
-        await asyncio.sleep(0.85)  # delivered late in the assumed 1 s client timeout
-        p = await Raw.open(broker.port)
-        await p.send(msg("cmd: produce", "mq: orders", "msgid: p", body=b"raced"))
-        await p.recv()
-        await p.close()
-        assert (await raw.recv()).msgid == "c1"
+        await raced_delivery(broker, raw)
         await raw.send(msg("cmd: consume", "mq: orders", "msgid: c2"))  # the client's re-send
         again = await raw.recv()
         assert (again.msgid, again.body, again.headers.get("redelivered")) == ("c2", b"raced", "1")
@@ -187,13 +193,7 @@ async def test_consumes_read_together_take_effect_in_order(broker) -> None:
     and gets the released message."""
     raw = await Raw.open(broker.port)
     try:
-        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
-        await asyncio.sleep(0.85)  # delivered late in the assumed 1 s client timeout
-        p = await Raw.open(broker.port)
-        await p.send(msg("cmd: produce", "mq: orders", "msgid: p", body=b"raced"))
-        await p.recv()
-        await p.close()
-        assert (await raw.recv()).msgid == "c1"
+        await raced_delivery(broker, raw)
         await raw.send(
             msg("cmd: consume", "mq: orders", "msgid: c2")
             + msg("cmd: consume", "mq: orders", "msgid: c3")

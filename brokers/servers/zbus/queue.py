@@ -18,7 +18,11 @@ do not take waits in memory for the consumer's next sessions — a long-polling 
 ``read_ahead_hold`` seconds, then goes back to the group unread (not marked redelivered).
 The engine's gate is asked again before memory is dealt, so a pause or a revoked policy
 holds those messages back at once. Settles of one loop turn, from every connection, go
-to the engine as one call per (group, partition).
+to the engine as one call per (group, partition); a consume does not wait for its
+previous delivery's ack (a failed ack leaves the message leased until its lease
+expires). A consume that only acks is done as it is decoded (:meth:`QueueMq.consume_now`);
+one that releases first runs as a task (:meth:`QueueMq.consume`). Deliveries are framed
+straight from the record (:func:`~.stored.delivery_bytes`).
 
 Settling (§13.1):
 
