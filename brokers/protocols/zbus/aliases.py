@@ -43,7 +43,8 @@ _FAMILY_OF = {
     "msgid-raw": AliasFamily.HYPHEN,
 }
 _FAMILY_BITS = {name: family.value for name, family in _FAMILY_OF.items()}
-_FAMILIES = [AliasFamily(bits) for bits in range(4)]
+_FAMILIES = [AliasFamily(bits) for bits in range(2 * max(f.value for f in AliasFamily))]
+"""Every family by its bits (all combinations of the flags)."""
 _WRITTEN_ALIASES: dict[AliasFamily, dict[str, str]] = {
     AliasFamily.ID: {Header.MSGID: "id", Header.MSGID_RAW: "rawid"},
     AliasFamily.HYPHEN: {Header.MSGID_RAW: "msgid-raw", Header.MQ_REPLY: "mq-reply"},

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from brokers.engine import EngineError
 from brokers.protocols.zbus import Message
-from brokers.servers.zbus.access import Forbidden, acting_app
+from brokers.servers.zbus.access import Forbidden
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.mqs import lookup
-from brokers.servers.zbus.produce import resolve
+from brokers.servers.zbus.produce import authorize, resolve
 from brokers.servers.zbus.pubsub import pubsub_for
 from brokers.servers.zbus.queue import queue_for
 
@@ -34,15 +34,13 @@ async def consume(ctx: ServerContext, conn: Connection, msg: Message) -> None:
 
 def consume_now(ctx: ServerContext, conn: Connection, msg: Message) -> bool:
     """:func:`consume` of ``msg`` done at once when it consumes a catalog queue MQ as an
-    app the engine's gate lets consume, and nothing must wait (no earlier consume of the
-    MQ still to run, nothing to release first); False, with nothing done, otherwise
-    (refusals included: :func:`consume` answers them)."""
+    app the engine's gate lets consume, and nothing must be released first; False, with
+    nothing done, otherwise (refusals included: :func:`consume` answers them)."""
     mq = lookup(ctx, msg.mq)
     if mq is None or mq.topic is None or mq.pubsub:
         return False
     try:
-        app = acting_app(ctx.snapshot, mq, msg.token)
-        ctx.engine.authorize_consumer(mq.name, app, conn.remote_addr)
+        app = authorize(ctx, conn, mq, msg.token, consume=True)
     except (Forbidden, EngineError):
         return False
     return queue_for(ctx, mq.name).consume_now(conn, msg.msgid, msg.window, msg.aliases, app)

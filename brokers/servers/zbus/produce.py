@@ -40,17 +40,26 @@ async def resolve(
     if mq is None:
         raise Refuse(404, mq_not_found(name))
     try:
-        app = acting_app(ctx.snapshot, mq, msg.token)
-        if mq.topic is not None:
-            if consume:
-                ctx.engine.authorize_consumer(name, app, conn.remote_addr)
-            else:
-                ctx.engine.authorize_producer(name, app, conn.remote_addr)
+        return mq, authorize(ctx, conn, mq, msg.token, consume=consume)
     except (Forbidden, AccessDenied):
         raise Refuse(403, mq_forbidden(name, msg.token)) from None
     except TopicNotFound:
         raise Refuse(404, mq_not_found(name)) from None
-    return mq, app
+
+
+def authorize(
+    ctx: ServerContext, conn: Connection, mq: MqRef, token: str | None, *, consume: bool
+) -> str:
+    """The app a request with ``token`` acts as on ``mq``, once the engine's gate let it
+    produce to (or consume) a catalog MQ; raises :class:`Forbidden` (the token opens
+    nothing) or the gate's :class:`~brokers.engine.EngineError`."""
+    app = acting_app(ctx.snapshot, mq, token)
+    if mq.topic is not None:
+        if consume:
+            ctx.engine.authorize_consumer(mq.name, app, conn.remote_addr)
+        else:
+            ctx.engine.authorize_producer(mq.name, app, conn.remote_addr)
+    return app
 
 
 async def store(ctx: ServerContext, conn: Connection, mq: MqRef, app: str, msg: Message) -> None:
@@ -90,16 +99,11 @@ def produce_now(
     must take :func:`produce` message by message (a Temp MQ, an unknown MQ, any
     refusal: that path answers it)."""
     first = run[0]
-    name = first.headers.get(Header.MQ)
-    if not name or name in ctx.temps:
+    mq = lookup(ctx, first.headers.get(Header.MQ))  # the key start_all grouped the run by
+    if mq is None or mq.topic is None:
         return None
-    topic = ctx.snapshot.topics.get(name)
-    if topic is None:
-        return None
-    mq = MqRef(name, topic.zbus_mode, topic=topic)
     try:
-        app = acting_app(ctx.snapshot, mq, first.token)
-        ctx.engine.authorize_producer(name, app, conn.remote_addr)
+        app = authorize(ctx, conn, mq, first.token, consume=False)
     except (Forbidden, EngineError):
         return None
     messages = []
@@ -108,7 +112,7 @@ def produce_now(
         headers.update(stamp_updates(ctx, conn, msg))
         headers.pop(Header.TOKEN, None)
         messages.append(to_engine(msg, headers=headers))
-    done = line_for(ctx, conn, name, mq.pubsub).submit_many(app, messages)
+    done = line_for(ctx, conn, mq.name, mq.pubsub).submit_many(app, messages)
 
     def answer(done: asyncio.Future[Outcomes]) -> None:
         if done.cancelled():  # the connection went away before they were stored

@@ -1,7 +1,7 @@
 """The asyncio protocol: bytes ↔ codec ↔ handlers, nothing else (like uvicorn's protocols).
 
-Each decoded message runs as its own task (the common produce without one, see
-:func:`~.dispatch.start_all`), so replies are written as soon as they are
+Each decoded message runs as its own task (a run of produces to a catalog MQ and a
+consume of a queue MQ without one, see :func:`~.dispatch.start_all`), so replies are written as soon as they are
 ready, out of order when that is faster (§6). At most ``max_inflight`` holding at most
 ``max_held_bytes`` run per connection; beyond that, and while the peer does not read,
 reading pauses (so one connection holds at most that + one message + one read). A recoverable decode error
@@ -66,7 +66,7 @@ class ZbusProtocol(FlowControlled):
         self._cancel_tasks()
 
     def data_received(self, data: bytes) -> None:
-        """Feed the decoder and start a task per message."""
+        """Feed the decoder and start what the messages ask for (:meth:`_start`)."""
         if self._decoder.closed:
             return
         messages: list[Message] = []

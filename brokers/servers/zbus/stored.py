@@ -12,8 +12,6 @@ a value) are left out of the zbus view.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from brokers.engine import Message as EngineMessage
 from brokers.engine import MessageView, StoredMessage, message_view
 from brokers.protocols.zbus import (
@@ -39,11 +37,12 @@ names the producing protocol from it; consumers of every protocol ignore it."""
 
 
 def to_engine(
-    message: Message, *, priority: int = 0, headers: Mapping[str, str] | None = None
+    message: Message, *, priority: int = 0, headers: dict[str, str] | None = None
 ) -> EngineMessage:
-    """The engine message storing ``message``: its headers (or ``headers`` in their
-    place) as the properties."""
-    properties = dict(message.headers if headers is None else headers)
+    """The engine message storing ``message``: its headers as the properties — or
+    ``headers`` in their place, a dict the caller built for it and hands over (not
+    copied again)."""
+    properties = dict(message.headers) if headers is None else headers
     if message.status:
         properties[STATUS] = str(message.status)
     return EngineMessage(message.body, attributes=properties, priority=priority, extension=MARK)
