@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
-from brokers.clients.vibemq import VibeMQClient, VibeMQServerError
+from brokers.clients.vibemq import ConnectionClosed, VibeMQClient, VibeMQServerError
 from brokers.models import Broker as BrokerRow
 from tests.recovery.processes import kill_tree
 from tests.scripts_path import wait_for_port
@@ -114,7 +114,8 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _start_broker() -> subprocess.Popen:
+def _start_broker(log: Path) -> subprocess.Popen:
+    """``runbroker`` for broker 1; its output is appended to ``log`` (shown on failure)."""
     db = django_settings.DATABASES["default"]
     env = {
         **os.environ,
@@ -128,19 +129,36 @@ def _start_broker() -> subprocess.Popen:
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log.open("ab"),
     )
 
 
+async def _open_when_back(port: int, token: str, client_id: str) -> VibeMQClient:
+    """Connect as a client does after its broker restarted: a connection refused or
+    dropped while the new process comes up is tried again, for up to 15 s."""
+    deadline = asyncio.get_running_loop().time() + 15
+    while True:
+        try:
+            return await VibeMQClient.open("127.0.0.1", port, token, client_id=client_id)
+        except (ConnectionClosed, OSError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 @pytest.mark.timeout(90)
-def test_sigkilled_broker_loses_no_copy(catalog):
+def test_sigkilled_broker_loses_no_copy(catalog, tmp_path):
     port = _free_port()
     BrokerRow.objects.filter(id=1).update(
         jmq4_port=_free_port(), zbus_port=_free_port(), vibemq_port=port
     )
-    procs = [_start_broker()]
+    log = tmp_path / "runbroker.log"
+    procs = [_start_broker(log)]
     try:
-        asyncio.run(_kill_and_restart(procs, port, catalog.token))
+        asyncio.run(_kill_and_restart(procs, port, catalog.token, log))
+    except BaseException:
+        sys.stderr.write(f"--- the brokers' output ---\n{log.read_text(errors='replace')}")
+        raise
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -152,7 +170,9 @@ def test_sigkilled_broker_loses_no_copy(catalog):
                     proc.wait()
 
 
-async def _kill_and_restart(procs: list[subprocess.Popen], port: int, token: str) -> None:
+async def _kill_and_restart(
+    procs: list[subprocess.Popen], port: int, token: str, log: Path
+) -> None:
     await asyncio.to_thread(wait_for_port, port, timeout=30)
     pub = await VibeMQClient.open("127.0.0.1", port, token)
     sub = await VibeMQClient.open("127.0.0.1", port, token, client_id="k1")
@@ -168,9 +188,9 @@ async def _kill_and_restart(procs: list[subprocess.Popen], port: int, token: str
         await asyncio.wait_for(c.closed.wait(), 5)
         await c.close()
 
-    procs.append(_start_broker())
+    procs.append(_start_broker(log))
     await asyncio.to_thread(wait_for_port, port, timeout=30)
-    back = await VibeMQClient.open("127.0.0.1", port, token, client_id="k1")
+    back = await _open_when_back(port, token, "k1")
     try:
         await back.subscribe("dur")
         # in flight when the broker died: a failed attempt, retried after the backoff
