@@ -2,20 +2,24 @@
 
 Streaming and competing consumers (zbus MQ sessions, VibeMQ subscribers) lease batches
 of one partition concurrently; each lease is ONE *range* ``[start, end)`` of indexes with
-an owner, a deadline, the delivery number (``attempt``) and the sub-runs already settled
-inside it (``covered``). Per (partition, consumer id), under the partition's hash tag:
+an owner, a deadline, its failed attempts so far (``attempt``: the retry limit and the
+backoff count these), how often it was delivered (``deliveries``: what consumers are told)
+and the sub-runs already settled inside it (``covered``). Per (partition, consumer id), under the partition's hash tag:
 
 * ``state`` hash (shared with the pull consumers of :mod:`.consume`): ``cur`` — the
   delivery cursor, the next index never leased; ``ack`` — the ack index: everything
   below it is settled, kept as ``min(cur, first unsettled index of the lowest range)``;
   ``t`` / ``ip`` — last access and address.
 * ``rs`` zset (range start → start), ``rd`` zset (range start → deadline or due time)
-  and ``rh`` hash (start → ``end|attempt|deadline|owner|flag|covered``).
+  and ``rh`` hash (start → ``end|attempt|deadline|owner|flag|covered|deliveries``; a range
+  written before ``deliveries`` existed lacks it and is read as delivered ``attempt`` times,
+  one fewer when never delivered).
 
 A range is *leased* (owner set, deadline = lease expiry) or *due* (owner empty: waiting to
 be delivered again at its due time; ``flag`` ``r`` when it was released rather than
-failed, so its next delivery is marked redelivered without counting an attempt; ``n``
-when it was never delivered — progress moved in from elsewhere) or *dead* (owner ``!``:
+failed, so its next delivery is marked redelivered and counted as a delivery, not as a
+failed attempt; ``n`` when it was never delivered — read ahead and handed back unseen, or
+progress moved in from elsewhere) or *dead* (owner ``!``:
 out of attempts, waiting for the engine to dead-letter it).
 
 The common path is O(1) Redis commands per batch, never per message: one script leases
@@ -96,12 +100,18 @@ local function get_range(start)
   if not v then return nil end
   local f = {}
   for part in string.gmatch(v .. '|', '([^|]*)|') do f[#f + 1] = part end
-  return {start = start, stop = tonumber(f[1]), attempt = tonumber(f[2]),
-          deadline = tonumber(f[3]), owner = f[4], flag = f[5], covered = runs_of(f[6])}
+  local r = {start = start, stop = tonumber(f[1]), attempt = tonumber(f[2]),
+             deadline = tonumber(f[3]), owner = f[4], flag = f[5], covered = runs_of(f[6])}
+  -- `deliveries` came later: before it, a range's next delivery was numbered by `attempt`
+  if f[7] then r.deliveries = tonumber(f[7])
+  elseif r.flag == 'n' then r.deliveries = r.attempt - 1
+  else r.deliveries = r.attempt end
+  return r
 end
 local function put_range(r)
   redis.call('HSET', K.rh, s(r.start), s(r.stop) .. '|' .. s(r.attempt) .. '|' ..
-    s(r.deadline) .. '|' .. r.owner .. '|' .. r.flag .. '|' .. runs_str(r.covered))
+    s(r.deadline) .. '|' .. r.owner .. '|' .. r.flag .. '|' .. runs_str(r.covered) .. '|' ..
+    s(r.deliveries or r.attempt))
   redis.call('ZADD', K.rs, r.start, s(r.start))
   redis.call('ZADD', K.rd, r.deadline, s(r.start))
 end
@@ -120,7 +130,8 @@ end
 -- split range r at index `at` (r.start < at < r.stop): r keeps [start, at), returns the rest
 local function split(r, at)
   local rest = {start = at, stop = r.stop, attempt = r.attempt, deadline = r.deadline,
-                owner = r.owner, flag = r.flag, covered = clip(r.covered, at, r.stop)}
+                owner = r.owner, flag = r.flag, covered = clip(r.covered, at, r.stop),
+                deliveries = r.deliveries}
   r.stop = at; r.covered = clip(r.covered, r.start, at)
   return rest
 end
@@ -263,10 +274,13 @@ while candidate and #live == 0 do
       if c.owner == '' then candidate = c end
     end
   else
-    if r.flag == 'r' then redelivered = 1; attempt = r.attempt
-    elseif r.flag == 'n' then redelivered = 0; attempt = r.attempt  -- never delivered
-    else attempt = r.attempt + 1; redelivered = 1 end
-    r.attempt = attempt; r.owner = owner; r.flag = '0'; r.deadline = now + lease
+    -- every lease is a delivery; only one after a failure ('0') is a new attempt
+    if r.flag == 'r' then redelivered = 1
+    elseif r.flag == 'n' then redelivered = 0  -- never delivered
+    else redelivered = 1; r.attempt = r.attempt + 1 end
+    r.deliveries = r.deliveries + 1
+    attempt = r.deliveries
+    r.owner = owner; r.flag = '0'; r.deadline = now + lease
     for _, e in ipairs(out) do keep(e[1], e[2], e[3], r) end
     store(r)
     for _, g in ipairs(runs) do leased[#leased + 1] = s(g[1]); leased[#leased + 1] = s(g[2]) end
@@ -286,7 +300,7 @@ if #live == 0 then
     if items == 0 then break end
     local stop = tonumber(part[#part - 2]) + tonumber(part[#part - 1])
     local r = {start = cur, stop = stop, attempt = 1, deadline = now + lease, owner = owner,
-               flag = '0', covered = {}}
+               flag = '0', covered = {}, deliveries = 1}
     for i = 1, #part, 3 do keep(tonumber(part[i]), tonumber(part[i + 1]), part[i + 2], r) end
     store(r)
     leased[#leased + 1] = s(cur); leased[#leased + 1] = s(stop)
@@ -322,7 +336,8 @@ SETTLE = Script(
 -- ARGV: mode ('ack' | 'release' | 'unread' | 'fail' | 'drop'), now, backoff base, backoff
 -- cap, max_retry (-1 none), then runs as start, end pairs. ack: the runs are settled;
 -- release: back to be delivered again at once (not an attempt); unread: the same, for
--- leased messages no consumer was handed (not marked redelivered); fail: again after the
+-- leased messages no consumer was handed (that lease is not counted as a delivery, and
+-- marked redelivered only if delivered before); fail: again after the
 -- backoff of their attempt, or dead past max_retry; drop: a dead range was dead-lettered.
 -- Runs outside every range are settled already and ignored. Returns {ack index, settled,
 -- dead starts...}.
@@ -350,8 +365,10 @@ for i = 6, #ARGV, 2 do
       if not settled(r) then
         if mode == 'release' then
           r.owner = ''; r.flag = 'r'; r.deadline = now
-        elseif mode == 'unread' then  -- handed back unseen: not marked redelivered
-          r.owner = ''; r.flag = 'n'; r.deadline = now
+        elseif mode == 'unread' then  -- handed back unseen: that lease delivered nothing
+          r.owner = ''; r.deadline = now
+          r.deliveries = math.max(0, r.deliveries - 1)
+          if r.deliveries > 0 then r.flag = 'r' else r.flag = 'n' end
         elseif maxr >= 0 and r.attempt > maxr then
           r.owner = '!'; r.deadline = now; dead[#dead + 1] = s(r.start)
         else
@@ -823,9 +840,12 @@ SEED = Script(
 local now = tonumber(ARGV[1])
 local nxt = tonumber(redis.call('HGET', K.meta, 'next') or '0')
 for i = 2, #ARGV, 4 do
-  put_range({start = tonumber(ARGV[i]), stop = tonumber(ARGV[i + 1]),
+  local r = {start = tonumber(ARGV[i]), stop = tonumber(ARGV[i + 1]),
              attempt = tonumber(ARGV[i + 2]), deadline = now, owner = '', flag = ARGV[i + 3],
-             covered = {}})
+             covered = {}}
+  r.deliveries = r.attempt
+  if r.flag == 'n' then r.deliveries = r.attempt - 1 end
+  put_range(r)
 end
 redis.call('HSET', K.state, 'cur', s(nxt))
 return s(refresh_ack(nxt))

@@ -82,7 +82,8 @@ async def test_ack_settles_and_release_requeues_at_the_head(make_engine):
     assert await engine.settle("q", "a", 0, [a.index]) == 0  # already settled: ignored
     assert await engine.release("q", "a", 0, [b.index]) == 1
     again = await take(engine, count=5)
-    assert [(d.index, d.attempts, d.redelivered) for d in again] == [(b.index, 1, True)]
+    # delivered again (counted), not a failed attempt (the retry limit does not count it)
+    assert [(d.index, d.attempts, d.redelivered) for d in again] == [(b.index, 2, True)]
     assert [(d.index, d.redelivered) for d in await take(engine, count=5)] == [(2, False)]
 
 
@@ -269,11 +270,12 @@ async def test_return_unread_marks_redelivered_only_what_was_delivered_before(ma
     await engine.release("q", "a", 0, [first[0].index])  # a consumer went away with it
     again = await take(engine, count=3)
     assert [(d.message.body, d.redelivered) for d in again] == [(b"1", True)]
-    # read ahead, never handed out: back unread; the one delivered before stays marked
+    # read ahead, never handed out: back unread, that lease not counted as a delivery;
+    # the one delivered before stays marked
     assert await engine.return_unread("q", "a", [*again, *first[1:]]) == 3
     back = [*await take(engine, count=3), *await take(engine, count=3)]  # a lease: one range
     assert [(d.message.body, d.redelivered, d.attempts) for d in back] == [
-        (b"1", True, 1),
+        (b"1", True, 2),
         (b"2", False, 1),
         (b"3", False, 1),
     ]

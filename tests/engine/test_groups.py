@@ -65,15 +65,47 @@ async def test_expired_lease_comes_back_after_backoff_then_dies(make_engine, clo
     assert first.deliveries[0].attempts == 1
 
 
-async def test_release_owner_redelivers_without_an_attempt(make_engine, clock):
+async def test_release_owner_counts_a_delivery_not_a_failed_attempt(make_engine, clock):
     engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
     await _fill(engine, 2)
     await _lease(engine, clock, owner="conn1")
     assert await release_owner(engine.redis, "t", [0], "a", "conn1", now_ms=engine.now_ms()) == 1
     again = await _lease(engine, clock, owner="conn2")
     assert [(d.index, d.attempts, d.redelivered) for d in again.deliveries] == [
-        (0, 1, True),
-        (1, 1, True),
+        (0, 2, True),
+        (1, 2, True),
+    ]
+    # the retry limit (max_retry=2) counts failures only: three expiries to go dead
+    for delivery, backoff in ((3, 0.15), (4, 0.25)):
+        clock.advance(1.001)  # the lease expired: a failed attempt, due after its backoff
+        assert (await _lease(engine, clock)).deliveries == []
+        clock.advance(backoff)
+        got = await _lease(engine, clock)
+        assert [(d.index, d.attempts) for d in got.deliveries] == [(0, delivery), (1, delivery)]
+    clock.advance(1.001)
+    assert (await _lease(engine, clock)).dead == [0]
+
+
+async def test_a_range_stored_before_deliveries_were_counted(make_engine, clock):
+    """Ranges written by the earlier format (``end|attempt|deadline|owner|flag|covered``)
+    are read as delivered ``attempt`` times, one fewer when never delivered."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await _fill(engine, 4)
+    await _lease(engine, clock, want=4)
+    now = engine.now_ms()
+    rh, rs, rd = (f"mq:{{t:t:0}}:{k}:a" for k in ("rh", "rs", "rd"))
+    await engine.redis.delete(rh, rs, rd)
+    # [0, 2): failed once, then released; [2, 4): read ahead and handed back unseen
+    await engine.redis.hset(rh, mapping={"0": f"2|2|{now}||r|", "2": f"4|1|{now}||n|"})
+    await engine.redis.zadd(rs, {"0": 0, "2": 2})
+    await engine.redis.zadd(rd, {"0": now, "2": now})
+    first = await _lease(engine, clock, want=2)
+    second = await _lease(engine, clock, want=2)
+    assert [(d.index, d.attempts, d.redelivered) for d in first.deliveries + second.deliveries] == [
+        (0, 3, True),
+        (1, 3, True),
+        (2, 1, False),
+        (3, 1, False),
     ]
 
 

@@ -11,7 +11,10 @@ back), or let their leases expire while the clock moves. Invariants:
 * a message is held by at most one consumer at a time;
 * ranges merge correctly: the ack index is exactly the lowest unsettled index, and the
   group's in-flight count equals the model's held messages;
-* an expired or released range returns exactly its unacked part.
+* an expired or released range returns exactly its unacked part;
+* every lease counts as a delivery — released, failed, expired or crashed alike — except
+  one handed back unread (read ahead, never seen): ``attempts`` is the message's
+  deliveries so far, and ``redelivered`` says whether there were any before.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class GroupMachine(RuleBasedStateMachine):
         self.settled: set[int] = set()
         self.held: dict[str, dict[int, int]] = {c: {} for c in CONSUMERS}
         """consumer → index → its lease's deadline (ms)"""
+        self.deliveries: dict[int, int] = {}
+        """index → how often it was delivered (leases not handed back unread)"""
 
     def run(self, coro):
         return self.loop.run_until_complete(coro)
@@ -103,8 +108,11 @@ class GroupMachine(RuleBasedStateMachine):
             assert i not in self.settled, f"settled index {i} delivered again"
             assert i not in others, f"index {i} held twice"
         deadline = int(self.clock() * 1000) + LEASE_MS
-        for i in indexes:
-            self.held[consumer][i] = deadline
+        for d in got:
+            self.held[consumer][d.index] = deadline
+            before = self.deliveries.get(d.index, 0)
+            assert (d.attempts, d.redelivered) == (before + 1, before > 0), (d, before)
+            self.deliveries[d.index] = before + 1
 
     @precondition(lambda self: any(self.held.values()))
     @rule(consumer=st.sampled_from(CONSUMERS), data=st.data())
@@ -131,6 +139,19 @@ class GroupMachine(RuleBasedStateMachine):
         self.run(call("q", "a", 0, sorted(chosen)))
         for i in chosen:
             del self.held[consumer][i]
+
+    @precondition(lambda self: any(self.held.values()))
+    @rule(consumer=st.sampled_from(CONSUMERS), data=st.data())
+    def hand_back_unread(self, consumer: str, data) -> None:
+        self._expire_model()
+        if not self.held[consumer]:
+            return
+        chosen = data.draw(st.sets(st.sampled_from(sorted(self.held[consumer])), min_size=1))
+        note(f"unread {consumer} {sorted(chosen)}")
+        self.run(self.engine.release("q", "a", 0, sorted(chosen), unread=True))
+        for i in chosen:
+            del self.held[consumer][i]
+            self.deliveries[i] -= 1
 
     @rule(consumer=st.sampled_from(CONSUMERS))
     def crash(self, consumer: str) -> None:

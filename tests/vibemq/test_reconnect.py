@@ -23,7 +23,7 @@ async def test_disconnect_returns_unacked_to_the_queue_head(clients):
     await second.subscribe("work")
     again = [await second.receive() for _ in range(2)]
     assert [m.id for m in again] == ["w1", "w2"]
-    assert [m.attempts for m in again] == [1, 1]
+    assert [m.attempts for m in again] == [2, 2]  # §7: up by one on each redelivery
 
 
 async def test_crashed_subscriber_messages_come_back_after_the_ack_timeout(clients):

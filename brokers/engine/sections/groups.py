@@ -128,8 +128,9 @@ class GroupSection(EngineBase):
         unread: bool = False,
     ) -> int:
         """Leased deliveries go back, due at once and marked redelivered (their consumer
-        went away: not a failed attempt); with ``unread``, deliveries no consumer was
-        handed (read ahead, then not needed) go back unmarked."""
+        went away: not a failed attempt, but their next delivery counts); with ``unread``,
+        deliveries no consumer was handed (read ahead, then not needed) go back as they
+        were before that lease."""
         info, policy = self._group_policy(topic, app)
         mode = "unread" if unread else "release"
         return await self.shared.settle(
@@ -140,15 +141,16 @@ class GroupSection(EngineBase):
         self, topic: str, app: str, deliveries: Sequence[Delivery], *, client_id: str | None = None
     ) -> int:
         """Deliveries leased but never handed to a consumer (read ahead, then not needed) go
-        back, due at once: marked redelivered only those delivered before. One call per
-        partition and kind; how many went back."""
-        runs: dict[tuple[int, bool], list[int]] = {}
+        back, due at once: that lease does not count as a delivery, and only those
+        delivered before are marked redelivered. One call per partition; how many went
+        back."""
+        runs: dict[int, list[int]] = {}
         for d in deliveries:
-            runs.setdefault((d.partition, d.redelivered), []).append(d.index)
+            runs.setdefault(d.partition, []).append(d.index)
         n = 0
-        for (partition, before), indexes in runs.items():
+        for partition, indexes in runs.items():
             n += await self.release(
-                topic, app, partition, indexes, client_id=client_id, unread=not before
+                topic, app, partition, indexes, client_id=client_id, unread=True
             )
         return n
 
