@@ -17,6 +17,7 @@ from brokers.catalog_loader import publish
 from brokers.clients.vibemq import VibeMQClient
 from brokers.engine import CatalogWatcher, Engine, QueueRetry
 from brokers.models import Team
+from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.vibemq import ServerConfig, start_vibemq_server
 from tests import factories
 
@@ -56,7 +57,9 @@ class Broker:
     def __init__(self, broker_id: int, redis_url: str) -> None:
         self.broker_id, self.redis_url = broker_id, redis_url
 
-    async def start(self, config: ServerConfig = FAST, port: int = 0) -> None:
+    async def start(
+        self, config: ServerConfig = FAST, port: int = 0, read_ahead: ReadAheadBudget | None = None
+    ) -> None:
         self.redis = aioredis.from_url(self.redis_url)
         self.watcher = CatalogWatcher(self.redis, resync_interval=0.5)
         await self.watcher.start()
@@ -67,7 +70,13 @@ class Broker:
             queue_retry=QueueRetry(base_ms=100, cap_ms=400),
         )
         self.server = await start_vibemq_server(
-            self.engine, self.watcher, "127.0.0.1", port, self.broker_id, config=config
+            self.engine,
+            self.watcher,
+            "127.0.0.1",
+            port,
+            self.broker_id,
+            config=config,
+            read_ahead=read_ahead,
         )
         self.port = self.server.port
 

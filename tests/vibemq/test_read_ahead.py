@@ -16,6 +16,7 @@ from django.db import connection
 from brokers.catalog_loader import publish
 from brokers.clients.vibemq import VibeMQClient
 from brokers.models import ConsumerPolicy
+from brokers.servers.readahead import ReadAheadBudget, footprint
 from brokers.servers.vibemq.hub import READ_AHEAD_HOLD_S
 from tests.vibemq.conftest import FAST, Broker
 
@@ -135,6 +136,58 @@ async def test_a_stalled_subscriber_does_not_lease_its_returned_read_ahead_again
         await asyncio.sleep(READ_AHEAD_HOLD_S + 1.5)  # held, handed back, rounds go by
         stats = await one.engine.queue_stats("stall")
         assert stats.in_flight == 2, stats  # only what it was handed
+    finally:
+        await a.close()
+        await one.stop()
+
+
+async def test_a_spent_budget_reads_nothing_ahead(catalog, redis_url):
+    """With no read-ahead budget left (here: 0) a consumer leases only its room."""
+    budget = ReadAheadBudget(0)
+    one = Broker(1, redis_url)
+    await one.start(SLOW_ACKS, read_ahead=budget)
+    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    try:
+        for i in range(6):
+            await a.publish("lean", i, message_id=f"l{i}")
+        await a.subscribe("lean")
+        first = [await a.receive(), await a.receive()]
+        await asyncio.sleep(0.2)  # a batch would have been read ahead by now
+        assert (await one.engine.queue_stats("lean")).in_flight == 2
+        for m in first:
+            a.ack(m.id)
+        rest = await _receive_all(a, 4, within=5)
+        assert [m.id for m in [*first, *rest]] == [f"l{i}" for i in range(6)]
+        assert (budget.held, budget.peak) == (0, 0)
+    finally:
+        await a.close()
+        await one.stop()
+
+
+async def test_read_ahead_keeps_within_the_budget_and_returns_the_rest(catalog, redis_url):
+    """What does not fit in the process's budget goes back to the group at once, unread:
+    every message is still delivered, as a first attempt, and the budget is never passed."""
+    one = Broker(1, redis_url)
+    await one.start(SLOW_ACKS)
+    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    try:
+        for i in range(10):
+            await a.publish("tight", i, message_id=f"t{i}")
+        app = one.engine.catalog.consumers_of("tight")[0].app
+        sample = (await one.engine.lease("tight", app, count=1, owner="x")).deliveries
+        await one.engine.return_unread("tight", app, sample)
+        budget = ReadAheadBudget(2 * footprint(sample))  # room for two kept deliveries
+        one.server.ctx.read_ahead = budget
+        await a.subscribe("tight")
+        got = [await a.receive(), await a.receive()]  # its room is 2
+        await asyncio.sleep(0.2)  # what fits is read ahead, the rest went back
+        assert budget.held <= budget.limit and budget.refused > 0
+        for m in got:
+            a.ack(m.id)
+        got += await _receive_all(a, 8, within=5)
+        assert sorted(m.id for m in got) == sorted(f"t{i}" for i in range(10))
+        assert {m.attempts for m in got} == {1}  # back unread: not a delivery
+        assert 0 < budget.peak <= budget.limit  # it did read ahead, within the budget
     finally:
         await a.close()
         await one.stop()

@@ -17,6 +17,7 @@ from brokers.catalog_loader import publish
 from brokers.engine import CatalogWatcher, Engine
 from brokers.models import Broker, ConsumerPolicy, ProducerPolicy, Team, Topic
 from brokers.protocols.zbus import Decoder, Message
+from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.zbus import ZbusConfig, ZbusServer, start_zbus_server
 from tests import factories
 
@@ -76,13 +77,15 @@ class Broker_:
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
 
-    async def start(self, config: ZbusConfig = TEST_CONFIG) -> ZbusServer:
+    async def start(
+        self, config: ZbusConfig = TEST_CONFIG, read_ahead: ReadAheadBudget | None = None
+    ) -> ZbusServer:
         self.redis = aioredis.from_url(self.redis_url)
         self.watcher = CatalogWatcher(self.redis, resync_interval=0.5)
         await self.watcher.start()
         self.engine = Engine(self.redis, lambda: self.watcher.current, broker_id=1)
         self.server = await start_zbus_server(
-            self.engine, self.watcher, "127.0.0.1", 0, 1, config=config
+            self.engine, self.watcher, "127.0.0.1", 0, 1, config=config, read_ahead=read_ahead
         )
         self.port = self.server.port
         return self.server

@@ -12,6 +12,7 @@ from django.db import connection
 
 from brokers.catalog_loader import publish
 from brokers.models import ConsumerPolicy
+from brokers.servers.readahead import ReadAheadBudget, footprint
 from tests.zbus.conftest import TEST_CONFIG, Broker_, Raw, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,3 +114,64 @@ async def test_read_ahead_taken_to_the_last_leaves_nothing_for_the_hold_timer(
     finally:
         await raw.close()
         await server.stop()
+
+
+async def _in_flight(server: Broker_) -> int:
+    app = server.engine.catalog.consumers_of("orders")[0].app
+    return (await server.engine.group_stats("orders", app)).in_flight
+
+
+async def test_without_budget_a_long_poll_leases_only_what_it_wants(catalog, redis_url) -> None:
+    """A process whose read-ahead budget is spent (here: 0) leases one message per long
+    poll, not a batch, and keeps nothing in memory."""
+    server = Broker_(redis_url)
+    budget = ReadAheadBudget(0)
+    await server.start(read_ahead=budget)
+    raw = await Raw.open(server.port)
+    try:
+        await _produce(raw, [f"m{i}".encode() for i in range(5)])
+        for i in range(5):
+            await raw.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
+            assert (await raw.recv()).body == f"m{i}".encode()
+            assert await _in_flight(server) == 1  # the batch would hold all five
+            assert server.server.ctx.queues["orders"]._ahead == {}
+        assert (budget.held, budget.peak, budget.refused) == (0, 0, 0)
+    finally:
+        await raw.close()
+        await server.stop()
+
+
+async def test_read_ahead_keeps_within_the_budget_and_returns_the_rest(catalog, redis_url) -> None:
+    """What does not fit in the budget goes back to the group at once, unread: every
+    message still comes in order, none marked redelivered, and the budget is never passed."""
+    bodies = [f"m{i}".encode() for i in range(10)]
+    server = Broker_(redis_url)
+    await server.start()
+    raw = await Raw.open(server.port)
+    try:
+        await _produce(raw, bodies)
+        [record] = (
+            await server.engine.lease("orders", _app(server), count=1, owner="x")
+        ).deliveries
+        await server.engine.return_unread("orders", _app(server), [record])
+        budget = ReadAheadBudget(2 * footprint([record]))  # room for two kept deliveries
+        server.server.ctx.read_ahead = budget
+        got = []
+        for i in range(10):
+            await raw.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
+            got.append(await raw.recv(3.0))
+            assert budget.held <= budget.limit
+            if i == 1:  # m0 came alone (a range handed back); then m2, m3 kept
+                [kept] = server.server.ctx.queues["orders"]._ahead.values()
+                assert [d.index for d, _ in kept] == [2, 3]
+                assert budget.refused == 6  # m4..m9: back in the group
+        assert [m.body for m in got] == bodies
+        assert all(m.headers.get("redelivered") in (None, "0") for m in got)
+        assert budget.peak == budget.limit
+    finally:
+        await raw.close()
+        await server.stop()
+
+
+def _app(server: Broker_) -> str:
+    return server.engine.catalog.consumers_of("orders")[0].app

@@ -56,6 +56,7 @@ from brokers.models import Broker, Cluster
 from brokers.servers.jmq4 import ServerConfig as Jmq4Config
 from brokers.servers.jmq4 import install_uvloop, start_jmq4_server
 from brokers.servers.protocol_errors import protocol_errors
+from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.runtime import tune_gc
 from brokers.servers.vibemq import config_from, start_vibemq_server
 from brokers.servers.zbus import start_zbus_server
@@ -249,8 +250,10 @@ async def start_servers(
     zbus_port: int | None,
     vibemq_port: int | None,
     reuse_port: bool = False,
+    read_ahead: ReadAheadBudget | None = None,
 ) -> list[ProtocolServer]:
-    """Start every protocol server whose port is set; each stops gracefully on its own."""
+    """Start every protocol server whose port is set; each stops gracefully on its own.
+    ``read_ahead``: the budget the process's servers share (default: one each)."""
     servers: list[ProtocolServer] = []
     if jmq4_port is not None:
         servers.append(
@@ -267,7 +270,13 @@ async def start_servers(
     if zbus_port is not None:
         servers.append(
             await start_zbus_server(
-                engine, watcher, bind, zbus_port, broker_id, reuse_port=reuse_port
+                engine,
+                watcher,
+                bind,
+                zbus_port,
+                broker_id,
+                reuse_port=reuse_port,
+                read_ahead=read_ahead,
             )
         )
     if vibemq_port is not None:
@@ -281,6 +290,7 @@ async def start_servers(
                 broker_id,
                 config=config,
                 reuse_port=reuse_port,
+                read_ahead=read_ahead,
             )
         )
     return servers
@@ -323,9 +333,12 @@ async def run(
     )
     engine.holders.start()
     ports = {"jmq4_port": jmq4_port, "zbus_port": zbus_port, "vibemq_port": vibemq_port}
-    servers = await start_servers(engine, watcher, broker_id, bind, **ports, reuse_port=reuse_port)
+    read_ahead = ReadAheadBudget.from_environment()
+    servers = await start_servers(
+        engine, watcher, broker_id, bind, **ports, reuse_port=reuse_port, read_ahead=read_ahead
+    )
     tune_gc()
-    report = Report(broker_id)
+    report = Report(broker_id, read_ahead)
     try:
         while not stop.is_set():
             # the first process heartbeats; workers only follow the catalog row
@@ -342,7 +355,13 @@ async def run(
             elif present and not servers:
                 ports = await sync_to_async(_ports)(broker_id)
                 servers = await start_servers(
-                    engine, watcher, broker_id, bind, **ports, reuse_port=reuse_port
+                    engine,
+                    watcher,
+                    broker_id,
+                    bind,
+                    **ports,
+                    reuse_port=reuse_port,
+                    read_ahead=read_ahead,
                 )
                 report.serving()
                 log.warning("broker %s is in the catalog again: serving", broker_id)
@@ -364,8 +383,9 @@ async def run(
 class Report:
     """This broker process's report (:func:`brokers.engine.publish_report`)."""
 
-    def __init__(self, broker_id: int) -> None:
+    def __init__(self, broker_id: int, read_ahead: ReadAheadBudget | None = None) -> None:
         self.name = f"broker:{broker_id}"
+        self.read_ahead = read_ahead
         self.doc: dict[str, object] = {
             "broker": broker_id,
             "pid": os.getpid(),
@@ -383,6 +403,14 @@ class Report:
     async def publish(self, client: AnyRedis, heartbeat_s: float) -> None:
         """Publish, valid for three heartbeats; a Redis outage only skips this one."""
         self.doc["protocol_errors"] = protocol_errors.snapshot()
+        if self.read_ahead is not None:
+            budget = self.read_ahead
+            self.doc["read_ahead"] = {
+                "held_bytes": budget.held,
+                "peak_bytes": budget.peak,
+                "limit_bytes": budget.limit,
+                "refused": budget.refused,
+            }
         with contextlib.suppress(StoreUnavailable, RedisError, OSError):
             await publish_report(client, self.name, self.doc, valid_for_s=3 * heartbeat_s)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, Presence, QueueSettings
 from brokers.protocols.vibemq.options import DLQ_SUFFIX
+from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.vibemq.config import ServerConfig
 from brokers.servers.vibemq.limits import ConnectionGate
 
@@ -25,6 +26,8 @@ class ServerContext:
     broker_id: int | None = None
     node: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     counters: Counter[str] = field(default_factory=Counter)
+    read_ahead: ReadAheadBudget = field(default_factory=ReadAheadBudget.from_environment)
+    """What the dispatchers may keep leased ahead (shared by a process's servers)."""
     registry: Presence = field(init=False)
     """Subscribers of every process by queue, so queueInfo counts the whole cluster's."""
     gate: ConnectionGate = field(init=False)

@@ -12,7 +12,9 @@ checked). Every lease passes the engine's gate: policy, blacklist, pause, rate l
   A RoundRobin consumer also keeps up to ``READ_AHEAD`` deliveries leased beyond that room,
   so the slot an ack frees is filled from memory while the next lease is on its way (with
   100 unacked per subscriber, a Redis round trip per refill left the broker idle a third of
-  the time). What is read ahead keeps its lease's deadline; it goes back to the group
+  the time), as long as the process's read-ahead budget (:mod:`brokers.servers.readahead`)
+  has room: what does not fit goes back at once. What is read ahead keeps its lease's
+  deadline; it goes back to the group
   unread (no delivery attempt) after ``READ_AHEAD_HOLD_S``, when the consumer's last
   subscriber here leaves, and when the gate — asked again before memory is dealt — refuses
   or pauses the consumer. PriorityBased queues read nothing ahead: a message published
@@ -203,6 +205,7 @@ class QueueDispatcher:
 
     async def _competing(self, lease_ms: int, read_ahead: bool) -> bool:
         more = False
+        budget = self.hub.ctx.read_ahead
         consumers = self.consumers()
         self._drop_ahead(consumers if read_ahead else {})
         for key, subs in consumers.items():
@@ -217,10 +220,15 @@ class QueueDispatcher:
                     continue
                 taken = [ahead.popleft() for _ in range(min(room, len(ahead)))]
                 room -= len(taken)
-                ahead.extendleft(reversed(self._round_robin(key[0], subs, taken, caps)))
+                budget.release(d for d, _, _ in taken)
+                back = self._round_robin(key[0], subs, taken, caps)
+                if back:  # fits: it was just released
+                    budget.keep([d for d, _, _ in back])
+                    ahead.extendleft(reversed(back))
                 dealt = True
             held = len(ahead) if ahead else 0
-            want = min(TAKE_BATCH, room + (READ_AHEAD - held if read_ahead else 0))
+            more_ahead = READ_AHEAD - held if read_ahead and budget.open else 0
+            want = min(TAKE_BATCH, room + more_ahead)
             # with no room left, top the read-ahead up only for a consumer that is taking
             # it: a stalled one would lease again what its last read-ahead handed back
             if want <= 0 or (room <= 0 and (want < READ_AHEAD_MIN or not dealt)):
@@ -262,12 +270,17 @@ class QueueDispatcher:
 
     async def _keep(self, key: tuple[str, str], undealt: list[Leased], read_ahead: bool) -> None:
         """What the consumer's subscribers had no room for: kept for their next room (a
-        RoundRobin queue), else back to the group at once."""
+        RoundRobin queue, within the process's read-ahead budget), else back to the group
+        at once."""
         if not undealt:
             return
         if read_ahead:
-            self._ahead.setdefault(key, deque()).extend(undealt)
-            return
+            fit = self.hub.ctx.read_ahead.keep([d for d, _, _ in undealt])
+            if fit:
+                self._ahead.setdefault(key, deque()).extend(undealt[:fit])
+            undealt = undealt[fit:]
+            if not undealt:
+                return
         await self._return_unread(key[0], [d for d, _, _ in undealt])
 
     def _still_allowed(self, key: tuple[str, str]) -> bool:
@@ -301,6 +314,7 @@ class QueueDispatcher:
             if not queue:
                 del self._ahead[key]
             if stale:
+                self.hub.ctx.read_ahead.release(stale)
                 self.hub.spawn(self._return_unread(key[0], stale))
 
     def return_ahead(self) -> None:

@@ -9,6 +9,7 @@ import logging
 from brokers.engine import CatalogWatcher, Engine
 from brokers.protocols.vibemq import shutdown_notice
 from brokers.servers.flow import ListeningServer
+from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.vibemq.config import ServerConfig
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import Hub
@@ -78,11 +79,15 @@ async def start_vibemq_server(
     *,
     config: ServerConfig | None = None,
     reuse_port: bool = False,
+    read_ahead: ReadAheadBudget | None = None,
 ) -> VibeMQServer:
-    """Listen for VibeMQ on ``host:port`` as broker ``broker_id`` (``port`` 0 picks one)."""
+    """Listen for VibeMQ on ``host:port`` as broker ``broker_id`` (``port`` 0 picks one);
+    ``read_ahead``: the process's budget (default: one of its own)."""
     ctx = ServerContext(
         engine=engine, watcher=watcher, config=config or ServerConfig(), broker_id=broker_id
     )
+    if read_ahead is not None:
+        ctx.read_ahead = read_ahead
     hub = Hub(ctx)
     await hub.start()
     connections: set[VibeMQProtocol] = set()

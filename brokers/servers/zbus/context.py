@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine
+from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.zbus.config import ZbusConfig
 
 log = logging.getLogger("mqcloud.zbus")
@@ -37,6 +38,8 @@ class ServerContext:
     started_ms: int = 0
     relay: Any = None
     """Temp MQ registry and reply forwarding between brokers (None: this broker only)."""
+    read_ahead: ReadAheadBudget = field(default_factory=ReadAheadBudget.from_environment)
+    """What the MQ pumps may keep leased ahead (shared by a process's servers)."""
 
     @property
     def snapshot(self) -> CatalogSnapshot:

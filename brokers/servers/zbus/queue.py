@@ -12,10 +12,12 @@ notifier otherwise (no busy polling). It leases for each consumer of its session
 rate-limited consumer's sessions simply wait, and deals the batch round-robin to that
 consumer's sessions.
 
-Read-ahead: the pump always takes a full batch (``take_batch``). What the parked sessions
-do not take waits in memory for the consumer's next sessions — a long-polling client
-(window 1) is dealt from memory instead of costing a lease each — for at most
-``read_ahead_hold`` seconds, then goes back to the group unread (not marked redelivered).
+Read-ahead: the pump takes a full batch (``take_batch``) while the process's read-ahead
+budget (:mod:`brokers.servers.readahead`) is open, else only what its sessions want. What
+the parked sessions do not take waits in memory for the consumer's next sessions — a
+long-polling client (window 1) is dealt from memory instead of costing a lease each — for
+at most ``read_ahead_hold`` seconds, then goes back to the group unread (not marked
+redelivered); what does not fit in the budget goes back at once.
 The engine's gate is asked again before memory is dealt, so a pause or a revoked policy
 holds those messages back at once. Settles of one loop turn, from every connection, go
 to the engine as one call per (group, partition); a consume does not wait for its
@@ -320,6 +322,7 @@ class QueueMq:
             self._ahead_timer = None
         ahead = [(key, d) for key, q in self._ahead.items() for d, _ in q]
         self._ahead.clear()
+        self.ctx.read_ahead.release(d for _, d in ahead)
         with contextlib.suppress(EngineError):
             await self._return_unread(ahead)
 
@@ -360,7 +363,7 @@ class QueueMq:
                         lease = await engine.lease(
                             self.name,
                             app,
-                            count=cfg.take_batch,
+                            count=cfg.take_batch if self.ctx.read_ahead.open else want,
                             owner=self.owner,
                             address=address,
                             lease_ms=cfg.lease_ms,
@@ -471,9 +474,17 @@ class QueueMq:
         deliveries = [take()[0] for _ in range(min(want, len(queue)))]
         if not queue:
             del self._ahead[key]  # no empty queue stays: the hold timer reads each one's head
+        self.ctx.read_ahead.release(deliveries)
         return deliveries, leased_at
 
     def _keep_ahead(self, key: tuple[str, str], deliveries: list[Delivery], at: float) -> None:
+        fit = self.ctx.read_ahead.keep(deliveries)
+        if fit < len(deliveries):  # the process's budget is spent: back to the group now
+            spilled = [(key, d) for d in deliveries[fit:]]
+            self.ctx.spawn(self._return_unread(spilled), f"zbus-unread-{self.name}")
+            deliveries = deliveries[:fit]
+            if not deliveries:
+                return
         queue = self._ahead.setdefault(key, deque())
         queue.extendleft((d, at) for d in reversed(deliveries))  # before anything newer
         if self._ahead_timer is None:
@@ -493,6 +504,7 @@ class QueueMq:
         if not queue:
             del self._ahead[key]
         if stale:
+            self.ctx.read_ahead.release(d for _, d in stale)
             self.ctx.spawn(self._return_unread(stale), f"zbus-unread-{self.name}")
 
     def _expire_ahead(self) -> None:

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from brokers.engine import CatalogWatcher, Engine
 from brokers.servers.flow import ListeningServer, drain
+from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.zbus.config import ZbusConfig
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.protocol import ZbusProtocol
@@ -64,13 +65,17 @@ async def start_zbus_server(
     *,
     config: ZbusConfig | None = None,
     reuse_port: bool = False,
+    read_ahead: ReadAheadBudget | None = None,
 ) -> ZbusServer:
-    """Listen for zbus on ``host:port`` as broker ``broker_id`` (``port`` 0 picks a free one)."""
+    """Listen for zbus on ``host:port`` as broker ``broker_id`` (``port`` 0 picks a free
+    one); ``read_ahead``: the process's budget (default: one of its own)."""
     config = config or ZbusConfig.from_environment()
     connections: set[ZbusProtocol] = set()
     ctx = ServerContext(
         engine=engine, watcher=watcher, broker_id=broker_id, address="", config=config
     )
+    if read_ahead is not None:
+        ctx.read_ahead = read_ahead
     if config.max_body_bytes > engine.max_body:
         ctx.config = replace(config, max_body_bytes=engine.max_body)
     relay = Relay(ctx)

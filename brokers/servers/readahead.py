@@ -1,0 +1,83 @@
+"""The read-ahead budget of one broker process.
+
+zbus MQ pumps and VibeMQ dispatchers lease more than their consumers have room for and
+keep the rest in memory for the next room: a freed slot is then filled without a Redis
+round trip. Each consumer keeps at most a batch, but a process serving thousands of
+consumers would hold thousands of batches of records nobody asked for yet. The budget
+caps the bytes they all keep together: within it, read-ahead works as before; past it, a
+consumer leases only what it has room for and what was leased beyond that goes back to
+its group at once (unread, so not counted as a delivery).
+
+One budget is shared by every server of a ``runbroker`` process; a server started on its
+own gets its own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from brokers.engine import Delivery
+
+DEFAULT_MB = 64
+"""The default budget (``BROKER_READ_AHEAD_MB``)."""
+PER_DELIVERY = 200
+"""Bytes a kept delivery costs besides its record (the delivery, its tuple, a deque slot)."""
+
+
+def footprint(deliveries: Iterable[Delivery]) -> int:
+    """The bytes ``deliveries`` take while kept."""
+    return sum(len(d.record) + PER_DELIVERY for d in deliveries)
+
+
+class ReadAheadBudget:
+    """Bytes of read-ahead a process keeps (``held``), against ``limit``."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        if limit_bytes < 0:
+            raise ValueError("a read-ahead budget cannot be negative")
+        self.limit = limit_bytes
+        self.held = 0
+        self.peak = 0
+        """The most ever held (what a capacity plan reads)."""
+        self.refused = 0
+        """Deliveries sent back at once because the budget was spent."""
+
+    @classmethod
+    def from_environment(cls) -> ReadAheadBudget:
+        """``BROKER_READ_AHEAD_MB`` megabytes (default 64; 0 turns read-ahead off)."""
+        raw = os.environ.get("BROKER_READ_AHEAD_MB", "").strip()
+        megabytes = float(raw) if raw else DEFAULT_MB
+        if not megabytes >= 0:  # NaN too
+            raise ValueError(f"BROKER_READ_AHEAD_MB must be a number >= 0, not {raw!r}")
+        return cls(int(megabytes * 1024 * 1024))
+
+    @property
+    def open(self) -> bool:
+        """Whether a consumer may lease beyond its room now."""
+        return self.held < self.limit
+
+    def keep(self, deliveries: list[Delivery]) -> int:
+        """Take as many of ``deliveries`` (in order) as fit; how many. What fits is held
+        until :meth:`release`."""
+        room = self.limit - self.held
+        size = footprint(deliveries)
+        if size <= room:
+            fit = len(deliveries)
+        else:
+            fit = size = 0
+            for d in deliveries:
+                cost = len(d.record) + PER_DELIVERY
+                if size + cost > room:
+                    break
+                size += cost
+                fit += 1
+            self.refused += len(deliveries) - fit
+        self.held += size
+        if self.held > self.peak:
+            self.peak = self.held
+        return fit
+
+    def release(self, deliveries: Iterable[Delivery]) -> None:
+        """Kept deliveries were dealt or went back."""
+        self.held = max(0, self.held - footprint(deliveries))
