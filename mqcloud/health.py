@@ -109,13 +109,34 @@ class _ReportCollector:
             "Protocol errors of clients, per broker process since it started",
             labels=["broker", "protocol", "kind"],
         )
+        read_ahead = GaugeMetricFamily(
+            "mqcloud_broker_read_ahead_bytes",
+            "Leased records a broker process keeps ahead of its consumers' room: held now,"
+            " the most ever held, and its budget (BROKER_READ_AHEAD_MB)",
+            labels=["broker", "kind"],
+        )
+        refused = CounterMetricFamily(
+            "mqcloud_broker_read_ahead_refused",
+            "Deliveries a broker process sent back at once because its read-ahead budget was spent",
+            labels=["broker"],
+        )
         for bid, doc in sorted(self.reports.items()):
             serving.add_metric([bid], 1 if doc.get("state") == "serving" else 0)
             for protocol, kinds in sorted((doc.get("protocol_errors") or {}).items()):
                 for kind, count in sorted(kinds.items()):
                     errors.add_metric([bid, protocol, kind], count)
+            budget = doc.get("read_ahead")
+            if isinstance(budget, dict):
+                for kind in ("held", "peak", "limit"):
+                    value = budget.get(f"{kind}_bytes")
+                    if isinstance(value, int):
+                        read_ahead.add_metric([bid, kind], value)
+                if isinstance(budget.get("refused"), int):
+                    refused.add_metric([bid], budget["refused"])
         yield serving
         yield errors
+        yield read_ahead
+        yield refused
 
 
 @require_GET

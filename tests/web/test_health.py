@@ -37,7 +37,10 @@ def test_broker_reports_show_in_healthz_and_metrics(client, redis_url):
             await redis.aclose()
 
     doc = {"state": "removed", "reason": "broker 57 was removed from the catalog"}
-    asyncio.run(report({**doc, "protocol_errors": {"zbus": {"bad_request": 3}}}))
+    read_ahead = {"held_bytes": 2048, "peak_bytes": 4096, "limit_bytes": 67108864, "refused": 5}
+    asyncio.run(
+        report({**doc, "protocol_errors": {"zbus": {"bad_request": 3}}, "read_ahead": read_ahead})
+    )
     try:
         assert client.get("/healthz").json()["brokers"]["57"] == doc
         text = client.get("/metrics").content.decode()
@@ -46,6 +49,9 @@ def test_broker_reports_show_in_healthz_and_metrics(client, redis_url):
             'mqcloud_broker_protocol_errors_total{broker="57",kind="bad_request",protocol="zbus"}'
             " 3.0" in text
         )
+        assert 'mqcloud_broker_read_ahead_bytes{broker="57",kind="held"} 2048.0' in text
+        assert 'mqcloud_broker_read_ahead_bytes{broker="57",kind="limit"} 6.7108864e+07' in text
+        assert 'mqcloud_broker_read_ahead_refused_total{broker="57"} 5.0' in text
     finally:
         asyncio.run(report(None))
     assert "57" not in client.get("/healthz").json()["brokers"]

@@ -134,6 +134,8 @@ def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> No
             time.sleep(0.5)
         apps = console.get("/apps/").text
         assert "demo-app" in apps and "demo-team" in apps
+        metrics = httpx.get(f"{base}/metrics", timeout=10).text  # runbroker's own report
+        assert 'mqcloud_broker_read_ahead_bytes{broker="1",kind="limit"} 6.7108864e+07' in metrics
         topic = console.get("/topics/demo/").text
         assert "<td>0, 1</td>" in topic and "<td>2, 3</td>" in topic
         # Stop only a fully started set: Ctrl-C while Celery is still forking its pool
