@@ -1,4 +1,4 @@
-"""The read-ahead budget of one broker process.
+"""The read-ahead budget of one broker process, and each consumer's pace.
 
 zbus MQ pumps and VibeMQ dispatchers lease more than their consumers have room for and
 keep the rest in memory for the next room: a freed slot is then filled without a Redis
@@ -10,12 +10,19 @@ its group at once (unread, so not counted as a delivery).
 
 One budget is shared by every server of a ``runbroker`` process; a server started on its
 own gets its own.
+
+Within the budget, a consumer reads ahead what it took per hold since its previous lease
+(:class:`Pace`): a slow one (a message a second) would otherwise lease a batch each time,
+only for all but one of it to go back unread a hold later — two scripts reading a batch
+each, per message, and the batch counted as consumed traffic.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
+from typing import TypeVar
 
 from brokers.engine import Delivery
 
@@ -23,6 +30,11 @@ DEFAULT_MB = 64
 """The default budget (``BROKER_READ_AHEAD_MB``)."""
 PER_DELIVERY = 200
 """Bytes a kept delivery costs besides its record (the delivery, its tuple, a deque slot)."""
+PACE_KEEP = 256
+"""Paces a dispatcher keeps before it forgets those of consumers idle for ``PACE_IDLE``."""
+PACE_IDLE = 60.0
+
+K = TypeVar("K")
 
 
 def footprint(deliveries: Iterable[Delivery]) -> int:
@@ -81,3 +93,26 @@ class ReadAheadBudget:
     def release(self, deliveries: Iterable[Delivery]) -> None:
         """Kept deliveries were dealt or went back."""
         self.held = max(0, self.held - footprint(deliveries))
+
+
+class Pace:
+    """What one consumer took since its last lease (``dealt`` since ``since``, monotonic
+    seconds): how much read-ahead it would use before it goes back."""
+
+    __slots__ = ("dealt", "since")
+
+    def __init__(self, now: float) -> None:
+        self.since = now
+        self.dealt = 0
+
+    def per(self, seconds: float, now: float) -> int:
+        """What it takes in ``seconds`` at this pace (rounded up)."""
+        return math.ceil(self.dealt * seconds / max(now - self.since, 1e-3))
+
+
+def forget_idle(paces: dict[K, Pace], now: float) -> dict[K, Pace]:
+    """``paces``, without those idle for ``PACE_IDLE`` seconds once there are more than
+    ``PACE_KEEP`` (consumers that left do not stay forever)."""
+    if len(paces) <= PACE_KEEP:
+        return paces
+    return {k: p for k, p in paces.items() if p.since > now - PACE_IDLE}

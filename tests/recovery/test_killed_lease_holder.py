@@ -19,7 +19,8 @@ MQ = "orders"
 N = 20
 
 
-async def _scenario(ports: dict[int, int], token: str) -> tuple[float, set[bytes]]:
+async def _scenario(ports: dict[int, int], token: str) -> tuple[set[bytes], set[bytes]]:
+    """(what the other broker must deliver, everything produced)."""
     bodies = {b"k%d" % i for i in range(N)}
     async with ZbusClient("127.0.0.1", ports[2], timeout=5) as producer:
         for body in sorted(bodies):
@@ -27,15 +28,18 @@ async def _scenario(ports: dict[int, int], token: str) -> tuple[float, set[bytes
     doomed = ZbusClient("127.0.0.1", ports[1], timeout=5)
     await doomed.connect()
     first = await doomed.consume(MQ, window=1, token=token, wait_s=5)
-    assert first is not None and first.body in bodies  # in flight, never acked
-    return time.monotonic(), bodies
+    assert first is not None and first.body in bodies  # acked by the next consume
+    # right after the first: the pump reads ahead at the consumer's pace
+    second = await doomed.consume(MQ, window=1, token=token, wait_s=5)
+    assert second is not None and second.body in bodies  # in flight, never acked
+    return bodies - {first.body}, bodies
 
 
 async def _drain(port: int, token: str, want: set[bytes], seconds: float) -> tuple[set, float]:
     got: set[bytes] = set()
     started = time.monotonic()
     async with ZbusClient("127.0.0.1", port, timeout=5) as consumer:
-        while got != want and time.monotonic() - started < seconds:
+        while not want <= got and time.monotonic() - started < seconds:
             msg = await consumer.consume(MQ, window=1, token=token, wait_s=1)
             if msg is not None and msg.body:
                 got.add(msg.body)
@@ -50,10 +54,13 @@ def test_a_killed_brokers_leases_reach_a_consumer_on_another_broker(redis_url, t
     try:
         brokers.start(1, ports[1])
         brokers.start(2, ports[2])
-        _, bodies = asyncio.run(_scenario(ports, catalog.token))
+        want, bodies = asyncio.run(_scenario(ports, catalog.token))
         brokers.kill_tree(1)  # within the read-ahead hold: the rest is leased to broker 1
-        got, took = asyncio.run(_drain(ports[2], catalog.token, bodies, 30))
-        assert got == bodies, f"missing {sorted(bodies - got)}; broker 2: {brokers.log(2)[-3000:]}"
+        got, took = asyncio.run(_drain(ports[2], catalog.token, want, 30))
+        # the first may come again too: its ack may not have reached Redis before the kill
+        assert want <= got <= bodies, (
+            f"missing {sorted(want - got)}; broker 2: {brokers.log(2)[-3000:]}"
+        )
         assert took < 15  # two lapses and a sweep round, not the 10-minute lease
         deadline = time.monotonic() + 5  # logged once the sweep has handed everything on
         while "is gone" not in brokers.log(2) and time.monotonic() < deadline:

@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from brokers.engine import Delivery
-from brokers.servers.readahead import PER_DELIVERY, ReadAheadBudget, footprint
+from brokers.servers.readahead import (
+    PACE_KEEP,
+    PER_DELIVERY,
+    Pace,
+    ReadAheadBudget,
+    footprint,
+    forget_idle,
+)
 
 
 def _deliveries(sizes: list[int]) -> list[Delivery]:
@@ -58,3 +65,18 @@ def test_the_environment_sets_the_limit(monkeypatch):
         monkeypatch.setenv("BROKER_READ_AHEAD_MB", bad)
         with pytest.raises(ValueError):
             ReadAheadBudget.from_environment()
+
+
+def test_pace_is_what_was_dealt_per_interval_rounded_up():
+    pace = Pace(now=100.0)
+    assert pace.per(1.0, now=100.5) == 0  # nothing taken: nothing worth reading ahead
+    pace.dealt = 3
+    assert pace.per(1.0, now=101.5) == 2  # 3 in 1.5 s: 2 per second
+    assert pace.per(1.0, now=100.0) == 3000  # at once: a floor of 1 ms, never a division by 0
+
+
+def test_paces_of_consumers_long_idle_are_forgotten_past_a_few_hundred():
+    few = {n: Pace(now=0.0) for n in range(PACE_KEEP)}
+    assert forget_idle(few, now=1000.0) is few  # few enough: kept as they are
+    many = {n: Pace(now=0.0 if n % 2 else 990.0) for n in range(PACE_KEEP + 1)}
+    assert set(forget_idle(many, now=1000.0)) == {n for n in many if n % 2 == 0}

@@ -191,3 +191,28 @@ async def test_read_ahead_keeps_within_the_budget_and_returns_the_rest(catalog, 
     finally:
         await a.close()
         await one.stop()
+
+
+async def test_a_slow_subscriber_reads_ahead_only_what_it_takes_per_hold(catalog, redis_url):
+    """A subscriber acking one message per hold keeps about one read ahead, not a batch
+    that goes back unread a hold later, each time."""
+    one = await _broker(redis_url, 1, SLOW_ACKS)
+    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    try:
+        for i in range(40):
+            await a.publish("slow", i, message_id=f"s{i}")
+        await a.subscribe("slow")
+        held = [await a.receive(), await a.receive()]  # its room is 2; a batch read ahead
+        seen = {m.id for m in held}
+        for _ in range(3):
+            await asyncio.sleep(READ_AHEAD_HOLD_S + 0.2)  # the read-ahead went back
+            a.ack(held.pop(0).id)
+            held.append(await a.receive(5))
+            assert held[-1].id not in seen and held[-1].attempts == 1
+            seen.add(held[-1].id)
+        await asyncio.sleep(0.2)
+        stats = await one.engine.queue_stats("slow")
+        assert stats.in_flight <= 2 + 3, stats  # its 2, and what it takes per hold
+    finally:
+        await a.close()
+        await one.stop()

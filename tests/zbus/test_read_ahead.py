@@ -27,20 +27,22 @@ async def _produce(raw: Raw, bodies: list[bytes]) -> None:
 
 
 async def test_unclaimed_read_ahead_goes_back_unread(catalog, redis_url) -> None:
-    """One long poll leases the whole backlog; when no session takes the rest within the
-    hold, another server's consumer gets it, not marked redelivered."""
+    """A long poll right after another leases the rest of the backlog; when no session
+    takes it within the hold, another server's consumer gets it, not marked redelivered."""
     first, second = Broker_(redis_url), Broker_(redis_url)
     await first.start(HOLD)
     await second.start(HOLD)
     a = await Raw.open(first.port)
     b = await Raw.open(second.port)
     try:
-        await _produce(a, [b"m0", b"m1", b"m2"])
-        await a.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
-        assert (await a.recv()).body == b"m0"  # m1 and m2 wait in the first server's memory
+        await _produce(a, [b"m0", b"m1", b"m2", b"m3"])
+        for i in range(2):  # the first leases what it wants, the second reads ahead
+            await a.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
+            assert (await a.recv()).body == b"m%d" % i
+        # m2 and m3 wait in the first server's memory
         await b.send(msg("cmd: consume", "mq: orders", "msgid: d1", "window: 2"))
         got = [await b.recv(3.0) for _ in range(2)]
-        assert [m.body for m in got] == [b"m1", b"m2"]
+        assert [m.body for m in got] == [b"m2", b"m3"]
         assert all(m.headers.get("redelivered") in (None, "0") for m in got)
     finally:
         for raw in (a, b):
@@ -75,9 +77,10 @@ def _pause(paused: bool) -> None:
 async def test_a_pause_holds_back_what_was_read_ahead(broker) -> None:
     raw = await Raw.open(broker.port)
     try:
-        await _produce(raw, [b"m0", b"m1", b"m2"])
-        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c0"))
-        assert (await raw.recv()).body == b"m0"
+        await _produce(raw, [b"m0", b"m1", b"m2", b"m3"])
+        for i in range(2):  # the second consume reads m2 and m3 ahead
+            await raw.send(msg("cmd: consume", "mq: orders", f"msgid: a{i}"))
+            assert (await raw.recv()).body == b"m%d" % i
         await sync_to_async(_pause)(True)
         for _ in range(50):  # the broker follows the catalog
             if not broker.engine.authorize_consumer(
@@ -86,9 +89,9 @@ async def test_a_pause_holds_back_what_was_read_ahead(broker) -> None:
                 break
             await asyncio.sleep(0.05)
         await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
-        assert await raw.silent(0.5)  # m1 was in memory: the pause holds it back too
+        assert await raw.silent(0.5)  # m2 was in memory: the pause holds it back too
         await sync_to_async(_pause)(False)
-        assert (await raw.recv(3.0)).body == b"m1"
+        assert (await raw.recv(3.0)).body == b"m2"
     finally:
         await raw.close()
 
@@ -175,3 +178,28 @@ async def test_read_ahead_keeps_within_the_budget_and_returns_the_rest(catalog, 
 
 def _app(server: Broker_) -> str:
     return server.engine.catalog.consumers_of("orders")[0].app
+
+
+async def test_a_slow_poller_leases_one_at_a_time_a_fast_one_reads_ahead(
+    catalog, redis_url
+) -> None:
+    """The pump leases by the consumer's pace: one poll per hold leases one message (not a
+    batch handed back unread a hold later), polls in quick succession read ahead."""
+    server = Broker_(redis_url)
+    await server.start(HOLD)
+    raw = await Raw.open(server.port)
+    try:
+        await _produce(raw, [f"m{i}".encode() for i in range(20)])
+        for i in range(3):  # slow: one poll per hold and more
+            await raw.send(msg("cmd: consume", "mq: orders", f"msgid: s{i}"))
+            assert (await raw.recv()).body == f"m{i}".encode()
+            assert await _in_flight(server) <= 2  # this one, and the last until settled
+            assert server.server.ctx.queues["orders"]._ahead == {}
+            await asyncio.sleep(HOLD.read_ahead_hold + 0.1)
+        for i in range(3, 6):  # fast: the second poll reads ahead
+            await raw.send(msg("cmd: consume", "mq: orders", f"msgid: f{i}"))
+            assert (await raw.recv()).body == f"m{i}".encode()
+        assert await _in_flight(server) > 3
+    finally:
+        await raw.close()
+        await server.stop()

@@ -9,11 +9,12 @@ checked). Every lease passes the engine's gate: policy, blacklist, pause, rate l
 * RoundRobin and PriorityBased: subscribers compete as their acting app's consumer group.
   The dispatcher leases per consumer — the (app, address) pairs of its subscribers — as
   much as they have room for, and deals the batch to that consumer's subscribers in turn.
-  A RoundRobin consumer also keeps up to ``READ_AHEAD`` deliveries leased beyond that room,
-  so the slot an ack frees is filled from memory while the next lease is on its way (with
-  100 unacked per subscriber, a Redis round trip per refill left the broker idle a third of
-  the time), as long as the process's read-ahead budget (:mod:`brokers.servers.readahead`)
-  has room: what does not fit goes back at once. What is read ahead keeps its lease's
+  A RoundRobin consumer also keeps deliveries leased beyond that room — what its
+  subscribers took per ``READ_AHEAD_HOLD_S`` since its last lease, up to ``READ_AHEAD`` — so
+  the slot an ack frees is filled from memory while the next lease is on its way (with 100
+  unacked per subscriber, a Redis round trip per refill left the broker idle a third of the
+  time), as long as the process's read-ahead budget (:mod:`brokers.servers.readahead`) has
+  room: what does not fit goes back at once. What is read ahead keeps its lease's
   deadline; it goes back to the group
   unread (no delivery attempt) after ``READ_AHEAD_HOLD_S``, when the consumer's last
   subscriber here leaves, and when the gate — asked again before memory is dealt — refuses
@@ -44,6 +45,7 @@ from brokers.engine import (
     RateLimited,
     cancel_and_wait,
 )
+from brokers.servers.readahead import Pace, forget_idle
 from brokers.servers.vibemq.context import ServerContext
 
 log = logging.getLogger("mqcloud.vibemq")
@@ -100,6 +102,8 @@ class QueueDispatcher:
         self.task: asyncio.Task[None] | None = None
         self._ahead: dict[tuple[str, str], deque[Leased]] = {}
         """Consumer → deliveries read ahead, oldest first."""
+        self._pace: dict[tuple[str, str], Pace] = {}
+        """Consumer → what its subscribers took since its last lease."""
         self._blocked: dict[tuple[str, str], float] = {}
         """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
@@ -225,20 +229,24 @@ class QueueDispatcher:
                 if back:  # fits: it was just released
                     budget.keep([d for d, _, _ in back])
                     ahead.extendleft(reversed(back))
+                self._took(key, len(taken) - len(back))
                 dealt = True
             held = len(ahead) if ahead else 0
-            more_ahead = READ_AHEAD - held if read_ahead and budget.open else 0
-            want = min(TAKE_BATCH, room + more_ahead)
+            more_ahead = self._ahead_size(key) - held if read_ahead and budget.open else 0
+            want = min(TAKE_BATCH, room + max(0, more_ahead))
             # with no room left, top the read-ahead up only for a consumer that is taking
             # it: a stalled one would lease again what its last read-ahead handed back
             if want <= 0 or (room <= 0 and (want < READ_AHEAD_MIN or not dealt)):
                 continue
             deadline = self.hub.ctx.engine.now_ms() + lease_ms
+            asked = asyncio.get_running_loop().time()
             got = await self._lease(key, want, self.owner, lease_ms, None)
-            if got:
+            if got:  # its pace counts from here (not from a lease that found none)
+                self._pace[key] = Pace(asked)
                 now = asyncio.get_running_loop().time()
                 leased = [(d, deadline, now) for d in got]
                 undealt = self._round_robin(key[0], subs, leased[:room], caps) if room > 0 else []
+                self._took(key, min(room, len(got)) - len(undealt) if room > 0 else 0)
                 await self._keep(key, undealt + leased[max(room, 0) :], read_ahead)
                 more = more or len(got) == want
         return more
@@ -267,6 +275,21 @@ class QueueDispatcher:
         return undealt
 
     # ---------------------------------------------------------------- read-ahead
+
+    def _took(self, key: tuple[str, str], n: int) -> None:
+        pace = self._pace.get(key)
+        if pace is not None:
+            pace.dealt += n
+
+    def _ahead_size(self, key: tuple[str, str]) -> int:
+        """How much ``key`` keeps read ahead: what its subscribers took per hold since its
+        last lease, at most ``READ_AHEAD`` (all of it while its pace is not known yet)."""
+        pace = self._pace.get(key)
+        if pace is None:
+            return READ_AHEAD
+        now = asyncio.get_running_loop().time()
+        self._pace = forget_idle(self._pace, now)
+        return min(READ_AHEAD, pace.per(READ_AHEAD_HOLD_S, now))
 
     async def _keep(self, key: tuple[str, str], undealt: list[Leased], read_ahead: bool) -> None:
         """What the consumer's subscribers had no room for: kept for their next room (a

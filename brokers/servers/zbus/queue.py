@@ -12,12 +12,16 @@ notifier otherwise (no busy polling). It leases for each consumer of its session
 rate-limited consumer's sessions simply wait, and deals the batch round-robin to that
 consumer's sessions.
 
-Read-ahead: the pump takes a full batch (``take_batch``) while the process's read-ahead
-budget (:mod:`brokers.servers.readahead`) is open, else only what its sessions want. What
-the parked sessions do not take waits in memory for the consumer's next sessions — a
-long-polling client (window 1) is dealt from memory instead of costing a lease each — for
-at most ``read_ahead_hold`` seconds, then goes back to the group unread (not marked
-redelivered); what does not fit in the budget goes back at once.
+Read-ahead: the pump leases what its sessions want plus what the consumer took in the
+last ``read_ahead_hold`` seconds (its pace since its previous lease), up to a batch
+(``take_batch``), while the process's read-ahead budget (:mod:`brokers.servers.readahead`)
+is open. What the parked sessions do not take waits in memory for the consumer's next
+sessions — a long-polling client (window 1) is dealt from memory instead of costing a lease
+each — for at most ``read_ahead_hold`` seconds, then goes back to the group unread (not
+marked redelivered); what does not fit in the budget goes back at once. Leasing by pace
+keeps a slow poller (one message a second) from leasing a batch per poll only to hand
+back all but one of it: that cost two scripts reading a batch each, and counted the
+batch as consumed traffic.
 The engine's gate is asked again before memory is dealt, so a pause or a revoked policy
 holds those messages back at once. Settles of one loop turn, from every connection, go
 to the engine as one call per (group, partition); a consume does not wait for its
@@ -61,6 +65,7 @@ from brokers.engine import (
     cancel_and_wait,
 )
 from brokers.protocols.zbus import AliasFamily, EncodeError
+from brokers.servers.readahead import Pace, forget_idle
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.stored import delivery_bytes
@@ -120,6 +125,8 @@ class QueueMq:
     _ahead: dict[tuple[str, str], deque[tuple[Delivery, float]]] = field(default_factory=dict)
     """Consumer → deliveries leased and not yet dealt, with the monotonic time leased."""
     _ahead_timer: asyncio.TimerHandle | None = None
+    _pace: dict[tuple[str, str], Pace] = field(default_factory=dict)
+    """Consumer → what it took since its last lease."""
     _to_settle: list[InFlight] = field(default_factory=list)
     _settled: asyncio.Future[None] | None = None
 
@@ -359,11 +366,12 @@ class QueueMq:
                         progressed = True
                         continue
                     try:
+                        count = self._lease_size((app, address), want)
                         leased_at = time.monotonic()
                         lease = await engine.lease(
                             self.name,
                             app,
-                            count=cfg.take_batch if self.ctx.read_ahead.open else want,
+                            count=count,
                             owner=self.owner,
                             address=address,
                             lease_ms=cfg.lease_ms,
@@ -380,7 +388,8 @@ class QueueMq:
                         log.warning("zbus queue %s: %s", self.name, exc)
                         await asyncio.sleep(0.5)
                         continue
-                    if got:
+                    if got:  # its pace counts from here (not from a lease that found none)
+                        self._pace[(app, address)] = Pace(leased_at)
                         await self._dispatch(got, (app, address), leased_at)
                         progressed = True
                 if progressed:
@@ -442,6 +451,9 @@ class QueueMq:
         finally:
             for conn in corked:  # each connection's share of the batch in one write
                 conn.uncork()
+        pace = self._pace.get(consumer)
+        if pace is not None:
+            pace.dealt += len(deliveries) - len(undealt)
         if undealt:  # for the consumer's next sessions (see the module docstring)
             self._keep_ahead(consumer, undealt, leased_at)
         if unsent:
@@ -449,6 +461,19 @@ class QueueMq:
         self._settle_streams()
 
     # ------------------------------------------------------------------ read-ahead
+
+    def _lease_size(self, key: tuple[str, str], want: int) -> int:
+        """How many to lease for ``key``, whose sessions want ``want``: what it took per
+        ``read_ahead_hold`` since its previous lease (read-ahead it will use before it goes
+        back), at least ``want``, at most a batch; only ``want`` while the process's budget
+        is spent or the consumer's pace is not known yet."""
+        cfg = self.ctx.config
+        pace = self._pace.get(key)
+        if pace is None or not self.ctx.read_ahead.open:
+            return want
+        now = time.monotonic()
+        self._pace = forget_idle(self._pace, now)
+        return max(want, min(cfg.take_batch, pace.per(cfg.read_ahead_hold, now)))
 
     def _take_ahead(self, key: tuple[str, str], want: int) -> tuple[list[Delivery], float] | None:
         """Up to ``want`` of what was read ahead for ``key`` and may still be dealt, with
