@@ -1,8 +1,9 @@
 """Read-ahead at fleet size (issue 17: "build for fleets, not the demo").
 
 ``--mqs`` queue MQs, each with ``--backlog`` messages of ``--body`` bytes, each long-polled
-once (window 1) by a token-less zbus consumer: the moment every MQ's pump has leased for
-its one session and kept the rest in memory for the next. For each read-ahead budget
+``--polls`` times in a row (window 1) by a token-less zbus consumer: a busy consumer on
+every MQ, whose pump reads a batch ahead from its second poll on (at its pace) and keeps
+it for its next polls. For each read-ahead budget
 (none, the default ``BROKER_READ_AHEAD_MB``, 0) a fresh broker process fills its own
 Redis data, serves the consumes and prints: bytes kept in read-ahead at the last
 delivery and at their peak (a run longer than ``read_ahead_hold`` sees the first MQs'
@@ -102,12 +103,15 @@ async def serve_once(redis_port: int, args: argparse.Namespace, budget_mb: float
     started = time.perf_counter()
 
     async def consume(n: int) -> int:
-        conn, mine = conns[n], mqs[n::CONNECTIONS]
-        for k, mq in enumerate(mine):
-            conn.write(f"GET / HTTP/1.1\r\ncmd: consume\r\nmq: {mq}\r\nid: c{k}\r\n\r\n".encode())
-        got = 0
-        while got < len(mine):
-            got += len([m for m in await conn.read(60) if m.status == 200])
+        """This connection's MQs, one after the other, each polled ``--polls`` times in a
+        row (a busy consumer: the second poll reads ahead at its pace)."""
+        conn, got = conns[n], 0
+        for k, mq in enumerate(mqs[n::CONNECTIONS]):
+            for p in range(args.polls):
+                conn.write(
+                    f"GET / HTTP/1.1\r\ncmd: consume\r\nmq: {mq}\r\nid: c{k}.{p}\r\n\r\n".encode()
+                )
+                got += len([m for m in await conn.read(60) if m.status == 200])
         return got
 
     delivered = sum(await asyncio.gather(*(consume(n) for n in range(CONNECTIONS))))
@@ -140,6 +144,7 @@ def child(redis_port: int, args: argparse.Namespace, budget: str) -> dict:
     cmd = [
         sys.executable, __file__, "--child", str(redis_port), budget,
         "--mqs", str(args.mqs), "--backlog", str(args.backlog), "--body", str(args.body),
+        "--polls", str(args.polls),
     ]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -150,6 +155,7 @@ def main() -> None:
     parser.add_argument("--mqs", type=int, default=2000)
     parser.add_argument("--backlog", type=int, default=150)
     parser.add_argument("--body", type=int, default=512)
+    parser.add_argument("--polls", type=int, default=3, help="polls in a row per MQ")
     parser.add_argument("--child", nargs=2, metavar=("REDIS_PORT", "BUDGET_MB"))
     args = parser.parse_args()
     if args.child:
@@ -161,8 +167,8 @@ def main() -> None:
         return
     default_mb = ReadAheadBudget.from_environment().limit / MB
     print(
-        f"{args.mqs} MQs x {args.backlog} messages of {args.body} B, one long poll each"
-        f" over {CONNECTIONS} connections",
+        f"{args.mqs} MQs x {args.backlog} messages of {args.body} B, {args.polls} long polls"
+        f" in a row on each, over {CONNECTIONS} connections",
         flush=True,
     )
     with redis_server() as redis_port:
