@@ -12,7 +12,7 @@ One budget is shared by every server of a ``runbroker`` process; a server starte
 own gets its own.
 
 Within the budget, a consumer reads ahead what it took per hold since its previous lease
-(:class:`Pace`): a slow one (a message a second) would otherwise lease a batch each time,
+(:class:`Paces`): a slow one (a message a second) would otherwise lease a batch each time,
 only for all but one of it to go back unread a hold later — two scripts reading a batch
 each, per message, and the batch counted as consumed traffic.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from brokers.engine import Delivery
 
@@ -33,6 +33,7 @@ PER_DELIVERY = 200
 PACE_KEEP = 256
 """Paces a dispatcher keeps before it forgets those of consumers idle for ``PACE_IDLE``."""
 PACE_IDLE = 60.0
+"""Seconds after its last lease a consumer's pace may be forgotten."""
 
 K = TypeVar("K")
 
@@ -110,9 +111,28 @@ class Pace:
         return math.ceil(self.dealt * seconds / max(now - self.since, 1e-3))
 
 
-def forget_idle(paces: dict[K, Pace], now: float) -> dict[K, Pace]:
-    """``paces``, without those idle for ``PACE_IDLE`` seconds once there are more than
-    ``PACE_KEEP`` (consumers that left do not stay forever)."""
-    if len(paces) <= PACE_KEEP:
-        return paces
-    return {k: p for k, p in paces.items() if p.since > now - PACE_IDLE}
+class Paces(Generic[K]):
+    """The pace of each consumer of one MQ or queue: what it took since its last lease
+    that found messages. Past ``PACE_KEEP`` consumers, those idle for ``PACE_IDLE`` seconds
+    are forgotten (consumers that left do not stay forever)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[K, Pace] = {}
+
+    def leased(self, key: K, now: float) -> None:
+        """``key`` leased messages at ``now``: its pace counts from here."""
+        paces = self._by_key
+        paces[key] = Pace(now)
+        if len(paces) > PACE_KEEP:
+            self._by_key = {k: p for k, p in paces.items() if p.since > now - PACE_IDLE}
+
+    def took(self, key: K, n: int) -> None:
+        """``key``'s sessions or subscribers were handed ``n`` more."""
+        pace = self._by_key.get(key)
+        if pace is not None:
+            pace.dealt += n
+
+    def per(self, key: K, seconds: float, now: float) -> int | None:
+        """What ``key`` takes in ``seconds`` at its pace; None while it is not known."""
+        pace = self._by_key.get(key)
+        return None if pace is None else pace.per(seconds, now)

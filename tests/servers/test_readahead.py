@@ -11,9 +11,9 @@ from brokers.servers.readahead import (
     PACE_KEEP,
     PER_DELIVERY,
     Pace,
+    Paces,
     ReadAheadBudget,
     footprint,
-    forget_idle,
 )
 
 
@@ -76,7 +76,22 @@ def test_pace_is_what_was_dealt_per_interval_rounded_up():
 
 
 def test_paces_of_consumers_long_idle_are_forgotten_past_a_few_hundred():
-    few = {n: Pace(now=0.0) for n in range(PACE_KEEP)}
-    assert forget_idle(few, now=1000.0) is few  # few enough: kept as they are
-    many = {n: Pace(now=0.0 if n % 2 else 990.0) for n in range(PACE_KEEP + 1)}
-    assert set(forget_idle(many, now=1000.0)) == {n for n in many if n % 2 == 0}
+    paces: Paces[int] = Paces()
+    for n in range(PACE_KEEP):
+        paces.leased(n, now=0.0 if n % 2 else 990.0)
+    assert all(paces.per(n, 1.0, now=1000.0) is not None for n in range(PACE_KEEP))  # few
+    paces.leased(PACE_KEEP, now=1000.0)  # one more: the idle ones go
+    kept = {n for n in range(PACE_KEEP + 1) if paces.per(n, 1.0, now=1000.0) is not None}
+    assert kept == {n for n in range(PACE_KEEP + 1) if n % 2 == 0}
+
+
+def test_a_pace_counts_what_was_taken_since_the_last_lease():
+    paces: Paces[str] = Paces()
+    assert paces.per("a", 1.0, now=0.0) is None  # not known before its first lease
+    paces.took("a", 5)  # nothing to count it against: ignored
+    paces.leased("a", now=10.0)
+    paces.took("a", 2)
+    paces.took("a", 1)
+    assert paces.per("a", 1.0, now=11.5) == 2
+    paces.leased("a", now=12.0)  # a new lease: counted from there
+    assert paces.per("a", 1.0, now=13.0) == 0

@@ -45,7 +45,7 @@ from brokers.engine import (
     RateLimited,
     cancel_and_wait,
 )
-from brokers.servers.readahead import Pace, forget_idle
+from brokers.servers.readahead import Paces
 from brokers.servers.vibemq.context import ServerContext
 
 log = logging.getLogger("mqcloud.vibemq")
@@ -102,8 +102,8 @@ class QueueDispatcher:
         self.task: asyncio.Task[None] | None = None
         self._ahead: dict[tuple[str, str], deque[Leased]] = {}
         """Consumer → deliveries read ahead, oldest first."""
-        self._pace: dict[tuple[str, str], Pace] = {}
-        """Consumer → what its subscribers took since its last lease."""
+        self._paces: Paces[tuple[str, str]] = Paces()
+        """What each consumer's subscribers took since its last lease."""
         self._blocked: dict[tuple[str, str], float] = {}
         """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
@@ -229,7 +229,7 @@ class QueueDispatcher:
                 if back:  # fits: it was just released
                     budget.keep([d for d, _, _ in back])
                     ahead.extendleft(reversed(back))
-                self._took(key, len(taken) - len(back))
+                self._paces.took(key, len(taken) - len(back))
                 dealt = True
             held = len(ahead) if ahead else 0
             more_ahead = self._ahead_size(key) - held if read_ahead and budget.open else 0
@@ -242,12 +242,13 @@ class QueueDispatcher:
             asked = asyncio.get_running_loop().time()
             got = await self._lease(key, want, self.owner, lease_ms, None)
             if got:  # its pace counts from here (not from a lease that found none)
-                self._pace[key] = Pace(asked)
+                self._paces.leased(key, asked)
                 now = asyncio.get_running_loop().time()
                 leased = [(d, deadline, now) for d in got]
-                undealt = self._round_robin(key[0], subs, leased[:room], caps) if room > 0 else []
-                self._took(key, min(room, len(got)) - len(undealt) if room > 0 else 0)
-                await self._keep(key, undealt + leased[max(room, 0) :], read_ahead)
+                offered = leased[:room] if room > 0 else []
+                undealt = self._round_robin(key[0], subs, offered, caps) if offered else []
+                self._paces.took(key, len(offered) - len(undealt))
+                await self._keep(key, undealt + leased[len(offered) :], read_ahead)
                 more = more or len(got) == want
         return more
 
@@ -276,20 +277,11 @@ class QueueDispatcher:
 
     # ---------------------------------------------------------------- read-ahead
 
-    def _took(self, key: tuple[str, str], n: int) -> None:
-        pace = self._pace.get(key)
-        if pace is not None:
-            pace.dealt += n
-
     def _ahead_size(self, key: tuple[str, str]) -> int:
         """How much ``key`` keeps read ahead: what its subscribers took per hold since its
         last lease, at most ``READ_AHEAD`` (all of it while its pace is not known yet)."""
-        pace = self._pace.get(key)
-        if pace is None:
-            return READ_AHEAD
-        now = asyncio.get_running_loop().time()
-        self._pace = forget_idle(self._pace, now)
-        return min(READ_AHEAD, pace.per(READ_AHEAD_HOLD_S, now))
+        per_hold = self._paces.per(key, READ_AHEAD_HOLD_S, asyncio.get_running_loop().time())
+        return READ_AHEAD if per_hold is None else min(READ_AHEAD, per_hold)
 
     async def _keep(self, key: tuple[str, str], undealt: list[Leased], read_ahead: bool) -> None:
         """What the consumer's subscribers had no room for: kept for their next room (a

@@ -65,7 +65,7 @@ from brokers.engine import (
     cancel_and_wait,
 )
 from brokers.protocols.zbus import AliasFamily, EncodeError
-from brokers.servers.readahead import Pace, forget_idle
+from brokers.servers.readahead import Paces
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.stored import delivery_bytes
@@ -125,8 +125,8 @@ class QueueMq:
     _ahead: dict[tuple[str, str], deque[tuple[Delivery, float]]] = field(default_factory=dict)
     """Consumer → deliveries leased and not yet dealt, with the monotonic time leased."""
     _ahead_timer: asyncio.TimerHandle | None = None
-    _pace: dict[tuple[str, str], Pace] = field(default_factory=dict)
-    """Consumer → what it took since its last lease."""
+    _paces: Paces[tuple[str, str]] = field(default_factory=Paces)
+    """What each consumer took since its last lease."""
     _to_settle: list[InFlight] = field(default_factory=list)
     _settled: asyncio.Future[None] | None = None
 
@@ -389,7 +389,7 @@ class QueueMq:
                         await asyncio.sleep(0.5)
                         continue
                     if got:  # its pace counts from here (not from a lease that found none)
-                        self._pace[(app, address)] = Pace(leased_at)
+                        self._paces.leased((app, address), leased_at)
                         await self._dispatch(got, (app, address), leased_at)
                         progressed = True
                 if progressed:
@@ -451,9 +451,7 @@ class QueueMq:
         finally:
             for conn in corked:  # each connection's share of the batch in one write
                 conn.uncork()
-        pace = self._pace.get(consumer)
-        if pace is not None:
-            pace.dealt += len(deliveries) - len(undealt)
+        self._paces.took(consumer, len(deliveries) - len(undealt))
         if undealt:  # for the consumer's next sessions (see the module docstring)
             self._keep_ahead(consumer, undealt, leased_at)
         if unsent:
@@ -468,12 +466,10 @@ class QueueMq:
         back), at least ``want``, at most a batch; only ``want`` while the process's budget
         is spent or the consumer's pace is not known yet."""
         cfg = self.ctx.config
-        pace = self._pace.get(key)
-        if pace is None or not self.ctx.read_ahead.open:
+        per_hold = self._paces.per(key, cfg.read_ahead_hold, time.monotonic())
+        if per_hold is None or not self.ctx.read_ahead.open:
             return want
-        now = time.monotonic()
-        self._pace = forget_idle(self._pace, now)
-        return max(want, min(cfg.take_batch, pace.per(cfg.read_ahead_hold, now)))
+        return max(want, min(cfg.take_batch, per_hold))
 
     def _take_ahead(self, key: tuple[str, str], want: int) -> tuple[list[Delivery], float] | None:
         """Up to ``want`` of what was read ahead for ``key`` and may still be dealt, with
