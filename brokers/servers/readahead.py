@@ -60,8 +60,11 @@ class ReadAheadBudget:
     def from_environment(cls) -> ReadAheadBudget:
         """``BROKER_READ_AHEAD_MB`` megabytes (default 64; 0 turns read-ahead off)."""
         raw = os.environ.get("BROKER_READ_AHEAD_MB", "").strip()
-        megabytes = float(raw) if raw else DEFAULT_MB
-        if not megabytes >= 0:  # NaN too
+        try:
+            megabytes = float(raw) if raw else DEFAULT_MB
+        except ValueError:
+            megabytes = math.nan
+        if not (math.isfinite(megabytes) and megabytes >= 0):
             raise ValueError(f"BROKER_READ_AHEAD_MB must be a number >= 0, not {raw!r}")
         return cls(int(megabytes * 1024 * 1024))
 

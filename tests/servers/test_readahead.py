@@ -61,9 +61,9 @@ def test_the_environment_sets_the_limit(monkeypatch):
     assert ReadAheadBudget.from_environment().limit == 512 * 1024
     monkeypatch.delenv("BROKER_READ_AHEAD_MB")
     assert ReadAheadBudget.from_environment().limit == 64 * 1024 * 1024
-    for bad in ("-1", "nan", "lots"):
+    for bad in ("-1", "nan", "inf", "lots"):
         monkeypatch.setenv("BROKER_READ_AHEAD_MB", bad)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="BROKER_READ_AHEAD_MB must be a number >= 0"):
             ReadAheadBudget.from_environment()
 
 
@@ -95,3 +95,13 @@ def test_a_pace_counts_what_was_taken_since_the_last_lease():
     assert paces.per("a", 1.0, now=11.5) == 2
     paces.leased("a", now=12.0)  # a new lease: counted from there
     assert paces.per("a", 1.0, now=13.0) == 0
+
+
+def test_runbroker_refuses_a_bad_budget_before_it_starts(monkeypatch):
+    """A bad ``BROKER_READ_AHEAD_MB`` is the command's own error, not a traceback from
+    inside every process it forked."""
+    from django.core.management import CommandError, call_command
+
+    monkeypatch.setenv("BROKER_READ_AHEAD_MB", "lots")
+    with pytest.raises(CommandError, match="BROKER_READ_AHEAD_MB must be a number"):
+        call_command("runbroker", "--broker-id", "1")

@@ -92,6 +92,10 @@ class Command(BaseCommand):
         broker_id = int(options["broker_id"])
         if broker_id < 1:
             raise CommandError("--broker-id must be a positive integer")
+        try:  # each process gets its own copy when the workers fork
+            read_ahead = ReadAheadBudget.from_environment()
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         broker = register(broker_id, options.get("cluster"), options.get("host"))
         self.stdout.write(
             f"broker {broker.id} registered: {broker.host} jmq4={broker.jmq4_port}"
@@ -107,6 +111,7 @@ class Command(BaseCommand):
             "zbus_port": broker.zbus_port,
             "vibemq_port": broker.vibemq_port,
             "reuse_port": processes > 1,
+            "read_ahead": read_ahead,
         }
         workers = _fork_workers(broker.id, processes - 1, ports)
         try:
@@ -305,9 +310,11 @@ async def run(
     vibemq_port: int | None = None,
     reuse_port: bool = False,
     worker: int = 0,
+    read_ahead: ReadAheadBudget | None = None,
 ) -> None:
     """Serve the protocols, heartbeat (process 0 only; ``worker`` n > 0 only serves) and
-    follow the catalog until SIGINT or SIGTERM."""
+    follow the catalog until SIGINT or SIGTERM; ``read_ahead`` is the process's budget
+    (default: ``BROKER_READ_AHEAD_MB``)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -333,7 +340,7 @@ async def run(
     )
     engine.holders.start()
     ports = {"jmq4_port": jmq4_port, "zbus_port": zbus_port, "vibemq_port": vibemq_port}
-    read_ahead = ReadAheadBudget.from_environment()
+    read_ahead = read_ahead or ReadAheadBudget.from_environment()
     servers = await start_servers(
         engine, watcher, broker_id, bind, **ports, reuse_port=reuse_port, read_ahead=read_ahead
     )
