@@ -95,7 +95,13 @@ local function gaps(a, b, runs)
   if pos < b then out[#out + 1] = {pos, b} end
   return out
 end
+-- Ranges read or written by this call, by start (false: dropped): a range is read from
+-- Redis and parsed once per call, however often the script looks at it. Every change a
+-- script makes to a range it stores (put_range or drop_range) in the same call.
+local seen = {}
 local function get_range(start)
+  local known = seen[start]
+  if known ~= nil then return known or nil end
   local v = redis.call('HGET', K.rh, s(start))
   if not v then return nil end
   local f = {}
@@ -106,18 +112,28 @@ local function get_range(start)
   if f[7] then r.deliveries = tonumber(f[7])
   elseif r.flag == 'n' then r.deliveries = r.attempt - 1
   else r.deliveries = r.attempt end
+  r.due_stored = r.deadline  -- what the `rd` zset holds for it
+  seen[start] = r
   return r
 end
+-- write r; the zsets only where they change (an ack inside a range changes its hash only)
 local function put_range(r)
-  redis.call('HSET', K.rh, s(r.start), s(r.stop) .. '|' .. s(r.attempt) .. '|' ..
+  local key = s(r.start)
+  redis.call('HSET', K.rh, key, s(r.stop) .. '|' .. s(r.attempt) .. '|' ..
     s(r.deadline) .. '|' .. r.owner .. '|' .. r.flag .. '|' .. runs_str(r.covered) .. '|' ..
     s(r.deliveries or r.attempt))
-  redis.call('ZADD', K.rs, r.start, s(r.start))
-  redis.call('ZADD', K.rd, r.deadline, s(r.start))
+  if r.due_stored == nil then redis.call('ZADD', K.rs, r.start, key) end
+  if r.due_stored ~= r.deadline then redis.call('ZADD', K.rd, r.deadline, key) end
+  r.due_stored = r.deadline
+  seen[r.start] = r
 end
 local function drop_range(start)
-  redis.call('HDEL', K.rh, s(start)); redis.call('ZREM', K.rs, s(start))
-  redis.call('ZREM', K.rd, s(start))
+  local key = s(start)
+  redis.call('HDEL', K.rh, key); redis.call('ZREM', K.rs, key)
+  redis.call('ZREM', K.rd, key)
+  local known = seen[start]
+  if known then known.due_stored = nil end  -- stored again, it is a new range
+  seen[start] = false
 end
 local function settled(r)
   local g = gaps(r.start, r.stop, r.covered)
@@ -138,7 +154,6 @@ end
 local function refresh_ack(cur)
   -- pull consumers (JMQ4, HTTP-MQ) see a partition with ranges as locked until `sh`
   local nd = redis.call('ZRANGE', K.rd, 0, 0, 'WITHSCORES')
-  if nd[2] then redis.call('HSET', K.state, 'sh', nd[2]) else redis.call('HDEL', K.state, 'sh') end
   local ack = cur
   local first = redis.call('ZRANGE', K.rs, 0, 0)[1]
   if first then
@@ -146,7 +161,19 @@ local function refresh_ack(cur)
     local g = gaps(r.start, r.stop, r.covered)
     if g[1] and g[1][1] < ack then ack = g[1][1] end
   end
-  redis.call('HSET', K.state, 'ack', s(ack))
+  -- written only when changed (most acks inside a range change neither)
+  local was = redis.call('HMGET', K.state, 'sh', 'ack')
+  local sa = s(ack)
+  if nd[2] then
+    if was[1] ~= nd[2] then
+      if was[2] ~= sa then redis.call('HSET', K.state, 'sh', nd[2], 'ack', sa)
+      else redis.call('HSET', K.state, 'sh', nd[2]) end
+      return ack
+    end
+  elseif was[1] then
+    redis.call('HDEL', K.state, 'sh')
+  end
+  if was[2] ~= sa then redis.call('HSET', K.state, 'ack', sa) end
   return ack
 end
 local function cursor()
@@ -173,8 +200,35 @@ local function backoff(attempt, base, cap)
 end
 """
 
+# A caught-up consumer asking again (a parked long poll, an idle pump's recheck, or every
+# process but one woken by the same produce) is the most frequent lease: it is answered
+# before the lease script defines its helpers, from three reads, and writes only the
+# consumer's last access, at most once a second (or when its address changed).
+IDLE_LEASE_FN = """
+do
+  local now = tonumber(ARGV[1])
+  local st = redis.call('HMGET', KEYS[3], 'cur', 'le', 't', 'ip')
+  local cur, le = tonumber(st[1]), tonumber(st[2])
+  if le and le > now then return {-1, s(le)} end
+  if cur and cur >= tonumber(redis.call('HGET', KEYS[2], 'next') or '0') then
+    local nd = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+    local due = tonumber(nd[2])
+    if not due or due > now then
+      local addr = ARGV[6]
+      if addr ~= '' and addr ~= st[4] then
+        redis.call('HSET', KEYS[3], 't', s(now), 'ip', addr)
+      elseif now - (tonumber(st[3]) or 0) >= 1000 then
+        redis.call('HSET', KEYS[3], 't', s(now))
+      end
+      return {0, s(due or 0), 1, 0, 0, 0, 0}
+    end
+  end
+end
+"""
+
 LEASE = Script(
-    READ_FN
+    IDLE_LEASE_FN
+    + READ_FN
     + RANGES_FN
     + """
 -- ARGV: now, want, lease_ms, owner, init, address, max_store ('' none), max_retry (-1 none),

@@ -15,7 +15,7 @@ async def _fill(engine, n: int) -> None:
         await engine.append("t", "a", [Message(b"%d" % i)], partition=0)
 
 
-async def _lease(engine, clock, want=2, owner="o", args=ARGS):
+async def _lease(engine, clock, want=2, owner="o", args=ARGS, address=""):
     return await lease(
         engine.redis,
         "t",
@@ -24,7 +24,7 @@ async def _lease(engine, clock, want=2, owner="o", args=ARGS):
         now_ms=engine.now_ms(),
         want=want,
         owner=owner,
-        address="",
+        address=address,
         args=args,
     )
 
@@ -142,3 +142,88 @@ async def test_shared_ranges_keep_an_exclusive_fetch_out(make_engine, clock):
     await settle(engine.redis, "t", 0, "a", [(0, 1)], now_ms=engine.now_ms())
     fetched = await engine.fetch("t", "a")
     assert [d.index for d in fetched.messages] == [1]  # from the ack index the group reached
+
+
+async def _progress(engine) -> tuple:
+    """The group's ranges as Redis holds them: starts, due times, hashes."""
+    r = engine.redis
+    return (
+        await r.zrange("mq:{t:t:0}:rs:a", 0, -1, withscores=True),
+        await r.zrange("mq:{t:t:0}:rd:a", 0, -1, withscores=True),
+        await r.hgetall("mq:{t:t:0}:rh:a"),
+    )
+
+
+async def test_a_caught_up_lease_writes_only_its_last_access_once_a_second(make_engine, clock):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await _fill(engine, 2)
+    got = await _lease(engine, clock, address="10.0.0.1")
+    await settle(engine.redis, "t", 0, "a", [(0, 2)], now_ms=engine.now_ms())
+    before = await _state(engine)
+    clock.advance(0.5)
+    idle = await _lease(engine, clock, address="10.0.0.1")
+    assert (idle.status, idle.hint_ms, idle.deliveries) == (EMPTY, 0, [])
+    assert await _state(engine) == before  # nothing written: the last access is 0.5 s old
+    clock.advance(0.6)
+    await _lease(engine, clock, address="10.0.0.1")
+    assert (await _state(engine))["t"] == str(engine.now_ms())
+    clock.advance(0.1)
+    await _lease(engine, clock, address="10.0.0.2")  # another host: written at once
+    st = await _state(engine)
+    assert (st["t"], st["ip"], st["cur"], st["ack"]) == (str(engine.now_ms()), "10.0.0.2", "2", "2")
+    assert got.status == FOUND
+
+
+async def test_a_caught_up_lease_says_when_an_unsettled_range_is_due(make_engine, clock):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await _fill(engine, 1)
+    first = await _lease(engine, clock)
+    deadline = engine.now_ms() + ARGS.lease_ms
+    idle = await _lease(engine, clock)
+    assert (idle.status, idle.hint_ms) == (EMPTY, deadline)
+    clock.advance(1.001)  # the lease expired: due again after the backoff (100 ms)
+    backing_off = await _lease(engine, clock)
+    assert (backing_off.status, backing_off.hint_ms) == (EMPTY, deadline + 1 + 100)
+    clock.advance(0.11)
+    again = await _lease(engine, clock)
+    assert [(d.index, d.redelivered) for d in again.deliveries] == [(0, True)]
+    assert first.deliveries[0].attempts == 1
+
+
+async def test_a_caught_up_consumer_still_sees_a_pull_lock(make_engine, clock):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await _fill(engine, 1)
+    got = await _lease(engine, clock)
+    await settle(engine.redis, "t", 0, "a", [(0, 1)], now_ms=engine.now_ms())
+    await engine.redis.hset("mq:{t:t:0}:c:a", "le", engine.now_ms() + 5000)
+    locked = await _lease(engine, clock)
+    assert (locked.status, locked.hint_ms) == (LOCKED, engine.now_ms() + 5000)
+    assert got.status == FOUND
+
+
+async def test_an_ack_inside_a_range_leaves_its_due_time_and_the_lock_hint(make_engine, clock):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await _fill(engine, 4)
+    await _lease(engine, clock, want=4)
+    deadline = engine.now_ms() + ARGS.lease_ms
+    rs, rd, _ = await _progress(engine)
+    assert (rs, rd) == ([(b"0", 0.0)], [(b"0", float(deadline))])
+    clock.advance(0.1)
+    await settle(engine.redis, "t", 0, "a", [(1, 2)], now_ms=engine.now_ms())
+    rs2, rd2, rh = await _progress(engine)
+    assert (rs2, rd2) == (rs, rd)
+    assert rh[b"0"].split(b"|")[5] == b"1-2"  # the covered run
+    st = await _state(engine)
+    assert (st["sh"], st["ack"]) == (str(deadline), "0")
+    await settle(engine.redis, "t", 0, "a", [(0, 1)], now_ms=engine.now_ms())
+    assert (await _state(engine))["ack"] == "2"
+    await settle(engine.redis, "t", 0, "a", [(2, 3)], mode="release", now_ms=engine.now_ms())
+    rs3, rd3, _ = await _progress(engine)  # [2, 3) is due now, [3, 4) keeps its lease
+    assert rs3 == [(b"2", 2.0), (b"3", 3.0)]
+    assert rd3 == [(b"2", float(engine.now_ms())), (b"3", float(deadline))]
+    assert (await _state(engine))["sh"] == str(engine.now_ms())
+    await settle(engine.redis, "t", 0, "a", [(2, 4)], now_ms=engine.now_ms())
+    rs4, rd4, rh4 = await _progress(engine)
+    assert (rs4, rd4, rh4) == ([], [], {})
+    st = await _state(engine)
+    assert "sh" not in st and st["ack"] == "4"
