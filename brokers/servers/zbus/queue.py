@@ -16,8 +16,8 @@ Read-ahead: the pump leases what its sessions want plus what the consumer took i
 last ``read_ahead_hold`` seconds (its pace since its previous lease), up to a batch
 (``take_batch``), while the process's read-ahead budget (:mod:`brokers.servers.readahead`)
 is open. What the parked sessions do not take waits in memory for the consumer's next
-sessions — a long-polling client (window 1) is dealt from memory instead of costing a lease
-each — for at most ``read_ahead_hold`` seconds, then goes back to the group unread (not
+sessions — a long-polling client (window 1) is dealt from memory as its consume is
+decoded, instead of costing a lease or a pump round each — for at most ``read_ahead_hold`` seconds, then goes back to the group unread (not
 marked redelivered); what does not fit in the budget goes back at once. Leasing by pace
 keeps a slow poller (one message a second) from leasing a batch per poll only to hand
 back all but one of it: that cost two scripts reading a batch each, and counted the
@@ -196,7 +196,24 @@ class QueueMq:
         if window > 0 and conn.learned_timeout is not None:
             delay = conn.learned_timeout * self.ctx.config.retire_fraction
             session.timer = asyncio.get_running_loop().call_later(delay, self._retire, session)
-        self._kick()
+        if not self._serve_from_memory(session):
+            self._kick()
+
+    def _serve_from_memory(self, session: PullSession) -> bool:
+        """Deal what was read ahead for ``session``'s consumer at once, as the pump would
+        (the common long poll: its next message is in memory); True when nothing is left
+        for the pump to do (no session of the MQ waits any more)."""
+        key = (session.app, session.address)
+        if key not in self._ahead or not self._ready(key):
+            return False
+        want = self.ctx.config.take_batch if session.window < 0 else session.window
+        ahead = self._take_ahead(key, want)
+        if ahead is None:
+            return False
+        unsent = self._hand_out(ahead[0], key, ahead[1])
+        if unsent:
+            self.ctx.spawn(self._release(unsent), f"zbus-release-{self.name}")
+        return not self.line
 
     def parked(self) -> int:
         """Sessions waiting for messages."""
@@ -442,6 +459,15 @@ class QueueMq:
     async def _dispatch(
         self, deliveries: list[Delivery], consumer: tuple[str, str], leased_at: float
     ) -> None:
+        unsent = self._hand_out(deliveries, consumer, leased_at)
+        if unsent:
+            await self._release(unsent)
+
+    def _hand_out(
+        self, deliveries: list[Delivery], consumer: tuple[str, str], leased_at: float
+    ) -> list[InFlight]:
+        """Deal ``deliveries`` to ``consumer``'s sessions, keep what none took as
+        read-ahead; what a closing connection refused, to release."""
         unsent: list[InFlight] = []
         undealt: list[Delivery] = []
         now = Connection.now()
@@ -454,9 +480,8 @@ class QueueMq:
         self._paces.took(consumer, len(deliveries) - len(undealt))
         if undealt:  # for the consumer's next sessions (see the module docstring)
             self._keep_ahead(consumer, undealt, leased_at)
-        if unsent:
-            await self._release(unsent)
         self._settle_streams()
+        return unsent
 
     # ------------------------------------------------------------------ read-ahead
 
