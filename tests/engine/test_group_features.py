@@ -279,3 +279,32 @@ async def test_return_unread_marks_redelivered_only_what_was_delivered_before(ma
         (b"2", False, 1),
         (b"3", False, 1),
     ]
+
+
+async def test_return_unread_gives_back_the_consumed_traffic_and_rate_permits(make_engine, clock):
+    snap = snapshot(
+        topics={"q": {"partitions": 1, "queue": QueueSettings()}},
+        consumers=[{"topic": "q", "app": "a", "rate_limit": 4}],
+    )
+    engine = make_engine(snap)
+    start = engine.now_ms()
+    for body in (b"1", b"22", b"333"):
+        await publish(engine, body)
+    held = await take(engine, count=3)  # read ahead: 3 of the second's 4 permits
+    assert [d.message.body for d in held] == [b"1", b"22", b"333"]
+    assert await engine.return_unread("q", "a", held[1:]) == 2  # only "1" was handed out
+    rows = await engine.traffic("app", "a", start, engine.now_ms() + 1)
+    assert sum(r.consumed for r in rows) == 1
+    assert sum(r.consumed_bytes for r in rows) == len(held[0].record)
+    # the two permits came back: 3 more within the same second (4 − 1)
+    again = await take(engine, count=3)
+    assert [d.message.body for d in again] == [b"22", b"333"]
+    await publish(engine, b"4")
+    assert [d.message.body for d in await take(engine, count=3)] == [b"4"]
+    rows = await engine.traffic("app", "a", start, engine.now_ms() + 1)
+    assert sum(r.consumed for r in rows) == 4  # each message counted once
+    # a return of what is no longer leased (settled meanwhile) gives nothing back
+    await engine.settle("q", "a", 0, [d.index for d in again])
+    assert await engine.return_unread("q", "a", again) == 0
+    rows = await engine.traffic("app", "a", start, engine.now_ms() + 1)
+    assert sum(r.consumed for r in rows) == 4

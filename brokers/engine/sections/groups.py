@@ -142,16 +142,33 @@ class GroupSection(EngineBase):
     ) -> int:
         """Deliveries leased but never handed to a consumer (read ahead, then not needed) go
         back, due at once: that lease does not count as a delivery, and only those
-        delivered before are marked redelivered. One call per partition; how many went
-        back."""
-        runs: dict[int, list[int]] = {}
+        delivered before are marked redelivered. Nor does it count as consumed traffic
+        or against the consumer's rate limit: both are given back (the traffic in the
+        current minute — a read-ahead is held about a second). One call per partition;
+        how many went back."""
+        runs: dict[int, list[Delivery]] = {}
         for d in deliveries:
-            runs.setdefault(d.partition, []).append(d.index)
-        n = 0
-        for partition, indexes in runs.items():
-            n += await self.release(
-                topic, app, partition, indexes, client_id=client_id, unread=True
+            runs.setdefault(d.partition, []).append(d)
+        n = returned = returned_bytes = 0
+        for partition, held in runs.items():
+            back = await self.release(
+                topic, app, partition, [d.index for d in held], client_id=client_id, unread=True
             )
+            n += back
+            if back:  # what a lease counted; none of it when the lease was gone already
+                counted = sum(d.count for d in held)
+                returned += min(back, counted)
+                returned_bytes += sum(len(d.record) for d in held) * min(back, counted) // counted
+        if returned:
+            self.counters.record(
+                topic=topic,
+                app=app,
+                broker=self.broker_id,
+                consumed=-returned,
+                consumed_bytes=-returned_bytes,
+            )
+            _, policy = self._group_policy(topic, app)
+            await self.gate.refund_consume(policy, returned)
         return n
 
     async def fail(
