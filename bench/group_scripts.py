@@ -15,7 +15,9 @@ shapes, each on its own topic, and reads Redis's own accounting (``INFO commands
 * **lease 128** / **settle 128** — a streaming consumer's batch and its acks at once,
   stored 32 per append (as a busy producer's group commit stores them);
 * **settle 1 of 128** — a batch leased at once and acked one by one (a long-polling
-  client dealt from read-ahead).
+  client dealt from read-ahead);
+* **settle 64 runs** — every other message of a batch of 128 acked in one call (competing
+  sessions or processes acking interleaved messages of one range).
 
 Every figure is µs of Redis CPU per call and, beside it, how many such calls one Redis
 core could serve per second against the raw XADD rate.
@@ -48,7 +50,7 @@ from brokers.engine import (
 )
 
 BODY = b"x" * 100
-SHAPES = ("empty", "one", "batch", "one_of_batch")
+SHAPES = ("empty", "one", "batch", "one_of_batch", "sparse")
 
 
 def catalog() -> CatalogSnapshot:
@@ -137,6 +139,15 @@ async def measure(engine: Engine, client: aioredis.Redis, calls: int) -> dict[st
         n, us = await evalsha_us(client)
         usec_total, calls_total = usec_total + us, calls_total + n
     meter.figures["settle 1 of 128"] = usec_total / calls_total if calls_total else 0.0
+
+    # every other message of a batch in one call: 64 runs of one
+    await fill(engine, "sparse", batches * 128, 32)
+    leases = [await engine.lease("sparse", "g", count=128, owner="bench") for _ in range(batches)]
+    await meter.start()
+    for lease in leases:
+        indexes = [d.index for d in lease.deliveries][::2]
+        await engine.settle("sparse", "g", lease.partition, indexes)
+    await meter.stop("settle 64 runs")
     return meter.figures
 
 

@@ -398,15 +398,57 @@ SETTLE = Script(
 local mode, now = ARGV[1], tonumber(ARGV[2])
 local base, cap, maxr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local count, dead = 0, {}
+local function covered_len(runs)
+  local n = 0
+  for _, r in ipairs(runs) do n = n + r[2] - r[1] end
+  return n
+end
+if mode == 'ack' or mode == 'drop' then
+  -- every run first, then each range touched is merged and written once: acks of
+  -- interleaved messages (competing sessions) are many runs in one range, and writing the
+  -- range back per run cost O(runs²) (64 runs: 2.5-4.8 ms of Redis's one thread)
+  local touched, order, last = {}, {}, nil
+  for i = 6, #ARGV, 2 do
+    local a, b = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+    local found
+    if last and last.start <= a and b <= last.stop then found = {last}  -- ranges are disjoint
+    else found = overlapping(a, b) end
+    for _, r in ipairs(found) do
+      local t = touched[r.start]
+      if not t then
+        t = {r = r, runs = {}}
+        touched[r.start] = t
+        order[#order + 1] = t
+      end
+      t.runs[#t.runs + 1] = {math.max(a, r.start), math.min(b, r.stop)}
+      last = r
+    end
+  end
+  for _, t in ipairs(order) do
+    local r = t.r
+    local before, runs = covered_len(r.covered), r.covered
+    for _, run in ipairs(t.runs) do runs[#runs + 1] = run end
+    table.sort(runs, function(p, q) return p[1] < q[1] end)
+    local merged = {}
+    for _, run in ipairs(runs) do
+      local m = merged[#merged]
+      if m and run[1] <= m[2] then
+        if run[2] > m[2] then m[2] = run[2] end
+      else
+        merged[#merged + 1] = {run[1], run[2]}
+      end
+    end
+    r.covered = merged
+    count = count + covered_len(merged) - before
+    store(r)
+  end
+end
 for i = 6, #ARGV, 2 do
+  if mode == 'ack' or mode == 'drop' then break end
   local a, b = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
   for _, r in ipairs(overlapping(a, b)) do
     local x, y = math.max(a, r.start), math.min(b, r.stop)
-    if mode == 'ack' or mode == 'drop' then
-      for _, g in ipairs(gaps(x, y, r.covered)) do count = count + g[2] - g[1] end
-      r.covered = add_run(r.covered, x, y)
-      store(r)
-    elseif r.owner ~= '' and r.owner ~= '!' then
+    if r.owner ~= '' and r.owner ~= '!' then
       -- the run [x, y) becomes a range of its own, due again
       if x > r.start then
         local rest = split(r, x)

@@ -227,3 +227,23 @@ async def test_an_ack_inside_a_range_leaves_its_due_time_and_the_lock_hint(make_
     assert (rs4, rd4, rh4) == ([], [], {})
     st = await _state(engine)
     assert "sh" not in st and st["ack"] == "4"
+
+
+async def test_interleaved_acks_in_one_call_cover_their_range_once(make_engine, clock):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await _fill(engine, 10)
+    await _lease(engine, clock, want=4)  # [0, 4)
+    await _lease(engine, clock, want=4)  # [4, 8)
+    now = engine.now_ms()
+    evens = [(i, i + 1) for i in range(0, 8, 2)]
+    ack, n, _ = await settle(engine.redis, "t", 0, "a", [*evens, (20, 30)], now_ms=now)
+    assert (ack, n) == (1, 4)  # what lies outside every range is ignored
+    _, _, rh = await _progress(engine)
+    assert {k: v.split(b"|")[5] for k, v in rh.items()} == {b"0": b"0-1,2-3", b"4": b"4-5,6-7"}
+    again = [(0, 1), (1, 4)]  # 0 and 2 again, and 1 and 3 new
+    ack, n, _ = await settle(engine.redis, "t", 0, "a", again, now_ms=now)
+    assert (ack, n) == (5, 2)  # [0, 4) settled and gone; 4 settled too
+    odds = [(i, i + 1) for i in range(5, 8, 2)]
+    ack, n, _ = await settle(engine.redis, "t", 0, "a", odds, now_ms=now)
+    assert (ack, n) == (8, 2)
+    assert await _progress(engine) == ([], [], {})

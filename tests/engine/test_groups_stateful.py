@@ -122,7 +122,8 @@ class GroupMachine(RuleBasedStateMachine):
             return
         chosen = data.draw(st.sets(st.sampled_from(sorted(self.held[consumer])), min_size=1))
         note(f"ack {consumer} {sorted(chosen)}")
-        self.run(self.engine.settle("q", "a", 0, sorted(chosen)))
+        n = self.run(self.engine.settle("q", "a", 0, sorted(chosen)))
+        assert n == len(chosen), f"settled {n} of {len(chosen)} held"
         self.settled |= chosen
         for i in chosen:
             del self.held[consumer][i]
