@@ -17,7 +17,9 @@ shapes, each on its own topic, and reads Redis's own accounting (``INFO commands
 * **settle 1 of 128** — a batch leased at once and acked one by one (a long-polling
   client dealt from read-ahead);
 * **settle 64 runs** — every other message of a batch of 128 acked in one call (competing
-  sessions or processes acking interleaved messages of one range).
+  sessions or processes acking interleaved messages of one range);
+* **release 64 runs** — then the other half released in one call (that consumer's
+  connection closed).
 
 Every figure is µs of Redis CPU per call and, beside it, how many such calls one Redis
 core could serve per second against the raw XADD rate.
@@ -148,6 +150,11 @@ async def measure(engine: Engine, client: aioredis.Redis, calls: int) -> dict[st
         indexes = [d.index for d in lease.deliveries][::2]
         await engine.settle("sparse", "g", lease.partition, indexes)
     await meter.stop("settle 64 runs")
+    await meter.start()
+    for lease in leases:
+        indexes = [d.index for d in lease.deliveries][1::2]
+        await engine.release("sparse", "g", lease.partition, indexes)
+    await meter.stop("release 64 runs")
     return meter.figures
 
 

@@ -247,3 +247,29 @@ async def test_interleaved_acks_in_one_call_cover_their_range_once(make_engine, 
     ack, n, _ = await settle(engine.redis, "t", 0, "a", odds, now_ms=now)
     assert (ack, n) == (8, 2)
     assert await _progress(engine) == ([], [], {})
+
+
+async def test_interleaved_releases_in_one_call_make_one_range_due(make_engine, clock):
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await _fill(engine, 8)
+    await _lease(engine, clock, want=8)
+    deadline = engine.now_ms() + ARGS.lease_ms
+    now = engine.now_ms()
+    await settle(engine.redis, "t", 0, "a", [(i, i + 1) for i in (0, 2, 4, 6)], now_ms=now)
+    ack, n, _ = await settle(
+        engine.redis, "t", 0, "a", [(1, 2), (3, 4), (5, 6)], mode="release", now_ms=now
+    )
+    assert (ack, n) == (1, 3)
+    rs, rd, rh = await _progress(engine)
+    # [1, 6) due now with its settled part covered; [6, 8) keeps its lease (6 settled);
+    # [0, 1) was settled, so it is gone
+    assert rs == [(b"1", 1.0), (b"6", 6.0)]
+    assert rd == [(b"1", float(now)), (b"6", float(deadline))]
+    assert rh[b"1"].split(b"|")[:6] == [b"6", b"1", str(now).encode(), b"", b"r", b"2-3,4-5"]
+    assert rh[b"6"].split(b"|")[5] == b"6-7"
+    again = await _lease(engine, clock, want=8, owner="o2")
+    assert [(d.index, d.redelivered) for d in again.deliveries] == [
+        (1, True),
+        (3, True),
+        (5, True),
+    ]
