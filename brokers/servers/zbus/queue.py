@@ -17,8 +17,9 @@ last ``read_ahead_hold`` seconds (its pace since its previous lease), up to a ba
 (``take_batch``), while the process's read-ahead budget (:mod:`brokers.servers.readahead`)
 is open. What the parked sessions do not take waits in memory for the consumer's next
 sessions — a long-polling client (window 1) is dealt from memory as its consume is
-decoded, instead of costing a lease or a pump round each — for at most ``read_ahead_hold`` seconds, then goes back to the group unread (not
-marked redelivered); what does not fit in the budget goes back at once. Leasing by pace
+decoded, instead of costing a lease or a pump round each — for at most
+``read_ahead_hold`` seconds, then goes back to the group unread (not marked
+redelivered); what does not fit in the budget goes back at once. Leasing by pace
 keeps a slow poller (one message a second) from leasing a batch per poll only to hand
 back all but one of it: that cost two scripts reading a batch each, and counted the
 batch as consumed traffic.
