@@ -105,30 +105,18 @@ async def measure(engine: Engine, client: aioredis.Redis, calls: int) -> dict[st
         await engine.lease("empty", "g", count=128, owner="bench")
     await meter.stop("empty lease")
 
-    # one at a time: lease 1, then settle it
-    await fill(engine, "one", calls, 1)  # as RPC requests come
-    leases = []
-    await meter.start()
-    for _ in range(calls):
-        leases.append(await engine.lease("one", "g", count=1, owner="bench"))
-    await meter.stop("lease 1")
-    await meter.start()
-    for lease in leases:
-        await engine.settle("one", "g", lease.partition, [d.index for d in lease.deliveries])
-    await meter.stop("settle 1")
-
-    # a batch at a time
+    # one at a time (each stored by its own append, as RPC requests come), then a batch at
+    # a time (stored 32 per append, as a busy producer's group commit stores them)
     batches = max(1, calls // 32)
-    await fill(engine, "batch", batches * 128, 32)
-    leases = []
-    await meter.start()
-    for _ in range(batches):
-        leases.append(await engine.lease("batch", "g", count=128, owner="bench"))
-    await meter.stop("lease 128")
-    await meter.start()
-    for lease in leases:
-        await engine.settle("batch", "g", lease.partition, [d.index for d in lease.deliveries])
-    await meter.stop("settle 128")
+    for topic, count, times, per_append in (("one", 1, calls, 1), ("batch", 128, batches, 32)):
+        await fill(engine, topic, count * times, per_append)
+        await meter.start()
+        leases = [await engine.lease(topic, "g", count=count, owner="bench") for _ in range(times)]
+        await meter.stop(f"lease {count}")
+        await meter.start()
+        for lease in leases:
+            await engine.settle(topic, "g", lease.partition, [d.index for d in lease.deliveries])
+        await meter.stop(f"settle {count}")
 
     # a batch leased at once, acked one by one (in order, as a long poller takes them)
     await fill(engine, "one_of_batch", batches * 128, 32)
