@@ -4,6 +4,7 @@ client and raw frames."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -31,6 +32,7 @@ from brokers.protocols.jmq4 import (
     TopicFetch,
 )
 from tests.jmq4.raw import RawClient
+from tests.scripts_path import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -437,3 +439,23 @@ async def test_cli_cluster_produce_consume(catalog, brokers):
         catalog, "produce", "local", "hi", "--partition", "0"
     )
     assert "0:0 hi" in await _cli(catalog, "consume", "local", "--max", "1")
+
+
+async def test_a_client_asks_the_cluster_again_after_its_leader_went_unreachable(catalog, brokers):
+    """A cached cluster view naming a leader that no longer answers (it failed over) is
+    dropped with the failed request: the next call reads the view again."""
+    async with client(catalog) as c:
+        await c.produce("local", [b"after failover"], partition=0)
+        meta = await c.metadata("local")
+        gone = {
+            bid: dataclasses.replace(b, port=free_port()) for bid, b in meta.brokers.items()
+        }  # nothing listens there: what a client sees of a leader killed meanwhile
+        c._metadata["local"] = dataclasses.replace(meta, brokers=gone)
+        with pytest.raises(OSError):
+            await c.fetch("local")
+        got = await c.fetch("local")
+        assert [m.body for m in got] == [b"after failover"]
+        with pytest.raises(OSError):  # the same for produce
+            c._metadata["local"] = dataclasses.replace(meta, brokers=gone)
+            await c.produce("local", [b"x"], partition=0)
+        assert [i.index for i in await c.produce("local", [b"y"], partition=0)] == [1]

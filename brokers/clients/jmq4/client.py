@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import random
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from brokers.clients.jmq4.connection import Jmq4Connection, Jmq4Error
@@ -191,6 +191,21 @@ class Jmq4Client:
         self._metadata[topic] = meta
         return meta
 
+    @contextlib.contextmanager
+    def _leader_link(self, topic: str) -> Iterator[None]:
+        """Around a request to ``topic``'s leader: a leader that cannot be reached may have
+        failed over, so the topic's cluster view is read again on the next call (not kept,
+        naming the dead leader, until the process restarts)."""
+        try:
+            yield
+        except (OSError, TimeoutError):
+            self._metadata.pop(topic, None)
+            raise
+        except Jmq4Error as exc:
+            if exc.code == Code.CN_CONNECTION_ERROR:
+                self._metadata.pop(topic, None)
+            raise
+
     def _address(self, meta: TopicMetadata, broker_id: int) -> tuple[str, int]:
         broker = meta.brokers.get(broker_id)
         if broker is None:
@@ -245,14 +260,17 @@ class Jmq4Client:
                     )
                     for m in items
                 )
-            conn = await self.connection(self._address(meta, leader))
-            frame = await conn.request(
-                ProduceMessageRequest(
-                    topics=(ProduceTopic(topic=topic, tx_id=tx_id, qos_level=qos, messages=wire),),
-                    app=self.app,
-                ),
-                time_limit=self.timeout,
-            )
+            with self._leader_link(topic):
+                conn = await self.connection(self._address(meta, leader))
+                frame = await conn.request(
+                    ProduceMessageRequest(
+                        topics=(
+                            ProduceTopic(topic=topic, tx_id=tx_id, qos_level=qos, messages=wire),
+                        ),
+                        app=self.app,
+                    ),
+                    time_limit=self.timeout,
+                )
             result = frame.payload.topics[0]
             if result.code in LEADER_CODES and attempt + 1 < MAX_ATTEMPTS:
                 continue
@@ -300,17 +318,18 @@ class Jmq4Client:
             stale = False
             for i, broker_id in enumerate(order):
                 address = self._address(meta, broker_id)
-                conn = await self._register(address, "consumer", topic)
                 poll = long_poll_ms if i == len(order) - 1 else 0
-                frame = await conn.request(
-                    FetchTopicMessageRequest(
-                        topics=(TopicFetch(topic=topic, count=count),),
-                        app=self.app,
-                        ack_timeout=ack_timeout,
-                        long_poll_timeout=poll,
-                    ),
-                    time_limit=self.timeout + poll / 1000,
-                )
+                with self._leader_link(topic):
+                    conn = await self._register(address, "consumer", topic)
+                    frame = await conn.request(
+                        FetchTopicMessageRequest(
+                            topics=(TopicFetch(topic=topic, count=count),),
+                            app=self.app,
+                            ack_timeout=ack_timeout,
+                            long_poll_timeout=poll,
+                        ),
+                        time_limit=self.timeout + poll / 1000,
+                    )
                 entry = frame.payload.topics[0]
                 if entry.code in LEADER_CODES:
                     stale = True
