@@ -208,10 +208,9 @@ class QueueMq:
         if key not in self._ahead or not self._ready(key):
             return False
         want = self.ctx.config.take_batch if session.window < 0 else session.window
-        ahead = self._take_ahead(key, want)
-        if ahead is None:
+        unsent = self._deal_ahead(key, want)
+        if unsent is None:
             return False
-        unsent = self._hand_out(ahead[0], key, ahead[1])
         if unsent:
             self.ctx.spawn(self._release(unsent), f"zbus-release-{self.name}")
         return not self.line
@@ -378,9 +377,10 @@ class QueueMq:
                         wants[key] = min(want, cfg.take_batch)
                 progressed = False
                 for (app, address), want in wants.items():
-                    ahead = self._take_ahead((app, address), want)
-                    if ahead:
-                        await self._dispatch(ahead[0], (app, address), ahead[1])
+                    unsent = self._deal_ahead((app, address), want)
+                    if unsent is not None:
+                        if unsent:
+                            await self._release(unsent)
                         progressed = True
                         continue
                     try:
@@ -463,6 +463,12 @@ class QueueMq:
         unsent = self._hand_out(deliveries, consumer, leased_at)
         if unsent:
             await self._release(unsent)
+
+    def _deal_ahead(self, key: tuple[str, str], want: int) -> list[InFlight] | None:
+        """Deal up to ``want`` of what was read ahead for ``key`` (:meth:`_take_ahead`);
+        None when there was none, else what a closing connection refused, to release."""
+        ahead = self._take_ahead(key, want)
+        return None if ahead is None else self._hand_out(ahead[0], key, ahead[1])
 
     def _hand_out(
         self, deliveries: list[Delivery], consumer: tuple[str, str], leased_at: float
