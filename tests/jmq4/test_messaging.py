@@ -459,3 +459,8 @@ async def test_a_client_asks_the_cluster_again_after_its_leader_went_unreachable
             c._metadata["local"] = dataclasses.replace(meta, brokers=gone)
             await c.produce("local", [b"x"], partition=0)
         assert [i.index for i in await c.produce("local", [b"y"], partition=0)] == [1]
+        with pytest.raises(OSError):  # and for opening a transaction
+            c._metadata["local"] = dataclasses.replace(meta, brokers=gone)
+            await c.transaction("local")
+        tx = await c.transaction("local")
+        await tx.rollback()

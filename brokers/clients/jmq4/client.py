@@ -289,13 +289,14 @@ class Jmq4Client:
             raise Jmq4Error(Code.FW_TOPIC_NO_PARTITIONGROUP, f"{topic}: no writable partition")
         partition = self._rng.choice(writable)
         address = self._address(meta, meta.leader(partition))  # type: ignore[arg-type]
-        conn = await self._register(address, "producer", topic)
-        frame = await conn.request(
-            PrepareRequest(
-                topic=topic, app=self.app, transaction_id=transaction_id, timeout=timeout_ms
-            ),
-            time_limit=self.timeout,
-        )
+        with self._leader_link(topic):
+            conn = await self._register(address, "producer", topic)
+            frame = await conn.request(
+                PrepareRequest(
+                    topic=topic, app=self.app, transaction_id=transaction_id, timeout=timeout_ms
+                ),
+                time_limit=self.timeout,
+            )
         if frame.payload.code != Code.SUCCESS:
             raise Jmq4Error(frame.payload.code, f"prepare on {topic}")
         return Transaction(self, conn, topic, partition, frame.payload.tx_id)
