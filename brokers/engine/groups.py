@@ -163,17 +163,11 @@ local function refresh_ack(cur)
   end
   -- written only when changed (most acks inside a range change neither)
   local was = redis.call('HMGET', K.state, 'sh', 'ack')
-  local sa = s(ack)
-  if nd[2] then
-    if was[1] ~= nd[2] then
-      if was[2] ~= sa then redis.call('HSET', K.state, 'sh', nd[2], 'ack', sa)
-      else redis.call('HSET', K.state, 'sh', nd[2]) end
-      return ack
-    end
-  elseif was[1] then
-    redis.call('HDEL', K.state, 'sh')
-  end
-  if was[2] ~= sa then redis.call('HSET', K.state, 'ack', sa) end
+  local sa, set = s(ack), {}
+  if nd[2] and was[1] ~= nd[2] then set[#set + 1] = 'sh'; set[#set + 1] = nd[2] end
+  if was[2] ~= sa then set[#set + 1] = 'ack'; set[#set + 1] = sa end
+  if set[1] then redis.call('HSET', K.state, unpack(set)) end
+  if not nd[2] and was[1] then redis.call('HDEL', K.state, 'sh') end
   return ack
 end
 local function cursor()
