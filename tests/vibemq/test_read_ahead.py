@@ -7,7 +7,9 @@ the consumer is paused."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from asgiref.sync import sync_to_async
@@ -32,10 +34,24 @@ async def _receive_all(client: VibeMQClient, n: int, within: float) -> list:
     return got
 
 
-async def _broker(redis_url: str, broker_id: int, config=FAST) -> Broker:
+async def _broker(redis_url: str, broker_id: int, config=FAST, **start) -> Broker:
     b = Broker(broker_id, redis_url)
-    await b.start(config)
+    await b.start(config, **start)
     return b
+
+
+@contextlib.asynccontextmanager
+async def _subscriber_broker(
+    catalog, redis_url: str, **start
+) -> AsyncIterator[tuple[Broker, VibeMQClient]]:
+    """Broker 1 (two unacked per subscriber) and a client on it; both stopped after."""
+    one = await _broker(redis_url, 1, SLOW_ACKS, **start)
+    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    try:
+        yield one, a
+    finally:
+        await a.close()
+        await one.stop()
 
 
 async def test_read_ahead_past_its_hold_goes_to_another_brokers_subscriber(catalog, redis_url):
@@ -93,9 +109,7 @@ def _pause(queue: str, paused: bool) -> None:
 
 
 async def test_a_pause_holds_back_what_was_read_ahead(catalog, redis_url):
-    one = await _broker(redis_url, 1, SLOW_ACKS)
-    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
-    try:
+    async with _subscriber_broker(catalog, redis_url) as (one, a):
         for i in range(6):
             await a.publish("halt", i, message_id=f"h{i}")
         await a.subscribe("halt")
@@ -115,9 +129,6 @@ async def test_a_pause_holds_back_what_was_read_ahead(catalog, redis_url):
         rest = await _receive_all(a, 4, within=5)
         assert [m.id for m in rest] == ["h2", "h3", "h4", "h5"]
         assert {m.attempts for m in rest} == {1}
-    finally:
-        await a.close()
-        await one.stop()
 
 
 async def test_a_stalled_subscriber_does_not_lease_its_returned_read_ahead_again(
@@ -125,9 +136,7 @@ async def test_a_stalled_subscriber_does_not_lease_its_returned_read_ahead_again
 ):
     """A subscriber that acks nothing: its read-ahead goes back after the hold and stays
     back (the queue's backlog is leased by nobody) instead of being leased again and again."""
-    one = await _broker(redis_url, 1, SLOW_ACKS)
-    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
-    try:
+    async with _subscriber_broker(catalog, redis_url) as (one, a):
         for i in range(10):
             await a.publish("stall", i, message_id=f"s{i}")
         await a.subscribe("stall")
@@ -136,18 +145,12 @@ async def test_a_stalled_subscriber_does_not_lease_its_returned_read_ahead_again
         await asyncio.sleep(READ_AHEAD_HOLD_S + 1.5)  # held, handed back, rounds go by
         stats = await one.engine.queue_stats("stall")
         assert stats.in_flight == 2, stats  # only what it was handed
-    finally:
-        await a.close()
-        await one.stop()
 
 
 async def test_a_spent_budget_reads_nothing_ahead(catalog, redis_url):
     """With no read-ahead budget left (here: 0) a consumer leases only its room."""
     budget = ReadAheadBudget(0)
-    one = Broker(1, redis_url)
-    await one.start(SLOW_ACKS, read_ahead=budget)
-    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
-    try:
+    async with _subscriber_broker(catalog, redis_url, read_ahead=budget) as (one, a):
         for i in range(6):
             await a.publish("lean", i, message_id=f"l{i}")
         await a.subscribe("lean")
@@ -159,18 +162,12 @@ async def test_a_spent_budget_reads_nothing_ahead(catalog, redis_url):
         rest = await _receive_all(a, 4, within=5)
         assert [m.id for m in [*first, *rest]] == [f"l{i}" for i in range(6)]
         assert (budget.held, budget.peak) == (0, 0)
-    finally:
-        await a.close()
-        await one.stop()
 
 
 async def test_read_ahead_keeps_within_the_budget_and_returns_the_rest(catalog, redis_url):
     """What does not fit in the process's budget goes back to the group at once, unread:
     every message is still delivered, as a first attempt, and the budget is never passed."""
-    one = Broker(1, redis_url)
-    await one.start(SLOW_ACKS)
-    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
-    try:
+    async with _subscriber_broker(catalog, redis_url) as (one, a):
         for i in range(10):
             await a.publish("tight", i, message_id=f"t{i}")
         app = one.engine.catalog.consumers_of("tight")[0].app
@@ -188,17 +185,12 @@ async def test_read_ahead_keeps_within_the_budget_and_returns_the_rest(catalog, 
         assert sorted(m.id for m in got) == sorted(f"t{i}" for i in range(10))
         assert {m.attempts for m in got} == {1}  # back unread: not a delivery
         assert 0 < budget.peak <= budget.limit  # it did read ahead, within the budget
-    finally:
-        await a.close()
-        await one.stop()
 
 
 async def test_a_slow_subscriber_reads_ahead_only_what_it_takes_per_hold(catalog, redis_url):
     """A subscriber acking one message per hold keeps about one read ahead, not a batch
     that goes back unread a hold later, each time."""
-    one = await _broker(redis_url, 1, SLOW_ACKS)
-    a = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
-    try:
+    async with _subscriber_broker(catalog, redis_url) as (one, a):
         for i in range(40):
             await a.publish("slow", i, message_id=f"s{i}")
         await a.subscribe("slow")
@@ -213,6 +205,3 @@ async def test_a_slow_subscriber_reads_ahead_only_what_it_takes_per_hold(catalog
         await asyncio.sleep(0.2)
         stats = await one.engine.queue_stats("slow")
         assert stats.in_flight <= 2 + 3, stats  # its 2, and what it takes per hold
-    finally:
-        await a.close()
-        await one.stop()
