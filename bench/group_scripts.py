@@ -41,27 +41,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import redis.asyncio as aioredis
 
-from bench.engine import redis_benchmark, start_redis
+from bench.engine import fill, redis_benchmark, start_redis
 from brokers.engine import (
     CatalogSnapshot,
     ConsumerPolicyInfo,
     Engine,
-    Message,
     ProducerPolicyInfo,
     TopicInfo,
 )
 
-BODY = b"x" * 100
 SHAPES = ("empty", "one", "batch", "one_of_batch", "sparse")
 
 
 def catalog() -> CatalogSnapshot:
-    """One single-partition topic per shape; app ``p`` produces, app ``g`` leases."""
+    """One single-partition topic per shape; app ``a`` produces (:func:`bench.engine.fill`),
+    app ``g`` leases."""
     topics = {code: TopicInfo(code=code, partitions=1) for code in SHAPES}
     return CatalogSnapshot(
         version=1,
         topics=topics,
-        producers=tuple(ProducerPolicyInfo(name=f"p.{c}", topic=c, app="p") for c in topics),
+        producers=tuple(ProducerPolicyInfo(name=f"a.{c}", topic=c, app="a") for c in topics),
         consumers=tuple(ConsumerPolicyInfo(name=f"g.{c}", topic=c, app="g") for c in topics),
     )
 
@@ -86,12 +85,6 @@ class Meter:
     async def stop(self, label: str) -> None:
         calls, usec = await evalsha_us(self.client)
         self.figures[label] = usec / calls if calls else 0.0
-
-
-async def fill(engine: Engine, topic: str, count: int, per_append: int) -> None:
-    """``count`` messages, ``per_append`` per append call (one stream entry each)."""
-    for at in range(0, count, per_append):
-        await engine.append(topic, "p", [Message(BODY)] * min(per_append, count - at))
 
 
 async def measure(engine: Engine, client: aioredis.Redis, calls: int) -> dict[str, float]:
