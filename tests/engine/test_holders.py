@@ -36,8 +36,21 @@ async def _lease(engine, owner: str, count: int = 10) -> list:
     return out
 
 
+async def _renewed(engine) -> None:
+    """Wait until the holder's first renewal is in Redis: its task starts with the first
+    lease and renews as it gets a turn, so a holder stopped right after leasing may not have
+    an entry yet (seen on Redis Cluster, where the renewal waits for a connection to the
+    node of ``{holders}``); a process that lived that briefly is not what these tests kill."""
+    for _ in range(100):
+        if engine.holders._renewed:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the holder never renewed")
+
+
 async def _die(engine) -> None:
     """What kill -9 leaves: the holder stops renewing, nothing is released."""
+    await _renewed(engine)
     await cancel_and_wait(engine.holders._task)
     engine.holders._task = None
     engine.holders._closed = True  # and its close() does nothing either
@@ -110,6 +123,7 @@ async def test_a_holder_taken_for_dead_records_its_groups_again(make_engine):
     b = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
     await _fill(a, 4)
     await _lease(a, "conn-a", count=1)
+    await _renewed(a)
     await cancel_and_wait(a.holders._task)  # paused: no renewal for a while
     a.holders._task = None
     got, _ = await _lease_until(b, "conn-b", 4, 5.0)  # 2 free, then the 2 a held
