@@ -13,6 +13,7 @@ import glob
 import hashlib
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -24,13 +25,35 @@ from pathlib import Path
 _handed_out: set[int] = set()
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's range for automatically bound sockets."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that is free right now and that this process has not
-    handed out before (the OS may offer a just-released port again, and callers asking for
-    several ports before binding any need distinct ones)."""
+    handed out before (callers asking for several ports before binding any need distinct
+    ones).
+
+    The port lies below the kernel's ephemeral range: a server started seconds later (a
+    ``make run`` under test starts its brokers after PostgreSQL, migrations and Spark) must
+    not find its port taken by one of the hundreds of client connections opened meanwhile,
+    each of which gets a random port of that range (seen: a broker that could never bind).
+    """
+    low = _ephemeral_low()
+    below = low > 11024  # else an unusual range: take what the kernel offers
     while True:
+        port = random.randrange(low - 10000, low) if below else 0
+        if port in _handed_out:
+            continue
         with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
             port = sock.getsockname()[1]
         if port not in _handed_out:
             _handed_out.add(port)

@@ -202,7 +202,7 @@ def _a_killed_broker_comes_back_alone(env: dict, base: str, log: Path, root: int
         "broker1",
         "broker2",
         "worker",
-    }, before
+    }, (before, log.read_text()[-4000:])
     victim = before["broker1"][1]
     killed_at = time.monotonic()
     os.kill(victim, signal.SIGKILL)

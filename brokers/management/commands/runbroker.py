@@ -165,7 +165,9 @@ def _stop_workers(pids: list[int]) -> None:
 
 @transaction.atomic
 def register(broker_id: int, cluster_name: object, host: object) -> Broker:
-    """Create or refresh this broker's catalog row and mark it up."""
+    """Create or refresh this broker's catalog row. A new row is not up yet: the first
+    heartbeat marks it up once its servers listen, so a broker that cannot bind its ports
+    (taken by another process) is never shown up while it exits and is restarted."""
     broker = Broker.objects.select_for_update().filter(id=broker_id).first()
     if broker is None:
         cluster = (
@@ -186,11 +188,6 @@ def register(broker_id: int, cluster_name: object, host: object) -> Broker:
         broker.full_clean()
     elif host:
         broker.host = str(host)
-    now = timezone.now()
-    if broker.status != Broker.Status.UP or broker.up_since is None:
-        broker.up_since = now  # back from down: the preferred-leader rebalance counts from here
-    broker.status = Broker.Status.UP
-    broker.last_heartbeat = now
     broker.save()
     return broker
 
