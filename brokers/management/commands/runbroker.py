@@ -38,7 +38,7 @@ from typing import Protocol
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -236,6 +236,64 @@ def _mark_down(broker_id: int) -> None:
     changed_on_commit(brokers=[broker_id])
 
 
+def _forget_connection() -> None:
+    """Close this thread's database connection (broken by an outage): the next query
+    opens a new one."""
+    with contextlib.suppress(DatabaseError):
+        connection.close()
+
+
+class CatalogRow:
+    """A broker process's hold on its catalog row in PostgreSQL: the first process
+    heartbeats, workers follow the row.
+
+    Brokers serve from Redis alone; the database only records that they are up. So a
+    database outage (a restart, a failover, a cut network) must not end a broker: the
+    heartbeat is skipped and logged once, and the broker goes on serving what its row said
+    last; it heartbeats again once the database answers (after a long outage the console may
+    have marked it down meanwhile: the heartbeat marks it up again)."""
+
+    def __init__(self, broker_id: int, worker: int) -> None:
+        self.broker_id = broker_id
+        self.worker = worker
+        self.unavailable_since: float | None = None
+
+    async def check(self) -> bool | None:
+        """Heartbeat or check the row: whether the broker is in the catalog; None when the
+        database did not answer."""
+        try:
+            present = await sync_to_async(_present if self.worker else _beat)(self.broker_id)
+        except DatabaseError as exc:
+            await sync_to_async(_forget_connection)()
+            if self.unavailable_since is None:
+                self.unavailable_since = time.monotonic()
+                log.warning(
+                    "broker %s: the catalog database does not answer (%s); serving on,"
+                    " retrying every heartbeat",
+                    self.broker_id,
+                    (str(exc).strip().splitlines() or [type(exc).__name__])[0],
+                )
+            return None
+        if self.unavailable_since is not None:
+            log.warning(
+                "broker %s: the catalog database answers again (after %.1f s)",
+                self.broker_id,
+                time.monotonic() - self.unavailable_since,
+            )
+            self.unavailable_since = None
+        return present
+
+    async def mark_down(self) -> None:
+        """Mark the broker down as it stops; when the database does not answer, the
+        console marks it down once its heartbeats are missed."""
+        try:
+            await sync_to_async(_mark_down)(self.broker_id)
+        except DatabaseError as exc:
+            log.warning(
+                "broker %s: not marked down, the database does not answer: %s", self.broker_id, exc
+            )
+
+
 class ProtocolServer(Protocol):
     """What runbroker needs of a protocol server: a graceful stop."""
 
@@ -343,10 +401,13 @@ async def run(
     )
     tune_gc()
     report = Report(broker_id, read_ahead)
+    row = CatalogRow(broker_id, worker)
     try:
         while not stop.is_set():
             # the first process heartbeats; workers only follow the catalog row
-            present = await sync_to_async(_present if worker else _beat)(broker_id)
+            present = await row.check()
+            if present is None:  # the database cannot say: serve on as before
+                present = bool(servers)
             if not present and servers:
                 log.warning(
                     "broker %s was removed from the catalog: stopped serving; waiting to be"
@@ -379,7 +440,7 @@ async def run(
         await watcher.stop()
         if not worker:
             await report.withdraw(client)
-            await sync_to_async(_mark_down)(broker_id)
+            await row.mark_down()
         await client.aclose()
         await client.connection_pool.disconnect()
 
