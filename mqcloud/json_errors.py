@@ -37,6 +37,7 @@ ERROR_CODES = {
     413: "too_large",
     415: "unsupported_media_type",
     429: "throttled",
+    503: "unavailable",
 }
 
 
@@ -62,7 +63,9 @@ def json_error(status: int, message: str) -> JsonResponse:
 
 def httpmq_error(status: int, message: str) -> HttpResponse:
     """The HTTP-MQ envelope for an HTTP error status (http-mq.md §1)."""
-    if status >= 500:
+    if status == 503:  # the store is unavailable (http-mq.md §1): retry
+        reply = envelope(503, message=message, error="UNAVAILABLE")
+    elif status >= 500:
         reply = envelope(500, message=message, error="INTERNAL_ERROR")
     else:
         reply = envelope(status, message=message, error=HTTPMQ_ERROR_CODES.get(status, "ERROR"))

@@ -34,3 +34,5 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("metrics", health.metrics, name="metrics"),
 ]
+
+handler500 = "mqcloud.outage.server_error"

@@ -23,6 +23,9 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from mqcloud.outage import MESSAGE as OUTAGE_MESSAGE
+from mqcloud.outage import RETRY_AFTER_S, database_unavailable
+
 log = logging.getLogger(__name__)
 
 MAX_NAMED_DEPENDENTS = 5
@@ -79,6 +82,13 @@ def _as_api_exception(exc: Exception) -> Exception:
 
 def exception_handler(exc: Exception, context: dict) -> Response:
     """DRF exception handler producing the mqcloud error body for every exception."""
+    if database_unavailable(exc):  # an outage, not a bug: retry (mqcloud.outage)
+        log.warning("API call while the database is unavailable: %s", type(exc).__name__)
+        return Response(
+            {"error": "unavailable", "message": OUTAGE_MESSAGE},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
     exc = _as_api_exception(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
