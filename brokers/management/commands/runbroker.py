@@ -4,19 +4,22 @@ The broker registers itself in the catalog (creating its Broker row on first sta
 heartbeats every BROKER_HEARTBEAT_SECONDS, follows catalog snapshots published on Redis and
 serves JMQ4, zbus and VibeMQ on the ports of its catalog row (uvloop when installed).
 
-With ``--processes P`` (default: the machine's cores, BROKER_PROCESSES) it forks P−1
-worker processes after registering: every process listens on the same ports with
-SO_REUSEPORT, so the kernel spreads connections over them and one broker uses every core.
-They share nothing but Redis (the engine keeps all state there); the first process
-heartbeats and marks the broker up and down. On SIGINT/SIGTERM every process stops
-gracefully: no new connections, in-flight requests finish (up to a grace period), leases
-and partition locks held by sessions are released; then the broker is marked down.
+With ``--processes P`` (default: the machine's cores, BROKER_PROCESSES) it starts P−1
+worker processes after registering (:mod:`brokers.worker_processes`): every process listens
+on the same ports with SO_REUSEPORT, so the kernel spreads connections over them and one
+broker uses every core. They share nothing but Redis (the engine keeps all state there);
+the first process heartbeats, marks the broker up and down, and starts a worker that
+exited (killed, crashed) again, so the broker gets its core back. On SIGINT/SIGTERM every
+process stops gracefully: no new connections, in-flight requests finish (up to a grace
+period), leases and partition locks held by sessions are released; then the broker is
+marked down.
 
 A broker whose row is removed from the catalog while it runs stops serving (its servers
 stop gracefully, as above), says so in its log and in its report, and waits: it serves
 again, on the ports of the new row, when the broker is added back, and exits normally when
-stopped (worker processes of ``--processes`` follow the row the same way). It does not exit on its own: under a process manager that would be a crash, and
-the restarted process would register itself again.
+stopped (worker processes of ``--processes`` follow the row the same way). It does not
+exit on its own: under a process manager that would be a crash, and the restarted process
+would register itself again.
 
 Every heartbeat the first process also publishes its report (state, why it does not serve,
 protocol error counts; :func:`brokers.engine.publish_report`), which the console shows in
@@ -25,10 +28,9 @@ protocol error counts; :func:`brokers.engine.publish_report`), which the console
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
 import signal
@@ -38,7 +40,7 @@ from typing import Protocol
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -60,6 +62,7 @@ from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.runtime import tune_gc
 from brokers.servers.vibemq import config_from, start_vibemq_server
 from brokers.servers.zbus import start_zbus_server
+from brokers.worker_processes import PORT_NAMES, WorkerProcesses, follow_parent, parse_ports
 
 log = logging.getLogger("mqcloud.broker")
 
@@ -87,15 +90,23 @@ class Command(BaseCommand):
             help="Processes sharing the ports with SO_REUSEPORT (default: BROKER_PROCESSES, "
             "else the machine's cores).",
         )
+        # how the first process starts its workers (brokers.worker_processes)
+        parser.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
+        parser.add_argument("--worker-of", type=int, default=0, help=argparse.SUPPRESS)
+        parser.add_argument("--worker-ports", default="", help=argparse.SUPPRESS)
 
     def handle(self, *args: object, **options: object) -> None:
         broker_id = int(options["broker_id"])
         if broker_id < 1:
             raise CommandError("--broker-id must be a positive integer")
-        try:  # each process gets its own copy when the workers fork
+        try:
             read_ahead = ReadAheadBudget.from_environment()
         except ValueError as exc:
             raise CommandError(str(exc)) from None
+        bind = str(options["bind"])
+        if options.get("worker"):
+            self._serve_as_worker(broker_id, bind, options, read_ahead)
+            return
         broker = register(broker_id, options.get("cluster"), options.get("host"))
         self.stdout.write(
             f"broker {broker.id} registered: {broker.host} jmq4={broker.jmq4_port}"
@@ -106,61 +117,51 @@ class Command(BaseCommand):
             raise CommandError("--processes must be a positive integer")
         install_uvloop()
         ports = {
-            "bind": str(options["bind"]),
+            "bind": bind,
             "jmq4_port": broker.jmq4_port,
             "zbus_port": broker.zbus_port,
             "vibemq_port": broker.vibemq_port,
             "reuse_port": processes > 1,
             "read_ahead": read_ahead,
         }
-        workers = _fork_workers(broker.id, processes - 1, ports)
+        served = {name: ports[name] for name in PORT_NAMES}
+        workers = WorkerProcesses(broker.id, processes - 1, bind, served)
+        workers.start()
         try:
-            asyncio.run(run(broker.id, **ports))
+            asyncio.run(run(broker.id, **ports, workers=workers))
         finally:
-            _stop_workers(workers)
+            workers.stop()
         self.stdout.write(f"broker {broker.id} stopped")
 
-
-def _fork_workers(broker_id: int, count: int, ports: dict) -> list[int]:
-    """Fork ``count`` worker processes serving the same ports; their pids."""
-    if count <= 0:
-        return []
-    connections.close_all()  # no database connection may be shared across a fork
-    pids = []
-    for n in range(1, count + 1):
-        pid = os.fork()
-        if pid == 0:  # a worker: serve until told to stop, never heartbeat
-            _die_with_parent()
-            code = 0
-            try:
-                asyncio.run(run(broker_id, worker=n, **ports))
-            except BaseException:
-                log.exception("broker %s worker %s failed", broker_id, n)
-                code = 1
-            finally:
-                os._exit(code)
-        pids.append(pid)
-    log.info("broker %s: %d worker processes %s", broker_id, count, pids)
-    return pids
-
-
-def _die_with_parent() -> None:
-    """A worker gets SIGTERM (a graceful stop) when its parent dies, even by SIGKILL."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent's stop still reaches it
-        log.debug("PR_SET_PDEATHSIG unavailable")
-
-
-def _stop_workers(pids: list[int]) -> None:
-    """Tell the workers to stop (they stop gracefully) and reap them."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    for pid in pids:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+    def _serve_as_worker(
+        self, broker_id: int, bind: str, options: dict, read_ahead: ReadAheadBudget
+    ) -> None:
+        """A worker process (:mod:`brokers.worker_processes`): serve the ports of the
+        broker's row beside its first process until told to stop, never heartbeat."""
+        number = int(options["worker"])
+        try:
+            ports = parse_ports(str(options["worker_ports"]))
+        except ValueError as exc:
+            raise CommandError(f"--worker-ports: {exc}") from None
+        if not follow_parent(int(options["worker_of"] or 0)):
+            return  # the first process died before this one started: nothing to serve for
+        install_uvloop()
+        try:
+            asyncio.run(
+                run(
+                    broker_id,
+                    bind=bind,
+                    jmq4_port=ports.get("jmq4_port"),
+                    zbus_port=ports.get("zbus_port"),
+                    vibemq_port=ports.get("vibemq_port"),
+                    reuse_port=True,
+                    worker=number,
+                    read_ahead=read_ahead,
+                )
+            )
+        except Exception:
+            log.exception("broker %s worker %s failed", broker_id, number)
+            raise SystemExit(1) from None
 
 
 @transaction.atomic
@@ -366,10 +367,11 @@ async def run(
     reuse_port: bool = False,
     worker: int = 0,
     read_ahead: ReadAheadBudget | None = None,
+    workers: WorkerProcesses | None = None,
 ) -> None:
     """Serve the protocols, heartbeat (process 0 only; ``worker`` n > 0 only serves) and
     follow the catalog until SIGINT or SIGTERM; ``read_ahead`` is the process's budget
-    (default: ``BROKER_READ_AHEAD_MB``)."""
+    (default: ``BROKER_READ_AHEAD_MB``); the first process keeps ``workers`` running."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -419,6 +421,8 @@ async def run(
                 servers = []
             elif present and not servers:
                 ports = await sync_to_async(_ports)(broker_id)
+                if workers is not None:  # a worker started from now on serves these
+                    workers.ports = {name: ports.get(name) for name in PORT_NAMES}
                 servers = await start_servers(
                     engine,
                     watcher,
@@ -432,6 +436,8 @@ async def run(
                 log.warning("broker %s is in the catalog again: serving", broker_id)
             if not worker:
                 await report.publish(client, settings.BROKER_HEARTBEAT_SECONDS)
+            if workers is not None:
+                workers.supervise()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), settings.BROKER_HEARTBEAT_SECONDS)
     finally:

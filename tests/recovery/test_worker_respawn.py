@@ -1,0 +1,99 @@
+"""A worker process of ``runbroker --processes 2`` killed (kill -9, as the OOM killer does):
+the first process starts it again within seconds, says so in its log, and serves
+meanwhile; stopping the broker stops the new worker too."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from brokers.clients.jmq4 import Jmq4Client
+from tests.jmq4.conftest import build_catalog
+from tests.recovery.processes import ROOT, BrokerProcesses
+from tests.web.test_processes import _listening_pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _round_trip(port: int, token: str, body: bytes) -> list[bytes]:
+    async with Jmq4Client("127.0.0.1", port, app="app1", token=token, timeout=5) as client:
+        await client.produce("local", [body], partition=0)
+        got = await client.fetch("local", count=10, long_poll_ms=2000)
+        await client.ack(got)
+        return [m.body for m in got]
+
+
+def _workers(port: int, parent: int, within: float = 30) -> set[int]:
+    """The pids besides ``parent`` listening on ``port``, once there is one."""
+    deadline = time.monotonic() + within
+    while True:
+        pids = _listening_pids(port)
+        if parent in pids and len(pids) == 2:
+            return pids - {parent}
+        assert time.monotonic() < deadline, f"listening: {pids}"
+        time.sleep(0.1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_worker_process_is_started_again(redis_url, tmp_path):
+    catalog = build_catalog(redis_url)  # `local` is led by broker 1
+    brokers = BrokerProcesses(redis_url, tmp_path, BROKER_PROCESSES="2")
+    port = catalog.ports[1]
+    new: set[int] = set()
+    with asyncio.Runner() as runner:
+        try:
+            brokers.start(1, port)
+            parent = brokers.pid(1)
+            (old,) = _workers(port, parent)
+            os.kill(old, signal.SIGKILL)
+            killed = time.monotonic()
+            while old in _listening_pids(port):  # its sockets close as it dies
+                assert time.monotonic() - killed < 10
+                time.sleep(0.02)
+            # the first process serves alone meanwhile
+            assert runner.run(_round_trip(port, catalog.token, b"meanwhile")) == [b"meanwhile"]
+            new = _workers(port, parent)
+            assert old not in new
+            took = time.monotonic() - killed
+            assert took < 15, took  # a heartbeat (0.5 s) and a Django start
+            assert runner.run(_round_trip(port, catalog.token, b"after")) == [b"after"]
+            log = brokers.log(1)
+            assert f"worker 1 (pid {old}) was killed by SIGKILL; starting it again" in log
+            assert "worker 1 started again (pid " in log
+        finally:
+            codes = brokers.stop_all()
+    assert codes == {1: 0}, brokers.log(1)[-3000:]
+    for pid in new:  # stopped with the broker, not left behind
+        deadline = time.monotonic() + 10
+        while _alive(pid):
+            assert time.monotonic() < deadline, f"worker {pid} outlived its broker"
+            time.sleep(0.1)
+    assert "Traceback" not in brokers.log(1)
+
+
+def test_a_worker_whose_first_process_is_gone_does_not_serve(tmp_path):
+    """Started for a first process that died meanwhile: it exits at once."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    done = subprocess.run(
+        [sys.executable, "manage.py", "runbroker", "--broker-id", "1", "--worker", "1",
+         "--worker-of", str(gone.pid), "--worker-ports", "1,2,-"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert b"Traceback" not in done.stderr
