@@ -16,6 +16,7 @@ from pathlib import Path
 
 from django.conf import settings as django_settings
 
+from brokers.clients.jmq4 import Jmq4Client
 from tests.scripts_path import wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,3 +107,13 @@ def kill_tree(proc: subprocess.Popen) -> None:
             os.kill(pid, signal.SIGKILL)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
+
+async def round_trip(port: int, token: str, body: bytes) -> list[bytes]:
+    """Over JMQ4 as app1 (:func:`tests.jmq4.conftest.build_catalog`): produce ``body`` to
+    `local` partition 0, then fetch and ack what comes."""
+    async with Jmq4Client("127.0.0.1", port, app="app1", token=token, timeout=5) as client:
+        await client.produce("local", [body], partition=0)
+        got = await client.fetch("local", count=10, long_poll_ms=2000)
+        await client.ack(got)
+        return [m.body for m in got]

@@ -13,11 +13,10 @@ import time
 import pytest
 from django.conf import settings as django_settings
 
-from brokers.clients.jmq4 import Jmq4Client
 from brokers.models import Broker
 from tests.jmq4.conftest import build_catalog
 from tests.recovery.db_gate import DatabaseGate
-from tests.recovery.processes import BrokerProcesses
+from tests.recovery.processes import BrokerProcesses, round_trip
 from tests.web.test_processes import _listening_pids
 
 OUTAGE_S = 3.0  # six heartbeats of 0.5 s
@@ -39,15 +38,6 @@ def _eventually(check, what: str, within: float = 20) -> None:
         time.sleep(0.1)
 
 
-async def _round_trip(port: int, token: str, body: bytes) -> list[bytes]:
-    """Produce ``body`` to `local` and fetch and ack what comes."""
-    async with Jmq4Client("127.0.0.1", port, app="app1", token=token, timeout=5) as client:
-        await client.produce("local", [body], partition=0)
-        got = await client.fetch("local", count=10, long_poll_ms=2000)
-        await client.ack(got)
-        return [m.body for m in got]
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_broker_serves_through_a_database_outage(redis_url, tmp_path):
     catalog = build_catalog(redis_url)  # `local` is led by broker 1
@@ -61,14 +51,14 @@ def test_a_broker_serves_through_a_database_outage(redis_url, tmp_path):
             brokers.start(1, port)
             _eventually(lambda: Broker.objects.get(id=1).status == "up", "never marked up")
             _eventually(lambda: len(_listening_pids(port)) == 2, "the worker never listened")
-            assert runner.run(_round_trip(port, catalog.token, b"before")) == [b"before"]
+            assert runner.run(round_trip(port, catalog.token, b"before")) == [b"before"]
 
             gate.shut()
             time.sleep(0.6)  # a heartbeat has met the outage
             cut_at = _heartbeat()
             during = []
             for i in range(3):  # new connections, spread over both processes
-                during += runner.run(_round_trip(port, catalog.token, b"during %d" % i))
+                during += runner.run(round_trip(port, catalog.token, b"during %d" % i))
                 time.sleep(OUTAGE_S / 3)
             assert during == [b"during 0", b"during 1", b"during 2"]
             assert brokers.alive(1)
@@ -84,7 +74,7 @@ def test_a_broker_serves_through_a_database_outage(redis_url, tmp_path):
             gate.open()
             _eventually(lambda: _heartbeat() != cut_at, "no heartbeat after the outage")
             assert Broker.objects.get(id=1).status == "up"
-            assert runner.run(_round_trip(port, catalog.token, b"after")) == [b"after"]
+            assert runner.run(round_trip(port, catalog.token, b"after")) == [b"after"]
         finally:
             codes = brokers.stop_all()
             gate.close()

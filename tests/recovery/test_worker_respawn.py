@@ -13,26 +13,9 @@ import time
 
 import pytest
 
-from brokers.clients.jmq4 import Jmq4Client
 from tests.jmq4.conftest import build_catalog
-from tests.recovery.processes import ROOT, BrokerProcesses
-from tests.web.test_processes import _listening_pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-async def _round_trip(port: int, token: str, body: bytes) -> list[bytes]:
-    async with Jmq4Client("127.0.0.1", port, app="app1", token=token, timeout=5) as client:
-        await client.produce("local", [body], partition=0)
-        got = await client.fetch("local", count=10, long_poll_ms=2000)
-        await client.ack(got)
-        return [m.body for m in got]
+from tests.recovery.processes import ROOT, BrokerProcesses, round_trip
+from tests.web.test_processes import _alive, _listening_pids
 
 
 def _workers(port: int, parent: int, within: float = 30) -> set[int]:
@@ -63,12 +46,12 @@ def test_a_killed_worker_process_is_started_again(redis_url, tmp_path):
                 assert time.monotonic() - killed < 10
                 time.sleep(0.02)
             # the first process serves alone meanwhile
-            assert runner.run(_round_trip(port, catalog.token, b"meanwhile")) == [b"meanwhile"]
+            assert runner.run(round_trip(port, catalog.token, b"meanwhile")) == [b"meanwhile"]
             new = _workers(port, parent)
             assert old not in new
             took = time.monotonic() - killed
             assert took < 15, took  # a heartbeat (0.5 s) and a Django start
-            assert runner.run(_round_trip(port, catalog.token, b"after")) == [b"after"]
+            assert runner.run(round_trip(port, catalog.token, b"after")) == [b"after"]
             log = brokers.log(1)
             assert f"worker 1 (pid {old}) was killed by SIGKILL; starting it again" in log
             assert "worker 1 started again (pid " in log
