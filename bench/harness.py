@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import re
 import shutil
@@ -38,6 +36,7 @@ import redis
 from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, publish_snapshot
 from brokers.engine.redisio import broker_client
 from brokers.servers.runtime import tune_gc
+from brokers.worker_processes import die_with_parent
 
 StartServer = Callable[..., Awaitable[Any]]
 
@@ -162,7 +161,7 @@ def run_broker(
         pid = os.fork()
         if pid == 0:  # a worker
             os.close(read_end)
-            _die_with_parent()
+            die_with_parent()
             code = 0
             try:
                 asyncio.run(
@@ -212,15 +211,6 @@ def serve_main(
     processes = int(argv[4]) if len(argv) == 5 else 1
     run_broker(int(argv[2]), port, snapshot(port), start, processes)
     return True
-
-
-def _die_with_parent() -> None:
-    """A worker gets SIGTERM when the process that forked it dies (as runbroker's)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def cpu_times() -> list[int]:

@@ -1,9 +1,9 @@
 """The worker processes of ``runbroker --processes P``, started and kept running by the
 broker's first process.
 
-Each worker is ``manage.py runbroker --broker-id N --worker K --worker-of <pid>``: a fresh
-process that serves the broker's ports (from its catalog row) beside the first process
-with SO_REUSEPORT. The first process checks them every heartbeat: a worker that exited
+Each worker is ``manage.py runbroker --broker-id N --worker K --worker-of <pid>
+--worker-ports J,Z,V``: a fresh process that serves the ports the first process read from
+the broker's row (so it starts without the database) beside it with SO_REUSEPORT. The first process checks them every heartbeat: a worker that exited
 (killed by the OOM killer, a crash) is logged and started again, at once the first time and
 after a back-off growing to :data:`MAX_BACKOFF_S` while it keeps dying within
 :data:`STABLE_AFTER_S` of its start — so the broker gets its core back, and a worker that
@@ -86,7 +86,7 @@ class WorkerProcesses:
                 "broker %s: %d worker processes %s",
                 self.broker_id,
                 self.count,
-                [w.process.pid for w in self.workers if w.process],
+                self.pids(),
             )
 
     def _spawn(self, worker: Worker) -> None:
@@ -193,12 +193,17 @@ def _how_it_ended(code: int) -> str:
     return f"exited with code {code}"
 
 
-def follow_parent(parent: int) -> bool:
-    """In a worker: get SIGTERM when the first process ``parent`` dies; False when it is
-    already gone (the worker was started by a process that died meanwhile)."""
+def die_with_parent() -> None:
+    """Get SIGTERM (a graceful stop) when the parent process dies, even by SIGKILL."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the parent's stop still reaches it
         log.debug("PR_SET_PDEATHSIG unavailable")
+
+
+def follow_parent(parent: int) -> bool:
+    """In a worker: get SIGTERM when the first process ``parent`` dies; False when it is
+    already gone (the worker was started by a process that died meanwhile)."""
+    die_with_parent()
     return os.getppid() == parent

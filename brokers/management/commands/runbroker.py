@@ -136,8 +136,8 @@ class Command(BaseCommand):
     def _serve_as_worker(
         self, broker_id: int, bind: str, options: dict, read_ahead: ReadAheadBudget
     ) -> None:
-        """A worker process (:mod:`brokers.worker_processes`): serve the ports of the
-        broker's row beside its first process until told to stop, never heartbeat."""
+        """A worker process (:mod:`brokers.worker_processes`): serve the ports it was told
+        beside the first process until told to stop, never heartbeat."""
         number = int(options["worker"])
         try:
             ports = parse_ports(str(options["worker_ports"]))
@@ -151,9 +151,7 @@ class Command(BaseCommand):
                 run(
                     broker_id,
                     bind=bind,
-                    jmq4_port=ports.get("jmq4_port"),
-                    zbus_port=ports.get("zbus_port"),
-                    vibemq_port=ports.get("vibemq_port"),
+                    **ports,
                     reuse_port=True,
                     worker=number,
                     read_ahead=read_ahead,
