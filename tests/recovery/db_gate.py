@@ -24,8 +24,8 @@ class DatabaseGate:
 
     def shut(self) -> None:
         """Drop every relayed connection; refuse new ones until :meth:`open`."""
-        self._open.clear()
         with self._lock:
+            self._open.clear()
             relayed, self._relayed = self._relayed, []
         for sock in relayed:
             with contextlib.suppress(OSError):
@@ -55,7 +55,11 @@ class DatabaseGate:
                 client.close()
                 continue
             server.settimeout(None)
-            with self._lock:
+            with self._lock:  # shut meanwhile: this one must not get through either
+                if not self._open.is_set():
+                    client.close()
+                    server.close()
+                    continue
                 self._relayed += [client, server]
             for src, dst in ((client, server), (server, client)):
                 threading.Thread(target=_pump, args=(src, dst), daemon=True).start()
