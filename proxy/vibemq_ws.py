@@ -186,6 +186,9 @@ class WebSocketTransport:
     def send(self, frame: Frame) -> None:
         self._consumer._outbox.put_nowait(encode_json(frame).decode())
 
+    def send_json(self, body: bytes) -> None:
+        self._consumer._outbox.put_nowait(body.decode())
+
     @property
     def writable(self) -> bool:
         return self._consumer._outbox.qsize() < OUTBOX_LIMIT

@@ -9,6 +9,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from brokers.clients.vibemq import VibeMQClient
+from brokers.protocols.vibemq import Ack, encode_frame
 from tests.vibemq.conftest import FAST, Broker
 
 
@@ -49,6 +50,21 @@ async def test_health_and_metrics(catalog, redis_url):
             assert metrics["uptime"].count(":") == 2 and metrics["uptime_seconds"] >= 0
             for key in ("total_retries", "total_dead_lettered", "total_errors"):
                 assert metrics[key] == 0
+
+            # acks read together count one each: an unknown id and a repeated one do not
+            for i in range(3):
+                await c.publish("mon", i, message_id=f"r{i}")
+            ids = [(await c.receive()).id for _ in range(3)]
+            c.send_raw(
+                b"".join(
+                    encode_frame(Ack(id=c.next_id(), headers={"messageId": i}))
+                    for i in [*ids, "nobody", ids[0]]
+                )
+            )
+            await c.ping()
+            metrics = (await http.get("/metrics")).json()
+            assert metrics["total_messages_acknowledged"] == 4
+            assert metrics["in_flight_messages"] == 1
 
             assert (await http.get("/nope")).status_code == 404
             assert (await http.post("/health")).status_code == 405

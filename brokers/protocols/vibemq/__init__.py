@@ -11,8 +11,10 @@ from brokers.protocols.vibemq.codec import (
     MAX_FRAME_SIZE,
     SCHEMA_VERSION,
     decode_json,
+    encode_deliver,
     encode_frame,
     encode_json,
+    with_length,
 )
 from brokers.protocols.vibemq.enums import (
     SERVER_ONLY_TYPES,
@@ -145,6 +147,7 @@ __all__ = [
     "dead_letter_queue_name",
     "decode_json",
     "deliver",
+    "encode_deliver",
     "encode_frame",
     "encode_json",
     "error_for",
@@ -157,4 +160,5 @@ __all__ = [
     "shutdown_notice",
     "subscribe_ack",
     "unsubscribe_ack",
+    "with_length",
 ]

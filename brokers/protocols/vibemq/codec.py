@@ -220,9 +220,34 @@ def encode_json(frame: Frame) -> bytes:
         raise EncodeError(f"cannot encode {frame.TYPE.value} frame: {exc}") from None
 
 
-def encode_frame(frame: Frame) -> bytes:
-    """The frame as TCP bytes: 4-byte big-endian length, then the JSON (§1)."""
-    body = encode_json(frame)
+_DELIVER_HEAD = b'{"id":'
+_DELIVER_QUEUE = b',"type":"' + CommandType.DELIVER.value.encode() + b'","queue":'
+_DELIVER_TAIL = b',"schemaVersion":' + msgspec.json.encode(SCHEMA_VERSION) + b"}"
+
+
+def encode_deliver(message_id: str, queue: str, payload: Any, headers: dict[str, str]) -> bytes:
+    """``encode_json(Deliver(id=message_id, queue=queue, payload=payload, headers=headers))``,
+    the same bytes written in one pass: a server writes one per message delivered."""
+    encode = _ENCODER.encode
+    try:
+        parts = [_DELIVER_HEAD, encode(message_id), _DELIVER_QUEUE, encode(queue)]
+        if payload is not None:
+            parts += (b',"payload":', encode(payload))
+        if headers:
+            parts += (b',"headers":', encode(headers))
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+        raise EncodeError(f"cannot encode deliver frame: {exc}") from None
+    parts.append(_DELIVER_TAIL)
+    return b"".join(parts)
+
+
+def with_length(body: bytes) -> bytes:
+    """A frame's JSON (:func:`encode_json`) as TCP bytes: the 4-byte length, then the JSON."""
     if len(body) > 0xFFFFFFFF:
         raise EncodeError("frame longer than a 32-bit length prefix allows")
     return LENGTH_PREFIX.pack(len(body)) + body
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """The frame as TCP bytes: 4-byte big-endian length, then the JSON (§1)."""
+    return with_length(encode_json(frame))

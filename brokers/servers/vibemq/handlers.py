@@ -56,7 +56,7 @@ async def handle(session: Session, frame: Frame) -> None:
         session.subscriptions.discard(frame.queue)
         return session.send(unsubscribe_ack(frame))
     if isinstance(frame, Ack):
-        return session._ack(frame)
+        return session.settle_acks([frame], admit=False)  # admitted by the session
     if isinstance(frame, CreateQueue):
         return await queue_admin.create(session, frame)
     if isinstance(frame, DeleteQueue):

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from brokers.engine import Delivery, Message, message_view
-from brokers.protocols.vibemq import Deliver, Header, Publish
+from brokers.protocols.vibemq import Header, Publish, encode_deliver
 
 ID_PROPERTY = "messageId"
 CONTENT_TYPE = ":content-type"
@@ -28,6 +28,7 @@ CONTENT_TYPE = ":content-type"
 JSON; VibeMQ and zbus deliveries leave pseudo-properties out."""
 JSON = "application/json"
 ENCODING = "encoding"
+DELIVERY_ATTEMPTS = Header.DELIVERY_ATTEMPTS
 MARK = b"vm1\0"
 """The record extension of messages published over VibeMQ: the console's message browser
 names the producing protocol from it; consumers of every protocol ignore it."""
@@ -72,17 +73,17 @@ def _payload(body: bytes, content_type: str, headers: dict[str, str]) -> Any:
         return base64.b64encode(body).decode("ascii")
 
 
-def to_deliver(queue: str, delivery: Delivery, attempt: int | None = None) -> Deliver:
-    """The ``deliver`` frame of a record (decoded once, its ``id`` included); ``attempt``
+def deliver_json(
+    queue: str, delivery: Delivery, attempt: int | None = None
+) -> tuple[str, bytes, int]:
+    """The ``deliver`` frame of a record as its JSON text (``encode_json`` of the frame),
+    with its ``id`` and the record's store time (ms): the record is read once. ``attempt``
     overrides the engine's count. Written out in one pass: it runs per message delivered."""
     stored = message_view(delivery.record)
     props = stored.attributes
     headers = {k: v for k, v in props.items() if k[:1] != ":"} if props else {}
     message_id = headers.pop(ID_PROPERTY, None) or props.get("msgid") or stored.business_id
+    message_id = message_id or str(delivery.index)
     payload = _payload(stored.body, props.get(CONTENT_TYPE, ""), headers)
-    headers[Header.DELIVERY_ATTEMPTS] = str(
-        attempt if attempt is not None else max(1, delivery.attempts)
-    )
-    return Deliver(
-        id=message_id or str(delivery.index), queue=queue, payload=payload, headers=headers
-    )
+    headers[DELIVERY_ATTEMPTS] = str(attempt if attempt is not None else max(1, delivery.attempts))
+    return message_id, encode_deliver(message_id, queue, payload, headers), stored.store_time_ms

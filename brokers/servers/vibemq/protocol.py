@@ -20,6 +20,7 @@ from brokers.protocols.vibemq import (
     ProtocolError,
     encode_frame,
     error_frame,
+    with_length,
 )
 from brokers.servers.turnwrite import TurnWriter
 from brokers.servers.vibemq.commands import COMMANDS
@@ -100,6 +101,10 @@ class VibeMQProtocol(asyncio.Protocol):
         """Queue ``frame``; everything sent in one turn of the event loop (a dispatch
         round's deliveries, a run of publish acks) goes out in one write."""
         self._out.write(encode_frame(frame))
+
+    def send_json(self, body: bytes) -> None:
+        """Queue a frame already encoded as its JSON (a delivery), like :meth:`send`."""
+        self._out.write(with_length(body))
 
     @property
     def writable(self) -> bool:

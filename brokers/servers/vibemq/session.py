@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from brokers.engine import AppInfo, Delivery, EngineError, cancel_and_wait, record_store_time
+from brokers.engine import AppInfo, Delivery, EngineError, cancel_and_wait
 from brokers.protocols.vibemq import (
     Ack,
     ErrorCode,
@@ -31,7 +31,7 @@ from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import FANOUT_MODES, Hub
 from brokers.servers.vibemq.limits import SlidingWindow
-from brokers.servers.vibemq.messages import to_deliver
+from brokers.servers.vibemq.messages import deliver_json
 from brokers.servers.vibemq.tracking import Inflight, Tracked
 
 log = logging.getLogger("mqcloud.vibemq")
@@ -44,6 +44,9 @@ class Transport(Protocol):
 
     def send(self, frame: Frame) -> None:
         """Write one frame (never blocks; the transport buffers)."""
+
+    def send_json(self, body: bytes) -> None:
+        """Write one frame already encoded as its JSON text (``encode_json``'s form)."""
 
     @property
     def writable(self) -> bool:
@@ -103,9 +106,11 @@ class Session:
         self.inbox: dict[str, deque[Delivery]] = defaultdict(deque)
         self.closed = False
         self.stopping = False
-        self._frames: asyncio.Queue[Frame | ProtocolError] = asyncio.Queue()
+        self._frames: deque[tuple[Frame | ProtocolError, int]] = deque()
+        """Fed frames not processed yet, each with its wire bytes (a deque and an event:
+        an asyncio.Queue's bookkeeping cost more than the rest of an ack's handling)."""
+        self._fed = asyncio.Event()
         self._held: Frame | ProtocolError | None = None
-        self._sizes: deque[int] = deque()  # wire bytes of the queued frames, in order
         self.backlog_bytes = 0
         self._acks: dict[tuple[str, str, str | None, int], list[int]] = defaultdict(list)
         """(queue, app, member, partition) → acked indexes, settled together."""
@@ -153,22 +158,24 @@ class Session:
         """A decoded frame (or a decode error) from the transport, ``size`` bytes on the wire."""
         if self.closed or (self.stopping and not isinstance(event, Ack)):
             return  # shutting down: only acks of in-flight deliveries still count
-        self._frames.put_nowait(event)
-        self._sizes.append(size)
+        self._frames.append((event, size))
         self.backlog_bytes += size
+        self._fed.set()
 
-    def _taken(self) -> None:
-        self.backlog_bytes -= self._sizes.popleft()
+    def _take(self) -> Frame | ProtocolError:
+        event, size = self._frames.popleft()
+        self.backlog_bytes -= size
+        return event
 
     @property
     def backlog(self) -> int:
         """Frames fed and not processed yet (transports pause reading above a limit)."""
-        return self._frames.qsize()
+        return len(self._frames)
 
     async def room(self) -> None:
         """Wait while ``max_pending_frames`` frames are queued (transports without their
         own flow control call this before feeding)."""
-        while self._frames.qsize() >= self.ctx.config.max_pending_frames and not self.closed:
+        while len(self._frames) >= self.ctx.config.max_pending_frames and not self.closed:
             self._room.clear()
             await self._room.wait()
 
@@ -176,18 +183,18 @@ class Session:
         if self._held is not None:
             event, self._held = self._held, None
             return event
-        event = await self._frames.get()
-        self._taken()
-        return event
+        while not self._frames:
+            self._fed.clear()
+            await self._fed.wait()
+        return self._take()
 
     def _run(self, first: F, kind: type[F], limit: int) -> list[F]:
         """``first`` and the frames of its kind read right after it, at most ``limit``:
         publishes are stored together (§6), acks settled in memory in one go (a
         subscriber acks what one read brought in one write)."""
         run = [first]
-        while len(run) < limit and not self._frames.empty():
-            event = self._frames.get_nowait()
-            self._taken()
+        while len(run) < limit and self._frames:
+            event = self._take()
             if not isinstance(event, kind):
                 self._held = event
                 break
@@ -201,9 +208,7 @@ class Session:
             self._room.set()
             try:
                 if isinstance(event, Ack) and self.authenticated:
-                    for ack in self._run(event, Ack, ACK_BATCH):
-                        if self._admit(ack.id):
-                            self._ack(ack)
+                    self.settle_acks(self._run(event, Ack, ACK_BATCH))
                 elif isinstance(event, Publish) and self.authenticated:
                     await self._flush_acks()
                     await publish(self, self._run(event, Publish, self.commands.max_run))
@@ -211,7 +216,7 @@ class Session:
                     await self._flush_acks()
                     await self._process(event, handle)
                 pending = sum(map(len, self._acks.values()))
-                if self._frames.empty() or pending >= ACK_BATCH:
+                if not self._frames or pending >= ACK_BATCH:
                     await self._flush_acks()
             except asyncio.CancelledError:
                 raise
@@ -276,16 +281,32 @@ class Session:
 
     # ---------------------------------------------------------------- acks
 
-    def _ack(self, frame: Ack) -> None:
-        item = self.inflight.settle(frame.message_id, self.ctx.engine.now_ms())
-        if item is None:
-            log.debug("VibeMQ ack for unknown delivery %r ignored", frame.message_id[:64])
+    def settle_acks(self, run: Sequence[Ack], *, admit: bool = True) -> None:
+        """Settle in memory the deliveries ``run`` acks (each admitted by the frame rate
+        first, unless ``admit`` is false); the engine hears of them in :meth:`_flush_acks`.
+        Per run, not per ack: the clock, the counters and the dispatchers' wake-ups."""
+        settle, pending = self.inflight.settle, self._acks
+        now = self.ctx.engine.now_ms()
+        queues: set[str] = set()
+        settled = 0
+        for frame in run:
+            if admit and not self._admit(frame.id):
+                continue
+            message_id = frame.message_id
+            item = settle(message_id, now)
+            if item is None:
+                log.debug("VibeMQ ack for unknown delivery %r ignored", message_id[:64])
+                continue
+            d = item.delivery
+            pending[(item.queue, item.app, item.member, d.partition)].append(d.index)
+            queues.add(item.queue)
+            settled += 1
+        if not settled:
             return
-        self.ctx.counters["acknowledged"] += 1
+        self.ctx.counters["acknowledged"] += settled
         self._settled.set()
-        d = item.delivery
-        self._acks[(item.queue, item.app, item.member, d.partition)].append(d.index)
-        self.hub.wake(item.queue)
+        for queue in queues:
+            self.hub.wake(queue)
 
     async def _flush_acks(self) -> None:
         """Settle the acks read so far: one engine call per (queue, group, partition)."""
@@ -318,16 +339,16 @@ class Session:
         One call per dispatch round: it runs per message delivered."""
         if self.closed or queue not in self.subscriptions:
             return 0
-        track, send = self.inflight.add, self.transport.send
+        track, send = self.inflight.add, self.transport.send_json
         retries = latency = 0
         now = self.ctx.engine.now_ms()
         for item in leased:
             delivery = item[0]
-            frame = to_deliver(queue, delivery)  # the record decoded once for id and frame
-            track(Tracked(queue, frame.id, delivery, item[1], app, member))
+            message_id, frame, stored = deliver_json(queue, delivery)  # the record read once
+            track(Tracked(queue, message_id, delivery, item[1], app, member))
             if delivery.attempts > 1:
                 retries += 1
-            latency += max(0, now - record_store_time(delivery.record))
+            latency += max(0, now - stored)
             send(frame)
         counters = self.ctx.counters
         counters["delivered"] += len(leased)
@@ -336,12 +357,11 @@ class Session:
             counters["retries"] += retries
         return len(leased)
 
-    def _delivered(self, delivery: Delivery) -> None:
+    def _delivered(self, stored_ms: int) -> None:
         """Count a delivery and its publish→deliver latency (§15 metrics)."""
         counters = self.ctx.counters
         counters["delivered"] += 1
-        stored = record_store_time(delivery.record)  # without decoding the record again
-        counters["delivery_latency_ms"] += max(0, self.ctx.engine.now_ms() - stored)
+        counters["delivery_latency_ms"] += max(0, self.ctx.engine.now_ms() - stored_ms)
 
     def deliver_copy(self, queue: str, delivery: Delivery) -> bool:
         """A FanOutWithoutAck message: written now, or buffered (bounded); False if this
@@ -360,8 +380,9 @@ class Session:
         inbox = self.inbox.get(queue)
         while inbox and not self.closed and self.transport.writable:
             delivery = inbox.popleft()
-            self._delivered(delivery)
-            self.send(to_deliver(queue, delivery, attempt=1))
+            _, frame, stored = deliver_json(queue, delivery, attempt=1)
+            self._delivered(stored)
+            self.transport.send_json(frame)
 
     def on_writable(self) -> None:
         """The transport drained: buffered copies and the dispatchers may go on."""
@@ -406,11 +427,10 @@ class Session:
         them delivered again to someone else)."""
         events = [] if self._held is None else [self._held]
         self._held = None
-        while not self._frames.empty():
-            events.append(self._frames.get_nowait())
-        for event in events:
-            if isinstance(event, Ack) and self.authenticated:
-                self._ack(event)
+        while self._frames:
+            events.append(self._take())
+        if self.authenticated:
+            self.settle_acks([event for event in events if isinstance(event, Ack)], admit=False)
 
     async def close(self) -> None:
         """The connection is gone: unsubscribe, return unacked leases to the queue head."""
