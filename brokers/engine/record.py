@@ -213,11 +213,31 @@ _LINES_READ: dict[str, tuple[str, str]] = {}
 message (bounded like :data:`_LINES`)."""
 
 
+_KEYS_READ: set[str] = set()
+"""Keys without a backslash of lines :data:`_SIMPLE_ONE` matched: a line of such a key and a
+value without backslash is read without the pattern (bounded like :data:`_LINES`)."""
+
+
 def _simple_line(line: str) -> tuple[str, str] | None:
-    """(key, value) of a line :data:`_SIMPLE_ONE` matches in full, else None."""
+    """(key, value) of a line :data:`_SIMPLE_ONE` matches in full, else None.
+
+    A known key with a plain value — what the pattern, given no backslash, asks of a value:
+    empty, or no blank first and no carriage return — is read without the pattern and not
+    kept: its value varies (a message id), so the line would only crowd the cache."""
+    key, sep, value = line.partition("=")
+    if (
+        sep
+        and key in _KEYS_READ
+        and "\\" not in value
+        and (not value or (not value[0].isspace() and "\r" not in value))
+    ):
+        return key, value
     if not _SIMPLE_ONE.fullmatch(line):
         return None
-    key, _, value = line.partition("=")
+    if "\\" not in key:
+        if len(_KEYS_READ) >= _LINES_MAX:
+            _KEYS_READ.clear()
+        _KEYS_READ.add(key)
     if "\\" in value:
         value = value.replace("\\:", ":").replace("\\=", "=")
     read = (":" + key[2:] if key[0] == "\\" else key, value)

@@ -605,3 +605,27 @@ def test_what_the_protocols_write_takes_the_simple_path() -> None:
         text = encode_attributes(attributes).decode()
         assert all(_SIMPLE_ONE.fullmatch(line) for line in text.split("\n")), text
         assert decode_attributes(text.encode()) == attributes
+
+
+@given(st.text(alphabet="ab =:\t\f\\#é\r\x85\u2028\x0b", max_size=6))
+def test_a_known_key_reads_any_value_as_the_full_parser_does(value: str) -> None:
+    """A key read once is known: its later lines skip the pattern when the value is plain,
+    and read as the full parser reads them whatever the value."""
+    from brokers.engine.record import _full_attributes
+
+    decode_attributes(b"messageId=first")
+    text = f"messageId={value}\ntopic=orders"
+    assert decode_attributes(text.encode()) == _full_attributes(text)
+
+
+def test_lines_of_varying_values_do_not_crowd_the_line_cache() -> None:
+    from brokers.engine.record import _LINES_READ
+
+    decode_attributes(b"messageId=m-0\nkind=order")
+    before = len(_LINES_READ)
+    for i in range(1, 200):
+        assert decode_attributes(f"messageId=m-{i}\nkind=order".encode()) == {
+            "messageId": f"m-{i}",
+            "kind": "order",
+        }
+    assert len(_LINES_READ) == before
