@@ -20,6 +20,7 @@ each, per message, and the batch counted as consumed traffic.
 from __future__ import annotations
 
 import math
+import operator
 import os
 from collections.abc import Iterable
 from typing import Generic, TypeVar
@@ -38,9 +39,14 @@ PACE_IDLE = 60.0
 K = TypeVar("K")
 
 
+_record = operator.attrgetter("record")
+
+
 def footprint(deliveries: Iterable[Delivery]) -> int:
-    """The bytes ``deliveries`` take while kept."""
-    return sum(len(d.record) + PER_DELIVERY for d in deliveries)
+    """The bytes ``deliveries`` take while kept (summed in C: it runs twice per delivery
+    read ahead)."""
+    kept = deliveries if isinstance(deliveries, list | tuple) else list(deliveries)
+    return sum(map(len, map(_record, kept))) + PER_DELIVERY * len(kept)
 
 
 class ReadAheadBudget:
