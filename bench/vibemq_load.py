@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -174,6 +175,97 @@ class Subscriber(Peer):
         self.got += got
         if self.got >= self.total and not self.done.done():
             self.done.set_result(None)
+
+
+class Paced(Peer):
+    """Publishes ``per_tick`` messages in one write every tick; each id carries its send
+    time (``l-<n>-<perf_counter_ns>``), so the subscriber reads latency off the ``deliver``
+    id (§7: the id is the message id) without decoding payloads."""
+
+    def start(self, queue: str) -> None:
+        self.head = b'{"id":"l-'
+        self.tail = (
+            b'","type":"publish","queue":"' + queue.encode() + b'","payload":' + PAYLOAD + b"}"
+        )
+        self.ids = itertools.count()
+        self.acked = 0
+        self.on_frames = self._acked  # type: ignore[method-assign]
+
+    def tick(self, n: int) -> None:
+        stamp = b"-%d" % time.perf_counter_ns()
+        out = []
+        for i in itertools.islice(self.ids, n):
+            body = self.head + str(i).encode() + stamp + self.tail
+            out.append(len(body).to_bytes(4, "big") + body)
+        assert self.transport is not None
+        self.transport.write(b"".join(out))
+
+    def _acked(self, frames: list[Reply]) -> None:
+        for reply in frames:
+            if reply.type != "publishAck":
+                raise LoadError(f"publish: {reply.type} {reply.errorCode}")
+        self.acked += len(frames)
+
+
+class Timing(Subscriber):
+    """A :class:`Subscriber` that notes each delivery's latency (ms) from its id's send
+    time, for those sent at or after ``counted_from`` (``perf_counter_ns``)."""
+
+    def start(self, total: int) -> None:  # type: ignore[override]
+        super().start(total)
+        self.samples: list[float] = []
+        self.counted_from = 0
+        self.on_frames = self._timed  # type: ignore[method-assign]
+
+    def _timed(self, frames: list[Reply]) -> None:
+        now = time.perf_counter_ns()
+        for reply in frames:
+            if reply.type == "subscribeAck" and self.reply is not None and not self.reply.done():
+                self.reply.set_result(reply)  # the subscribe's :meth:`request`
+            elif reply.type == "deliver":
+                sent = int(reply.id.rsplit("-", 1)[1])
+                if sent >= self.counted_from:
+                    self.samples.append((now - sent) / 1e6)
+        self._delivered(frames)
+
+
+@dataclass
+class Latency:
+    """Publish→deliver latency quantiles (ms), how many were counted, the generator's CPU."""
+
+    p50: float
+    p99: float
+    samples: int
+    generator_cpu: float
+
+
+async def latency(
+    port: int, token: str, queue: str, rate: int, seconds: float, warmup: float = 1.0
+) -> Latency:
+    """Publish→deliver latency at ``rate`` msg/s: 10 publishes in one write every
+    ``10 / rate`` s on one connection, one subscriber acking every read, for ``warmup``
+    seconds (not counted) and then ``seconds``."""
+    per_tick = 10
+    total = int(rate * (seconds + warmup)) // per_tick * per_tick
+    sub = await open_peer(Timing, port, token)
+    sub.start(total)  # type: ignore[attr-defined]
+    await sub.request({"id": "s1", "type": "subscribe", "queue": queue}, "subscribeAck")
+    pub = await open_peer(Paced, port, token)
+    pub.start(queue)  # type: ignore[attr-defined]
+    cpu, start = time.process_time(), time.perf_counter()
+    sub.counted_from = time.perf_counter_ns() + int(warmup * 1e9)  # type: ignore[attr-defined]
+    interval = per_tick / rate
+    for n in range(total // per_tick):
+        delay = start + n * interval - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        pub.tick(per_tick)  # type: ignore[attr-defined]
+    await _until(sub.done, [sub, pub], 60)  # type: ignore[attr-defined]
+    share = (time.process_time() - cpu) / (time.perf_counter() - start)
+    sub.close()
+    pub.close()
+    cuts = statistics.quantiles(sub.samples, n=100)  # type: ignore[attr-defined]
+    return Latency(cuts[49], cuts[98], len(sub.samples), share)  # type: ignore[attr-defined]
 
 
 @dataclass

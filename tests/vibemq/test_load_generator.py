@@ -27,3 +27,18 @@ async def test_counts_what_was_stored_and_delivers_and_acks_all_of_it(broker, ca
     assert late.deliveries.empty()
     await asyncio.sleep(0.3)
     assert late.deliveries.empty()
+
+
+async def test_latency_counts_every_message_sent_after_the_warm_up(broker, catalog):
+    """The paced latency run publishes 10 per tick, times each delivery from the send time
+    its id carries, and ends with every message delivered and acked."""
+    result = await vibemq_load.latency(
+        broker.port, catalog.token, "load", rate=1000, seconds=0.5, warmup=0.2
+    )
+    assert 300 <= result.samples <= 700  # of 700: about 500 are sent after the warm-up
+    assert 0 < result.p50 <= result.p99 < 1000
+    for _ in range(50):
+        if (await broker.engine.queue_stats("load")).backlog == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert (await broker.engine.queue_stats("load")).backlog == 0
