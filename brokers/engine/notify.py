@@ -303,12 +303,6 @@ class Notifier:
                 event.hint(partition)
 
     def _wake_all(self) -> None:
-        """The connection was lost: every waiter re-checks everything."""
-        for waiters in self._waiters.values():
-            for event in waiters:
-                event.hint(None)
-
-    def _wake_all(self) -> None:
         """A link was lost: every waiter re-checks everything."""
         for waiters in self._waiters.values():
             for event in waiters:
