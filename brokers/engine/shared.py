@@ -9,7 +9,9 @@ records are counted dropped and dead ones go to the group's dead-letter queue (t
 store's, listed and resent from the console). Nothing leaves silently.
 
 Settling, releasing and failing take the deliveries' indexes per partition and cost one
-script call per partition, whatever the number of messages.
+script call per partition, whatever the number of messages. What a release makes due at
+once (a consumer that went away, read-ahead handed back unread) is announced on the
+topic's notification channel, as an append is, so waiters elsewhere take it now.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from brokers.engine import groups
 from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
 from brokers.engine.errors import IndexOutOfRange
 from brokers.engine.groups import EMPTY, FOUND, LOCKED, GroupLease, LeaseArgs, runs_of
-from brokers.engine.keys import consumer_id
+from brokers.engine.keys import consumer_id, notify_channel
 from brokers.engine.model import Delivery
 from brokers.engine.priority import is_prioritized
 from brokers.engine.read import read_range
@@ -32,6 +34,8 @@ from brokers.engine.retry import RetryStore
 from brokers.engine.unbatch import one_by_one
 
 FAN_OUT = ("FanOutWithAck", "FanOutWithoutAck")
+AVAILABLE_AGAIN = ("release", "unread")
+"""Settle modes that make deliveries due at once (``fail`` makes them due after a backoff)."""
 """Delivery modes whose subscribers are broadcast members of their group."""
 
 DeadLetter = Callable[[str, str, Delivery, str, int], Awaitable[bool]]
@@ -212,7 +216,15 @@ class SharedDelivery:
         )
         if dead:
             await self._aftermath(topic, policy, cid, GroupLease(EMPTY, partition, dead=dead))
+        if changed and mode in AVAILABLE_AGAIN:
+            await self._announce(topic.code, partition)
         return changed
+
+    async def _announce(self, topic: str, partition: int | None) -> None:
+        """Tell the topic's waiters in every process that messages are due now, as an
+        append does: a consumer that found nothing does not look again before it hears
+        of some (``None``: on any partition)."""
+        await self._client.publish(notify_channel(topic), "" if partition is None else partition)
 
     async def release_owner(
         self,
@@ -226,7 +238,7 @@ class SharedDelivery:
     ) -> int:
         """Everything ``owner`` (with ``prefix``: every owner whose name starts with it)
         leased on ``partitions`` is due again at once."""
-        return await groups.release_owner(
+        released = await groups.release_owner(
             self._client,
             topic.code,
             partitions,
@@ -235,6 +247,9 @@ class SharedDelivery:
             now_ms=self._now_ms(),
             prefix=prefix,
         )
+        if released:
+            await self._announce(topic.code, None)
+        return released
 
 
 async def _records(

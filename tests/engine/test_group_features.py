@@ -308,3 +308,35 @@ async def test_return_unread_gives_back_the_consumed_traffic_and_rate_permits(ma
     assert await engine.return_unread("q", "a", again) == 0
     rows = await engine.traffic("app", "a", start, engine.now_ms() + 1)
     assert sum(r.consumed for r in rows) == 4
+
+
+async def _heard(engine, topic: str, act, within: float = 2.0) -> bool:
+    """Whether ``act()`` makes the topic's notification reach a waiter within ``within`` s."""
+    import asyncio
+
+    async with engine.notifier.watch(topic) as woken:
+        woken.clear()
+        await act()
+        try:
+            await asyncio.wait_for(woken.wait(), within)
+        except TimeoutError:
+            return False
+        return True
+
+
+async def test_what_a_release_makes_due_now_is_announced_as_an_append_is(make_engine):
+    """A consumer that found nothing waits for a notification: messages a release, a
+    closed connection's leases or read-ahead handed back make due again are announced;
+    an ack is not (nothing became due), nor a release of what was not leased."""
+    engine = make_engine(queue_snap())
+    for body in (b"1", b"2", b"3", b"4"):
+        await publish(engine, body)
+    first, second, third, fourth = await take(engine, count=4, owner="conn-1")
+    ack = lambda: engine.settle("q", "a", 0, [first.index])  # noqa: E731
+    assert not await _heard(engine, "q", ack, within=0.5)
+    assert await _heard(engine, "q", lambda: engine.release("q", "a", 0, [second.index]))
+    assert await _heard(engine, "q", lambda: engine.return_unread("q", "a", [third]))
+    assert await _heard(engine, "q", lambda: engine.release_owner("q", "a", "conn-1"))
+    again = lambda: engine.release("q", "a", 0, [first.index])  # noqa: E731
+    assert not await _heard(engine, "q", again, within=0.5)
+    assert fourth.index == 3

@@ -4,7 +4,10 @@ A queue is a catalog topic like any other, so its subscribers get what every pro
 producers stored. One :class:`QueueDispatcher` per queue with local subscribers leases from
 the engine whenever some subscriber has room, and sleeps on the engine's notification for
 the queue (never longer than ``timer_interval``, which is also how often ack deadlines are
-checked). Every lease passes the engine's gate: policy, blacklist, pause, rate limit.
+checked). A consumer whose last lease found its group with nothing more leases again on
+the queue's next notification — an append, or a release that made messages due — or on
+that timer (what became due without one: a retry after its backoff), not on every ack.
+Every lease passes the engine's gate: policy, blacklist, pause, rate limit.
 
 * RoundRobin and PriorityBased: subscribers compete as their acting app's consumer group.
   The dispatcher leases per consumer — the (app, address) pairs of its subscribers — as
@@ -107,6 +110,10 @@ class QueueDispatcher:
         self._blocked: dict[tuple[str, str], float] = {}
         """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
+        self._drained: set[tuple[str, str]] = set()
+        """Consumers whose last lease found nothing: an ack that frees room does not make
+        them lease again (a caught-up subscriber acking one by one leased once per ack, each
+        lease empty); the queue's next notification or the timer does."""
 
     @property
     def owner(self) -> str:
@@ -141,6 +148,8 @@ class QueueDispatcher:
         try:
             async with ctx.engine.notifier.watch(self.queue) as notified:
                 while self.subscribers:
+                    if notified.is_set():  # appended, or released: every consumer looks
+                        self._drained.clear()
                     notified.clear()
                     self.wakeup.clear()
                     try:
@@ -152,7 +161,7 @@ class QueueDispatcher:
                         continue
                     waits = [asyncio.ensure_future(e.wait()) for e in (notified, self.wakeup)]
                     try:
-                        await asyncio.wait(
+                        done, _ = await asyncio.wait(
                             waits,
                             timeout=ctx.config.timer_interval,
                             return_when=asyncio.FIRST_COMPLETED,
@@ -160,6 +169,8 @@ class QueueDispatcher:
                     finally:
                         for w in waits:
                             w.cancel()
+                    if not done:  # due without a notification: retries after their backoff
+                        self._drained.clear()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -238,9 +249,17 @@ class QueueDispatcher:
             # it: a stalled one would lease again what its last read-ahead handed back
             if want <= 0 or (room <= 0 and (want < READ_AHEAD_MIN or not dealt)):
                 continue
+            if key in self._drained:
+                continue
             deadline = self.hub.ctx.engine.now_ms() + lease_ms
             asked = asyncio.get_running_loop().time()
             got = await self._lease(key, want, self.owner, lease_ms, None)
+            # only an empty lease says the group has nothing more: a lease takes one
+            # partition's batch, and of messages due again one run at a time
+            if got is not None and not got:
+                self._drained.add(key)
+            else:
+                self._drained.discard(key)
             if got:  # its pace counts from here (not from a lease that found none)
                 self._paces.leased(key, asked)
                 now = asyncio.get_running_loop().time()

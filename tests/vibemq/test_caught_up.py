@@ -1,0 +1,90 @@
+"""A caught-up consumer (hub.py): once a lease found nothing, the acks that free its
+subscribers' room do not make it lease again — the queue's next notification does: an
+append, or a release that made messages due at once, on any broker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+
+from brokers.clients.vibemq import VibeMQClient
+from tests.vibemq.conftest import FAST, Broker
+
+QUIET = replace(FAST, timer_interval=5.0, ack_timeout_ms=30_000)
+"""The timer (which also clears a caught-up mark) out of the way of what is measured."""
+
+
+async def _broker(redis_url: str, broker_id: int) -> Broker:
+    b = Broker(broker_id, redis_url)
+    await b.start(QUIET)
+    return b
+
+
+class _Leases:
+    """Counts the broker's leases answered from now on; ``answered`` is set by each."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.count = 0
+        self.answered = asyncio.Event()
+        lease = broker.engine.lease
+
+        async def counted(*args, **kwargs):
+            try:
+                return await lease(*args, **kwargs)
+            finally:
+                self.count += 1
+                self.answered.set()
+
+        broker.engine.lease = counted  # type: ignore[method-assign]
+
+
+async def test_acks_of_a_caught_up_subscriber_lease_nothing(catalog, redis_url):
+    one = await _broker(redis_url, 1)
+    c = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    try:
+        await c.create_queue("calm")
+        for i in range(10):
+            await c.publish("calm", i, message_id=f"c{i}")
+        await c.subscribe("calm")
+        got = [await c.receive(3) for _ in range(10)]
+        await c.ping()
+        leases = _Leases(one)
+        for m in got:  # acked one by one, each read on its own
+            c.ack(m.id)
+            await c.ping()
+        assert leases.count <= 2, leases.count  # before: a lease per ack, each finding nothing
+        await c.publish("calm", 10, message_id="c10")  # the next append is taken at once
+        assert (await c.receive(3)).id == "c10"
+    finally:
+        await c.close()
+        await one.stop()
+
+
+async def test_a_release_on_another_broker_reaches_a_caught_up_subscriber_now(catalog, redis_url):
+    one, two = await _broker(redis_url, 1), await _broker(redis_url, 2)
+    holder = await VibeMQClient.open("127.0.0.1", two.port, catalog.token)
+    waiting = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    try:
+        await holder.create_queue("handover")
+        await holder.subscribe("handover")
+        for i in range(3):
+            await holder.publish("handover", i, message_id=f"h{i}")
+        held = [await holder.receive(3) for _ in range(3)]  # in flight, never acked
+        await one.watcher.refresh()
+        leases = _Leases(one)
+        await waiting.subscribe("handover")
+        await asyncio.wait_for(leases.answered.wait(), 3)  # its dispatcher found nothing
+        await asyncio.sleep(0.1)
+        start = time.monotonic()
+        await holder.close()  # broker 2 releases the three at once
+        got = []
+        for _ in range(3):  # due again one leased run at a time: its acks take the next
+            got.append(await waiting.receive(3))
+            waiting.ack(got[-1].id)
+        assert sorted(m.id for m in got) == sorted(m.id for m in held)
+        assert time.monotonic() - start < QUIET.timer_interval / 2  # not the timer's look
+    finally:
+        await waiting.close()
+        await one.stop()
+        await two.stop()
