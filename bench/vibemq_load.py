@@ -116,30 +116,41 @@ class Publisher(Peer):
     """Keeps ``window`` publishes in flight, each with its own id (§6)."""
 
     def start(self, queue: str, tag: str, window: int, stop: float) -> None:
+        self._prepare(queue, tag)
+        self.stop, self.in_flight = stop, 0
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.on_frames = self._acked  # type: ignore[method-assign]
+        self._send(window)
+
+    def _prepare(self, queue: str, tag: str) -> None:
         self.head = b'{"id":"' + tag.encode() + b"-"
         self.tail = (
             b'","type":"publish","queue":"' + queue.encode() + b'","payload":' + PAYLOAD + b"}"
         )
         self.ids = itertools.count()
-        self.acked, self.stop, self.in_flight = 0, stop, 0
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.on_frames = self._acked  # type: ignore[method-assign]
-        self._send(window)
+        self.acked = 0
 
-    def _send(self, n: int) -> None:
+    def _write(self, n: int, stamp: bytes = b"") -> None:
+        """``n`` publishes with the next ids (each followed by ``stamp``), in one write."""
         out = []
         for i in itertools.islice(self.ids, n):
-            body = self.head + str(i).encode() + self.tail
+            body = self.head + str(i).encode() + stamp + self.tail
             out.append(len(body).to_bytes(4, "big") + body)
-        self.in_flight += n
         assert self.transport is not None
         self.transport.write(b"".join(out))
 
-    def _acked(self, frames: list[Reply]) -> None:
+    def _send(self, n: int) -> None:
+        self.in_flight += n
+        self._write(n)
+
+    def _count_acks(self, frames: list[Reply]) -> None:
         for reply in frames:
             if reply.type != "publishAck":
                 raise LoadError(f"publish: {reply.type} {reply.errorCode}")
         self.acked += len(frames)
+
+    def _acked(self, frames: list[Reply]) -> None:
+        self._count_acks(frames)
         self.in_flight -= len(frames)
         if time.perf_counter() < self.stop:
             self._send(len(frames))
@@ -177,34 +188,17 @@ class Subscriber(Peer):
             self.done.set_result(None)
 
 
-class Paced(Peer):
-    """Publishes ``per_tick`` messages in one write every tick; each id carries its send
+class Paced(Publisher):
+    """Publishes ``n`` messages in one write per :meth:`tick`; each id carries its send
     time (``l-<n>-<perf_counter_ns>``), so the subscriber reads latency off the ``deliver``
     id (§7: the id is the message id) without decoding payloads."""
 
-    def start(self, queue: str) -> None:
-        self.head = b'{"id":"l-'
-        self.tail = (
-            b'","type":"publish","queue":"' + queue.encode() + b'","payload":' + PAYLOAD + b"}"
-        )
-        self.ids = itertools.count()
-        self.acked = 0
-        self.on_frames = self._acked  # type: ignore[method-assign]
+    def start_paced(self, queue: str) -> None:
+        self._prepare(queue, "l")
+        self.on_frames = self._count_acks  # type: ignore[method-assign]
 
     def tick(self, n: int) -> None:
-        stamp = b"-%d" % time.perf_counter_ns()
-        out = []
-        for i in itertools.islice(self.ids, n):
-            body = self.head + str(i).encode() + stamp + self.tail
-            out.append(len(body).to_bytes(4, "big") + body)
-        assert self.transport is not None
-        self.transport.write(b"".join(out))
-
-    def _acked(self, frames: list[Reply]) -> None:
-        for reply in frames:
-            if reply.type != "publishAck":
-                raise LoadError(f"publish: {reply.type} {reply.errorCode}")
-        self.acked += len(frames)
+        self._write(n, b"-%d" % time.perf_counter_ns())
 
 
 class Timing(Subscriber):
@@ -251,7 +245,7 @@ async def latency(
     sub.start(total)  # type: ignore[attr-defined]
     await sub.request({"id": "s1", "type": "subscribe", "queue": queue}, "subscribeAck")
     pub = await open_peer(Paced, port, token)
-    pub.start(queue)  # type: ignore[attr-defined]
+    pub.start_paced(queue)  # type: ignore[attr-defined]
     cpu, start = time.process_time(), time.perf_counter()
     sub.counted_from = time.perf_counter_ns() + int(warmup * 1e9)  # type: ignore[attr-defined]
     interval = per_tick / rate
