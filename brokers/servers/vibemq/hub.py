@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -110,10 +111,11 @@ class QueueDispatcher:
         self._blocked: dict[tuple[str, str], float] = {}
         """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
-        self._drained: set[tuple[str, str]] = set()
-        """Consumers whose last lease found nothing: an ack that frees room does not make
-        them lease again (a caught-up subscriber acking one by one leased once per ack, each
-        lease empty); the queue's next notification or the timer does."""
+        self._drained: dict[tuple[str, str], float] = {}
+        """Consumers whose last lease found nothing → engine ms when something it holds may
+        be due (a retry after its backoff; inf: nothing known). Until then an ack that frees
+        room does not make them lease again (a caught-up subscriber acking one by one leased
+        once per ack, each lease empty); the queue's next notification or the timer does."""
 
     @property
     def owner(self) -> str:
@@ -196,7 +198,8 @@ class QueueDispatcher:
     async def _lease(
         self, key: tuple[str, str], count: int, owner: str, lease_ms: int, member: str | None
     ) -> list[Delivery] | None:
-        """A lease through the gate; None when the consumer is held back for a while."""
+        """A lease through the gate; None when the consumer is held back for a while. A
+        competing consumer (no ``member``) that found nothing is marked drained."""
         app, address = key
         try:
             lease = await self.hub.ctx.engine.lease(
@@ -216,6 +219,13 @@ class QueueDispatcher:
             log.info("VibeMQ %s: %s", self.queue, exc)
             self._block(key, 1000)
             return None
+        if member is None:
+            # only an empty lease says the group has nothing more: a lease takes one
+            # partition's batch, and of messages due again one run at a time
+            if lease.deliveries:
+                self._drained.pop(key, None)
+            else:
+                self._drained[key] = lease.retry_after_ms or math.inf
         return lease.deliveries
 
     async def _competing(self, lease_ms: int, read_ahead: bool) -> bool:
@@ -249,17 +259,11 @@ class QueueDispatcher:
             # it: a stalled one would lease again what its last read-ahead handed back
             if want <= 0 or (room <= 0 and (want < READ_AHEAD_MIN or not dealt)):
                 continue
-            if key in self._drained:
+            if self._drained.get(key, 0) > self.hub.ctx.engine.now_ms():
                 continue
             deadline = self.hub.ctx.engine.now_ms() + lease_ms
             asked = asyncio.get_running_loop().time()
             got = await self._lease(key, want, self.owner, lease_ms, None)
-            # only an empty lease says the group has nothing more: a lease takes one
-            # partition's batch, and of messages due again one run at a time
-            if got is not None and not got:
-                self._drained.add(key)
-            else:
-                self._drained.discard(key)
             if got:  # its pace counts from here (not from a lease that found none)
                 self._paces.leased(key, asked)
                 now = asyncio.get_running_loop().time()

@@ -10,7 +10,10 @@ pump task that leases while some session has window left, parked on the engine's
 notifier otherwise (no busy polling). It leases for each consumer of its sessions —
 (acting app, client host) — through the engine's gate, so a paused, refused or
 rate-limited consumer's sessions simply wait, and deals the batch round-robin to that
-consumer's sessions.
+consumer's sessions. A consumer whose lease found nothing is not leased for again on its
+next consume (a caught-up long poller cost an empty lease per poll) but on the MQ's next
+notification — an append, or a release that made messages due — or when the lease said
+something of its own may be due (a retry after its backoff), or at ``idle_recheck``.
 
 Read-ahead: the pump leases what its sessions want plus what the consumer took in the
 last ``read_ahead_hold`` seconds (its pace since its previous lease), up to a batch
@@ -54,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -123,6 +127,11 @@ class QueueMq:
     _watched: set[Connection] = field(default_factory=set)
     _blocked: dict[tuple[str, str], float] = field(default_factory=dict)
     """Consumer → monotonic time before which it is not taken for (rate limit, refusal)."""
+    _drained: dict[tuple[str, str], float] = field(default_factory=dict)
+    """Consumer whose last lease found nothing → engine ms when something it holds may be
+    due (a retry after its backoff; inf: nothing known). Until then a new consume does not
+    make the pump lease for it again (each long poll of a caught-up consumer cost an empty
+    lease); the MQ's next notification — an append, or a release — does."""
     _ahead: dict[tuple[str, str], deque[tuple[Delivery, float]]] = field(default_factory=dict)
     """Consumer → deliveries leased and not yet dealt, with the monotonic time leased."""
     _ahead_timer: asyncio.TimerHandle | None = None
@@ -355,7 +364,8 @@ class QueueMq:
         async with engine.notifier.watch(self.name) as event:
             self._event = event
             while True:
-                event.clear()
+                if event.take() != set():  # notified (not only kicked): every consumer looks
+                    self._drained.clear()
                 if not self.line:
                     # long polls come back within a round trip: wait for the next session
                     # a while rather than end the pump and watch the topic again
@@ -376,12 +386,15 @@ class QueueMq:
                         want = wants.get(key, 0) + (cfg.take_batch if s.window < 0 else s.window)
                         wants[key] = min(want, cfg.take_batch)
                 progressed = False
+                now_ms = engine.now_ms()
                 for (app, address), want in wants.items():
                     unsent = self._deal_ahead((app, address), want)
                     if unsent is not None:
                         if unsent:
                             await self._release(unsent)
                         progressed = True
+                        continue
+                    if self._drained.get((app, address), 0) > now_ms:
                         continue
                     try:
                         count = self._lease_size((app, address), want)
@@ -406,18 +419,26 @@ class QueueMq:
                         log.warning("zbus queue %s: %s", self.name, exc)
                         await asyncio.sleep(0.5)
                         continue
-                    if got:  # its pace counts from here (not from a lease that found none)
-                        self._paces.leased((app, address), leased_at)
-                        await self._dispatch(got, (app, address), leased_at)
-                        progressed = True
+                    if not got:  # only an empty lease says the group has nothing more
+                        self._drained[app, address] = lease.retry_after_ms or math.inf
+                        continue
+                    self._drained.pop((app, address), None)
+                    self._paces.leased((app, address), leased_at)  # its pace counts from here
+                    await self._dispatch(got, (app, address), leased_at)
+                    progressed = True
                 if progressed:
                     continue
                 wait = cfg.idle_recheck
                 if self._blocked:
                     wait = min(wait, max(0.01, min(self._blocked.values()) - time.monotonic()))
-                with contextlib.suppress(TimeoutError):
+                due = min(self._drained.values(), default=math.inf)
+                if due != math.inf:
+                    wait = min(wait, max(0.01, (due - engine.now_ms()) / 1000))
+                try:
                     async with asyncio.timeout(wait):
                         await event.wait()
+                except TimeoutError:  # what may be due without a notification: look again
+                    self._drained.clear()
 
     def _ready(self, key: tuple[str, str]) -> bool:
         until = self._blocked.get(key)

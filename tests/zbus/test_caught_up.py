@@ -1,0 +1,81 @@
+"""A caught-up consumer of a queue MQ (queue.py): once a lease found nothing, new consumes
+do not make the pump lease for it again — the MQ's next notification does (an append, or a
+release), or the pump's recheck."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from tests.zbus.conftest import TEST_CONFIG, Broker_, Raw, msg
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUIET = dataclasses.replace(TEST_CONFIG, idle_recheck=10.0)
+
+
+class _Leases:
+    """Counts the server's leases answered from now on."""
+
+    def __init__(self, server: Broker_) -> None:
+        self.count = 0
+        lease = server.engine.lease
+
+        async def counted(*args, **kwargs):
+            try:
+                return await lease(*args, **kwargs)
+            finally:
+                self.count += 1
+
+        server.engine.lease = counted  # type: ignore[method-assign]
+
+
+async def test_long_polls_of_a_caught_up_consumer_lease_nothing(catalog, redis_url) -> None:
+    server = Broker_(redis_url)
+    await server.start(QUIET)
+    raw = await Raw.open(server.port)
+    try:
+        await raw.send(msg("cmd: produce", "mq: orders", "msgid: p0", body=b"m0"))
+        assert (await raw.recv()).status == 200
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c0"))
+        assert (await raw.recv()).body == b"m0"
+        leases = _Leases(server)
+        for i in range(1, 11):  # each parks on the empty MQ and replaces the one before
+            await raw.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
+            await asyncio.sleep(0.05)  # the pump runs for each
+        await raw.send(msg("cmd: produce", "mq: orders", "msgid: p1", body=b"m1"))
+        replies = [await raw.recv(3.0) for _ in range(2)]
+        assert sorted(r.status for r in replies) == [200, 200]
+        assert b"m1" in [r.body for r in replies]  # the append is taken at once
+        assert leases.count <= 3, leases.count  # before: an empty lease per consume
+    finally:
+        await raw.close()
+        await server.stop()
+
+
+async def test_a_release_reaches_a_parked_caught_up_consumer_now(catalog, redis_url) -> None:
+    """The consume parked on an MQ whose only message is in flight found nothing; when the
+    holder's connection goes, the release is announced and the message comes at once, not
+    after the pump's 10 s recheck."""
+    server = Broker_(redis_url)
+    await server.start(QUIET)
+    first, second = await Raw.open(server.port), await Raw.open(server.port)
+    try:
+        await first.send(msg("cmd: produce", "mq: orders", "msgid: p1", body=b"precious"))
+        assert (await first.recv()).status == 200
+        await first.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
+        assert (await first.recv()).body == b"precious"
+        leases = _Leases(server)
+        await second.send(msg("cmd: consume", "mq: orders", "msgid: c2"))
+        for _ in range(100):  # the pump leased for it and found nothing
+            if leases.count:
+                break
+            await asyncio.sleep(0.01)
+        await first.close()  # gone before settling it
+        again = await second.recv(3.0)
+        assert (again.body, again.headers.get("redelivered")) == (b"precious", "1")
+    finally:
+        await second.close()
+        await server.stop()
