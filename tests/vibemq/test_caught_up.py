@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 
 from brokers.clients.vibemq import VibeMQClient
+from tests.lease_counter import LeaseCounter
 from tests.vibemq.conftest import FAST, Broker
 
 QUIET = replace(FAST, timer_interval=5.0, ack_timeout_ms=30_000)
@@ -21,24 +22,6 @@ async def _broker(redis_url: str, broker_id: int) -> Broker:
     return b
 
 
-class _Leases:
-    """Counts the broker's leases answered from now on; ``answered`` is set by each."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.count = 0
-        self.answered = asyncio.Event()
-        lease = broker.engine.lease
-
-        async def counted(*args, **kwargs):
-            try:
-                return await lease(*args, **kwargs)
-            finally:
-                self.count += 1
-                self.answered.set()
-
-        broker.engine.lease = counted  # type: ignore[method-assign]
-
-
 async def test_acks_of_a_caught_up_subscriber_lease_nothing(catalog, redis_url):
     one = await _broker(redis_url, 1)
     c = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
@@ -49,7 +32,7 @@ async def test_acks_of_a_caught_up_subscriber_lease_nothing(catalog, redis_url):
         await c.subscribe("calm")
         got = [await c.receive(3) for _ in range(10)]
         await c.ping()
-        leases = _Leases(one)
+        leases = LeaseCounter(one.engine)
         for m in got:  # acked one by one, each read on its own
             c.ack(m.id)
             await c.ping()
@@ -72,7 +55,7 @@ async def test_a_release_on_another_broker_reaches_a_caught_up_subscriber_now(ca
             await holder.publish("handover", i, message_id=f"h{i}")
         held = [await holder.receive(3) for _ in range(3)]  # in flight, never acked
         await one.watcher.refresh()
-        leases = _Leases(one)
+        leases = LeaseCounter(one.engine)
         await waiting.subscribe("handover")
         await asyncio.wait_for(leases.answered.wait(), 3)  # its dispatcher found nothing
         await asyncio.sleep(0.1)

@@ -9,27 +9,12 @@ import dataclasses
 
 import pytest
 
+from tests.lease_counter import LeaseCounter
 from tests.zbus.conftest import TEST_CONFIG, Broker_, Raw, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUIET = dataclasses.replace(TEST_CONFIG, idle_recheck=10.0)
-
-
-class _Leases:
-    """Counts the server's leases answered from now on."""
-
-    def __init__(self, server: Broker_) -> None:
-        self.count = 0
-        lease = server.engine.lease
-
-        async def counted(*args, **kwargs):
-            try:
-                return await lease(*args, **kwargs)
-            finally:
-                self.count += 1
-
-        server.engine.lease = counted  # type: ignore[method-assign]
 
 
 async def test_long_polls_of_a_caught_up_consumer_lease_nothing(catalog, redis_url) -> None:
@@ -41,7 +26,7 @@ async def test_long_polls_of_a_caught_up_consumer_lease_nothing(catalog, redis_u
         assert (await raw.recv()).status == 200
         await raw.send(msg("cmd: consume", "mq: orders", "msgid: c0"))
         assert (await raw.recv()).body == b"m0"
-        leases = _Leases(server)
+        leases = LeaseCounter(server.engine)
         for i in range(1, 11):  # each parks on the empty MQ and replaces the one before
             await raw.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
             await asyncio.sleep(0.05)  # the pump runs for each
@@ -67,7 +52,7 @@ async def test_a_release_reaches_a_parked_caught_up_consumer_now(catalog, redis_
         assert (await first.recv()).status == 200
         await first.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
         assert (await first.recv()).body == b"precious"
-        leases = _Leases(server)
+        leases = LeaseCounter(server.engine)
         await second.send(msg("cmd: consume", "mq: orders", "msgid: c2"))
         for _ in range(100):  # the pump leased for it and found nothing
             if leases.count:
