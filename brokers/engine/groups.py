@@ -232,7 +232,8 @@ LEASE = Script(
 -- the partition's dispatch mark `fan` — where the next member to join starts)
 -- Returns {status, hint, attempt, redelivered, n_live, n_expired, n_dead, live triples...,
 -- expired triples..., dead range starts..., leased runs as start, end pairs...}; status -1 LOCKED (hint = lock expiry), 0 EMPTY
--- (hint = when something may be due, 0 none), 1 FOUND.
+-- (hint = when something may be due, 0 none), 1 FOUND (hint = `now` when more is
+-- servable at once, else as for EMPTY).
 local now, want, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local owner, init, addr = ARGV[4], ARGV[5], ARGV[6]
 local max_store = nil
@@ -361,10 +362,16 @@ if #live == 0 then
   end
 end
 refresh_ack(cur)
+-- the hint: when something (more) may be due, 0 nothing known; after a FOUND lease `now`
+-- when more is servable at once (records past the cursor, a range due): the consumer
+-- leases again at once, or else waits for a notification instead of an empty lease
 local hint = 0
-if #live == 0 then
+if #live > 0 and cur < nxt and not blocked then
+  hint = now
+else
   local nd = redis.call('ZRANGE', K.rd, 0, 0, 'WITHSCORES')
   if nd[2] then hint = tonumber(nd[2]) end
+  if #live > 0 and hint > 0 and hint < now then hint = now end
   if blocked and (hint == 0 or blocked < hint) then hint = blocked end
 end
 local status = 0
@@ -590,7 +597,8 @@ class GroupLease:
     status: int
     partition: int
     hint_ms: int = 0
-    """LOCKED: the lock's expiry; EMPTY: when something may be due (0: nothing known)."""
+    """LOCKED: the lock's expiry; EMPTY: when something may be due (0: nothing known);
+    FOUND: the lease's ``now_ms`` when more is servable at once, else as for EMPTY."""
     deliveries: list[Delivery] = field(default_factory=list)
     expired: list[Delivery] = field(default_factory=list)
     """Records past their TTL: settled, to be dead-lettered or counted dropped."""

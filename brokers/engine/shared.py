@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from brokers.engine import groups
 from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
 from brokers.engine.errors import IndexOutOfRange
-from brokers.engine.groups import EMPTY, FOUND, LOCKED, GroupLease, LeaseArgs, runs_of
+from brokers.engine.groups import EMPTY, FOUND, GroupLease, LeaseArgs, runs_of
 from brokers.engine.keys import consumer_id, notify_channel
 from brokers.engine.model import Delivery
 from brokers.engine.priority import is_prioritized
@@ -47,7 +47,11 @@ class Lease:
     """One lease: live deliveries of one partition (empty when nothing was servable).
 
     ``retry_after_ms`` (wall clock) says when a locked, delayed or backed-off range may
-    be servable again, if known.
+    be servable again, if known. ``more``: a lease that found something says whether more
+    is servable at once — in its partition (past the batch, or due again), or in a
+    partition it did not look at. A consumer told ``more=False`` need not lease again
+    before the topic's next notification or ``retry_after_ms``: that lease would find
+    nothing.
     """
 
     topic: str
@@ -55,6 +59,7 @@ class Lease:
     partition: int = -1
     deliveries: list[Delivery] = field(default_factory=list)
     retry_after_ms: int | None = None
+    more: bool = False
 
     @property
     def found(self) -> bool:
@@ -143,8 +148,13 @@ class SharedDelivery:
             if got.status == FOUND:
                 result.partition = p
                 result.deliveries = one_by_one(got.deliveries, got.runs)
+                # partitions after p in this turn were not looked at: they may have some
+                result.more = 0 < got.hint_ms <= now or p != order[-1]
+                if not result.more and got.hint_ms:
+                    hints.append(got.hint_ms)
+                result.retry_after_ms = min(hints) if hints and not result.more else None
                 return result
-            if got.status in (LOCKED, EMPTY) and got.hint_ms:
+            if got.hint_ms:  # LOCKED or EMPTY
                 hints.append(got.hint_ms)
         result.retry_after_ms = min(hints) if hints else None
         return result

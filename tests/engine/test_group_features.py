@@ -340,3 +340,38 @@ async def test_what_a_release_makes_due_now_is_announced_as_an_append_is(make_en
     again = lambda: engine.release("q", "a", 0, [first.index])  # noqa: E731
     assert not await _heard(engine, "q", again, within=0.5)
     assert fourth.index == 3
+
+
+async def test_a_lease_says_whether_more_is_servable_at_once(make_engine, clock):
+    """A consumer told "nothing more" can wait for the next notification instead of an
+    empty lease; one told "more" leases again at once (a release's second run is due now,
+    though a lease hands out one run at a time)."""
+    engine = make_engine(queue_snap())
+    for i in range(5):
+        await publish(engine, b"%d" % i)
+    part = await engine.lease("q", "a", count=2, owner="t")
+    assert [d.index for d in part.deliveries] == [0, 1] and part.more
+    rest = await engine.lease("q", "a", count=10, owner="t")
+    assert [d.index for d in rest.deliveries] == [2, 3, 4] and not rest.more
+    # the lease's own deadline is when something it holds may come back
+    assert rest.retry_after_ms is not None and rest.retry_after_ms > engine.now_ms()
+    await engine.release("q", "a", 0, [0, 3])  # two runs due again: [0, 1) and [3, 4)
+    first = await engine.lease("q", "a", count=10, owner="t")
+    assert [d.index for d in first.deliveries] == [0] and first.more
+    second = await engine.lease("q", "a", count=10, owner="t")
+    assert [d.index for d in second.deliveries] == [3] and not second.more
+    assert (await engine.lease("q", "a", count=10, owner="t")).deliveries == []
+    await publish(engine, b"5")
+    exact = await engine.lease("q", "a", count=1, owner="t")
+    assert [d.index for d in exact.deliveries] == [5] and not exact.more
+
+
+async def test_a_lease_of_one_partition_says_more_while_others_were_not_looked_at(make_engine):
+    engine = make_engine(snapshot(topics={"q": {"partitions": 2, "queue": QueueSettings()}}))
+    await engine.append_many("q", "a", [Message(b"0")], partition=0)
+    await engine.append_many("q", "a", [Message(b"1")], partition=1)
+    leases = [await engine.lease("q", "a", count=10, owner="t") for _ in range(3)]
+    assert sorted(lease.partition for lease in leases[:2]) == [0, 1]
+    # each found one message; the first did not look at the other partition
+    assert [len(lease.deliveries) for lease in leases] == [1, 1, 0]
+    assert leases[0].more and not leases[2].more

@@ -12,6 +12,7 @@ back), or let their leases expire while the clock moves. Invariants:
 * ranges merge correctly: the ack index is exactly the lowest unsettled index, and the
   group's in-flight count equals the model's held messages;
 * an expired or released range returns exactly its unacked part;
+* a lease that found something says exactly whether more is servable at once;
 * every lease counts as a delivery — released, failed, expired or crashed alike — except
   one handed back unread (read ahead, never seen): ``attempts`` is the message's
   deliveries so far, and ``redelivered`` says whether there were any before.
@@ -95,9 +96,10 @@ class GroupMachine(RuleBasedStateMachine):
     @rule(consumer=st.sampled_from(CONSUMERS), count=st.integers(1, 4))
     def lease(self, consumer: str, count: int) -> None:
         self._expire_model()
-        got = self.run(
+        lease = self.run(
             self.engine.lease("q", "a", count=count, owner=consumer, lease_ms=LEASE_MS)
-        ).deliveries
+        )
+        got = lease.deliveries
         indexes = [d.index for d in got]
         note(f"lease {consumer} {count} -> {indexes}")
         assert len(indexes) <= count
@@ -113,6 +115,9 @@ class GroupMachine(RuleBasedStateMachine):
             before = self.deliveries.get(d.index, 0)
             assert (d.attempts, d.redelivered) == (before + 1, before > 0), (d, before)
             self.deliveries[d.index] = before + 1
+        if got:  # "more" is exact: servable now is what is neither settled nor held
+            servable = set(range(self.produced)) - self.settled - self._all_held()
+            assert lease.more == bool(servable), (lease.more, sorted(servable))
 
     @precondition(lambda self: any(self.held.values()))
     @rule(consumer=st.sampled_from(CONSUMERS), data=st.data())

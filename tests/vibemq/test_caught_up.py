@@ -71,3 +71,58 @@ async def test_a_release_on_another_broker_reaches_a_caught_up_subscriber_now(ca
         await waiting.close()
         await one.stop()
         await two.stop()
+
+
+async def test_every_run_a_release_makes_due_reaches_a_subscriber_that_does_not_ack(
+    catalog, redis_url
+):
+    """A lease hands out one run due again at a time; the engine says more is due, so the
+    dispatcher leases the next run at once instead of at an ack or its timer."""
+    one, two = await _broker(redis_url, 1), await _broker(redis_url, 2)
+    holder = await VibeMQClient.open("127.0.0.1", two.port, catalog.token)
+    waiting = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    try:
+        await holder.create_queue("runs")
+        await holder.subscribe("runs")
+        held = []
+        for i in range(3):  # leased one at a time: three ranges, three runs when released
+            await holder.publish("runs", i, message_id=f"r{i}")
+            held.append(await holder.receive(3))
+        await one.watcher.refresh()
+        leases = LeaseCounter(one.engine)
+        await waiting.subscribe("runs")
+        await asyncio.wait_for(leases.answered.wait(), 3)  # its dispatcher found nothing
+        await asyncio.sleep(0.1)
+        start = time.monotonic()
+        await holder.close()
+        got = [await waiting.receive(3) for _ in range(3)]  # never acked
+        assert sorted(m.id for m in got) == sorted(m.id for m in held)
+        assert time.monotonic() - start < QUIET.timer_interval / 2  # not the timer's look
+    finally:
+        await waiting.close()
+        await one.stop()
+        await two.stop()
+
+
+async def test_a_subscriber_keeping_up_costs_one_lease_per_message(catalog, redis_url):
+    """Messages published one by one to a subscriber that acks each: the lease that found
+    one says nothing more is there, so the ack does not lease again (an empty lease)."""
+    one = await _broker(redis_url, 1)
+    producer = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    c = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    try:
+        await producer.create_queue("steady")
+        await c.subscribe("steady")
+        await c.ping()
+        leases = LeaseCounter(one.engine)
+        for i in range(10):
+            await producer.publish("steady", i, message_id=f"s{i}")
+            m = await c.receive(3)
+            assert m.id == f"s{i}"
+            c.ack(m.id)
+            await c.ping()
+        assert leases.count <= 12, leases.count  # before: two per message, one of them empty
+    finally:
+        await producer.close()
+        await c.close()
+        await one.stop()

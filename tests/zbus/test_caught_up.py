@@ -64,3 +64,26 @@ async def test_a_release_reaches_a_parked_caught_up_consumer_now(catalog, redis_
     finally:
         await second.close()
         await server.stop()
+
+
+async def test_a_long_poller_keeping_up_costs_one_lease_per_message(catalog, redis_url) -> None:
+    """Messages produced one by one to a long poller: the lease that found one says
+    nothing more is there, so its next consume parks without an empty lease."""
+    server = Broker_(redis_url)
+    await server.start(QUIET)
+    producer, poller = await Raw.open(server.port), await Raw.open(server.port)
+    try:
+        await poller.send(msg("cmd: consume", "mq: orders", "msgid: c0"))
+        await asyncio.sleep(0.1)
+        leases = LeaseCounter(server.engine)
+        for i in range(10):
+            await producer.send(msg("cmd: produce", "mq: orders", f"msgid: p{i}", body=b"m%d" % i))
+            assert (await producer.recv()).status == 200
+            assert (await poller.recv(3.0)).body == b"m%d" % i
+            await poller.send(msg("cmd: consume", "mq: orders", f"msgid: c{i + 1}"))
+            await asyncio.sleep(0.02)  # the pump runs for the new consume
+        assert leases.count <= 12, leases.count  # before: two per message, one of them empty
+    finally:
+        await producer.close()
+        await poller.close()
+        await server.stop()

@@ -4,7 +4,8 @@ A queue is a catalog topic like any other, so its subscribers get what every pro
 producers stored. One :class:`QueueDispatcher` per queue with local subscribers leases from
 the engine whenever some subscriber has room, and sleeps on the engine's notification for
 the queue (never longer than ``timer_interval``, which is also how often ack deadlines are
-checked). A consumer whose last lease found its group with nothing more leases again on
+checked). A consumer whose last lease left its group with nothing servable (it found
+nothing, or the engine said nothing more is there) leases again on
 the queue's next notification — an append, or a release that made messages due — or on
 that timer (what became due without one: a retry after its backoff), not on every ack.
 Every lease passes the engine's gate: policy, blacklist, pause, rate limit.
@@ -46,6 +47,7 @@ from brokers.engine import (
     AccessDenied,
     Delivery,
     EngineError,
+    Lease,
     RateLimited,
     cancel_and_wait,
 )
@@ -112,7 +114,7 @@ class QueueDispatcher:
         """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
         self._drained: dict[tuple[str, str], float] = {}
-        """Consumers whose last lease found nothing → engine ms when something it holds may
+        """Consumers whose last lease left nothing servable → engine ms when something it holds may
         be due (a retry after its backoff; inf: nothing known). Until then an ack that frees
         room does not make them lease again (a caught-up subscriber acking one by one leased
         once per ack, each lease empty); the queue's next notification or the timer does."""
@@ -197,9 +199,10 @@ class QueueDispatcher:
 
     async def _lease(
         self, key: tuple[str, str], count: int, owner: str, lease_ms: int, member: str | None
-    ) -> list[Delivery] | None:
+    ) -> Lease | None:
         """A lease through the gate; None when the consumer is held back for a while. A
-        competing consumer (no ``member``) that found nothing is marked drained."""
+        competing consumer (no ``member``) whose lease left nothing servable (it found
+        nothing, or the engine says nothing more is there) is marked drained."""
         app, address = key
         try:
             lease = await self.hub.ctx.engine.lease(
@@ -220,13 +223,13 @@ class QueueDispatcher:
             self._block(key, 1000)
             return None
         if member is None:
-            # only an empty lease says the group has nothing more: a lease takes one
-            # partition's batch, and of messages due again one run at a time
-            if lease.deliveries:
+            # a lease takes one partition's batch, and of messages due again one run at a
+            # time: the engine says whether more is there (else its next lease is empty)
+            if lease.more:
                 self._drained.pop(key, None)
             else:
                 self._drained[key] = lease.retry_after_ms or math.inf
-        return lease.deliveries
+        return lease
 
     async def _competing(self, lease_ms: int, read_ahead: bool) -> bool:
         more = False
@@ -263,7 +266,8 @@ class QueueDispatcher:
                 continue
             deadline = self.hub.ctx.engine.now_ms() + lease_ms
             asked = asyncio.get_running_loop().time()
-            got = await self._lease(key, want, self.owner, lease_ms, None)
+            lease = await self._lease(key, want, self.owner, lease_ms, None)
+            got = lease.deliveries if lease is not None else None
             if got:  # its pace counts from here (not from a lease that found none)
                 self._paces.leased(key, asked)
                 now = asyncio.get_running_loop().time()
@@ -272,7 +276,7 @@ class QueueDispatcher:
                 undealt = self._round_robin(key[0], subs, offered, caps) if offered else []
                 self._paces.took(key, len(offered) - len(undealt))
                 await self._keep(key, undealt + leased[len(offered) :], read_ahead)
-                more = more or len(got) == want
+                more = more or lease.more
         return more
 
     def _round_robin(
@@ -381,10 +385,11 @@ class QueueDispatcher:
             if room <= 0 or not self._ready(key):
                 continue
             member = sub.member_id(self.queue)
-            got = await self._lease(key, room, sub.key, lease_ms, member)
-            if not got:
+            lease = await self._lease(key, room, sub.key, lease_ms, member)
+            if lease is None or not lease.deliveries:
                 continue
-            more = more or len(got) == room
+            got = lease.deliveries
+            more = more or lease.more
             if tracked:
                 deadline = engine.now_ms() + lease_ms
                 written = sub.deliver_leases(

@@ -10,9 +10,9 @@ pump task that leases while some session has window left, parked on the engine's
 notifier otherwise (no busy polling). It leases for each consumer of its sessions —
 (acting app, client host) — through the engine's gate, so a paused, refused or
 rate-limited consumer's sessions simply wait, and deals the batch round-robin to that
-consumer's sessions. A consumer whose lease found nothing is not leased for again on its
-next consume (a caught-up long poller cost an empty lease per poll) but on the MQ's next
-notification — an append, or a release that made messages due — or when the lease said
+consumer's sessions. A consumer whose lease left nothing servable (it found nothing, or the engine said
+nothing more is there) is not leased for again on its next consume (a caught-up long
+poller cost an empty lease per poll) but on the MQ's next notification — an append, or a release that made messages due — or when the lease said
 something of its own may be due (a retry after its backoff), or at ``idle_recheck``.
 
 Read-ahead: the pump leases what its sessions want plus what the consumer took in the
@@ -128,7 +128,7 @@ class QueueMq:
     _blocked: dict[tuple[str, str], float] = field(default_factory=dict)
     """Consumer → monotonic time before which it is not taken for (rate limit, refusal)."""
     _drained: dict[tuple[str, str], float] = field(default_factory=dict)
-    """Consumer whose last lease found nothing → engine ms when something it holds may be
+    """Consumer whose last lease left nothing servable → engine ms when something it holds may be
     due (a retry after its backoff; inf: nothing known). Until then a new consume does not
     make the pump lease for it again (each long poll of a caught-up consumer cost an empty
     lease); the MQ's next notification — an append, or a release — does."""
@@ -419,10 +419,15 @@ class QueueMq:
                         log.warning("zbus queue %s: %s", self.name, exc)
                         await asyncio.sleep(0.5)
                         continue
-                    if not got:  # only an empty lease says the group has nothing more
+                    # a lease takes one partition's batch, and of messages due again one
+                    # run at a time: the engine says whether more is there (else the next
+                    # lease for this consumer would find nothing)
+                    if lease.more:
+                        self._drained.pop((app, address), None)
+                    else:
                         self._drained[app, address] = lease.retry_after_ms or math.inf
+                    if not got:
                         continue
-                    self._drained.pop((app, address), None)
                     self._paces.leased((app, address), leased_at)  # its pace counts from here
                     await self._dispatch(got, (app, address), leased_at)
                     progressed = True
