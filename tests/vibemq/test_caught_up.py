@@ -126,3 +126,37 @@ async def test_a_subscriber_keeping_up_costs_one_lease_per_message(catalog, redi
         await producer.close()
         await c.close()
         await one.stop()
+
+
+async def test_acks_of_caught_up_fan_out_members_lease_nothing(catalog, redis_url):
+    """FanOutWithAck: each member leases from its own progress. An ack wakes the queue's
+    dispatcher; a member whose lease left nothing servable is not leased for on it — with
+    N members each message cost up to N leases per ack, almost all of them empty."""
+    one = await _broker(redis_url, 1)
+    pub = await VibeMQClient.open("127.0.0.1", one.port, catalog.token)
+    subs = [
+        await VibeMQClient.open("127.0.0.1", one.port, catalog.token, client_id=f"m{i}")
+        for i in range(5)
+    ]
+    try:
+        await pub.create_queue("wide", deliveryMode="FanOutWithAck")
+        for sub in subs:
+            await sub.subscribe("wide")
+            await sub.ping()
+        await asyncio.sleep(0.1)
+        leases = LeaseCounter(one.engine)
+        for i in range(4):
+            await pub.publish("wide", i, message_id=f"w{i}")
+            for sub in subs:
+                m = await sub.receive(3)
+                assert m.id == f"w{i}"
+                sub.ack(m.id)
+            for sub in subs:
+                await sub.ping()
+        # one lease per member and message (4 × 5), and a few more while rounds overlap;
+        # before: 58
+        assert leases.count <= 30, leases.count
+    finally:
+        for c in (pub, *subs):
+            await c.close()
+        await one.stop()

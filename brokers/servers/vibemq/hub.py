@@ -29,6 +29,8 @@ Every lease passes the engine's gate: policy, blacklist, pause, rate limit.
   where it joined; its acks settle it, and a durable member's unacked messages wait for its
   next connection to any broker. Retries, TTL and the dead-letter queue are the engine's.
 * FanOutWithoutAck: likewise a member each, settling at once what it was written.
+  A member is marked caught up as a consumer is (any member's ack wakes the dispatcher:
+  every member leased again on it, most of them finding nothing).
 
 Dispatchers of several processes compete for the same group through the engine.
 """
@@ -113,8 +115,9 @@ class QueueDispatcher:
         self._blocked: dict[tuple[str, str], float] = {}
         """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
-        self._drained: dict[tuple[str, str], float] = {}
-        """Consumers whose last lease left nothing servable → engine ms when something it holds may
+        self._drained: dict[tuple[str, ...], float] = {}
+        """Consumers (app, address) — FanOut members (app, address, member id) — whose
+        last lease left nothing servable → engine ms when something it holds may
         be due (a retry after its backoff; inf: nothing known). Until then an ack that frees
         room does not make them lease again (a caught-up subscriber acking one by one leased
         once per ack, each lease empty); the queue's next notification or the timer does."""
@@ -201,8 +204,8 @@ class QueueDispatcher:
         self, key: tuple[str, str], count: int, owner: str, lease_ms: int, member: str | None
     ) -> Lease | None:
         """A lease through the gate; None when the consumer is held back for a while. A
-        competing consumer (no ``member``) whose lease left nothing servable (it found
-        nothing, or the engine says nothing more is there) is marked drained."""
+        consumer or member whose lease left nothing servable (it found nothing, or the
+        engine says nothing more is there) is marked drained."""
         app, address = key
         try:
             lease = await self.hub.ctx.engine.lease(
@@ -222,13 +225,13 @@ class QueueDispatcher:
             log.info("VibeMQ %s: %s", self.queue, exc)
             self._block(key, 1000)
             return None
-        if member is None:
-            # a lease takes one partition's batch, and of messages due again one run at a
-            # time: the engine says whether more is there (else its next lease is empty)
-            if lease.more:
-                self._drained.pop(key, None)
-            else:
-                self._drained[key] = lease.retry_after_ms or math.inf
+        # a lease takes one partition's batch, and of messages due again one run at a
+        # time: the engine says whether more is there (else its next lease is empty)
+        mark = key if member is None else (*key, member)
+        if lease.more:
+            self._drained.pop(mark, None)
+        else:
+            self._drained[mark] = lease.retry_after_ms or math.inf
         return lease
 
     async def _competing(self, lease_ms: int, read_ahead: bool) -> bool:
@@ -385,6 +388,8 @@ class QueueDispatcher:
             if room <= 0 or not self._ready(key):
                 continue
             member = sub.member_id(self.queue)
+            if self._drained.get((*key, member), 0) > engine.now_ms():
+                continue  # caught up: an ack of any member does not make it lease again
             lease = await self._lease(key, room, sub.key, lease_ms, member)
             if lease is None or not lease.deliveries:
                 continue
