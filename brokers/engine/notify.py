@@ -1,7 +1,8 @@
 """Long-poll wake-ups: one pub/sub connection per engine, fanned out to waiters.
 
 Scripts that make messages available (append, commit, lock release) PUBLISH the
-partition number on ``mq:n:<topic>``. The notifier subscribes to a topic's channel the
+partition number on ``mq:n:<topic>``; so does :func:`announce`, for the rest (a release
+of leased messages, an offset reset). The notifier subscribes to a topic's channel the
 first time someone waits on it, and only lets the waiter re-check after Redis confirmed
 the subscription, so a message appended between the check and the wait always wakes
 it. Nothing polls Redis: a waiter sleeps until a notification, its own deadline, or a
@@ -410,6 +411,13 @@ class Notifier:
                 if partition is None:
                     self._unnamed[topic] += 1
                 self._wake(topic, partition)
+
+
+async def announce(client: AnyRedis, topic: str, partition: int | None) -> None:
+    """Tell ``topic``'s waiters in every process that messages are servable now, as an
+    append's script does (``None``: on any partition) — for what makes them servable
+    outside such a script: a release, an offset reset."""
+    await client.publish(notify_channel(topic), "" if partition is None else partition)
 
 
 def _partition(data: object) -> int | None:

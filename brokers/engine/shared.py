@@ -25,8 +25,9 @@ from brokers.engine import groups
 from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
 from brokers.engine.errors import IndexOutOfRange
 from brokers.engine.groups import EMPTY, FOUND, GroupLease, LeaseArgs, runs_of
-from brokers.engine.keys import consumer_id, notify_channel
+from brokers.engine.keys import consumer_id
 from brokers.engine.model import Delivery
+from brokers.engine.notify import announce
 from brokers.engine.priority import is_prioritized
 from brokers.engine.read import read_range
 from brokers.engine.redisio import AnyRedis
@@ -234,7 +235,7 @@ class SharedDelivery:
         """Tell the topic's waiters in every process that messages are due now, as an
         append does: a consumer that found nothing does not look again before it hears
         of some (``None``: on any partition)."""
-        await self._client.publish(notify_channel(topic), "" if partition is None else partition)
+        await announce(self._client, topic, partition)
 
     async def release_owner(
         self,

@@ -375,3 +375,17 @@ async def test_a_lease_of_one_partition_says_more_while_others_were_not_looked_a
     # each found one message; the first did not look at the other partition
     assert [len(lease.deliveries) for lease in leases] == [1, 1, 0]
     assert leases[0].more and not leases[2].more
+
+
+async def test_an_offset_reset_is_announced_and_the_group_leases_from_it(make_engine):
+    """A caught-up consumer waits for a notification; an offset reset (console, Celery)
+    makes messages servable again without an append, so it is announced too."""
+    engine = make_engine(queue_snap())
+    for body in (b"1", b"2"):
+        await publish(engine, body)
+    for d in await take(engine):
+        await engine.settle("q", "a", 0, [d.index])
+    assert not (await engine.lease("q", "a", count=10, owner="t")).found
+    reset = lambda: engine.reset_offsets("q", "a", position="earliest")  # noqa: E731
+    assert await _heard(engine, "q", reset)
+    assert [d.message.body for d in await take(engine)] == [b"1", b"2"]

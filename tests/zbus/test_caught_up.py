@@ -87,3 +87,30 @@ async def test_a_long_poller_keeping_up_costs_one_lease_per_message(catalog, red
         await producer.close()
         await poller.close()
         await server.stop()
+
+
+async def test_an_offset_reset_reaches_a_parked_caught_up_consumer_now(catalog, redis_url) -> None:
+    """Offsets reset to the earliest message (an operator replaying a queue): the parked
+    long poll gets the replay at once, not at the pump's 10 s recheck."""
+    server = Broker_(redis_url)
+    await server.start(QUIET)
+    raw = await Raw.open(server.port)
+    try:
+        await raw.send(msg("cmd: produce", "mq: orders", "msgid: p0", body=b"again"))
+        assert (await raw.recv()).status == 200
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c0"))
+        assert (await raw.recv()).body == b"again"
+        leases = LeaseCounter(server.engine)
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1"))  # settles, parks
+        for _ in range(100):  # the pump leased for it and found nothing
+            if leases.count:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        [session] = server.server.ctx.queues["orders"].sessions.values()
+        await server.engine.reset_offsets("orders", session.app, position="earliest")
+        replay = await raw.recv(3.0)
+        assert (replay.body, replay.msgid) == (b"again", "c1")
+    finally:
+        await raw.close()
+        await server.stop()

@@ -41,6 +41,7 @@ from brokers.engine.model import (
     PullResult,
     RetryType,
 )
+from brokers.engine.notify import announce
 from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.read import index_at_time, read_range
 from brokers.engine.retry import RetryStore
@@ -480,6 +481,8 @@ class PullSection(EngineBase):
                     )
                 )
                 result[p] = await offsets_mod.set_ack(self.redis, topic, p, cid, target)
+        for p in parts:  # a rewind makes messages servable: consumers that found nothing
+            await announce(self.redis, topic, p)  # look again now, not at their timer
         return result
 
     async def register_consumer(
