@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 
 from brokers.clients.vibemq import VibeMQClient
+from brokers.servers.vibemq import hub
 from tests.lease_counter import LeaseCounter
 from tests.vibemq.conftest import FAST, Broker
 
@@ -160,3 +161,27 @@ async def test_acks_of_caught_up_fan_out_members_lease_nothing(catalog, redis_ur
         for c in (pub, *subs):
             await c.close()
         await one.stop()
+
+
+async def test_idle_subscribed_queues_do_not_lease_at_every_tick(catalog, redis_url, monkeypatch):
+    """Every timer tick made each caught-up consumer lease again (an idle subscribed queue
+    cost an empty lease a second, for ever); what makes messages servable is announced,
+    so the ticks lease nothing — and a publish is still taken at once."""
+    monkeypatch.setattr(hub, "RECHECK_TICKS", 1000)  # the safety net out of the window
+    b = Broker(1, redis_url)
+    await b.start(replace(QUIET, timer_interval=0.1))
+    c = await VibeMQClient.open("127.0.0.1", b.port, catalog.token)
+    try:
+        for i in range(10):
+            await c.create_queue(f"idle{i}")
+            await c.subscribe(f"idle{i}")
+        await c.ping()
+        await asyncio.sleep(0.5)
+        leases = LeaseCounter(b.engine)
+        await asyncio.sleep(0.8)  # 8 ticks of 10 dispatchers
+        assert leases.count == 0, leases.count  # before: 80
+        await c.publish("idle3", "wake", message_id="w")
+        assert (await c.receive(3)).id == "w"
+    finally:
+        await c.close()
+        await b.stop()

@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from brokers.servers.zbus import queue
 from tests.lease_counter import LeaseCounter
 from tests.zbus.conftest import TEST_CONFIG, Broker_, Raw, msg
 
@@ -111,6 +112,30 @@ async def test_an_offset_reset_reaches_a_parked_caught_up_consumer_now(catalog, 
         await server.engine.reset_offsets("orders", session.app, position="earliest")
         replay = await raw.recv(3.0)
         assert (replay.body, replay.msgid) == (b"again", "c1")
+    finally:
+        await raw.close()
+        await server.stop()
+
+
+async def test_a_parked_caught_up_consumer_is_not_leased_for_at_every_recheck(
+    catalog, redis_url, monkeypatch
+) -> None:
+    """The pump's recheck made every caught-up consumer lease again; releases, resets and
+    appends are announced, so the rechecks lease nothing until the catalog changes or the
+    safety net's turn comes."""
+    monkeypatch.setattr(queue, "RECHECK_ROUNDS", 1000)  # the safety net out of the window
+    server = Broker_(redis_url)
+    await server.start(dataclasses.replace(TEST_CONFIG, idle_recheck=0.1))
+    raw = await Raw.open(server.port)
+    try:
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c0"))  # parks: MQ empty
+        await asyncio.sleep(0.3)
+        leases = LeaseCounter(server.engine)
+        await asyncio.sleep(0.8)  # 8 rechecks
+        assert leases.count == 0, leases.count
+        await raw.send(msg("cmd: produce", "mq: orders", "msgid: p0", body=b"now"))
+        replies = [await raw.recv(3.0) for _ in range(2)]
+        assert b"now" in [r.body for r in replies]
     finally:
         await raw.close()
         await server.stop()

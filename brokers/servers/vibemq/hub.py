@@ -6,8 +6,10 @@ the engine whenever some subscriber has room, and sleeps on the engine's notific
 the queue (never longer than ``timer_interval``, which is also how often ack deadlines are
 checked). A consumer whose last lease left its group with nothing servable (it found
 nothing, or the engine said nothing more is there) leases again on
-the queue's next notification — an append, or a release that made messages due — or on
-that timer (what became due without one: a retry after its backoff), not on every ack.
+the queue's next notification — an append, a release that made messages due, an offset
+reset — at the timer tick past the time its lease said something may be due (a retry
+after its backoff, another lessee's expiry), on a catalog change, or every
+``RECHECK_TICKS`` ticks; not on every ack, nor on every tick.
 Every lease passes the engine's gate: policy, blacklist, pause, rate limit.
 
 * RoundRobin and PriorityBased: subscribers compete as their acting app's consumer group.
@@ -72,6 +74,10 @@ SWEEP_CHUNK = 256  # TTL queues whose sweep calls go out together
 
 
 Leased = tuple[Delivery, int, float]
+RECHECK_TICKS = 10
+"""Consumers marked caught up with nothing known to be due lease again after this many
+timer ticks without a notification or catalog change (a safety net: what makes messages
+servable is announced)."""
 """A leased delivery, its lease's deadline (engine ms) and the loop time it was leased at."""
 
 
@@ -115,6 +121,8 @@ class QueueDispatcher:
         self._blocked: dict[tuple[str, str], float] = {}
         """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
+        self._catalog_version = hub.ctx.snapshot.version
+        self._quiet_ticks = 0
         self._drained: dict[tuple[str, ...], float] = {}
         """Consumers (app, address) — FanOut members (app, address, member id) — whose
         last lease left nothing servable → engine ms when something it holds may
@@ -176,8 +184,8 @@ class QueueDispatcher:
                     finally:
                         for w in waits:
                             w.cancel()
-                    if not done:  # due without a notification: retries after their backoff
-                        self._drained.clear()
+                    if not done:
+                        self._timer_tick()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -185,6 +193,18 @@ class QueueDispatcher:
         finally:
             self.return_ahead()
             self.hub._dispatcher_done(self)
+
+    def _timer_tick(self) -> None:
+        """The timer ran out without a notification. What an announcement does not cover
+        (a retry after its backoff, another lessee's expiry) is due at the time a caught-up
+        mark holds, and is served then; a catalog change (a consumer resumed, a policy
+        granted) or every ``RECHECK_TICKS``-th tick makes every consumer look again. (It
+        was every tick: each idle subscribed queue cost an empty lease a second.)"""
+        version = self.hub.ctx.snapshot.version
+        self._quiet_ticks += 1
+        if version != self._catalog_version or self._quiet_ticks >= RECHECK_TICKS:
+            self._catalog_version, self._quiet_ticks = version, 0
+            self._drained.clear()
 
     async def _round(self) -> bool:
         """Lease and hand out one batch per consumer; True if more may be waiting now."""

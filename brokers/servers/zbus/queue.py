@@ -12,8 +12,9 @@ notifier otherwise (no busy polling). It leases for each consumer of its session
 rate-limited consumer's sessions simply wait, and deals the batch round-robin to that
 consumer's sessions. A consumer whose lease left nothing servable (it found nothing, or the engine said
 nothing more is there) is not leased for again on its next consume (a caught-up long
-poller cost an empty lease per poll) but on the MQ's next notification — an append, or a release that made messages due — or when the lease said
-something of its own may be due (a retry after its backoff), or at ``idle_recheck``.
+poller cost an empty lease per poll) but on the MQ's next notification — an append, a release that made messages due, an offset reset — or when
+the lease said something may be due (a retry after its backoff, another lessee's expiry),
+on a catalog change seen at an ``idle_recheck``, or every ``RECHECK_ROUNDS`` rechecks.
 
 Read-ahead: the pump leases what its sessions want plus what the consumer took in the
 last ``read_ahead_hold`` seconds (its pace since its previous lease), up to a batch
@@ -81,6 +82,10 @@ MIN_LEARN = 0.5
 """A re-sent parked consume teaches a timeout only if it came at least this late (seconds)."""
 PUMP_IDLE = 1.0
 """A pump with no session waits this long (seconds) for one before it ends."""
+RECHECK_ROUNDS = 6
+"""Consumers marked caught up with nothing known to be due are leased for again after this
+many ``idle_recheck`` waits without a notification or catalog change (a safety net: what
+makes messages servable is announced)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -139,6 +144,8 @@ class QueueMq:
     """What each consumer took since its last lease."""
     _to_settle: list[InFlight] = field(default_factory=list)
     _settled: asyncio.Future[None] | None = None
+    _catalog_version: int = -1
+    _quiet_rechecks: int = 0
 
     @property
     def owner(self) -> str:
@@ -442,8 +449,19 @@ class QueueMq:
                 try:
                     async with asyncio.timeout(wait):
                         await event.wait()
-                except TimeoutError:  # what may be due without a notification: look again
-                    self._drained.clear()
+                except TimeoutError:
+                    self._recheck()
+
+    def _recheck(self) -> None:
+        """The pump waited its full time without a notification. What is due at a time a
+        caught-up mark holds (a retry after its backoff, another lessee's expiry) is leased
+        once that time passed; a catalog change (a consumer resumed, a policy granted) or
+        every ``RECHECK_ROUNDS``-th recheck makes every consumer look again."""
+        version = self.ctx.snapshot.version
+        self._quiet_rechecks += 1
+        if version != self._catalog_version or self._quiet_rechecks >= RECHECK_ROUNDS:
+            self._catalog_version, self._quiet_rechecks = version, 0
+            self._drained.clear()
 
     def _ready(self, key: tuple[str, str]) -> bool:
         until = self._blocked.get(key)
