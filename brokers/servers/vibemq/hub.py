@@ -74,11 +74,11 @@ SWEEP_CHUNK = 256  # TTL queues whose sweep calls go out together
 
 
 Leased = tuple[Delivery, int, float]
+"""A leased delivery, its lease's deadline (engine ms) and the loop time it was leased at."""
 RECHECK_TICKS = 10
 """Consumers marked caught up with nothing known to be due lease again after this many
 timer ticks without a notification or catalog change (a safety net: what makes messages
 servable is announced)."""
-"""A leased delivery, its lease's deadline (engine ms) and the loop time it was leased at."""
 
 
 def _by_partition(deliveries: Sequence[Delivery]) -> dict[int, list[int]]:

@@ -10,11 +10,12 @@ pump task that leases while some session has window left, parked on the engine's
 notifier otherwise (no busy polling). It leases for each consumer of its sessions —
 (acting app, client host) — through the engine's gate, so a paused, refused or
 rate-limited consumer's sessions simply wait, and deals the batch round-robin to that
-consumer's sessions. A consumer whose lease left nothing servable (it found nothing, or the engine said
-nothing more is there) is not leased for again on its next consume (a caught-up long
-poller cost an empty lease per poll) but on the MQ's next notification — an append, a release that made messages due, an offset reset — or when
-the lease said something may be due (a retry after its backoff, another lessee's expiry),
-on a catalog change seen at an ``idle_recheck``, or every ``RECHECK_ROUNDS`` rechecks.
+consumer's sessions. A consumer whose lease left nothing servable (it found nothing,
+or the engine said nothing more is there) is not leased for again on its next consume (a
+caught-up long poller cost an empty lease per poll) but on the MQ's next notification —
+an append, a release that made messages due, an offset reset — or when the lease said
+something may be due (a retry after its backoff, another lessee's expiry), on a catalog
+change seen at an ``idle_recheck``, or every ``RECHECK_ROUNDS`` rechecks.
 
 Read-ahead: the pump leases what its sessions want plus what the consumer took in the
 last ``read_ahead_hold`` seconds (its pace since its previous lease), up to a batch
@@ -133,10 +134,10 @@ class QueueMq:
     _blocked: dict[tuple[str, str], float] = field(default_factory=dict)
     """Consumer → monotonic time before which it is not taken for (rate limit, refusal)."""
     _drained: dict[tuple[str, str], float] = field(default_factory=dict)
-    """Consumer whose last lease left nothing servable → engine ms when something it holds may be
+    """Consumer whose last lease left nothing servable → engine ms when something may be
     due (a retry after its backoff; inf: nothing known). Until then a new consume does not
     make the pump lease for it again (each long poll of a caught-up consumer cost an empty
-    lease); the MQ's next notification — an append, or a release — does."""
+    lease); the MQ's next notification — an append, a release, an offset reset — does."""
     _ahead: dict[tuple[str, str], deque[tuple[Delivery, float]]] = field(default_factory=dict)
     """Consumer → deliveries leased and not yet dealt, with the monotonic time leased."""
     _ahead_timer: asyncio.TimerHandle | None = None
