@@ -151,9 +151,10 @@ class SharedDelivery:
                 result.deliveries = one_by_one(got.deliveries, got.runs)
                 # partitions after p in this turn were not looked at: they may have some
                 result.more = 0 < got.hint_ms <= now or p != order[-1]
-                if not result.more and got.hint_ms:
-                    hints.append(got.hint_ms)
-                result.retry_after_ms = min(hints) if hints and not result.more else None
+                if not result.more:
+                    if got.hint_ms:
+                        hints.append(got.hint_ms)
+                    result.retry_after_ms = min(hints, default=None)
                 return result
             if got.hint_ms:  # LOCKED or EMPTY
                 hints.append(got.hint_ms)

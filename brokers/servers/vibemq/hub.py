@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -55,6 +54,7 @@ from brokers.engine import (
     RateLimited,
     cancel_and_wait,
 )
+from brokers.servers.caught_up import CaughtUp
 from brokers.servers.readahead import Paces
 from brokers.servers.vibemq.context import ServerContext
 
@@ -121,14 +121,12 @@ class QueueDispatcher:
         self._blocked: dict[tuple[str, str], float] = {}
         """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
-        self._catalog_version = hub.ctx.snapshot.version
-        self._quiet_ticks = 0
-        self._drained: dict[tuple[str, ...], float] = {}
-        """Consumers (app, address) — FanOut members (app, address, member id) — whose
-        last lease left nothing servable → engine ms when something it holds may
-        be due (a retry after its backoff; inf: nothing known). Until then an ack that frees
-        room does not make them lease again (a caught-up subscriber acking one by one leased
-        once per ack, each lease empty); the queue's next notification or the timer does."""
+        self._caught_up: CaughtUp[tuple[str, ...]] = CaughtUp(
+            hub.ctx.snapshot.version, RECHECK_TICKS
+        )
+        """Consumers (app, address) and FanOut members (app, address, member id) whose last
+        lease left nothing servable: an ack that frees room does not make them lease again
+        (a caught-up subscriber acking one by one leased once per ack, each lease empty)."""
 
     @property
     def owner(self) -> str:
@@ -164,7 +162,7 @@ class QueueDispatcher:
             async with ctx.engine.notifier.watch(self.queue) as notified:
                 while self.subscribers:
                     if notified.is_set():  # appended, or released: every consumer looks
-                        self._drained.clear()
+                        self._caught_up.clear()
                     notified.clear()
                     self.wakeup.clear()
                     try:
@@ -184,8 +182,8 @@ class QueueDispatcher:
                     finally:
                         for w in waits:
                             w.cancel()
-                    if not done:
-                        self._timer_tick()
+                    if not done:  # see brokers.servers.caught_up
+                        self._caught_up.tick(ctx.snapshot.version)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -193,18 +191,6 @@ class QueueDispatcher:
         finally:
             self.return_ahead()
             self.hub._dispatcher_done(self)
-
-    def _timer_tick(self) -> None:
-        """The timer ran out without a notification. What an announcement does not cover
-        (a retry after its backoff, another lessee's expiry) is due at the time a caught-up
-        mark holds, and is served then; a catalog change (a consumer resumed, a policy
-        granted) or every ``RECHECK_TICKS``-th tick makes every consumer look again. (It
-        was every tick: each idle subscribed queue cost an empty lease a second.)"""
-        version = self.hub.ctx.snapshot.version
-        self._quiet_ticks += 1
-        if version != self._catalog_version or self._quiet_ticks >= RECHECK_TICKS:
-            self._catalog_version, self._quiet_ticks = version, 0
-            self._drained.clear()
 
     async def _round(self) -> bool:
         """Lease and hand out one batch per consumer; True if more may be waiting now."""
@@ -247,11 +233,7 @@ class QueueDispatcher:
             return None
         # a lease takes one partition's batch, and of messages due again one run at a
         # time: the engine says whether more is there (else its next lease is empty)
-        mark = key if member is None else (*key, member)
-        if lease.more:
-            self._drained.pop(mark, None)
-        else:
-            self._drained[mark] = lease.retry_after_ms or math.inf
+        self._caught_up.record(key if member is None else (*key, member), lease)
         return lease
 
     async def _competing(self, lease_ms: int, read_ahead: bool) -> bool:
@@ -285,7 +267,7 @@ class QueueDispatcher:
             # it: a stalled one would lease again what its last read-ahead handed back
             if want <= 0 or (room <= 0 and (want < READ_AHEAD_MIN or not dealt)):
                 continue
-            if self._drained.get(key, 0) > self.hub.ctx.engine.now_ms():
+            if self._caught_up.holds(key, self.hub.ctx.engine.now_ms()):
                 continue
             deadline = self.hub.ctx.engine.now_ms() + lease_ms
             asked = asyncio.get_running_loop().time()
@@ -408,7 +390,7 @@ class QueueDispatcher:
             if room <= 0 or not self._ready(key):
                 continue
             member = sub.member_id(self.queue)
-            if self._drained.get((*key, member), 0) > engine.now_ms():
+            if self._caught_up.holds((*key, member), engine.now_ms()):
                 continue  # caught up: an ack of any member does not make it lease again
             lease = await self._lease(key, room, sub.key, lease_ms, member)
             if lease is None or not lease.deliveries:

@@ -72,6 +72,7 @@ from brokers.engine import (
     cancel_and_wait,
 )
 from brokers.protocols.zbus import AliasFamily, EncodeError
+from brokers.servers.caught_up import CaughtUp
 from brokers.servers.readahead import Paces
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
@@ -133,11 +134,12 @@ class QueueMq:
     _watched: set[Connection] = field(default_factory=set)
     _blocked: dict[tuple[str, str], float] = field(default_factory=dict)
     """Consumer → monotonic time before which it is not taken for (rate limit, refusal)."""
-    _drained: dict[tuple[str, str], float] = field(default_factory=dict)
-    """Consumer whose last lease left nothing servable → engine ms when something may be
-    due (a retry after its backoff; inf: nothing known). Until then a new consume does not
-    make the pump lease for it again (each long poll of a caught-up consumer cost an empty
-    lease); the MQ's next notification — an append, a release, an offset reset — does."""
+    _caught_up: CaughtUp[tuple[str, str]] = field(
+        default_factory=lambda: CaughtUp(-1, RECHECK_ROUNDS)
+    )
+    """Consumers whose last lease left nothing servable: a new consume does not make the
+    pump lease for them again (each long poll of a caught-up consumer cost an empty
+    lease); see :mod:`brokers.servers.caught_up`."""
     _ahead: dict[tuple[str, str], deque[tuple[Delivery, float]]] = field(default_factory=dict)
     """Consumer → deliveries leased and not yet dealt, with the monotonic time leased."""
     _ahead_timer: asyncio.TimerHandle | None = None
@@ -145,8 +147,6 @@ class QueueMq:
     """What each consumer took since its last lease."""
     _to_settle: list[InFlight] = field(default_factory=list)
     _settled: asyncio.Future[None] | None = None
-    _catalog_version: int = -1
-    _quiet_rechecks: int = 0
 
     @property
     def owner(self) -> str:
@@ -373,7 +373,7 @@ class QueueMq:
             self._event = event
             while True:
                 if event.take() != set():  # notified (not only kicked): every consumer looks
-                    self._drained.clear()
+                    self._caught_up.clear()
                 if not self.line:
                     # long polls come back within a round trip: wait for the next session
                     # a while rather than end the pump and watch the topic again
@@ -402,7 +402,7 @@ class QueueMq:
                             await self._release(unsent)
                         progressed = True
                         continue
-                    if self._drained.get((app, address), 0) > now_ms:
+                    if self._caught_up.holds((app, address), now_ms):
                         continue
                     try:
                         count = self._lease_size((app, address), want)
@@ -430,10 +430,7 @@ class QueueMq:
                     # a lease takes one partition's batch, and of messages due again one
                     # run at a time: the engine says whether more is there (else the next
                     # lease for this consumer would find nothing)
-                    if lease.more:
-                        self._drained.pop((app, address), None)
-                    else:
-                        self._drained[app, address] = lease.retry_after_ms or math.inf
+                    self._caught_up.record((app, address), lease)
                     if not got:
                         continue
                     self._paces.leased((app, address), leased_at)  # its pace counts from here
@@ -444,25 +441,14 @@ class QueueMq:
                 wait = cfg.idle_recheck
                 if self._blocked:
                     wait = min(wait, max(0.01, min(self._blocked.values()) - time.monotonic()))
-                due = min(self._drained.values(), default=math.inf)
+                due = self._caught_up.next_due()
                 if due != math.inf:
                     wait = min(wait, max(0.01, (due - engine.now_ms()) / 1000))
                 try:
                     async with asyncio.timeout(wait):
                         await event.wait()
-                except TimeoutError:
-                    self._recheck()
-
-    def _recheck(self) -> None:
-        """The pump waited its full time without a notification. What is due at a time a
-        caught-up mark holds (a retry after its backoff, another lessee's expiry) is leased
-        once that time passed; a catalog change (a consumer resumed, a policy granted) or
-        every ``RECHECK_ROUNDS``-th recheck makes every consumer look again."""
-        version = self.ctx.snapshot.version
-        self._quiet_rechecks += 1
-        if version != self._catalog_version or self._quiet_rechecks >= RECHECK_ROUNDS:
-            self._catalog_version, self._quiet_rechecks = version, 0
-            self._drained.clear()
+                except TimeoutError:  # see brokers.servers.caught_up
+                    self._caught_up.tick(self.ctx.snapshot.version)
 
     def _ready(self, key: tuple[str, str]) -> bool:
         until = self._blocked.get(key)
