@@ -54,3 +54,39 @@ async def test_a_long_burst_is_stored_whole_and_in_order(clients, broker):
     await asyncio.gather(*(pub.publish("burst", i, message_id=f"b{i}") for i in range(n)))
     taken = await broker.engine.lease("burst", "app1", count=n, owner="test")
     assert [int(d.message.body) for d in taken.deliveries] == list(range(n))
+
+
+async def test_a_burst_round_many_queues_is_stored_at_once_in_each_queues_order(
+    raw, catalog, broker
+):
+    queues = [f"fleet{q}" for q in range(6)]
+    r = await raw()
+    r.send({"id": "c", "type": "connect", "headers": {"authToken": catalog.token}})
+    assert (await r.recv())["type"] == "connectAck"
+    for q in queues:  # created first: an auto-create would store the run before it
+        r.send({"id": f"create-{q}", "type": "createQueue", "queue": q})
+        assert (await r.recv())["type"] == "createQueue"
+    calls = {"now": 0, "most": 0}
+    append_many = broker.engine.append_many
+
+    async def counted(*args, **kwargs):
+        calls["now"] += 1
+        calls["most"] = max(calls["most"], calls["now"])
+        try:
+            return await append_many(*args, **kwargs)
+        finally:
+            calls["now"] -= 1
+
+    broker.engine.append_many = counted
+    order = [(queues[(i * 5) % 6], i) for i in range(30)]  # the queues interleaved
+    r.send(
+        b"".join(
+            frame({"id": f"m{i}", "type": "publish", "queue": q, "payload": i}) for q, i in order
+        )
+    )
+    replies = [await r.recv() for _ in order]
+    assert [(m["id"], m["type"]) for m in replies] == [(f"m{i}", "publishAck") for _, i in order]
+    assert calls["most"] == len(queues)  # one call per queue, all at once
+    for q in queues:
+        taken = await broker.engine.lease(q, "app1", count=10, owner="test")
+        assert [int(d.message.body) for d in taken.deliveries] == [i for p, i in order if p == q]
