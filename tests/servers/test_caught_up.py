@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from brokers.engine import Lease
 from brokers.servers.caught_up import CaughtUp
 
@@ -12,8 +14,16 @@ def _lease(more: bool, retry_after_ms: int | None = None) -> Lease:
     return Lease("q", "a", more=more, retry_after_ms=retry_after_ms)
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_lease_marks_until_its_hint_and_more_unmarks() -> None:
-    marks: CaughtUp[str] = CaughtUp(catalog_version=1, recheck_every=3)
+    marks: CaughtUp[str] = CaughtUp(catalog_version=1, recheck_s=3)
     marks.record("c", _lease(False, retry_after_ms=500))
     marks.record("d", _lease(False))
     assert marks.holds("c", 499) and not marks.holds("c", 500)
@@ -22,16 +32,36 @@ def test_a_lease_marks_until_its_hint_and_more_unmarks() -> None:
     assert not marks.holds("c", 0) and marks.next_due() == math.inf
 
 
-def test_ticks_clear_only_on_a_catalog_change_or_every_nth() -> None:
-    marks: CaughtUp[str] = CaughtUp(catalog_version=1, recheck_every=3)
+def test_the_sleep_ends_at_the_earliest_hint_or_the_safety_net() -> None:
+    clock = Clock()
+    marks: CaughtUp[str] = CaughtUp(catalog_version=1, recheck_s=30, clock=clock)
+    first = marks.wait_s(now_ms=0, longest=math.inf)
+    assert 0.01 <= first <= 30  # the first recheck somewhere in the period (spread)
+    clock.now += first
+    marks.recheck()
+    assert marks.wait_s(now_ms=0, longest=math.inf) == pytest.approx(30)  # then every period
+    assert marks.wait_s(now_ms=0, longest=2.5) == 2.5
+    marks.record("c", _lease(False, retry_after_ms=1_200))
+    marks.record("d", _lease(False))
+    assert marks.wait_s(now_ms=1_000, longest=math.inf) == pytest.approx(0.2)
+    assert marks.wait_s(now_ms=5_000, longest=math.inf) == 0.01  # already due
+
+
+def test_marks_clear_on_notification_catalog_change_or_due_recheck_only() -> None:
+    clock = Clock()
+    marks: CaughtUp[str] = CaughtUp(catalog_version=1, recheck_s=30, clock=clock)
+    clock.now += 30
+    marks.recheck()  # the first, spread recheck is past
     marks.record("c", _lease(False))
-    marks.tick(1)
-    marks.tick(1)
+    clock.now += 29
+    marks.recheck()  # not due yet
+    assert not marks.catalog(1)  # the same catalog
     assert marks.holds("c", 0)
-    marks.tick(1)  # the third quiet tick: the safety net
+    clock.now += 1
+    marks.recheck()  # the safety net
     assert not marks.holds("c", 0)
     marks.record("c", _lease(False))
-    marks.tick(2)  # the catalog changed
+    assert marks.catalog(2)  # the catalog changed
     assert not marks.holds("c", 0)
     marks.record("c", _lease(False))
     marks.clear()  # notified

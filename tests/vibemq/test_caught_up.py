@@ -9,7 +9,11 @@ import asyncio
 import time
 from dataclasses import replace
 
+from asgiref.sync import sync_to_async
+
+from brokers.catalog_loader import publish as publish_catalog
 from brokers.clients.vibemq import VibeMQClient
+from brokers.servers import caught_up
 from brokers.servers.vibemq import hub
 from tests.lease_counter import LeaseCounter
 from tests.vibemq.conftest import FAST, Broker
@@ -134,11 +138,20 @@ async def test_acks_of_caught_up_fan_out_members_lease_nothing(catalog, redis_ur
         await one.stop()
 
 
-async def test_idle_subscribed_queues_do_not_lease_at_every_tick(catalog, redis_url, monkeypatch):
+async def test_idle_subscribed_queues_do_not_wake_at_every_tick(catalog, redis_url, monkeypatch):
     """Every timer tick made each caught-up consumer lease again (an idle subscribed queue
-    cost an empty lease a second, for ever); what makes messages servable is announced,
-    so the ticks lease nothing — and a publish is still taken at once."""
-    monkeypatch.setattr(hub, "RECHECK_TICKS", 1000)  # the safety net out of the window
+    cost an empty lease a second, for ever), and then still woke its dispatcher (5,000 idle
+    queues: a third of a core); what makes messages servable is announced, so an idle
+    dispatcher sleeps — and a publish, or a catalog change, still wakes it at once."""
+    monkeypatch.setattr(caught_up, "RECHECK_S", 1000.0)  # the safety net out of the window
+    rounds = {"n": 0}
+    real_round = hub.QueueDispatcher._round
+
+    async def counted(self):
+        rounds["n"] += 1
+        return await real_round(self)
+
+    monkeypatch.setattr(hub.QueueDispatcher, "_round", counted)
     b = Broker(1, redis_url)
     await b.start(replace(QUIET, timer_interval=0.1))
     c = await VibeMQClient.open("127.0.0.1", b.port, catalog.token)
@@ -149,10 +162,21 @@ async def test_idle_subscribed_queues_do_not_lease_at_every_tick(catalog, redis_
         await c.ping()
         await asyncio.sleep(0.5)
         leases = LeaseCounter(b.engine)
+        rounds["n"] = 0
         await asyncio.sleep(0.8)  # 8 ticks of 10 dispatchers
         assert leases.count == 0, leases.count  # before: 80
+        assert rounds["n"] == 0, rounds["n"]  # before: 80
         await c.publish("idle3", "wake", message_id="w")
         assert (await c.receive(3)).id == "w"
+        c.ack("w")
+        await asyncio.sleep(0.3)
+        leases = LeaseCounter(b.engine)
+        await sync_to_async(publish_catalog)()  # a catalog change: every consumer looks
+        for _ in range(100):
+            if leases.count >= 10:
+                break
+            await asyncio.sleep(0.02)
+        assert leases.count >= 10, leases.count
     finally:
         await c.close()
         await b.stop()

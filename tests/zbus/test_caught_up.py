@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from brokers.servers.zbus import queue
+from brokers.servers import caught_up
 from tests.lease_counter import LeaseCounter
 from tests.zbus.conftest import TEST_CONFIG, Broker_, Raw, msg
 
@@ -123,7 +123,7 @@ async def test_a_parked_caught_up_consumer_is_not_leased_for_at_every_recheck(
     """The pump's recheck made every caught-up consumer lease again; releases, resets and
     appends are announced, so the rechecks lease nothing until the catalog changes or the
     safety net's turn comes."""
-    monkeypatch.setattr(queue, "RECHECK_ROUNDS", 1000)  # the safety net out of the window
+    monkeypatch.setattr(caught_up, "RECHECK_S", 1000.0)  # the safety net out of the window
     server = Broker_(redis_url)
     await server.start(dataclasses.replace(TEST_CONFIG, idle_recheck=0.1))
     raw = await Raw.open(server.port)

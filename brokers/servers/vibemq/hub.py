@@ -3,13 +3,15 @@
 A queue is a catalog topic like any other, so its subscribers get what every protocol's
 producers stored. One :class:`QueueDispatcher` per queue with local subscribers leases from
 the engine whenever some subscriber has room, and sleeps on the engine's notification for
-the queue (never longer than ``timer_interval``, which is also how often ack deadlines are
-checked). A consumer whose last lease left its group with nothing servable (it found
-nothing, or the engine said nothing more is there) leases again on
-the queue's next notification — an append, a release that made messages due, an offset
-reset — at the timer tick past the time its lease said something may be due (a retry
-after its backoff, another lessee's expiry), on a catalog change, or every
-``RECHECK_TICKS`` ticks; not on every ack, nor on every tick.
+the queue or a kick (an ack, a lapsed lease or a drained transport gave a subscriber room;
+the hub's timer, every ``timer_interval``, checks ack deadlines and the catalog's version).
+A consumer whose last lease left its group with nothing servable (it found nothing, or
+the engine said nothing more is there) leases again on the queue's next notification —
+an append, a release that made messages due, an offset reset — when the time its lease
+said something may be due comes (a retry after its backoff, another lessee's expiry), on a
+catalog change, or at the safety net's recheck (:mod:`brokers.servers.caught_up`); not on
+every ack, nor on a timer: a dispatcher wakes only when something is due, so a fleet of
+idle subscribed queues costs nothing.
 Every lease passes the engine's gate: policy, blacklist, pause, rate limit.
 
 * RoundRobin and PriorityBased: subscribers compete as their acting app's consumer group.
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -75,10 +78,6 @@ SWEEP_CHUNK = 256  # TTL queues whose sweep calls go out together
 
 Leased = tuple[Delivery, int, float]
 """A leased delivery, its lease's deadline (engine ms) and the loop time it was leased at."""
-RECHECK_TICKS = 10
-"""Consumers marked caught up with nothing known to be due lease again after this many
-timer ticks without a notification or catalog change (a safety net: what makes messages
-servable is announced)."""
 
 
 def _by_partition(deliveries: Sequence[Delivery]) -> dict[int, list[int]]:
@@ -111,7 +110,8 @@ class QueueDispatcher:
     def __init__(self, hub: Hub, queue: str) -> None:
         self.hub, self.queue = hub, queue
         self.subscribers: list[Subscriber] = []
-        self.wakeup = asyncio.Event()
+        self._event: asyncio.Event | None = None
+        """The queue's notification while the dispatcher runs; :meth:`kick` sets it."""
         self._next = 0
         self.task: asyncio.Task[None] | None = None
         self._ahead: dict[tuple[str, str], deque[Leased]] = {}
@@ -121,9 +121,7 @@ class QueueDispatcher:
         self._blocked: dict[tuple[str, str], float] = {}
         """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
-        self._caught_up: CaughtUp[tuple[str, ...]] = CaughtUp(
-            hub.ctx.snapshot.version, RECHECK_TICKS
-        )
+        self._caught_up: CaughtUp[tuple[str, ...]] = CaughtUp(hub.ctx.snapshot.version)
         """Consumers (app, address) and FanOut members (app, address, member id) whose last
         lease left nothing servable: an ack that frees room does not make them lease again
         (a caught-up subscriber acking one by one leased once per ack, each lease empty)."""
@@ -156,15 +154,25 @@ class QueueDispatcher:
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"vibemq-dispatch-{self.queue}")
 
+    def kick(self) -> None:
+        """Run a round soon (a subscriber may take more, or joined)."""
+        if self._event is not None:
+            self._event.set()
+
+    def catalog_changed(self, version: int) -> None:
+        """The catalog changed (a consumer resumed, a policy granted): caught-up
+        consumers look again."""
+        if self._caught_up.catalog(version):
+            self.kick()
+
     async def _run(self) -> None:
         ctx = self.hub.ctx
         try:
-            async with ctx.engine.notifier.watch(self.queue) as notified:
+            async with ctx.engine.notifier.watch(self.queue) as event:
+                self._event = event
                 while self.subscribers:
-                    if notified.is_set():  # appended, or released: every consumer looks
+                    if event.take() != set():  # appended, or released: every consumer looks
                         self._caught_up.clear()
-                    notified.clear()
-                    self.wakeup.clear()
                     try:
                         full = await self._round()
                     except EngineError as exc:
@@ -172,25 +180,32 @@ class QueueDispatcher:
                         full = False
                     if full:
                         continue
-                    waits = [asyncio.ensure_future(e.wait()) for e in (notified, self.wakeup)]
                     try:
-                        done, _ = await asyncio.wait(
-                            waits,
-                            timeout=ctx.config.timer_interval,
-                            return_when=asyncio.FIRST_COMPLETED,
-                        )
-                    finally:
-                        for w in waits:
-                            w.cancel()
-                    if not done:  # see brokers.servers.caught_up
-                        self._caught_up.tick(ctx.snapshot.version)
+                        async with asyncio.timeout(self._sleep_s()):  # no task per wait
+                            await event.wait()
+                    except TimeoutError:  # see brokers.servers.caught_up
+                        self._caught_up.recheck()
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("VibeMQ dispatcher of %s stopped", self.queue)
         finally:
+            self._event = None
             self.return_ahead()
             self.hub._dispatcher_done(self)
+
+    def _sleep_s(self) -> float:
+        """How long to wait for a notification or a kick: until what was read ahead is
+        due back, a held-back consumer may lease again, or a caught-up one's hint — and
+        with none of them, until the caught-up safety net (an idle queue costs nothing)."""
+        now = asyncio.get_running_loop().time()
+        longest = math.inf
+        oldest = min((q[0][2] for q in self._ahead.values() if q), default=None)
+        if oldest is not None:
+            longest = oldest + READ_AHEAD_HOLD_S - now
+        if self._blocked:
+            longest = min(longest, min(self._blocked.values()) - now)
+        return self._caught_up.wait_s(self.hub.ctx.engine.now_ms(), longest)
 
     async def _round(self) -> bool:
         """Lease and hand out one batch per consumer; True if more may be waiting now."""
@@ -470,7 +485,7 @@ class Hub:
             await self.ctx.registry.join(queue, sub.key)
         if disp.task is None and not self._paused:
             disp.start()
-        disp.wakeup.set()
+        disp.kick()
 
     async def unsubscribe(self, queue: str, sub: Subscriber) -> None:
         disp = self.dispatchers.get(queue)
@@ -478,13 +493,13 @@ class Hub:
             disp.subscribers.remove(sub)
             await self.ctx.registry.leave(queue, sub.key)
             if not disp.subscribers:
-                disp.wakeup.set()
+                disp.kick()
 
     def wake(self, queue: str) -> None:
         """A subscriber of ``queue`` may take more now."""
         disp = self.dispatchers.get(queue)
         if disp is not None:
-            disp.wakeup.set()
+            disp.kick()
 
     def _dispatcher_done(self, disp: QueueDispatcher) -> None:
         if self.dispatchers.get(disp.queue) is not disp:
@@ -501,6 +516,9 @@ class Hub:
         while True:
             await asyncio.sleep(self.ctx.config.timer_interval)
             try:
+                version = self.ctx.snapshot.version
+                for disp in list(self.dispatchers.values()):
+                    disp.catalog_changed(version)
                 now = self.ctx.engine.now_ms()
                 for sub in list(self.sessions):
                     await sub.tick(now)
@@ -545,5 +563,5 @@ class Hub:
             for sub in list(disp.subscribers):
                 sub.drop_subscription(queue)
             disp.subscribers.clear()
-            disp.wakeup.set()
+            disp.kick()
         await self.ctx.registry.clear(queue)

@@ -15,7 +15,8 @@ or the engine said nothing more is there) is not leased for again on its next co
 caught-up long poller cost an empty lease per poll) but on the MQ's next notification —
 an append, a release that made messages due, an offset reset — or when the lease said
 something may be due (a retry after its backoff, another lessee's expiry), on a catalog
-change seen at an ``idle_recheck``, or every ``RECHECK_ROUNDS`` rechecks.
+change seen at an ``idle_recheck``, or at the safety net's recheck
+(:mod:`brokers.servers.caught_up`).
 
 Read-ahead: the pump leases what its sessions want plus what the consumer took in the
 last ``read_ahead_hold`` seconds (its pace since its previous lease), up to a batch
@@ -59,7 +60,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -84,10 +84,6 @@ MIN_LEARN = 0.5
 """A re-sent parked consume teaches a timeout only if it came at least this late (seconds)."""
 PUMP_IDLE = 1.0
 """A pump with no session waits this long (seconds) for one before it ends."""
-RECHECK_ROUNDS = 6
-"""Consumers marked caught up with nothing known to be due are leased for again after this
-many ``idle_recheck`` waits without a notification or catalog change (a safety net: what
-makes messages servable is announced)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -134,9 +130,7 @@ class QueueMq:
     _watched: set[Connection] = field(default_factory=set)
     _blocked: dict[tuple[str, str], float] = field(default_factory=dict)
     """Consumer → monotonic time before which it is not taken for (rate limit, refusal)."""
-    _caught_up: CaughtUp[tuple[str, str]] = field(
-        default_factory=lambda: CaughtUp(-1, RECHECK_ROUNDS)
-    )
+    _caught_up: CaughtUp[tuple[str, str]] = field(init=False)
     """Consumers whose last lease left nothing servable: a new consume does not make the
     pump lease for them again (each long poll of a caught-up consumer cost an empty
     lease); see :mod:`brokers.servers.caught_up`."""
@@ -147,6 +141,9 @@ class QueueMq:
     """What each consumer took since its last lease."""
     _to_settle: list[InFlight] = field(default_factory=list)
     _settled: asyncio.Future[None] | None = None
+
+    def __post_init__(self) -> None:
+        self._caught_up = CaughtUp(self.ctx.snapshot.version)
 
     @property
     def owner(self) -> str:
@@ -438,17 +435,15 @@ class QueueMq:
                     progressed = True
                 if progressed:
                     continue
-                wait = cfg.idle_recheck
+                wait = cfg.idle_recheck  # how often the catalog's version is looked at
                 if self._blocked:
-                    wait = min(wait, max(0.01, min(self._blocked.values()) - time.monotonic()))
-                due = self._caught_up.next_due()
-                if due != math.inf:
-                    wait = min(wait, max(0.01, (due - engine.now_ms()) / 1000))
+                    wait = min(wait, min(self._blocked.values()) - time.monotonic())
                 try:
-                    async with asyncio.timeout(wait):
+                    async with asyncio.timeout(self._caught_up.wait_s(engine.now_ms(), wait)):
                         await event.wait()
                 except TimeoutError:  # see brokers.servers.caught_up
-                    self._caught_up.tick(self.ctx.snapshot.version)
+                    self._caught_up.catalog(self.ctx.snapshot.version)
+                    self._caught_up.recheck()
 
     def _ready(self, key: tuple[str, str]) -> bool:
         until = self._blocked.get(key)
