@@ -21,7 +21,9 @@ policy on each — then prints, next to the goals of issue 17:
 * the raw baseline: ``redis-benchmark -P 100 -q XADD`` on the same Redis, in the same run.
 
 Each throughput line also shows the load generator's own CPU share over the phase
-(process time / wall time): near 100% means the generator, not the broker, set the pace.
+(process time / wall time): near 100% means the generator, not the broker, set the pace;
+and the broker's CPU per message (its process tree, from /proc): a figure that holds when
+the machine's speed drifts, for comparing changes.
 With ``--profile DIR`` (py-spy on PATH or in ``$PY_SPY``) each phase of the broker is
 recorded and its top frames printed (the profiler costs CPU: take the figures from a run
 without it).
@@ -41,7 +43,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 from bench import vibemq_load
-from bench.harness import broker_bench, profiled, py_spy, serve_main, top_frames
+from bench.harness import (
+    broker_bench,
+    profiled,
+    py_spy,
+    serve_main,
+    top_frames,
+    tree_cpu_seconds,
+)
 from brokers.clients.vibemq import VibeMQClient
 from brokers.engine import (
     AppInfo,
@@ -191,13 +200,17 @@ async def main(args: argparse.Namespace) -> None:
         return profiled(pid, profile / f"vibemq-{phase}.txt" if profile else None)
 
     with broker_bench(__file__, 1_000_000, args.processes) as (raw, _, port, pid):
+        cpu = tree_cpu_seconds(pid)
         with recorded("publish"):
             published = await vibemq_load.publish(port, TOKEN, "bench", args.seconds)
         publish, pub_cpu = published.rate, published.generator_cpu
+        pub_us = (tree_cpu_seconds(pid) - cpu) / max(1, published.messages) * 1e6
         backlog = min(published.messages, 200_000)
+        cpu = tree_cpu_seconds(pid)
         with recorded("deliver"):
             delivered = await vibemq_load.deliver(port, TOKEN, "bench", backlog)
         deliver, del_cpu = delivered.rate, delivered.generator_cpu
+        del_us = (tree_cpu_seconds(pid) - cpu) / backlog * 1e6
         ours_pub, ours_pub_cpu = await publish_load(port, args.seconds / 2)
         ours_del, ours_del_cpu = await deliver_load(
             port, min(int(ours_pub * args.seconds / 2), 100_000)
@@ -210,12 +223,12 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"VibeMQ publish+ack, 4 conns      : {publish:12,.0f} msg/s   {publish / raw:.3f}x raw"
             f"   goal >= 50,000 {'met' if publish >= 50_000 else 'NOT met'}"
-            f"   (generator cpu {pub_cpu:.0%})"
+            f"   (generator cpu {pub_cpu:.0%}; broker cpu {pub_us:.1f} µs/msg)"
         )
         print(
             f"VibeMQ deliver+ack, 1 subscriber : {deliver:12,.0f} msg/s   {deliver / raw:.3f}x raw"
             f"   goal >= 50,000 {'met' if deliver >= 50_000 else 'NOT met'}"
-            f"   ({backlog:,} messages; generator cpu {del_cpu:.0%})"
+            f"   ({backlog:,} messages; generator cpu {del_cpu:.0%}; broker cpu {del_us:.1f} µs/msg)"
         )
         print(
             f"  the same by our Python client   : publish {ours_pub:,.0f} msg/s (its cpu"

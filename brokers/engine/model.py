@@ -38,9 +38,13 @@ class FetchStatus(enum.StrEnum):
     RATE_LIMITED = "RATE_LIMITED"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AppendResult:
-    """Where one append call stored its messages (one partition per call)."""
+    """Where one append call stored its messages (one partition per call).
+
+    A value, not frozen for the reason :class:`Delivery` gives: ``append_many`` makes one
+    per message stored (a frozen one took 0.86 µs to make, this one 0.18 µs — 3.5% of a
+    VibeMQ publish)."""
 
     topic: str
     partition: int
