@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 
 from brokers.catalog_loader import publish as publish_catalog
 from brokers.clients.vibemq import VibeMQClient
+from brokers.engine import StoreUnavailable
 from brokers.servers import caught_up
 from brokers.servers.vibemq import hub
 from tests.lease_counter import LeaseCounter
@@ -177,6 +178,38 @@ async def test_idle_subscribed_queues_do_not_wake_at_every_tick(catalog, redis_u
                 break
             await asyncio.sleep(0.02)
         assert leases.count >= 10, leases.count
+    finally:
+        await c.close()
+        await b.stop()
+
+
+async def test_a_lease_that_failed_is_tried_again_soon_not_at_the_next_append(
+    catalog, redis_url, monkeypatch
+):
+    """A dispatcher sleeps until something is due; one whose lease failed (Redis blinked
+    while its notification link stayed up) must not wait for the queue's next append."""
+    monkeypatch.setattr(caught_up, "RECHECK_S", 1000.0)  # the safety net out of the window
+    b = Broker(1, redis_url)
+    await b.start(replace(QUIET, timer_interval=0.1))
+    c = await VibeMQClient.open("127.0.0.1", b.port, catalog.token)
+    real_lease = b.engine.lease
+    failures = {"left": 1}
+
+    async def blinking(*args, **kwargs):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise StoreUnavailable("Redis blinked")
+        return await real_lease(*args, **kwargs)
+
+    try:
+        await c.create_queue("blink")
+        await c.subscribe("blink")
+        await c.ping()
+        await asyncio.sleep(0.3)  # caught up: the dispatcher sleeps
+        monkeypatch.setattr(b.engine, "lease", blinking)
+        await c.publish("blink", "once", message_id="b")
+        assert (await c.receive(2)).id == "b"
+        assert failures["left"] == 0
     finally:
         await c.close()
         await b.stop()

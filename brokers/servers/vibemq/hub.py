@@ -173,15 +173,19 @@ class QueueDispatcher:
                 while self.subscribers:
                     if event.take() != set():  # appended, or released: every consumer looks
                         self._caught_up.clear()
+                    failed = False
                     try:
                         full = await self._round()
                     except EngineError as exc:
                         log.warning("VibeMQ dispatch on %s failed: %s", self.queue, exc)
-                        full = False
+                        full, failed = False, True
                     if full:
                         continue
+                    sleep = self._sleep_s()
+                    if failed:  # Redis blinked: try again soon, not at the next notification
+                        sleep = min(sleep, ctx.config.timer_interval)
                     try:
-                        async with asyncio.timeout(self._sleep_s()):  # no task per wait
+                        async with asyncio.timeout(sleep):  # no task per wait
                             await event.wait()
                     except TimeoutError:  # see brokers.servers.caught_up
                         self._caught_up.recheck()
