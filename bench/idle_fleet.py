@@ -6,7 +6,9 @@ parked zbus long poll (``--protocol zbus``, window 1, token-less on open MQs). W
 consumer waiting, the broker's own CPU share (its process tree, from /proc) and the Redis
 commands it sends per second are measured over ``--seconds`` of idleness; then one message
 is produced to every queue and the time until all were delivered is printed (what waking a
-fleet costs). A fleet of idle consumers should cost next to nothing: a broker that polls
+fleet costs). Between the two, one policy is granted on one queue (a catalog delta) and
+what the broker spends in the next 3 s is printed: a change to one queue should cost about
+one queue's worth, not a lease per waiting consumer. A fleet of idle consumers should cost next to nothing: a broker that polls
 each queue on a timer pays per queue per tick.
 
 The raw ``redis-benchmark -P 100 XADD`` rate of the same Redis is printed first as the
@@ -31,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
+import redis.asyncio as aioredis
 
 from bench import zbus_load
 from bench.harness import broker, raw_xadd, redis_server, serve_main, tree_cpu_seconds
@@ -38,12 +41,14 @@ from brokers.clients.vibemq import VibeMQClient
 from brokers.engine import (
     AppInfo,
     BrokerInfo,
+    CatalogDelta,
     CatalogSnapshot,
     ConsumerPolicyInfo,
     PartitionGroupInfo,
     ProducerPolicyInfo,
     TopicInfo,
     hash_token,
+    publish_delta,
 )
 from brokers.servers.jmq4 import install_uvloop
 from brokers.servers.vibemq import start_vibemq_server
@@ -127,6 +132,7 @@ async def vibemq_fleet(
     await asyncio.sleep(3)  # settle: the first empty leases, caught-up marks
     share, rate = await asyncio.to_thread(idle.measure, seconds)
     _idle_line(len(queues), share, rate)
+    await policy_change(idle)
     publisher = await VibeMQClient.open("127.0.0.1", port, TOKEN)
     started = time.perf_counter()
     await asyncio.gather(*(publisher.publish(q, {"n": 1}) for q in queues))
@@ -157,6 +163,7 @@ async def zbus_fleet(port: int, queues: list[str], conns: int, idle: Idle, secon
     await asyncio.sleep(3)  # every consume parked
     share, rate = await asyncio.to_thread(idle.measure, seconds)
     _idle_line(len(queues), share, rate)
+    await policy_change(idle)
     producer = await zbus_load.Conn.open(port)
     started = time.perf_counter()
     for n, q in enumerate(queues):
@@ -175,6 +182,22 @@ async def zbus_fleet(port: int, queues: list[str], conns: int, idle: Idle, secon
     done.report(started)
     for link in [*links, producer]:
         link.close()
+
+
+async def policy_change(idle: Idle, seconds: float = 3.0) -> None:
+    """One policy granted on one queue (a catalog delta): what the broker spends on it."""
+    client = aioredis.Redis(port=idle.redis.connection_pool.connection_kwargs["port"])
+    delta = CatalogDelta(
+        producers={"other.q0": ProducerPolicyInfo(name="other.q0", topic="q0", app=APP)}
+    )
+    version = await publish_delta(client, delta)
+    await client.aclose()
+    share, rate = await asyncio.to_thread(idle.measure, seconds)
+    print(
+        f"one policy changed (catalog version {version}): broker cpu {share * seconds:.2f} s,"
+        f" {rate * seconds:,.0f} Redis commands over the next {seconds:.0f} s",
+        flush=True,
+    )
 
 
 class Delivered:

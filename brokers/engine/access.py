@@ -202,6 +202,17 @@ class Gate:
 
     # ------------------------------------------------------------------ consume
 
+    def consumer_terms(self, topic: str, app: str) -> tuple[object, ...]:
+        """The catalog entries :meth:`consumer` and a consume of ``app`` on ``topic`` read
+        — the topic (or the queue whose dead-letter queue it is), the app's consumer
+        policy there, the app — as a tuple: equal tuples from two snapshots give the same
+        answers."""
+        snapshot = self._catalog()
+        info = snapshot.topics.get(topic)
+        parent = dead_letter_parent(snapshot, topic) if info is None else None
+        governing = topic if parent is None else parent.code
+        return (info, parent, snapshot.consumer(governing, app), snapshot.apps.get(app))
+
     def consumer(self, topic: str, app: str, address: str | None) -> ConsumerPolicyInfo:
         """The consumer policy of ``app`` on ``topic``; refuses an app without one and a
         blacklisted ``address``. The caller checks ``paused`` (nothing is delivered

@@ -7,8 +7,10 @@ the engine time its lease named something may be due (a retry after its backoff,
 lessee's expiry; inf: nothing known). Until then an ack or a new consume does not make
 the dispatcher lease for it again: that lease would find nothing. What makes messages
 servable otherwise is announced on the topic's notification (appends, releases, offset
-resets), which clears every mark (:meth:`CaughtUp.clear`), or is a catalog change (a
-consumer resumed, a policy granted: :meth:`CaughtUp.catalog`). So a dispatcher whose
+resets), which clears every mark (:meth:`CaughtUp.clear`), or is a catalog change that
+concerns the dispatcher's consumers (a consumer resumed, a policy granted:
+:meth:`CaughtUp.catalog`, given what :meth:`brokers.engine.Engine.consumer_terms` says of
+them — a change to one queue of a fleet of 5,000 made every dispatcher lease again). So a dispatcher whose
 consumers are all caught up sleeps until a notification, a catalog change or its
 earliest hint (:meth:`CaughtUp.wait_s`) — not on a timer: 5,000 idle subscribed queues
 woke their dispatchers 5,000 times a second. As a safety net the marks are also cleared
@@ -37,14 +39,13 @@ class CaughtUp(Generic[K]):
 
     def __init__(
         self,
-        catalog_version: int,
         recheck_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``recheck_s``: the safety net's period (default :data:`RECHECK_S`)."""
         recheck_s = RECHECK_S if recheck_s is None else recheck_s
         self._until: dict[K, float] = {}
-        self._version = catalog_version
+        self._terms: object = None
         self._recheck_s = recheck_s
         self._clock = clock
         self._recheck_at = clock() + recheck_s * random.random()
@@ -68,11 +69,15 @@ class CaughtUp(Generic[K]):
         """The topic was notified: every consumer looks again."""
         self._until.clear()
 
-    def catalog(self, catalog_version: int) -> bool:
-        """Clear the marks if the catalog changed since the last call; whether it did."""
-        if catalog_version == self._version:
+    def catalog(self, terms: object) -> bool:
+        """What the catalog now says of the consumers (their
+        :meth:`~brokers.engine.Engine.consumer_terms`): clear the marks if it differs from
+        the last call's; whether it did (the first call only records it)."""
+        if terms == self._terms:
             return False
-        self._version = catalog_version
+        first, self._terms = self._terms is None, terms
+        if first:
+            return False
         self._until.clear()
         return True
 

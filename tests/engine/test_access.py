@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from brokers.engine import (
     AccessDenied,
     AppInfo,
+    CatalogDelta,
     CatalogSnapshot,
     ClientNotAllowed,
     ConsumerClientNotAllowed,
@@ -23,6 +24,7 @@ from brokers.engine import (
     ProducerNotFound,
     QueueSettings,
     RateLimited,
+    TopicInfo,
     TopicNotFound,
     hash_token,
 )
@@ -266,3 +268,35 @@ async def test_append_many_fails_an_invalid_message_alone(make_engine):
     results = await engine.append_many("t", "a", [Message(b"1"), bad, Message(b"3")])
     assert [type(r).__name__ for r in results] == ["AppendResult", "InvalidMessage", "AppendResult"]
     assert await stored(engine) == 2
+
+
+async def test_consumer_terms_change_only_with_what_the_consumer_depends_on(make_engine):
+    """What a front-end compares across catalog versions to know whether a caught-up
+    consumer must look again: a change to another topic or app leaves the terms equal (a
+    rebuilt snapshot too); a paused policy, a changed topic, another app's token do not."""
+    engine = make_engine(gated())
+    before = engine.consumer_terms("q", "a")
+    engine.set_snapshot(gated())  # the same catalog, every object rebuilt
+    assert engine.consumer_terms("q", "a") == before
+    elsewhere = gated()
+    elsewhere = elsewhere.apply(
+        CatalogDelta(version=2, topics={"other": TopicInfo(code="other", partitions=1)})
+    )
+    engine.set_snapshot(elsewhere)
+    assert engine.consumer_terms("q", "a") == before
+    engine.set_snapshot(gated(paused=True))
+    assert engine.consumer_terms("q", "a") != before
+    assert engine.consumer_terms("t", "a") != engine.consumer_terms("q", "a")
+    # a dead-letter queue without a topic of its own is governed by its queue's policy
+    dlq = snapshot(
+        topics={"q": {"partitions": 1, "queue": QueueSettings(dead_letter_enabled=True)}},
+    )
+    engine.set_snapshot(dlq)
+    held = engine.consumer_terms("q.dlq", "a")
+    engine.set_snapshot(
+        snapshot(
+            topics={"q": {"partitions": 1, "queue": QueueSettings(dead_letter_enabled=True)}},
+            consumers=[{"topic": "q", "app": "a", "paused": True}],
+        )
+    )
+    assert engine.consumer_terms("q.dlq", "a") != held

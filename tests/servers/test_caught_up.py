@@ -23,7 +23,7 @@ class Clock:
 
 
 def test_a_lease_marks_until_its_hint_and_more_unmarks() -> None:
-    marks: CaughtUp[str] = CaughtUp(catalog_version=1, recheck_s=3)
+    marks: CaughtUp[str] = CaughtUp(recheck_s=3)
     marks.record("c", _lease(False, retry_after_ms=500))
     marks.record("d", _lease(False))
     assert marks.holds("c", 499) and not marks.holds("c", 500)
@@ -34,7 +34,7 @@ def test_a_lease_marks_until_its_hint_and_more_unmarks() -> None:
 
 def test_the_sleep_ends_at_the_earliest_hint_or_the_safety_net() -> None:
     clock = Clock()
-    marks: CaughtUp[str] = CaughtUp(catalog_version=1, recheck_s=30, clock=clock)
+    marks: CaughtUp[str] = CaughtUp(recheck_s=30, clock=clock)
     first = marks.wait_s(now_ms=0, longest=math.inf)
     assert 0.01 <= first <= 30  # the first recheck somewhere in the period (spread)
     clock.now += first
@@ -49,19 +49,20 @@ def test_the_sleep_ends_at_the_earliest_hint_or_the_safety_net() -> None:
 
 def test_marks_clear_on_notification_catalog_change_or_due_recheck_only() -> None:
     clock = Clock()
-    marks: CaughtUp[str] = CaughtUp(catalog_version=1, recheck_s=30, clock=clock)
+    marks: CaughtUp[str] = CaughtUp(recheck_s=30, clock=clock)
+    assert not marks.catalog(("topic", "policy"))  # the first: recorded
     clock.now += 30
     marks.recheck()  # the first, spread recheck is past
     marks.record("c", _lease(False))
     clock.now += 29
     marks.recheck()  # not due yet
-    assert not marks.catalog(1)  # the same catalog
+    assert not marks.catalog(("topic", "policy"))  # a change elsewhere in the catalog
     assert marks.holds("c", 0)
     clock.now += 1
     marks.recheck()  # the safety net
     assert not marks.holds("c", 0)
     marks.record("c", _lease(False))
-    assert marks.catalog(2)  # the catalog changed
+    assert marks.catalog(("topic", "policy paused"))  # a change that concerns them
     assert not marks.holds("c", 0)
     marks.record("c", _lease(False))
     marks.clear()  # notified

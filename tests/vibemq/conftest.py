@@ -12,11 +12,12 @@ import msgspec
 import pytest
 import redis
 import redis.asyncio as aioredis
+from django.db import connection
 
 from brokers.catalog_loader import publish
 from brokers.clients.vibemq import VibeMQClient
 from brokers.engine import CatalogWatcher, Engine, QueueRetry
-from brokers.models import Team
+from brokers.models import ConsumerPolicy, Team
 from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.vibemq import ServerConfig, start_vibemq_server
 from tests import factories
@@ -33,6 +34,16 @@ class Catalog:
     token: str
     other_team_token: str
     admin_token: str
+
+
+def pause_consumers(queue: str, paused: bool) -> None:
+    """Pause (or resume) every consumer policy of ``queue`` and publish the catalog (from a
+    worker thread: ``sync_to_async(pause_consumers)(…)``)."""
+    try:
+        ConsumerPolicy.objects.filter(topic__code=queue).update(paused=paused)
+        publish()
+    finally:
+        connection.close()  # a worker thread: its connection goes with it
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from brokers.engine import StoreUnavailable
 from brokers.servers import caught_up
 from brokers.servers.vibemq import hub
 from tests.lease_counter import LeaseCounter
-from tests.vibemq.conftest import FAST, Broker
+from tests.vibemq.conftest import FAST, Broker, pause_consumers
 
 QUIET = replace(FAST, timer_interval=5.0, ack_timeout_ms=30_000)
 """The timer (which also clears a caught-up mark) out of the way of what is measured."""
@@ -139,11 +139,20 @@ async def test_acks_of_caught_up_fan_out_members_lease_nothing(catalog, redis_ur
         await one.stop()
 
 
+async def _until(counter: LeaseCounter, at_least: int) -> None:
+    for _ in range(150):  # 3 s
+        if counter.count >= at_least:
+            return
+        await asyncio.sleep(0.02)
+
+
 async def test_idle_subscribed_queues_do_not_wake_at_every_tick(catalog, redis_url, monkeypatch):
     """Every timer tick made each caught-up consumer lease again (an idle subscribed queue
     cost an empty lease a second, for ever), and then still woke its dispatcher (5,000 idle
-    queues: a third of a core); what makes messages servable is announced, so an idle
-    dispatcher sleeps — and a publish, or a catalog change, still wakes it at once."""
+    queues: a third of a core); a catalog change made every dispatcher lease again, though
+    it concerned one queue. What makes messages servable is announced, so an idle
+    dispatcher sleeps — and a publish, or a change to its queue's consumers, still wakes it
+    at once."""
     monkeypatch.setattr(caught_up, "RECHECK_S", 1000.0)  # the safety net out of the window
     rounds = {"n": 0}
     real_round = hub.QueueDispatcher._round
@@ -171,13 +180,24 @@ async def test_idle_subscribed_queues_do_not_wake_at_every_tick(catalog, redis_u
         assert (await c.receive(3)).id == "w"
         c.ack("w")
         await asyncio.sleep(0.3)
+        version = b.watcher.current.version
         leases = LeaseCounter(b.engine)
-        await sync_to_async(publish_catalog)()  # a catalog change: every consumer looks
-        for _ in range(100):
-            if leases.count >= 10:
+        await sync_to_async(publish_catalog)()  # a new catalog version, no queue's concern
+        for _ in range(150):
+            if b.watcher.current.version != version:
                 break
             await asyncio.sleep(0.02)
-        assert leases.count >= 10, leases.count
+        await asyncio.sleep(0.3)
+        assert leases.count == 0, leases.count  # before: 10
+        await sync_to_async(pause_consumers)("idle5", True)  # idle5's consumer: paused, resumed
+        await _until(leases, 1)
+        assert not b.engine.authorize_consumer("idle5", "app1")
+        await sync_to_async(pause_consumers)("idle5", False)
+        await _until(leases, 2)
+        await asyncio.sleep(0.3)
+        assert leases.count == 2, leases.count  # idle5's dispatcher only, once per change
+        await c.publish("idle5", "resumed", message_id="r")
+        assert (await c.receive(3)).id == "r"
     finally:
         await c.close()
         await b.stop()

@@ -13,14 +13,11 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from asgiref.sync import sync_to_async
-from django.db import connection
 
-from brokers.catalog_loader import publish
 from brokers.clients.vibemq import VibeMQClient
-from brokers.models import ConsumerPolicy
 from brokers.servers.readahead import ReadAheadBudget, footprint
 from brokers.servers.vibemq.hub import READ_AHEAD_HOLD_S
-from tests.vibemq.conftest import FAST, Broker
+from tests.vibemq.conftest import FAST, Broker, pause_consumers
 
 SLOW_ACKS = replace(FAST, max_unacked_per_subscriber=2, ack_timeout_ms=30_000)
 
@@ -100,14 +97,6 @@ async def test_a_leaving_subscribers_read_ahead_goes_back_at_once(catalog, redis
         await two.stop()
 
 
-def _pause(queue: str, paused: bool) -> None:
-    try:
-        ConsumerPolicy.objects.filter(topic__code=queue).update(paused=paused)
-        publish()
-    finally:
-        connection.close()  # a worker thread: its connection goes with it
-
-
 async def test_a_pause_holds_back_what_was_read_ahead(catalog, redis_url):
     async with _subscriber_broker(catalog, redis_url) as (one, a):
         for i in range(6):
@@ -115,7 +104,7 @@ async def test_a_pause_holds_back_what_was_read_ahead(catalog, redis_url):
         await a.subscribe("halt")
         first = [await a.receive(), await a.receive()]
         await asyncio.sleep(0.1)  # read ahead: h2..h5
-        await sync_to_async(_pause)("halt", True)
+        await sync_to_async(pause_consumers)("halt", True)
         app = one.engine.catalog.consumers_of("halt")[0].app
         for _ in range(100):  # the broker follows the catalog
             if not one.engine.authorize_consumer("halt", app):
@@ -125,7 +114,7 @@ async def test_a_pause_holds_back_what_was_read_ahead(catalog, redis_url):
             a.ack(m.id)  # room again, but the consumer is paused: nothing from memory
         await asyncio.sleep(0.5)
         assert a.deliveries.empty()
-        await sync_to_async(_pause)("halt", False)
+        await sync_to_async(pause_consumers)("halt", False)
         rest = await _receive_all(a, 4, within=5)
         assert [m.id for m in rest] == ["h2", "h3", "h4", "h5"]
         assert {m.attempts for m in rest} == {1}

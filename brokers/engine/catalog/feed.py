@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -326,6 +327,11 @@ class CatalogWatcher:
     def on_change(self, listener: Callable[[CatalogSnapshot], None]) -> None:
         """Call ``listener`` with every snapshot that replaces the current one."""
         self._listeners.append(listener)
+
+    def off_change(self, listener: Callable[[CatalogSnapshot], None]) -> None:
+        """Stop calling ``listener`` (registered with :meth:`on_change`)."""
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
 
     async def start(self) -> None:
         """Load the catalog and start following announcements."""

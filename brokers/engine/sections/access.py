@@ -24,6 +24,13 @@ class AccessSection(EngineBase):
         nothing until it is resumed). Every consume method checks this itself."""
         return not self.gate.consumer(topic, app, address).paused
 
+    def consumer_terms(self, topic: str, app: str) -> tuple[object, ...]:
+        """What the catalog says about ``app`` consuming ``topic`` (the entries its gate
+        and its leases read), comparable across catalog versions: a front-end that leases
+        on a consumer's behalf looks again after a catalog change only when these differ
+        (a change elsewhere in a fleet's catalog does not concern it)."""
+        return self.gate.consumer_terms(topic, app)
+
     def is_broadcast(self, topic: str, app: str) -> bool:
         """Whether ``app`` consumes ``topic`` by broadcast (each client its own progress)."""
         info = self.topic(topic)

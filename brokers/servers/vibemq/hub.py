@@ -4,12 +4,13 @@ A queue is a catalog topic like any other, so its subscribers get what every pro
 producers stored. One :class:`QueueDispatcher` per queue with local subscribers leases from
 the engine whenever some subscriber has room, and sleeps on the engine's notification for
 the queue or a kick (an ack, a lapsed lease or a drained transport gave a subscriber room;
-the hub's timer, every ``timer_interval``, checks ack deadlines and the catalog's version).
+a catalog change that concerns its consumers; the hub's timer checks ack deadlines every
+``timer_interval``).
 A consumer whose last lease left its group with nothing servable (it found nothing, or
 the engine said nothing more is there) leases again on the queue's next notification —
 an append, a release that made messages due, an offset reset — when the time its lease
 said something may be due comes (a retry after its backoff, another lessee's expiry), on a
-catalog change, or at the safety net's recheck (:mod:`brokers.servers.caught_up`); not on
+catalog change that concerns it, or at the safety net's recheck (:mod:`brokers.servers.caught_up`); not on
 every ack, nor on a timer: a dispatcher wakes only when something is due, so a fleet of
 idle subscribed queues costs nothing.
 Every lease passes the engine's gate: policy, blacklist, pause, rate limit.
@@ -121,7 +122,7 @@ class QueueDispatcher:
         self._blocked: dict[tuple[str, str], float] = {}
         """Consumer (app, address) → loop time before which it is not leased for again
         (over its rate limit, or refused by the gate)."""
-        self._caught_up: CaughtUp[tuple[str, ...]] = CaughtUp(hub.ctx.snapshot.version)
+        self._caught_up: CaughtUp[tuple[str, ...]] = CaughtUp()
         """Consumers (app, address) and FanOut members (app, address, member id) whose last
         lease left nothing servable: an ack that frees room does not make them lease again
         (a caught-up subscriber acking one by one leased once per ack, each lease empty)."""
@@ -159,17 +160,24 @@ class QueueDispatcher:
         if self._event is not None:
             self._event.set()
 
-    def catalog_changed(self, version: int) -> None:
-        """The catalog changed (a consumer resumed, a policy granted): caught-up
-        consumers look again."""
-        if self._caught_up.catalog(version):
+    def catalog_changed(self) -> None:
+        """The catalog changed: caught-up consumers look again if the change concerns
+        them (a consumer resumed, a policy granted on this queue)."""
+        if self._caught_up.catalog(self._terms()):
             self.kick()
+
+    def _terms(self) -> tuple[object, ...]:
+        """What the catalog says of this queue's consumers (their apps)."""
+        engine = self.hub.ctx.engine
+        apps = sorted({sub.acting_app(self.queue) for sub in self.subscribers})
+        return tuple(engine.consumer_terms(self.queue, app) for app in apps)
 
     async def _run(self) -> None:
         ctx = self.hub.ctx
         try:
             async with ctx.engine.notifier.watch(self.queue) as event:
                 self._event = event
+                self._caught_up.catalog(self._terms())
                 while self.subscribers:
                     if event.take() != set():  # appended, or released: every consumer looks
                         self._caught_up.clear()
@@ -452,10 +460,19 @@ class Hub:
 
     async def start(self) -> None:
         self._timer = asyncio.create_task(self._timers(), name="vibemq-timers")
+        self.ctx.watcher.on_change(self._catalog_changed)
+
+    def _catalog_changed(self, _snapshot: object) -> None:
+        try:
+            for disp in list(self.dispatchers.values()):
+                disp.catalog_changed()
+        except Exception:  # the watcher's other listeners still run
+            log.exception("VibeMQ dispatchers missed a catalog change")
 
     async def stop(self) -> None:
         """Stop dispatching (sessions are closed by their transports)."""
         self._paused = True
+        self.ctx.watcher.off_change(self._catalog_changed)
         if self._timer is not None:
             await cancel_and_wait(self._timer)
         for disp in list(self.dispatchers.values()):
@@ -520,9 +537,6 @@ class Hub:
         while True:
             await asyncio.sleep(self.ctx.config.timer_interval)
             try:
-                version = self.ctx.snapshot.version
-                for disp in list(self.dispatchers.values()):
-                    disp.catalog_changed(version)
                 now = self.ctx.engine.now_ms()
                 for sub in list(self.sessions):
                     await sub.tick(now)

@@ -45,7 +45,7 @@ class ZbusConfig:
     """Queue messages taken beyond what the parked sessions wanted wait this long (seconds)
     for the next sessions of their consumer, then go back to the group unread."""
     idle_recheck: float = 5.0
-    """A parked queue re-checks the engine this often (retry backoffs end without a wake-up)."""
+    """A pub/sub MQ's pump with nothing to send re-reads the partition's end this often."""
     shutdown_grace: float = 5.0
     """How long a graceful stop waits for running requests."""
 

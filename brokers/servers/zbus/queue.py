@@ -15,8 +15,8 @@ or the engine said nothing more is there) is not leased for again on its next co
 caught-up long poller cost an empty lease per poll) but on the MQ's next notification —
 an append, a release that made messages due, an offset reset — or when the lease said
 something may be due (a retry after its backoff, another lessee's expiry), on a catalog
-change seen at an ``idle_recheck``, or at the safety net's recheck
-(:mod:`brokers.servers.caught_up`).
+change that concerns it, or at the safety net's recheck (:mod:`brokers.servers.caught_up`);
+a pump with nothing due sleeps until then.
 
 Read-ahead: the pump leases what its sessions want plus what the consumer took in the
 last ``read_ahead_hold`` seconds (its pace since its previous lease), up to a batch
@@ -60,6 +60,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -143,7 +144,18 @@ class QueueMq:
     _settled: asyncio.Future[None] | None = None
 
     def __post_init__(self) -> None:
-        self._caught_up = CaughtUp(self.ctx.snapshot.version)
+        self._caught_up = CaughtUp()
+
+    def catalog_changed(self) -> None:
+        """The catalog changed: caught-up consumers look again if the change concerns
+        them (a consumer resumed, a policy granted on this MQ)."""
+        if self._caught_up.catalog(self._terms()):
+            self._event.set()
+
+    def _terms(self) -> tuple[object, ...]:
+        """What the catalog says of this MQ's consumers (their apps)."""
+        apps = sorted({s.app for s in self.sessions.values()})
+        return tuple(self.ctx.engine.consumer_terms(self.name, app) for app in apps)
 
     @property
     def owner(self) -> str:
@@ -368,6 +380,7 @@ class QueueMq:
         engine, cfg = self.ctx.engine, self.ctx.config
         async with engine.notifier.watch(self.name) as event:
             self._event = event
+            self._caught_up.catalog(self._terms())
             while True:
                 if event.take() != set():  # notified (not only kicked): every consumer looks
                     self._caught_up.clear()
@@ -435,14 +448,13 @@ class QueueMq:
                     progressed = True
                 if progressed:
                     continue
-                wait = cfg.idle_recheck  # how often the catalog's version is looked at
+                wait = math.inf  # nothing due: until a notification or kick
                 if self._blocked:
-                    wait = min(wait, min(self._blocked.values()) - time.monotonic())
+                    wait = min(self._blocked.values()) - time.monotonic()
                 try:
                     async with asyncio.timeout(self._caught_up.wait_s(engine.now_ms(), wait)):
                         await event.wait()
                 except TimeoutError:  # see brokers.servers.caught_up
-                    self._caught_up.catalog(self.ctx.snapshot.version)
                     self._caught_up.recheck()
 
     def _ready(self, key: tuple[str, str]) -> bool:

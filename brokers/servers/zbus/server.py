@@ -28,6 +28,15 @@ class ZbusServer(ListeningServer):
         self.ctx = ctx
         super().__init__(server, connections)
         self._reporter = ctx.spawn(run_reporter(ctx), "zbus-reporter")
+        ctx.watcher.on_change(self._catalog_changed)
+
+    def _catalog_changed(self, _snapshot: object) -> None:
+        """Queue MQs whose consumers the change concerns look again."""
+        try:
+            for mq in list(self.ctx.queues.values()):
+                mq.catalog_changed()
+        except Exception:  # the watcher's other listeners still run
+            log.exception("zbus queues missed a catalog change")
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting, let running requests finish (up to ``grace`` seconds), give
@@ -35,6 +44,7 @@ class ZbusServer(ListeningServer):
         grace = self.ctx.config.shutdown_grace if grace is None else grace
         self._server.close()
         self._reporter.cancel()
+        self.ctx.watcher.off_change(self._catalog_changed)
         protocols = list(self._connections)
         await drain(protocols, grace)
         for runtime in [*self.ctx.queues.values(), *self.ctx.pubsubs.values()]:
