@@ -233,3 +233,36 @@ async def test_a_lease_that_failed_is_tried_again_soon_not_at_the_next_append(
     finally:
         await c.close()
         await b.stop()
+
+
+async def test_a_dispatcher_that_crashes_restarts_after_a_pause_not_in_a_loop(
+    catalog, redis_url, monkeypatch
+):
+    """A dispatcher that stops on an unexpected error starts again (its subscribers are
+    served once the fault is gone), after hub.RESTART_S, not at once: a fault that recurs
+    at every start spun the process and filled the log."""
+    monkeypatch.setattr(hub, "RESTART_S", 0.3)
+    real_round = hub.QueueDispatcher._round
+    fault = {"on": True, "rounds": 0}
+
+    async def faulty(self):
+        fault["rounds"] += 1
+        if fault["on"]:
+            raise RuntimeError("a bug")
+        return await real_round(self)
+
+    monkeypatch.setattr(hub.QueueDispatcher, "_round", faulty)
+    b = Broker(1, redis_url)
+    await b.start(QUIET)
+    c = await VibeMQClient.open("127.0.0.1", b.port, catalog.token)
+    try:
+        await c.create_queue("crashy")
+        await c.publish("crashy", "kept", message_id="k")
+        await c.subscribe("crashy")
+        await asyncio.sleep(1.0)
+        assert 2 <= fault["rounds"] <= 5, fault["rounds"]  # once per restart, not a spin
+        fault["on"] = False
+        assert (await c.receive(3)).id == "k"
+    finally:
+        await c.close()
+        await b.stop()

@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from brokers.servers import caught_up
+from brokers.servers.zbus import queue
 from tests.lease_counter import LeaseCounter
 from tests.zbus.conftest import TEST_CONFIG, Broker_, Raw, msg
 
@@ -136,6 +137,40 @@ async def test_a_parked_caught_up_consumer_is_not_leased_for_at_every_recheck(
         await raw.send(msg("cmd: produce", "mq: orders", "msgid: p0", body=b"now"))
         replies = [await raw.recv(3.0) for _ in range(2)]
         assert b"now" in [r.body for r in replies]
+    finally:
+        await raw.close()
+        await server.stop()
+
+
+async def test_a_pump_that_crashes_restarts_after_a_pause_not_in_a_loop(
+    catalog, redis_url, monkeypatch
+) -> None:
+    """A queue pump that stops on an unexpected error starts again after PUMP_RESTART_S
+    while a consume waits (before: the consume waited for the client's next one), and not
+    at once (a fault that recurs must not spin the process)."""
+    monkeypatch.setattr(queue, "PUMP_RESTART_S", 0.3)
+    real = queue.QueueMq._lease_size
+    fault = {"on": True, "calls": 0}
+
+    def faulty(self, key, want):
+        fault["calls"] += 1
+        if fault["on"]:
+            raise RuntimeError("a bug")
+        return real(self, key, want)
+
+    monkeypatch.setattr(queue.QueueMq, "_lease_size", faulty)
+    server = Broker_(redis_url)
+    await server.start(QUIET)
+    raw = await Raw.open(server.port)
+    try:
+        await raw.send(msg("cmd: produce", "mq: orders", "msgid: p0", body=b"kept"))
+        assert (await raw.recv()).status == 200
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c0"))
+        await asyncio.sleep(1.0)
+        assert 2 <= fault["calls"] <= 5, fault["calls"]
+        fault["on"] = False
+        reply = await raw.recv(3.0)  # the same consume, not sent again
+        assert (reply.status, reply.body) == (200, b"kept")
     finally:
         await raw.close()
         await server.stop()

@@ -74,6 +74,8 @@ this many are missing."""
 READ_AHEAD_HOLD_S = 1.0
 """How long a read-ahead delivery waits for room before it goes back to the group unread."""
 REGISTRY_REFRESH_S = 5.0
+RESTART_S = 1.0
+"""A dispatcher that stopped on an unexpected error starts again after this many seconds."""
 SWEEP_CHUNK = 256  # TTL queues whose sweep calls go out together
 
 
@@ -112,6 +114,8 @@ class QueueDispatcher:
         self.hub, self.queue = hub, queue
         self.subscribers: list[Subscriber] = []
         self._event: asyncio.Event | None = None
+        self.crashed = False
+        """Its last run ended on an unexpected error (it starts again after ``RESTART_S``)."""
         """The queue's notification while the dispatcher runs; :meth:`kick` sets it."""
         self._next = 0
         self.task: asyncio.Task[None] | None = None
@@ -153,6 +157,7 @@ class QueueDispatcher:
         self._blocked[key] = asyncio.get_running_loop().time() + ms / 1000
 
     def start(self) -> None:
+        self.crashed = False
         self.task = asyncio.create_task(self._run(), name=f"vibemq-dispatch-{self.queue}")
 
     def kick(self) -> None:
@@ -200,7 +205,10 @@ class QueueDispatcher:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("VibeMQ dispatcher of %s stopped", self.queue)
+            log.exception(
+                "VibeMQ dispatcher of %s stopped; restarting in %.0f s", self.queue, RESTART_S
+            )
+            self.crashed = True
         finally:
             self._event = None
             self.return_ahead()
@@ -526,9 +534,20 @@ class Hub:
         if self.dispatchers.get(disp.queue) is not disp:
             return
         if disp.subscribers and not self._paused:
-            disp.start()  # a subscriber arrived while it was finishing
+            if disp.crashed:  # a bug that recurs at once must not spin the process
+                asyncio.get_running_loop().call_later(RESTART_S, self._restart, disp)
+            else:
+                disp.start()  # a subscriber arrived while it was finishing
             return
         del self.dispatchers[disp.queue]
+
+    def _restart(self, disp: QueueDispatcher) -> None:
+        if self.dispatchers.get(disp.queue) is not disp or self._paused:
+            return
+        if not disp.subscribers:
+            del self.dispatchers[disp.queue]
+        elif disp.task is None or disp.task.done():
+            disp.start()
 
     # ---------------------------------------------------------------- timers
 

@@ -85,6 +85,8 @@ MIN_LEARN = 0.5
 """A re-sent parked consume teaches a timeout only if it came at least this late (seconds)."""
 PUMP_IDLE = 1.0
 """A pump with no session waits this long (seconds) for one before it ends."""
+PUMP_RESTART_S = 1.0
+"""A pump that stopped on an unexpected error starts again after this many seconds."""
 
 
 @dataclass(eq=False, slots=True)
@@ -128,6 +130,7 @@ class QueueMq:
     inflight: dict[Connection, list[InFlight]] = field(default_factory=dict)
     _event: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
+    _stopped: bool = False
     _watched: set[Connection] = field(default_factory=set)
     _blocked: dict[tuple[str, str], float] = field(default_factory=dict)
     """Consumer → monotonic time before which it is not taken for (rate limit, refusal)."""
@@ -360,11 +363,30 @@ class QueueMq:
 
     def _kick(self) -> None:
         self._event.set()
-        if self._task is None or self._task.done():
-            self._task = self.ctx.spawn(self._pump(), f"zbus-queue-{self.name}")
+        if (self._task is None or self._task.done()) and not self._stopped:
+            self._task = self.ctx.spawn(self._guarded_pump(), f"zbus-queue-{self.name}")
+
+    async def _guarded_pump(self) -> None:
+        """The pump; one that stops on an unexpected error starts again after
+        ``PUMP_RESTART_S`` while sessions wait (they would otherwise wait for their next
+        consume), not at once (a fault that recurs must not spin the process)."""
+        try:
+            await self._pump()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "zbus queue %s: pump stopped; restarting in %.0f s", self.name, PUMP_RESTART_S
+            )
+            asyncio.get_running_loop().call_later(PUMP_RESTART_S, self._restart)
+
+    def _restart(self) -> None:
+        if self.line:
+            self._kick()
 
     async def stop(self) -> None:
         """Stop the pump (server shutdown); what was read ahead goes back unread."""
+        self._stopped = True
         if self._task is not None:
             await cancel_and_wait(self._task)
         if self._ahead_timer is not None:
