@@ -10,12 +10,12 @@ servable otherwise is announced on the topic's notification (appends, releases, 
 resets), which clears every mark (:meth:`CaughtUp.clear`), or is a catalog change that
 concerns the dispatcher's consumers (a consumer resumed, a policy granted:
 :meth:`CaughtUp.catalog`, given what :meth:`brokers.engine.Engine.consumer_terms` says of
-them — a change to one queue of a fleet of 5,000 made every dispatcher lease again). So a dispatcher whose
-consumers are all caught up sleeps until a notification, a catalog change or its
-earliest hint (:meth:`CaughtUp.wait_s`) — not on a timer: 5,000 idle subscribed queues
-woke their dispatchers 5,000 times a second. As a safety net the marks are also cleared
-every ``recheck_s`` seconds, each dispatcher's first recheck at a random point of the
-period, so a fleet's dispatchers started together do not lease all at once.
+them — a change to one queue of a fleet of 5,000 made every dispatcher lease again). So a
+dispatcher whose consumers are all caught up sleeps until a notification, a catalog
+change or its earliest hint (:meth:`CaughtUp.wait_s`) — not on a timer: 5,000 idle
+subscribed queues woke their dispatchers 5,000 times a second. As a safety net the marks
+are also cleared every ``recheck_s`` seconds, each dispatcher's first recheck at a random
+point of the period, so a fleet's dispatchers started together do not lease all at once.
 """
 
 from __future__ import annotations

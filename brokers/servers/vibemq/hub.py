@@ -10,9 +10,10 @@ A consumer whose last lease left its group with nothing servable (it found nothi
 the engine said nothing more is there) leases again on the queue's next notification —
 an append, a release that made messages due, an offset reset — when the time its lease
 said something may be due comes (a retry after its backoff, another lessee's expiry), on a
-catalog change that concerns it, or at the safety net's recheck (:mod:`brokers.servers.caught_up`); not on
-every ack, nor on a timer: a dispatcher wakes only when something is due, so a fleet of
-idle subscribed queues costs nothing.
+catalog change that concerns it, or at the safety net's recheck
+(:mod:`brokers.servers.caught_up`); not on every ack, nor on a timer: a dispatcher wakes
+only when something is due, so a fleet of idle subscribed queues costs next to nothing.
+A dispatcher stopped by an unexpected error starts again after ``RESTART_S``.
 Every lease passes the engine's gate: policy, blacklist, pause, rate limit.
 
 * RoundRobin and PriorityBased: subscribers compete as their acting app's consumer group.
@@ -114,9 +115,9 @@ class QueueDispatcher:
         self.hub, self.queue = hub, queue
         self.subscribers: list[Subscriber] = []
         self._event: asyncio.Event | None = None
+        """The queue's notification while the dispatcher runs; :meth:`kick` sets it."""
         self.crashed = False
         """Its last run ended on an unexpected error (it starts again after ``RESTART_S``)."""
-        """The queue's notification while the dispatcher runs; :meth:`kick` sets it."""
         self._next = 0
         self.task: asyncio.Task[None] | None = None
         self._ahead: dict[tuple[str, str], deque[Leased]] = {}
