@@ -174,3 +174,33 @@ async def test_a_pump_that_crashes_restarts_after_a_pause_not_in_a_loop(
     finally:
         await raw.close()
         await server.stop()
+
+
+async def test_an_idle_pubsub_subscriber_is_not_polled(catalog, redis_url) -> None:
+    """A pub/sub pump with nothing to send read the MQ's end every idle_recheck (5,000
+    idle pub/sub MQs: 1,000 reads a second); appends are announced, so it sleeps until
+    one — and a produce still reaches the subscriber at once."""
+    server = Broker_(redis_url)
+    await server.start(dataclasses.replace(TEST_CONFIG, idle_recheck=0.1))
+    sub, pub = await Raw.open(server.port), await Raw.open(server.port)
+    reads = {"n": 0}
+    real_bounds = server.engine.bounds
+
+    async def counted(*args, **kwargs):
+        reads["n"] += 1
+        return await real_bounds(*args, **kwargs)
+
+    server.engine.bounds = counted
+    try:
+        await sub.send(msg("cmd: consume", "mq: news", "msgid: s", "topic: *", "window: -1"))
+        await asyncio.sleep(0.3)
+        reads["n"] = 0
+        await asyncio.sleep(0.8)  # 8 idle_recheck periods
+        assert reads["n"] == 0, reads["n"]  # before: 8
+        await pub.send(msg("cmd: produce", "mq: news", "msgid: n0", body=b"fresh"))
+        assert (await pub.recv()).status == 200
+        assert (await sub.recv(2.0)).body == b"fresh"
+    finally:
+        for r in (sub, pub):
+            await r.close()
+        await server.stop()

@@ -45,7 +45,8 @@ class ZbusConfig:
     """Queue messages taken beyond what the parked sessions wanted wait this long (seconds)
     for the next sessions of their consumer, then go back to the group unread."""
     idle_recheck: float = 5.0
-    """A pub/sub MQ's pump with nothing to send re-reads the partition's end this often."""
+    """A pub/sub MQ's pump whose consumer is held back (paused, refused, rate-limited)
+    looks again this often."""
     shutdown_grace: float = 5.0
     """How long a graceful stop waits for running requests."""
 
