@@ -11,8 +11,8 @@ delivered status is 200 and ``msgid_raw`` the producer's id. Each subscriber rea
 acting app through the engine's gate (:meth:`Engine.consume_read`): while that consumer
 is paused, refused or over its rate limit its buffer simply fills, and the pump looks again
 every ``idle_recheck``. Otherwise a pump with nothing to send sleeps until the MQ's next
-append is announced (or the 30 s safety net of :mod:`brokers.servers.caught_up`): 5,000
-idle pub/sub MQs cost a read of their end every 5 s each.
+append is announced (or the safety net of :mod:`brokers.servers.caught_up`); reading the
+end every 5 s cost 5,000 idle pub/sub MQs 1,000 reads a second.
 """
 
 from __future__ import annotations
