@@ -23,10 +23,10 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
-from brokers.engine import Lease
+from brokers.engine import Engine, Lease
 
 K = TypeVar("K", bound=Hashable)
 
@@ -73,10 +73,11 @@ class CaughtUp(Generic[K]):
         """The topic was notified: every consumer looks again."""
         self._until.clear()
 
-    def catalog(self, terms: object) -> bool:
-        """What the catalog now says of the consumers (their
-        :meth:`~brokers.engine.Engine.consumer_terms`): clear the marks if it differs from
-        the last call's; whether it did (the first call only records it)."""
+    def catalog(self, engine: Engine, topic: str, apps: Iterable[str]) -> bool:
+        """Read what the catalog now says of the consumers — ``apps`` consuming ``topic``
+        (:meth:`~brokers.engine.Engine.consumer_terms`) — and clear the marks if it differs
+        from the last call's; whether it did (the first call only records it)."""
+        terms = tuple(engine.consumer_terms(topic, app) for app in sorted(set(apps)))
         if terms == self._terms:
             return False
         first, self._terms = self._terms is None, terms

@@ -14,6 +14,16 @@ def _lease(more: bool, retry_after_ms: int | None = None) -> Lease:
     return Lease("q", "a", more=more, retry_after_ms=retry_after_ms)
 
 
+class Catalog:
+    """An engine's ``consumer_terms`` whose answer the test sets."""
+
+    def __init__(self) -> None:
+        self.policy = "policy"
+
+    def consumer_terms(self, topic: str, app: str) -> tuple[object, ...]:
+        return (topic, app, self.policy)
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 100.0
@@ -50,19 +60,21 @@ def test_the_sleep_ends_at_the_earliest_hint_or_the_safety_net() -> None:
 def test_marks_clear_on_notification_catalog_change_or_due_recheck_only() -> None:
     clock = Clock()
     marks: CaughtUp[str] = CaughtUp(recheck_s=30, clock=clock)
-    assert not marks.catalog(("topic", "policy"))  # the first: recorded
+    catalog = Catalog()
+    assert not marks.catalog(catalog, "q", ["a"])  # the first: recorded
     clock.now += 30
     marks.recheck()  # the first, spread recheck is past
     marks.record("c", _lease(False))
     clock.now += 29
     marks.recheck()  # not due yet
-    assert not marks.catalog(("topic", "policy"))  # a change elsewhere in the catalog
+    assert not marks.catalog(catalog, "q", ["a", "a"])  # a change elsewhere in the catalog
     assert marks.holds("c", 0)
     clock.now += 1
     marks.recheck()  # the safety net
     assert not marks.holds("c", 0)
     marks.record("c", _lease(False))
-    assert marks.catalog(("topic", "policy paused"))  # a change that concerns them
+    catalog.policy = "policy paused"
+    assert marks.catalog(catalog, "q", ["a"])  # a change that concerns them
     assert not marks.holds("c", 0)
     marks.record("c", _lease(False))
     marks.clear()  # notified

@@ -169,21 +169,20 @@ class QueueDispatcher:
     def catalog_changed(self) -> None:
         """The catalog changed: caught-up consumers look again if the change concerns
         them (a consumer resumed, a policy granted on this queue)."""
-        if self._caught_up.catalog(self._terms()):
+        if self._read_catalog():
             self.kick()
 
-    def _terms(self) -> tuple[object, ...]:
-        """What the catalog says of this queue's consumers (their apps)."""
-        engine = self.hub.ctx.engine
-        apps = sorted({sub.acting_app(self.queue) for sub in self.subscribers})
-        return tuple(engine.consumer_terms(self.queue, app) for app in apps)
+    def _read_catalog(self) -> bool:
+        """:meth:`CaughtUp.catalog` of this queue's consumers (their apps)."""
+        apps = (sub.acting_app(self.queue) for sub in self.subscribers)
+        return self._caught_up.catalog(self.hub.ctx.engine, self.queue, apps)
 
     async def _run(self) -> None:
         ctx = self.hub.ctx
         try:
             async with ctx.engine.notifier.watch(self.queue) as event:
                 self._event = event
-                self._caught_up.catalog(self._terms())
+                self._read_catalog()
                 while self.subscribers:
                     if event.take() != set():  # appended, or released: every consumer looks
                         self._caught_up.clear()

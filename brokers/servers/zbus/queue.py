@@ -152,13 +152,13 @@ class QueueMq:
     def catalog_changed(self) -> None:
         """The catalog changed: caught-up consumers look again if the change concerns
         them (a consumer resumed, a policy granted on this MQ)."""
-        if self._caught_up.catalog(self._terms()):
+        if self._read_catalog():
             self._event.set()
 
-    def _terms(self) -> tuple[object, ...]:
-        """What the catalog says of this MQ's consumers (their apps)."""
-        apps = sorted({s.app for s in self.sessions.values()})
-        return tuple(self.ctx.engine.consumer_terms(self.name, app) for app in apps)
+    def _read_catalog(self) -> bool:
+        """:meth:`CaughtUp.catalog` of this MQ's consumers (their apps)."""
+        apps = (s.app for s in self.sessions.values())
+        return self._caught_up.catalog(self.ctx.engine, self.name, apps)
 
     @property
     def owner(self) -> str:
@@ -402,7 +402,7 @@ class QueueMq:
         engine, cfg = self.ctx.engine, self.ctx.config
         async with engine.notifier.watch(self.name) as event:
             self._event = event
-            self._caught_up.catalog(self._terms())
+            self._read_catalog()
             while True:
                 if event.take() != set():  # notified (not only kicked): every consumer looks
                     self._caught_up.clear()
