@@ -4,8 +4,9 @@ reply comes in the frames' order, errors included, and each publishAck means sto
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
-from tests.vibemq.conftest import frame
+from tests.vibemq.conftest import FAST, Broker, Raw, frame
 
 
 async def test_pipelined_publishes_reply_in_order_with_errors_between(raw, catalog, broker):
@@ -90,3 +91,38 @@ async def test_a_burst_round_many_queues_is_stored_at_once_in_each_queues_order(
     for q in queues:
         taken = await broker.engine.lease(q, "app1", count=10, owner="test")
         assert [int(d.message.body) for d in taken.deliveries] == [i for p, i in order if p == q]
+
+
+async def test_publishes_over_the_frame_rate_get_their_error_in_turn(catalog, redis_url):
+    """Frames over the connection's frame rate are refused where they stand in a run of
+    publishes round several queues: the replies keep the frames' order, and only the
+    frames let through are stored."""
+    b = Broker(1, redis_url)
+    await b.start(replace(FAST, frames_per_second=6))
+    r = await Raw.open(b.port)
+    try:
+        r.send({"id": "c", "type": "connect", "headers": {"authToken": catalog.token}})
+        assert (await r.recv())["type"] == "connectAck"
+        for q in ("left", "right"):  # created first: an auto-create stores the run before it
+            r.send({"id": f"create-{q}", "type": "createQueue", "queue": q})
+            assert (await r.recv())["type"] == "createQueue"
+        await asyncio.sleep(1.1)  # a fresh second of frame rate
+        order = [("left" if i % 2 else "right", i) for i in range(9)]
+        r.send(
+            b"".join(
+                frame({"id": f"m{i}", "type": "publish", "queue": q, "payload": i})
+                for q, i in order
+            )
+        )
+        replies = [await r.recv() for _ in order]
+        assert [m["id"] for m in replies] == [f"m{i}" for _, i in order]
+        assert [m["type"] for m in replies] == ["publishAck"] * 6 + ["error"] * 3
+        assert {m["errorCode"] for m in replies[6:]} == {"RATE_LIMITED"}
+        for q in ("left", "right"):
+            taken = await b.engine.lease(q, "app1", count=10, owner="test")
+            assert [int(d.message.body) for d in taken.deliveries] == [
+                i for p, i in order[:6] if p == q
+            ]
+    finally:
+        await r.close()
+        await b.stop()
