@@ -145,6 +145,10 @@ class QueueMq:
     """What each consumer took since its last lease."""
     _to_settle: list[InFlight] = field(default_factory=list)
     _settled: asyncio.Future[None] | None = None
+    _streams: set[Connection] = field(default_factory=set)
+    """Connections that may hold streaming deliveries in flight (settled once their
+    transport drained): only these are looked at after a dispatch round, not every
+    connection with something in flight (a thousand long pollers of one MQ)."""
 
     def __post_init__(self) -> None:
         self._caught_up = CaughtUp()
@@ -270,6 +274,7 @@ class QueueMq:
 
     def _closed(self, conn: Connection) -> None:
         self._watched.discard(conn)
+        self._streams.discard(conn)
         session = self.sessions.pop(conn, None)
         if session is not None:
             self._deactivate(session, in_line=session.active)
@@ -346,10 +351,17 @@ class QueueMq:
             await self.ctx.engine.release(self.name, app, partition, indexes)
 
     def _settle_streams(self) -> None:
+        if not self._streams:
+            return
         done: list[InFlight] = []
-        for conn, items in list(self.inflight.items()):
+        for conn in list(self._streams):
+            items = self.inflight.get(conn)
+            if not items:
+                self._streams.discard(conn)
+                continue
             if conn.buffered() != 0:
                 continue
+            self._streams.discard(conn)
             keep = [i for i in items if not i.streaming]
             done.extend(i for i in items if i.streaming)
             if keep:
@@ -676,7 +688,9 @@ class QueueMq:
             self.inflight.setdefault(session.conn, []).append(
                 InFlight(app, d.partition, d.index, now, session.parked_at, streaming)
             )
-            if not streaming:
+            if streaming:
+                self._streams.add(session.conn)
+            else:
                 session.window -= 1
             if session.window != 0:
                 self.line.append(session)
