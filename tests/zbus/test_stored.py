@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brokers.engine import Message as EngineMessage
-from brokers.engine import decode_record, encode_record
+from brokers.engine import decode_record, encode_record, record_parts
 from brokers.protocols.zbus import (
     AliasFamily,
     Decoder,
@@ -18,7 +18,14 @@ from brokers.protocols.zbus import (
     encode_message,
     make_delivery,
 )
-from brokers.servers.zbus.stored import MARK, STATUS, delivery_bytes, from_record, to_engine
+from brokers.servers.zbus.stored import (
+    MARK,
+    STATUS,
+    _written_headers,
+    delivery_bytes,
+    from_record,
+    to_engine,
+)
 
 
 def stored(message: Message) -> bytes:
@@ -50,6 +57,19 @@ _KEYS = st.sampled_from(
      "content-length", "reply_code", "messageId", ":status", ":content-type", "x", "X",
      "a:b", "new\nline", ""]
 )  # fmt: skip
+_COMMON_KEYS = st.sampled_from(
+    ["cmd", "mq", "mq_reply", "token", "content-length", "messageId", ":content-type", "x",
+     "X", "a:b", "remote-addr"]
+)  # fmt: skip
+"""Keys a record read line by line may hold (with a ``msgid``): no status or id of its own."""
+_COMMON_VALUES = st.one_of(
+    st.sampled_from(["", "1", "m-1", "host:port", "a=b", "é", " lead", "tab\there", "\x01"]),
+    st.text(
+        st.characters(min_codepoint=32, max_codepoint=126, exclude_characters="\\"), max_size=12
+    ),
+)
+"""Values such a record holds: printable ASCII (the properties text escapes the rest),
+with now and then one it does not (a blank first, a tab, a non-ASCII letter)."""
 _VALUES = st.one_of(
     st.sampled_from(["", "1", "200", "404", "99", "²00", "m-1", "host:port", "a\nb", "é"]),
     st.text(max_size=12),
@@ -58,7 +78,11 @@ _VALUES = st.one_of(
 
 @settings(max_examples=400, deadline=None)
 @given(
-    attributes=st.dictionaries(_KEYS, _VALUES, max_size=8),
+    attributes=st.one_of(
+        st.dictionaries(_KEYS, _VALUES, max_size=8),
+        st.dictionaries(_COMMON_KEYS, _COMMON_VALUES, max_size=8),
+    ),
+    produced_msgid=st.one_of(st.none(), _VALUES, _COMMON_VALUES),
     business_id=st.sampled_from(["", "biz-1", "bad\nid"]),
     body=st.binary(max_size=16),
     msgid=st.one_of(st.none(), st.sampled_from(["c-1", "x"])),
@@ -67,12 +91,15 @@ _VALUES = st.one_of(
     aliases=st.sampled_from([AliasFamily.NONE, AliasFamily.ID, AliasFamily.HYPHEN, AliasFamily(3)]),
 )
 def test_one_pass_delivery_writes_what_the_message_path_writes(
-    attributes, business_id, body, msgid, status, redelivered, aliases
+    attributes, produced_msgid, business_id, body, msgid, status, redelivered, aliases
 ):
     """``delivery_bytes`` (run per delivered message) writes the bytes of the message
     path it short-cuts — properties → ``Message`` → ``make_delivery`` → encoder — for
     any properties another protocol may have stored, and never fails where that path
-    writes."""
+    writes; read from the attribute lines (a zbus producer's ``msgid``, most often
+    there) or through the headers' dict, with the line cache cold or warm."""
+    if produced_msgid is not None:
+        attributes = {**attributes, "msgid": produced_msgid}
     record = encode_record(
         EngineMessage(body, business_id=business_id, attributes=attributes),
         app="a",
@@ -90,10 +117,33 @@ def test_one_pass_delivery_writes_what_the_message_path_writes(
     )
     assert expected is not None  # every stored message can be written to a zbus consumer
     assert got == expected
+    again = delivery_bytes(
+        record, msgid=msgid, status=status, redelivered=redelivered, aliases=aliases
+    )
+    assert again == expected
     # and a client reads it back: status, the consume's msgid, the producer's as msgid_raw
     (delivered,) = Decoder().feed(got)
     assert isinstance(delivered, Message) and delivered.body == body
     assert delivered.msgid == msgid
+
+
+def test_a_zbus_producers_record_is_framed_from_its_attribute_lines():
+    """What a zbus producer stores (its headers and the broker's stamps, a new msgid on
+    every message) takes the line-by-line path, and writes what the message path does."""
+    headers = {
+        "cmd": "produce",
+        "mq": "orders",
+        "msgid": "5f0e9f0c-8d0c-4b7e-a8b1-0c2f0f9d3a11",
+        "remote-addr": "127.0.0.1:40000",
+        "broker": "127.0.0.1:15555",
+        "mq_reply": "d1b7a0c6-5c1e-4a83-9c59-5b1f0b8f4e0a",
+    }
+    record = encode_record(EngineMessage(b"body", attributes=headers), app="a", now_ms=1)[0]
+    for aliases in (AliasFamily.NONE, AliasFamily.ID, AliasFamily.HYPHEN):
+        written = _written_headers(record_parts(record).attribute_bytes, aliases)
+        assert written is not None and written[1:] == (2, headers["msgid"])
+        expected = encode_message(make_delivery(from_record(record), msgid="c"), aliases=aliases)
+        assert delivery_bytes(record, msgid="c", aliases=aliases) == expected
 
 
 def test_a_status_property_other_protocols_may_write_never_breaks_a_delivery():

@@ -22,7 +22,11 @@ from brokers.protocols.zbus.constants import (
 )
 from brokers.protocols.zbus.decoder import Decoder
 from brokers.protocols.zbus.encoder import (
+    ALIASED,
+    SET_BY_DELIVERY,
+    alias_lines,
     encode_delivery,
+    encode_delivery_lines,
     encode_message,
     encode_reply,
     header_line,
@@ -45,11 +49,13 @@ from brokers.protocols.zbus.message import Message, RequestLine, StatusLine, par
 from brokers.protocols.zbus.replies import make_delivery, make_reply, make_request
 
 __all__ = [
+    "ALIASED",
     "BROKER_COMMANDS",
     "MAX_BODY_BYTES",
     "MAX_HEAD_BYTES",
     "REASONS",
     "REPLY_QUEUE_MODE",
+    "SET_BY_DELIVERY",
     "TRACKER_COMMANDS",
     "AliasFamily",
     "BadContentLength",
@@ -72,7 +78,9 @@ __all__ = [
     "TruncatedMessage",
     "ZbusDecodeError",
     "ZbusError",
+    "alias_lines",
     "encode_delivery",
+    "encode_delivery_lines",
     "encode_message",
     "encode_reply",
     "header_line",

@@ -164,6 +164,47 @@ def encode_delivery(
     return b"".join(out)
 
 
+ALIASED = _ALIASED
+"""Headers written with the recipient's aliases after them (§3)."""
+SET_BY_DELIVERY = _SET_BY_DELIVERY
+"""Stored headers a delivery does not copy as they are (it writes its own or none)."""
+
+
+def alias_lines(key: str, value: str, aliases: AliasFamily) -> list[bytes]:
+    """The lines of ``key``'s aliases in the family ``aliases`` (none for most keys)."""
+    out: list[bytes] = []
+    if aliases is not _NO_ALIASES and key in _ALIASED:
+        _with_aliases(out, key, value, aliases)
+    return out
+
+
+def encode_delivery_lines(
+    lines: list[bytes],
+    msgid_at: int,
+    stored_msgid: str,
+    body: bytes,
+    *,
+    msgid: str | None,
+    status: int | None = None,
+    redelivered: bool = False,
+    aliases: AliasFamily = AliasFamily.NONE,
+) -> bytes:
+    """:func:`encode_delivery` of a stored message whose headers arrive written: ``lines``
+    (each ``key: value`` CRLF with its aliases, none of :data:`SET_BY_DELIVERY` or
+    ``reply_code``), its stored ``msgid`` ``stored_msgid``, which stood before
+    ``lines[msgid_at]``. The same bytes, without a dict of the headers and a second
+    look at each (it runs per delivered message)."""
+    out = [_status_line(200 if status is None else status), *lines[:msgid_at]]
+    _consume_id(out, msgid, aliases)
+    out.extend(lines[msgid_at:])
+    _delivery_id(out, Header.MSGID_RAW, stored_msgid, aliases)
+    if redelivered:
+        out.append(b"redelivered: 1\r\n")
+    out.append(b"content-length: %d\r\n\r\n" % len(body))
+    out.append(body)
+    return b"".join(out)
+
+
 def _append_line(out: list[bytes], key: str, value: str) -> None:
     line = header_line(key, value)
     if line is None:

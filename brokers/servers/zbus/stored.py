@@ -13,19 +13,30 @@ a value) are left out of the zbus view.
 from __future__ import annotations
 
 from brokers.engine import Message as EngineMessage
-from brokers.engine import MessageView, StoredMessage, message_view
+from brokers.engine import (
+    MessageView,
+    StoredMessage,
+    message_view,
+    read_attribute_line,
+    record_parts,
+)
 from brokers.protocols.zbus import (
+    ALIASED,
+    SET_BY_DELIVERY,
     AliasFamily,
     Header,
     Message,
     RequestLine,
     StatusLine,
+    alias_lines,
     encode_delivery,
+    encode_delivery_lines,
     header_line,
     parse_status,
     reason_phrase,
     writable_header,
 )
+from brokers.protocols.zbus.head import CONTROL
 
 STATUS = ":status"
 """The property holding a response-shaped message's status."""
@@ -92,7 +103,25 @@ def delivery_bytes(
     """The wire bytes of an engine record delivered to a consumer: what
     ``encode_message(make_delivery(from_record(record), …), aliases=…)`` writes, without
     the intermediate messages (it runs per delivered message). Raises
-    :class:`~brokers.protocols.zbus.EncodeError` as that would."""
+    :class:`~brokers.protocols.zbus.EncodeError` as that would.
+
+    A record as zbus producers store it (:func:`_written_headers`) is framed from its
+    attribute lines; any other through the headers' dict (:func:`_headers`)."""
+    parts = record_parts(record)
+    if parts is not None:
+        written = _written_headers(parts.attribute_bytes, aliases)
+        if written is not None:
+            lines, msgid_at, stored_msgid = written
+            return encode_delivery_lines(
+                lines,
+                msgid_at,
+                stored_msgid,
+                parts.body,
+                msgid=msgid,
+                status=status,
+                redelivered=redelivered,
+                aliases=aliases,
+            )
     view = message_view(record)
     headers, own_status = _headers(view)
     return encode_delivery(
@@ -104,3 +133,87 @@ def delivery_bytes(
         redelivered=redelivered,
         aliases=aliases,
     )
+
+
+_MSGID_LINE = Header.MSGID + "="
+_WIRE: dict[tuple[str, AliasFamily], tuple[str, bytes] | None] = {}
+"""Attribute line (and alias family) → (header name, its written lines), or ``("", b"")``
+for a property that makes no header; None for one :func:`_written_headers` leaves to
+the general path. A producer's properties recur on every message; the cache starts over
+when full (a value seen once only costs the miss)."""
+_WIRE_MAX = 8192
+_OWN_HEADERS = frozenset((Header.REPLY_CODE, Header.MSGID_RAW, Header.REDELIVERED, Header.MSGID))
+
+
+def _written_headers(
+    attribute_bytes: bytes, aliases: AliasFamily
+) -> tuple[list[bytes], int, str] | None:
+    """What :func:`_headers` and ``encode_delivery`` make of a record's properties, read
+    line by line from the stored text: the written header lines, where the stored
+    ``msgid`` stood among them, and its value. None when the record takes the general path:
+    properties not all written the common way or not UTF-8, no ``msgid`` (its id comes from
+    ``messageId`` or the businessId), a ``:status``, ``reply_code``, ``msgid_raw`` or
+    ``redelivered`` property, two properties that make one header."""
+    try:
+        text = attribute_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    lines: list[bytes] = []
+    names: set[str] = set()
+    stored_msgid: str | None = None
+    msgid_at = 0
+    cache = _WIRE
+    for line in text.split("\n") if text else ():
+        if line.startswith(_MSGID_LINE):  # a value of its own on every message: not cached
+            value = line[6:]
+            if stored_msgid is not None or not _plain_id(value):
+                return None
+            stored_msgid, msgid_at = value, len(lines)
+            continue
+        key = (line, aliases)
+        written = cache.get(key, False)
+        if written is False:
+            written = _wire_line(line, aliases)
+            if len(line) <= 128:
+                if len(cache) >= _WIRE_MAX:
+                    cache.clear()
+                cache[key] = written
+        if written is None:
+            return None
+        name, wire = written
+        if not name:
+            continue
+        if name in names:
+            return None
+        names.add(name)
+        lines.append(wire)
+    if stored_msgid is None or Header.MSGID in names:
+        return None
+    return lines, msgid_at, stored_msgid
+
+
+def _plain_id(value: str) -> bool:
+    """A ``msgid=`` line's value the properties codec reads as it is and a header can
+    carry: no escape, no blank first, no control character."""
+    return "\\" not in value and not (value and value[0].isspace()) and not CONTROL.search(value)
+
+
+def _wire_line(line: str, aliases: AliasFamily) -> tuple[str, bytes] | None:
+    """One attribute line's entry of :data:`_WIRE`."""
+    read = read_attribute_line(line)
+    if read is None:
+        return None
+    key, value = read
+    if key.startswith(":"):
+        return None if key == STATUS else ("", b"")
+    name = key.lower()
+    if name in _OWN_HEADERS:
+        return None
+    if name in SET_BY_DELIVERY:  # token, content-length: a delivery writes none
+        return ("", b"")
+    wire = header_line(name, value)
+    if wire is None:
+        return ("", b"")
+    if name in ALIASED:
+        wire = b"".join((wire, *alias_lines(name, value, aliases)))
+    return name, wire
