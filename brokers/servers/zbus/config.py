@@ -44,6 +44,10 @@ class ZbusConfig:
     read_ahead_hold: float = 1.0
     """Queue messages taken beyond what the parked sessions wanted wait this long (seconds)
     for the next sessions of their consumer, then go back to the group unread."""
+    settle_delay: float = 0.005
+    """Acks of queue deliveries (a consume settling the previous ones, a drained stream)
+    wait this long (seconds) to go to the engine together: one call per group and
+    partition for all of them."""
     idle_recheck: float = 5.0
     """A pub/sub MQ's pump whose consumer is held back (paused, refused, rate-limited)
     looks again this often."""

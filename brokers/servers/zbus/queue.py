@@ -30,8 +30,10 @@ keeps a slow poller (one message a second) from leasing a batch per poll only to
 back all but one of it: that cost two scripts reading a batch each, and counted the
 batch as consumed traffic.
 The engine's gate is asked again before memory is dealt, so a pause or a revoked policy
-holds those messages back at once. Settles of one loop turn, from every connection, go
-to the engine as one call per (group, partition); a consume does not wait for its
+holds those messages back at once. Settles of ``settle_delay`` (5 ms), from every
+connection, go to the engine as one call per (group, partition) — a long poller settles
+one message per consume; at a few hundred consumes a second that is one call for several
+— and a stopping server sends what is pending at once; a consume does not wait for its
 previous delivery's ack (a failed ack leaves the message leased until its lease
 expires). A consume that only acks is done as it is decoded (:meth:`QueueMq.consume_now`);
 one that releases first runs as a task (:meth:`QueueMq.consume`). Deliveries are framed
@@ -144,7 +146,7 @@ class QueueMq:
     _paces: Paces[tuple[str, str]] = field(default_factory=Paces)
     """What each consumer took since its last lease."""
     _to_settle: list[InFlight] = field(default_factory=list)
-    _settled: asyncio.Future[None] | None = None
+    _settle_timer: asyncio.TimerHandle | None = None
     _streams: set[Connection] = field(default_factory=set)
     """Connections that may hold streaming deliveries in flight (settled once their
     transport drained): only these are looked at after a dispatch round, not every
@@ -313,32 +315,23 @@ class QueueMq:
                 settle.append(item)
         return settle, again
 
-    def _settle_soon(self, items: list[InFlight]) -> asyncio.Future[None]:
-        """Settle ``items`` with everything else settled in this loop turn (one engine call
-        per group and partition); the future is done once they are."""
+    def _settle_soon(self, items: list[InFlight]) -> None:
+        """Ack ``items`` with everything else settled within ``settle_delay`` (one engine
+        call per group and partition for all of them: a long poller settles one message
+        per consume)."""
         self._to_settle.extend(items)
-        if self._settled is None:
-            loop = asyncio.get_running_loop()
-            self._settled = loop.create_future()
-            loop.call_soon(self._flush_settles)
-        return self._settled
+        if self._settle_timer is None:
+            self._settle_timer = asyncio.get_running_loop().call_later(
+                self.ctx.config.settle_delay, self._flush_settles
+            )
 
     def _flush_settles(self) -> None:
+        if self._settle_timer is not None:
+            self._settle_timer.cancel()
+            self._settle_timer = None
         items, self._to_settle = self._to_settle, []
-        done, self._settled = self._settled, None
-
-        async def settle() -> None:
-            try:
-                await self._settle_items(items)
-            except BaseException as exc:
-                if done is not None and not done.done():
-                    done.set_exception(exc)
-                    done.exception()  # the spawner logs it; waiters may be gone
-                raise
-            if done is not None and not done.done():
-                done.set_result(None)
-
-        self.ctx.spawn(settle(), f"zbus-settle-{self.name}")
+        if items:
+            self.ctx.spawn(self._settle_items(items), f"zbus-settle-{self.name}")
 
     async def _settle_items(self, items: list[InFlight]) -> None:
         """Ack ``items``: one engine call per (app, partition)."""
@@ -401,6 +394,7 @@ class QueueMq:
         self._stopped = True
         if self._task is not None:
             await cancel_and_wait(self._task)
+        self._flush_settles()  # what consumes acked goes to the engine now
         if self._ahead_timer is not None:
             self._ahead_timer.cancel()
             self._ahead_timer = None
