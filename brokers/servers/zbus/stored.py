@@ -136,11 +136,14 @@ def delivery_bytes(
 
 
 _MSGID_LINE = Header.MSGID + "="
-_WIRE: dict[tuple[str, AliasFamily], tuple[str, bytes] | None] = {}
-"""Attribute line (and alias family) → (header name, its written lines), or ``("", b"")``
+_Wire = dict[str, tuple[str, bytes] | None]
+_WIRE: dict[AliasFamily, _Wire] = {}
+"""Alias family → attribute line → (header name, its written lines), or ``("", b"")``
 for a property that makes no header; None for one :func:`_written_headers` leaves to
-the general path. A producer's properties recur on every message; the cache starts over
-when full (a value seen once only costs the miss)."""
+the general path. A producer's properties recur on every message; a family's cache
+starts over when full (a value seen once only costs the miss)."""
+_WIRE_PLAIN: _Wire = _WIRE.setdefault(AliasFamily.NONE, {})
+"""The family most clients have (an enum member hashes in Python: once per message)."""
 _WIRE_MAX = 8192
 _OWN_HEADERS = frozenset((Header.REPLY_CODE, Header.MSGID_RAW, Header.REDELIVERED, Header.MSGID))
 
@@ -162,7 +165,7 @@ def _written_headers(
     names: set[str] = set()
     stored_msgid: str | None = None
     msgid_at = 0
-    cache = _WIRE
+    cache = _WIRE_PLAIN if aliases is AliasFamily.NONE else _WIRE.setdefault(aliases, {})
     for line in text.split("\n") if text else ():
         if line.startswith(_MSGID_LINE):  # a value of its own on every message: not cached
             value = line[6:]
@@ -170,14 +173,13 @@ def _written_headers(
                 return None
             stored_msgid, msgid_at = value, len(lines)
             continue
-        key = (line, aliases)
-        written = cache.get(key, False)
+        written = cache.get(line, False)
         if written is False:
             written = _wire_line(line, aliases)
             if len(line) <= 128:
                 if len(cache) >= _WIRE_MAX:
                     cache.clear()
-                cache[key] = written
+                cache[line] = written
         if written is None:
             return None
         name, wire = written
