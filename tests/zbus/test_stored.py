@@ -21,7 +21,7 @@ from brokers.protocols.zbus import (
 from brokers.servers.zbus.stored import (
     MARK,
     STATUS,
-    _written_headers,
+    _header_block,
     delivery_bytes,
     from_record,
     to_engine,
@@ -129,7 +129,8 @@ def test_one_pass_delivery_writes_what_the_message_path_writes(
 
 def test_a_zbus_producers_record_is_framed_from_its_attribute_lines():
     """What a zbus producer stores (its headers and the broker's stamps, a new msgid on
-    every message) takes the line-by-line path, and writes what the message path does."""
+    every message) is framed from its attribute text, and writes what the message path
+    does — the next message of the producer (another msgid) from the cached blocks."""
     headers = {
         "cmd": "produce",
         "mq": "orders",
@@ -140,10 +141,15 @@ def test_a_zbus_producers_record_is_framed_from_its_attribute_lines():
     }
     record = encode_record(EngineMessage(b"body", attributes=headers), app="a", now_ms=1)[0]
     for aliases in (AliasFamily.NONE, AliasFamily.ID, AliasFamily.HYPHEN):
-        written = _written_headers(record_parts(record).attribute_bytes, aliases)
-        assert written is not None and written[1:] == (2, headers["msgid"])
+        block = _header_block(record_parts(record).attribute_bytes, aliases)
+        assert block is not None and block[2] == headers["msgid"]
         expected = encode_message(make_delivery(from_record(record), msgid="c"), aliases=aliases)
         assert delivery_bytes(record, msgid="c", aliases=aliases) == expected
+        nxt = encode_record(
+            EngineMessage(b"next", attributes={**headers, "msgid": "m-2"}), app="a", now_ms=1
+        )[0]
+        expected = encode_message(make_delivery(from_record(nxt), msgid="d"), aliases=aliases)
+        assert delivery_bytes(nxt, msgid="d", aliases=aliases) == expected
 
 
 def test_a_status_property_other_protocols_may_write_never_breaks_a_delivery():

@@ -178,9 +178,9 @@ def alias_lines(key: str, value: str, aliases: AliasFamily) -> list[bytes]:
     return out
 
 
-def encode_delivery_lines(
-    lines: list[bytes],
-    msgid_at: int,
+def encode_delivery_blocks(
+    before: bytes,
+    after: bytes,
     stored_msgid: str,
     body: bytes,
     *,
@@ -189,14 +189,14 @@ def encode_delivery_lines(
     redelivered: bool = False,
     aliases: AliasFamily = AliasFamily.NONE,
 ) -> bytes:
-    """:func:`encode_delivery` of a stored message whose headers arrive written: ``lines``
-    (each ``key: value`` CRLF with its aliases, none of :data:`SET_BY_DELIVERY` or
-    ``reply_code``), its stored ``msgid`` ``stored_msgid``, which stood before
-    ``lines[msgid_at]``. The same bytes, without a dict of the headers and a second
-    look at each (it runs per delivered message)."""
-    out = [_status_line(200 if status is None else status), *lines[:msgid_at]]
+    """:func:`encode_delivery` of a stored message whose headers arrive written: the
+    lines (each ``key: value`` CRLF with its aliases, none of :data:`SET_BY_DELIVERY` or
+    ``reply_code``) that stood ``before`` and ``after`` its stored ``msgid``
+    ``stored_msgid``. The same bytes, without a dict of the headers and a look at each
+    (it runs per delivered message)."""
+    out = [_status_line(200 if status is None else status), before]
     _consume_id(out, msgid, aliases)
-    out.extend(lines[msgid_at:])
+    out.append(after)
     _delivery_id(out, Header.MSGID_RAW, stored_msgid, aliases)
     if redelivered:
         out.append(b"redelivered: 1\r\n")

@@ -30,7 +30,7 @@ from brokers.protocols.zbus import (
     StatusLine,
     alias_lines,
     encode_delivery,
-    encode_delivery_lines,
+    encode_delivery_blocks,
     header_line,
     parse_status,
     reason_phrase,
@@ -105,16 +105,16 @@ def delivery_bytes(
     the intermediate messages (it runs per delivered message). Raises
     :class:`~brokers.protocols.zbus.EncodeError` as that would.
 
-    A record as zbus producers store it (:func:`_written_headers`) is framed from its
-    attribute lines; any other through the headers' dict (:func:`_headers`)."""
+    A record as zbus producers store it is framed from its attribute text
+    (:func:`_header_block`); any other through the headers' dict (:func:`_headers`)."""
     parts = record_parts(record)
     if parts is not None:
-        written = _written_headers(parts.attribute_bytes, aliases)
-        if written is not None:
-            lines, msgid_at, stored_msgid = written
-            return encode_delivery_lines(
-                lines,
-                msgid_at,
+        block = _header_block(parts.attribute_bytes, aliases)
+        if block is not None:
+            before, after, stored_msgid = block
+            return encode_delivery_blocks(
+                before,
+                after,
                 stored_msgid,
                 parts.body,
                 msgid=msgid,
@@ -136,6 +136,7 @@ def delivery_bytes(
 
 
 _MSGID_LINE = Header.MSGID + "="
+_MSGID_AFTER_LINE = "\n" + _MSGID_LINE
 _Wire = dict[str, tuple[str, bytes] | None]
 _WIRE: dict[AliasFamily, _Wire] = {}
 """Alias family → attribute line → (header name, its written lines), or ``("", b"")``
@@ -148,19 +149,65 @@ _WIRE_MAX = 8192
 _OWN_HEADERS = frozenset((Header.REPLY_CODE, Header.MSGID_RAW, Header.REDELIVERED, Header.MSGID))
 
 
-def _written_headers(
-    attribute_bytes: bytes, aliases: AliasFamily
-) -> tuple[list[bytes], int, str] | None:
+_Block = tuple[bytes, bytes] | None
+_BLOCKS: dict[AliasFamily, dict[tuple[str, str], _Block]] = {}
+"""Alias family → (attribute text before a record's ``msgid`` line, after it) → the
+written header lines before and after the msgid, or None (the general path)."""
+_BLOCKS_PLAIN = _BLOCKS.setdefault(AliasFamily.NONE, {})
+_BLOCKS_MAX = 4096
+_BLOCK_KEY_MAX = 2048
+"""Longer attribute texts are not kept (each would hold this much of the cache)."""
+
+
+def _header_block(attribute_bytes: bytes, aliases: AliasFamily) -> tuple[bytes, bytes, str] | None:
+    """The written header lines that stand before and after a record's stored ``msgid``,
+    and that msgid; None when the record takes the general path (see
+    :func:`_written_headers`). A producer's other properties (its MQ, address, session)
+    recur on every message, its msgid does not: the two blocks come from a cache keyed by
+    the text around the msgid line (read line by line on a miss; a family's cache starts
+    over when full)."""
+    try:
+        text = attribute_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if text.startswith(_MSGID_LINE):
+        at = 0
+    else:
+        at = text.find(_MSGID_AFTER_LINE) + 1
+        if at == 0:
+            return None
+    end = text.find("\n", at)
+    if end < 0:
+        end = len(text)
+    stored_msgid = text[at + 6 : end]
+    if not _plain_id(stored_msgid):
+        return None
+    cache = _BLOCKS_PLAIN if aliases is AliasFamily.NONE else _BLOCKS.setdefault(aliases, {})
+    key = (text[:at], text[end:])
+    block = cache.get(key, False)
+    if block is False:
+        written = _written_headers(text, aliases)
+        if written is None:
+            block = None
+        else:
+            lines, msgid_at, _ = written
+            block = b"".join(lines[:msgid_at]), b"".join(lines[msgid_at:])
+        if len(text) - len(stored_msgid) <= _BLOCK_KEY_MAX:
+            if len(cache) >= _BLOCKS_MAX:
+                cache.clear()
+            cache[key] = block
+    if block is None:
+        return None
+    return block[0], block[1], stored_msgid
+
+
+def _written_headers(text: str, aliases: AliasFamily) -> tuple[list[bytes], int, str] | None:
     """What :func:`_headers` and ``encode_delivery`` make of a record's properties, read
     line by line from the stored text: the written header lines, where the stored
     ``msgid`` stood among them, and its value. None when the record takes the general path:
     properties not all written the common way or not UTF-8, no ``msgid`` (its id comes from
     ``messageId`` or the businessId), a ``:status``, ``reply_code``, ``msgid_raw`` or
     ``redelivered`` property, two properties that make one header."""
-    try:
-        text = attribute_bytes.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
     lines: list[bytes] = []
     names: set[str] = set()
     stored_msgid: str | None = None
