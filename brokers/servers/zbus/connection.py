@@ -38,6 +38,10 @@ class Connection:
         self._cleanups: list[Callable[[], None]] = []
         self.produce_lines: dict[tuple[str, bool], Any] = {}
         """Produces waiting to be stored, per (MQ, pub/sub), see :mod:`.batch`."""
+        self.writing_paused = False
+        """The peer does not read what was written (the transport's buffer is over its
+        high-water mark): deliveries wait (see :meth:`when_writable`)."""
+        self._on_writable: dict[object, Callable[[], None]] = {}
 
     @property
     def remote_host(self) -> str:
@@ -64,6 +68,25 @@ class Connection:
             self._corked.append(data)
             return True
         return self._write(data)
+
+    def when_writable(self, owner: object, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the peer read what waited (one per ``owner``: an MQ whose
+        sessions on this connection hold their deliveries back)."""
+        self._on_writable[owner] = callback
+
+    def pause_writing(self) -> None:
+        """The transport's buffer went over its high-water mark."""
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        """The transport's buffer drained: those waiting deal again."""
+        self.writing_paused = False
+        callbacks, self._on_writable = self._on_writable, {}
+        for callback in callbacks.values():
+            try:
+                callback()
+            except Exception:
+                log.exception("zbus: a writable callback of %s failed", self.remote_addr)
 
     def cork(self) -> None:
         """Hold what is sent from now on until :meth:`uncork` (a batch of deliveries is
@@ -109,6 +132,7 @@ class Connection:
         if self.closed:
             return
         self.closed = True
+        self._on_writable.clear()
         cleanups, self._cleanups = self._cleanups, []
         for cleanup in reversed(cleanups):
             try:

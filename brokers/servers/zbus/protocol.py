@@ -65,6 +65,16 @@ class ZbusProtocol(FlowControlled):
         self.conn.close()
         self._cancel_tasks()
 
+    def pause_writing(self) -> None:
+        """The peer does not read: stop reading its requests, hold deliveries back."""
+        super().pause_writing()
+        self.conn.pause_writing()
+
+    def resume_writing(self) -> None:
+        """The write buffer drained: deliveries and requests go on."""
+        self.conn.resume_writing()
+        super().resume_writing()
+
     def data_received(self, data: bytes) -> None:
         """Feed the decoder and start what the messages ask for (:meth:`_start`)."""
         if self._decoder.closed:

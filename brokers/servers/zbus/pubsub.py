@@ -6,7 +6,9 @@ connection's first consume. The stretch between the cursor and the end *is* the
 subscriber's buffer: bounded at ``pubsub_buffer`` messages (the cursor skips the oldest,
 counted as dropped) and gone with the connection. A message matches a subscriber whose
 topics contain its ``topic`` or ``*``; a message without ``topic`` reaches ``*`` only.
-Non-matching messages just move the cursor. Window and ``msgid`` work as for queues; the
+Non-matching messages just move the cursor. A subscriber whose peer does not read what
+was written (the transport asked to pause writing) is not written to: its buffer waits,
+the oldest dropped, until the peer read. Window and ``msgid`` work as for queues; the
 delivered status is 200 and ``msgid_raw`` the producer's id. Each subscriber reads as its
 acting app through the engine's gate (:meth:`Engine.consume_read`): while that consumer
 is paused, refused or over its rate limit its buffer simply fills, and the pump looks again
@@ -141,6 +143,9 @@ class PubSubMq:
         progressed = False
         for sub in list(self.subscribers.values()):
             if sub.window == 0 or sub.conn.closed:
+                continue
+            if sub.conn.writing_paused:  # its buffer waits until its peer read
+                sub.conn.when_writable(self, self._event.set)
                 continue
             floor = max(start, end - cap)
             if sub.cursor < floor:

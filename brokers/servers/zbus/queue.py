@@ -16,7 +16,9 @@ caught-up long poller cost an empty lease per poll) but on the MQ's next notific
 an append, a release that made messages due, an offset reset — or when the lease said
 something may be due (a retry after its backoff, another lessee's expiry), on a catalog
 change that concerns it, or at the safety net's recheck (:mod:`brokers.servers.caught_up`);
-a pump with nothing due sleeps until then.
+a pump with nothing due sleeps until then. A session whose peer does not read what was
+written (the transport asked to pause writing) is not dealt to until it did: a streaming
+consumer that stops reading does not pull the backlog into the broker's memory.
 
 Read-ahead: the pump leases what its sessions want plus what the consumer took in the
 last ``read_ahead_hold`` seconds (its pace since its previous lease), up to a batch
@@ -240,7 +242,7 @@ class QueueMq:
         (the common long poll: its next message is in memory); True when nothing is left
         for the pump to do (no session of the MQ waits any more)."""
         key = (session.app, session.address)
-        if key not in self._ahead or not self._ready(key):
+        if key not in self._ahead or not self._ready(key) or session.conn.writing_paused:
             return False
         want = self.ctx.config.take_batch if session.window < 0 else session.window
         unsent = self._deal_ahead(key, want)
@@ -427,6 +429,9 @@ class QueueMq:
                     continue
                 wants: dict[tuple[str, str], int] = {}
                 for s in self.line:
+                    if s.conn.writing_paused:  # dealt to again once its peer read
+                        s.conn.when_writable(self, self._kick)
+                        continue
                     key = (s.app, s.address)
                     if wants.get(key, 0) < cfg.take_batch and self._ready(key):
                         want = wants.get(key, 0) + (cfg.take_batch if s.window < 0 else s.window)
@@ -505,6 +510,7 @@ class QueueMq:
             if (
                 session.active
                 and not session.conn.closed
+                and not session.conn.writing_paused
                 and session.app == key[0]
                 and session.address == key[1]
             ):
@@ -515,7 +521,7 @@ class QueueMq:
             session = self.line.popleft()
             if not session.active or session.conn.closed:
                 continue
-            if (session.app, session.address) != key:
+            if (session.app, session.address) != key or session.conn.writing_paused:
                 skipped.append(session)
                 continue
             found = session
