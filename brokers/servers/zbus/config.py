@@ -39,8 +39,10 @@ class ZbusConfig:
     """A connection counts as a consumer this long after its last consume (§13.5)."""
     track_push_interval: float = 10.0
     """``track_pub`` is pushed to ``track_sub`` subscribers this often (§11.4)."""
-    take_batch: int = 64
-    """Queue messages taken from the engine per round."""
+    take_batch: int = 256
+    """Queue messages taken from the engine per round (a streaming consumer's lease; the
+    most read ahead for a long poller). 64 cost a streaming consumer 10-30% more CPU per
+    message in leases; a consumer whose peer does not read is not dealt to."""
     read_ahead_hold: float = 1.0
     """Queue messages taken beyond what the parked sessions wanted wait this long (seconds)
     for the next sessions of their consumer, then go back to the group unread."""
