@@ -97,3 +97,31 @@ async def test_a_subscriber_that_does_not_read_is_not_written_to(catalog, redis_
     finally:
         await raw.close()
         await server.stop()
+
+
+async def test_what_a_streaming_consumer_read_is_settled(catalog, redis_url) -> None:
+    """Deliveries of a streaming session are settled once its transport drained: after
+    the consumer read everything, nothing stays in flight — not until its next consume
+    (a streaming client sends none) nor until the lease ends (10 minutes, then delivered
+    again)."""
+    server = Broker_(redis_url)
+    await server.start()
+    app = server.engine.catalog.consumers_of("orders")[0].app
+    for start in range(0, 2000, 500):
+        batch = [
+            EngineMessage(b"m", attributes={"msgid": f"m{i}"}) for i in range(start, start + 500)
+        ]
+        await server.engine.append("orders", app, batch)
+    raw = await Raw.open(server.port)
+    try:
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: s", "window: -1"))
+        for _ in range(2000):
+            await raw.recv(5.0)
+        for _ in range(100):
+            if await _in_flight(server) == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await _in_flight(server) == 0
+    finally:
+        await raw.close()
+        await server.stop()

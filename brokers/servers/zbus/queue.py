@@ -52,7 +52,8 @@ Settling (§13.1):
   and followed by a new consume within (1 − f)·G is released (delivered again, marked
   ``redelivered: 1``); others are settled by the next consume.
 * Streaming sessions (window −1) settle a delivery once the transport's buffer has drained
-  (checked after each dispatch round and at the next consume; a close before that releases).
+  (looked at ``settle_delay`` after a dispatch round, again while bytes wait, and at the
+  next consume; a close before that releases).
 * A closed connection releases everything it had in flight.
 
 The engine marks a message delivered before (released, or its lease expired) as
@@ -149,6 +150,7 @@ class QueueMq:
     """What each consumer took since its last lease."""
     _to_settle: list[InFlight] = field(default_factory=list)
     _settle_timer: asyncio.TimerHandle | None = None
+    _streams_timer: asyncio.TimerHandle | None = None
     _streams: set[Connection] = field(default_factory=set)
     """Connections that may hold streaming deliveries in flight (settled once their
     transport drained): only these are looked at after a dispatch round, not every
@@ -346,15 +348,32 @@ class QueueMq:
             await self.ctx.engine.release(self.name, app, partition, indexes)
 
     def _settle_streams(self) -> None:
-        if not self._streams:
-            return
+        """Look at the streaming sessions' transports ``settle_delay`` from now: what a
+        dispatch round wrote leaves at the end of its loop turn, so a look at once found it
+        still waiting, every round (the deliveries stayed in flight until their lease
+        ended, then came again)."""
+        if self._streams and self._streams_timer is None:
+            self._streams_timer = asyncio.get_running_loop().call_later(
+                self.ctx.config.settle_delay, self._check_streams
+            )
+
+    def _check_streams(self) -> None:
+        """Settle the streaming deliveries of every connection whose transport drained
+        (what it was dealt was handed to the kernel); look again at a connection still
+        writing in ``settle_delay``, at one whose peer does not read once it did."""
+        self._streams_timer = None
         done: list[InFlight] = []
+        again = False
         for conn in list(self._streams):
             items = self.inflight.get(conn)
             if not items:
                 self._streams.discard(conn)
                 continue
             if conn.buffered() != 0:
+                if conn.writing_paused:
+                    conn.when_writable((self, "streams"), self._settle_streams)
+                else:
+                    again = True
                 continue
             self._streams.discard(conn)
             keep = [i for i in items if not i.streaming]
@@ -365,6 +384,8 @@ class QueueMq:
                 del self.inflight[conn]
         if done:
             self._settle_soon(done)
+        if again:
+            self._settle_streams()
 
     # ------------------------------------------------------------------ pump
 
@@ -396,6 +417,10 @@ class QueueMq:
         self._stopped = True
         if self._task is not None:
             await cancel_and_wait(self._task)
+        self._check_streams()  # what streamed and drained is settled, not released
+        if self._streams_timer is not None:
+            self._streams_timer.cancel()
+            self._streams_timer = None
         self._flush_settles()  # what consumes acked goes to the engine now
         if self._ahead_timer is not None:
             self._ahead_timer.cancel()
