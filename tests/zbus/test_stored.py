@@ -25,6 +25,7 @@ from brokers.servers.zbus.stored import (
     delivery_bytes,
     from_record,
     to_engine,
+    topic_of,
 )
 
 
@@ -53,13 +54,13 @@ def test_a_long_msgid_and_a_reply_status_survive():
 # ---------------------------------------------------------------- one-pass delivery
 
 _KEYS = st.sampled_from(
-    ["cmd", "mq", "msgid", "MsgId", "msgid_raw", "mq_reply", "token", "redelivered",
-     "content-length", "reply_code", "messageId", ":status", ":content-type", "x", "X",
-     "a:b", "new\nline", ""]
+    ["cmd", "mq", "topic", "Topic", "msgid", "MsgId", "msgid_raw", "mq_reply", "token",
+     "redelivered", "content-length", "reply_code", "messageId", ":status", ":content-type",
+     "x", "X", "a:b", "new\nline", ""]
 )  # fmt: skip
 _COMMON_KEYS = st.sampled_from(
-    ["cmd", "mq", "mq_reply", "token", "content-length", "messageId", ":content-type", "x",
-     "X", "a:b", "remote-addr"]
+    ["cmd", "mq", "topic", "Topic", "mq_reply", "token", "content-length", "messageId",
+     ":content-type", "x", "X", "a:b", "remote-addr"]
 )  # fmt: skip
 """Keys a record read line by line may hold (with a ``msgid``): no status or id of its own."""
 _COMMON_VALUES = st.one_of(
@@ -121,6 +122,7 @@ def test_one_pass_delivery_writes_what_the_message_path_writes(
         record, msgid=msgid, status=status, redelivered=redelivered, aliases=aliases
     )
     assert again == expected
+    assert topic_of(record) == from_record(record).topic  # what a pub/sub MQ matches
     # and a client reads it back: status, the consume's msgid, the producer's as msgid_raw
     (delivered,) = Decoder().feed(got)
     assert isinstance(delivered, Message) and delivered.body == body

@@ -92,6 +92,12 @@ def from_record(record: bytes) -> Message:
     return from_stored(message_view(record))
 
 
+def topic_of(record: bytes) -> str | None:
+    """``from_record(record).topic`` without building the message (a pub/sub MQ matches
+    each message against each subscriber's topics)."""
+    return _headers(message_view(record))[0].get(Header.TOPIC)
+
+
 def delivery_bytes(
     record: bytes,
     *,
