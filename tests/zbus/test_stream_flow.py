@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import types
 
 import pytest
 
 from brokers.engine import Message as EngineMessage
+from brokers.servers.zbus import ZbusConfig
+from brokers.servers.zbus.connection import Connection
+from brokers.servers.zbus.queue import InFlight, QueueMq
 from tests.zbus.conftest import Broker_, Raw, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -125,3 +129,37 @@ async def test_what_a_streaming_consumer_read_is_settled(catalog, redis_url) -> 
     finally:
         await raw.close()
         await server.stop()
+
+
+async def test_a_stream_that_does_not_drain_is_looked_at_less_and_less() -> None:
+    """A peer that stopped reading with fewer bytes waiting than the transport's high-water
+    mark never makes it pause writing: its deliveries are looked at again twice as late
+    each time (not every 5 ms while it stalls), and settled once it drained."""
+    settled: list[str] = []
+    ctx = types.SimpleNamespace(
+        config=ZbusConfig(settle_delay=0.005),
+        spawn=lambda coro, name: (settled.append(name), coro.close()),
+    )
+    mq = QueueMq(ctx, "orders")  # type: ignore[arg-type]
+    waiting = [100]
+    conn = Connection("10.0.0.1:5", lambda data: True, buffered=lambda: waiting[0])
+    mq.inflight[conn] = [InFlight("app", 0, 1, 0.0, 0.0, True)]
+    mq._streams.add(conn)
+    looks = 0
+    check = mq._check_streams
+
+    def counted() -> None:
+        nonlocal looks
+        looks += 1
+        check()
+
+    mq._check_streams = counted  # type: ignore[method-assign]
+    mq._settle_streams()
+    await asyncio.sleep(1.0)
+    assert 3 <= looks <= 10, looks  # 5, 10, 20, … ms: not 200 looks a second
+    waiting[0] = 0
+    for _ in range(40):
+        if conn not in mq.inflight and settled:
+            break
+        await asyncio.sleep(0.05)
+    assert conn not in mq.inflight and settled == ["zbus-settle-orders"]

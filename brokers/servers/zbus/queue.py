@@ -92,6 +92,8 @@ PUMP_IDLE = 1.0
 """A pump with no session waits this long (seconds) for one before it ends."""
 PUMP_RESTART_S = 1.0
 """A pump that stopped on an unexpected error starts again after this many seconds."""
+STREAMS_RECHECK_MAX = 1.0
+"""The longest wait (seconds) between looks at a streaming transport that does not drain."""
 
 
 @dataclass(eq=False, slots=True)
@@ -151,6 +153,7 @@ class QueueMq:
     _to_settle: list[InFlight] = field(default_factory=list)
     _settle_timer: asyncio.TimerHandle | None = None
     _streams_timer: asyncio.TimerHandle | None = None
+    _streams_wait: float = 0.0
     _streams: set[Connection] = field(default_factory=set)
     """Connections that may hold streaming deliveries in flight (settled once their
     transport drained): only these are looked at after a dispatch round, not every
@@ -347,20 +350,22 @@ class QueueMq:
         for (app, partition), indexes in _by_group(items).items():
             await self.ctx.engine.release(self.name, app, partition, indexes)
 
-    def _settle_streams(self) -> None:
-        """Look at the streaming sessions' transports ``settle_delay`` from now: what a
-        dispatch round wrote leaves at the end of its loop turn, so a look at once found it
-        still waiting, every round (the deliveries stayed in flight until their lease
-        ended, then came again)."""
+    def _settle_streams(self, delay: float | None = None) -> None:
+        """Look at the streaming sessions' transports ``settle_delay`` (or ``delay``) from
+        now: what a dispatch round wrote leaves at the end of its loop turn, so a look at
+        once found it still waiting, every round (the deliveries stayed in flight until
+        their lease ended, then came again)."""
         if self._streams and self._streams_timer is None:
             self._streams_timer = asyncio.get_running_loop().call_later(
-                self.ctx.config.settle_delay, self._check_streams
+                self.ctx.config.settle_delay if delay is None else delay, self._check_streams
             )
 
     def _check_streams(self) -> None:
         """Settle the streaming deliveries of every connection whose transport drained
-        (what it was dealt was handed to the kernel); look again at a connection still
-        writing in ``settle_delay``, at one whose peer does not read once it did."""
+        (what it was dealt was handed to the kernel); look again at one whose peer does not
+        read once it did, at one still writing later — twice as late each time nothing
+        drained, up to ``STREAMS_RECHECK_MAX`` (a peer that stopped reading below the
+        transport's high-water mark must not cost a look every few milliseconds)."""
         self._streams_timer = None
         done: list[InFlight] = []
         again = False
@@ -384,8 +389,12 @@ class QueueMq:
                 del self.inflight[conn]
         if done:
             self._settle_soon(done)
+            self._streams_wait = self.ctx.config.settle_delay
+        elif again:
+            longer = max(2 * self._streams_wait, self.ctx.config.settle_delay)
+            self._streams_wait = min(longer, STREAMS_RECHECK_MAX)
         if again:
-            self._settle_streams()
+            self._settle_streams(self._streams_wait)
 
     # ------------------------------------------------------------------ pump
 
