@@ -782,9 +782,9 @@ def message_view(raw: bytes) -> MessageView:
     if parts is None:
         stored = decode_record(raw)
         return MessageView(stored.store_time_ms, stored.body, stored.business_id, stored.attributes)
-    at, body, business_id, attrs = parts
+    store_time, body, business_id, attrs = parts
     return _new_tuple(
-        MessageView, (at, body, business_id, decode_attributes(attrs) if attrs else {})
+        MessageView, (store_time, body, business_id, decode_attributes(attrs) if attrs else {})
     )
 
 

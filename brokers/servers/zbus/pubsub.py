@@ -56,9 +56,13 @@ class Subscriber:
     aliases: AliasFamily = AliasFamily.NONE
     dropped: int = 0
 
-    def matches(self, topic: str | None) -> bool:
-        """Whether a message with ``topic`` belongs in this subscriber's buffer."""
-        return "*" in self.topics or (bool(topic) and topic in self.topics)
+    def takes(self, record: bytes) -> bool:
+        """Whether the message of ``record`` belongs in this subscriber's buffer (its
+        ``topic``, read only when the subscriber's topics do not hold ``*``)."""
+        if "*" in self.topics:
+            return True
+        topic = topic_of(record)
+        return bool(topic) and topic in self.topics
 
 
 @dataclass(eq=False)
@@ -192,7 +196,7 @@ class PubSubMq:
                 continue
             sub.cursor = d.index + d.count
             moved = True
-            if "*" not in sub.topics and not sub.matches(topic_of(d.record)):
+            if not sub.takes(d.record):
                 continue
             try:
                 out = delivery_bytes(d.record, msgid=sub.msgid, status=200, aliases=sub.aliases)

@@ -12,6 +12,8 @@ a value) are left out of the zbus view.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from brokers.engine import Message as EngineMessage
 from brokers.engine import (
     MessageView,
@@ -143,12 +145,14 @@ def delivery_bytes(
 
 _MSGID_LINE = Header.MSGID + "="
 _MSGID_AFTER_LINE = "\n" + _MSGID_LINE
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 _Wire = dict[str, tuple[str, bytes] | None]
 _WIRE: dict[AliasFamily, _Wire] = {}
 """Alias family → attribute line → (header name, its written lines), or ``("", b"")``
-for a property that makes no header; None for one :func:`_written_headers` leaves to
-the general path. A producer's properties recur on every message; a family's cache
-starts over when full (a value seen once only costs the miss)."""
+for a property that makes no header; None for one that sends the record to the general
+path. A producer's properties recur on every message (a value seen once only costs the
+miss)."""
 _WIRE_PLAIN: _Wire = _WIRE.setdefault(AliasFamily.NONE, {})
 """The family most clients have (an enum member hashes in Python: once per message)."""
 _WIRE_MAX = 8192
@@ -165,13 +169,22 @@ _BLOCK_KEY_MAX = 2048
 """Longer attribute texts are not kept (each would hold this much of the cache)."""
 
 
+def _keep(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> None:
+    """Put ``value`` in ``cache``, which starts over when it holds ``limit`` entries."""
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = value
+
+
 def _header_block(attribute_bytes: bytes, aliases: AliasFamily) -> tuple[bytes, bytes, str] | None:
     """The written header lines that stand before and after a record's stored ``msgid``,
-    and that msgid; None when the record takes the general path (see
-    :func:`_written_headers`). A producer's other properties (its MQ, address, session)
-    recur on every message, its msgid does not: the two blocks come from a cache keyed by
-    the text around the msgid line (read line by line on a miss; a family's cache starts
-    over when full)."""
+    and that msgid; None when the record takes the general path: properties not all
+    written the common way or not UTF-8, no ``msgid`` (its id comes from ``messageId``
+    or the businessId), a ``:status``, ``reply_code``, ``msgid_raw`` or ``redelivered``
+    property, two properties that make one header. A producer's other properties (its
+    MQ, address, session) recur on every message, its msgid does not: the two blocks come
+    from a cache keyed by the text around the msgid line (written line by line on a
+    miss, :func:`_written_lines`)."""
     try:
         text = attribute_bytes.decode("utf-8")
     except UnicodeDecodeError:
@@ -192,47 +205,31 @@ def _header_block(attribute_bytes: bytes, aliases: AliasFamily) -> tuple[bytes, 
     key = (text[:at], text[end:])
     block = cache.get(key, False)
     if block is False:
-        written = _written_headers(text, aliases)
-        if written is None:
-            block = None
-        else:
-            lines, msgid_at, _ = written
-            block = b"".join(lines[:msgid_at]), b"".join(lines[msgid_at:])
+        names: set[str] = set()  # across both blocks: two properties making one header
+        before = _written_lines(text[: at - 1].split("\n") if at else [], aliases, names)
+        after = _written_lines(
+            text[end + 1 :].split("\n") if end < len(text) else [], aliases, names
+        )
+        block = None if before is None or after is None else (before, after)
         if len(text) - len(stored_msgid) <= _BLOCK_KEY_MAX:
-            if len(cache) >= _BLOCKS_MAX:
-                cache.clear()
-            cache[key] = block
+            _keep(cache, key, block, _BLOCKS_MAX)
     if block is None:
         return None
     return block[0], block[1], stored_msgid
 
 
-def _written_headers(text: str, aliases: AliasFamily) -> tuple[list[bytes], int, str] | None:
-    """What :func:`_headers` and ``encode_delivery`` make of a record's properties, read
-    line by line from the stored text: the written header lines, where the stored
-    ``msgid`` stood among them, and its value. None when the record takes the general path:
-    properties not all written the common way or not UTF-8, no ``msgid`` (its id comes from
-    ``messageId`` or the businessId), a ``:status``, ``reply_code``, ``msgid_raw`` or
-    ``redelivered`` property, two properties that make one header."""
-    lines: list[bytes] = []
-    names: set[str] = set()
-    stored_msgid: str | None = None
-    msgid_at = 0
+def _written_lines(lines: list[str], aliases: AliasFamily, names: set[str]) -> bytes | None:
+    """The header lines attribute ``lines`` make (none of them a record's first
+    ``msgid``), each from :data:`_WIRE`; None when one sends the record to the general
+    path or makes a header of one of ``names`` (those written are added to it)."""
     cache = _WIRE_PLAIN if aliases is AliasFamily.NONE else _WIRE.setdefault(aliases, {})
-    for line in text.split("\n") if text else ():
-        if line.startswith(_MSGID_LINE):  # a value of its own on every message: not cached
-            value = line[6:]
-            if stored_msgid is not None or not _plain_id(value):
-                return None
-            stored_msgid, msgid_at = value, len(lines)
-            continue
+    out: list[bytes] = []
+    for line in lines:
         written = cache.get(line, False)
         if written is False:
             written = _wire_line(line, aliases)
             if len(line) <= 128:
-                if len(cache) >= _WIRE_MAX:
-                    cache.clear()
-                cache[line] = written
+                _keep(cache, line, written, _WIRE_MAX)
         if written is None:
             return None
         name, wire = written
@@ -241,10 +238,8 @@ def _written_headers(text: str, aliases: AliasFamily) -> tuple[list[bytes], int,
         if name in names:
             return None
         names.add(name)
-        lines.append(wire)
-    if stored_msgid is None or Header.MSGID in names:
-        return None
-    return lines, msgid_at, stored_msgid
+        out.append(wire)
+    return b"".join(out)
 
 
 def _plain_id(value: str) -> bool:
@@ -254,7 +249,8 @@ def _plain_id(value: str) -> bool:
 
 
 def _wire_line(line: str, aliases: AliasFamily) -> tuple[str, bytes] | None:
-    """One attribute line's entry of :data:`_WIRE`."""
+    """One attribute line's entry of :data:`_WIRE` (a second ``msgid`` is one of
+    :data:`_OWN_HEADERS`: the general path)."""
     read = read_attribute_line(line)
     if read is None:
         return None
