@@ -47,9 +47,14 @@ class Decoder:
         """Add bytes from the connection; return every message (or error) they complete."""
         if self._closed:
             raise DecoderClosedError("decoder is closed")
-        buffer = self._buffer
-        buffer += data
+        pending = self._buffer
+        pending += data
         events: list[Message | ZbusDecodeError] = []
+        if self._head is not None and len(pending) < self._head.content_length:
+            return events  # still inside a body: nothing to copy or scan yet
+        # one copy of what arrived, sliced from then on: a bytearray slice made bytes would
+        # copy each head and body twice
+        buffer = bytes(pending)
         pos = 0
         while not self._closed:
             if self._head is None:
@@ -65,7 +70,7 @@ class Decoder:
                         self._scan_from = max(pos, len(buffer) - len(_END) + 1)
                     break
                 try:
-                    self._head = parse_head(bytes(buffer[pos:end]), self.max_body_bytes)
+                    self._head = parse_head(buffer[pos:end], self.max_body_bytes)
                 except ZbusDecodeError as exc:
                     self._fail(events, exc)
                     break
@@ -73,12 +78,12 @@ class Decoder:
             head = self._head
             if len(buffer) - pos < head.content_length:
                 break
-            body = bytes(buffer[pos : pos + head.content_length])
+            body = buffer[pos : pos + head.content_length]
             pos += head.content_length
             self._head = None
             self._scan_from = pos
             events.append(self._message(head, body))
-        del buffer[:pos]
+        del pending[:pos]
         self._scan_from = max(0, self._scan_from - pos)
         return events
 
