@@ -86,6 +86,7 @@ from brokers.engine.record import (
     MessageView,
     RecordParts,
     StoredMessage,
+    attribute_lines,
     decode_attributes,
     decode_batch_body,
     decode_record,
@@ -96,6 +97,7 @@ from brokers.engine.record import (
     read_attribute_line,
     record_parts,
     record_store_time,
+    split_attribute_text,
 )
 from brokers.engine.redisio import AnyRedis, broker_client, engine_client
 from brokers.engine.reports import publish_report, read_reports, withdraw_report
@@ -179,6 +181,7 @@ __all__ = [
     "WireBlob",
     "WireRecords",
     "WriteTimeout",
+    "attribute_lines",
     "band_of",
     "band_partition",
     "broker_client",
@@ -206,5 +209,6 @@ __all__ = [
     "record_parts",
     "record_store_time",
     "seed_group",
+    "split_attribute_text",
     "withdraw_report",
 ]

@@ -255,6 +255,40 @@ def read_attribute_line(line: str) -> tuple[str, str] | None:
     return _LINES_READ.get(line) or _simple_line(line)
 
 
+def split_attribute_text(text: str, key: str) -> tuple[str, str, str] | None:
+    """``text`` (attribute text) around its first line of property ``key``: the text
+    before that line (with its line break), the property's value, the text after it (from
+    its line break) — when that line is written the common way (:func:`read_attribute_line`);
+    None when there is no such line or it is not. A front-end framing deliveries from a
+    record's text keys a cache by the two texts: a producer's other properties recur on
+    every message, its message id does not. The caller reads the other lines with
+    :func:`read_attribute_line` too, and takes its general path where one is not read:
+    a line continued into ``key``'s line is such a line, as is ``key`` again further on
+    for a caller that must see the last one."""
+    line_start = key + "="
+    if text.startswith(line_start):
+        at = 0
+    else:
+        at = text.find("\n" + line_start) + 1
+        if at == 0:
+            return None
+    end = text.find("\n", at)
+    if end < 0:
+        end = len(text)
+    read = read_attribute_line(text[at:end])
+    if read is None or read[0] != key:
+        return None
+    return text[:at], read[1], text[end:]
+
+
+def attribute_lines(before: str, after: str) -> list[str]:
+    """The lines of the two texts :func:`split_attribute_text` returns, in order."""
+    lines = before[:-1].split("\n") if before else []
+    if after:
+        lines += after[1:].split("\n")
+    return lines
+
+
 def decode_attributes(data: bytes) -> dict[str, str]:
     """Parse Java-Properties text (separators, comments, continuations, escapes).
 

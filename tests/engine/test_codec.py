@@ -629,3 +629,47 @@ def test_lines_of_varying_values_do_not_crowd_the_line_cache() -> None:
             "kind": "order",
         }
     assert len(_LINES_READ) == before
+
+
+@given(
+    st.lists(st.tuples(_KEYS, st.sampled_from("==: "), _VALUES), max_size=4),
+    st.sampled_from(["id", "\\:id"]),
+    _VALUES,
+    st.lists(st.tuples(_KEYS | st.just("id"), st.sampled_from("==: "), _VALUES), max_size=4),
+)
+def test_attribute_text_split_around_a_key_reads_as_the_whole(before, key, value, after) -> None:
+    """Where :func:`split_attribute_text` splits a text and every other line reads the
+    common way, the value and the other lines read as the whole text does (the
+    delivery paths of zbus and VibeMQ frame a record from the two texts)."""
+    from brokers.engine import attribute_lines, read_attribute_line, split_attribute_text
+    from brokers.engine.record import _full_attributes
+
+    lines = [k + sep + v for k, sep, v in before] + [f"{key}={value}"]
+    lines += [k + sep + v for k, sep, v in after]
+    text = "\n".join(lines)
+    split = split_attribute_text(text, "id")
+    if split is None:
+        return
+    text_before, found, text_after = split
+    middle = text[len(text_before) : len(text) - len(text_after)]
+    assert text == text_before + middle + text_after
+    assert middle.startswith("id=") and "\n" not in middle
+    others = [read_attribute_line(line) for line in attribute_lines(text_before, text_after)]
+    if None in others or any(k == "id" for k, _ in others):
+        return  # the callers' general path
+    whole = _full_attributes(text)
+    assert whole.pop("id") == found
+    assert whole == dict(others)
+
+
+def test_attribute_text_split_examples() -> None:
+    from brokers.engine import attribute_lines, read_attribute_line, split_attribute_text
+
+    assert split_attribute_text("a=1\nid=x\\:y\nb=2", "id") == ("a=1\n", "x:y", "\nb=2")
+    assert split_attribute_text("id=7", "id") == ("", "7", "")
+    assert attribute_lines("a=1\n", "\nb=2") == ["a=1", "b=2"]
+    assert attribute_lines("", "") == []
+    assert split_attribute_text("xid=1\n id=2\nid= 3", "id") is None  # none written plainly
+    # a line continued into the id line: split, but the line before is not read
+    before, _, _ = split_attribute_text("a=1\\\nid=2", "id")
+    assert [read_attribute_line(line) for line in attribute_lines(before, "")] == [None]

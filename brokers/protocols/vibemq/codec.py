@@ -230,13 +230,29 @@ def encode_deliver(message_id: str, queue: str, payload: Any, headers: dict[str,
     the same bytes written in one pass: a server writes one per message delivered."""
     encode = _ENCODER.encode
     try:
-        parts = [_DELIVER_HEAD, encode(message_id), _DELIVER_QUEUE, encode(queue)]
-        if payload is not None:
-            parts += (b',"payload":', encode(payload))
-        if headers:
-            parts += (b',"headers":', encode(headers))
+        payload_json = None if payload is None else encode(payload)
+        headers_json = encode(headers) if headers else None
     except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
         raise EncodeError(f"cannot encode deliver frame: {exc}") from None
+    return encode_deliver_json(message_id, queue, payload_json, headers_json)
+
+
+def encode_deliver_json(
+    message_id: str, queue: str, payload_json: bytes | None, headers_json: bytes | None
+) -> bytes:
+    """:func:`encode_deliver` of a payload and headers already JSON text (None: left
+    out) — a server that keeps the JSON of a producer's recurring headers writes the
+    frame so. The caller vouches for the two texts (valid JSON, headers an object of
+    strings)."""
+    encode = _ENCODER.encode
+    try:
+        parts = [_DELIVER_HEAD, encode(message_id), _DELIVER_QUEUE, encode(queue)]
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+        raise EncodeError(f"cannot encode deliver frame: {exc}") from None
+    if payload_json is not None:
+        parts += (b',"payload":', payload_json)
+    if headers_json is not None:
+        parts += (b',"headers":', headers_json)
     parts.append(_DELIVER_TAIL)
     return b"".join(parts)
 

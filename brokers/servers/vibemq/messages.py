@@ -15,12 +15,21 @@ else zbus's ``msgid``, else the businessId, else the index.
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Literal
 
 import msgspec
 
-from brokers.engine import Delivery, Message, message_view
-from brokers.protocols.vibemq import Header, Publish, encode_deliver
+from brokers.engine import (
+    Delivery,
+    Message,
+    RecordParts,
+    attribute_lines,
+    message_view,
+    read_attribute_line,
+    record_parts,
+    split_attribute_text,
+)
+from brokers.protocols.vibemq import Header, Publish, encode_deliver, encode_deliver_json
 
 ID_PROPERTY = "messageId"
 CONTENT_TYPE = ":content-type"
@@ -54,9 +63,13 @@ def to_message(frame: Publish) -> Message:
 
 
 _check_json = msgspec.json.Decoder(msgspec.Raw).decode  # validates, builds nothing
+_encode = msgspec.json.encode
 
 
-def _payload(body: bytes, content_type: str, headers: dict[str, str]) -> Any:
+def _payload_json(body: bytes, content_type: str) -> bytes | Literal[False] | None:
+    """The JSON of a body's payload: the body itself when it is JSON of ``application/json``,
+    else the JSON string of its text; None for a ``null`` JSON body (no payload, §2); False
+    when the body is not UTF-8 (it goes as base64)."""
     if content_type == JSON or content_type.split(";")[0].strip().lower() == JSON:
         if body.strip() == b"null":
             return None  # published without a payload (null reads as absent, §2)
@@ -65,12 +78,11 @@ def _payload(body: bytes, content_type: str, headers: dict[str, str]) -> Any:
         except msgspec.DecodeError:
             pass
         else:
-            return msgspec.Raw(body)
+            return body
     try:
-        return body.decode("utf-8")
+        return _encode(body.decode("utf-8"))
     except UnicodeDecodeError:
-        headers[ENCODING] = "base64"
-        return base64.b64encode(body).decode("ascii")
+        return False
 
 
 def deliver_json(
@@ -78,12 +90,90 @@ def deliver_json(
 ) -> tuple[str, bytes, int]:
     """The ``deliver`` frame of a record as its JSON text (``encode_json`` of the frame),
     with its ``id`` and the record's store time (ms): the record is read once. ``attempt``
-    overrides the engine's count. Written out in one pass: it runs per message delivered."""
+    overrides the engine's count. It runs per message delivered: a record as VibeMQ
+    publishers store it is written from its attribute text (:func:`_deliver_from_text`),
+    any other from its properties' dict (:func:`_deliver_from_view`)."""
+    attempts = attempt if attempt is not None else max(1, delivery.attempts)
+    parts = record_parts(delivery.record)
+    if parts is not None:
+        written = _deliver_from_text(queue, parts, attempts)
+        if written is not None:
+            return written[0], written[1], parts.store_time_ms
+    return _deliver_from_view(queue, delivery, attempts)
+
+
+def _deliver_from_view(queue: str, delivery: Delivery, attempts: int) -> tuple[str, bytes, int]:
     stored = message_view(delivery.record)
     props = stored.attributes
     headers = {k: v for k, v in props.items() if k[:1] != ":"} if props else {}
     message_id = headers.pop(ID_PROPERTY, None) or props.get("msgid") or stored.business_id
     message_id = message_id or str(delivery.index)
-    payload = _payload(stored.body, props.get(CONTENT_TYPE, ""), headers)
-    headers[DELIVERY_ATTEMPTS] = str(attempt if attempt is not None else max(1, delivery.attempts))
-    return message_id, encode_deliver(message_id, queue, payload, headers), stored.store_time_ms
+    payload = _payload_json(stored.body, props.get(CONTENT_TYPE, ""))
+    if payload is False:
+        headers[ENCODING] = "base64"
+        payload = _encode(base64.b64encode(stored.body).decode("ascii"))
+    headers[DELIVERY_ATTEMPTS] = str(attempts)
+    raw = None if payload is None else msgspec.Raw(payload)
+    return message_id, encode_deliver(message_id, queue, raw, headers), stored.store_time_ms
+
+
+_Block = tuple[bytes, str] | None
+_BLOCKS: dict[tuple[str, str], _Block] = {}
+"""(attribute text before a record's ``messageId`` line, after it) → the JSON of the
+headers its other properties make, left open for the delivery count (``{"a":"1",``),
+and its content type; None for text whose records take the general path. A publisher's
+headers recur on every message, its message ids do not."""
+_BLOCKS_MAX = 4096
+_BLOCK_KEY_MAX = 2048
+"""Longer texts are not kept (each would hold this much of the cache)."""
+_ATTEMPTS_KEY = _encode(DELIVERY_ATTEMPTS) + b":"
+
+
+def _deliver_from_text(queue: str, parts: RecordParts, attempts: int) -> tuple[str, bytes] | None:
+    """The id and frame of a record whose properties are all written the common way and
+    hold a non-empty ``messageId`` once, ``deliveryAttempts`` not at all, and whose body
+    is UTF-8; None for any other record (the general path)."""
+    try:
+        text = parts.attribute_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    split = split_attribute_text(text, ID_PROPERTY)
+    if split is None or not split[1]:
+        return None
+    before, message_id, after = split
+    key = (before, after)
+    block = _BLOCKS.get(key, False)
+    if block is False:
+        block = _headers_block(before, after)
+        if len(before) + len(after) <= _BLOCK_KEY_MAX:
+            if len(_BLOCKS) >= _BLOCKS_MAX:
+                _BLOCKS.clear()
+            _BLOCKS[key] = block
+    if block is None:
+        return None
+    opened, content_type = block
+    payload = _payload_json(parts.body, content_type)
+    if payload is False:
+        return None
+    headers = b"".join((opened, _ATTEMPTS_KEY, _encode(str(attempts)), b"}"))
+    return message_id, encode_deliver_json(message_id, queue, payload, headers)
+
+
+def _headers_block(before: str, after: str) -> _Block:
+    """The entry of :data:`_BLOCKS` for the text around a ``messageId`` line."""
+    headers: dict[str, str] = {}
+    content_type = ""
+    for line in attribute_lines(before, after):
+        read = read_attribute_line(line)
+        if read is None:
+            return None
+        key, value = read
+        if key in (ID_PROPERTY, DELIVERY_ATTEMPTS):  # the last id wins; the count is ours
+            return None
+        if key[:1] == ":":
+            if key == CONTENT_TYPE:
+                content_type = value
+            continue
+        headers[key] = value
+    opened = _encode(headers)[:-1]
+    return (opened + b"," if headers else opened), content_type

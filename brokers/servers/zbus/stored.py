@@ -21,6 +21,7 @@ from brokers.engine import (
     message_view,
     read_attribute_line,
     record_parts,
+    split_attribute_text,
 )
 from brokers.protocols.zbus import (
     ALIASED,
@@ -143,8 +144,6 @@ def delivery_bytes(
     )
 
 
-_MSGID_LINE = Header.MSGID + "="
-_MSGID_AFTER_LINE = "\n" + _MSGID_LINE
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 _Wire = dict[str, tuple[str, bytes] | None]
@@ -189,29 +188,25 @@ def _header_block(attribute_bytes: bytes, aliases: AliasFamily) -> tuple[bytes, 
         text = attribute_bytes.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    if text.startswith(_MSGID_LINE):
-        at = 0
-    else:
-        at = text.find(_MSGID_AFTER_LINE) + 1
-        if at == 0:
-            return None
-    end = text.find("\n", at)
-    if end < 0:
-        end = len(text)
-    stored_msgid = text[at + 6 : end]
-    if not _plain_id(stored_msgid):
+    split = split_attribute_text(text, Header.MSGID)
+    if split is None:
+        return None
+    before, stored_msgid, after = split
+    if CONTROL.search(stored_msgid):
         return None
     cache = _BLOCKS_PLAIN if aliases is AliasFamily.NONE else _BLOCKS.setdefault(aliases, {})
-    key = (text[:at], text[end:])
+    key = (before, after)
     block = cache.get(key, False)
     if block is False:
         names: set[str] = set()  # across both blocks: two properties making one header
-        before = _written_lines(text[: at - 1].split("\n") if at else [], aliases, names)
-        after = _written_lines(
-            text[end + 1 :].split("\n") if end < len(text) else [], aliases, names
+        written_before = _written_lines(before[:-1].split("\n") if before else [], aliases, names)
+        written_after = _written_lines(after[1:].split("\n") if after else [], aliases, names)
+        block = (
+            None
+            if written_before is None or written_after is None
+            else (written_before, written_after)
         )
-        block = None if before is None or after is None else (before, after)
-        if len(text) - len(stored_msgid) <= _BLOCK_KEY_MAX:
+        if len(before) + len(after) <= _BLOCK_KEY_MAX:
             _keep(cache, key, block, _BLOCKS_MAX)
     if block is None:
         return None
@@ -240,12 +235,6 @@ def _written_lines(lines: list[str], aliases: AliasFamily, names: set[str]) -> b
         names.add(name)
         out.append(wire)
     return b"".join(out)
-
-
-def _plain_id(value: str) -> bool:
-    """A ``msgid=`` line's value the properties codec reads as it is and a header can
-    carry: no escape, no blank first, no control character."""
-    return "\\" not in value and not (value and value[0].isspace()) and not CONTROL.search(value)
 
 
 def _wire_line(line: str, aliases: AliasFamily) -> tuple[str, bytes] | None:
