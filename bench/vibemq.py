@@ -1,8 +1,10 @@
 """VibeMQ broker benchmark (a script, not a test):
-``python bench/vibemq.py [--processes N] [--profile DIR]``.
+``python bench/vibemq.py [--processes 1,2] [--profile DIR]``.
 
-Starts its own redis-server (AOF everysec) and a VibeMQ server in a separate process
-(``--serve``; ``--processes N`` runs it as ``runbroker --processes N`` does) with the
+For each process count in turn (``runbroker`` runs as many as the machine has cores by
+default: two here), starts its own redis-server (AOF everysec) and a VibeMQ server in
+a separate process (``--serve``; ``--processes N`` runs it as ``runbroker --processes N``
+does, the processes sharing the port with SO_REUSEPORT) with the
 queues in a catalog snapshot — app ``bench`` (its token) has a producer and a consumer
 policy on each — then prints, next to the goals of issue 17:
 
@@ -195,11 +197,31 @@ async def main(args: argparse.Namespace) -> None:
     if profile and py_spy() is None:
         print("--profile: py-spy not found (pip install py-spy; or set PY_SPY)", flush=True)
         profile = None
+    counts = [int(p) for p in str(args.processes).split(",") if p]
+    summary = [await measure(args, count, profile) for count in counts]
+    if len(summary) > 1:
+        print("\nsummary (each process count with its own Redis and raw baseline):")
+        print(
+            f"  {'processes':>9} {'raw XADD/s':>11} {'publish/s':>10} {'deliver/s':>10} {'p99 ms':>7}"
+        )
+        for count, (raw, publish, deliver, p99) in zip(counts, summary, strict=True):
+            print(f"  {count:>9} {raw:>11,.0f} {publish:>10,.0f} {deliver:>10,.0f} {p99:>7.2f}")
+    if profile:
+        for path in sorted(profile.glob("vibemq-*.txt")):
+            print(f"\n== profile {path.name} ==\n{top_frames(path)}")
+
+
+async def measure(
+    args: argparse.Namespace, processes: int, profile: Path | None
+) -> tuple[float, float, float, float]:
+    """Every phase against a broker of ``processes`` processes; prints the figures and
+    returns (raw XADD/s, publish/s, deliver/s, p99 ms)."""
 
     def recorded(phase: str) -> contextlib.AbstractContextManager[None]:
-        return profiled(pid, profile / f"vibemq-{phase}.txt" if profile else None)
+        out = profile / f"vibemq-{processes}p-{phase}.txt" if profile else None
+        return profiled(pid, out)
 
-    with broker_bench(__file__, 1_000_000, args.processes) as (raw, _, port, pid):
+    with broker_bench(__file__, 1_000_000, processes) as (raw, _, port, pid):
         cpu = tree_cpu_seconds(pid)
         with recorded("publish"):
             published = await vibemq_load.publish(port, TOKEN, "bench", args.seconds)
@@ -218,7 +240,7 @@ async def main(args: argparse.Namespace) -> None:
         with recorded("latency"):
             timed = await vibemq_load.latency(port, TOKEN, "latency", 5000, args.seconds)
         p50, p99, n = await latency(port, 5000, args.seconds)
-        print(f"broker processes: {args.processes}")
+        print(f"broker processes: {processes}")
         print(f"raw redis-benchmark -P 100 XADD  : {raw:12,.0f} ops/s   1.00x (median)")
         print(
             f"VibeMQ publish+ack, 4 conns      : {publish:12,.0f} msg/s   {publish / raw:.3f}x raw"
@@ -243,9 +265,7 @@ async def main(args: argparse.Namespace) -> None:
             f"  the same by our Python client   : p50 {p50:.2f} ms  p99 {p99:.2f} ms"
             f"   ({n:,} samples)"
         )
-    if profile:
-        for path in sorted(profile.glob("vibemq-*.txt")):
-            print(f"\n== profile {path.name} ==\n{top_frames(path)}")
+    return raw, publish, deliver, timed.p99
 
 
 if __name__ == "__main__":
@@ -253,6 +273,8 @@ if __name__ == "__main__":
     if not serve_main(sys.argv, snapshot, start_vibemq_server):
         parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
         parser.add_argument("--seconds", type=float, default=5.0)
-        parser.add_argument("--processes", type=int, default=1, help="broker processes")
+        parser.add_argument(
+            "--processes", default="1,2", help="broker process counts, each in turn: e.g. 1,2"
+        )
         parser.add_argument("--profile", default="", help="record the broker with py-spy here")
         asyncio.run(main(parser.parse_args()))
