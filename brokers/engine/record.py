@@ -130,7 +130,12 @@ def encode_attributes(attributes: Mapping[str, str] | None) -> bytes:
     """Java-Properties text of ``attributes`` (``key=value`` lines, no trailing newline)."""
     if not attributes:
         return b""
-    return "\n".join([_line(k, v) for k, v in attributes.items()]).encode("ascii")
+    known = _LINES.get  # the items are the cache's keys: a hit costs no call of _line
+    try:
+        lines = [known(item) or _line(*item) for item in attributes.items()]
+    except TypeError:  # an unhashable value (not a str): written by its str()
+        lines = [_line(k, v) for k, v in attributes.items()]
+    return "\n".join(lines).encode("ascii")
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -497,6 +502,7 @@ def _s1(text: str | None, what: str, *, limit: int = 127) -> bytes:
 
 
 _HEAD_BODY = struct.Struct(">ihqihhb16sqiqhi")  # header + body length: 65 bytes
+_BYTE = [bytes([n]) for n in range(256)]
 
 
 class RecordEncoder:
@@ -521,7 +527,8 @@ class RecordEncoder:
         self.client_address = client_address
         self.max_body = max_body
         self.ip, self.short = encode_client_ip(client_address)
-        self._plain_tail = b"\0\0\0\0\0\0\0" + bytes([len(self.app_raw)]) + self.app_raw
+        self._app_field = bytes([len(self.app_raw)]) + self.app_raw
+        self._plain_tail = b"\0\0\0\0\0\0\0" + self._app_field
 
     def encode(self, msg: Message) -> tuple[bytes, int]:
         """(record, number of indexes it takes); the index field is left at -1."""
@@ -544,30 +551,33 @@ class RecordEncoder:
             sys_code |= SYS_BATCH
             flag = count = msg.batch_count
         if msg.business_id or msg.attributes or msg.extension:
-            bid = _s1(msg.business_id, "businessId", limit=MAX_BUSINESS_ID)
+            bid = (
+                _s1(msg.business_id, "businessId", limit=MAX_BUSINESS_ID)
+                if msg.business_id
+                else b""
+            )
             attrs = encode_attributes(msg.attributes)
             if len(attrs) > 32767:
                 raise InvalidMessage("attributes over 32767 bytes")
             ext = msg.extension
             tail = b"".join(
                 (
-                    bytes([len(bid)]),
+                    _BYTE[len(bid)],
                     bid,
                     _I16.pack(len(attrs)),
                     attrs,
                     _I32.pack(len(ext)),
                     ext,
-                    bytes([len(self.app_raw)]),
-                    self.app_raw,
+                    self._app_field,
                 )
             )
         else:
             tail = self._plain_tail
-        send = msg.send_time_ms or self.now_ms
+        now = self.now_ms
+        send = msg.send_time_ms or now
         crc = zlib.crc32(body) if msg.body_crc is None else msg.body_crc
-        size = 65 + len(body) + len(tail)
         head = _HEAD_BODY.pack(
-            size,
+            65 + len(body) + len(tail),
             self.partition,
             -1,
             0,
@@ -576,12 +586,12 @@ class RecordEncoder:
             msg.priority,
             ip,
             send,
-            _delta(self.now_ms, send),
+            0 if send == now else _delta(now, send),
             crc,
             flag,
             len(body),
         )
-        return head + body + tail, count
+        return b"".join((head, body, tail)), count
 
 
 def encode_record(

@@ -673,3 +673,11 @@ def test_attribute_text_split_examples() -> None:
     # a line continued into the id line: split, but the line before is not read
     before, _, _ = split_attribute_text("a=1\\\nid=2", "id")
     assert [read_attribute_line(line) for line in attribute_lines(before, "")] == [None]
+
+
+def test_attributes_not_str_are_written_by_their_str() -> None:
+    """Values outside the type (an int, an unhashable list) are written as ``str()`` makes
+    them, whether or not the line cache can hold them."""
+    written = encode_attributes({"a": 1, "b": [1, 2], "c": "x"})  # type: ignore[dict-item]
+    assert decode_attributes(written) == {"a": "1", "b": "[1, 2]", "c": "x"}
+    assert encode_attributes({"a": 1}) == encode_attributes({"a": "1"})  # type: ignore[dict-item]
