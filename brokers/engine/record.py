@@ -261,10 +261,11 @@ def read_attribute_line(line: str) -> tuple[str, str] | None:
 
 
 def split_attribute_text(text: str, key: str) -> tuple[str, str, str] | None:
-    """``text`` (attribute text) around its first line of property ``key``: the text
-    before that line (with its line break), the property's value, the text after it (from
-    its line break) — when that line is written the common way (:func:`read_attribute_line`);
-    None when there is no such line or it is not. A front-end framing deliveries from a
+    """``text`` (attribute text) around its first line of property ``key`` (a plain name:
+    letters, digits, ``-``, ``_``, ``.``): the text before that line (with its line
+    break), the property's value, the text after it (from its line break) — when that
+    line is written the common way (:func:`read_attribute_line`); None when there is no
+    such line or it is not. A front-end framing deliveries from a
     record's text keys a cache by the two texts: a producer's other properties recur on
     every message, its message id does not. The caller reads the other lines with
     :func:`read_attribute_line` too, and takes its general path where one is not read:
@@ -280,6 +281,9 @@ def split_attribute_text(text: str, key: str) -> tuple[str, str, str] | None:
     end = text.find("\n", at)
     if end < 0:
         end = len(text)
+    value = text[at + len(line_start) : end]
+    if "\\" not in value and "\r" not in value and not value[:1].isspace():
+        return text[:at], value, text[end:]  # what read_attribute_line reads, without a call
     read = read_attribute_line(text[at:end])
     if read is None or read[0] != key:
         return None
