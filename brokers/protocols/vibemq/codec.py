@@ -42,6 +42,11 @@ QUEUE_REQUIRED = frozenset(
     }
 )
 _NO_PAYLOAD = (msgspec.Raw(), msgspec.Raw(b"null"))
+_FIELDS_OF = {
+    kind: tuple(name in cls.__struct_fields__ for name in ("queue", "headers", "payload"))
+    for kind, cls in FRAME_CLASSES.items()
+}
+"""Frame type → whether its class has a ``queue``, ``headers`` and ``payload`` field."""
 
 
 class _Envelope(msgspec.Struct, rename="camel"):
@@ -184,15 +189,16 @@ def decode_json(data: bytes | str, *, accept_server_frames: bool = False) -> Fra
     if kind is None or (kind in SERVER_ONLY_TYPES and not accept_server_frames):
         raise UnknownCommand(f"unknown command type {str(type_)[:64]!r}", request_id=rid)
     cls = FRAME_CLASSES[kind]
+    has_queue, has_headers, has_payload = _FIELDS_OF[kind]
     fields: dict[str, Any] = {"id": rid}
     if queue_ is not None or kind in QUEUE_REQUIRED:
         queue = check_queue(queue_, rid)
-        if "queue" in cls.__struct_fields__:
+        if has_queue:
             fields["queue"] = queue
     headers = check_headers(headers_, rid)
-    if "headers" in cls.__struct_fields__:
+    if has_headers:
         fields["headers"] = headers
-    if "payload" in cls.__struct_fields__ and payload not in _NO_PAYLOAD:
+    if has_payload and payload not in _NO_PAYLOAD:
         fields["payload"] = payload
     if kind is CommandType.ERROR:
         if not isinstance(code, str) or not isinstance(text, str | None):

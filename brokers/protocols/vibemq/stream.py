@@ -45,11 +45,18 @@ class FrameDecoder:
         transport counts against its per-connection memory bound)."""
         if self._closed:
             raise DecoderClosedError("decoder is closed")
-        buffer = self._buffer
-        buffer += data
+        pending = self._buffer
+        pending += data
         events: list[tuple[Frame | ProtocolError, int]] = []
-        pos = 0
         prefix = LENGTH_PREFIX.size
+        if len(pending) < prefix or (
+            len(pending) - prefix < LENGTH_PREFIX.unpack_from(pending)[0] <= self.max_frame_size
+        ):
+            return events  # inside the first frame still: nothing to copy yet
+        # one copy of what arrived, sliced from then on: a bytearray slice made bytes
+        # would copy each frame twice
+        buffer = bytes(pending)
+        pos = 0
         while len(buffer) - pos >= prefix:
             (length,) = LENGTH_PREFIX.unpack_from(buffer, pos)
             if length == 0:
@@ -60,7 +67,7 @@ class FrameDecoder:
             elif len(buffer) - pos - prefix < length:
                 break
             else:
-                body = bytes(buffer[pos + prefix : pos + prefix + length])
+                body = buffer[pos + prefix : pos + prefix + length]
                 pos += prefix + length
                 try:
                     frame = decode_json(body, accept_server_frames=self.accept_server_frames)
@@ -72,9 +79,9 @@ class FrameDecoder:
             last = events[-1][0] if events else None
             if isinstance(last, ProtocolError) and last.close:
                 self._closed = True
-                buffer.clear()
+                pending.clear()
                 return events
-        del buffer[:pos]
+        del pending[:pos]
         return events
 
     def eof(self) -> TruncatedFrame | None:
