@@ -50,8 +50,14 @@ class Decoder:
         pending = self._buffer
         pending += data
         events: list[Message | ZbusDecodeError] = []
-        if self._head is not None and len(pending) < self._head.content_length:
-            return events  # still inside a body: nothing to copy or scan yet
+        if self._head is not None:
+            if len(pending) < self._head.content_length:
+                return events  # still inside a body: nothing to copy or scan yet
+        elif len(pending) < self.max_head_bytes and pending.find(_END, self._scan_from) < 0:
+            # still inside a head: scanned from where the last scan ended, not copied (a
+            # head sent byte by byte would otherwise be copied whole at every byte)
+            self._scan_from = max(0, len(pending) - len(_END) + 1)
+            return events
         # one copy of what arrived, sliced from then on: a bytearray slice made bytes would
         # copy each head and body twice
         buffer = bytes(pending)
