@@ -226,3 +226,36 @@ def test_mutation_fuzz_only_typed_errors_escape() -> None:
             assert error.error_code is not None
         else:
             encode_frame(frame)
+
+
+def _events(decoder: FrameDecoder, data: bytes, chunks: list[int]) -> list[object]:
+    """Every event of ``data`` fed in ``chunks`` (the rest at the end), then eof's:
+    errors as their type and message (instances never compare equal)."""
+    out: list[object] = []
+    pos = 0
+    for size in [*chunks, len(data)]:
+        if decoder.closed:
+            break
+        out += decoder.feed(data[pos : pos + size])
+        pos += size
+    out.append(decoder.eof())
+    return [(type(e), str(e)) if isinstance(e, ProtocolError) else e for e in out]
+
+
+_PIECES = st.one_of(
+    frames.map(encode_frame),
+    st.sampled_from(
+        [b"\0\0\0\0", b"\0\0\0\x05{bad}", b"\0\0\x10\0", b"\0\0\0\x02{}", b"\0\0\0\x03\xff\xfe\xfd"]
+    ),
+    st.binary(max_size=8),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=5).map(b"".join), st.lists(st.integers(0, 40), max_size=30))
+def test_any_stream_decodes_the_same_in_any_chunks(data: bytes, chunks: list[int]) -> None:
+    """Frames, bad frames and stray bytes: fed in pieces or whole, the same events (a
+    decoder copies what arrived only once it completes a frame)."""
+    whole = _events(FrameDecoder(max_frame_size=2048, accept_server_frames=True), data, [])
+    pieces = _events(FrameDecoder(max_frame_size=2048, accept_server_frames=True), data, chunks)
+    assert pieces == whole

@@ -222,3 +222,42 @@ def test_one_pass_reply_writes_what_the_message_path_writes(
         lambda: encode_reply(status, body, msgid=msgid, mq_reply=mq_reply, aliases=family)
     )
     assert fast == slow
+
+
+def _events(data: bytes, chunks: list[int]) -> list[object]:
+    """Every event of ``data`` fed in ``chunks`` (the rest at the end), then eof's:
+    errors as their type, message and msgid (instances never compare equal)."""
+    decoder = Decoder(max_head_bytes=256, max_body_bytes=64)
+    out: list[object] = []
+    pos = 0
+    for size in [*chunks, len(data)]:
+        if decoder.closed:
+            break
+        out += decoder.feed(data[pos : pos + size])
+        pos += size
+    out.append(decoder.eof())
+    return [(type(e), str(e), e.msgid) if isinstance(e, ZbusDecodeError) else e for e in out]
+
+
+_PIECES = st.one_of(
+    messages.filter(lambda m: len(m.body) <= 64).map(encode_message),
+    st.sampled_from(
+        [
+            b"\r\n",
+            b"GET / HTTP/1.1\r\ncontent-length: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\ncontent-length: 999\r\n\r\n",
+            b"BAD\r\nmsgid: m\r\ncontent-length: 1\r\n\r\nz",
+            b"GET / HTTP/1.1\r\n" + b"a" * 300,
+        ]
+    ),
+    st.binary(max_size=8),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=5).map(b"".join), st.lists(st.integers(0, 40), max_size=30))
+def test_any_stream_decodes_the_same_in_any_chunks(data: bytes, chunks: list[int]) -> None:
+    """Messages, bad heads, over-long heads and bodies, stray bytes: fed in pieces or
+    whole, the same events (a decoder copies what arrived only once it completes a head
+    or a body, and scans a head still arriving from where it stopped)."""
+    assert _events(data, chunks) == _events(data, [])
