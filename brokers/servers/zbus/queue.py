@@ -700,6 +700,11 @@ class QueueMq:
             if session is None:
                 undealt.extend(deliveries[i:])
                 return
+            if session.window < 0 and not self.line:
+                # the one session waiting streams: the rest of the batch is all its own
+                # (round-robin among one), dealt without asking the line each time
+                self._stream_run(session, deliveries, i, now, unsent, undealt, corked)
+                return
             try:
                 out = delivery_bytes(
                     d.record,
@@ -730,6 +735,51 @@ class QueueMq:
                 self.line.append(session)
             else:
                 self._deactivate(session, in_line=False)
+
+    def _stream_run(
+        self,
+        session: PullSession,
+        deliveries: list[Delivery],
+        start: int,
+        now: float,
+        unsent: list[InFlight],
+        undealt: list[Delivery],
+        corked: set[Connection],
+    ) -> None:
+        """:meth:`_deal` of ``deliveries[start:]`` to ``session``, a streaming session
+        the only one waiting: each is written to it until its connection refuses one
+        (that one ``unsent``, the rest ``undealt``, the session ended); the session then
+        waits in line again."""
+        conn, msgid, aliases, app = session.conn, session.msgid, session.aliases, session.app
+        if conn not in corked:
+            conn.cork()
+            corked.add(conn)
+        had_items = conn in self.inflight
+        items = self.inflight.setdefault(conn, [])
+        parked_at, sent = session.parked_at, 0
+        for i in range(start, len(deliveries)):
+            d = deliveries[i]
+            try:
+                out = delivery_bytes(
+                    d.record, msgid=msgid, redelivered=d.redelivered, aliases=aliases
+                )
+            except EncodeError:  # headers are filtered to writable ones: a bug, not input
+                log.exception("zbus queue %s: cannot encode message %d", self.name, d.index)
+                out = None
+            if out is None or not conn.send_encoded(out):
+                self._deactivate(session, in_line=False)
+                unsent.append(InFlight(app, d.partition, d.index, now, now, False))
+                undealt.extend(deliveries[i + 1 :])
+                break
+            items.append(InFlight(app, d.partition, d.index, now, parked_at, True))
+            sent += 1
+        else:
+            self.line.append(session)
+        session.delivered += sent
+        if sent:
+            self._streams.add(conn)
+        elif not had_items:
+            del self.inflight[conn]  # as if never looked at
 
 
 def _by_group(items: list[InFlight]) -> dict[tuple[str, int], list[int]]:
