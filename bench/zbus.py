@@ -179,6 +179,8 @@ class Target:
     cpu_us: dict[str, float] = field(default_factory=dict)
     """Server CPU (the process and its children, not Redis) per message or call."""
     fill: int = 0
+    stalled: str = ""
+    """Why this target has no more figures (it stopped answering), if it does not."""
 
     @property
     def slug(self) -> str:
@@ -198,12 +200,22 @@ async def warm_up(target: Target, seconds: float) -> None:
 
 
 async def phase(name: str, targets: list[Target], profile: Path | None, run) -> None:
-    """Run ``run(target)`` on every target in turn (ours recorded when profiling)."""
+    """Run ``run(target)`` on every target in turn (ours recorded when profiling). A
+    target that stops answering (the generator's 30 s wait ran out) is reported as
+    stalled, with no figures for this phase and the ones after it, and the others go on."""
     for t in targets:
         out = profile / f"zbus-{t.slug}-{name}.txt" if profile else None
+        if t.stalled:
+            t.results[name] = load.Result(per_mq=[0] * CONNS, note=t.stalled)
+            t.cpu_us[name] = 0.0
+            continue
         with profiled(t.pid, out if t.ours else None):
             cpu = tree_cpu_seconds(t.pid)
-            result = await run(t)
+            try:
+                result = await run(t)
+            except TimeoutError:
+                t.stalled = f"stalled in {name}: a connection got no reply within 30 s"
+                result = load.Result(per_mq=[0] * CONNS, note=t.stalled)
             cpu = tree_cpu_seconds(t.pid) - cpu
         t.results[name] = result
         t.cpu_us[name] = cpu / result.count * 1e6 if result.count else 0.0
@@ -234,8 +246,14 @@ async def measure(targets: list[Target], seconds: float, profile: Path | None) -
     await phase("produce", targets, profile, produce)
     await phase("stream", targets, profile, stream)
     for t in targets:  # the long-poll backlog: about `seconds` of produce, not timed
+        if t.stalled:
+            continue
         t.fill = max(1, min(FILL_CAP, int(t.results["produce"].rate * seconds / CONNS)))
-        filled = await load.produce(t.port, MQS, per_mq=t.fill)
+        try:
+            filled = await load.produce(t.port, MQS, per_mq=t.fill)
+        except TimeoutError:
+            t.stalled = "stalled filling the long-poll backlog: no reply within 30 s"
+            continue
         if filled.errors:
             print(f"  fill {t.name}: {filled.errors} produce errors", flush=True)
     await phase("long_poll", targets, profile, long_poll)
