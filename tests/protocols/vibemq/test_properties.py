@@ -38,6 +38,7 @@ from brokers.protocols.vibemq import (
     encode_json,
 )
 from brokers.protocols.vibemq.frames import FRAME_CLASSES
+from tests.protocols.chunked import feed_in_chunks
 
 _TEXT = st.characters(codec="utf-8", exclude_categories=("Cs",))
 ids = st.text(_TEXT, min_size=1, max_size=40) | st.text(_TEXT, min_size=256, max_size=256)
@@ -229,17 +230,10 @@ def test_mutation_fuzz_only_typed_errors_escape() -> None:
 
 
 def _events(decoder: FrameDecoder, data: bytes, chunks: list[int]) -> list[object]:
-    """Every event of ``data`` fed in ``chunks`` (the rest at the end), then eof's:
-    errors as their type and message (instances never compare equal)."""
-    out: list[object] = []
-    pos = 0
-    for size in [*chunks, len(data)]:
-        if decoder.closed:
-            break
-        out += decoder.feed(data[pos : pos + size])
-        pos += size
-    out.append(decoder.eof())
-    return [(type(e), str(e)) if isinstance(e, ProtocolError) else e for e in out]
+    """Every event of ``data`` fed in ``chunks``, errors as their type and message."""
+    return feed_in_chunks(
+        decoder, data, chunks, lambda e: (type(e), str(e)) if isinstance(e, ProtocolError) else None
+    )
 
 
 _PIECES = st.one_of(

@@ -21,6 +21,7 @@ from brokers.protocols.zbus import (
     make_reply,
 )
 from brokers.protocols.zbus.head import _parse_head_lines, parse_head
+from tests.protocols.chunked import feed_in_chunks
 
 _ALIASES = {"id", "rawid", "msgid-raw", "mq-reply", "method", "reply-code", "content-length"}
 _KEY_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-_."
@@ -225,18 +226,13 @@ def test_one_pass_reply_writes_what_the_message_path_writes(
 
 
 def _events(data: bytes, chunks: list[int]) -> list[object]:
-    """Every event of ``data`` fed in ``chunks`` (the rest at the end), then eof's:
-    errors as their type, message and msgid (instances never compare equal)."""
-    decoder = Decoder(max_head_bytes=256, max_body_bytes=64)
-    out: list[object] = []
-    pos = 0
-    for size in [*chunks, len(data)]:
-        if decoder.closed:
-            break
-        out += decoder.feed(data[pos : pos + size])
-        pos += size
-    out.append(decoder.eof())
-    return [(type(e), str(e), e.msgid) if isinstance(e, ZbusDecodeError) else e for e in out]
+    """Every event of ``data`` fed in ``chunks``, errors as their type, message and msgid."""
+    return feed_in_chunks(
+        Decoder(max_head_bytes=256, max_body_bytes=64),
+        data,
+        chunks,
+        lambda e: (type(e), str(e), e.msgid) if isinstance(e, ZbusDecodeError) else None,
+    )
 
 
 _PIECES = st.one_of(
