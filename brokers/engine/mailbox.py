@@ -115,7 +115,9 @@ class Mailboxes:
     async def _listen(self) -> None:
         while True:
             try:
-                msg = await self._pubsub.get_message(timeout=5.0)
+                # a blocking read, as the notifier's: no poll timer per message (a Temp MQ
+                # reply crossing processes is one; RPC sends thousands a second)
+                msg = await self._pubsub.get_message(timeout=None)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -183,3 +183,37 @@ def _record_blob() -> bytes:
         Message(b"x")
     )
     return record
+
+
+async def test_an_inbox_hears_again_after_a_redis_restart(own_redis):
+    """A process's inbox (Temp MQ replies from other processes) blocks on its read with no
+    timer; when Redis restarts under it, the read fails, it subscribes again, and what is
+    sent once Redis is back arrives."""
+    client = broker_client(own_redis.url, max_connections=8)
+    engine = Engine(client, lambda: SNAP)
+    owner, sender = engine.mailboxes("box", 30_000), engine.mailboxes("box", 30_000)
+    heard: asyncio.Queue[bytes] = asyncio.Queue()
+    await owner.start(heard.put_nowait)
+    try:
+        assert await sender.send(owner.owner, b"before")
+        assert await asyncio.wait_for(heard.get(), 2) == b"before"
+        own_redis.kill()
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(own_redis.start)
+        deadline = time.monotonic() + 5
+        while not await _sent(sender, owner.owner, b"after"):
+            assert time.monotonic() < deadline, "the inbox never subscribed again"
+            await asyncio.sleep(0.05)
+        assert await asyncio.wait_for(heard.get(), 2) == b"after"
+    finally:
+        await owner.stop()
+        await engine.close()
+        await client.aclose()
+
+
+async def _sent(sender, owner: str, data: bytes) -> bool:
+    """Whether a process listened to ``owner``'s inbox when ``data`` was sent."""
+    try:
+        return await sender.send(owner, data)
+    except Exception:  # Redis still coming back: the client's connection is being replaced
+        return False
