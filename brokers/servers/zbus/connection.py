@@ -28,6 +28,7 @@ class Connection:
     ) -> None:
         self.session_id = str(uuid.uuid4())
         self.remote_addr = peer
+        self._remote_host: str | None = None  # read per consume: split once
         self._write = write
         self._corked: list[bytes] | None = None
         self.buffered = buffered
@@ -46,8 +47,11 @@ class Connection:
     @property
     def remote_host(self) -> str:
         """The host part of ``remote_addr`` (``host:port`` or ``[v6]:port``)."""
-        host = self.remote_addr.rsplit(":", 1)[0] if ":" in self.remote_addr else ""
-        return host[1:-1] if host.startswith("[") else host
+        if self._remote_host is None:
+            addr = self.remote_addr
+            host = addr.rsplit(":", 1)[0] if ":" in addr else ""
+            self._remote_host = host[1:-1] if host.startswith("[") else host
+        return self._remote_host
 
     def send(self, message: Message, aliases: AliasFamily = AliasFamily.NONE) -> bool:
         """Write ``message`` whole; False if the connection is gone or it cannot be encoded."""
