@@ -265,9 +265,9 @@ def split_attribute_text(text: str, key: str) -> tuple[str, str, str] | None:
     letters, digits, ``-``, ``_``, ``.``): the text before that line (with its line
     break), the property's value, the text after it (from its line break) — when that
     line is written the common way (:func:`read_attribute_line`); None when there is no
-    such line or it is not. A front-end framing deliveries from a
-    record's text keys a cache by the two texts: a producer's other properties recur on
-    every message, its message id does not. The caller reads the other lines with
+    such line or it is not. A front-end framing deliveries from a record's text keys a
+    cache by the two texts: a producer's other properties recur on every message, its
+    message id does not. The caller reads the other lines with
     :func:`read_attribute_line` too, and takes its general path where one is not read:
     a line continued into ``key``'s line is such a line, as is ``key`` again further on
     for a caller that must see the last one."""
