@@ -106,7 +106,10 @@ class Decoder:
                 f"stream ended {missing} bytes short of the body", msgid=self._head.msgid
             )
         if pending.lstrip(b"\r\n"):
-            return TruncatedMessage(f"stream ended inside a head ({len(pending)} bytes)")
+            # counted past the empty lines (CRLFs) before it, which a feed skips or keeps
+            # depending on where the reads ended
+            head = len(pending) - 2 * _leading_crlfs(pending)
+            return TruncatedMessage(f"stream ended inside a head ({head} bytes)")
         return None
 
     def _fail(self, events: list[Message | ZbusDecodeError], error: ZbusDecodeError) -> None:
@@ -126,3 +129,11 @@ class Decoder:
         except MalformedStartLine as exc:
             exc.msgid = head.msgid
             return exc.with_traceback(None)  # kept as a value: no frame cycle behind it
+
+
+def _leading_crlfs(data: bytes) -> int:
+    """How many CRLFs ``data`` starts with."""
+    count = 0
+    while data.startswith(b"\r\n", 2 * count):
+        count += 1
+    return count
