@@ -53,7 +53,11 @@ class Decoder:
         if self._head is not None:
             if len(pending) < self._head.content_length:
                 return events  # still inside a body: nothing to copy or scan yet
-        elif len(pending) < self.max_head_bytes and pending.find(_END, self._scan_from) < 0:
+        elif (
+            len(pending) < self.max_head_bytes
+            and not pending.startswith(b"\r\n")  # empty lines first: the loop skips them
+            and pending.find(_END, self._scan_from) < 0
+        ):
             # still inside a head: scanned from where the last scan ended, not copied (a
             # head sent byte by byte would otherwise be copied whole at every byte)
             self._scan_from = max(0, len(pending) - len(_END) + 1)
@@ -106,10 +110,7 @@ class Decoder:
                 f"stream ended {missing} bytes short of the body", msgid=self._head.msgid
             )
         if pending.lstrip(b"\r\n"):
-            # counted past the empty lines (CRLFs) before it, which a feed skips or keeps
-            # depending on where the reads ended
-            head = len(pending) - 2 * _leading_crlfs(pending)
-            return TruncatedMessage(f"stream ended inside a head ({head} bytes)")
+            return TruncatedMessage(f"stream ended inside a head ({len(pending)} bytes)")
         return None
 
     def _fail(self, events: list[Message | ZbusDecodeError], error: ZbusDecodeError) -> None:
@@ -129,11 +130,3 @@ class Decoder:
         except MalformedStartLine as exc:
             exc.msgid = head.msgid
             return exc.with_traceback(None)  # kept as a value: no frame cycle behind it
-
-
-def _leading_crlfs(data: bytes) -> int:
-    """How many CRLFs ``data`` starts with."""
-    count = 0
-    while data.startswith(b"\r\n", 2 * count):
-        count += 1
-    return count
