@@ -30,6 +30,7 @@ from brokers.engine import (
     split_attribute_text,
 )
 from brokers.protocols.vibemq import Header, Publish, encode_deliver, encode_deliver_json
+from brokers.servers.bounded import keep
 
 ID_PROPERTY = "messageId"
 CONTENT_TYPE = ":content-type"
@@ -146,9 +147,7 @@ def _deliver_from_text(queue: str, parts: RecordParts, attempts: int) -> tuple[s
     if block is False:
         block = _headers_block(before, after)
         if len(before) + len(after) <= _BLOCK_KEY_MAX:
-            if len(_BLOCKS) >= _BLOCKS_MAX:
-                _BLOCKS.clear()
-            _BLOCKS[key] = block
+            keep(_BLOCKS, key, block, _BLOCKS_MAX)
     if block is None:
         return None
     opened, content_type = block

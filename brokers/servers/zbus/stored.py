@@ -12,12 +12,11 @@ a value) are left out of the zbus view.
 
 from __future__ import annotations
 
-from typing import TypeVar
-
 from brokers.engine import Message as EngineMessage
 from brokers.engine import (
     MessageView,
     StoredMessage,
+    attribute_lines,
     message_view,
     read_attribute_line,
     record_parts,
@@ -40,6 +39,7 @@ from brokers.protocols.zbus import (
     writable_header,
 )
 from brokers.protocols.zbus.head import CONTROL
+from brokers.servers.bounded import keep
 
 STATUS = ":status"
 """The property holding a response-shaped message's status."""
@@ -144,8 +144,6 @@ def delivery_bytes(
     )
 
 
-_K = TypeVar("_K")
-_V = TypeVar("_V")
 _Wire = dict[str, tuple[str, bytes] | None]
 _WIRE: dict[AliasFamily, _Wire] = {}
 """Alias family → attribute line → (header name, its written lines), or ``("", b"")``
@@ -166,13 +164,6 @@ _BLOCKS_PLAIN = _BLOCKS.setdefault(AliasFamily.NONE, {})
 _BLOCKS_MAX = 4096
 _BLOCK_KEY_MAX = 2048
 """Longer attribute texts are not kept (each would hold this much of the cache)."""
-
-
-def _keep(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> None:
-    """Put ``value`` in ``cache``, which starts over when it holds ``limit`` entries."""
-    if len(cache) >= limit:
-        cache.clear()
-    cache[key] = value
 
 
 def _header_block(attribute_bytes: bytes, aliases: AliasFamily) -> tuple[bytes, bytes, str] | None:
@@ -199,15 +190,15 @@ def _header_block(attribute_bytes: bytes, aliases: AliasFamily) -> tuple[bytes, 
     block = cache.get(key, False)
     if block is False:
         names: set[str] = set()  # across both blocks: two properties making one header
-        written_before = _written_lines(before[:-1].split("\n") if before else [], aliases, names)
-        written_after = _written_lines(after[1:].split("\n") if after else [], aliases, names)
+        written_before = _written_lines(attribute_lines(before, ""), aliases, names)
+        written_after = _written_lines(attribute_lines("", after), aliases, names)
         block = (
             None
             if written_before is None or written_after is None
             else (written_before, written_after)
         )
         if len(before) + len(after) <= _BLOCK_KEY_MAX:
-            _keep(cache, key, block, _BLOCKS_MAX)
+            keep(cache, key, block, _BLOCKS_MAX)
     if block is None:
         return None
     return block[0], block[1], stored_msgid
@@ -224,7 +215,7 @@ def _written_lines(lines: list[str], aliases: AliasFamily, names: set[str]) -> b
         if written is False:
             written = _wire_line(line, aliases)
             if len(line) <= 128:
-                _keep(cache, line, written, _WIRE_MAX)
+                keep(cache, line, written, _WIRE_MAX)
         if written is None:
             return None
         name, wire = written
