@@ -705,16 +705,7 @@ class QueueMq:
                 # (round-robin among one), dealt without asking the line each time
                 self._stream_run(session, deliveries, i, now, unsent, undealt, corked)
                 return
-            try:
-                out = delivery_bytes(
-                    d.record,
-                    msgid=session.msgid,
-                    redelivered=d.redelivered,
-                    aliases=session.aliases,
-                )
-            except EncodeError:  # headers are filtered to writable ones: a bug, not input
-                log.exception("zbus queue %s: cannot encode message %d", self.name, d.index)
-                out = None
+            out = self._delivery(d, session.msgid, session.aliases)
             if session.conn not in corked:
                 session.conn.cork()
                 corked.add(session.conn)
@@ -736,6 +727,14 @@ class QueueMq:
             else:
                 self._deactivate(session, in_line=False)
 
+    def _delivery(self, d: Delivery, msgid: str | None, aliases: AliasFamily) -> bytes | None:
+        """The wire bytes of ``d`` for a session; None (logged) when it cannot be encoded."""
+        try:
+            return delivery_bytes(d.record, msgid=msgid, redelivered=d.redelivered, aliases=aliases)
+        except EncodeError:  # headers are filtered to writable ones: a bug, not input
+            log.exception("zbus queue %s: cannot encode message %d", self.name, d.index)
+            return None
+
     def _stream_run(
         self,
         session: PullSession,
@@ -754,32 +753,22 @@ class QueueMq:
         if conn not in corked:
             conn.cork()
             corked.add(conn)
-        had_items = conn in self.inflight
-        items = self.inflight.setdefault(conn, [])
-        parked_at, sent = session.parked_at, 0
+        items: list[InFlight] = []
         for i in range(start, len(deliveries)):
             d = deliveries[i]
-            try:
-                out = delivery_bytes(
-                    d.record, msgid=msgid, redelivered=d.redelivered, aliases=aliases
-                )
-            except EncodeError:  # headers are filtered to writable ones: a bug, not input
-                log.exception("zbus queue %s: cannot encode message %d", self.name, d.index)
-                out = None
+            out = self._delivery(d, msgid, aliases)
             if out is None or not conn.send_encoded(out):
                 self._deactivate(session, in_line=False)
                 unsent.append(InFlight(app, d.partition, d.index, now, now, False))
                 undealt.extend(deliveries[i + 1 :])
                 break
-            items.append(InFlight(app, d.partition, d.index, now, parked_at, True))
-            sent += 1
+            items.append(InFlight(app, d.partition, d.index, now, session.parked_at, True))
         else:
             self.line.append(session)
-        session.delivered += sent
-        if sent:
+        if items:
+            session.delivered += len(items)
+            self.inflight.setdefault(conn, []).extend(items)
             self._streams.add(conn)
-        elif not had_items:
-            del self.inflight[conn]  # as if never looked at
 
 
 def _by_group(items: list[InFlight]) -> dict[tuple[str, int], list[int]]:
