@@ -7,6 +7,8 @@ them with ``redis-cli --cluster create`` and kills them (by PID) at the end.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import shutil
 import socket
@@ -25,6 +27,7 @@ from brokers.engine import (
     CatalogSnapshot,
     ConsumerPolicyInfo,
     Engine,
+    Mailboxes,
     PartitionGroupInfo,
     ProducerPolicyInfo,
     TopicInfo,
@@ -209,3 +212,18 @@ async def make_engine(store, clock) -> AsyncIterator[Callable[..., Engine]]:
 
 
 __all__ = ["FakeClock", "PartitionGroupInfo", "snapshot"]
+
+
+@contextlib.asynccontextmanager
+async def listening_inbox(
+    engine: Engine, space: str = "box"
+) -> AsyncIterator[tuple[Mailboxes, Mailboxes, asyncio.Queue[bytes]]]:
+    """An owner listening on its inbox of ``space`` (stopped on exit), a sender in the same
+    space, and the queue of what the owner heard."""
+    owner, sender = engine.mailboxes(space, 30_000), engine.mailboxes(space, 30_000)
+    heard: asyncio.Queue[bytes] = asyncio.Queue()
+    await owner.start(heard.put_nowait)
+    try:
+        yield owner, sender, heard
+    finally:
+        await owner.stop()

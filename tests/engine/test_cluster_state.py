@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from brokers.engine import Engine, Presence, publish_report, read_reports
 from brokers.engine.keys import mailbox_key, presence_key
-from tests.engine.conftest import snapshot
+from tests.engine.conftest import listening_inbox, snapshot
 
 # ---------------------------------------------------------------------- presence
 
@@ -133,17 +133,12 @@ async def test_mailbox_directory_claims_renews_and_releases_only_its_own(
 
 async def test_mailbox_inbox_hears_what_is_sent_to_its_owner(make_engine) -> None:
     engine: Engine = make_engine()
-    owner, sender = engine.mailboxes("box", 30_000), engine.mailboxes("box", 30_000)
-    heard: asyncio.Queue[bytes] = asyncio.Queue()
-    await owner.start(heard.put_nowait)
-    try:
+    async with listening_inbox(engine) as (owner, sender, heard):
         assert await sender.send(owner.owner, b"\x00reply")
         assert await asyncio.wait_for(heard.get(), 5) == b"\x00reply"
         assert not await sender.send("nobody", b"lost")  # nobody listens there
         other_space = engine.mailboxes("elsewhere", 30_000)
         assert not await other_space.send(owner.owner, b"lost")
-    finally:
-        await owner.stop()
     assert not await sender.send(owner.owner, b"after stop")
 
 

@@ -17,7 +17,7 @@ from brokers.engine import Delivery, Engine, Message, QoS, StoreUnavailable, dec
 from brokers.engine.append import APPEND, REMEMBERED
 from brokers.engine.keys import PartitionKeys, notify_channel
 from brokers.engine.redisio import broker_client
-from tests.engine.conftest import snapshot
+from tests.engine.conftest import listening_inbox, snapshot
 from tests.recovery.cutter import Cutter
 
 SNAP = snapshot(topics={"t": {"partitions": 2}})
@@ -191,22 +191,19 @@ async def test_an_inbox_hears_again_after_a_redis_restart(own_redis):
     sent once Redis is back arrives."""
     client = broker_client(own_redis.url, max_connections=8)
     engine = Engine(client, lambda: SNAP)
-    owner, sender = engine.mailboxes("box", 30_000), engine.mailboxes("box", 30_000)
-    heard: asyncio.Queue[bytes] = asyncio.Queue()
-    await owner.start(heard.put_nowait)
     try:
-        assert await sender.send(owner.owner, b"before")
-        assert await asyncio.wait_for(heard.get(), 2) == b"before"
-        own_redis.kill()
-        await asyncio.sleep(0.3)
-        await asyncio.to_thread(own_redis.start)
-        deadline = time.monotonic() + 5
-        while not await _sent(sender, owner.owner, b"after"):
-            assert time.monotonic() < deadline, "the inbox never subscribed again"
-            await asyncio.sleep(0.05)
-        assert await asyncio.wait_for(heard.get(), 2) == b"after"
+        async with listening_inbox(engine) as (owner, sender, heard):
+            assert await sender.send(owner.owner, b"before")
+            assert await asyncio.wait_for(heard.get(), 2) == b"before"
+            own_redis.kill()
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(own_redis.start)
+            deadline = time.monotonic() + 5
+            while not await _sent(sender, owner.owner, b"after"):
+                assert time.monotonic() < deadline, "the inbox never subscribed again"
+                await asyncio.sleep(0.05)
+            assert await asyncio.wait_for(heard.get(), 2) == b"after"
     finally:
-        await owner.stop()
         await engine.close()
         await client.aclose()
 
