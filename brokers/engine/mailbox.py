@@ -12,6 +12,12 @@ process a random ``owner`` id and
   on which every process can :meth:`~Mailboxes.send` it bytes. ``PUBLISH`` counts the
   receivers, so a send to an owner that no longer listens says so.
 
+Claims, lookups, releases and sends share the engine's pipelined connection
+(:func:`~brokers.engine.redisio.command`: RPC replies crossing processes make thousands a
+second; through redis-py's own command path each cost about as much CPU as the rest of
+the call), are made once more on a fresh connection when theirs was dead, and report an
+unreachable Redis as :class:`~brokers.engine.errors.StoreUnavailable`, as the engine does.
+
 The inbox subscription is confirmed before :meth:`~Mailboxes.start` returns (so anything
 sent after a name is registered is heard) and is remade, every 0.5 s until it succeeds,
 when its connection is lost.
@@ -23,22 +29,28 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from brokers.engine.background import cancel_and_wait
+from brokers.engine.errors import StoreUnavailable
 from brokers.engine.keys import inbox_channel, mailbox_key
-from brokers.engine.redisio import AnyRedis
+from brokers.engine.reconnect import retry_on_fresh_connection
+from brokers.engine.redisio import AnyRedis, Script, command
 
 log = logging.getLogger(__name__)
 
+_REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 RESUBSCRIBE_DELAY = 0.5
 """Seconds between attempts to subscribe the inbox again after its connection was lost."""
 
-_RELEASE_IF_MINE = """
+_RELEASE_IF_MINE = Script("""
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
-"""
+""")
 
 
 class Mailboxes:
@@ -54,16 +66,20 @@ class Mailboxes:
     # ------------------------------------------------------------------ directory
 
     async def claim(self, name: str, entry: bytes) -> None:
-        """Register ``entry`` (this owner's) under ``name`` for ``ttl_ms``."""
-        await self._redis.set(mailbox_key(self.space, name), entry, px=self.ttl_ms)
+        """Register ``entry`` (this owner's) under ``name`` for ``ttl_ms`` (pipelined with
+        the turn's other calls, as every call a message or a connection makes here: an
+        RPC caller's reply queue is claimed when it connects, released when it leaves)."""
+        await self._call("SET", mailbox_key(self.space, name), entry, "PX", self.ttl_ms)
 
     async def release(self, name: str, entry: bytes) -> None:
         """Remove ``name``'s registration unless another owner took the name since."""
-        await self._redis.eval(_RELEASE_IF_MINE, 1, mailbox_key(self.space, name), entry)
+        key = mailbox_key(self.space, name)
+        await self._guarded(lambda _again: _RELEASE_IF_MINE(self._redis, [key], [entry]))
 
     async def lookup(self, name: str) -> bytes | None:
-        """The entry registered under ``name``, or None."""
-        raw = await self._redis.get(mailbox_key(self.space, name))
+        """The entry registered under ``name``, or None (a reply crossing processes looks
+        its owner up)."""
+        raw = await self._call("GET", mailbox_key(self.space, name))
         return None if raw is None else bytes(raw)
 
     async def renew(self, entries: Iterable[tuple[str, bytes]]) -> None:
@@ -80,7 +96,24 @@ class Mailboxes:
 
     async def send(self, owner: str, data: bytes) -> bool:
         """Publish ``data`` on ``owner``'s inbox; False when no process listens there."""
-        return bool(await self._redis.publish(inbox_channel(self.space, owner), data))
+        return bool(await self._call("PUBLISH", inbox_channel(self.space, owner), data))
+
+    async def _call(self, *args: Any) -> Any:
+        """One command, pipelined with the turn's other calls (a reply crossing processes
+        looks its owner up and publishes to it: RPC makes thousands a second); see
+        :meth:`_guarded`."""
+        return await self._guarded(lambda _again: command(self._redis, *args))
+
+    @staticmethod
+    async def _guarded(attempt: Callable[[bool], Awaitable[Any]]) -> Any:
+        """``attempt`` run once more on a fresh connection when its own was dead (each
+        call here is safe to repeat: a read, a set of the same value, a release of one's
+        own, a publish whose repeat at worst hands a reply twice); an unreachable Redis
+        is :class:`~brokers.engine.errors.StoreUnavailable`, as from the engine."""
+        try:
+            return await retry_on_fresh_connection(attempt)
+        except _REDIS_DOWN as exc:
+            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
 
     async def start(self, on_message: Callable[[bytes], None]) -> None:
         """Subscribe to this owner's inbox (confirmed) and call ``on_message`` with every

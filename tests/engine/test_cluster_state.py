@@ -10,8 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from brokers.engine import Engine, Presence, publish_report, read_reports
+from brokers.engine import Engine, Presence, StoreUnavailable, mailbox, publish_report, read_reports
 from brokers.engine.keys import mailbox_key, presence_key
 from tests.engine.conftest import listening_inbox, snapshot
 
@@ -140,6 +141,67 @@ async def test_mailbox_inbox_hears_what_is_sent_to_its_owner(make_engine) -> Non
         other_space = engine.mailboxes("elsewhere", 30_000)
         assert not await other_space.send(owner.owner, b"lost")
     assert not await sender.send(owner.owner, b"after stop")
+
+
+async def test_mailbox_calls_go_on_after_their_connection_was_killed(make_engine, store) -> None:
+    """Claims, lookups, sends and releases share the engine's pipelined connection: one
+    killed under them (a Redis restart looks the same) is replaced for the same call."""
+    engine: Engine = make_engine()
+    async with listening_inbox(engine) as (owner, sender, heard):
+        await sender.claim("n", b"entry")
+        assert await sender.lookup("n") == b"entry"  # the pipelined connection is up
+        for call in (
+            lambda: sender.lookup("n"),
+            lambda: sender.send(owner.owner, b"after a kill"),
+            lambda: sender.claim("m", b"entry"),
+            lambda: sender.release("n", b"entry"),
+        ):
+            killed = await store.client_kill_filter(_type="normal", skipme=True)
+            if not isinstance(store, aioredis.RedisCluster):  # a cluster kills on one node
+                assert killed >= 1
+            await call()
+        assert await asyncio.wait_for(heard.get(), 5) == b"after a kill"
+        assert await sender.lookup("n") is None
+        assert await sender.lookup("m") == b"entry"
+
+
+async def test_a_mailbox_call_caught_on_a_dying_connection_is_made_again(
+    make_engine, monkeypatch
+) -> None:
+    """The connection died under the call (its first attempt fails as a Redis restart
+    makes it fail): made once more, on a fresh one; failing again, StoreUnavailable."""
+    engine: Engine = make_engine()
+    boxes = engine.mailboxes("box", 30_000)
+    await boxes.claim("n", b"entry")
+    real, failures = mailbox.command, []
+
+    async def dying(client, *args):
+        if failures:
+            raise RedisConnectionError(failures.pop())
+        return await real(client, *args)
+
+    monkeypatch.setattr(mailbox, "command", dying)
+    failures.append("Connection closed by server.")
+    assert await boxes.lookup("n") == b"entry"
+    failures.extend(["Connection closed by server."] * 2)
+    with pytest.raises(StoreUnavailable):
+        await boxes.lookup("n")
+
+
+async def test_mailbox_reports_an_unreachable_redis_as_store_unavailable() -> None:
+    client = aioredis.from_url("redis://127.0.0.1:1", socket_connect_timeout=1)
+    boxes = Engine(client, snapshot).mailboxes("box", 30_000)
+    try:
+        for call in (
+            boxes.lookup("n"),
+            boxes.claim("n", b"entry"),
+            boxes.release("n", b"entry"),
+            boxes.send("someone", b"data"),
+        ):
+            with pytest.raises(StoreUnavailable):
+                await call
+    finally:
+        await client.aclose()
 
 
 # ---------------------------------------------------------------------- report boards
