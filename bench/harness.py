@@ -232,6 +232,27 @@ def steal_share(before: list[int], after: list[int]) -> float:
     return deltas[7] / total if total else 0.0
 
 
+def redis_calls(port: int) -> dict[str, int]:
+    """Redis's own count of each command it ran since it started (``INFO commandstats``:
+    a script's ``EVALSHA`` and each command the script ran count alike), by name."""
+    stats = redis.Redis(port=port).info("commandstats")
+    return {key.removeprefix("cmdstat_"): int(v["calls"]) for key, v in stats.items()}
+
+
+def sent_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """The commands run between two :func:`redis_calls` readings, by name (the first
+    reading's own ``INFO``, counted in the second, left out)."""
+    sent = {k: n - before.get(k, 0) for k, n in after.items()}
+    sent["info"] = sent.get("info", 1) - 1
+    return {k: n for k, n in sent.items() if n > 0}
+
+
+def calls_between(before: dict[str, int], after: dict[str, int]) -> tuple[int, int]:
+    """(every Redis command, scripts) run between two :func:`redis_calls` readings."""
+    sent = sent_between(before, after)
+    return sum(sent.values()), sent.get("evalsha", 0) + sent.get("eval", 0)
+
+
 def tree_cpu_seconds(root: int | None = None) -> float:
     """CPU seconds of process ``root`` (default: this one) and all its descendants: the
     live ones' own times plus what every process counts for its reaped children (Linux

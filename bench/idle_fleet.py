@@ -32,11 +32,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis
 import redis.asyncio as aioredis
 
 from bench import zbus_load
-from bench.harness import broker, raw_xadd, redis_server, serve_main, tree_cpu_seconds
+from bench.harness import (
+    broker,
+    raw_xadd,
+    redis_calls,
+    redis_server,
+    sent_between,
+    serve_main,
+    tree_cpu_seconds,
+)
 from brokers.clients.vibemq import VibeMQClient
 from brokers.engine import (
     AppInfo,
@@ -99,21 +106,16 @@ class Idle:
     """The broker's CPU and the Redis commands over an idle interval."""
 
     def __init__(self, pid: int, redis_port: int) -> None:
-        self.pid, self.redis = pid, redis.Redis(port=redis_port)
-
-    def _commands(self) -> dict[str, int]:
-        return {k: int(v["calls"]) for k, v in self.redis.info("commandstats").items()}
+        self.pid, self.port = pid, redis_port
 
     def measure(self, seconds: float) -> tuple[float, float]:
         """(broker CPU share of one core, Redis commands/s) over ``seconds``; prints the
         commands sent most."""
-        cpu, cmds, wall = tree_cpu_seconds(self.pid), self._commands(), time.monotonic()
+        cpu, cmds, wall = tree_cpu_seconds(self.pid), redis_calls(self.port), time.monotonic()
         time.sleep(seconds)
         wall = time.monotonic() - wall
         share = (tree_cpu_seconds(self.pid) - cpu) / wall
-        after = self._commands()
-        after["cmdstat_info"] = after.get("cmdstat_info", 1) - 1  # this call's own
-        sent = {k[8:]: n - cmds.get(k, 0) for k, n in after.items() if n > cmds.get(k, 0)}
+        sent = sent_between(cmds, redis_calls(self.port))
         top = sorted(sent.items(), key=lambda kv: -kv[1])[:6]
         print("  most sent: " + ", ".join(f"{k} {n / wall:,.0f}/s" for k, n in top), flush=True)
         return share, sum(sent.values()) / wall
@@ -186,7 +188,7 @@ async def zbus_fleet(port: int, queues: list[str], conns: int, idle: Idle, secon
 
 async def policy_change(idle: Idle, seconds: float = 3.0) -> None:
     """One policy granted on one queue (a catalog delta): what the broker spends on it."""
-    client = aioredis.Redis(port=idle.redis.connection_pool.connection_kwargs["port"])
+    client = aioredis.Redis(port=idle.port)
     delta = CatalogDelta(
         producers={"other.q0": ProducerPolicyInfo(name="other.q0", topic="q0", app=APP)}
     )

@@ -54,11 +54,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import zbus_load as load
 from bench.harness import (
     broker,
+    calls_between,
     cpu_times,
     free_port,
     profiled,
     py_spy,
     raw_xadd,
+    redis_calls,
     redis_server,
     serve_main,
     steal_share,
@@ -178,6 +180,11 @@ class Target:
     results: dict[str, load.Result] = field(default_factory=dict)
     cpu_us: dict[str, float] = field(default_factory=dict)
     """Server CPU (the process and its children, not Redis) per message or call."""
+    redis_port: int = 0
+    """Our broker's own Redis (0: not ours)."""
+    redis_per: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Phase → (Redis commands, scripts) per message or call: what a fleet's shared
+    Redis pays for it."""
     fill: int = 0
     stalled: str = ""
     """Why this target has no more figures (it stopped answering), if it does not."""
@@ -210,6 +217,7 @@ async def phase(name: str, targets: list[Target], profile: Path | None, run) -> 
             t.cpu_us[name] = 0.0
             continue
         with profiled(t.pid, out if t.ours else None):
+            calls = redis_calls(t.redis_port) if t.redis_port else {}
             cpu = tree_cpu_seconds(t.pid)
             try:
                 result = await run(t)
@@ -217,14 +225,19 @@ async def phase(name: str, targets: list[Target], profile: Path | None, run) -> 
                 t.stalled = f"stalled in {name}: a connection got no reply within 30 s"
                 result = load.Result(per_mq=[0] * CONNS, note=t.stalled)
             cpu = tree_cpu_seconds(t.pid) - cpu
+            if t.redis_port and result.count:
+                total, scripts = calls_between(calls, redis_calls(t.redis_port))
+                t.redis_per[name] = (total / result.count, scripts / result.count)
         t.results[name] = result
         t.cpu_us[name] = cpu / result.count * 1e6 if result.count else 0.0
+        per, unit = t.redis_per.get(name), "call" if name == "rpc" else "msg"
         print(
             f"  {name:10} {t.name:18} {result.rate:>10,.0f}/s  n={result.count:<8,} "
             f"{result.seconds:5.1f}s  generator cpu {result.cpu:4.0%}"
-            f"  server cpu {t.cpu_us[name]:5.1f} µs/{'call' if name == 'rpc' else 'msg'}"
+            f"  server cpu {t.cpu_us[name]:5.1f} µs/{unit}"
             + (f"  errors={result.errors}" if result.errors else "")
             + (f"  lost={result.lost}" if name == "rpc" else "")
+            + (f"  redis {per[0]:.2f} cmds ({per[1]:.2f} scripts)/{unit}" if per else "")
             + (f"  {result.note}" if result.note else ""),
             flush=True,
         )
@@ -330,7 +343,7 @@ async def main(args: argparse.Namespace) -> None:
                 raw = raw_xadd(redis_port, 500_000)
             port, pid = stack.enter_context(broker(__file__, redis_port, count))
             name = f"ours, {count} process" + ("es" if count > 1 else "")
-            targets.append(Target(name, port, pid, ours=True))
+            targets.append(Target(name, port, pid, ours=True, redis_port=redis_port))
         for t in targets:
             await load.create_mqs(t.port, [*MQS, *WARM_MQS, SERVICE, WARM_SERVICE])
             started = time.perf_counter()
