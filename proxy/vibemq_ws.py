@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -188,6 +189,11 @@ class WebSocketTransport:
 
     def send_json(self, body: bytes) -> None:
         self._consumer._outbox.put_nowait(body.decode())
+
+    def send_json_many(self, bodies: Sequence[bytes]) -> None:
+        put = self._consumer._outbox.put_nowait
+        for body in bodies:  # a WebSocket message per frame (§1)
+            put(body.decode())
 
     @property
     def writable(self) -> bool:

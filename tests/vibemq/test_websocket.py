@@ -65,6 +65,32 @@ async def test_websocket_session_shares_queues_with_tcp(console_url, broker, cat
         await ws.close()
 
 
+async def test_a_round_of_deliveries_reaches_websocket_one_message_each(
+    console_url, broker, catalog
+):
+    """What one dispatch round leases is framed together; over WebSocket each frame is
+    still its own message (§16)."""
+    tcp = await VibeMQClient.open("127.0.0.1", broker.port, catalog.token)
+    ws = await ws_connect(console_url, catalog.token)
+    try:
+        await broker.watcher.refresh()
+        for i in range(5):
+            await tcp.publish("mixed", {"n": i}, message_id=f"m{i}")
+        sub = await call(ws, {"id": "s", "type": "subscribe", "queue": "mixed"})
+        assert sub["type"] == "subscribeAck"
+        got = [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(5)]
+        assert [(d["type"], d["id"], d["payload"]) for d in got] == [
+            ("deliver", f"m{i}", {"n": i}) for i in range(5)
+        ]
+        for d in got:
+            await ws.send(json.dumps({"id": "a", "type": "ack", "headers": {"messageId": d["id"]}}))
+        info = await call(ws, {"id": "i", "type": "queueInfo", "queue": "mixed"})
+        assert info["payload"]["messageCount"] == 0 and info["payload"]["inFlightCount"] == 0
+    finally:
+        await ws.close()
+        await tcp.close()
+
+
 async def test_websocket_auth_and_session_check(console_url, catalog):
     ws = await ws_open(console_url)
     try:

@@ -16,6 +16,7 @@ from brokers.protocols.vibemq.codec import (
     encode_frame,
     encode_json,
     with_length,
+    with_lengths,
 )
 from brokers.protocols.vibemq.enums import (
     SERVER_ONLY_TYPES,
@@ -163,4 +164,5 @@ __all__ = [
     "subscribe_ack",
     "unsubscribe_ack",
     "with_length",
+    "with_lengths",
 ]

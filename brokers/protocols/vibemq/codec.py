@@ -10,6 +10,7 @@ empty ``headers`` are omitted, keys come in the spec's order and ``schemaVersion
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -268,6 +269,18 @@ def with_length(body: bytes) -> bytes:
     if len(body) > 0xFFFFFFFF:
         raise EncodeError("frame longer than a 32-bit length prefix allows")
     return LENGTH_PREFIX.pack(len(body)) + body
+
+
+def with_lengths(bodies: Sequence[bytes]) -> bytes:
+    """:func:`with_length` of each of ``bodies``, one after the other, as one bytes (a
+    server writes a dispatch round's deliveries so)."""
+    pack = LENGTH_PREFIX.pack
+    parts: list[bytes] = []
+    for body in bodies:
+        if len(body) > 0xFFFFFFFF:
+            raise EncodeError("frame longer than a 32-bit length prefix allows")
+        parts += (pack(len(body)), body)
+    return b"".join(parts)
 
 
 def encode_frame(frame: Frame) -> bytes:

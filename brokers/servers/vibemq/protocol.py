@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from brokers.protocols.vibemq import (
     CommandType,
@@ -21,6 +22,7 @@ from brokers.protocols.vibemq import (
     encode_frame,
     error_frame,
     with_length,
+    with_lengths,
 )
 from brokers.servers.turnwrite import TurnWriter
 from brokers.servers.vibemq.commands import COMMANDS
@@ -105,6 +107,11 @@ class VibeMQProtocol(asyncio.Protocol):
     def send_json(self, body: bytes) -> None:
         """Queue a frame already encoded as its JSON (a delivery), like :meth:`send`."""
         self._out.write(with_length(body))
+
+    def send_json_many(self, bodies: Sequence[bytes]) -> None:
+        """:meth:`send_json` of each of ``bodies``: framed together, queued as one."""
+        if bodies:
+            self._out.write(with_lengths(bodies))
 
     @property
     def writable(self) -> bool:

@@ -48,6 +48,10 @@ class Transport(Protocol):
     def send_json(self, body: bytes) -> None:
         """Write one frame already encoded as its JSON text (``encode_json``'s form)."""
 
+    def send_json_many(self, bodies: Sequence[bytes]) -> None:
+        """:meth:`send_json` of each of ``bodies``, in order (a dispatch round's
+        deliveries: framed and queued in one go)."""
+
     @property
     def writable(self) -> bool:
         """False while the peer does not keep up with what was written."""
@@ -339,9 +343,10 @@ class Session:
         One call per dispatch round: it runs per message delivered."""
         if self.closed or queue not in self.subscriptions:
             return 0
-        track, send = self.inflight.add, self.transport.send_json
+        track = self.inflight.add
         retries = latency = 0
         now = self.ctx.engine.now_ms()
+        frames = []
         for item in leased:
             delivery = item[0]
             message_id, frame, stored = deliver_json(queue, delivery)  # the record read once
@@ -349,7 +354,8 @@ class Session:
             if delivery.attempts > 1:
                 retries += 1
             latency += max(0, now - stored)
-            send(frame)
+            frames.append(frame)
+        self.transport.send_json_many(frames)
         counters = self.ctx.counters
         counters["delivered"] += len(leased)
         counters["delivery_latency_ms"] += latency

@@ -36,6 +36,8 @@ from brokers.protocols.vibemq import (
     decode_json,
     encode_frame,
     encode_json,
+    with_length,
+    with_lengths,
 )
 from brokers.protocols.vibemq.frames import FRAME_CLASSES
 from tests.protocols.chunked import feed_in_chunks
@@ -130,6 +132,19 @@ def test_any_chunking_yields_the_same_frames(batch: list[Frame], chunks: list[in
         pos += size
     events += decoder.feed(data[pos:])
     assert decoder.eof() is None
+    assert len(events) == len(batch)
+    for event, frame in zip(events, batch, strict=True):
+        assert not isinstance(event, ProtocolError)
+        assert same_frame(event, frame)
+
+
+@settings(deadline=None)
+@given(st.lists(frames, max_size=6))
+def test_frames_written_together_decode_as_written_one_by_one(batch: list[Frame]) -> None:
+    bodies = [encode_json(f) for f in batch]
+    data = with_lengths(bodies)
+    assert data == b"".join(with_length(body) for body in bodies)
+    events = FrameDecoder(accept_server_frames=True).feed(data)
     assert len(events) == len(batch)
     for event, frame in zip(events, batch, strict=True):
         assert not isinstance(event, ProtocolError)
