@@ -38,6 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.errors import StoreUnavailable
 from brokers.engine.keys import inbox_channel, mailbox_key
+from brokers.engine.pubsub import open_pubsub
 from brokers.engine.reconnect import retry_on_fresh_connection
 from brokers.engine.redisio import AnyRedis, Script, command
 
@@ -131,7 +132,7 @@ class Mailboxes:
         await self._close_pubsub()
 
     async def _subscribe(self) -> None:
-        self._pubsub = self._redis.pubsub()
+        self._pubsub = open_pubsub(self._redis)
         await self._pubsub.subscribe(inbox_channel(self.space, self.owner))
         async with asyncio.timeout(5.0):
             while True:

@@ -40,7 +40,9 @@ log = logging.getLogger(__name__)
 
 Call = tuple[tuple[Any, ...], "asyncio.Future[Any]"]
 _READ_SIZE = 1 << 16
-_NOT_ENOUGH_DATA = object()  # what hiredis returns while a reply is incomplete
+NOT_ENOUGH_DATA = object()
+"""What a :func:`hiredis_reader` returns while a reply is incomplete (a RESP3 ``false`` is a
+reply)."""
 
 
 def pack(command: Sequence[Any]) -> bytes:
@@ -56,21 +58,28 @@ def pack(command: Sequence[Any]) -> bytes:
             raise DataError(str(exc)) from None
 
 
+def hiredis_reader(pool: Any) -> hiredis.Reader:
+    """A hiredis parser for the connections of ``pool``, set up as redis-py's own hiredis
+    parser is (its error classes, its decoding); :data:`NOT_ENOUGH_DATA` while a reply is
+    incomplete."""
+    args: dict[str, Any] = {
+        "protocolError": InvalidResponse,
+        "replyError": BaseParser.parse_error,
+        "notEnoughData": NOT_ENOUGH_DATA,
+    }
+    kwargs = pool.connection_kwargs
+    if kwargs.get("decode_responses"):
+        args["encoding"] = kwargs.get("encoding", "utf-8")
+        args["errors"] = kwargs.get("encoding_errors", "strict")
+    return hiredis.Reader(**args)
+
+
 class Multiplexer:
     """Pipelined calls on one connection of ``client``'s pool, on ``loop``."""
 
     def __init__(self, client: aioredis.Redis, loop: asyncio.AbstractEventLoop) -> None:
         self._pool = client.connection_pool
         self.loop = loop
-        kwargs = self._pool.connection_kwargs
-        self._reader_args: dict[str, Any] = {
-            "protocolError": InvalidResponse,
-            "replyError": BaseParser.parse_error,
-            "notEnoughData": _NOT_ENOUGH_DATA,
-        }
-        if kwargs.get("decode_responses"):
-            self._reader_args["encoding"] = kwargs.get("encoding", "utf-8")
-            self._reader_args["errors"] = kwargs.get("encoding_errors", "strict")
         self._conn: Any = None  # the connected redis-py connection in use
         self._waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._backlog: list[Call] = []  # calls queued while connecting
@@ -126,7 +135,7 @@ class Multiplexer:
         self._write(backlog)
 
     async def _read(self, conn: Any) -> None:
-        parser = hiredis.Reader(**self._reader_args)
+        parser = hiredis_reader(self._pool)
         stream = conn._reader
         waiting = self._waiting
         error: BaseException = RedisConnectionError("Redis closed the connection")
@@ -137,7 +146,7 @@ class Multiplexer:
                     break
                 parser.feed(data)
                 reply = parser.gets()
-                while reply is not _NOT_ENOUGH_DATA:
+                while reply is not NOT_ENOUGH_DATA:
                     if not waiting:
                         raise InvalidResponse("a reply nobody asked for")
                     fut = waiting.popleft()

@@ -36,6 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.keys import PREFIX, notify_channel
+from brokers.engine.pubsub import open_pubsub
 from brokers.engine.redisio import AnyRedis
 
 log = logging.getLogger(__name__)
@@ -342,7 +343,7 @@ class Notifier:
         started = time.monotonic()
         failures = 0
         while True:
-            pubsub = self._client.pubsub()
+            pubsub = open_pubsub(self._client)
             link = _Link(pubsub)
             topics = list(self._waiters)
             loop = asyncio.get_running_loop()
