@@ -5,6 +5,8 @@ says so and stays lost; on a cluster redis-py's own is used."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -12,6 +14,21 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from brokers.engine.pubsub import PubSubConnection, open_pubsub
+
+
+@contextlib.asynccontextmanager
+async def subscribed(redis_url: str, channel: str) -> AsyncIterator[tuple]:
+    """(client, admin client, a PubSubConnection of the client confirmed on ``channel``)."""
+    client, admin = aioredis.from_url(redis_url), aioredis.from_url(redis_url)
+    pubsub = PubSubConnection(client)
+    try:
+        await pubsub.subscribe(channel)
+        assert (await _messages(pubsub, 1))[0]["type"] == "subscribe"
+        yield client, admin, pubsub
+    finally:
+        await pubsub.aclose()
+        await admin.aclose()
+        await client.aclose()
 
 
 async def _messages(pubsub, count: int) -> list[dict]:
@@ -59,11 +76,7 @@ async def test_confirmations_look_like_redis_pys(redis_url) -> None:
 
 
 async def test_a_timeout_returns_none_and_loses_nothing(redis_url) -> None:
-    client = aioredis.from_url(redis_url)
-    pubsub = PubSubConnection(client)
-    try:
-        await pubsub.subscribe("ps:t")
-        assert (await _messages(pubsub, 1))[0]["type"] == "subscribe"
+    async with subscribed(redis_url, "ps:t") as (client, _, pubsub):
         assert await pubsub.get_message(timeout=0.05) is None
         await client.publish("ps:t", b"later")
         assert (await pubsub.get_message(timeout=5))["data"] == b"later"
@@ -75,18 +88,10 @@ async def test_a_timeout_returns_none_and_loses_nothing(redis_url) -> None:
         got = [await pubsub.get_message(timeout=0) for _ in range(3)]
         assert [m["data"] for m in got] == [b"m0", b"m1", b"m2"]
         assert await pubsub.get_message(timeout=0.01) is None
-    finally:
-        await pubsub.aclose()
-        await client.aclose()
 
 
 async def test_a_killed_connection_raises_and_stays_lost(redis_url) -> None:
-    client = aioredis.from_url(redis_url)
-    admin = aioredis.from_url(redis_url)
-    pubsub = PubSubConnection(client)
-    try:
-        await pubsub.subscribe("ps:k")
-        await _messages(pubsub, 1)
+    async with subscribed(redis_url, "ps:k") as (client, admin, pubsub):
         assert await admin.client_kill_filter(_type="pubsub") == 1
         with pytest.raises(RedisConnectionError):
             await asyncio.wait_for(pubsub.get_message(timeout=None), 5)
@@ -95,28 +100,16 @@ async def test_a_killed_connection_raises_and_stays_lost(redis_url) -> None:
         with pytest.raises(RedisConnectionError):
             await pubsub.get_message(timeout=0)
         assert not client.connection_pool._in_use_connections  # given back
-    finally:
-        await pubsub.aclose()
-        await admin.aclose()
-        await client.aclose()
 
 
 async def test_closing_gives_the_connection_back(redis_url) -> None:
-    client = aioredis.from_url(redis_url)
-    admin = aioredis.from_url(redis_url)
-    pubsub = PubSubConnection(client)
-    try:
-        await pubsub.subscribe("ps:z")
-        await _messages(pubsub, 1)
+    async with subscribed(redis_url, "ps:z") as (client, admin, pubsub):
         assert len(client.connection_pool._in_use_connections) == 1
         await pubsub.aclose()
         await pubsub.aclose()  # idempotent
         assert not client.connection_pool._in_use_connections
         await asyncio.sleep(0.05)
         assert await admin.pubsub_numsub("ps:z") == [(b"ps:z", 0)]
-    finally:
-        await admin.aclose()
-        await client.aclose()
 
 
 async def test_an_unreachable_redis_is_a_connection_error() -> None:
