@@ -18,8 +18,10 @@ from brokers.engine.pubsub import PubSubConnection, open_pubsub
 
 @contextlib.asynccontextmanager
 async def subscribed(redis_url: str, channel: str) -> AsyncIterator[tuple]:
-    """(client, admin client, a PubSubConnection of the client confirmed on ``channel``)."""
-    client, admin = aioredis.from_url(redis_url), aioredis.from_url(redis_url)
+    """(client, admin client, a PubSubConnection of the client confirmed on ``channel``);
+    the client's connections are named after the channel."""
+    client = aioredis.from_url(redis_url, client_name=f"test-{channel}")
+    admin = aioredis.from_url(redis_url)
     pubsub = PubSubConnection(client)
     try:
         await pubsub.subscribe(channel)
@@ -92,7 +94,9 @@ async def test_a_timeout_returns_none_and_loses_nothing(redis_url) -> None:
 
 async def test_a_killed_connection_raises_and_stays_lost(redis_url) -> None:
     async with subscribed(redis_url, "ps:k") as (client, admin, pubsub):
-        assert await admin.client_kill_filter(_type="pubsub") == 1
+        # only this test's connection: the session's Redis has others' subscribers
+        [mine] = [c for c in await admin.client_list() if c.get("name") == "test-ps:k"]
+        assert await admin.client_kill_filter(_id=mine["id"]) == 1
         with pytest.raises(RedisConnectionError):
             await asyncio.wait_for(pubsub.get_message(timeout=None), 5)
         with pytest.raises(RedisConnectionError):
