@@ -15,9 +15,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from brokers.engine.access import Gate
 from brokers.engine.assignment import GroupAssigner
 from brokers.engine.catalog import CatalogSnapshot
@@ -27,6 +24,7 @@ from brokers.engine.fetch import Fetcher
 from brokers.engine.holders import DEFAULT_TTL_MS, Holders
 from brokers.engine.notify import Notifier
 from brokers.engine.ratelimit import RateLimiter
+from brokers.engine.reconnect import REDIS_DOWN
 from brokers.engine.record import DEFAULT_MAX_BODY
 from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retry import RetryPolicy
@@ -42,7 +40,6 @@ from brokers.engine.shared import QueueRetry, SharedDelivery
 
 DEFAULT_RETRY = RetryPolicy()
 DEFAULT_QUEUE_RETRY = QueueRetry()
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 class Engine(

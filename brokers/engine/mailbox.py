@@ -32,19 +32,15 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.errors import StoreUnavailable
 from brokers.engine.keys import inbox_channel, mailbox_key
 from brokers.engine.pubsub import open_pubsub
-from brokers.engine.reconnect import retry_on_fresh_connection
+from brokers.engine.reconnect import REDIS_DOWN, retry_on_fresh_connection
 from brokers.engine.redisio import AnyRedis, Script, command
 
 log = logging.getLogger(__name__)
 
-_REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 RESUBSCRIBE_DELAY = 0.5
 """Seconds between attempts to subscribe the inbox again after its connection was lost."""
 
@@ -113,7 +109,7 @@ class Mailboxes:
         is :class:`~brokers.engine.errors.StoreUnavailable`, as from the engine."""
         try:
             return await retry_on_fresh_connection(attempt)
-        except _REDIS_DOWN as exc:
+        except REDIS_DOWN as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
 
     async def start(self, on_message: Callable[[bytes], None]) -> None:

@@ -21,10 +21,14 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 STALE = (RedisConnectionError, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+"""What an unreachable (or unanswering) Redis raises: the engine reports it as
+:class:`~brokers.engine.errors.StoreUnavailable`."""
 
 
 def is_stale(exc: BaseException) -> bool:
