@@ -8,23 +8,21 @@ work to their modules, so no method here talks to Redis itself.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import random
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
 
 from brokers.engine.access import Gate
 from brokers.engine.assignment import GroupAssigner
 from brokers.engine.catalog import CatalogSnapshot
 from brokers.engine.counters import Counters, MinuteTraffic
-from brokers.engine.errors import StoreUnavailable, TopicNotFound
+from brokers.engine.errors import TopicNotFound
 from brokers.engine.fetch import Fetcher
 from brokers.engine.holders import DEFAULT_TTL_MS, Holders
 from brokers.engine.notify import Notifier
 from brokers.engine.ratelimit import RateLimiter
-from brokers.engine.reconnect import REDIS_DOWN
+from brokers.engine.reconnect import store_errors
 from brokers.engine.record import DEFAULT_MAX_BODY
 from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retry import RetryPolicy
@@ -123,19 +121,8 @@ class Engine(
         return await self.counters.traffic(dimension, name, start_ms, end_ms)
 
 
-def _store_errors(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    @functools.wraps(method)
-    async def guarded(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await method(*args, **kwargs)
-        except REDIS_DOWN as exc:
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
-
-    return guarded
-
-
 # Every public coroutine of the facade reports an unreachable Redis as StoreUnavailable.
 for _name in dir(Engine):
     _method = getattr(Engine, _name)
     if not _name.startswith("_") and inspect.iscoroutinefunction(_method):
-        setattr(Engine, _name, _store_errors(_method))
+        setattr(Engine, _name, store_errors(_method))

@@ -29,14 +29,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from brokers.engine.background import cancel_and_wait
-from brokers.engine.errors import StoreUnavailable
 from brokers.engine.keys import inbox_channel, mailbox_key
 from brokers.engine.pubsub import open_pubsub
-from brokers.engine.reconnect import REDIS_DOWN, retry_on_fresh_connection
+from brokers.engine.reconnect import retry_on_fresh_connection, store_errors
 from brokers.engine.redisio import AnyRedis, Script, command
 
 log = logging.getLogger(__name__)
@@ -62,20 +61,22 @@ class Mailboxes:
 
     # ------------------------------------------------------------------ directory
 
+    @store_errors
     async def claim(self, name: str, entry: bytes) -> None:
-        """Register ``entry`` (this owner's) under ``name`` for ``ttl_ms`` (pipelined with
-        the turn's other calls, as every call a message or a connection makes here: an
-        RPC caller's reply queue is claimed when it connects, released when it leaves)."""
+        """Register ``entry`` (this owner's) under ``name`` for ``ttl_ms``."""
         await self._call("SET", mailbox_key(self.space, name), entry, "PX", self.ttl_ms)
 
+    @store_errors
     async def release(self, name: str, entry: bytes) -> None:
         """Remove ``name``'s registration unless another owner took the name since."""
         key = mailbox_key(self.space, name)
-        await self._guarded(lambda _again: _RELEASE_IF_MINE(self._redis, [key], [entry]))
+        await retry_on_fresh_connection(  # safe to repeat: it removes only its own entry
+            lambda _again: _RELEASE_IF_MINE(self._redis, [key], [entry])
+        )
 
+    @store_errors
     async def lookup(self, name: str) -> bytes | None:
-        """The entry registered under ``name``, or None (a reply crossing processes looks
-        its owner up)."""
+        """The entry registered under ``name``, or None."""
         raw = await self._call("GET", mailbox_key(self.space, name))
         return None if raw is None else bytes(raw)
 
@@ -91,26 +92,16 @@ class Mailboxes:
 
     # ------------------------------------------------------------------ inbox
 
+    @store_errors
     async def send(self, owner: str, data: bytes) -> bool:
         """Publish ``data`` on ``owner``'s inbox; False when no process listens there."""
         return bool(await self._call("PUBLISH", inbox_channel(self.space, owner), data))
 
     async def _call(self, *args: Any) -> Any:
-        """One command, pipelined with the turn's other calls (a reply crossing processes
-        looks its owner up and publishes to it: RPC makes thousands a second); see
-        :meth:`_guarded`."""
-        return await self._guarded(lambda _again: command(self._redis, *args))
-
-    @staticmethod
-    async def _guarded(attempt: Callable[[bool], Awaitable[Any]]) -> Any:
-        """``attempt`` run once more on a fresh connection when its own was dead (each
-        call here is safe to repeat: a read, a set of the same value, a release of one's
-        own, a publish whose repeat at worst hands a reply twice); an unreachable Redis
-        is :class:`~brokers.engine.errors.StoreUnavailable`, as from the engine."""
-        try:
-            return await retry_on_fresh_connection(attempt)
-        except REDIS_DOWN as exc:
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+        """One command on the pipelined connection, made once more on a fresh one when
+        its own was dead (each call here is safe to repeat: a read, a set of the same
+        value, a publish whose repeat at worst hands a reply twice)."""
+        return await retry_on_fresh_connection(lambda _again: command(self._redis, *args))
 
     async def start(self, on_message: Callable[[bytes], None]) -> None:
         """Subscribe to this owner's inbox (confirmed) and call ``on_message`` with every

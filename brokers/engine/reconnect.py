@@ -16,19 +16,36 @@ passed anyway) and a pool that had no free connection for its whole wait.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from brokers.engine.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 STALE = (RedisConnectionError, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 """What an unreachable (or unanswering) Redis raises: the engine reports it as
-:class:`~brokers.engine.errors.StoreUnavailable`."""
+:class:`~brokers.engine.errors.StoreUnavailable` (:func:`store_errors`)."""
+
+
+def store_errors(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``method`` reporting an unreachable Redis as StoreUnavailable (every public
+    coroutine of the engine's facade and of its mailboxes)."""
+
+    @functools.wraps(method)
+    async def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        except REDIS_DOWN as exc:
+            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+
+    return guarded
 
 
 def is_stale(exc: BaseException) -> bool:
