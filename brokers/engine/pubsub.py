@@ -87,7 +87,7 @@ class PubSubConnection:
             conn._writer.write(pack(("SUBSCRIBE", *channels)))
             await conn._writer.drain()
         except OSError as exc:  # reset, broken pipe
-            await self._fail()
+            await self.aclose()
             raise RedisConnectionError(f"pub/sub connection lost: {exc}") from exc
 
     async def get_message(
@@ -109,10 +109,10 @@ class PubSubConnection:
             except TimeoutError:
                 return None
             except OSError as exc:
-                await self._fail()
+                await self.aclose()
                 raise RedisConnectionError(f"pub/sub connection lost: {exc}") from exc
             if not data:
-                await self._fail()
+                await self.aclose()
                 raise RedisConnectionError("Redis closed the pub/sub connection")
             parser.feed(data)
             reply = parser.gets()
@@ -120,12 +120,9 @@ class PubSubConnection:
             raise reply
         return _message(reply)
 
-    async def _fail(self) -> None:
-        """The connection is gone: dropped (given back closed) and never used again."""
-        await self.aclose()
-
     async def aclose(self) -> None:
-        """Close the connection and give it back to the pool (idempotent)."""
+        """Close the connection and give it back to the pool (idempotent); also what a
+        lost connection gets: it is never used again."""
         self._ended = True
         conn, self._conn = self._conn, None
         if conn is not None:
