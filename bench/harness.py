@@ -235,7 +235,8 @@ def steal_share(before: list[int], after: list[int]) -> float:
 def redis_calls(port: int) -> dict[str, int]:
     """Redis's own count of each command it ran since it started (``INFO commandstats``:
     a script's ``EVALSHA`` and each command the script ran count alike), by name."""
-    stats = redis.Redis(port=port).info("commandstats")
+    with redis.Redis(port=port) as client:
+        stats = client.info("commandstats")
     return {key.removeprefix("cmdstat_"): int(v["calls"]) for key, v in stats.items()}
 
 
