@@ -77,6 +77,7 @@ from brokers.engine.model import (
     StoredEntry,
     TransactionInfo,
 )
+from brokers.engine.notify import Wakeup
 from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.presence import Presence
 from brokers.engine.priority import PRIORITY_BANDS, PRIORITY_MODE, band_of, band_partition
@@ -178,6 +179,7 @@ __all__ = [
     "TransactionInfo",
     "TransactionLimit",
     "TransactionNotFound",
+    "Wakeup",
     "WireBlob",
     "WireRecords",
     "WriteTimeout",

@@ -97,7 +97,8 @@ end
 APPEND = Script(
     STAMP_LUA
     + """
--- KEYS: stream, meta, request ids. ARGV: channel, partition, expected first index, item
+-- KEYS: stream, meta, request ids. ARGV: channel, notice (the partition, and claims),
+-- expected first index, item
 -- count, blob, request id, floor ('' on a first attempt; on a repeat the lowest first
 -- index the first attempt could have got, -1 if unknown), ids remembered, leader ('' or
 -- the broker appending as the partition's leader: refused (-2) when the meta hash
@@ -202,16 +203,20 @@ async def append_blob(
     qos: QoS = QoS.RECEIVED,
     expected_first: int = -1,
     leader: int | None = None,
+    notice: str | None = None,
 ) -> int:
     """Append records already concatenated in ``blob`` (taking ``total`` indexes, carrying
     indexes from ``max(0, expected_first)`` on) atomically to one partition; the first index.
 
     With ``leader``, only while Redis records that broker as the partition's leader (or
-    none): else :class:`BrokerNotLeader` and nothing is stored."""
+    none): else :class:`BrokerNotLeader` and nothing is stored. ``notice``: what to
+    publish on the topic's notification channel (default: the partition; see
+    :meth:`brokers.engine.notify.Notifier.claim`)."""
     keys = PartitionKeys(topic, partition)
     script_keys = (keys.stream, keys.meta, keys.requests)
     rid = request_ids.next()
-    args = (notify_channel(topic), partition, expected_first, total, blob, rid)
+    said = partition if notice is None else notice
+    args = (notify_channel(topic), said, expected_first, total, blob, rid)
     fence = "" if leader is None else str(leader)
 
     async def attempt(repeat: bool) -> int:

@@ -129,11 +129,13 @@ async def append_bounded(
     max_size: int,
     policy: str,
     qos: QoS,
+    notice: str | None = None,
 ) -> list[int | str]:
     """Store ``(records, count)`` units one by one under the bound (a unit is one message,
     or an atomic append's records concatenated); per unit the index it got or its verdict (:data:`DROPPED`, :data:`FULL`, :data:`REDIRECT`)."""
     keys = PartitionKeys(topic, partition)
-    args: list[object] = [notify_channel(topic), partition, max_size, policy]
+    said = partition if notice is None else notice  # see Notifier.claim
+    args: list[object] = [notify_channel(topic), said, max_size, policy]
     for record, count in records:
         args += [count, record]
     raw = await durability.run(

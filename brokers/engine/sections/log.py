@@ -147,6 +147,7 @@ class LogSection(EngineBase):
                 qos,
                 expected_first=guess,
                 leader=as_leader,
+                notice=self.notifier.claim(topic, chosen, total),
             )
         end = first_index + total
         if total == len(counts):
@@ -254,6 +255,7 @@ class LogSection(EngineBase):
             max_size=info.queue.max_queue_size or 0,
             policy=info.queue.overflow_policy,
             qos=qos,
+            notice=self.notifier.claim(info.code, partition, sum(n for _, n in units)),
         )
 
     async def _overflowed(

@@ -1,0 +1,169 @@
+"""Claims: an append of a process whose own parked waiter will take it names the groups it
+claims, and other processes' waiters that serve only those groups wake a grace later
+instead of at once (brokers.engine.notify). Two notifiers (two origins) on one Redis stand
+for two broker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio as aioredis
+from hypothesis import given
+from hypothesis import strategies as st
+
+from brokers.engine import Message
+from brokers.engine.keys import notify_channel
+from brokers.engine.notify import CLAIM_GRACE, Notifier, notice, parse_notice
+from tests.engine.conftest import snapshot
+
+NAMES = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
+
+
+@given(
+    st.integers(0, 10_000),
+    st.text("0123456789abcdef", min_size=1, max_size=12),
+    st.lists(NAMES, max_size=5),
+)
+def test_a_notice_reads_back_as_written(partition, origin, groups):
+    text = notice(partition, origin, groups)
+    assert parse_notice(text) == (partition, origin, frozenset(groups))
+    assert parse_notice(text.encode()) == (partition, origin, frozenset(groups))
+
+
+@pytest.mark.parametrize(
+    ("data", "partition"),
+    [(b"3", 3), ("7", 7), (5, 5), (b"", None), (b"retry", None), (b"\xff\xfe", None), (None, None)],
+)
+def test_notifications_without_claims_read_as_before(data, partition):
+    assert parse_notice(data) == (partition, "", frozenset())
+
+
+async def _publish(client, topic: str, data: object) -> None:
+    await client.publish(notify_channel(topic), data)
+
+
+async def _quiet(seconds: float = 0.2) -> None:
+    await asyncio.sleep(seconds)
+
+
+async def test_a_claimed_notification_wakes_the_claimant_at_once_and_others_a_grace_later(
+    redis_url,
+):
+    client = aioredis.from_url(redis_url)
+    here, there = Notifier(client), Notifier(client)
+    assert here.origin != there.origin
+    try:
+        async with (
+            here.watch("t") as local,
+            there.watch("t") as remote,
+            there.watch("t") as remote_other,
+            there.watch("t") as remote_unknown,
+            there.watch("t", "a\nclient") as fetcher,
+        ):
+            local.park({"a": 1})
+            remote.park({"a": 4})
+            remote_other.park({"a": 1}, serves=["b"])  # serves b too: b was not claimed
+            # remote_unknown never parked: it does not say what it serves
+            said = here.claim("t", 2, 1)
+            assert parse_notice(said) == (2, here.origin, frozenset({"a"}))
+            started = time.monotonic()
+            await _publish(client, "t", said)
+            await asyncio.wait_for(local.wait(), 2)
+            await asyncio.wait_for(remote_other.wait(), 2)
+            await asyncio.wait_for(remote_unknown.wait(), 2)
+            await asyncio.wait_for(fetcher.wait(), 2)  # fetchers do not take part in claims
+            assert not remote.is_set()
+            await asyncio.wait_for(remote.wait(), 2)
+            assert time.monotonic() - started >= CLAIM_GRACE * 0.9
+            assert remote.take() == {2} and local.take() == {2}
+            assert there.wakes_skipped == 1 and here.claims_made == 1
+    finally:
+        await here.close()
+        await there.close()
+        await client.aclose()
+
+
+async def test_claims_spend_the_capacity_parked_and_streaming_groups_always_claim(redis_url):
+    client = aioredis.from_url(redis_url)
+    notifier = Notifier(client)
+    try:
+        async with notifier.watch("t") as waiter, notifier.watch("t") as streamer:
+            assert notifier.claim("t", 0, 1) == "0"  # nobody parked
+            waiter.park({"a": 2, "b": 0})
+            assert parse_notice(notifier.claim("t", 0, 1))[2] == {"a"}
+            assert notifier.claim("t", 0, 2) == "0"  # one left: a batch of two is not taken
+            assert parse_notice(notifier.claim("t", 1, 1))[2] == {"a"}
+            assert notifier.claim("t", 1, 1) == "1"  # spent
+            waiter.park({"a": 5})
+            waiter.hint(0)  # woken: it is leasing, nothing can be claimed for it
+            assert notifier.claim("t", 0, 1) == "0"
+            streamer.stream(["s"])  # takes whatever comes, parked or not
+            for _ in range(3):
+                assert parse_notice(notifier.claim("t", 0, 100))[2] == {"s"}
+            streamer.park({"a": 1})
+            assert parse_notice(notifier.claim("t", 0, 1))[2] == {"s", "a"}
+            assert streamer.serves == {"s", "a"}
+            assert notifier.claim("other", 0, 1) == "0"
+    finally:
+        await notifier.close()
+        await client.aclose()
+
+
+async def test_a_process_does_not_defer_its_own_waiters_for_its_own_claim(redis_url):
+    client = aioredis.from_url(redis_url)
+    notifier = Notifier(client)
+    try:
+        async with notifier.watch("t") as a, notifier.watch("t") as b:
+            a.park({"g": 1})
+            b.park({"g": 1})
+            await _publish(client, "t", notifier.claim("t", 0, 1))
+            await asyncio.wait_for(asyncio.gather(a.wait(), b.wait()), 2)
+            assert notifier.wakes_skipped == 0
+    finally:
+        await notifier.close()
+        await client.aclose()
+
+
+async def test_a_waiter_gone_before_the_grace_ends_is_not_woken(redis_url):
+    client = aioredis.from_url(redis_url)
+    here, there = Notifier(client), Notifier(client)
+    try:
+        async with there.watch("t") as stays:
+            stays.park({"a": 1})
+            async with there.watch("t") as leaves:
+                leaves.park({"a": 1})
+                with_claim = notice(0, here.origin, ["a"])
+                await _publish(client, "t", with_claim)
+                await _quiet(CLAIM_GRACE / 3)
+                assert not leaves.is_set()
+            await asyncio.wait_for(stays.wait(), 2)
+            assert stays.take() == {0}
+            assert there.parked("t") == 1
+    finally:
+        await here.close()
+        await there.close()
+        await client.aclose()
+
+
+async def test_a_claim_its_process_did_not_honour_is_served_by_another(make_engine, clock):
+    """Process A's pump parked able to take one message of group a, then died before
+    leasing what A appended: B's consumer of a gets it after the grace, nothing is lost."""
+    a = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    b = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    assert a.notifier.origin != b.notifier.origin
+    async with b.notifier.watch("t") as remote:
+        remote.park({"a": 8})
+        async with a.notifier.watch("t") as doomed:
+            doomed.park({"a": 8})
+            started = time.monotonic()
+            await a.append("t", "a", [Message(b"claimed")])
+            await asyncio.wait_for(doomed.wait(), 2)  # A's own waiter was told at once
+        # ... and A "crashed": nobody leases on A's side
+        await asyncio.wait_for(remote.wait(), 2)
+        assert time.monotonic() - started >= CLAIM_GRACE * 0.9
+        assert remote.take() == {0}
+        lease = await b.lease("t", "a", count=8, owner="b")
+        assert [d.index for d in lease.deliveries] == [0]
+        assert b.notifier.wakes_skipped == 1 and a.notifier.claims_made == 1
