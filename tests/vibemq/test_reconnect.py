@@ -165,3 +165,41 @@ async def test_acks_written_just_before_a_close_still_count(clients, raw, catalo
     await late.subscribe("lastacks")
     with pytest.raises(asyncio.TimeoutError):
         await late.receive(0.5)
+
+
+async def test_a_message_goes_to_a_subscriber_of_the_process_it_was_published_on(
+    broker, broker2, catalog
+):
+    """Subscribers of one queue on two processes, both idle: what is published on the
+    first is claimed by its subscriber (brokers.engine.notify, claims), so the second
+    process's dispatcher is not woken to race for it; what the first cannot take (its
+    subscriber gone) reaches the second."""
+    one = await VibeMQClient.open("127.0.0.1", broker.port, catalog.token)
+    two = await VibeMQClient.open("127.0.0.1", broker2.port, catalog.token)
+    pub = await VibeMQClient.open("127.0.0.1", broker.port, catalog.token)
+    try:
+        await one.create_queue("near")
+        await broker2.watcher.refresh()
+        await one.subscribe("near")
+        await two.subscribe("near")
+        await asyncio.sleep(0.2)  # both dispatchers parked
+        elsewhere = 0
+        for i in range(10):
+            await pub.publish("near", i, message_id=f"n{i}")
+            try:
+                m = await one.receive(1.0)
+                one.ack(m.id)
+            except TimeoutError:  # taken on the other process (a claim not honoured in time)
+                m = await two.receive()
+                two.ack(m.id)
+                elsewhere += 1
+            assert m.id == f"n{i}"
+        assert elsewhere <= 2  # woken at once, the other dispatcher raced for each
+        await one.close()
+        await asyncio.sleep(0.2)
+        await pub.publish("near", "last", message_id="last")
+        m = await two.receive(1.0)
+        assert m.id == "last"
+    finally:
+        for c in (one, two, pub):
+            await c.close()

@@ -207,3 +207,40 @@ async def test_servers_report_for_the_tracker_only_while_clients_track(broker, o
                 break
             await asyncio.sleep(0.05)
         assert {f"127.0.0.1:{broker.port}", f"127.0.0.1:{other.port}"} <= set(seen)
+
+
+async def test_a_request_is_served_by_a_worker_of_the_broker_it_came_to(broker, other) -> None:
+    """With a streaming worker on each broker, what a caller sends to A is claimed by A's
+    worker (brokers.engine.notify, claims): B's worker is not woken for it, so the call
+    does not cross brokers. Without a worker on A, B's serves A's callers at once."""
+    here_worker, there_worker = await Raw.open(broker.port), await Raw.open(other.port)
+    caller = await Raw.open(broker.port)
+    try:
+        for w in (here_worker, there_worker):
+            await w.send(msg("cmd: consume", "mq: svc", "msgid: w", "window: -1"))
+        await asyncio.sleep(0.2)  # both pumps parked
+        n, crossed = 10, 0
+        for i in range(n):
+            await caller.send(msg("cmd: request", "mq: svc", f"msgid: r{i}", body=b"q"))
+            try:
+                call = await here_worker.recv(wait=1.0)
+            except TimeoutError:  # taken by B's worker (a claim not honoured in time)
+                call = await there_worker.recv()
+                crossed += 1
+                await there_worker.send(_reply(call, b"re"))
+            else:
+                await here_worker.send(_reply(call, b"re"))
+            assert (await caller.recv()).msgid == f"r{i}"
+        assert crossed <= 2  # woken at once, B's worker would have raced A's for each
+        await here_worker.close()  # what it had not settled yet is delivered again to B's
+        await asyncio.sleep(0.2)
+        started = asyncio.get_running_loop().time()
+        await caller.send(msg("cmd: request", "mq: svc", "msgid: last", body=b"last"))
+        while (call := await there_worker.recv()).body != b"last":
+            assert call.body == b"q"
+        assert asyncio.get_running_loop().time() - started < 1.0
+        await there_worker.send(_reply(call, b"re"))
+        assert (await caller.recv()).msgid == "last"
+    finally:
+        for c in (here_worker, there_worker, caller):
+            await c.close()

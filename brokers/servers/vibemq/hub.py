@@ -57,6 +57,7 @@ from brokers.engine import (
     EngineError,
     Lease,
     RateLimited,
+    Wakeup,
     cancel_and_wait,
 )
 from brokers.servers.caught_up import CaughtUp
@@ -118,6 +119,8 @@ class QueueDispatcher:
         """The queue's notification while the dispatcher runs; :meth:`kick` sets it."""
         self.crashed = False
         """Its last run ended on an unexpected error (it starts again after ``RESTART_S``)."""
+        self._fanout = True
+        """The queue's last round fed FanOut members (not one shared group per app)."""
         self._next = 0
         self.task: asyncio.Task[None] | None = None
         self._ahead: dict[tuple[str, str], deque[Leased]] = {}
@@ -184,6 +187,7 @@ class QueueDispatcher:
                 self._event = event
                 self._read_catalog()
                 while self.subscribers:
+                    event.unpark()
                     if event.take() != set():  # appended, or released: every consumer looks
                         self._caught_up.clear()
                     failed = False
@@ -197,6 +201,8 @@ class QueueDispatcher:
                     sleep = self._sleep_s()
                     if failed:  # Redis blinked: try again soon, not at the next notification
                         sleep = min(sleep, ctx.config.timer_interval)
+                    else:
+                        self._park(event)
                     try:
                         async with asyncio.timeout(sleep):  # no task per wait
                             await event.wait()
@@ -213,6 +219,20 @@ class QueueDispatcher:
             self._event = None
             self.return_ahead()
             self.hub._dispatcher_done(self)
+
+    def _park(self, event: Wakeup) -> None:
+        """Say what the consumers could take at once (this process's appends may claim it:
+        :meth:`brokers.engine.notify.Notifier.claim`); FanOut members lease for groups of
+        their own, so a dispatcher with members is woken by every notification."""
+        if self._fanout:
+            event.serves = None
+            return
+        capacity: dict[str, int] = {}
+        for (app, address), subs in self.consumers().items():
+            if self._ready((app, address)):
+                room = sum(sub.capacity(self.queue) for sub in subs)
+                capacity[app] = capacity.get(app, 0) + room
+        event.park(capacity, serves=(sub.acting_app(self.queue) for sub in self.subscribers))
 
     def _sleep_s(self) -> float:
         """How long to wait for a notification or a kick: until what was read ahead is
@@ -236,7 +256,8 @@ class QueueDispatcher:
             self.subscribers.clear()
             return False
         lease_ms = self.hub.ctx.config.ack_timeout_ms
-        if settings.delivery_mode in FANOUT_MODES:
+        self._fanout = settings.delivery_mode in FANOUT_MODES
+        if self._fanout:
             self.return_ahead()  # read ahead while the queue was RoundRobin
             return await self._members(settings.delivery_mode == "FanOutWithAck", lease_ms)
         return await self._competing(lease_ms, settings.delivery_mode == "RoundRobin")

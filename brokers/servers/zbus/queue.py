@@ -446,11 +446,15 @@ class QueueMq:
             self._event = event
             self._read_catalog()
             while True:
+                event.unpark()
                 if event.take() != set():  # notified (not only kicked): every consumer looks
                     self._caught_up.clear()
                 if not self.line:
                     # long polls come back within a round trip: wait for the next session
-                    # a while rather than end the pump and watch the topic again
+                    # a while rather than end the pump and watch the topic again (with
+                    # nobody to take what this process appends: nothing to claim)
+                    if event.streaming:
+                        event.stream(())
                     loop = asyncio.get_running_loop()
                     deadline = loop.time() + PUMP_IDLE
                     while not self.line and (left := deadline - loop.time()) > 0:
@@ -462,14 +466,19 @@ class QueueMq:
                         return
                     continue
                 wants: dict[tuple[str, str], int] = {}
+                streams: set[str] = set()
                 for s in self.line:
                     if s.conn.writing_paused:  # dealt to again once its peer read
                         s.conn.when_writable(self, self._kick)
                         continue
                     key = (s.app, s.address)
+                    if s.window < 0 and key not in self._blocked:
+                        streams.add(s.app)
                     if wants.get(key, 0) < cfg.take_batch and self._ready(key):
                         want = wants.get(key, 0) + (cfg.take_batch if s.window < 0 else s.window)
                         wants[key] = min(want, cfg.take_batch)
+                if streams != event.streaming:
+                    event.stream(streams)  # appends here may claim them (Notifier.claim)
                 progressed = False
                 now_ms = engine.now_ms()
                 for (app, address), want in wants.items():
@@ -518,6 +527,13 @@ class QueueMq:
                 wait = math.inf  # nothing due: until a notification or kick
                 if self._blocked:
                     wait = min(self._blocked.values()) - time.monotonic()
+                # what its consumers would take at once: this process's appends may claim
+                # it (Notifier.claim), so other processes need not look
+                capacity: dict[str, int] = {}
+                for (app, address), want in wants.items():
+                    if (app, address) not in self._blocked:
+                        capacity[app] = capacity.get(app, 0) + want
+                event.park(capacity, serves={s.app for s in self.line})
                 try:
                     async with asyncio.timeout(self._caught_up.wait_s(engine.now_ms(), wait)):
                         await event.wait()
