@@ -2,7 +2,9 @@
 
 Both also show what each running broker process reports about itself
 (:func:`brokers.engine.read_reports`): whether it serves, and if not why (a broker removed
-from the catalog waits to be added back), and its protocol error counts.
+from the catalog waits to be added back), and — in ``/metrics``, per process of a broker
+run with ``--processes`` — its protocol error counts, read-ahead and notification
+wake-ups.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ def _check_redis() -> tuple[bool, str]:
         client.close()
 
 
-def _broker_reports() -> dict[str, dict[str, Any]]:
-    """The broker processes' reports by broker id ({} when Redis does not answer)."""
+def _broker_reports() -> dict[tuple[str, str], dict[str, Any]]:
+    """The broker processes' reports by (broker id, process number) ({} when Redis does
+    not answer): ``broker:<id>`` is process 0, ``broker:<id>:<n>`` worker n."""
 
     async def read() -> dict[str, dict[str, Any]]:
         client = engine_client(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
@@ -61,11 +64,12 @@ def _broker_reports() -> dict[str, dict[str, Any]]:
         reports = async_to_sync(read)()
     except (RedisError, OSError):
         return {}
-    return {
-        name.removeprefix("broker:"): doc
-        for name, doc in reports.items()
-        if name.startswith("broker:")
-    }
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for name, doc in reports.items():
+        if name.startswith("broker:"):
+            broker, _, process = name.removeprefix("broker:").partition(":")
+            found[broker, process or "0"] = doc
+    return found
 
 
 @require_GET
@@ -76,15 +80,23 @@ def healthz(request: HttpRequest) -> JsonResponse:
     pg_ok, pg = _check_postgres()
     redis_ok, red = _check_redis()
     ok = pg_ok and redis_ok
-    brokers = _broker_reports() if redis_ok else {}
+    reports = _broker_reports() if redis_ok else {}
+    processes: dict[str, int] = {}
+    for bid, _ in reports:
+        processes[bid] = processes.get(bid, 0) + 1
     return JsonResponse(
         {
             "status": "ok" if ok else "unavailable",
             "postgres": pg,
             "redis": red,
             "brokers": {
-                bid: {"state": doc.get("state"), "reason": doc.get("reason", "")}
-                for bid, doc in sorted(brokers.items())
+                bid: {
+                    "state": doc.get("state"),
+                    "reason": doc.get("reason", ""),
+                    "processes": processes[bid],
+                }
+                for (bid, process), doc in sorted(reports.items())
+                if process == "0"
             },
             "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
         },
@@ -95,7 +107,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 class _ReportCollector:
     """Prometheus families from the broker processes' reports."""
 
-    def __init__(self, reports: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, reports: dict[tuple[str, str], dict[str, Any]]) -> None:
         self.reports = reports
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
@@ -107,36 +119,53 @@ class _ReportCollector:
         errors = CounterMetricFamily(
             "mqcloud_broker_protocol_errors",
             "Protocol errors of clients, per broker process since it started",
-            labels=["broker", "protocol", "kind"],
+            labels=["broker", "process", "protocol", "kind"],
         )
         read_ahead = GaugeMetricFamily(
             "mqcloud_broker_read_ahead_bytes",
             "Leased records a broker process keeps ahead of its consumers' room: held now,"
             " the most ever held, and its budget (BROKER_READ_AHEAD_MB)",
-            labels=["broker", "kind"],
+            labels=["broker", "process", "kind"],
         )
         refused = CounterMetricFamily(
             "mqcloud_broker_read_ahead_refused",
             "Deliveries a broker process sent back at once because its read-ahead budget was spent",
-            labels=["broker"],
+            labels=["broker", "process"],
         )
-        for bid, doc in sorted(self.reports.items()):
-            serving.add_metric([bid], 1 if doc.get("state") == "serving" else 0)
-            for protocol, kinds in sorted((doc.get("protocol_errors") or {}).items()):
-                for kind, count in sorted(kinds.items()):
-                    errors.add_metric([bid, protocol, kind], count)
+        wakeups = CounterMetricFamily(
+            "mqcloud_broker_wakeups",
+            "Notification wake-ups of a broker process: appends whose messages a consumer of"
+            " the process claimed, waiters woken late for another process's claim, and"
+            " notification connections lost",
+            labels=["broker", "process", "kind"],
+        )
+        for (bid, process), doc in sorted(self.reports.items()):
+            if process == "0":
+                serving.add_metric([bid], 1 if doc.get("state") == "serving" else 0)
+            protocol_errors = doc.get("protocol_errors")
+            if isinstance(protocol_errors, dict):
+                for protocol, kinds in sorted(protocol_errors.items()):
+                    for kind, count in sorted(kinds.items()) if isinstance(kinds, dict) else ():
+                        if isinstance(count, int):
+                            errors.add_metric([bid, process, protocol, kind], count)
             budget = doc.get("read_ahead")
             if isinstance(budget, dict):
                 for kind in ("held", "peak", "limit"):
                     value = budget.get(f"{kind}_bytes")
                     if isinstance(value, int):
-                        read_ahead.add_metric([bid, kind], value)
+                        read_ahead.add_metric([bid, process, kind], value)
                 if isinstance(budget.get("refused"), int):
-                    refused.add_metric([bid], budget["refused"])
+                    refused.add_metric([bid, process], budget["refused"])
+            woken = doc.get("wakeups")
+            if isinstance(woken, dict):
+                for kind in ("claimed", "deferred", "reconnects"):
+                    if isinstance(woken.get(kind), int):
+                        wakeups.add_metric([bid, process, kind], woken[kind])
         yield serving
         yield errors
         yield read_ahead
         yield refused
+        yield wakeups
 
 
 @require_GET

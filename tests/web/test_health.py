@@ -26,13 +26,13 @@ def test_broker_reports_show_in_healthz_and_metrics(client, redis_url):
 
     from brokers.engine import publish_report, withdraw_report
 
-    async def report(doc: dict | None) -> None:
+    async def report(doc: dict | None, name: str = "broker:57") -> None:
         redis = aioredis.from_url(redis_url)
         try:
             if doc is None:
-                await withdraw_report(redis, "broker:57")
+                await withdraw_report(redis, name)
             else:
-                await publish_report(redis, "broker:57", doc, valid_for_s=30)
+                await publish_report(redis, name, doc, valid_for_s=30)
         finally:
             await redis.aclose()
 
@@ -42,18 +42,46 @@ def test_broker_reports_show_in_healthz_and_metrics(client, redis_url):
         report({**doc, "protocol_errors": {"zbus": {"bad_request": 3}}, "read_ahead": read_ahead})
     )
     try:
-        assert client.get("/healthz").json()["brokers"]["57"] == doc
+        assert client.get("/healthz").json()["brokers"]["57"] == doc | {"processes": 1}
         text = client.get("/metrics").content.decode()
         assert 'mqcloud_broker_serving{broker="57"} 0.0' in text
         assert (
-            'mqcloud_broker_protocol_errors_total{broker="57",kind="bad_request",protocol="zbus"}'
-            " 3.0" in text
+            "mqcloud_broker_protocol_errors_total"
+            '{broker="57",kind="bad_request",process="0",protocol="zbus"} 3.0' in text
         )
-        assert 'mqcloud_broker_read_ahead_bytes{broker="57",kind="held"} 2048.0' in text
-        assert 'mqcloud_broker_read_ahead_bytes{broker="57",kind="limit"} 6.7108864e+07' in text
-        assert 'mqcloud_broker_read_ahead_refused_total{broker="57"} 5.0' in text
+        assert 'mqcloud_broker_read_ahead_bytes{broker="57",kind="held",process="0"} 2048.0' in text
+        assert (
+            'mqcloud_broker_read_ahead_bytes{broker="57",kind="limit",process="0"} 6.7108864e+07'
+            in text
+        )
+        assert 'mqcloud_broker_read_ahead_refused_total{broker="57",process="0"} 5.0' in text
+        # a worker process of --processes reports under broker:57:<n>, per process in
+        # /metrics; /healthz shows the first process's state and how many processes report
+        worker = {
+            "state": "serving",
+            "process": 2,
+            "protocol_errors": {"vibemq": {"bad_frame": 4}},
+            "wakeups": {"claimed": 7, "deferred": 9, "reconnects": 1},
+        }
+        asyncio.run(report(worker, "broker:57:2"))
+        assert client.get("/healthz").json()["brokers"]["57"] == doc | {"processes": 2}
+        text = client.get("/metrics").content.decode()
+        assert 'mqcloud_broker_serving{broker="57"} 0.0' in text  # the first process's
+        assert [line for line in text.splitlines() if '_serving{broker="57"' in line] == [
+            'mqcloud_broker_serving{broker="57"} 0.0'
+        ]
+        assert (
+            "mqcloud_broker_protocol_errors_total"
+            '{broker="57",kind="bad_frame",process="2",protocol="vibemq"} 4.0' in text
+        )
+        assert 'mqcloud_broker_wakeups_total{broker="57",kind="claimed",process="2"} 7.0' in text
+        assert 'mqcloud_broker_wakeups_total{broker="57",kind="deferred",process="2"} 9.0' in text
+        # a malformed report is left out, not a 500
+        asyncio.run(report({"protocol_errors": {"zbus": 3}, "wakeups": "x"}, "broker:57:3"))
+        assert client.get("/metrics").status_code == 200
     finally:
-        asyncio.run(report(None))
+        for name in ("broker:57", "broker:57:2", "broker:57:3"):
+            asyncio.run(report(None, name))
     assert "57" not in client.get("/healthz").json()["brokers"]
 
 

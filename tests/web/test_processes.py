@@ -135,7 +135,10 @@ def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> No
         apps = console.get("/apps/").text
         assert "demo-app" in apps and "demo-team" in apps
         metrics = httpx.get(f"{base}/metrics", timeout=10).text  # runbroker's own report
-        assert 'mqcloud_broker_read_ahead_bytes{broker="1",kind="limit"} 6.7108864e+07' in metrics
+        assert (
+            'mqcloud_broker_read_ahead_bytes{broker="1",kind="limit",process="0"} 6.7108864e+07'
+            in metrics
+        )
         topic = console.get("/topics/demo/").text
         assert "<td>0, 1</td>" in topic and "<td>2, 3</td>" in topic
         # Stop only a fully started set: Ctrl-C while Celery is still forking its pool
@@ -395,12 +398,42 @@ def test_broker_processes_share_its_ports():
         assert proc.pid in pids and all(_listening_pids(p) == pids for p in ports)
         with socket.create_connection(("127.0.0.1", ports[1]), timeout=5) as zbus:
             zbus.sendall(b"GET / HTTP/1.1\r\ncmd: heartbeat\r\n\r\n")  # served, no reply
+        # every process reports, the worker under broker:8:1 (its protocol errors count)
+        deadline = time.monotonic() + 30
+        while len(reports := _reports("broker:8")) < 2:
+            assert time.monotonic() < deadline, f"two reports expected, got {reports}"
+            time.sleep(0.1)
+        assert {doc["pid"] for doc in reports.values()} == pids
+        assert {name: doc["process"] for name, doc in reports.items()} == {
+            "broker:8": 0,
+            "broker:8:1": 1,
+        }
+        assert all("wakeups" in doc and "protocol_errors" in doc for doc in reports.values())
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert not _listening_pids(ports[0]), "a worker outlived its broker"
     assert Broker.objects.get(id=8).status == "down"
+    assert _reports("broker:8") == {}  # each process withdrew its own
+
+
+def _reports(prefix: str) -> dict[str, dict]:
+    """The broker reports in Redis named ``prefix`` or ``prefix:<n>``."""
+    import json
+
+    import redis
+
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    try:
+        raw = client.hgetall("mq:reports")
+    finally:
+        client.close()
+    return {
+        name.decode(): json.loads(doc)
+        for name, doc in raw.items()
+        if name.decode() == prefix or name.decode().startswith(prefix + ":")
+    }
 
 
 def test_broker_id_must_be_positive():

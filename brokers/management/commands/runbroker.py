@@ -21,9 +21,12 @@ stopped (worker processes of ``--processes`` follow the row the same way). It do
 exit on its own: under a process manager that would be a crash, and the restarted process
 would register itself again.
 
-Every heartbeat the first process also publishes its report (state, why it does not serve,
-protocol error counts; :func:`brokers.engine.publish_report`), which the console shows in
-``/healthz`` and ``/metrics``.
+Every heartbeat each process also publishes its report (state, why it does not serve,
+protocol error counts, read-ahead, notification wake-ups; :func:`brokers.engine.publish_report`):
+``broker:<id>`` for the first process, ``broker:<id>:<n>`` for worker n, which the console
+shows in ``/healthz`` (the first process's state, and how many processes report) and
+``/metrics`` (per process). Before, only the first process reported: what clients of the
+other processes did wrong — most of a 16-core broker's connections — was counted nowhere.
 """
 
 from __future__ import annotations
@@ -400,7 +403,7 @@ async def run(
         engine, watcher, broker_id, bind, **ports, reuse_port=reuse_port, read_ahead=read_ahead
     )
     tune_gc()
-    report = Report(broker_id, read_ahead)
+    report = Report(broker_id, read_ahead, worker=worker, engine=engine)
     row = CatalogRow(broker_id, worker)
     try:
         while not stop.is_set():
@@ -432,8 +435,7 @@ async def run(
                 )
                 report.serving()
                 log.warning("broker %s is in the catalog again: serving", broker_id)
-            if not worker:
-                await report.publish(client, settings.BROKER_HEARTBEAT_SECONDS)
+            await report.publish(client, settings.BROKER_HEARTBEAT_SECONDS)
             if workers is not None:
                 workers.supervise()
             with contextlib.suppress(TimeoutError):
@@ -442,21 +444,31 @@ async def run(
         await asyncio.gather(*(server.stop() for server in servers))
         await engine.close()
         await watcher.stop()
+        await report.withdraw(client)
         if not worker:
-            await report.withdraw(client)
             await row.mark_down()
         await client.aclose()
         await client.connection_pool.disconnect()
 
 
 class Report:
-    """This broker process's report (:func:`brokers.engine.publish_report`)."""
+    """This broker process's report (:func:`brokers.engine.publish_report`): named
+    ``broker:<id>`` for the first process, ``broker:<id>:<n>`` for worker ``n``."""
 
-    def __init__(self, broker_id: int, read_ahead: ReadAheadBudget | None = None) -> None:
-        self.name = f"broker:{broker_id}"
+    def __init__(
+        self,
+        broker_id: int,
+        read_ahead: ReadAheadBudget | None = None,
+        *,
+        worker: int = 0,
+        engine: Engine | None = None,
+    ) -> None:
+        self.name = f"broker:{broker_id}" + (f":{worker}" if worker else "")
         self.read_ahead = read_ahead
+        self.engine = engine
         self.doc: dict[str, object] = {
             "broker": broker_id,
+            "process": worker,
             "pid": os.getpid(),
             "state": "serving",
             "reason": "",
@@ -479,6 +491,13 @@ class Report:
                 "peak_bytes": budget.peak,
                 "limit_bytes": budget.limit,
                 "refused": budget.refused,
+            }
+        if self.engine is not None:
+            notifier = self.engine.notifier
+            self.doc["wakeups"] = {
+                "claimed": notifier.claims_made,
+                "deferred": notifier.wakes_skipped,
+                "reconnects": notifier.reconnects,
             }
         with contextlib.suppress(StoreUnavailable, RedisError, OSError):
             await publish_report(client, self.name, self.doc, valid_for_s=3 * heartbeat_s)
