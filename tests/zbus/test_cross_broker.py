@@ -244,3 +244,46 @@ async def test_a_request_is_served_by_a_worker_of_the_broker_it_came_to(broker, 
     finally:
         for c in (here_worker, there_worker, caller):
             await c.close()
+
+
+async def test_what_any_front_end_of_a_broker_appends_goes_to_its_parked_consumer(
+    broker, other
+) -> None:
+    """Claims are the engine's: an append of broker A's engine — a JMQ4 or HTTP-MQ produce
+    (``append``), VibeMQ's pipelined publishes (``append_many``) — is claimed by A's parked
+    zbus long poll (window 1: room for one), not raced for by B's; with A's room spent,
+    the next append wakes B's at once."""
+    from asgiref.sync import sync_to_async
+    from django.db import connection
+
+    from brokers.anonymous import anonymous_app
+    from brokers.engine import Message
+    from brokers.models import Team
+
+    def anonymous_code() -> str:
+        try:
+            return anonymous_app(Team.objects.get(name="team1")).code
+        finally:
+            connection.close()  # this thread's: the test database is dropped at the end
+
+    app = await sync_to_async(anonymous_code)()
+    here, there = await Raw.open(broker.port), await Raw.open(other.port)
+    try:
+        for append in (
+            lambda body: broker.engine.append("orders", app, [Message(body)]),
+            lambda body: broker.engine.append_many("orders", app, [Message(body)]),
+        ):
+            for c in (here, there):
+                await c.send(msg("cmd: consume", "mq: orders", "msgid: c", "window: 1"))
+            await asyncio.sleep(0.2)  # both parked, room for one each
+            await append(b"near")
+            assert (await here.recv()).body == b"near"
+            await append(b"far")  # A's room is spent: B's long poll is woken at once
+            started = asyncio.get_running_loop().time()
+            assert (await there.recv()).body == b"far"
+            assert asyncio.get_running_loop().time() - started < 1.0
+        assert broker.engine.notifier.claims_made >= 2
+        assert other.engine.notifier.wakes_skipped >= 2
+    finally:
+        await here.close()
+        await there.close()
