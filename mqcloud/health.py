@@ -135,8 +135,8 @@ class _ReportCollector:
         wakeups = CounterMetricFamily(
             "mqcloud_broker_wakeups",
             "Notification wake-ups of a broker process: appends whose messages a consumer of"
-            " the process claimed, waiters woken late for another process's claim, and"
-            " notification connections lost",
+            " the process claimed, waiters woken late for another process's claim, claims"
+            " handed back to every process, and notification connections lost",
             labels=["broker", "process", "kind"],
         )
         for (bid, process), doc in sorted(self.reports.items()):
@@ -158,7 +158,7 @@ class _ReportCollector:
                     refused.add_metric([bid, process], budget["refused"])
             woken = doc.get("wakeups")
             if isinstance(woken, dict):
-                for kind in ("claimed", "deferred", "reconnects"):
+                for kind in ("claimed", "deferred", "handed_back", "reconnects"):
                     if isinstance(woken.get(kind), int):
                         wakeups.add_metric([bid, process, kind], woken[kind])
         yield serving

@@ -25,8 +25,12 @@ each could take now (:meth:`Wakeup.park`). A process appending to the topic asks
 append for are named in the notification (:func:`notice`), with the appending process's
 :attr:`Notifier.origin`. Another process does not wake its waiters that serve only claimed
 groups; it wakes them :data:`CLAIM_GRACE` seconds later instead (once for all claims of
-the topic in that time), so a claim its claimant did not honour — it crashed, or its
-waiter left — delays the message by that much and loses nothing. Waiters that do not
+the topic in that time). A waiter that cannot take what was claimed for it after all (its
+consumer left or stopped reading) says so when it parks again (:meth:`Wakeup.park`) and
+the topic is announced to every process at once (:meth:`Notifier.announce`); the grace
+only covers a claimant that crashed, whose claimed messages so wait at most that long and
+are not lost. A grace of 50 ms saved nothing on topics under 20 messages a second: each
+claimed message still cost every other process a lease, later. Waiters that do not
 say what they serve (long-polling fetchers) are woken by every notification, as before.
 A request served where it was produced also keeps its reply in that process. (Before: an
 RPC call cost 1.32 scripts on one process, 1.92 on two and 2.45 on four, and twice the CPU
@@ -49,6 +53,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.keys import PREFIX, notify_channel
@@ -61,7 +66,7 @@ CONFIRM_TIMEOUT = 5.0  # seconds a waiter waits for a link and its subscription
 CONNECT_TIMEOUT = 5.0  # seconds one connection attempt may take
 RECONNECT_MIN = 0.05  # first backoff after a failed attempt (the first retry is immediate)
 RECONNECT_MAX = 0.5  # longest backoff: a returning Redis is noticed within this
-CLAIM_GRACE = 0.05  # seconds before waiters skipped for another process's claim look anyway
+CLAIM_GRACE = 1.0  # seconds before waiters skipped for another process's claim look anyway
 
 
 class _LinkLost(Exception):
@@ -87,15 +92,33 @@ class Wakeup(asyncio.Event):
         self.capacity: dict[str, int] = {}
         # groups with a consumer that takes whatever comes, parked or not (see stream)
         self.streaming: frozenset[str] = frozenset()
+        self.claims: set[str] = set()  # groups claimed for it since it last parked
 
-    def park(self, capacity: dict[str, int], serves: Iterable[str] = ()) -> None:
+    def park(
+        self, capacity: dict[str, int], serves: Iterable[str] = (), settled: Iterable[str] = ()
+    ) -> set[str]:
         """The waiter is about to wait, leasing for nothing until woken: it would take
         ``capacity[group]`` messages of each shared group (consumer id) at once, and serves
         those groups and ``serves``. Appends of this process may claim the capacity
         (:meth:`Notifier.claim`); another process's claims of every group it serves do not
-        wake it."""
+        wake it.
+
+        Returns the groups claimed for it since it last parked that it leaves behind: no
+        room for them now (a consumer left, paused, stopped reading) and not ``settled``
+        (a lease since the claim found nothing more in the group). The caller then
+        announces the topic (:meth:`Notifier.announce`), so other processes look now
+        rather than :data:`CLAIM_GRACE` later."""
         self.serves = frozenset(capacity).union(serves, self.streaming)
         self.capacity = {group: n for group, n in capacity.items() if n > 0}
+        return self.left_behind(settled)
+
+    def left_behind(self, settled: Iterable[str] = ()) -> set[str]:
+        """The groups claimed for the waiter since it last asked that it cannot take now
+        (see :meth:`park`); forgets the claims."""
+        claims, self.claims = self.claims, set()
+        if not claims:
+            return claims
+        return claims.difference(self.capacity, self.streaming, settled)
 
     def unpark(self) -> None:
         """The waiter is leasing again: nothing can be claimed for it until it parks
@@ -208,6 +231,7 @@ class Notifier:
         self._skipped: dict[str, dict[Wakeup, set[int | None]]] = {}  # topic -> woken late
         self.claims_made = 0  # notifications this process claimed groups in (metrics)
         self.wakes_skipped = 0  # waiters not woken for another process's claim (metrics)
+        self.claims_left = 0  # announcements of claims a waiter left behind (metrics)
 
     def stamp(self, topic: str) -> tuple[int, int] | None:
         """While ``topic``'s notifications are being received: a value that changes with every
@@ -346,6 +370,7 @@ class Notifier:
             for group in event.streaming:
                 if group not in claimed:
                     claimed.append(group)
+                    event.claims.add(group)
             capacity = event.capacity
             if not capacity:
                 continue
@@ -353,10 +378,21 @@ class Notifier:
                 if n >= count and group not in claimed:
                     capacity[group] = n - count
                     claimed.append(group)
+                    event.claims.add(group)
         if not claimed:
             return str(partition)
         self.claims_made += 1
         return notice(partition, self.origin, claimed)
+
+    async def announce(self, topic: str) -> None:
+        """Wake ``topic``'s waiters in every process, for any partition (a waiter left
+        claims behind: :meth:`Wakeup.park`). A Redis error is only logged: the skipped
+        waiters look :data:`CLAIM_GRACE` after the claims anyway."""
+        self.claims_left += 1
+        try:
+            await announce(self._client, topic, None)
+        except (RedisError, OSError) as exc:
+            log.info("could not announce %s for claims left behind: %s", topic, exc)
 
     def _wake(
         self, topic: str, partition: int | None, claimed: frozenset[str] = frozenset()

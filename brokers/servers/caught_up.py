@@ -65,6 +65,11 @@ class CaughtUp(Generic[K]):
         """Whether ``key`` is caught up at engine time ``now_ms`` (not to be leased for)."""
         return self._until.get(key, 0) > now_ms
 
+    def settled(self, now_ms: int) -> set[str]:
+        """The groups (apps: the first part of a key) of which a consumer is caught up at
+        engine time ``now_ms``: its last lease found nothing more in the group."""
+        return {key[0] for key, until in self._until.items() if until > now_ms}  # type: ignore[index]
+
     def next_due(self) -> float:
         """The earliest engine time a mark names (inf: none)."""
         return min(self._until.values(), default=math.inf)

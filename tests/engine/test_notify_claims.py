@@ -167,3 +167,46 @@ async def test_a_claim_its_process_did_not_honour_is_served_by_another(make_engi
         lease = await b.lease("t", "a", count=8, owner="b")
         assert [d.index for d in lease.deliveries] == [0]
         assert b.notifier.wakes_skipped == 1 and a.notifier.claims_made == 1
+
+
+async def test_claims_a_waiter_cannot_take_are_handed_back(redis_url):
+    """A waiter that parks again without room for a group claimed for it — and whose
+    lease did not find the group empty — leaves the claim behind: it announces the topic
+    and the other processes' waiters look at once, not a grace later."""
+    client = aioredis.from_url(redis_url)
+    here, there = Notifier(client), Notifier(client)
+    try:
+        async with here.watch("t") as pump, there.watch("t") as remote:
+            pump.park({"a": 1, "b": 1})
+            remote.park({"a": 1})
+            here.claim("t", 0, 1)
+            assert pump.claims == {"a", "b"}
+            # its consumers of a left; b's lease found nothing more (settled)
+            assert pump.park({}, serves=["b"], settled=["b"]) == {"a"}
+            assert pump.claims == set() and pump.left_behind() == set()
+            pump.park({"a": 1})
+            here.claim("t", 0, 1)
+            assert pump.park({"a": 1}) == set()  # room again: it takes what comes
+            pump.stream(["s"])
+            here.claim("t", 0, 1)
+            assert pump.left_behind() == set()  # a streaming group takes everything
+            started = time.monotonic()
+            await here.announce("t")
+            await asyncio.wait_for(remote.wait(), 2)
+            assert time.monotonic() - started < CLAIM_GRACE
+            assert remote.take() is None  # a full look
+            assert here.claims_left == 1
+    finally:
+        await here.close()
+        await there.close()
+        await client.aclose()
+
+
+async def test_an_announcement_that_cannot_be_sent_is_only_logged(caplog):
+    dead = aioredis.Redis(port=1, socket_connect_timeout=0.2)
+    notifier = Notifier(dead)
+    try:
+        await notifier.announce("t")  # no exception: the grace covers it
+        assert "could not announce t" in caplog.text
+    finally:
+        await dead.aclose()

@@ -79,3 +79,15 @@ def test_marks_clear_on_notification_catalog_change_or_due_recheck_only() -> Non
     marks.record("c", _lease(False))
     marks.clear()  # notified
     assert not marks.holds("c", 0)
+
+
+def test_settled_names_the_groups_a_lease_found_empty() -> None:
+    marks: CaughtUp[tuple[str, str]] = CaughtUp(recheck_s=3)
+    marks.record(("a", "10.0.0.1"), _lease(False))
+    marks.record(("a", "10.0.0.2"), _lease(True))  # more there: no mark of its own
+    marks.record(("b", "10.0.0.1"), _lease(False, retry_after_ms=500))
+    marks.record(("c", "10.0.0.1"), _lease(True))
+    assert marks.settled(499) == {"a", "b"}
+    assert marks.settled(500) == {"a"}  # b's hint is due: it may have more by now
+    marks.clear()
+    assert marks.settled(0) == set()

@@ -61,7 +61,7 @@ def test_broker_reports_show_in_healthz_and_metrics(client, redis_url):
             "state": "serving",
             "process": 2,
             "protocol_errors": {"vibemq": {"bad_frame": 4}},
-            "wakeups": {"claimed": 7, "deferred": 9, "reconnects": 1},
+            "wakeups": {"claimed": 7, "deferred": 9, "handed_back": 2, "reconnects": 1},
         }
         asyncio.run(report(worker, "broker:57:2"))
         assert client.get("/healthz").json()["brokers"]["57"] == doc | {"processes": 2}
@@ -76,6 +76,9 @@ def test_broker_reports_show_in_healthz_and_metrics(client, redis_url):
         )
         assert 'mqcloud_broker_wakeups_total{broker="57",kind="claimed",process="2"} 7.0' in text
         assert 'mqcloud_broker_wakeups_total{broker="57",kind="deferred",process="2"} 9.0' in text
+        assert (
+            'mqcloud_broker_wakeups_total{broker="57",kind="handed_back",process="2"} 2.0' in text
+        )
         # a malformed report is left out, not a 500
         asyncio.run(report({"protocol_errors": {"zbus": 3}, "wakeups": "x"}, "broker:57:3"))
         assert client.get("/metrics").status_code == 200

@@ -497,6 +497,7 @@ class Report:
             self.doc["wakeups"] = {
                 "claimed": notifier.claims_made,
                 "deferred": notifier.wakes_skipped,
+                "handed_back": notifier.claims_left,
                 "reconnects": notifier.reconnects,
             }
         with contextlib.suppress(StoreUnavailable, RedisError, OSError):

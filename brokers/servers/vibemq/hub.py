@@ -201,8 +201,8 @@ class QueueDispatcher:
                     sleep = self._sleep_s()
                     if failed:  # Redis blinked: try again soon, not at the next notification
                         sleep = min(sleep, ctx.config.timer_interval)
-                    else:
-                        self._park(event)
+                    elif self._park(event):  # claims it cannot take: others look now
+                        await ctx.engine.notifier.announce(self.queue)
                     try:
                         async with asyncio.timeout(sleep):  # no task per wait
                             await event.wait()
@@ -220,19 +220,23 @@ class QueueDispatcher:
             self.return_ahead()
             self.hub._dispatcher_done(self)
 
-    def _park(self, event: Wakeup) -> None:
+    def _park(self, event: Wakeup) -> bool:
         """Say what the consumers could take at once (this process's appends may claim it:
         :meth:`brokers.engine.notify.Notifier.claim`); FanOut members lease for groups of
-        their own, so a dispatcher with members is woken by every notification."""
+        their own, so a dispatcher with members is woken by every notification. Whether
+        claims were left behind (:meth:`~brokers.engine.notify.Wakeup.park`)."""
+        settled = self._caught_up.settled(self.hub.ctx.engine.now_ms())
         if self._fanout:
             event.serves = None
-            return
+            event.capacity = {}
+            return bool(event.left_behind(settled))
         capacity: dict[str, int] = {}
         for (app, address), subs in self.consumers().items():
             if self._ready((app, address)):
                 room = sum(sub.capacity(self.queue) for sub in subs)
                 capacity[app] = capacity.get(app, 0) + room
-        event.park(capacity, serves=(sub.acting_app(self.queue) for sub in self.subscribers))
+        serves = (sub.acting_app(self.queue) for sub in self.subscribers)
+        return bool(event.park(capacity, serves=serves, settled=settled))
 
     def _sleep_s(self) -> float:
         """How long to wait for a notification or a kick: until what was read ahead is

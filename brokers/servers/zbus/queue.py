@@ -455,6 +455,8 @@ class QueueMq:
                     # nobody to take what this process appends: nothing to claim)
                     if event.streaming:
                         event.stream(())
+                    if event.left_behind(self._caught_up.settled(engine.now_ms())):
+                        await engine.notifier.announce(self.name)
                     loop = asyncio.get_running_loop()
                     deadline = loop.time() + PUMP_IDLE
                     while not self.line and (left := deadline - loop.time()) > 0:
@@ -533,7 +535,9 @@ class QueueMq:
                 for (app, address), want in wants.items():
                     if (app, address) not in self._blocked:
                         capacity[app] = capacity.get(app, 0) + want
-                event.park(capacity, serves={s.app for s in self.line})
+                settled = self._caught_up.settled(engine.now_ms())
+                if event.park(capacity, serves={s.app for s in self.line}, settled=settled):
+                    await engine.notifier.announce(self.name)  # claims it cannot take
                 try:
                     async with asyncio.timeout(self._caught_up.wait_s(engine.now_ms(), wait)):
                         await event.wait()
