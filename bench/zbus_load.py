@@ -13,6 +13,7 @@ server, set the pace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -345,3 +346,71 @@ async def rpc(
         task.cancel()
     await asyncio.gather(*servers, return_exceptions=True)
     return finished
+
+
+@dataclass
+class Paced:
+    """What :func:`paced_stream` measured."""
+
+    sent: int = 0
+    delivered: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    """Produce → delivery of each message, in ms."""
+
+
+async def paced_stream(
+    port: int,
+    mq: str,
+    seconds: float,
+    *,
+    producers: int = 8,
+    rate: float = 10.0,
+    consumers: int = 8,
+    drain: float = 2.0,
+) -> Paced:
+    """``consumers`` connections stream ``mq`` (``window: -1``); ``producers`` connections
+    each produce one message (``ack: 0``, 100-byte body carrying its send time) every
+    ``1 / rate`` seconds for ``seconds``; then up to ``drain`` seconds for the last ones."""
+    out = Paced()
+    conns = [await Conn.open(port) for _ in range(consumers)]
+    for i, conn in enumerate(conns):
+        conn.write(frame({"cmd": "consume", "mq": mq, "msgid": f"s{i}", "window": "-1"}))
+
+    target = float("inf")  # every message sent: set once the producers are done
+    done = asyncio.Event()
+
+    async def consume(conn: Conn) -> None:
+        while True:
+            for m in await conn.read():
+                if m.status == 200:
+                    now = time.perf_counter_ns()
+                    out.delivered += 1
+                    out.latencies_ms.append((now - int(m.body[:20])) / 1e6)
+            if out.delivered >= target:
+                done.set()
+
+    readers = [asyncio.create_task(consume(c)) for c in conns]
+    await asyncio.sleep(0.5)  # every consume parked
+
+    async def produce(i: int) -> None:
+        conn = await Conn.open(port)
+        stop = time.perf_counter() + seconds
+        try:
+            while time.perf_counter() < stop:
+                body = b"%020d" % time.perf_counter_ns() + BODY[20:]
+                conn.write(frame({"cmd": "produce", "mq": mq, "msgid": f"p{i}", "ack": "0"}, body))
+                out.sent += 1
+                await asyncio.sleep(1 / rate)
+        finally:
+            conn.close()
+
+    await asyncio.gather(*(produce(i) for i in range(producers)))
+    target = out.sent
+    if out.delivered < target:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), drain)
+    for task in readers:
+        task.cancel()
+    for conn in conns:
+        conn.close()
+    return out
