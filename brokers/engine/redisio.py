@@ -30,6 +30,12 @@ log = logging.getLogger(__name__)
 AnyRedis = aioredis.Redis | RedisCluster
 
 
+def pipelined(client: AnyRedis) -> bool:
+    """Whether ``client``'s script calls go on its one pipelined connection, in the order
+    made (a single Redis: :mod:`brokers.engine.coalesce`); a cluster's go to each node."""
+    return type(client) is aioredis.Redis
+
+
 def fmt_int(value: int) -> str:
     """Integers as decimal strings (Lua numbers are doubles; never rely on their tostring)."""
     return str(int(value))
@@ -103,7 +109,7 @@ class Script:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     async def __call__(self, client: AnyRedis, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        if type(client) is aioredis.Redis:  # a single Redis: pipelined with the turn's calls
+        if pipelined(client):  # a single Redis: pipelined with the turn's calls
             batch = coalescer(client)
             try:
                 return await batch.call("EVALSHA", self.sha, len(keys), *keys, *args)
@@ -171,6 +177,21 @@ class Durability:
     @property
     def is_cluster(self) -> bool:
         return isinstance(self._client, RedisCluster)
+
+    def pipelined(self, qos: QoS) -> bool:
+        """Whether :meth:`run` at ``qos`` queues its script on the client's pipelined
+        connection in the calling turn (a single Redis whose capabilities are known and
+        no WAIT/WAITAOF needed): whatever is queued there after it runs after it."""
+        if not pipelined(self._client):
+            return False
+        if qos <= QoS.RECEIVED:
+            return True
+        caps = self._caps.get("single")
+        if caps is None:
+            return False
+        if qos is QoS.REPLICATED and caps["replicas"] > 0:
+            return False
+        return not (caps["waitaof"] and caps["aof"])
 
     async def _probe(self, node: ClusterNode | None) -> dict[str, Any]:
         name = node.name if node is not None else "single"

@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 from hypothesis import given
 from hypothesis import strategies as st
+from redis.asyncio.cluster import RedisCluster
 
 from brokers.engine import Message
 from brokers.engine.keys import notify_channel
@@ -210,3 +211,46 @@ async def test_an_announcement_that_cannot_be_sent_is_only_logged(caplog):
         assert "could not announce t" in caplog.text
     finally:
         await dead.aclose()
+
+
+async def test_an_early_claim_wakes_the_claimant_before_the_append_is_answered(redis_url):
+    """claim(early=True): the claimants are woken in the next loop turn, before any
+    notification; the notification then does not wake them again but a grace later."""
+    client = aioredis.from_url(redis_url)
+    notifier = Notifier(client)
+    try:
+        async with notifier.watch("t") as pump, notifier.watch("t", "fetchers") as other:
+            pump.park({"a": 1})  # a fetcher claims nothing: the notification wakes it
+            said = notifier.claim("t", 3, 1, early=True)
+            partition, origin, groups = parse_notice(said)
+            assert (partition, groups) == (3, {"a"}) and origin.startswith(notifier.origin + "/")
+            assert not pump.is_set()
+            await asyncio.sleep(0)  # the next turn
+            assert pump.is_set() and pump.take() == {3} and not other.is_set()
+            started = time.monotonic()
+            await _publish(client, "t", said)  # the append's notification
+            await asyncio.wait_for(other.wait(), 2)
+            assert not pump.is_set()
+            await asyncio.wait_for(pump.wait(), 2)  # a look a grace later, in case
+            assert time.monotonic() - started >= CLAIM_GRACE * 0.9
+            assert notifier._early == {}
+    finally:
+        await notifier.close()
+        await client.aclose()
+
+
+async def test_a_lease_made_on_an_early_wake_finds_the_append(make_engine, store):
+    """The early wake's premise: on a single Redis the append is queued on the pipelined
+    connection before the claimant can lease, so its lease — made before the append was
+    answered — already finds the message."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    early = not isinstance(store, RedisCluster)
+    async with engine.notifier.watch("t") as pump:
+        pump.park({"a": 1})
+        append = asyncio.create_task(engine.append("t", "a", [Message(b"now")]))
+        await asyncio.wait_for(pump.wait(), 2)
+        if early:
+            assert not append.done()  # woken before the append's reply
+            lease = await engine.lease("t", "a", count=1, owner="o")
+            assert [d.index for d in lease.deliveries] == [0]
+        await append
