@@ -74,6 +74,7 @@ RECONNECT_MIN = 0.05  # first backoff after a failed attempt (the first retry is
 RECONNECT_MAX = 0.5  # longest backoff: a returning Redis is noticed within this
 CLAIM_GRACE = 1.0  # seconds before waiters skipped for another process's claim look anyway
 EARLY_KEPT = 4096  # early claims remembered until their notification comes back
+EARLY_IDLE = 0.002  # seconds a claimant must have been parked to be woken early
 
 
 class _LinkLost(Exception):
@@ -100,6 +101,7 @@ class Wakeup(asyncio.Event):
         # groups with a consumer that takes whatever comes, parked or not (see stream)
         self.streaming: frozenset[str] = frozenset()
         self.claims: set[str] = set()  # groups claimed for it since it last parked
+        self.parked_at: float | None = None  # loop time it parked (None: leasing)
 
     def park(
         self, capacity: dict[str, int], serves: Iterable[str] = (), settled: Iterable[str] = ()
@@ -117,6 +119,7 @@ class Wakeup(asyncio.Event):
         rather than :data:`CLAIM_GRACE` later."""
         self.serves = frozenset(capacity).union(serves, self.streaming)
         self.capacity = {group: n for group, n in capacity.items() if n > 0}
+        self.parked_at = asyncio.get_running_loop().time()
         return self.left_behind(settled)
 
     def left_behind(self, settled: Iterable[str] = ()) -> set[str]:
@@ -131,6 +134,7 @@ class Wakeup(asyncio.Event):
         """The waiter is leasing again: nothing can be claimed for it until it parks
         (but for its streaming groups)."""
         self.capacity = {}
+        self.parked_at = None
 
     def stream(self, groups: Iterable[str]) -> None:
         """``groups`` have a consumer taking whatever comes (a streaming session ready
@@ -147,6 +151,7 @@ class Wakeup(asyncio.Event):
         else:
             self._hints.add(partition)
         self.capacity = {}
+        self.parked_at = None
         self.set()
 
     def forget(self, partition: int) -> None:
@@ -377,13 +382,18 @@ class Notifier:
 
         ``early``: the append's script is queued in this loop turn on the connection every
         lease goes on (a single Redis, pipelined: :mod:`brokers.engine.coalesce`), so
-        whatever the claiming waiters lease after this turn runs after it in Redis. They
-        are woken in the next turn, without waiting for the append's reply and its
-        notification — one round trip sooner (0.3 ms after an idle spell here); the
-        notification then does not wake them again but :data:`CLAIM_GRACE` later (a lease
-        that ran first after all, on a connection replaced meanwhile, looks again then)."""
+        whatever the claiming waiters lease after this turn runs after it in Redis. Those
+        parked for at least :data:`EARLY_IDLE` are woken in the next turn, without waiting
+        for the append's reply and its notification — one round trip sooner (0.3 ms after
+        an idle spell here); the notification then does not wake them again but
+        :data:`CLAIM_GRACE` later (a lease that ran first after all, on a connection
+        replaced meanwhile, looks again then). A waiter that parked just now is busy: it
+        waits for the notification, by which time the appends of a round trip have come
+        together for one lease (woken early for each, one RPC process leased half as much
+        again per call and served 15% fewer calls)."""
         claimed: list[str] = []
         claimants: list[Wakeup] = []
+        idle_since = asyncio.get_running_loop().time() - EARLY_IDLE if early else 0.0
         for event in self._waiters.get(topic, ()):
             took = False
             for group in event.streaming:
@@ -398,13 +408,14 @@ class Notifier:
                     claimed.append(group)
                     event.claims.add(group)
                     took = True
-            if took:
+            parked = event.parked_at
+            if took and early and parked is not None and parked <= idle_since:
                 claimants.append(event)
         if not claimed:
             return str(partition)
         self.claims_made += 1
         origin = self.origin
-        if early:
+        if claimants:
             seq = next(self._sequence)
             origin = f"{origin}/{seq}"
             self._early[seq] = claimants

@@ -16,7 +16,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from brokers.engine import Message
 from brokers.engine.keys import notify_channel
-from brokers.engine.notify import CLAIM_GRACE, Notifier, notice, parse_notice
+from brokers.engine.notify import CLAIM_GRACE, EARLY_IDLE, Notifier, notice, parse_notice
 from tests.engine.conftest import snapshot
 
 NAMES = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
@@ -220,7 +220,12 @@ async def test_an_early_claim_wakes_the_claimant_before_the_append_is_answered(r
     notifier = Notifier(client)
     try:
         async with notifier.watch("t") as pump, notifier.watch("t", "fetchers") as other:
-            pump.park({"a": 1})  # a fetcher claims nothing: the notification wakes it
+            pump.park({"a": 2})  # a fetcher claims nothing: the notification wakes it
+            # just parked: busy, left to the notification (appends gather for one lease)
+            assert "/" not in parse_notice(notifier.claim("t", 3, 1, early=True))[1]
+            await asyncio.sleep(0)
+            assert not pump.is_set()
+            await asyncio.sleep(EARLY_IDLE * 2)  # parked a while: idle
             said = notifier.claim("t", 3, 1, early=True)
             partition, origin, groups = parse_notice(said)
             assert (partition, groups) == (3, {"a"}) and origin.startswith(notifier.origin + "/")
@@ -247,6 +252,7 @@ async def test_a_lease_made_on_an_early_wake_finds_the_append(make_engine, store
     early = not isinstance(store, RedisCluster)
     async with engine.notifier.watch("t") as pump:
         pump.park({"a": 1})
+        await asyncio.sleep(EARLY_IDLE * 2)
         append = asyncio.create_task(engine.append("t", "a", [Message(b"now")]))
         await asyncio.wait_for(pump.wait(), 2)
         if early:
