@@ -48,8 +48,19 @@ from brokers.servers.jmq4 import install_uvloop
 PACED_MQ = zbus.MQS[0]
 
 
-def _per(count: int, n: int) -> str:
+def _per(count: float, n: int) -> str:
     return f"{count / n:5.2f}" if n else "    -"
+
+
+def _redis_per(redis_port: int | None, before: dict[str, int], n: int, unit: str) -> str:
+    """Scripts and leases (two ``HMGET`` each) per ``unit`` since ``before`` (nothing for
+    a server without our Redis)."""
+    if not redis_port:
+        return ""
+    after = redis_calls(redis_port)
+    _, scripts = calls_between(before, after)
+    leases = sent_between(before, after).get("hmget", 0) / 2
+    return f"  scripts {_per(scripts, n)}  leases {_per(leases, n)} /{unit}"
 
 
 async def measure(name: str, port: int, pid: int, redis_port: int | None, seconds: float) -> None:
@@ -64,12 +75,7 @@ async def measure(name: str, port: int, pid: int, redis_port: int | None, second
         f"  {name:20} RPC     {rpc.rate:8,.0f} calls/s  lost {rpc.lost:3}"
         f"  cpu {cpu / max(1, rpc.count) * 1e6:6.0f} µs/call"
     )
-    if redis_port:
-        after = redis_calls(redis_port)
-        _, scripts = calls_between(before, after)
-        leases = sent_between(before, after).get("hmget", 0) / 2
-        line += f"  scripts {_per(scripts, rpc.count)}  leases {_per(int(leases), rpc.count)} /call"
-    print(line, flush=True)
+    print(line + _redis_per(redis_port, before, rpc.count, "call"), flush=True)
     before = redis_calls(redis_port) if redis_port else {}
     cpu = tree_cpu_seconds(pid)
     paced = await load.paced_stream(port, PACED_MQ, seconds)
@@ -81,14 +87,7 @@ async def measure(name: str, port: int, pid: int, redis_port: int | None, second
         f"  {name:20} paced   {paced.delivered:5}/{paced.sent:<5} delivered"
         f"  p50 {p50:5.2f} ms  p99 {p99:6.2f} ms  cpu {cpu / max(1, paced.sent) * 1e6:6.0f} µs/msg"
     )
-    if redis_port:
-        after = redis_calls(redis_port)
-        _, scripts = calls_between(before, after)
-        leases = sent_between(before, after).get("hmget", 0) / 2
-        line += (
-            f"  scripts {_per(scripts, paced.sent)}  leases {_per(int(leases), paced.sent)} /msg"
-        )
-    print(line, flush=True)
+    print(line + _redis_per(redis_port, before, paced.sent, "msg"), flush=True)
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -64,7 +64,7 @@ from redis.exceptions import RedisError
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.keys import PREFIX, notify_channel
 from brokers.engine.pubsub import open_pubsub
-from brokers.engine.redisio import AnyRedis
+from brokers.engine.redisio import AnyRedis, command
 
 log = logging.getLogger(__name__)
 _SENTINEL = f"{PREFIX}:n"
@@ -386,8 +386,9 @@ class Notifier:
         parked for at least :data:`EARLY_IDLE` are woken in the next turn, without waiting
         for the append's reply and its notification — one round trip sooner (0.3 ms after
         an idle spell here); the notification then does not wake them again but
-        :data:`CLAIM_GRACE` later (a lease that ran first after all, on a connection
-        replaced meanwhile, looks again then). A waiter that parked just now is busy: it
+        :data:`CLAIM_GRACE` later (a lease that ran first after all — the connection was
+        replaced meanwhile, or the append met NOSCRIPT after a Redis restart and went
+        again — looks again then). A waiter that parked just now is busy: it
         waits for the notification, by which time the appends of a round trip have come
         together for one lease (woken early for each, one RPC process leased half as much
         again per call and served 15% fewer calls)."""
@@ -436,7 +437,10 @@ class Notifier:
         waiters look :data:`CLAIM_GRACE` after the claims anyway."""
         self.claims_left += 1
         try:
-            await announce(self._client, topic, None)
+            # on the pipelined connection: after the append whose claim this hands back,
+            # when that append went there (claim(early=True)) — on another connection
+            # the announcement could overtake it and wake the others to find nothing
+            await command(self._client, "PUBLISH", notify_channel(topic), "")
         except (RedisError, OSError) as exc:
             log.info("could not announce %s for claims left behind: %s", topic, exc)
 

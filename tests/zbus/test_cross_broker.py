@@ -287,3 +287,46 @@ async def test_what_any_front_end_of_a_broker_appends_goes_to_its_parked_consume
     finally:
         await here.close()
         await there.close()
+
+
+async def test_a_claim_whose_consumer_went_away_is_handed_back_at_once(broker, other) -> None:
+    """A's long poll left between the claim and the lease (taken out of the pump's line
+    behind its back): A's pump hands the claim back — it announces the MQ — and B's long
+    poll gets the message at once, not after the claim's grace."""
+    from asgiref.sync import sync_to_async
+    from django.db import connection
+
+    from brokers.anonymous import anonymous_app
+    from brokers.engine import Message
+    from brokers.engine.notify import CLAIM_GRACE
+    from brokers.models import Team
+
+    def anonymous_code() -> str:
+        try:
+            return anonymous_app(Team.objects.get(name="team1")).code
+        finally:
+            connection.close()
+
+    app = await sync_to_async(anonymous_code)()
+    here, there = await Raw.open(broker.port), await Raw.open(other.port)
+    try:
+        # the scripts loaded first (a first call meets NOSCRIPT: one more round trip, which
+        # the hand-back's announcement could overtake — the grace covers that)
+        await broker.engine.append("orders", app, [Message(b"warm")])
+        await here.send(msg("cmd: consume", "mq: orders", "msgid: c", "window: 1"))
+        assert (await here.recv()).body == b"warm"
+        for c in (here, there):
+            await c.send(msg("cmd: consume", "mq: orders", "msgid: c", "window: 1"))
+        await asyncio.sleep(0.2)  # both parked, room for one each
+        broker.server.ctx.queues["orders"].line.clear()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await broker.engine.append("orders", app, [Message(b"handed")])
+        assert (await there.recv()).body == b"handed"
+        assert loop.time() - started < CLAIM_GRACE / 2
+        assert broker.engine.notifier.claims_made == 1
+        assert broker.engine.notifier.claims_left == 1
+        assert await here.silent(0.2)
+    finally:
+        await here.close()
+        await there.close()
