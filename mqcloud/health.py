@@ -10,6 +10,7 @@ wake-ups.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,9 +82,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     redis_ok, red = _check_redis()
     ok = pg_ok and redis_ok
     reports = _broker_reports() if redis_ok else {}
-    processes: dict[str, int] = {}
-    for bid, _ in reports:
-        processes[bid] = processes.get(bid, 0) + 1
+    processes = Counter(bid for bid, _ in reports)
     return JsonResponse(
         {
             "status": "ok" if ok else "unavailable",

@@ -30,16 +30,16 @@ consumer left or stopped reading) says so when it parks again (:meth:`Wakeup.par
 the topic is announced to every process at once (:meth:`Notifier.announce`); the grace
 only covers a claimant that crashed, whose claimed messages so wait at most that long and
 are not lost. A grace of 50 ms saved nothing on topics under 20 messages a second: each
-claimed message still cost every other process a lease, later.
+claimed message still cost every other process a lease, later. Waiters that do not say
+what they serve (long-polling fetchers) are woken by every notification, as before. A
+request served where it was produced also keeps its reply in that process. (Before: an
+RPC call cost 1.32 scripts on one process, 1.92 on two and 2.45 on four, and twice the CPU
+on two as on one.)
 
 On a single Redis the claimants are woken early, in the loop turn after the append was
 queued on the pipelined connection their leases go on too (``claim(early=True)``): their
 lease runs in Redis right behind the append instead of after its reply and notification
-came back — produce to delivery 2.0 → 1.3–1.4 ms (p50) on an idle broker here. Waiters that do not
-say what they serve (long-polling fetchers) are woken by every notification, as before.
-A request served where it was produced also keeps its reply in that process. (Before: an
-RPC call cost 1.32 scripts on one process, 1.92 on two and 2.45 on four, and twice the CPU
-on two as on one.)
+came back — produce to delivery 2.0 → 1.3–1.4 ms (p50) on an idle broker here.
 
 (Before: a waiter that subscribed while the lost connection was being replaced did so on
 the old pub/sub object, which redis-py reconnected on its own; the confirmation went to
@@ -403,7 +403,7 @@ class Notifier:
                     event.claims.add(group)
                     took = True
             capacity = event.capacity
-            for group, n in capacity.items() if capacity else ():
+            for group, n in capacity.items():
                 if n >= count and group not in claimed:
                     capacity[group] = n - count
                     claimed.append(group)
@@ -437,10 +437,7 @@ class Notifier:
         waiters look :data:`CLAIM_GRACE` after the claims anyway."""
         self.claims_left += 1
         try:
-            # on the pipelined connection: after the append whose claim this hands back,
-            # when that append went there (claim(early=True)) — on another connection
-            # the announcement could overtake it and wake the others to find nothing
-            await command(self._client, "PUBLISH", notify_channel(topic), "")
+            await announce(self._client, topic, None)
         except (RedisError, OSError) as exc:
             log.info("could not announce %s for claims left behind: %s", topic, exc)
 
@@ -460,11 +457,10 @@ class Notifier:
             group = event.group
             if group is None:
                 serves = event.serves
-                if claimed and serves is not None and serves <= claimed:
+                if (claimed and serves is not None and serves <= claimed) or (
+                    woken_early and event in woken_early  # see claim(early=True)
+                ):
                     self._skip(topic, event, partition)
-                    continue
-                if woken_early and event in woken_early:
-                    self._skip(topic, event, partition)  # see claim(early=True)
                     continue
                 event.hint(partition)
             elif group not in woken:
@@ -613,8 +609,11 @@ class Notifier:
 async def announce(client: AnyRedis, topic: str, partition: int | None) -> None:
     """Tell ``topic``'s waiters in every process that messages are servable now, as an
     append's script does (``None``: on any partition) — for what makes them servable
-    outside such a script: a release, an offset reset."""
-    await client.publish(notify_channel(topic), "" if partition is None else partition)
+    outside such a script: a release, an offset reset, a claim handed back. On a single
+    Redis it goes on the pipelined connection, after the scripts queued there before it
+    (a handed-back claim's append: on another connection the announcement could overtake
+    it and wake the others to find nothing)."""
+    await command(client, "PUBLISH", notify_channel(topic), "" if partition is None else partition)
 
 
 def notice(partition: int, origin: str, claimed: Iterable[str]) -> str:

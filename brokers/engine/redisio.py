@@ -187,11 +187,7 @@ class Durability:
         if qos <= QoS.RECEIVED:
             return True
         caps = self._caps.get("single")
-        if caps is None:
-            return False
-        if qos is QoS.REPLICATED and caps["replicas"] > 0:
-            return False
-        return not (caps["waitaof"] and caps["aof"])
+        return caps is not None and self._wait_for(qos, caps) is None
 
     async def _probe(self, node: ClusterNode | None) -> dict[str, Any]:
         name = node.name if node is not None else "single"
@@ -221,20 +217,25 @@ class Durability:
         self._caps[name] = caps
         return caps
 
-    def _wait_command(self, qos: QoS, caps: dict[str, Any]) -> tuple[Any, ...] | None:
+    def _wait_for(self, qos: QoS, caps: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The command that waits for ``qos`` after a write on a server with ``caps``."""
         if qos is QoS.REPLICATED and caps["replicas"] > 0:
             return ("WAIT", min(self._replicas, caps["replicas"]), self._timeout_ms)
-        if qos in (QoS.PERSISTED, QoS.REPLICATED):
-            if caps["waitaof"] and caps["aof"]:
-                return ("WAITAOF", 1, 0, self._timeout_ms)
-            if not (caps["aof"] and caps["fsync_always"]) and not self._warned:
-                self._warned = True
-                log.warning(
-                    "Redis lacks WAITAOF and appendfsync always: PERSISTED means written to "
-                    "the AOF file (aof=%s), not fsynced",
-                    caps["aof"],
-                )
+        if qos in (QoS.PERSISTED, QoS.REPLICATED) and caps["waitaof"] and caps["aof"]:
+            return ("WAITAOF", 1, 0, self._timeout_ms)
         return None
+
+    def _wait_command(self, qos: QoS, caps: dict[str, Any]) -> tuple[Any, ...] | None:
+        wait = self._wait_for(qos, caps)
+        degraded = wait is None and qos in (QoS.PERSISTED, QoS.REPLICATED)
+        if degraded and not (caps["aof"] and caps["fsync_always"]) and not self._warned:
+            self._warned = True
+            log.warning(
+                "Redis lacks WAITAOF and appendfsync always: PERSISTED means written to "
+                "the AOF file (aof=%s), not fsynced",
+                caps["aof"],
+            )
+        return wait
 
     async def run(self, script: Script, keys: Sequence[str], args: Sequence[Any], qos: QoS) -> Any:
         """Run ``script`` and wait for the durability ``qos`` asks for."""

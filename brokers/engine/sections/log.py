@@ -147,7 +147,9 @@ class LogSection(EngineBase):
                 qos,
                 expected_first=guess,
                 leader=as_leader,
-                notice=self.notifier.claim(topic, chosen, total, early=self._early(qos)),
+                notice=self.notifier.claim(
+                    topic, chosen, total, early=self.durability.pipelined(qos)
+                ),
             )
         end = first_index + total
         if total == len(counts):
@@ -256,14 +258,9 @@ class LogSection(EngineBase):
             policy=info.queue.overflow_policy,
             qos=qos,
             notice=self.notifier.claim(
-                info.code, partition, sum(n for _, n in units), early=self._early(qos)
+                info.code, partition, sum(n for _, n in units), early=self.durability.pipelined(qos)
             ),
         )
-
-    def _early(self, qos: QoS) -> bool:
-        """Whether an append at ``qos`` is queued on the pipelined connection leases go
-        on, so its claimants may lease before its reply (:meth:`Notifier.claim`)."""
-        return self.durability.pipelined(qos)
 
     async def _overflowed(
         self,

@@ -227,8 +227,7 @@ class QueueDispatcher:
         claims were left behind (:meth:`~brokers.engine.notify.Wakeup.park`)."""
         settled = self._caught_up.settled(self.hub.ctx.engine.now_ms())
         if self._fanout:
-            event.serves = None
-            event.capacity = {}
+            event.serves = None  # (its capacity was cleared as its round began)
             return bool(event.left_behind(settled))
         capacity: dict[str, int] = {}
         for (app, address), subs in self.consumers().items():
