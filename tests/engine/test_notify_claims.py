@@ -41,6 +41,30 @@ def test_notifications_without_claims_read_as_before(data, partition):
     assert parse_notice(data) == (partition, "", frozenset())
 
 
+@pytest.fixture
+async def client(redis_url):
+    """A client of the session's Redis, closed after the test."""
+    client = aioredis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def here(client):
+    """A notifier: this process."""
+    notifier = Notifier(client)
+    yield notifier
+    await notifier.close()
+
+
+@pytest.fixture
+async def there(client):
+    """Another notifier on the same Redis: another process."""
+    notifier = Notifier(client)
+    yield notifier
+    await notifier.close()
+
+
 async def _publish(client, topic: str, data: object) -> None:
     await client.publish(notify_channel(topic), data)
 
@@ -50,102 +74,78 @@ async def _quiet(seconds: float = 0.2) -> None:
 
 
 async def test_a_claimed_notification_wakes_the_claimant_at_once_and_others_a_grace_later(
-    redis_url,
+    client,
+    here,
+    there,
 ):
-    client = aioredis.from_url(redis_url)
-    here, there = Notifier(client), Notifier(client)
     assert here.origin != there.origin
-    try:
-        async with (
-            here.watch("t") as local,
-            there.watch("t") as remote,
-            there.watch("t") as remote_other,
-            there.watch("t") as remote_unknown,
-            there.watch("t", "a\nclient") as fetcher,
-        ):
-            local.park({"a": 1})
-            remote.park({"a": 4})
-            remote_other.park({"a": 1}, serves=["b"])  # serves b too: b was not claimed
-            # remote_unknown never parked: it does not say what it serves
-            said = here.claim("t", 2, 1)
-            assert parse_notice(said) == (2, here.origin, frozenset({"a"}))
-            started = time.monotonic()
-            await _publish(client, "t", said)
-            await asyncio.wait_for(local.wait(), 2)
-            await asyncio.wait_for(remote_other.wait(), 2)
-            await asyncio.wait_for(remote_unknown.wait(), 2)
-            await asyncio.wait_for(fetcher.wait(), 2)  # fetchers do not take part in claims
-            assert not remote.is_set()
-            await asyncio.wait_for(remote.wait(), 2)
-            assert time.monotonic() - started >= CLAIM_GRACE * 0.9
-            assert remote.take() == {2} and local.take() == {2}
-            assert there.wakes_skipped == 1 and here.claims_made == 1
-    finally:
-        await here.close()
-        await there.close()
-        await client.aclose()
+    async with (
+        here.watch("t") as local,
+        there.watch("t") as remote,
+        there.watch("t") as remote_other,
+        there.watch("t") as remote_unknown,
+        there.watch("t", "a\nclient") as fetcher,
+    ):
+        local.park({"a": 1})
+        remote.park({"a": 4})
+        remote_other.park({"a": 1}, serves=["b"])  # serves b too: b was not claimed
+        # remote_unknown never parked: it does not say what it serves
+        said = here.claim("t", 2, 1)
+        assert parse_notice(said) == (2, here.origin, frozenset({"a"}))
+        started = time.monotonic()
+        await _publish(client, "t", said)
+        await asyncio.wait_for(local.wait(), 2)
+        await asyncio.wait_for(remote_other.wait(), 2)
+        await asyncio.wait_for(remote_unknown.wait(), 2)
+        await asyncio.wait_for(fetcher.wait(), 2)  # fetchers do not take part in claims
+        assert not remote.is_set()
+        await asyncio.wait_for(remote.wait(), 2)
+        assert time.monotonic() - started >= CLAIM_GRACE * 0.9
+        assert remote.take() == {2} and local.take() == {2}
+        assert there.wakes_skipped == 1 and here.claims_made == 1
 
 
-async def test_claims_spend_the_capacity_parked_and_streaming_groups_always_claim(redis_url):
-    client = aioredis.from_url(redis_url)
-    notifier = Notifier(client)
-    try:
-        async with notifier.watch("t") as waiter, notifier.watch("t") as streamer:
-            assert notifier.claim("t", 0, 1) == "0"  # nobody parked
-            waiter.park({"a": 2, "b": 0})
-            assert parse_notice(notifier.claim("t", 0, 1))[2] == {"a"}
-            assert notifier.claim("t", 0, 2) == "0"  # one left: a batch of two is not taken
-            assert parse_notice(notifier.claim("t", 1, 1))[2] == {"a"}
-            assert notifier.claim("t", 1, 1) == "1"  # spent
-            waiter.park({"a": 5})
-            waiter.hint(0)  # woken: it is leasing, nothing can be claimed for it
-            assert notifier.claim("t", 0, 1) == "0"
-            streamer.stream(["s"])  # takes whatever comes, parked or not
-            for _ in range(3):
-                assert parse_notice(notifier.claim("t", 0, 100))[2] == {"s"}
-            streamer.park({"a": 1})
-            assert parse_notice(notifier.claim("t", 0, 1))[2] == {"s", "a"}
-            assert streamer.serves == {"s", "a"}
-            assert notifier.claim("other", 0, 1) == "0"
-    finally:
-        await notifier.close()
-        await client.aclose()
+async def test_claims_spend_the_capacity_parked_and_streaming_groups_always_claim(here):
+    async with here.watch("t") as waiter, here.watch("t") as streamer:
+        assert here.claim("t", 0, 1) == "0"  # nobody parked
+        waiter.park({"a": 2, "b": 0})
+        assert parse_notice(here.claim("t", 0, 1))[2] == {"a"}
+        assert here.claim("t", 0, 2) == "0"  # one left: a batch of two is not taken
+        assert parse_notice(here.claim("t", 1, 1))[2] == {"a"}
+        assert here.claim("t", 1, 1) == "1"  # spent
+        waiter.park({"a": 5})
+        waiter.hint(0)  # woken: it is leasing, nothing can be claimed for it
+        assert here.claim("t", 0, 1) == "0"
+        streamer.stream(["s"])  # takes whatever comes, parked or not
+        for _ in range(3):
+            assert parse_notice(here.claim("t", 0, 100))[2] == {"s"}
+        streamer.park({"a": 1})
+        assert parse_notice(here.claim("t", 0, 1))[2] == {"s", "a"}
+        assert streamer.serves == {"s", "a"}
+        assert here.claim("other", 0, 1) == "0"
 
 
-async def test_a_process_does_not_defer_its_own_waiters_for_its_own_claim(redis_url):
-    client = aioredis.from_url(redis_url)
-    notifier = Notifier(client)
-    try:
-        async with notifier.watch("t") as a, notifier.watch("t") as b:
-            a.park({"g": 1})
-            b.park({"g": 1})
-            await _publish(client, "t", notifier.claim("t", 0, 1))
-            await asyncio.wait_for(asyncio.gather(a.wait(), b.wait()), 2)
-            assert notifier.wakes_skipped == 0
-    finally:
-        await notifier.close()
-        await client.aclose()
+async def test_a_process_does_not_defer_its_own_waiters_for_its_own_claim(client, here):
+    async with here.watch("t") as a, here.watch("t") as b:
+        a.park({"g": 1})
+        b.park({"g": 1})
+        await _publish(client, "t", here.claim("t", 0, 1))
+        await asyncio.wait_for(asyncio.gather(a.wait(), b.wait()), 2)
+        assert here.wakes_skipped == 0
 
 
-async def test_a_waiter_gone_before_the_grace_ends_is_not_woken(redis_url):
-    client = aioredis.from_url(redis_url)
-    here, there = Notifier(client), Notifier(client)
-    try:
-        async with there.watch("t") as stays:
-            stays.park({"a": 1})
-            async with there.watch("t") as leaves:
-                leaves.park({"a": 1})
-                with_claim = notice(0, here.origin, ["a"])
-                await _publish(client, "t", with_claim)
-                await _quiet(CLAIM_GRACE / 3)
-                assert not leaves.is_set()
-            await asyncio.wait_for(stays.wait(), 2)
-            assert stays.take() == {0}
-            assert there.parked("t") == 1
-    finally:
-        await here.close()
-        await there.close()
-        await client.aclose()
+async def test_a_waiter_gone_before_the_grace_ends_is_not_woken(client, here, there):
+    async with there.watch("t") as stays:
+        stays.park({"a": 1})
+        async with there.watch("t") as leaves:
+            leaves.park({"a": 1})
+            with_claim = notice(0, here.origin, ["a"])
+            await _publish(client, "t", with_claim)
+            await _quiet(CLAIM_GRACE / 3)
+            assert not leaves.is_set()
+        await asyncio.wait_for(stays.wait(), 2)
+        assert stays.take() == {0}
+        assert there.parked("t") == 1
 
 
 async def test_a_claim_its_process_did_not_honour_is_served_by_another(make_engine, clock):
@@ -170,37 +170,30 @@ async def test_a_claim_its_process_did_not_honour_is_served_by_another(make_engi
         assert b.notifier.wakes_skipped == 1 and a.notifier.claims_made == 1
 
 
-async def test_claims_a_waiter_cannot_take_are_handed_back(redis_url):
+async def test_claims_a_waiter_cannot_take_are_handed_back(here, there):
     """A waiter that parks again without room for a group claimed for it — and whose
     lease did not find the group empty — leaves the claim behind: it announces the topic
     and the other processes' waiters look at once, not a grace later."""
-    client = aioredis.from_url(redis_url)
-    here, there = Notifier(client), Notifier(client)
-    try:
-        async with here.watch("t") as pump, there.watch("t") as remote:
-            pump.park({"a": 1, "b": 1})
-            remote.park({"a": 1})
-            here.claim("t", 0, 1)
-            assert pump.claims == {"a", "b"}
-            # its consumers of a left; b's lease found nothing more (settled)
-            assert pump.park({}, serves=["b"], settled=["b"]) == {"a"}
-            assert pump.claims == set() and pump.left_behind() == set()
-            pump.park({"a": 1})
-            here.claim("t", 0, 1)
-            assert pump.park({"a": 1}) == set()  # room again: it takes what comes
-            pump.stream(["s"])
-            here.claim("t", 0, 1)
-            assert pump.left_behind() == set()  # a streaming group takes everything
-            started = time.monotonic()
-            await here.announce("t")
-            await asyncio.wait_for(remote.wait(), 2)
-            assert time.monotonic() - started < CLAIM_GRACE
-            assert remote.take() is None  # a full look
-            assert here.claims_left == 1
-    finally:
-        await here.close()
-        await there.close()
-        await client.aclose()
+    async with here.watch("t") as pump, there.watch("t") as remote:
+        pump.park({"a": 1, "b": 1})
+        remote.park({"a": 1})
+        here.claim("t", 0, 1)
+        assert pump.claims == {"a", "b"}
+        # its consumers of a left; b's lease found nothing more (settled)
+        assert pump.park({}, serves=["b"], settled=["b"]) == {"a"}
+        assert pump.claims == set() and pump.left_behind() == set()
+        pump.park({"a": 1})
+        here.claim("t", 0, 1)
+        assert pump.park({"a": 1}) == set()  # room again: it takes what comes
+        pump.stream(["s"])
+        here.claim("t", 0, 1)
+        assert pump.left_behind() == set()  # a streaming group takes everything
+        started = time.monotonic()
+        await here.announce("t")
+        await asyncio.wait_for(remote.wait(), 2)
+        assert time.monotonic() - started < CLAIM_GRACE
+        assert remote.take() is None  # a full look
+        assert here.claims_left == 1
 
 
 async def test_an_announcement_that_cannot_be_sent_is_only_logged(caplog):
@@ -213,35 +206,29 @@ async def test_an_announcement_that_cannot_be_sent_is_only_logged(caplog):
         await dead.aclose()
 
 
-async def test_an_early_claim_wakes_the_claimant_before_the_append_is_answered(redis_url):
+async def test_an_early_claim_wakes_the_claimant_before_the_append_is_answered(client, here):
     """claim(early=True): the claimants are woken in the next loop turn, before any
     notification; the notification then does not wake them again but a grace later."""
-    client = aioredis.from_url(redis_url)
-    notifier = Notifier(client)
-    try:
-        async with notifier.watch("t") as pump, notifier.watch("t", "fetchers") as other:
-            pump.park({"a": 2})  # a fetcher claims nothing: the notification wakes it
-            # just parked: busy, left to the notification (appends gather for one lease)
-            assert "/" not in parse_notice(notifier.claim("t", 3, 1, early=True))[1]
-            await asyncio.sleep(0)
-            assert not pump.is_set()
-            await asyncio.sleep(EARLY_IDLE * 2)  # parked a while: idle
-            said = notifier.claim("t", 3, 1, early=True)
-            partition, origin, groups = parse_notice(said)
-            assert (partition, groups) == (3, {"a"}) and origin.startswith(notifier.origin + "/")
-            assert not pump.is_set()
-            await asyncio.sleep(0)  # the next turn
-            assert pump.is_set() and pump.take() == {3} and not other.is_set()
-            started = time.monotonic()
-            await _publish(client, "t", said)  # the append's notification
-            await asyncio.wait_for(other.wait(), 2)
-            assert not pump.is_set()
-            await asyncio.wait_for(pump.wait(), 2)  # a look a grace later, in case
-            assert time.monotonic() - started >= CLAIM_GRACE * 0.9
-            assert notifier._early == {}
-    finally:
-        await notifier.close()
-        await client.aclose()
+    async with here.watch("t") as pump, here.watch("t", "fetchers") as other:
+        pump.park({"a": 2})  # a fetcher claims nothing: the notification wakes it
+        # just parked: busy, left to the notification (appends gather for one lease)
+        assert "/" not in parse_notice(here.claim("t", 3, 1, early=True))[1]
+        await asyncio.sleep(0)
+        assert not pump.is_set()
+        await asyncio.sleep(EARLY_IDLE * 2)  # parked a while: idle
+        said = here.claim("t", 3, 1, early=True)
+        partition, origin, groups = parse_notice(said)
+        assert (partition, groups) == (3, {"a"}) and origin.startswith(here.origin + "/")
+        assert not pump.is_set()
+        await asyncio.sleep(0)  # the next turn
+        assert pump.is_set() and pump.take() == {3} and not other.is_set()
+        started = time.monotonic()
+        await _publish(client, "t", said)  # the append's notification
+        await asyncio.wait_for(other.wait(), 2)
+        assert not pump.is_set()
+        await asyncio.wait_for(pump.wait(), 2)  # a look a grace later, in case
+        assert time.monotonic() - started >= CLAIM_GRACE * 0.9
+        assert here._early == {}
 
 
 async def test_a_lease_made_on_an_early_wake_finds_the_append(make_engine, store):
