@@ -13,6 +13,10 @@ In one run, side by side:
   clients (the anonymous app of their team has a producer and a consumer policy, as an MQ
   made by ``create_mq`` has).
 
+* the Python floor (:mod:`bench.zbus_floor`; ``--no-floor`` leaves it out): one uvloop
+  process answering the generator's commands from in-memory deques — no storage, catalog
+  or policies — what a single asyncio process can reach here at all.
+
 Every server is loaded by the same generator (:mod:`bench.zbus_load`, written from the
 protocol text, not our client), after the same warm-up pass (the JVM compiles its hot
 paths during it); the phases run one server after the other, phase by phase, so drifting
@@ -166,6 +170,24 @@ def java_server() -> Iterator[tuple[int, int] | str]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def floor_server() -> Iterator[tuple[int, int]]:
+    """:mod:`bench.zbus_floor` (an in-memory Python zbus server doing no more than the
+    generator's commands need) on a free loopback port: yields (port, pid)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("zbus_floor.py")), str(port)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if line.strip() != "ready":
+            raise RuntimeError(f"the Python floor server did not start: {line!r}")
+        yield port, proc.pid
+    finally:
+        stop_process(proc, 10)
+
+
 # ---------------------------------------------------------------- the run
 
 
@@ -177,6 +199,8 @@ class Target:
     port: int
     pid: int
     ours: bool
+    floor: bool = False
+    """The in-memory Python floor (:mod:`bench.zbus_floor`), not a broker."""
     results: dict[str, load.Result] = field(default_factory=dict)
     cpu_us: dict[str, float] = field(default_factory=dict)
     """Server CPU (the process and its children, not Redis) per message or call."""
@@ -274,8 +298,8 @@ async def measure(targets: list[Target], seconds: float, profile: Path | None) -
 
 
 def report(targets: list[Target], raw: float) -> None:
-    java = next((t for t in targets if not t.ours), None)
-    ours = [t for t in targets if t.ours]
+    java = next((t for t in targets if not t.ours and not t.floor), None)
+    ours = [t for t in targets if t.ours or t.floor]
     rows = [
         ("produce", "produce msg/s, 8 conns"),
         ("stream", "streaming consume msg/s (window -1)"),
@@ -311,6 +335,8 @@ def report(targets: list[Target], raw: float) -> None:
     print(f"{'raw redis-benchmark -P 100 XADD ops/s':38}{raw:16,.0f}  (our Redis, same run)")
     if java:
         for t in ours:
+            if t.floor:
+                continue
             met = [
                 f"{key} {'met' if t.results[key].rate >= GOALS[key] * java.results[key].rate else 'NOT met'}"
                 for key, _ in rows
@@ -337,6 +363,9 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"zbus 5.1 server: SKIPPED, {java}", flush=True)
             else:
                 targets.append(Target("zbus 5.1 (Java)", java[0], java[1], ours=False))
+        if args.floor:
+            port, pid = stack.enter_context(floor_server())
+            targets.append(Target("Python floor", port, pid, ours=False, floor=True))
         for n, count in enumerate(processes):
             redis_port = stack.enter_context(redis_server())
             if n == 0:
@@ -368,5 +397,9 @@ if __name__ == "__main__":
             "--processes", default="1,2", help="our broker's process counts, e.g. 1,2"
         )
         parser.add_argument("--no-java", action="store_true", help="only our server")
+        parser.add_argument(
+            "--no-floor", dest="floor", action="store_false",
+            help="without the in-memory Python floor (bench/zbus_floor.py)",
+        )  # fmt: skip
         parser.add_argument("--profile", default="", help="record our brokers with py-spy here")
         asyncio.run(main(parser.parse_args()))
