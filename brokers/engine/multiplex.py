@@ -16,6 +16,12 @@ redis-py's own hiredis parser parses them, with the same "not enough data" marke
 ``_reader`` / ``_writer`` attributes (present in redis-py 4–8;
 ``tests/engine/test_multiplex.py`` fails if they go away).
 
+Commands registered with :func:`send_first` open every connection, before the calls that
+waited for it: the engine's scripts are loaded so (``SCRIPT LOAD`` of a script Redis knows
+costs it a hash lookup). After a Redis restart the first call of each script would
+otherwise meet NOSCRIPT and go again behind calls queued after it — an append behind the
+lease of the consumer it woke early, which then found nothing.
+
 A caller that is cancelled still has its reply read (and dropped), so a cancellation never
 desynchronises the connection. When the connection fails, every waiting caller gets the
 error and the next call takes a new connection. Blocking commands (WAIT, BLPOP, …) must not
@@ -43,6 +49,26 @@ _READ_SIZE = 1 << 16
 NOT_ENOUGH_DATA = object()
 """What a :func:`hiredis_reader` returns while a reply is incomplete (a RESP3 ``false`` is a
 reply)."""
+
+
+_FIRST: dict[str, tuple[Any, ...]] = {}
+"""Key → a command every new connection runs first (:func:`send_first`)."""
+
+
+def send_first(key: str, *command: Any) -> None:
+    """Have every connection a multiplexer opens from now on run ``command`` before any
+    call (one command per ``key``; a later one replaces it). Its reply is dropped; an
+    error reply is logged."""
+    _FIRST[key] = command
+
+
+def _log_failure(fut: asyncio.Future[Any]) -> None:
+    if fut.cancelled():
+        return
+    exc = fut.exception()
+    if exc is None or isinstance(exc, RedisConnectionError):
+        return  # the connection's failure: its callers hear of it and log it
+    log.warning("a command that opens each Redis connection failed: %s", exc)
 
 
 def pack(command: Sequence[Any]) -> bytes:
@@ -131,8 +157,11 @@ class Multiplexer:
             self._connecting = None
         self._conn = conn
         self._reading = self.loop.create_task(self._read(conn))
+        first: list[Call] = [(command, self.loop.create_future()) for command in _FIRST.values()]
+        for _, fut in first:
+            fut.add_done_callback(_log_failure)
         backlog, self._backlog = self._backlog, []
-        self._write(backlog)
+        self._write(first + backlog)
 
     async def _read(self, conn: Any) -> None:
         parser = hiredis_reader(self._pool)

@@ -25,6 +25,7 @@ from redis.utils import HIREDIS_AVAILABLE
 from brokers.engine.coalesce import coalescer
 from brokers.engine.errors import WriteTimeout
 from brokers.engine.model import QoS
+from brokers.engine.multiplex import send_first
 
 log = logging.getLogger(__name__)
 AnyRedis = aioredis.Redis | RedisCluster
@@ -102,11 +103,14 @@ async def command(client: AnyRedis, *args: Any) -> Any:
 
 
 class Script:
-    """A Lua script run by SHA, loaded on demand."""
+    """A Lua script run by SHA: loaded first on every pipelined connection
+    (:func:`~brokers.engine.multiplex.send_first`), on demand elsewhere and after a
+    ``SCRIPT FLUSH``."""
 
     def __init__(self, source: str) -> None:
         self.source = LUA_HELPERS + source
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        send_first(self.sha, "SCRIPT", "LOAD", self.source)
 
     async def __call__(self, client: AnyRedis, keys: Sequence[str], args: Sequence[Any]) -> Any:
         if pipelined(client):  # a single Redis: pipelined with the turn's calls

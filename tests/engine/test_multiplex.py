@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, NoScriptError, ResponseError
 
+from brokers.engine import multiplex
 from brokers.engine.coalesce import coalescer
 from brokers.engine.multiplex import Multiplexer, pack
 from brokers.engine.redisio import Script
@@ -180,4 +181,26 @@ async def test_bytes_like_arguments_are_sent_as_bytes_and_unpackable_ones_fail_a
             await calls[0][1]
         assert await calls[1][1] in (b"PONG", "PONG")
     finally:
+        await client.aclose()
+
+
+async def test_each_new_connection_runs_the_registered_commands_first(redis_url, caplog):
+    """send_first: every connection a multiplexer opens runs them before any call (the
+    engine's scripts are loaded so); an error reply is logged, the calls go on."""
+    client = aioredis.from_url(redis_url)
+    admin = aioredis.from_url(redis_url)
+    try:
+        await admin.script_flush()
+        assert (await admin.script_exists(ECHO.sha)) == [False]
+        multiplex.send_first("test-first-bad", "NO-SUCH-COMMAND")
+        loop = asyncio.get_running_loop()
+        mux = Multiplexer(client, loop)
+        call = (("EVALSHA", ECHO.sha, 1, "k", "v"), loop.create_future())
+        mux.send([call])  # connecting: the scripts go first
+        assert await call[1] == [b"k", b"v"]
+        assert any("opens each Redis connection failed" in r.message for r in caplog.records)
+        assert (await admin.script_exists(ECHO.sha)) == [True]
+    finally:
+        multiplex._FIRST.pop("test-first-bad", None)
+        await admin.aclose()
         await client.aclose()

@@ -14,9 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio.cluster import RedisCluster
 
-from brokers.engine import Message
+from brokers.engine import Engine, Message
 from brokers.engine.keys import notify_channel
 from brokers.engine.notify import CLAIM_GRACE, EARLY_IDLE, Notifier, notice, parse_notice
+from brokers.engine.redisio import broker_client
 from tests.engine.conftest import snapshot
 
 NAMES = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
@@ -247,3 +248,37 @@ async def test_a_lease_made_on_an_early_wake_finds_the_append(make_engine, store
             lease = await engine.lease("t", "a", count=1, owner="o")
             assert [d.index for d in lease.deliveries] == [0]
         await append
+
+
+async def test_after_a_redis_restart_a_lease_on_an_early_wake_still_finds_the_append(redis_url):
+    """A restarted Redis knows no script. Every new pipelined connection loads them first
+    (brokers.engine.multiplex.send_first): without that the append met NOSCRIPT and went
+    again behind the lease of the claimant it woke early, which found nothing (the message
+    then waited for the claim's grace)."""
+    client = broker_client(redis_url, max_connections=8)  # as a broker's
+    admin = aioredis.from_url(redis_url)
+    snap = snapshot(topics={"t": {"partitions": 1}})
+    engine = Engine(client, lambda: snap)
+    try:
+        await client.flushall()
+        await engine.append("t", "a", [Message(b"before")])  # scripts loaded, connection up
+        first = await engine.lease("t", "a", count=1, owner="o")
+        assert [d.index for d in first.deliveries] == [0]
+        await admin.script_flush()  # what a restart leaves: no script, every connection gone
+        await admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        await asyncio.sleep(0.1)  # the multiplexed connection's reader saw it close
+        # consumers lease on (the lease script is back), then the first append comes
+        assert not (await engine.lease("t", "a", count=1, owner="o")).deliveries
+        async with engine.notifier.watch("t") as pump:
+            pump.park({"a": 1})
+            await asyncio.sleep(EARLY_IDLE * 2)
+            append = asyncio.create_task(engine.append("t", "a", [Message(b"after")]))
+            await asyncio.wait_for(pump.wait(), 2)
+            assert not append.done()  # woken before the append's reply
+            lease = await engine.lease("t", "a", count=1, owner="o")
+            assert [d.index for d in lease.deliveries] == [1]
+            await append
+    finally:
+        await engine.close()
+        await admin.aclose()
+        await client.aclose()
