@@ -247,3 +247,27 @@ async def test_acks_go_together_and_a_stopping_server_sends_those_waiting(
     finally:
         await raw.close()
         await after.stop()
+
+
+async def test_a_long_pollers_consumes_ask_the_gate_once_per_catalog(broker, monkeypatch) -> None:
+    """What a connection's consume resolved — its queue, acting app and the engine gate's
+    answer — is kept while the catalog snapshot and the request stay the same: a long
+    poller does not ask the gate again for every message (a catalog change does: the
+    pause test above)."""
+    asked: list[tuple] = []
+    gate = broker.engine.authorize_consumer
+
+    def counted(*args, **kwargs):
+        asked.append(args)
+        return gate(*args, **kwargs)
+
+    monkeypatch.setattr(broker.engine, "authorize_consumer", counted)
+    raw = await Raw.open(broker.port)
+    try:
+        await _produce(raw, [f"m{i}".encode() for i in range(6)])
+        for i in range(6):  # the first leases, the rest come from memory
+            await raw.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
+            assert (await raw.recv()).body == f"m{i}".encode()
+        assert len(asked) <= 2, asked
+    finally:
+        await raw.close()

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from brokers.engine import EngineError
 from brokers.protocols.zbus import Message
-from brokers.servers.zbus.access import Forbidden
+from brokers.servers.zbus.access import Forbidden, acting_app
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.mqs import lookup
-from brokers.servers.zbus.produce import authorize, resolve
+from brokers.servers.zbus.produce import resolve
 from brokers.servers.zbus.pubsub import pubsub_for
 from brokers.servers.zbus.queue import queue_for
 
@@ -35,12 +35,31 @@ async def consume(ctx: ServerContext, conn: Connection, msg: Message) -> None:
 def consume_now(ctx: ServerContext, conn: Connection, msg: Message) -> bool:
     """:func:`consume` of ``msg`` done at once when it consumes a catalog queue MQ as an
     app the engine's gate lets consume, and nothing must be released first; False, with
-    nothing done, otherwise (refusals included: :func:`consume` answers them)."""
-    mq = lookup(ctx, msg.mq)
-    if mq is None or mq.topic is None or mq.pubsub:
-        return False
-    try:
-        app = authorize(ctx, conn, mq, msg.token, consume=True)
-    except (Forbidden, EngineError):
-        return False
-    return queue_for(ctx, mq.name).consume_now(conn, msg.msgid, msg.window, msg.aliases, app)
+    nothing done, otherwise (refusals included: :func:`consume` answers them).
+
+    A long poller sends the same consume again and again: what its MQ, token and the
+    catalog decided (the queue, the acting app, whether the gate lets it take messages
+    now) is kept on the connection for as long as the catalog snapshot and the request
+    are the same (:attr:`Connection.consuming`)."""
+    name, token, snapshot = msg.mq, msg.token, ctx.snapshot
+    known = conn.consuming
+    if (
+        known is not None
+        and known[0] is snapshot
+        and known[1] == name
+        and known[2] == token
+        and name not in ctx.temps  # a Temp MQ of that name opened since: it comes first
+    ):
+        queue, app, allowed = known[3], known[4], known[5]
+    else:
+        mq = lookup(ctx, name)
+        if mq is None or mq.topic is None or mq.pubsub:
+            return False
+        try:
+            app = acting_app(snapshot, mq, token)
+            allowed = ctx.engine.authorize_consumer(mq.name, app, conn.remote_addr)
+        except (Forbidden, EngineError):
+            return False
+        queue = queue_for(ctx, mq.name)
+        conn.consuming = (snapshot, name, token, queue, app, allowed)
+    return queue.consume_now(conn, msg.msgid, msg.window, msg.aliases, app, allowed=allowed)

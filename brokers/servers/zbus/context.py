@@ -58,6 +58,6 @@ class ServerContext:
         if not task.cancelled() and task.exception() is not None:
             log.error("zbus background task %s failed", task.get_name(), exc_info=task.exception())
 
-    def consumed(self, mq: str, conn: Any) -> None:
-        """Record that connection ``conn`` consumed ``mq`` now (monotonic time)."""
-        self.activity.setdefault(mq, {})[conn] = time.monotonic()
+    def consumed(self, mq: str, conn: Any, now: float | None = None) -> None:
+        """Record that connection ``conn`` consumed ``mq`` ``now`` (monotonic time)."""
+        self.activity.setdefault(mq, {})[conn] = time.monotonic() if now is None else now

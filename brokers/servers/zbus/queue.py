@@ -192,12 +192,20 @@ class QueueMq:
             self._park(conn, msgid, window, aliases, app, now)
 
     def consume_now(
-        self, conn: Connection, msgid: str | None, window: int, aliases: AliasFamily, app: str
+        self,
+        conn: Connection,
+        msgid: str | None,
+        window: int,
+        aliases: AliasFamily,
+        app: str,
+        *,
+        allowed: bool | None = None,
     ) -> bool:
         """:meth:`consume` without waiting for anything — the common case, where what the
         connection had in flight is only acked (a long poll, a streaming consumer's
         next consume); False, with nothing done, when some of it must be released first
-        (§13.1's racing deliveries): then :meth:`consume` it is."""
+        (§13.1's racing deliveries): then :meth:`consume` it is. ``allowed``: the
+        engine's gate was just asked (True: the consumer may take messages now)."""
         now = conn.now()
         settle, again = self._sort_inflight(conn, now)
         if again:
@@ -207,7 +215,7 @@ class QueueMq:
             del self.inflight[conn]
             self._settle_soon(settle)
         if not conn.closed:
-            self._park(conn, msgid, window, aliases, app, now)
+            self._park(conn, msgid, window, aliases, app, now, allowed)
         return True
 
     def _replace(self, conn: Connection, now: float) -> None:
@@ -228,9 +236,10 @@ class QueueMq:
         aliases: AliasFamily,
         app: str,
         now: float,
+        allowed: bool | None = None,
     ) -> None:
         self._watch(conn)
-        self.ctx.consumed(self.name, conn)
+        self.ctx.consumed(self.name, conn, now)
         session = PullSession(conn, msgid, window, aliases, app, now, conn.remote_host)
         self.sessions[conn] = session
         if window == 0:
@@ -239,18 +248,19 @@ class QueueMq:
         if window > 0 and conn.learned_timeout is not None:
             delay = conn.learned_timeout * self.ctx.config.retire_fraction
             session.timer = asyncio.get_running_loop().call_later(delay, self._retire, session)
-        if not self._serve_from_memory(session):
+        if not self._serve_from_memory(session, allowed):
             self._kick()
 
-    def _serve_from_memory(self, session: PullSession) -> bool:
+    def _serve_from_memory(self, session: PullSession, allowed: bool | None = None) -> bool:
         """Deal what was read ahead for ``session``'s consumer at once, as the pump would
         (the common long poll: its next message is in memory); True when nothing is left
-        for the pump to do (no session of the MQ waits any more)."""
+        for the pump to do (no session of the MQ waits any more). ``allowed``: the gate's
+        answer for the consumer, when it was just asked."""
         key = (session.app, session.address)
         if key not in self._ahead or not self._ready(key) or session.conn.writing_paused:
             return False
         want = self.ctx.config.take_batch if session.window < 0 else session.window
-        unsent = self._deal_ahead(key, want)
+        unsent = self._deal_ahead(key, want, allowed)
         if unsent is None:
             return False
         if unsent:
@@ -590,10 +600,12 @@ class QueueMq:
         if unsent:
             await self._release(unsent)
 
-    def _deal_ahead(self, key: tuple[str, str], want: int) -> list[InFlight] | None:
+    def _deal_ahead(
+        self, key: tuple[str, str], want: int, allowed: bool | None = None
+    ) -> list[InFlight] | None:
         """Deal up to ``want`` of what was read ahead for ``key`` (:meth:`_take_ahead`);
         None when there was none, else what a closing connection refused, to release."""
-        ahead = self._take_ahead(key, want)
+        ahead = self._take_ahead(key, want, allowed)
         return None if ahead is None else self._hand_out(ahead[0], key, ahead[1])
 
     def _hand_out(
@@ -629,18 +641,22 @@ class QueueMq:
             return want
         return max(want, min(cfg.take_batch, per_hold))
 
-    def _take_ahead(self, key: tuple[str, str], want: int) -> tuple[list[Delivery], float] | None:
+    def _take_ahead(
+        self, key: tuple[str, str], want: int, allowed: bool | None = None
+    ) -> tuple[list[Delivery], float] | None:
         """Up to ``want`` of what was read ahead for ``key`` and may still be dealt, with
         when it was leased (the oldest); None when there is none. The rest stays where it
         is (a long poll takes one message, not the whole read-ahead and back). Asks the
-        gate again: a paused or refused consumer's deliveries go back unread."""
+        gate again (unless its answer ``allowed`` comes with the call): a paused or
+        refused consumer's deliveries go back unread."""
         queue = self._ahead.get(key)
         if not queue:
             return None
-        try:
-            allowed = self.ctx.engine.authorize_consumer(self.name, key[0], key[1])
-        except EngineError:
-            allowed = False
+        if allowed is None:
+            try:
+                allowed = self.ctx.engine.authorize_consumer(self.name, key[0], key[1])
+            except EngineError:
+                allowed = False
         if not allowed:
             self._drop_ahead(key, everything=True)
             self._block(key, 1.0)
