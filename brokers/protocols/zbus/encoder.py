@@ -15,6 +15,7 @@ for :func:`~.replies.make_reply` (a produce's ack). Header lines that recur (the
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -22,13 +23,18 @@ from brokers.protocols.zbus.aliases import AliasFamily, aliases_for
 from brokers.protocols.zbus.constants import Header, reason_phrase
 from brokers.protocols.zbus.errors import EncodeError
 from brokers.protocols.zbus.head import CONTROL
-from brokers.protocols.zbus.message import Message, RequestLine, parse_status
+from brokers.protocols.zbus.message import Message, RequestLine, StatusLine, parse_status
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
-def _start_line(message: Message) -> str:
-    start = message.start
+def _start_line(message: Message) -> bytes:
+    """The start line with its CRLF (from a cache: a server writes a few start lines)."""
+    return _start_bytes(message.start)
+
+
+@functools.lru_cache(maxsize=256)
+def _start_bytes(start: RequestLine | StatusLine) -> bytes:
     if isinstance(start, RequestLine):
         if not _TOKEN.fullmatch(start.method) or not start.uri or " " in start.uri:
             raise EncodeError(f"bad request line {start.method!r} {start.uri!r}")
@@ -39,7 +45,7 @@ def _start_line(message: Message) -> str:
         line = f"{start.version} {start.status} {start.reason}"
     if CONTROL.search(line):
         raise EncodeError(f"control character in start line {line[:80]!r}")
-    return line
+    return f"{line}\r\n".encode()
 
 
 def writable_header(key: str, value: str) -> bool:
@@ -49,17 +55,24 @@ def writable_header(key: str, value: str) -> bool:
 
 
 def encode_message(message: Message, *, aliases: AliasFamily = AliasFamily.NONE) -> bytes:
-    """The wire bytes of ``message``, for a recipient whose alias family is ``aliases``."""
-    lines = [_start_line(message)]
+    """The wire bytes of ``message``, for a recipient whose alias family is ``aliases``.
+    Lines that recur (``mq``, ``cmd``, a producer's address) come from a cache, per-message
+    ids do not (they would only churn it)."""
+    out = [_start_line(message)]
+    plain = aliases is _NO_ALIASES
     for key, value in message.headers.items():
         if key == Header.CONTENT_LENGTH:
             continue
-        if not writable_header(key, value):
+        line = _line(key, value) if key in _PER_MESSAGE_IDS else header_line(key, value)
+        if line is None:
             raise EncodeError(f"header {key[:40]!r} cannot be written")
-        lines.append(f"{key}: {value}")
-        lines.extend(f"{alias}: {value}" for alias in aliases_for(key, aliases))
-    lines.append(f"{Header.CONTENT_LENGTH}: {len(message.body)}")
-    return "\r\n".join(lines).encode() + b"\r\n\r\n" + message.body
+        out.append(line)
+        if not plain and key in _ALIASED:
+            _with_aliases(out, key, value, aliases)
+    body = message.body
+    out.append(b"content-length: %d\r\n\r\n" % len(body))
+    out.append(body)
+    return b"".join(out)
 
 
 _LINES: dict[tuple[str, str], bytes | None] = {}
@@ -68,6 +81,7 @@ _LINES_MAX = 8192
 _STATUS_LINES: dict[int, bytes] = {}
 _NO_ALIASES = AliasFamily.NONE
 _ALIASED = frozenset({Header.MSGID, Header.MSGID_RAW, Header.MQ_REPLY})
+_PER_MESSAGE_IDS = frozenset({Header.MSGID, Header.MSGID_RAW})
 _SET_BY_DELIVERY = frozenset(
     {Header.MSGID, Header.MSGID_RAW, Header.TOKEN, Header.REDELIVERED, Header.CONTENT_LENGTH}
 )
