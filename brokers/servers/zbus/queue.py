@@ -214,8 +214,50 @@ class QueueMq:
         if settle:
             del self.inflight[conn]
             self._settle_soon(settle)
-        if not conn.closed:
+        if conn.closed:
+            return True
+        if window != 1 or not self._poll_from_memory(conn, msgid, aliases, app, now, allowed):
             self._park(conn, msgid, window, aliases, app, now, allowed)
+        return True
+
+    def _poll_from_memory(
+        self,
+        conn: Connection,
+        msgid: str | None,
+        aliases: AliasFamily,
+        app: str,
+        now: float,
+        allowed: bool | None,
+    ) -> bool:
+        """A long poll (window 1) answered from its consumer's read-ahead while no session
+        of the MQ waits: what :meth:`_park` and :meth:`_serve_from_memory` do for it — the
+        session recorded, its delivery written and in flight — without putting it in the
+        line and dealing to it from there (a long poller sends one consume per message).
+        False, with nothing done, when it must park."""
+        if self.line or conn.writing_paused:
+            return False
+        key = (app, conn.remote_host)
+        if key not in self._ahead or not self._ready(key):
+            return False
+        ahead = self._take_ahead(key, 1, allowed)
+        if ahead is None:
+            return False
+        d = ahead[0][0]
+        self._watch(conn)
+        self.ctx.consumed(self.name, conn, now)
+        self.sessions[conn] = PullSession(
+            conn, msgid, 0, aliases, app, now, key[1], delivered=1, active=False
+        )
+        self._paces.took(key, 1)
+        out = self._delivery(d, msgid, aliases)
+        if out is None or not conn.send_encoded(out):
+            unsent = [InFlight(app, d.partition, d.index, now, now, False)]
+            self.ctx.spawn(self._release(unsent), f"zbus-release-{self.name}")
+            return True
+        self.inflight.setdefault(conn, []).append(
+            InFlight(app, d.partition, d.index, now, now, False)
+        )
+        self._settle_streams()
         return True
 
     def _replace(self, conn: Connection, now: float) -> None:
