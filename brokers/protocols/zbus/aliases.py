@@ -51,8 +51,14 @@ _WRITTEN_ALIASES: dict[AliasFamily, dict[str, str]] = {
 }
 
 
+_ALIAS_SPELLINGS = frozenset(name for name, canonical in _CANONICAL_OF.items() if name != canonical)
+
+
 def canonicalize(headers: Mapping[str, str]) -> tuple[dict[str, str], AliasFamily]:
-    """Rename aliases to canonical names (keeping positions) and report the families used."""
+    """Rename aliases to canonical names (keeping positions) and report the families used.
+    Headers with no alias spelling (what most clients send) come back as a copy at once."""
+    if _ALIAS_SPELLINGS.isdisjoint(headers):
+        return dict(headers), AliasFamily.NONE
     out: dict[str, str] = {}
     family = 0  # the flags as an int: Flag arithmetic costs a call per operation
     for key, value in headers.items():

@@ -48,8 +48,16 @@ class Decoder:
         if self._closed:
             raise DecoderClosedError("decoder is closed")
         pending = self._buffer
-        pending += data
         events: list[Message | ZbusDecodeError] = []
+        if not pending and self._head is None and type(data) is bytes:
+            # nothing held (the common case: whole messages per read): parse the chunk as
+            # it came, keep only what is left of it
+            pos = self._split(data, events)
+            if pos < len(data) and not self._closed:
+                pending += data[pos:] if pos else data
+            self._scan_from = max(0, self._scan_from - pos)
+            return events
+        pending += data
         if self._head is not None:
             if len(pending) < self._head.content_length:
                 return events  # still inside a body: nothing to copy or scan yet
@@ -64,7 +72,14 @@ class Decoder:
             return events
         # one copy of what arrived, sliced from then on: a bytearray slice made bytes would
         # copy each head and body twice
-        buffer = bytes(pending)
+        pos = self._split(bytes(pending), events)
+        del pending[:pos]
+        self._scan_from = max(0, self._scan_from - pos)
+        return events
+
+    def _split(self, buffer: bytes, events: list[Message | ZbusDecodeError]) -> int:
+        """Append the messages (or errors) ``buffer`` completes to ``events``; the
+        position up to which it was consumed."""
         pos = 0
         while not self._closed:
             if self._head is None:
@@ -93,9 +108,7 @@ class Decoder:
             self._head = None
             self._scan_from = pos
             events.append(self._message(head, body))
-        del pending[:pos]
-        self._scan_from = max(0, self._scan_from - pos)
-        return events
+        return pos
 
     def eof(self) -> TruncatedMessage | None:
         """The peer closed its side: report a partial message, if any, and close the decoder."""

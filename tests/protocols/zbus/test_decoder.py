@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from brokers.protocols.zbus import (
     BadContentLength,
@@ -146,6 +150,28 @@ def test_byte_by_byte_equals_whole_feed() -> None:
         events += decoder.feed(stream[index : index + 1])
     assert events == decode_all(stream)
     assert len(events) == 4
+    assert decoder.eof() is None
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [PRODUCE, WORKER_REPLY, CONSUME, b"\r\n", b"GET /x HTTP/1.1\r\nbad\r\n\r\n"]
+        ),
+        max_size=8,
+    ),
+    st.lists(st.integers(0, 400), max_size=12),
+)
+def test_any_split_of_a_stream_decodes_as_the_whole(parts: list[bytes], cuts: list[int]) -> None:
+    """Chunks that start on a message boundary (parsed as they came) and chunks that
+    complete a held part decode to what the whole stream does."""
+    stream = b"".join(parts)
+    bounds = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    decoder = Decoder()
+    events: list[Message | ZbusDecodeError] = []
+    for start, end in itertools.pairwise(bounds):
+        events += decoder.feed(stream[start:end])
+    assert events == decode_all(stream)
     assert decoder.eof() is None
 
 
