@@ -78,8 +78,13 @@ class VibeMQProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.session is None or self._decoder.closed:
             return
-        for event, size in self._decoder.feed_sized(data):
-            self.session.feed(event, size)
+        out = self._out
+        out.hold()  # what the frames answer at once leaves when they are handled
+        try:
+            for event, size in self._decoder.feed_sized(data):
+                self.session.feed(event, size)
+        finally:
+            out.release()
         self._update_reading()
 
     def eof_received(self) -> bool | None:

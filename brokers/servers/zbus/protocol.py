@@ -76,9 +76,18 @@ class ZbusProtocol(FlowControlled):
         super().resume_writing()
 
     def data_received(self, data: bytes) -> None:
-        """Feed the decoder and start what the messages ask for (:meth:`_start`)."""
+        """Feed the decoder and start what the messages ask for (:meth:`_start`); what
+        that sends at once leaves in one write when they are started."""
         if self._decoder.closed:
             return
+        out = self._out
+        out.hold()
+        try:
+            self._received(data)
+        finally:
+            out.release()
+
+    def _received(self, data: bytes) -> None:
         messages: list[Message] = []
         for event in self._decoder.feed(data):
             if isinstance(event, Message):
