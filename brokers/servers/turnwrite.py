@@ -2,14 +2,36 @@
 round's deliveries, the replies of a stored run of produces) goes out in one ``write``
 system call, in the order it was sent, instead of one call per message.
 
-What handling a read sends (a long poll answered from memory, a refusal) is written when
-the read is handled (:meth:`TurnWriter.hold` / :meth:`TurnWriter.release`), not a loop
-turn later: left to the end of the turn it waited for another poll of the sockets, and a
-client that waits for each answer before it asks again (a long poller) waited with it."""
+What handling a read sends — to its own connection (a long poll answered from memory, a
+refusal) or to another (an RPC reply to its caller) — is written when the read is handled
+(:func:`hold` / :func:`release` around the protocol's ``data_received``), not a loop turn
+later: left to the end of the turn it waited for another poll of the sockets and the
+handling of whatever they brought, and a client that waits for each answer before it
+asks again (a long poller, an RPC caller) waited with it."""
 
 from __future__ import annotations
 
 import asyncio
+
+_held: list[TurnWriter] | None = None
+"""While a read is handled: the writers written to meanwhile, flushed when it is."""
+
+
+def hold() -> list[TurnWriter] | None:
+    """A read is being handled: what is written until :func:`release` leaves then. Returns
+    what to hand to :func:`release` (an enclosing hold, if any)."""
+    global _held
+    enclosing, _held = _held, []
+    return enclosing
+
+
+def release(enclosing: list[TurnWriter] | None) -> None:
+    """The read is handled: write what it caused, one write per connection."""
+    global _held
+    writers, _held = _held, enclosing
+    for writer in writers or ():
+        writer.listed = False
+        writer.flush()
 
 
 class TurnWriter:
@@ -19,28 +41,24 @@ class TurnWriter:
         self.transport: asyncio.WriteTransport | None = None
         self._pending: list[bytes] = []
         self.pending_bytes = 0
-        self._held = False
+        self.listed = False
+        """Written to while a read is handled: it flushes this writer when done."""
 
     def write(self, data: bytes) -> bool:
         """Queue ``data`` (whole messages); False when the transport is gone or closing."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return False
-        if not self._pending and not self._held:
+        held = _held
+        if held is not None:
+            if not self.listed:
+                self.listed = True
+                held.append(self)
+        elif not self._pending:
             asyncio.get_running_loop().call_soon(self.flush)
         self._pending.append(data)
         self.pending_bytes += len(data)
         return True
-
-    def hold(self) -> None:
-        """Queue what is written from now on until :meth:`release`, unscheduled."""
-        self._held = True
-
-    def release(self) -> None:
-        """Write what was queued (while held, or before) now."""
-        self._held = False
-        if self._pending:
-            self.flush()
 
     def flush(self) -> None:
         """Write what is queued now (before a close, say)."""

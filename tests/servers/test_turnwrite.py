@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from brokers.servers import turnwrite
 from brokers.servers.turnwrite import TurnWriter
 
 
@@ -38,29 +39,44 @@ async def test_what_one_turn_writes_leaves_in_one_write_at_its_end() -> None:
     assert transport.writes == [b"ab"]
 
 
-async def test_what_a_held_read_writes_leaves_on_release_in_one_write() -> None:
-    out, transport = _writer()
-    out.hold()
-    out.write(b"a")
-    out.write(b"b")
+async def test_what_handling_a_read_writes_leaves_when_it_is_handled() -> None:
+    """Every connection written to while a read is handled (its own answer, a reply to
+    another connection's caller) gets one write at the end of the handling."""
+    (own, own_t), (other, other_t) = _writer(), _writer()
+    held = turnwrite.hold()
+    own.write(b"a")
+    other.write(b"x")
+    own.write(b"b")
     await asyncio.sleep(0)  # held: nothing scheduled
-    assert transport.writes == []
-    out.release()
-    assert transport.writes == [b"ab"]
+    assert own_t.writes == [] and other_t.writes == []
+    turnwrite.release(held)
+    assert own_t.writes == [b"ab"] and other_t.writes == [b"x"]
     await asyncio.sleep(0)
-    assert transport.writes == [b"ab"]  # nothing written twice
-    out.write(b"c")  # released: back to the end of the turn
-    assert transport.writes == [b"ab"]
+    assert own_t.writes == [b"ab"]  # nothing written twice
+    own.write(b"c")  # released: back to the end of the turn
+    assert own_t.writes == [b"ab"]
     await asyncio.sleep(0)
-    assert transport.writes == [b"ab", b"c"]
+    assert own_t.writes == [b"ab", b"c"]
 
 
 async def test_a_release_writes_what_was_queued_before_the_hold_first() -> None:
     out, transport = _writer()
     out.write(b"a")  # a flush is scheduled
-    out.hold()
+    held = turnwrite.hold()
     out.write(b"b")
-    out.release()
+    turnwrite.release(held)
     assert transport.writes == [b"ab"]
     await asyncio.sleep(0)  # the scheduled flush finds nothing
     assert transport.writes == [b"ab"]
+
+
+async def test_a_hold_inside_a_hold_releases_only_its_own_writers() -> None:
+    (outer_w, outer_t), (inner_w, inner_t) = _writer(), _writer()
+    outer = turnwrite.hold()
+    outer_w.write(b"o")
+    inner = turnwrite.hold()
+    inner_w.write(b"i")
+    turnwrite.release(inner)
+    assert inner_t.writes == [b"i"] and outer_t.writes == []
+    turnwrite.release(outer)
+    assert outer_t.writes == [b"o"]

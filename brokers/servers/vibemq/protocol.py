@@ -24,6 +24,7 @@ from brokers.protocols.vibemq import (
     with_length,
     with_lengths,
 )
+from brokers.servers import turnwrite
 from brokers.servers.turnwrite import TurnWriter
 from brokers.servers.vibemq.commands import COMMANDS
 from brokers.servers.vibemq.context import ServerContext
@@ -78,13 +79,12 @@ class VibeMQProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.session is None or self._decoder.closed:
             return
-        out = self._out
-        out.hold()  # what the frames answer at once leaves when they are handled
+        held = turnwrite.hold()  # what the frames cause at once leaves when they are handled
         try:
             for event, size in self._decoder.feed_sized(data):
                 self.session.feed(event, size)
         finally:
-            out.release()
+            turnwrite.release(held)
         self._update_reading()
 
     def eof_received(self) -> bool | None:

@@ -16,6 +16,7 @@ import asyncio
 import logging
 
 from brokers.protocols.zbus import Decoder, Message, ZbusDecodeError, make_reply
+from brokers.servers import turnwrite
 from brokers.servers.flow import FlowControlled
 from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.turnwrite import TurnWriter
@@ -80,12 +81,11 @@ class ZbusProtocol(FlowControlled):
         that sends at once leaves in one write when they are started."""
         if self._decoder.closed:
             return
-        out = self._out
-        out.hold()
+        held = turnwrite.hold()
         try:
             self._received(data)
         finally:
-            out.release()
+            turnwrite.release(held)
 
     def _received(self, data: bytes) -> None:
         messages: list[Message] = []

@@ -78,6 +78,7 @@ from brokers.engine import (
     cancel_and_wait,
 )
 from brokers.protocols.zbus import AliasFamily, EncodeError
+from brokers.servers import turnwrite
 from brokers.servers.caught_up import CaughtUp
 from brokers.servers.readahead import Paces
 from brokers.servers.zbus.connection import Connection
@@ -662,8 +663,10 @@ class QueueMq:
         try:
             self._deal(deliveries, consumer, now, unsent, undealt, corked)
         finally:
+            held = turnwrite.hold()  # written now, not after the loop's next poll
             for conn in corked:  # each connection's share of the batch in one write
                 conn.uncork()
+            turnwrite.release(held)
         self._paces.took(consumer, len(deliveries) - len(undealt))
         if undealt:  # for the consumer's next sessions (see the module docstring)
             self._keep_ahead(consumer, undealt, leased_at)
