@@ -109,6 +109,37 @@ async def test_reply_overtaking_its_waiter_is_kept(broker) -> None:
         await requester.close()
 
 
+async def test_produces_to_a_temp_mq_of_this_broker_keep_its_token_and_order(broker) -> None:
+    """Produces to a Temp MQ of the same broker (an RPC worker's replies) are put at once,
+    a run of them in one write in order; its access token still holds (403 without)."""
+    owner, producer = await Raw.open(broker.port), await Raw.open(broker.port)
+    try:
+        await owner.send(
+            msg(
+                "cmd: admin",
+                "sub_cmd: create_mq",
+                "msgid: t",
+                body=b'{"mqName":"box7","mqMode":5,"accessToken":"tk"}',
+            )
+        )
+        assert (await owner.recv()).status == 200
+        await producer.send(msg("cmd: produce", "mq: box7", "msgid: a", body=b"x"))
+        assert (await producer.recv()).status == 403
+        run = b"".join(
+            msg("cmd: produce", "mq: box7", "msgid: a", "token: tk", body=b"m%d" % i)
+            for i in range(3)
+        )
+        await producer.send(run)
+        assert [(await producer.recv()).status for _ in range(3)] == [200, 200, 200]
+        await owner.send(msg("cmd: consume", "mq: box7", "msgid: a", "token: tk", "window: 3"))
+        got = [await owner.recv() for _ in range(3)]
+        assert [(m.msgid, m.body) for m in got] == [("a", b"m0"), ("a", b"m1"), ("a", b"m2")]
+        assert all("token" not in m.headers for m in got)
+    finally:
+        await owner.close()
+        await producer.close()
+
+
 async def test_client_rpc_with_worker(broker) -> None:
     async with (
         ZbusClient("127.0.0.1", broker.port, timeout=5) as caller,

@@ -7,8 +7,9 @@ commands run beside them. A produce to another broker's Temp MQ is forwarded (:m
 The common produce — to a catalog MQ, by an app its policy lets produce — runs without a
 task of its own (:func:`produce_now`, thousands arrive per second on one connection): the
 produces to one MQ decoded together are checked once, stamped and queued on the line as
-one submission, and answered from its outcomes. Everything else, refusals included, takes
-:func:`produce`.
+one submission, and answered from its outcomes. So does a produce to a Temp MQ of this
+server (an RPC worker's reply): put into it at once. Everything else, refusals included,
+takes :func:`produce`.
 """
 
 from __future__ import annotations
@@ -100,7 +101,11 @@ def produce_now(
     refusal: that path answers it)."""
     first = run[0]
     mq = lookup(ctx, first.headers.get(Header.MQ))  # the key start_all grouped the run by
-    if mq is None or mq.topic is None:
+    if mq is None:
+        return None
+    if mq.temp is not None:
+        return _put_now(ctx, conn, mq, run)
+    if mq.topic is None:
         return None
     try:
         app = authorize(ctx, conn, mq, first.token, consume=False)
@@ -125,4 +130,27 @@ def produce_now(
                 reply(conn, msg, 200, now)
 
     done.add_done_callback(answer)
+    return done
+
+
+def _put_now(
+    ctx: ServerContext, conn: Connection, mq: MqRef, run: list[Message]
+) -> asyncio.Future[Outcomes] | None:
+    """:func:`produce` of ``run`` into ``mq``, a Temp MQ of this server, done at once (its
+    token lets them in): stamped, put, acked. None when refused (:func:`produce` answers)."""
+    temp = mq.temp
+    assert temp is not None
+    try:
+        acting_app(ctx.snapshot, mq, run[0].token)
+    except Forbidden:
+        return None
+    now = ""
+    for msg in run:
+        updates: dict[str, str | None] = {**stamp_updates(ctx, conn, msg), Header.TOKEN: None}
+        temp.put(msg.with_headers(updates))
+        if msg.ack:
+            now = now or str(ctx.engine.now_ms())
+            reply(conn, msg, 200, now)
+    done: asyncio.Future[Outcomes] = asyncio.get_running_loop().create_future()
+    done.set_result([None] * len(run))
     return done

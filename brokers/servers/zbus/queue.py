@@ -25,14 +25,16 @@ last ``read_ahead_hold`` seconds (its pace since its previous lease), up to a ba
 (``take_batch``), while the process's read-ahead budget (:mod:`brokers.servers.readahead`)
 is open. What the parked sessions do not take waits in memory for the consumer's next
 sessions — a long-polling client (window 1) is dealt from memory as its consume is
-decoded, instead of costing a lease or a pump round each — for at most
+decoded, instead of costing a lease or a pump round each (while no session of the MQ
+waits, without entering the line: :meth:`QueueMq._poll_from_memory`) — for at most
 ``read_ahead_hold`` seconds, then goes back to the group unread (not marked
 redelivered); what does not fit in the budget goes back at once. Leasing by pace
 keeps a slow poller (one message a second) from leasing a batch per poll only to hand
 back all but one of it: that cost two scripts reading a batch each, and counted the
 batch as consumed traffic.
-The engine's gate is asked again before memory is dealt, so a pause or a revoked policy
-holds those messages back at once. Settles of ``settle_delay`` (5 ms), from every
+The engine's gate is asked again before memory is dealt (its answer for a consume just
+decoded is the one that consume got: :func:`.consume.consume_now` keeps it per catalog
+version), so a pause or a revoked policy holds those messages back at once. Settles of ``settle_delay`` (5 ms), from every
 connection, go to the engine as one call per (group, partition) — a long poller settles
 one message per consume; at a few hundred consumes a second that is one call for several
 — and a stopping server sends what is pending at once; a consume does not wait for its
