@@ -28,13 +28,9 @@ from brokers.protocols.zbus.message import Message, RequestLine, StatusLine, par
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
-def _start_line(message: Message) -> bytes:
-    """The start line with its CRLF (from a cache: a server writes a few start lines)."""
-    return _start_bytes(message.start)
-
-
 @functools.lru_cache(maxsize=256)
-def _start_bytes(start: RequestLine | StatusLine) -> bytes:
+def _start_line(start: RequestLine | StatusLine) -> bytes:
+    """The start line with its CRLF (cached: a server writes a few start lines)."""
     if isinstance(start, RequestLine):
         if not _TOKEN.fullmatch(start.method) or not start.uri or " " in start.uri:
             raise EncodeError(f"bad request line {start.method!r} {start.uri!r}")
@@ -58,7 +54,7 @@ def encode_message(message: Message, *, aliases: AliasFamily = AliasFamily.NONE)
     """The wire bytes of ``message``, for a recipient whose alias family is ``aliases``.
     Lines that recur (``mq``, ``cmd``, a producer's address) come from a cache, per-message
     ids do not (they would only churn it)."""
-    out = [_start_line(message)]
+    out = [_start_line(message.start)]
     plain = aliases is _NO_ALIASES
     for key, value in message.headers.items():
         if key == Header.CONTENT_LENGTH:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from brokers.engine import EngineError
 from brokers.protocols.zbus import Message
-from brokers.servers.zbus.access import Forbidden, acting_app
+from brokers.servers.zbus.access import Forbidden
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.mqs import lookup
-from brokers.servers.zbus.produce import resolve
+from brokers.servers.zbus.produce import consumer_gate, resolve
 from brokers.servers.zbus.pubsub import pubsub_for
 from brokers.servers.zbus.queue import queue_for
 
@@ -56,8 +56,7 @@ def consume_now(ctx: ServerContext, conn: Connection, msg: Message) -> bool:
         if mq is None or mq.topic is None or mq.pubsub:
             return False
         try:
-            app = acting_app(snapshot, mq, token)
-            allowed = ctx.engine.authorize_consumer(mq.name, app, conn.remote_addr)
+            app, allowed = consumer_gate(ctx, conn, mq, token)
         except (Forbidden, EngineError):
             return False
         queue = queue_for(ctx, mq.name)

@@ -28,6 +28,7 @@ from brokers.servers.zbus.mqs import MqRef, lookup, lookup_anywhere
 from brokers.servers.zbus.replies import Refuse, reply
 from brokers.servers.zbus.stamp import stamp_updates
 from brokers.servers.zbus.stored import to_engine
+from brokers.servers.zbus.temp import TempMq
 
 
 async def resolve(
@@ -54,13 +55,24 @@ def authorize(
     """The app a request with ``token`` acts as on ``mq``, once the engine's gate let it
     produce to (or consume) a catalog MQ; raises :class:`Forbidden` (the token opens
     nothing) or the gate's :class:`~brokers.engine.EngineError`."""
+    if consume:
+        return consumer_gate(ctx, conn, mq, token)[0]
     app = acting_app(ctx.snapshot, mq, token)
     if mq.topic is not None:
-        if consume:
-            ctx.engine.authorize_consumer(mq.name, app, conn.remote_addr)
-        else:
-            ctx.engine.authorize_producer(mq.name, app, conn.remote_addr)
+        ctx.engine.authorize_producer(mq.name, app, conn.remote_addr)
     return app
+
+
+def consumer_gate(
+    ctx: ServerContext, conn: Connection, mq: MqRef, token: str | None
+) -> tuple[str, bool]:
+    """The app a consume with ``token`` acts as on ``mq`` and whether the engine's gate lets
+    it take messages now (False while its consumer is paused; True on a Temp MQ); raises
+    as :func:`authorize` does."""
+    app = acting_app(ctx.snapshot, mq, token)
+    if mq.topic is None:
+        return app, True
+    return app, ctx.engine.authorize_consumer(mq.name, app, conn.remote_addr)
 
 
 async def store(ctx: ServerContext, conn: Connection, mq: MqRef, app: str, msg: Message) -> None:
@@ -96,21 +108,20 @@ def produce_now(
     one MQ with one token (at most :data:`~.batch.MAX_BATCH`) — without a task, when
     they go to a catalog MQ whose gate lets their acting app produce: stamped, queued on
     the line as one submission, each answered when it is stored (``answer_error``
-    answers a failure). Returns the line's future for the run, or None when the run
-    must take :func:`produce` message by message (a Temp MQ, an unknown MQ, any
+    answers a failure), or into a Temp MQ of this server whose token lets them in (put
+    and answered at once). Returns the run's future, or None when the run must take
+    :func:`produce` message by message (another broker's Temp MQ, an unknown MQ, any
     refusal: that path answers it)."""
     first = run[0]
     mq = lookup(ctx, first.headers.get(Header.MQ))  # the key start_all grouped the run by
-    if mq is None:
-        return None
-    if mq.temp is not None:
-        return _put_now(ctx, conn, mq, run)
-    if mq.topic is None:
+    if mq is None:  # found here, it is a catalog MQ or a Temp MQ of this server
         return None
     try:
         app = authorize(ctx, conn, mq, first.token, consume=False)
     except (Forbidden, EngineError):
         return None
+    if mq.temp is not None:
+        return _put_now(ctx, conn, mq.temp, run)
     messages = []
     for msg in run:
         headers = dict(msg.headers)
@@ -134,16 +145,10 @@ def produce_now(
 
 
 def _put_now(
-    ctx: ServerContext, conn: Connection, mq: MqRef, run: list[Message]
-) -> asyncio.Future[Outcomes] | None:
-    """:func:`produce` of ``run`` into ``mq``, a Temp MQ of this server, done at once (its
-    token lets them in): stamped, put, acked. None when refused (:func:`produce` answers)."""
-    temp = mq.temp
-    assert temp is not None
-    try:
-        acting_app(ctx.snapshot, mq, run[0].token)
-    except Forbidden:
-        return None
+    ctx: ServerContext, conn: Connection, temp: TempMq, run: list[Message]
+) -> asyncio.Future[Outcomes]:
+    """:func:`produce` of ``run`` into ``temp``, a Temp MQ of this server whose token lets
+    them in, done at once: stamped, put, acked."""
     now = ""
     for msg in run:
         updates: dict[str, str | None] = {**stamp_updates(ctx, conn, msg), Header.TOKEN: None}

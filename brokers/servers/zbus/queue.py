@@ -252,14 +252,12 @@ class QueueMq:
             conn, msgid, 0, aliases, app, now, key[1], delivered=1, active=False
         )
         self._paces.took(key, 1)
+        item = InFlight(app, d.partition, d.index, now, now, False)
         out = self._delivery(d, msgid, aliases)
         if out is None or not conn.send_encoded(out):
-            unsent = [InFlight(app, d.partition, d.index, now, now, False)]
-            self.ctx.spawn(self._release(unsent), f"zbus-release-{self.name}")
+            self.ctx.spawn(self._release([item]), f"zbus-release-{self.name}")
             return True
-        self.inflight.setdefault(conn, []).append(
-            InFlight(app, d.partition, d.index, now, now, False)
-        )
+        self.inflight.setdefault(conn, []).append(item)
         self._settle_streams()
         return True
 
@@ -666,9 +664,11 @@ class QueueMq:
             self._deal(deliveries, consumer, now, unsent, undealt, corked)
         finally:
             held = turnwrite.hold()  # written now, not after the loop's next poll
-            for conn in corked:  # each connection's share of the batch in one write
-                conn.uncork()
-            turnwrite.release(held)
+            try:
+                for conn in corked:  # each connection's share of the batch in one write
+                    conn.uncork()
+            finally:
+                turnwrite.release(held)
         self._paces.took(consumer, len(deliveries) - len(undealt))
         if undealt:  # for the consumer's next sessions (see the module docstring)
             self._keep_ahead(consumer, undealt, leased_at)
