@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import orjson
 import pytest
 import redis
 import redis.asyncio as aioredis
@@ -167,6 +168,14 @@ def msg(*lines: str, body: bytes = b"", start: str = "GET / HTTP/1.1") -> bytes:
     if body:
         head.append(f"content-length: {len(body)}")
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+async def create_temp_mq(owner: Raw, name: str, token: str = "") -> None:
+    """``create_mq`` of Temp MQ ``name`` (mode 5) by ``owner``, with an access token if
+    given; asserts the broker answered 200."""
+    body = {"mqName": name, "mqMode": 5} | ({"accessToken": token} if token else {})
+    await owner.send(msg("cmd: admin", "sub_cmd: create_mq", "msgid: t", body=orjson.dumps(body)))
+    assert (await owner.recv()).status == 200
 
 
 @pytest.fixture

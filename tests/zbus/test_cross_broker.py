@@ -13,7 +13,7 @@ import pytest
 from brokers.clients.zbus import ZbusClient
 from brokers.engine.keys import mailbox_key
 from brokers.servers.zbus.relay import TEMP_MQS, encode_entry
-from tests.zbus.conftest import Broker_, Raw, msg
+from tests.zbus.conftest import Broker_, Raw, create_temp_mq, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,15 +127,7 @@ async def test_reply_to_a_dead_owner_is_dropped_with_a_log_line(broker, other, c
 async def test_temp_mq_token_and_explicit_consume_across_brokers(broker, other) -> None:
     owner, producer = await Raw.open(broker.port), await Raw.open(other.port)
     try:
-        await owner.send(
-            msg(
-                "cmd: admin",
-                "sub_cmd: create_mq",
-                "msgid: t",
-                body=b'{"mqName":"box9","mqMode":5,"accessToken":"tk"}',
-            )
-        )
-        assert (await owner.recv()).status == 200
+        await create_temp_mq(owner, "box9", "tk")
         await producer.send(msg("cmd: produce", "mq: box9", "msgid: a", body=b"x"))
         denied = await producer.recv()
         assert denied.status == 403

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from brokers.clients.zbus import ZbusClient
-from tests.zbus.conftest import Raw, msg
+from tests.zbus.conftest import Raw, create_temp_mq, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -91,15 +91,7 @@ async def test_rpc_several_requests_in_flight_out_of_order(broker) -> None:
 async def test_reply_overtaking_its_waiter_is_kept(broker) -> None:
     requester = await Raw.open(broker.port)
     try:
-        await requester.send(
-            msg(
-                "cmd: admin",
-                "sub_cmd: create_mq",
-                "msgid: t",
-                body=b'{"mqName":"mybox","mqMode":5}',
-            )
-        )
-        assert (await requester.recv()).status == 200
+        await create_temp_mq(requester, "mybox")
         await requester.send(msg("cmd: produce", "mq: mybox", "msgid: x1", "ack: 0", body=b"early"))
         assert await requester.silent(0.1)
         await requester.send(msg("cmd: consume", "mq: mybox", "msgid: x1"))
@@ -114,15 +106,7 @@ async def test_produces_to_a_temp_mq_of_this_broker_keep_its_token_and_order(bro
     a run of them in one write in order; its access token still holds (403 without)."""
     owner, producer = await Raw.open(broker.port), await Raw.open(broker.port)
     try:
-        await owner.send(
-            msg(
-                "cmd: admin",
-                "sub_cmd: create_mq",
-                "msgid: t",
-                body=b'{"mqName":"box7","mqMode":5,"accessToken":"tk"}',
-            )
-        )
-        assert (await owner.recv()).status == 200
+        await create_temp_mq(owner, "box7", "tk")
         await producer.send(msg("cmd: produce", "mq: box7", "msgid: a", body=b"x"))
         assert (await producer.recv()).status == 403
         run = b"".join(
