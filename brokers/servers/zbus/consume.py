@@ -49,6 +49,7 @@ def consume_now(ctx: ServerContext, conn: Connection, msg: Message) -> bool:
         and known[1] == name
         and known[2] == token
         and name not in ctx.temps  # a Temp MQ of that name opened since: it comes first
+        and not known[3].retired
     ):
         queue, app, allowed = known[3], known[4], known[5]
     else:

@@ -59,5 +59,19 @@ class ServerContext:
             log.error("zbus background task %s failed", task.get_name(), exc_info=task.exception())
 
     def consumed(self, mq: str, conn: Any, now: float | None = None) -> None:
-        """Record that connection ``conn`` consumed ``mq`` ``now`` (monotonic time)."""
-        self.activity.setdefault(mq, {})[conn] = time.monotonic() if now is None else now
+        """Record that connection ``conn`` consumed ``mq`` ``now`` (monotonic time); the
+        record goes when the connection closes (clients that come and go must not grow
+        the server)."""
+        seen = self.activity.get(mq)
+        if seen is None:
+            seen = self.activity[mq] = {}
+        if conn not in seen:
+            conn.on_close(lambda: self._left(mq, conn))
+        seen[conn] = time.monotonic() if now is None else now
+
+    def _left(self, mq: str, conn: Any) -> None:
+        seen = self.activity.get(mq)
+        if seen is not None:
+            seen.pop(conn, None)
+            if not seen:
+                del self.activity[mq]

@@ -14,7 +14,9 @@ acting app through the engine's gate (:meth:`Engine.consume_read`): while that c
 is paused, refused or over its rate limit its buffer simply fills, and the pump looks again
 every ``idle_recheck``. Otherwise a pump with nothing to send sleeps until the MQ's next
 append is announced (or the safety net of :mod:`brokers.servers.caught_up`); reading the
-end every 5 s cost 5,000 idle pub/sub MQs 1,000 reads a second.
+end every 5 s cost 5,000 idle pub/sub MQs 1,000 reads a second. A runtime whose last
+subscriber left leaves the server (its pump stops); the MQ's next subscriber makes a new
+one.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ class PubSubMq:
     _end: int = 0
     _held: bool = False
     """The last round held a consumer back (paused, refused, over its rate limit)."""
+    _joining: int = 0
+    """First consumes reading the MQ's end (their subscriber not added yet)."""
 
     async def consume(
         self,
@@ -90,13 +94,18 @@ class PubSubMq:
         """Add ``topics`` to ``conn``'s subscription and (re)arm its window."""
         sub = self.subscribers.get(conn)
         if sub is None:
-            _, end = await self.ctx.engine.bounds(self.name, 0)
+            self._joining += 1
+            try:
+                _, end = await self.ctx.engine.bounds(self.name, 0)
+            finally:
+                self._joining -= 1
             if conn.closed:
+                self._forget_if_idle()
                 return
             sub = self.subscribers.get(conn)
             if sub is None:
                 sub = self.subscribers[conn] = Subscriber(conn, end, app)
-                conn.on_close(lambda: self.subscribers.pop(conn, None))
+                conn.on_close(lambda: self._unsubscribe(conn))
         sub.app = app
         sub.topics.update(topics)
         sub.msgid, sub.window, sub.aliases = msgid, window, aliases
@@ -118,6 +127,23 @@ class PubSubMq:
         """Stop the pump (server shutdown)."""
         if self._task is not None:
             await cancel_and_wait(self._task)
+
+    def _unsubscribe(self, conn: Connection) -> None:
+        self.subscribers.pop(conn, None)
+        self._forget_if_idle()
+
+    def _forget_if_idle(self) -> None:
+        """Leave the server's MQs once no subscriber is left or joining (its pump, with
+        nobody to deliver to, stops): one kept per MQ ever subscribed to would grow a
+        long-lived broker with every MQ that came and went. A subscriber is added only
+        to the runtime the server holds (:meth:`consume` runs on the one it looked up
+        and checks :attr:`_joining` here)."""
+        if self.subscribers or self._joining:
+            return
+        if self.ctx.pubsubs.get(self.name) is self:
+            del self.ctx.pubsubs[self.name]
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
 
     async def _pump(self) -> None:
         engine = self.ctx.engine

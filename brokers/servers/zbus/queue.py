@@ -58,6 +58,11 @@ Settling (§13.1):
   next consume; a close before that releases).
 * A closed connection releases everything it had in flight.
 
+A runtime leaves the server once nothing of it is left — every connection that consumed
+the MQ closed, nothing in flight, read ahead or waiting to be settled, its pump ended
+(:meth:`QueueMq._forget_if_idle`); the MQ's next consumer makes a new one. One kept per MQ
+ever consumed would grow a long-lived broker with every MQ that came and went.
+
 The engine marks a message delivered before (released, or its lease expired) as
 ``redelivered``; this server keeps no Redis data of its own.
 """
@@ -161,6 +166,8 @@ class QueueMq:
     """Connections that may hold streaming deliveries in flight (settled once their
     transport drained): only these are looked at after a dispatch round, not every
     connection with something in flight (a thousand long pollers of one MQ)."""
+    retired: bool = False
+    """Dropped from the server's MQs (:meth:`_forget_if_idle`): not to be consumed again."""
 
     def __post_init__(self) -> None:
         self._caught_up = CaughtUp()
@@ -343,6 +350,31 @@ class QueueMq:
         items = self.inflight.pop(conn, [])
         if items:
             self.ctx.spawn(self._release(items), f"zbus-release-{self.name}")
+        if not self._watched and self._task is not None and not self._task.done():
+            self._event.set()  # a pump parked for sessions that all went: it ends
+        self._forget_if_idle()
+
+    def _forget_if_idle(self, *, pump_ended: bool = False) -> None:
+        """Leave the server's MQs when nothing of this runtime is left: no connection that
+        consumed it open (only an open one keeps it in its consume cache, which checks
+        :attr:`retired` too: :func:`.consume.consume_now`), nothing in flight, read ahead or to be settled, its pump ended (``pump_ended``:
+        the pump is ending now). What it handed to background tasks (releases, settles)
+        finishes without it."""
+        if (
+            self._watched
+            or self.sessions
+            or self.line
+            or self.inflight
+            or self._ahead
+            or self._to_settle
+            or self._streams
+            or self._stopped
+            or (not pump_ended and self._task is not None and not self._task.done())
+        ):
+            return
+        self.retired = True
+        if self.ctx.queues.get(self.name) is self:
+            del self.ctx.queues[self.name]
 
     # ------------------------------------------------------------------ settling
 
@@ -392,6 +424,8 @@ class QueueMq:
         items, self._to_settle = self._to_settle, []
         if items:
             self.ctx.spawn(self._settle_items(items), f"zbus-settle-{self.name}")
+            if not self._watched:  # the last consumer's acks went: nothing may be left
+                self._forget_if_idle()
 
     async def _settle_items(self, items: list[InFlight]) -> None:
         """Ack ``items``: one engine call per (app, partition)."""
@@ -462,6 +496,7 @@ class QueueMq:
         consume), not at once (a fault that recurs must not spin the process)."""
         try:
             await self._pump()
+            self._forget_if_idle(pump_ended=True)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -498,6 +533,9 @@ class QueueMq:
         async with engine.notifier.watch(self.name) as event:
             self._event = event
             self._read_catalog()
+            # what was appended while no pump watched was announced to nobody: a consumer
+            # caught up before then looks again (else its messages waited for the recheck)
+            self._caught_up.clear()
             while True:
                 event.unpark()
                 if event.take() != set():  # notified (not only kicked): every consumer looks
@@ -757,6 +795,8 @@ class QueueMq:
             oldest = min(q[0][1] for q in self._ahead.values())
             delay = max(0.01, oldest + self.ctx.config.read_ahead_hold - time.monotonic())
             self._ahead_timer = asyncio.get_running_loop().call_later(delay, self._expire_ahead)
+        else:
+            self._forget_if_idle()
 
     async def _return_unread(self, items: list[tuple[tuple[str, str], Delivery]]) -> None:
         """Back to the group: marked redelivered only when they had been delivered before."""
@@ -862,7 +902,8 @@ def _by_group(items: list[InFlight]) -> dict[tuple[str, int], list[int]]:
 
 
 def queue_for(ctx: ServerContext, name: str) -> QueueMq:
-    """The runtime of queue MQ ``name`` on this server (created on first use)."""
+    """The runtime of queue MQ ``name`` on this server (created on first use, and again
+    after an idle one left)."""
     mq = ctx.queues.get(name)
     if mq is None:
         mq = ctx.queues[name] = QueueMq(ctx, name)

@@ -1,0 +1,98 @@
+"""What a zbus server keeps per MQ and per connection goes when they do: a fleet of clients
+that connect, consume and leave, over MQs that come and go, must not grow the broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from brokers.servers.zbus import queue as queue_module
+from tests.access.conftest import until
+from tests.zbus.conftest import Broker_, Raw, msg
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def short_pump_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pumps with nobody waiting end after 0.1 s instead of 1 s."""
+    monkeypatch.setattr(queue_module, "PUMP_IDLE", 0.1)
+
+
+async def test_connections_that_left_are_forgotten(broker: Broker_) -> None:
+    ctx = broker.server.ctx
+    for i in range(20):
+        raw = await Raw.open(broker.port)
+        await raw.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
+        await raw.send(msg("cmd: consume", "mq: news", f"msgid: n{i}", "topic: *"))
+        await until(lambda: len(ctx.activity.get("news", {})) == 1)
+        await raw.close()
+        await until(lambda: not ctx.activity)  # no closed connection counted or kept
+    await until(lambda: "orders" not in ctx.queues and "news" not in ctx.pubsubs)
+
+
+async def test_a_queue_that_left_hands_its_in_flight_message_to_the_next(
+    broker: Broker_, raw: Raw
+) -> None:
+    ctx = broker.server.ctx
+    await raw.send(msg("cmd: produce", "mq: orders", "msgid: p1", body=b"one"))
+    assert (await raw.recv()).status == 200
+    first = await Raw.open(broker.port)
+    await first.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
+    assert (await first.recv()).body == b"one"  # in flight, never acked
+    queue = ctx.queues["orders"]
+    await first.close()
+    await until(lambda: "orders" not in ctx.queues)
+    assert queue.retired
+    await raw.send(msg("cmd: consume", "mq: orders", "msgid: c2"))
+    again = await raw.recv()
+    assert (again.body, again.headers.get("redelivered")) == (b"one", "1")
+    assert ctx.queues["orders"] is not queue
+    await raw.send(msg("cmd: produce", "mq: orders", "msgid: p2", body=b"two"))
+    assert (await raw.recv()).status == 200
+    await raw.send(msg("cmd: consume", "mq: orders", "msgid: c3"))
+    assert (await raw.recv()).body == b"two"
+
+
+async def test_a_consumer_keeps_its_queue_and_finds_what_came_while_no_pump_ran(
+    broker: Broker_, raw: Raw
+) -> None:
+    """A connection that consumed stays a consumer while open (its runtime stays); a
+    message appended after its pump ended — announced to nobody — reaches its next
+    consume at once, though its last lease had found the MQ empty."""
+    ctx = broker.server.ctx
+    await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1"))
+    await until(lambda: "orders" in ctx.queues)
+    queue = ctx.queues["orders"]
+    producer = await Raw.open(broker.port)
+    await producer.send(msg("cmd: produce", "mq: orders", "msgid: p1", body=b"x"))
+    assert (await producer.recv()).status == 200
+    assert (await raw.recv()).body == b"x"
+    await until(lambda: queue._task is not None and queue._task.done())  # nobody parked
+    assert ctx.queues.get("orders") is queue and not queue.retired
+    await producer.send(msg("cmd: produce", "mq: orders", "msgid: p2", body=b"y"))
+    assert (await producer.recv()).status == 200
+    await raw.send(msg("cmd: consume", "mq: orders", "msgid: c2"))
+    assert (await raw.recv(wait=2.0)).body == b"y"
+    await producer.close()
+
+
+async def test_a_pubsub_mq_that_left_delivers_to_its_next_subscriber(broker: Broker_) -> None:
+    ctx = broker.server.ctx
+    first = await Raw.open(broker.port)
+    await first.send(msg("cmd: consume", "mq: news", "msgid: a", "topic: *", "window: -1"))
+    await until(lambda: "news" in ctx.pubsubs and ctx.pubsubs["news"].subscribers)
+    runtime = ctx.pubsubs["news"]
+    await first.close()
+    await until(lambda: "news" not in ctx.pubsubs)
+    await until(lambda: runtime._task is None or runtime._task.done())
+    second = await Raw.open(broker.port)
+    await second.send(msg("cmd: consume", "mq: news", "msgid: b", "topic: *", "window: -1"))
+    await until(lambda: "news" in ctx.pubsubs and ctx.pubsubs["news"].subscribers)
+    producer = await Raw.open(broker.port)
+    await producer.send(msg("cmd: produce", "mq: news", "msgid: p1", "topic: t", body=b"hi"))
+    assert (await producer.recv()).status == 200
+    got = await second.recv()
+    assert (got.body, got.msgid) == (b"hi", "b")
+    await producer.close()
+    await second.close()
+    await until(lambda: "news" not in ctx.pubsubs)
