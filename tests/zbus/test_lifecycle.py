@@ -3,8 +3,15 @@ that connect, consume and leave, over MQs that come and go, must not grow the br
 
 from __future__ import annotations
 
-import pytest
+import gc
+import weakref
 
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from brokers.catalog_loader import publish
+from brokers.models import Topic
 from brokers.servers.zbus import queue as queue_module
 from tests.access.conftest import until
 from tests.zbus.conftest import Broker_, Raw, msg
@@ -96,3 +103,29 @@ async def test_a_pubsub_mq_that_left_delivers_to_its_next_subscriber(broker: Bro
     await producer.close()
     await second.close()
     await until(lambda: "news" not in ctx.pubsubs)
+
+
+async def test_an_idle_consumer_does_not_keep_old_catalogs_alive(broker: Broker_, raw: Raw) -> None:
+    """A connection remembers what its last consume's catalog decided; a newer catalog
+    must not leave the old one alive for as long as the connection stays idle (a fleet
+    of streaming consumers, each holding the catalog of the day it connected)."""
+    await raw.send(msg("cmd: consume", "mq: orders", "msgid: c1", "window: -1"))
+    await until(lambda: "orders" in broker.server.ctx.queues)
+    old = weakref.ref(broker.watcher.current)
+    await sync_to_async(_publish_change)()
+    await until(lambda: broker.watcher.current is not old())
+    gc.collect()
+    assert old() is None
+    producer = await Raw.open(broker.port)  # and the consumer still gets what comes
+    await producer.send(msg("cmd: produce", "mq: orders", "msgid: p1", body=b"x"))
+    assert (await producer.recv()).status == 200
+    assert (await raw.recv()).body == b"x"
+    await producer.close()
+
+
+def _publish_change() -> None:
+    try:
+        Topic.objects.filter(code="svc").update(max_queue_size=999)
+        publish()
+    finally:
+        connection.close()  # this runs on a worker thread: its connection goes with it

@@ -129,6 +129,7 @@ class CatalogSnapshot:
     """
 
     __slots__ = (
+        "__weakref__",  # what servers remember a snapshot decided must not keep it alive
         "_apps_by_token_hash",
         "_consumer_pairs",
         "_consumers",

@@ -44,8 +44,9 @@ class Connection:
         high-water mark): deliveries wait (see :meth:`when_writable`)."""
         self._on_writable: dict[object, Callable[[], None]] = {}
         self.consuming: tuple[Any, ...] | None = None
-        """(catalog snapshot, MQ, token, queue, acting app, gate's answer) of this
-        connection's last consume done at once (see :func:`.consume.consume_now`)."""
+        """(weak reference to the catalog snapshot, MQ, token, queue, acting app, gate's
+        answer) of this connection's last consume done at once (see
+        :func:`.consume.consume_now`)."""
 
     @property
     def remote_host(self) -> str:

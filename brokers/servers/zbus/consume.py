@@ -7,6 +7,8 @@ without a task (:func:`consume_now`): a long-polling client sends one per messag
 
 from __future__ import annotations
 
+import weakref
+
 from brokers.engine import EngineError
 from brokers.protocols.zbus import Message
 from brokers.servers.zbus.access import Forbidden
@@ -40,12 +42,13 @@ def consume_now(ctx: ServerContext, conn: Connection, msg: Message) -> bool:
     A long poller sends the same consume again and again: what its MQ, token and the
     catalog decided (the queue, the acting app, whether the gate lets it take messages
     now) is kept on the connection for as long as the catalog snapshot and the request
-    are the same (:attr:`Connection.consuming`)."""
+    are the same (:attr:`Connection.consuming`); the snapshot by a weak reference (an
+    idle connection must not keep an old catalog alive)."""
     name, token, snapshot = msg.mq, msg.token, ctx.snapshot
     known = conn.consuming
     if (
         known is not None
-        and known[0] is snapshot
+        and known[0]() is snapshot
         and known[1] == name
         and known[2] == token
         and name not in ctx.temps  # a Temp MQ of that name opened since: it comes first
@@ -61,5 +64,5 @@ def consume_now(ctx: ServerContext, conn: Connection, msg: Message) -> bool:
         except (Forbidden, EngineError):
             return False
         queue = queue_for(ctx, mq.name)
-        conn.consuming = (snapshot, name, token, queue, app, allowed)
+        conn.consuming = (weakref.ref(snapshot), name, token, queue, app, allowed)
     return queue.consume_now(conn, msg.msgid, msg.window, msg.aliases, app, allowed=allowed)
