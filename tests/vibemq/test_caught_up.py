@@ -266,3 +266,44 @@ async def test_a_dispatcher_that_crashes_restarts_after_a_pause_not_in_a_loop(
     finally:
         await c.close()
         await b.stop()
+
+
+async def test_a_restarted_dispatcher_finds_what_was_published_while_it_was_down(
+    catalog, redis_url, monkeypatch
+):
+    """A dispatcher that crashed on a round no notification started (a subscriber joined)
+    starts again RESTART_S later; what was published in between was announced to nobody,
+    and its consumer's caught-up mark was still set: the message waited for the safety
+    net's recheck (120 s). A dispatcher looks again once it watches."""
+    monkeypatch.setattr(hub, "RESTART_S", 0.5)
+    real_round = hub.QueueDispatcher._round
+    fault = {"left": 0}
+
+    async def faulty(self):
+        if fault["left"]:
+            fault["left"] -= 1
+            raise RuntimeError("a bug")
+        return await real_round(self)
+
+    monkeypatch.setattr(hub.QueueDispatcher, "_round", faulty)
+    b = await _broker(redis_url, 1)
+    c = await VibeMQClient.open("127.0.0.1", b.port, catalog.token)
+    other = await VibeMQClient.open("127.0.0.1", b.port, catalog.token)
+    try:
+        await c.create_queue("down")
+        await c.subscribe("down")
+        await c.ping()
+        await asyncio.sleep(0.3)  # caught up: the dispatcher sleeps
+        fault["left"] = 1
+        await other.subscribe("down")  # the round it starts crashes the dispatcher
+        await asyncio.sleep(0.1)
+        assert fault["left"] == 0
+        await c.publish("down", "meanwhile", message_id="m")
+        got = await asyncio.wait_for(
+            asyncio.gather(c.receive(3), other.receive(3), return_exceptions=True), 4
+        )
+        assert [g.id for g in got if not isinstance(g, BaseException)] == ["m"]
+    finally:
+        await other.close()
+        await c.close()
+        await b.stop()

@@ -186,6 +186,9 @@ class QueueDispatcher:
             async with ctx.engine.notifier.watch(self.queue) as event:
                 self._event = event
                 self._read_catalog()
+                # what was published while it did not watch (restarted after a crash, or
+                # as it finished) was announced to nobody: its consumers look again
+                self._caught_up.clear()
                 while self.subscribers:
                     event.unpark()
                     if event.take() != set():  # appended, or released: every consumer looks
