@@ -1,0 +1,85 @@
+"""Connection and queue churn leaves nothing behind in a VibeMQ server: clients that
+connect, subscribe, consume and leave (cleanly, or by a reset) are forgotten by the hub,
+its dispatchers and their sessions, and a queue nobody subscribes any more has no
+dispatcher — while the subscribers that stay are served as before."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tests.vibemq.conftest import Raw
+
+CHURN = 20
+
+
+async def _connect(port: int, token: str) -> tuple[Raw, str]:
+    """A raw connection after ``connect``; its connection id (the session's key)."""
+    r = await Raw.open(port)
+    r.send({"id": "c", "type": "connect", "headers": {"authToken": token}})
+    reply = await r.recv()
+    assert reply["type"] == "connectAck"
+    return r, reply["headers"]["connectionId"]
+
+
+async def _subscribe(r: Raw, queue: str) -> None:
+    r.send({"id": f"s-{queue}", "type": "subscribe", "queue": queue})
+    assert (await r.recv())["type"] == "subscribeAck"
+
+
+async def _leave(r: Raw, i: int) -> None:
+    """Half of the fleet says ``disconnect`` and closes, half drops by a reset."""
+    if i % 2:
+        r.writer.transport.abort()
+    else:
+        r.send({"id": "bye", "type": "disconnect"})
+        await r.close()
+
+
+async def _until(check, what: str, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"still {what() if callable(what) else what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_subscribers_that_left_leave_nothing_in_the_hub(broker, catalog, clients):
+    keeper = await clients()
+    await keeper.create_queue("rr")
+    await keeper.create_queue("fo", deliveryMode="FanOutWithAck")
+    await keeper.create_queue("fx", deliveryMode="FanOutWithoutAck")
+    for queue in ("rr", "fo", "fx"):
+        await keeper.subscribe(queue)
+    hub = broker.server.hub
+    gone: list[str] = []
+    for i in range(CHURN):
+        r, key = await _connect(broker.port, catalog.token)
+        gone.append(key)
+        for queue in ("rr", "fo", "fx", f"tmp{i}"):
+            await _subscribe(r, queue)
+        await _leave(r, i)
+
+    def forgotten() -> bool:
+        return len(hub.sessions) == 1 and broker.server.ctx.gate.active == 1
+
+    await _until(forgotten, f"{len(hub.sessions)} sessions")
+    # a queue nobody subscribes any more has no dispatcher
+    await _until(
+        lambda: sorted(hub.dispatchers) == ["fo", "fx", "rr"],
+        lambda: {q: (len(d.subscribers), d.task) for q, d in hub.dispatchers.items()},
+    )
+    for queue, disp in hub.dispatchers.items():
+        assert len(disp.subscribers) == 1, queue
+        marks = [k for k in disp._caught_up._until if any(f"~{key}" in k for key in gone)]
+        assert marks == [], f"{queue}: caught-up marks of members that left: {len(marks)}"
+
+    # those that stayed are served as before, and so is a newcomer to a dropped queue
+    await keeper.publish("rr", "r1", message_id="r1")
+    await keeper.publish("fo", "f1", message_id="f1")
+    await keeper.publish("fx", "x1", message_id="x1")
+    got = {(await keeper.receive()).id for _ in range(3)}
+    assert got == {"r1", "f1", "x1"}
+    late = await clients()
+    await late.subscribe("tmp3")
+    await keeper.publish("tmp3", "t", message_id="t3")
+    assert (await late.receive()).id == "t3"
