@@ -83,3 +83,32 @@ async def test_subscribers_that_left_leave_nothing_in_the_hub(broker, catalog, c
     await late.subscribe("tmp3")
     await keeper.publish("tmp3", "t", message_id="t3")
     assert (await late.receive()).id == "t3"
+
+
+async def test_a_consumer_held_back_then_gone_does_not_keep_its_dispatcher_busy(broker, clients):
+    """A consumer over its rate limit (or refused) is held back for a while; when it leaves
+    meanwhile nobody asks for it again, and its lapsed entry made the dispatcher of a
+    queue others still consume wake every 10 ms for good."""
+    keeper = await clients()
+    await keeper.create_queue("busy")
+    await keeper.subscribe("busy")
+    disp = broker.server.hub.dispatchers["busy"]
+    rounds = 0
+    real = disp._round
+
+    async def counted() -> bool:
+        nonlocal rounds
+        rounds += 1
+        return await real()
+
+    disp._round = counted  # type: ignore[method-assign]
+    for i in range(CHURN):  # what their rate limits left behind
+        disp._block(("app1", f"10.0.0.{i}"), 50)
+    disp.kick()
+    await asyncio.sleep(0.3)
+    rounds = 0
+    await asyncio.sleep(0.5)
+    assert rounds <= 3, f"{rounds} rounds in 0.5 s on an idle queue"
+    assert disp._blocked == {}
+    await keeper.publish("busy", "b", message_id="b1")
+    assert (await keeper.receive()).id == "b1"

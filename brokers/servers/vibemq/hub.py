@@ -254,7 +254,12 @@ class QueueDispatcher:
         if oldest is not None:
             longest = oldest + READ_AHEAD_HOLD_S - now
         if self._blocked:
-            longest = min(longest, min(self._blocked.values()) - now)
+            # A consumer that left while held back is never asked again (:meth:`_ready`
+            # forgets a lapsed entry): its entry stayed, and once lapsed made every sleep
+            # 10 ms for good. A lapsed entry holds nobody back: forgotten here too.
+            self._blocked = {k: until for k, until in self._blocked.items() if until > now}
+            if self._blocked:
+                longest = min(longest, min(self._blocked.values()) - now)
         return self._caught_up.wait_s(self.hub.ctx.engine.now_ms(), longest)
 
     async def _round(self) -> bool:
