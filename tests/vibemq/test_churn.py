@@ -112,3 +112,19 @@ async def test_a_consumer_held_back_then_gone_does_not_keep_its_dispatcher_busy(
     assert disp._blocked == {}
     await keeper.publish("busy", "b", message_id="b1")
     assert (await keeper.receive()).id == "b1"
+
+
+async def test_unsubscribed_queues_leave_no_buffer_in_the_session(broker, catalog, clients):
+    keeper = await clients()
+    r, key = await _connect(broker.port, catalog.token)
+    for i in range(CHURN):
+        queue = f"copies{i}"
+        await keeper.create_queue(queue, deliveryMode="FanOutWithoutAck")
+        await _subscribe(r, queue)
+        await keeper.publish(queue, i, message_id=f"m{i}")
+        assert (await r.recv())["type"] == "deliver"
+        r.send({"id": "u", "type": "unsubscribe", "queue": queue})
+        assert (await r.recv())["type"] == "unsubscribeAck"
+    (session,) = [s for s in broker.server.hub.sessions if s.key == key]
+    assert dict(session.inbox) == {}
+    await r.close()
