@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import redis.asyncio as aioredis
+
 from tests.vibemq.conftest import Raw
 
 CHURN = 20
@@ -127,4 +129,35 @@ async def test_unsubscribed_queues_leave_no_buffer_in_the_session(broker, catalo
         assert (await r.recv())["type"] == "unsubscribeAck"
     (session,) = [s for s in broker.server.hub.sessions if s.key == key]
     assert dict(session.inbox) == {}
+    await r.close()
+
+
+async def test_a_member_that_unsubscribes_leaves_no_progress_in_the_store(
+    broker, catalog, clients, redis_url
+):
+    """A fan-out subscriber without a clientId is a member of its own (``~<connection id>``)
+    that never comes back: its progress goes when it unsubscribes, as when it disconnects
+    — a connection subscribing to queue after queue left one member's keys per queue."""
+    keeper = await clients()
+    r, key = await _connect(broker.port, catalog.token)
+    for i in range(5):
+        queue = f"members{i}"
+        await keeper.create_queue(queue, deliveryMode="FanOutWithAck")
+        await _subscribe(r, queue)
+        await keeper.publish(queue, i, message_id=f"m{i}")
+        delivered = await r.recv()
+        assert delivered["type"] == "deliver"
+        r.send({"id": "a", "type": "ack", "headers": {"messageId": f"m{i}"}})
+        r.send({"id": "u", "type": "unsubscribe", "queue": queue})
+        assert (await r.recv())["type"] == "unsubscribeAck"
+    store = aioredis.from_url(redis_url)
+    try:
+        left = [k async for k in store.scan_iter(match=f"*~{key}*")]
+    finally:
+        await store.aclose()
+    assert left == []
+    # subscribed again, it is a member from the queue's dispatch mark, as any newcomer
+    await _subscribe(r, "members0")
+    await keeper.publish("members0", "again", message_id="again")
+    assert (await r.recv())["id"] == "again"
     await r.close()
