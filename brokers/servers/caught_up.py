@@ -61,6 +61,10 @@ class CaughtUp(Generic[K]):
         else:
             self._until[key] = lease.retry_after_ms or math.inf
 
+    def forget(self, key: K) -> None:
+        """``key`` is gone (its consumer left): no mark of it is kept."""
+        self._until.pop(key, None)
+
     def holds(self, key: K, now_ms: int) -> bool:
         """Whether ``key`` is caught up at engine time ``now_ms`` (not to be leased for)."""
         return self._until.get(key, 0) > now_ms

@@ -52,8 +52,7 @@ async def handle(session: Session, frame: Frame) -> None:
     if isinstance(frame, Subscribe):
         return await _subscribe(session, frame)
     if isinstance(frame, Unsubscribe):
-        await session.hub.unsubscribe(frame.queue, session)
-        session.subscriptions.discard(frame.queue)
+        await session.unsubscribe(frame.queue)
         return session.send(unsubscribe_ack(frame))
     if isinstance(frame, Ack):
         return session.settle_acks([frame], admit=False)  # admitted by the session

@@ -148,6 +148,13 @@ class QueueDispatcher:
             groups.setdefault((sub.acting_app(self.queue), sub.peer), []).append(sub)
         return groups
 
+    def left(self, sub: Subscriber) -> None:
+        """``sub`` unsubscribed: its FanOut member's caught-up mark goes with it (a member
+        id per connection: the marks of members that left piled up until the queue's next
+        notification, and every round reads them all)."""
+        app = sub.acting_app(self.queue)
+        self._caught_up.forget((app, sub.peer, sub.member_id(self.queue)))
+
     def _ready(self, key: tuple[str, str]) -> bool:
         until = self._blocked.get(key)
         if until is None:
@@ -250,7 +257,12 @@ class QueueDispatcher:
         if oldest is not None:
             longest = oldest + READ_AHEAD_HOLD_S - now
         if self._blocked:
-            longest = min(longest, min(self._blocked.values()) - now)
+            # A consumer that left while held back is never asked again (:meth:`_ready`
+            # forgets a lapsed entry): its entry stayed, and once lapsed made every sleep
+            # 10 ms for good. A lapsed entry holds nobody back: forgotten here too.
+            self._blocked = {k: until for k, until in self._blocked.items() if until > now}
+            if self._blocked:
+                longest = min(longest, min(self._blocked.values()) - now)
         return self._caught_up.wait_s(self.hub.ctx.engine.now_ms(), longest)
 
     async def _round(self) -> bool:
@@ -536,17 +548,23 @@ class Hub:
         disp = self.dispatchers.get(queue)
         if disp is None:
             disp = self.dispatchers[queue] = QueueDispatcher(self, queue)
-        if sub not in disp.subscribers:
+        joined = sub not in disp.subscribers
+        if joined:
             disp.subscribers.append(sub)
-            await self.ctx.registry.join(queue, sub.key)
+        # Started before the await below: a subscriber whose connection went meanwhile is
+        # cancelled there, and a dispatcher never started was never dropped — one per queue
+        # so subscribed stayed for good. A running one ends, and goes, once nobody is left.
         if disp.task is None and not self._paused:
             disp.start()
         disp.kick()
+        if joined:
+            await self.ctx.registry.join(queue, sub.key)
 
     async def unsubscribe(self, queue: str, sub: Subscriber) -> None:
         disp = self.dispatchers.get(queue)
         if disp is not None and sub in disp.subscribers:
             disp.subscribers.remove(sub)
+            disp.left(sub)
             await self.ctx.registry.leave(queue, sub.key)
             if not disp.subscribers:
                 disp.kick()

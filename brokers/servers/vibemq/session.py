@@ -467,12 +467,32 @@ class Session:
                 await self.ctx.engine.release(queue, app, partition, indexes, client_id=member)
             except EngineError as exc:
                 log.info("VibeMQ release on %s failed (leases lapse): %s", queue, exc)
-        for queue in subscribed:  # a durable member's progress waits for it a while
-            settings = self.ctx.queue_settings(queue)
-            if settings is not None and settings.delivery_mode in FANOUT_MODES:
-                keep = self.ctx.config.fanout_retention_ms if self.durable else None
-                with contextlib.suppress(EngineError):
-                    await self.ctx.engine.leave(
-                        queue, self.acting_app(queue), self.member_id(queue), keep_ms=keep
-                    )
+        for queue in subscribed:
+            await self._leave_group(queue)
         self.inbox.clear()
+
+    async def _leave_group(self, queue: str) -> None:
+        """A fan-out member's progress ends with its subscription; a durable member's waits
+        for it a while."""
+        settings = self.ctx.queue_settings(queue)
+        if settings is not None and settings.delivery_mode in FANOUT_MODES:
+            keep = self.ctx.config.fanout_retention_ms if self.durable else None
+            with contextlib.suppress(EngineError):
+                await self.ctx.engine.leave(
+                    queue, self.acting_app(queue), self.member_id(queue), keep_ms=keep
+                )
+
+    async def unsubscribe(self, queue: str) -> None:
+        """Stop delivering ``queue`` here. A member of its own (no clientId: one per
+        connection, never back) leaves its group now, as at close — its progress stayed in
+        the store for good, one per queue a connection ever unsubscribed — and its
+        unacknowledged deliveries with it (an ack of them has no progress to settle)."""
+        subscribed = queue in self.subscriptions
+        await self.hub.unsubscribe(queue, self)
+        self.subscriptions.discard(queue)
+        self.inbox.pop(queue, None)  # as a deleted queue's: one per queue ever subscribed
+        if subscribed and not self.durable:
+            for item in self.inflight.of_queue(queue):
+                if item.member is not None:
+                    self.inflight.forget(item)
+            await self._leave_group(queue)
