@@ -129,9 +129,11 @@ async def test_a_parked_caught_up_consumer_is_not_leased_for_at_every_recheck(
     await server.start(dataclasses.replace(TEST_CONFIG, idle_recheck=0.1))
     raw = await Raw.open(server.port)
     try:
-        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c0"))  # parks: MQ empty
-        await asyncio.sleep(0.3)
         leases = LeaseCounter(server.engine)
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c0"))  # parks: MQ empty
+        await asyncio.wait_for(leases.answered.wait(), 5.0)  # its lease found nothing
+        await asyncio.sleep(0.05)
+        leases.count = 0
         await asyncio.sleep(0.8)  # 8 rechecks
         assert leases.count == 0, leases.count
         await raw.send(msg("cmd: produce", "mq: orders", "msgid: p0", body=b"now"))
