@@ -288,6 +288,18 @@ def tree_cpu_seconds(root: int | None = None) -> float:
     return total / tick
 
 
+def rss_bytes(pid: int) -> int:
+    """The resident memory of process ``pid`` (Linux /proc; 0 elsewhere or once gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def machine_busy(before: list[int], after: list[int]) -> float:
     """Cores the whole machine kept busy between two :func:`cpu_times` (idle and iowait
     excluded), per second of the interval."""

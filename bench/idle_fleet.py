@@ -11,6 +11,12 @@ what the broker spends in the next 3 s is printed: a change to one queue should 
 one queue's worth, not a lease per waiting consumer. A fleet of idle consumers should cost next to nothing: a broker that polls
 each queue on a timer pays per queue per tick.
 
+Last, churn (``--churn`` rounds): the fleet's connections close, and each round
+``--churn-conns`` new connections consume (zbus: park a long poll on) or subscribe to every
+queue between them and leave; the broker's resident memory is printed after each round. A
+broker that forgets the consumers that left stays flat from the second round on; one that
+keeps something per closed connection or per MQ runtime grows by it every round.
+
 The raw ``redis-benchmark -P 100 XADD`` rate of the same Redis is printed first as the
 machine's baseline (there is no peer for idle cost: the zbus 5.1 server keeps its queues
 in memory and has no storage to poll).
@@ -26,7 +32,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +46,7 @@ from bench.harness import (
     raw_xadd,
     redis_calls,
     redis_server,
+    rss_bytes,
     sent_between,
     serve_main,
     tree_cpu_seconds,
@@ -105,8 +112,27 @@ def snapshot(port: int) -> CatalogSnapshot:
 class Idle:
     """The broker's CPU and the Redis commands over an idle interval."""
 
-    def __init__(self, pid: int, redis_port: int) -> None:
+    def __init__(self, pid: int, redis_port: int, churn: int = 0, churn_conns: int = 0) -> None:
         self.pid, self.port = pid, redis_port
+        self.churn, self.churn_conns = churn, churn_conns
+
+    async def churn_rounds(self) -> AsyncIterator[int]:
+        """The churn rounds: yields before each, prints the broker's memory after each
+        (once what the round's connections left is given up: 3 s)."""
+        before = rss_bytes(self.pid)
+        print(
+            f"churn: {self.churn} rounds of {self.churn_conns:,} connections that consume"
+            f" every queue and leave; broker memory before: {before / 2**20:,.1f} MB",
+            flush=True,
+        )
+        for n in range(1, self.churn + 1):
+            yield n
+            await asyncio.sleep(3.0)  # closes handled, idle runtimes gone
+            now = rss_bytes(self.pid)
+            print(
+                f"  after round {n}: {now / 2**20:,.1f} MB ({(now - before) / 2**20:+,.1f} MB)",
+                flush=True,
+            )
 
     def measure(self, seconds: float) -> tuple[float, float]:
         """(broker CPU share of one core, Redis commands/s) over ``seconds``; prints the
@@ -154,6 +180,16 @@ async def vibemq_fleet(
     done.report(started)
     for c in [*clients, publisher]:
         await c.close()
+    async for _ in idle.churn_rounds():
+
+        async def visit(share: list[str]) -> None:
+            client = await VibeMQClient.open("127.0.0.1", port, TOKEN)
+            for q in share:
+                await client.subscribe(q)
+            await client.close()
+
+        n = idle.churn_conns
+        await asyncio.gather(*(visit(queues[i::n]) for i in range(n)))
 
 
 async def zbus_fleet(port: int, queues: list[str], conns: int, idle: Idle, seconds: float) -> None:
@@ -184,6 +220,15 @@ async def zbus_fleet(port: int, queues: list[str], conns: int, idle: Idle, secon
     done.report(started)
     for link in [*links, producer]:
         link.close()
+    async for _ in idle.churn_rounds():
+        visitors = [await zbus_load.Conn.open(port) for _ in range(idle.churn_conns)]
+        for n, q in enumerate(queues):
+            visitors[n % len(visitors)].write(
+                zbus_load.frame({"cmd": "consume", "mq": q, "msgid": f"v{n}", "window": "1"})
+            )
+        await asyncio.sleep(1.0)  # every consume parked
+        for link in visitors:
+            link.close()
 
 
 async def policy_change(idle: Idle, seconds: float = 3.0) -> None:
@@ -248,7 +293,7 @@ def main(args: argparse.Namespace) -> None:
         print(f"raw redis-benchmark -P 100 XADD: {raw:,.0f} ops/s", flush=True)
         os.environ["FLEET_PROTOCOL"] = args.protocol
         with broker(script, redis_port) as (port, pid):
-            idle = Idle(pid, redis_port)
+            idle = Idle(pid, redis_port, args.churn, args.churn_conns)
             fleet = vibemq_fleet if args.protocol == "vibemq" else zbus_fleet
             asyncio.run(fleet(port, _queues(), args.conns, idle, args.seconds))
 
@@ -267,4 +312,6 @@ if __name__ == "__main__":
         parser.add_argument("--queues", type=int, default=5000)
         parser.add_argument("--conns", type=int, default=50)
         parser.add_argument("--seconds", type=float, default=10.0)
+        parser.add_argument("--churn", type=int, default=4)
+        parser.add_argument("--churn-conns", type=int, default=500)
         main(parser.parse_args())

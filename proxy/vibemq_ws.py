@@ -132,7 +132,8 @@ class VibeMQConsumer(AsyncWebsocketConsumer):
         self.session.start()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
-        if self.session is None:
+        session = self.session
+        if session is None:
             return
         if text_data is None:
             self.close_with(WS_CLOSE_BINARY_FRAME)
@@ -146,12 +147,13 @@ class VibeMQConsumer(AsyncWebsocketConsumer):
             event: Frame | ProtocolError = decode_json(text_data)
         except ProtocolError as exc:
             event = exc
-        await self.session.room()
-        self.session.feed(event)
+        await session.room()
+        session.feed(event)
 
     async def disconnect(self, code: int) -> None:
-        if self.session is not None:
-            await self.session.close()
+        session, self.session = self.session, None  # no cycle with the session left
+        if session is not None:
+            await session.close()
         if self._admitted:
             self._admitted = False
             self.ctx.gate.release()  # type: ignore[union-attr]

@@ -67,7 +67,6 @@ class TurnWriter:
         if pending and transport is not None and not transport.is_closing():
             transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
-    @property
     def buffered(self) -> int:
         """Bytes queued here and still in the transport's buffer."""
         transport = self.transport

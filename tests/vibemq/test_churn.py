@@ -6,7 +6,9 @@ dispatcher — while the subscribers that stay are served as before."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 
 import redis.asyncio as aioredis
 
@@ -161,3 +163,21 @@ async def test_a_member_that_unsubscribes_leaves_no_progress_in_the_store(
     await keeper.publish("members0", "again", message_id="again")
     assert (await r.recv())["id"] == "again"
     await r.close()
+
+
+async def test_a_closed_connection_is_freed_without_a_collection(broker, catalog):
+    """A session and its protocol are freed once the close is handled, not at a full
+    collection of the cyclic garbage (rare with the broker's raised GC thresholds): the
+    two referred to each other, and every closed connection waited for one."""
+    gc.collect()
+    gc.disable()
+    try:
+        r, key = await _connect(broker.port, catalog.token)
+        await _subscribe(r, "freed")
+        (session,) = [s for s in broker.server.hub.sessions if s.key == key]
+        gone = weakref.ref(session), weakref.ref(session.transport)
+        del session
+        await r.close()
+        await _until(lambda: all(ref() is None for ref in gone), "kept after the close")
+    finally:
+        gc.enable()

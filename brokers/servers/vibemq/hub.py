@@ -601,9 +601,7 @@ class Hub:
         while True:
             await asyncio.sleep(self.ctx.config.timer_interval)
             try:
-                now = self.ctx.engine.now_ms()
-                for sub in list(self.sessions):
-                    await sub.tick(now)
+                await self._tick_sessions(self.ctx.engine.now_ms())
                 await self._sweep_ttl()
                 if time.monotonic() - last_refresh >= REGISTRY_REFRESH_S:
                     last_refresh = time.monotonic()
@@ -614,6 +612,12 @@ class Hub:
                 raise
             except Exception:
                 log.exception("VibeMQ timers failed; retrying")
+
+    async def _tick_sessions(self, now: int) -> None:
+        """Each session's timers (a function of its own: a loop variable left in the
+        timers' frame kept the last session, closed or not, until the next tick)."""
+        for sub in list(self.sessions):
+            await sub.tick(now)
 
     async def _sweep_ttl(self) -> None:
         """Expire TTL'd messages nobody was handed yet (§11: every second), for the

@@ -73,8 +73,12 @@ class VibeMQProtocol(asyncio.Protocol):
             self._admitted = False
             self.ctx.gate.release()
         self._transport = self._out.transport = None
-        if self.session is not None:
-            self.hub.spawn(self.session.close())
+        # the session refers to this protocol: letting go of it here leaves no cycle, so
+        # both go once the close is done (not at a full collection, rare with the broker's
+        # GC thresholds)
+        session, self.session = self.session, None
+        if session is not None:
+            self.hub.spawn(session.close())
 
     def data_received(self, data: bytes) -> None:
         if self.session is None or self._decoder.closed:

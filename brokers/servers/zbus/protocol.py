@@ -56,7 +56,10 @@ class ZbusProtocol(FlowControlled):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Create the connection state."""
         self._transport = self._out.transport = transport  # type: ignore[assignment]
-        self.conn = Connection(_peer(transport), self._out.write, self._buffered)
+        # the writer's methods, not the protocol's: a connection that referred back to its
+        # protocol made a cycle, and what it held (its MQ runtime, catalog snapshot) waited
+        # for a full collection, rare with the broker's GC thresholds, after it closed
+        self.conn = Connection(_peer(transport), self._out.write, self._out.buffered)
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -129,9 +132,6 @@ class ZbusProtocol(FlowControlled):
         )
         if error.fatal:
             self.close()
-
-    def _buffered(self) -> int:
-        return self._out.buffered
 
     def close(self) -> None:
         """Close the connection after flushing what was written (queued writes first)."""
