@@ -109,6 +109,7 @@ async def _subscribe(session: Session, frame: Subscribe) -> None:
     except EngineError as exc:
         return session.error(ErrorCode.INVALID_QUEUE, str(exc), frame.id)
     await session.hub.join(frame.queue, session)
+    session.joined.add(frame.queue)
     session.send(subscribe_ack(frame))  # before any delivery of the backlog
     session.subscriptions.add(frame.queue)
     await session.hub.subscribe(frame.queue, session)

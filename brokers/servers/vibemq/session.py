@@ -106,6 +106,9 @@ class Session:
         """``headers.clientId`` of connect: names a durable fan-out subscriber."""
         self.authenticated = False
         self.subscriptions: set[str] = set()
+        self.joined: set[str] = set()
+        """Every queue this connection subscribed to (unsubscribed since or not): a
+        fan-out member leaves its group in each when the connection closes."""
         self.inflight = Inflight()
         self.inbox: dict[str, deque[Delivery]] = defaultdict(deque)
         self.closed = False
@@ -467,8 +470,11 @@ class Session:
                 await self.ctx.engine.release(queue, app, partition, indexes, client_id=member)
             except EngineError as exc:
                 log.info("VibeMQ release on %s failed (leases lapse): %s", queue, exc)
-        for queue in subscribed:
+        # unsubscribed queues too: their deliveries stayed tracked (§7), and a member of
+        # its own (no clientId) never comes back — its progress stayed for good
+        for queue in subscribed | self.joined:
             await self._leave_group(queue)
+        self.joined.clear()
         self.inbox.clear()
 
     async def _leave_group(self, queue: str) -> None:
@@ -483,16 +489,9 @@ class Session:
                 )
 
     async def unsubscribe(self, queue: str) -> None:
-        """Stop delivering ``queue`` here. A member of its own (no clientId: one per
-        connection, never back) leaves its group now, as at close — its progress stayed in
-        the store for good, one per queue a connection ever unsubscribed — and its
-        unacknowledged deliveries with it (an ack of them has no progress to settle)."""
-        subscribed = queue in self.subscriptions
+        """Stop delivering ``queue`` here. Its unacknowledged deliveries stay tracked
+        (§7: an ack still settles them); a fan-out member's progress is left when the
+        connection closes (:meth:`close`)."""
         await self.hub.unsubscribe(queue, self)
         self.subscriptions.discard(queue)
         self.inbox.pop(queue, None)  # as a deleted queue's: one per queue ever subscribed
-        if subscribed and not self.durable:
-            for item in self.inflight.of_queue(queue):
-                if item.member is not None:
-                    self.inflight.forget(item)
-            await self._leave_group(queue)
