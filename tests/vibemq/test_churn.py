@@ -190,3 +190,38 @@ async def test_a_closed_connection_is_freed_without_a_collection(broker, catalog
         await _until(lambda: all(ref() is None for ref in gone), "kept after the close")
     finally:
         gc.enable()
+
+
+async def test_a_member_whose_connection_closes_during_its_join_leaves_nothing(
+    broker, catalog, clients, redis_url, monkeypatch
+):
+    """The connection drops while the fan-out join's reply is on its way: the member
+    exists in Redis, the subscription was never acknowledged; the close leaves the group
+    all the same (it left only the queues it knew it had joined)."""
+    keeper = await clients()
+    await keeper.create_queue("joining", deliveryMode="FanOutWithAck")
+    real_join = broker.engine.join
+    joined = asyncio.Event()
+
+    async def reply_lost_on_the_way(*args, **kwargs):
+        result = await real_join(*args, **kwargs)
+        joined.set()
+        await asyncio.sleep(60)
+        return result
+
+    monkeypatch.setattr(broker.engine, "join", reply_lost_on_the_way)
+    r, key = await _connect(broker.port, catalog.token)
+    r.send({"id": "s", "type": "subscribe", "queue": "joining"})
+    await asyncio.wait_for(joined.wait(), 5)
+    r.writer.transport.abort()
+    store = aioredis.from_url(redis_url)
+    try:
+        left: list[bytes] = [b"?"]
+        for _ in range(60):
+            left = [k async for k in store.scan_iter(match=f"*~{key}*")]
+            if not left:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await store.aclose()
+    assert left == []

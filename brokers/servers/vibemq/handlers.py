@@ -108,8 +108,10 @@ async def _subscribe(session: Session, frame: Subscribe) -> None:
         return session.error(ErrorCode.QUEUE_NOT_FOUND, str(exc), frame.id)
     except EngineError as exc:
         return session.error(ErrorCode.INVALID_QUEUE, str(exc), frame.id)
-    await session.hub.join(frame.queue, session)
+    # recorded before the join's round trip: a connection that closes meanwhile (the join
+    # done in Redis, its reply not read) leaves the group at close all the same
     session.joined.add(frame.queue)
+    await session.hub.join(frame.queue, session)
     session.send(subscribe_ack(frame))  # before any delivery of the backlog
     session.subscriptions.add(frame.queue)
     await session.hub.subscribe(frame.queue, session)
