@@ -136,9 +136,15 @@ def catalog(transactional_db, redis_url: str) -> Catalog:
 # ---------------------------------------------------------------------- waiting
 
 
-async def until(predicate: Callable[[], Any], *, within: float = 5.0, what: str = "") -> Any:
+async def until(
+    predicate: Callable[[], Any],
+    *,
+    within: float = 5.0,
+    what: str | Callable[[], object] = "",
+) -> Any:
     """Poll ``predicate`` (sync or async) every 20 ms until it is truthy; fail after
-    ``within`` seconds."""
+    ``within`` seconds, saying ``what`` was awaited (called then, when it is callable:
+    the state at the time out)."""
     deadline = time.monotonic() + within
     while True:
         value = predicate()
@@ -147,7 +153,8 @@ async def until(predicate: Callable[[], Any], *, within: float = 5.0, what: str 
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within} s waiting for {what or predicate}")
+            shown = what() if callable(what) else what or predicate
+            raise AssertionError(f"timed out after {within} s waiting for {shown}")
         await asyncio.sleep(0.02)
 
 

@@ -12,6 +12,7 @@ import weakref
 
 import redis.asyncio as aioredis
 
+from tests.access.conftest import until
 from tests.vibemq.conftest import Raw
 
 CHURN = 20
@@ -40,11 +41,20 @@ async def _leave(r: Raw, i: int) -> None:
         await r.close()
 
 
-async def _until(check, what: str, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"still {what() if callable(what) else what}"
-        await asyncio.sleep(0.05)
+async def _member_keys_left(redis_url: str, key: str, within: float = 3.0) -> list[bytes]:
+    """The Redis keys of connection ``key``'s fan-out members (``~<connection id>``) once
+    none is left or ``within`` seconds passed (its close is handled as the broker reads
+    it)."""
+    store = aioredis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + within
+        while True:
+            left = [k async for k in store.scan_iter(match=f"*~{key}*")]
+            if not left or time.monotonic() > deadline:
+                return left
+            await asyncio.sleep(0.05)
+    finally:
+        await store.aclose()
 
 
 async def test_subscribers_that_left_leave_nothing_in_the_hub(broker, catalog, clients):
@@ -66,11 +76,11 @@ async def test_subscribers_that_left_leave_nothing_in_the_hub(broker, catalog, c
     def forgotten() -> bool:
         return len(hub.sessions) == 1 and broker.server.ctx.gate.active == 1
 
-    await _until(forgotten, f"{len(hub.sessions)} sessions")
+    await until(forgotten, what=lambda: f"{len(hub.sessions)} sessions")
     # a queue nobody subscribes any more has no dispatcher
-    await _until(
+    await until(
         lambda: sorted(hub.dispatchers) == ["fo", "fx", "rr"],
-        lambda: {q: (len(d.subscribers), d.task) for q, d in hub.dispatchers.items()},
+        what=lambda: {q: (len(d.subscribers), d.task) for q, d in hub.dispatchers.items()},
     )
     for queue, disp in hub.dispatchers.items():
         assert len(disp.subscribers) == 1, queue
@@ -161,17 +171,7 @@ async def test_a_member_leaves_no_progress_of_queues_it_unsubscribed(
     assert (await r.recv())["id"] == "again"
     r.send({"id": "a", "type": "ack", "headers": {"messageId": "again"}})
     await r.close()
-    store = aioredis.from_url(redis_url)
-    try:
-        left: list[bytes] = []
-        for _ in range(50):  # the close is handled as the broker reads the reset
-            left = [k async for k in store.scan_iter(match=f"*~{key}*")]
-            if not left:
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        await store.aclose()
-    assert left == []
+    assert await _member_keys_left(redis_url, key, within=2.5) == []
 
 
 async def test_a_closed_connection_is_freed_without_a_collection(broker, catalog):
@@ -187,7 +187,7 @@ async def test_a_closed_connection_is_freed_without_a_collection(broker, catalog
         gone = weakref.ref(session), weakref.ref(session.transport)
         del session
         await r.close()
-        await _until(lambda: all(ref() is None for ref in gone), "kept after the close")
+        await until(lambda: all(ref() is None for ref in gone), what="freed after the close")
     finally:
         gc.enable()
 
@@ -214,14 +214,4 @@ async def test_a_member_whose_connection_closes_during_its_join_leaves_nothing(
     r.send({"id": "s", "type": "subscribe", "queue": "joining"})
     await asyncio.wait_for(joined.wait(), 5)
     r.writer.transport.abort()
-    store = aioredis.from_url(redis_url)
-    try:
-        left: list[bytes] = [b"?"]
-        for _ in range(60):
-            left = [k async for k in store.scan_iter(match=f"*~{key}*")]
-            if not left:
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        await store.aclose()
-    assert left == []
+    assert await _member_keys_left(redis_url, key) == []

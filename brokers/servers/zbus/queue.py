@@ -357,9 +357,9 @@ class QueueMq:
     def _forget_if_idle(self, *, pump_ended: bool = False) -> None:
         """Leave the server's MQs when nothing of this runtime is left: no connection that
         consumed it open (only an open one keeps it in its consume cache, which checks
-        :attr:`retired` too: :func:`.consume.consume_now`), nothing in flight, read ahead or to be settled, its pump ended (``pump_ended``:
-        the pump is ending now). What it handed to background tasks (releases, settles)
-        finishes without it."""
+        :attr:`retired` too: :func:`.consume.consume_now`), nothing in flight, read ahead
+        or to be settled, its pump ended (``pump_ended``: the pump is ending now). What it
+        handed to background tasks (releases, settles) finishes without it."""
         if (
             self._watched
             or self.sessions
@@ -424,8 +424,7 @@ class QueueMq:
         items, self._to_settle = self._to_settle, []
         if items:
             self.ctx.spawn(self._settle_items(items), f"zbus-settle-{self.name}")
-            if not self._watched:  # the last consumer's acks went: nothing may be left
-                self._forget_if_idle()
+            self._forget_if_idle()  # the last consumer's acks went: nothing may be left
 
     async def _settle_items(self, items: list[InFlight]) -> None:
         """Ack ``items``: one engine call per (app, partition)."""
