@@ -215,3 +215,37 @@ async def test_a_member_whose_connection_closes_during_its_join_leaves_nothing(
     await asyncio.wait_for(joined.wait(), 5)
     r.writer.transport.abort()
     assert await _member_keys_left(redis_url, key) == []
+
+
+async def test_a_member_whose_lease_comes_back_after_its_close_leaves_nothing(
+    broker, catalog, clients, redis_url, monkeypatch
+):
+    """A dispatch round leases for a member while its connection closes: Redis runs the
+    close's leave first, then the lease, which makes the member's progress again. The
+    dispatcher, finding the member closed when the lease comes back, has it leave again
+    (before, those keys stayed for good: one set per such race)."""
+    keeper = await clients()
+    await keeper.create_queue("racing", deliveryMode="FanOutWithAck")
+    r, key = await _connect(broker.port, catalog.token)
+    await _subscribe(r, "racing")
+    real_lease = broker.engine.lease
+    holding, release_it, leased = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def lease_after_the_close(*args, **kwargs):
+        if key in (kwargs.get("client_id") or ""):
+            holding.set()
+            await release_it.wait()
+            try:
+                return await real_lease(*args, **kwargs)
+            finally:
+                leased.set()
+        return await real_lease(*args, **kwargs)
+
+    monkeypatch.setattr(broker.engine, "lease", lease_after_the_close)
+    await keeper.publish("racing", "x", message_id="x")
+    await asyncio.wait_for(holding.wait(), 5)
+    r.writer.transport.abort()
+    assert await _member_keys_left(redis_url, key) == []  # the close's leave ran
+    release_it.set()
+    await asyncio.wait_for(leased.wait(), 5)
+    assert await _member_keys_left(redis_url, key) == []

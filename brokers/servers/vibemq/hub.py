@@ -44,6 +44,7 @@ Dispatchers of several processes compete for the same group through the engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -97,7 +98,10 @@ class Subscriber(Protocol):
 
     key: str
     peer: str
+    closed: bool
 
+    @property
+    def durable(self) -> bool: ...
     def acting_app(self, queue: str) -> str: ...
     def member_id(self, queue: str) -> str: ...
     def capacity(self, queue: str) -> int: ...
@@ -106,6 +110,7 @@ class Subscriber(Protocol):
     ) -> int: ...
     def deliver_copy(self, queue: str, delivery: Delivery) -> bool: ...
     def drop_subscription(self, queue: str) -> None: ...
+    async def leave_group(self, queue: str) -> None: ...
     async def tick(self, now_ms: int) -> None: ...
 
 
@@ -467,6 +472,9 @@ class QueueDispatcher:
             if self._caught_up.holds((*key, member), engine.now_ms()):
                 continue  # caught up: an ack of any member does not make it lease again
             lease = await self._lease(key, room, sub.key, lease_ms, member)
+            if sub.closed:  # it left while the lease was on its way
+                await self._left_meanwhile(sub, key[0], member, lease)
+                continue
             if lease is None or not lease.deliveries:
                 continue
             got = lease.deliveries
@@ -486,6 +494,20 @@ class QueueDispatcher:
             if dropped:
                 self.hub.ctx.counters["fanout_dropped"] += dropped
         return more
+
+    async def _left_meanwhile(
+        self, sub: Subscriber, app: str, member: str, lease: Lease | None
+    ) -> None:
+        """A member's lease came back after its connection closed. If Redis ran the lease
+        after the member's progress was deleted at the close, the lease made it again
+        (for a member that never comes back: for good); so the member leaves once more,
+        after handing a durable member's leases back for its next connection."""
+        if lease is not None and lease.deliveries and sub.durable:
+            engine = self.hub.ctx.engine
+            for partition, indexes in _by_partition(lease.deliveries).items():
+                with contextlib.suppress(EngineError):
+                    await engine.release(self.queue, app, partition, indexes, client_id=member)
+        await sub.leave_group(self.queue)
 
 
 class Hub:

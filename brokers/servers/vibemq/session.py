@@ -473,13 +473,14 @@ class Session:
         # unsubscribed queues too: their deliveries stayed tracked (§7), and a member of
         # its own (no clientId) never comes back — its progress stayed for good
         for queue in subscribed | self.joined:
-            await self._leave_group(queue)
+            await self.leave_group(queue)
         self.joined.clear()
         self.inbox.clear()
 
-    async def _leave_group(self, queue: str) -> None:
+    async def leave_group(self, queue: str) -> None:
         """A fan-out member's progress ends with its subscription; a durable member's waits
-        for it a while."""
+        for it a while. Idempotent: the hub calls it again for a member whose lease came
+        back after the close."""
         settings = self.ctx.queue_settings(queue)
         if settings is not None and settings.delivery_mode in FANOUT_MODES:
             keep = self.ctx.config.fanout_retention_ms if self.durable else None
