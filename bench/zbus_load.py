@@ -79,34 +79,76 @@ class Splitter:
         return out
 
 
-class Conn:
-    """One zbus connection: write bytes, read whole messages."""
+class Conn(asyncio.Protocol):
+    """One zbus connection: write bytes, read whole messages.
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer, self.splitter = reader, writer, Splitter()
+    A plain :class:`asyncio.Protocol` rather than streams: a read is one future, and a
+    timed read one timer, where ``asyncio.wait_for`` over ``StreamReader.read`` cost a
+    task per read. The generator shares the machine with the server it measures, so
+    every microsecond it spends per message is taken from that server."""
+
+    def __init__(self) -> None:
+        self.splitter = Splitter()
+        self.transport: asyncio.Transport | None = None
+        self.ready: list[Msg] = []
+        self.waiter: asyncio.Future[None] | None = None
+        self.closed: BaseException | None = None
 
     @classmethod
     async def open(cls, port: int, host: str = "127.0.0.1") -> Conn:
-        return cls(*await asyncio.open_connection(host, port, limit=1 << 22))
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(cls, host, port)
+        return conn
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        msgs = self.splitter.feed(data)
+        if msgs:
+            self.ready.extend(msgs)
+            self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = ConnectionError("connection closed by the server")
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def read(self, wait: float | None = None) -> list[Msg]:
-        """The messages of the next chunk(s) read (at least one)."""
-        while True:
-            if wait is None:
-                data = await self.reader.read(1 << 20)
-            else:
-                data = await asyncio.wait_for(self.reader.read(1 << 20), wait)
-            if not data:
-                raise ConnectionError("connection closed by the server")
-            msgs = self.splitter.feed(data)
-            if msgs:
-                return msgs
+        """The messages received since the last read (at least one); ``TimeoutError``
+        when none came within ``wait`` seconds."""
+        if not self.ready:
+            if self.closed is not None:
+                raise self.closed
+            loop = asyncio.get_running_loop()
+            self.waiter = waiter = loop.create_future()
+            timer = None if wait is None else loop.call_later(wait, _time_out, waiter)
+            try:
+                await waiter
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if not self.ready:
+                raise self.closed or ConnectionError("connection closed by the server")
+        msgs, self.ready = self.ready, []
+        return msgs
 
     def write(self, data: bytes) -> None:
-        self.writer.write(data)
+        assert self.transport is not None
+        self.transport.write(data)
 
     def close(self) -> None:
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _time_out(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 @dataclass
