@@ -33,6 +33,7 @@ from typing import Any
 
 import redis
 
+from brokers import compiled
 from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, publish_snapshot
 from brokers.engine.redisio import broker_client
 from brokers.servers.runtime import tune_gc
@@ -84,6 +85,7 @@ def raw_xadd(port: int, requests: int, runs: int = 3) -> float:
         rates.append(float(re.findall(r"([\d.]+) requests per second", out)[-1]))
         clear_raw(port)  # the next run, or what the caller measures next, starts empty
     print("raw XADD runs (median used): " + " / ".join(f"{r:,.0f}" for r in rates), flush=True)
+    print(compiled.describe(), flush=True)  # the code the brokers of this run execute
     return statistics.median(rates)
 
 
@@ -313,13 +315,18 @@ def machine_busy(before: list[int], after: list[int]) -> float:
     return (os.cpu_count() or 1) * busy / total if total else 0.0
 
 
-def spawn_broker(script: str, redis_port: int, processes: int = 1) -> tuple[subprocess.Popen, int]:
-    """Run ``script --serve REDIS_PORT PORT PROCESSES`` and wait for its "ready" line."""
+def spawn_broker(
+    script: str, redis_port: int, processes: int = 1, *, source: bool = False
+) -> tuple[subprocess.Popen, int]:
+    """Run ``script --serve REDIS_PORT PORT PROCESSES`` and wait for its "ready" line;
+    ``source``: with the hot path run from source, not its compiled build."""
     port = free_port()
+    env = {**os.environ, compiled.PURE_PYTHON_ENV: "1"} if source else None
     proc = subprocess.Popen(
         [sys.executable, script, "--serve", str(redis_port), str(port), str(processes)],
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )
     line = proc.stdout.readline() if proc.stdout else ""
     if line.strip() != "ready":
@@ -353,10 +360,12 @@ def redis_server() -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def broker(script: str, redis_port: int, processes: int = 1) -> Iterator[tuple[int, int]]:
+def broker(
+    script: str, redis_port: int, processes: int = 1, *, source: bool = False
+) -> Iterator[tuple[int, int]]:
     """``script``'s broker (:func:`spawn_broker`) on ``redis_port``: yields (port, pid of
     its first process); stopped gracefully on exit."""
-    proc, port = spawn_broker(script, redis_port, processes)
+    proc, port = spawn_broker(script, redis_port, processes, source=source)
     try:
         yield port, proc.pid
     finally:

@@ -1,5 +1,5 @@
 """zbus benchmark against the original zbus 5.1 server (a script, not a test):
-``python bench/zbus.py [--seconds 4] [--processes 1,2] [--profile DIR]``.
+``python bench/zbus.py [--seconds 4] [--processes 1,2] [--source] [--profile DIR]``.
 
 In one run, side by side:
 
@@ -308,7 +308,7 @@ def report(targets: list[Target], raw: float) -> None:
     ]
     head = f"{'':38}" + (f"{java.name:>16}" if java else "")
     for t in ours:
-        head += f"{t.name:>20}" + ("   ours/Java" if java else "") + "   ours/raw"
+        head += f"{t.name:>24}" + ("   ours/Java" if java else "") + "   ours/raw"
     head += "   goal (ours/Java)" if java else ""
     print()
     print(head)
@@ -318,7 +318,7 @@ def report(targets: list[Target], raw: float) -> None:
             line += f"{java.results[key].rate:16,.0f}"
         for t in ours:
             value = t.results[key].rate
-            line += f"{value:20,.0f}"
+            line += f"{value:24,.0f}"
             if java:
                 base = java.results[key].rate
                 line += f"{value / base:11.2f}x" if base else f"{'n/a':>12}"
@@ -330,7 +330,7 @@ def report(targets: list[Target], raw: float) -> None:
     if java:
         line += f"{java.results['rpc'].lost:16}"
     for t in ours:
-        line += f"{t.results['rpc'].lost:20}" + (" " * 12 if java else "") + " " * 11
+        line += f"{t.results['rpc'].lost:24}" + (" " * 12 if java else "") + " " * 11
     print(line + ("   0" if java else ""))
     print(f"{'raw redis-benchmark -P 100 XADD ops/s':38}{raw:16,.0f}  (our Redis, same run)")
     if java:
@@ -366,12 +366,16 @@ async def main(args: argparse.Namespace) -> None:
         if args.floor:
             port, pid = stack.enter_context(floor_server())
             targets.append(Target("Python floor", port, pid, ours=False, floor=True))
-        for n, count in enumerate(processes):
+        ours = [(count, False) for count in processes]
+        if args.source:
+            ours.insert(0, (1, True))
+        for n, (count, source) in enumerate(ours):
             redis_port = stack.enter_context(redis_server())
             if n == 0:
                 raw = raw_xadd(redis_port, 500_000)
-            port, pid = stack.enter_context(broker(__file__, redis_port, count))
+            port, pid = stack.enter_context(broker(__file__, redis_port, count, source=source))
             name = f"ours, {count} process" + ("es" if count > 1 else "")
+            name += ", source" if source else ""
             targets.append(Target(name, port, pid, ours=True, redis_port=redis_port))
         for t in targets:
             await load.create_mqs(t.port, [*MQS, *WARM_MQS, SERVICE, WARM_SERVICE])
@@ -397,6 +401,10 @@ if __name__ == "__main__":
             "--processes", default="1,2", help="our broker's process counts, e.g. 1,2"
         )
         parser.add_argument("--no-java", action="store_true", help="only our server")
+        parser.add_argument(
+            "--source", action="store_true",
+            help="also ours, 1 process, from source (MQCLOUD_PURE_PYTHON=1), to compare",
+        )  # fmt: skip
         parser.add_argument(
             "--no-floor", dest="floor", action="store_false",
             help="without the in-memory Python floor (bench/zbus_floor.py)",

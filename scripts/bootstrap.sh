@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Install what mqcloud needs on a Debian machine, skipping whatever is already there:
 # PostgreSQL, Redis, a Java 17 JDK (the runtime for PySpark; javac for the test that runs
-# the 2015 zbus Java client), Chromium (browser tests), Python's venv, and the Python
-# dependencies of requirements.txt in .venv (reinstalled only when
-# the file changes).
+# the 2015 zbus Java client), Chromium (browser tests), Python's venv, gcc and Python's
+# headers, the Python dependencies of requirements.txt in .venv (reinstalled only when
+# the file changes), and the compiled hot path of the brokers (rebuilt where it changed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +24,10 @@ command -v runuser >/dev/null 2>&1 || need+=(util-linux)
 # Browser tests drive Debian's Chromium through Playwright (never a downloaded browser).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v pgrep >/dev/null 2>&1 || need+=(procps)
+# The brokers' hot path is compiled with Cython (scripts/compile_brokers.py): a C compiler
+# and the interpreter's headers.
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+"$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' >/dev/null 2>&1 || need+=(python3-dev)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "bootstrap: installing ${need[*]}"
@@ -49,3 +53,5 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
   echo "$want" > "$stamp"
 fi
+# Compile what changed of the brokers' hot path (a no-op when nothing did).
+.venv/bin/python scripts/compile_brokers.py

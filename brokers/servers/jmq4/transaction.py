@@ -108,7 +108,7 @@ async def _until_next_due(ctx: ServerContext, req: FetchProduceFeedbackRequest) 
         for t in await ctx.engine.open_transactions(req.topic, req.app)
         if t.transaction_id and t.start_ms + t.timeout_ms > now
     ]
-    return min([1.0, *((due - now) / 1000 + 0.005 for due in dues)])
+    return min([1.0] + [(due - now) / 1000 + 0.005 for due in dues])
 
 
 HANDLERS = {

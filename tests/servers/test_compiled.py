@@ -1,0 +1,129 @@
+"""The compiled hot path (``brokers/compiled.py``, ``scripts/compile_brokers.py``): a build
+is used only while it is a build of the source on disk, for this interpreter; the build is
+incremental; the test session runs the brokers compiled."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from brokers import compiled
+
+SCRIPT = compiled.REPO / "scripts" / "compile_brokers.py"
+MODULE = "brokers.protocols.zbus.aliases"  # small, imported by nothing at module level here
+
+
+def _compile(build: Path, *modules: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--strict", "--build", str(build), "--modules", *modules],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _import_with(build: Path, module: str) -> dict[str, object]:
+    """Import ``module`` in a fresh interpreter whose only finder of builds is ``build``'s:
+    where it came from, and what the finder says."""
+    code = f"""
+import json, sys
+from pathlib import Path
+from brokers import compiled
+sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, compiled.CompiledFinder)]
+finder = compiled.install(Path({str(build)!r}))
+import {module} as m
+print(json.dumps({{"file": m.__file__, "finder": finder is not None,
+    "loaded": finder.loaded if finder else [], "stale": finder.stale if finder else []}}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != compiled.PURE_PYTHON_ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=compiled.REPO,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("compiled")
+    out = _compile(folder, MODULE)
+    assert "compiling 1 module " in out
+    return folder
+
+
+def test_a_build_matching_its_source_is_loaded(build: Path) -> None:
+    seen = _import_with(build, MODULE)
+    assert seen["file"] == str(compiled.extension_of(MODULE, build / "lib"))
+    assert seen["loaded"] == [MODULE]
+    assert seen["stale"] == []
+
+
+def test_a_build_of_another_source_is_not_loaded(build: Path, tmp_path: Path) -> None:
+    other = tmp_path / "build"
+    (other / "lib").mkdir(parents=True)
+    manifest = json.loads((build / "manifest.json").read_text())
+    manifest["modules"][MODULE] = compiled.digest(b"what the source was at the build")
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    os.symlink(build / "lib" / "brokers", other / "lib" / "brokers")
+    seen = _import_with(other, MODULE)
+    assert seen["file"] == str(compiled.source_of(MODULE))
+    assert seen["stale"] == [MODULE]
+
+
+def test_a_build_for_another_interpreter_is_not_used(build: Path, tmp_path: Path) -> None:
+    manifest = json.loads((build / "manifest.json").read_text())
+    manifest["ext_suffix"] = ".cpython-399-x86_64-linux-gnu.so"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert compiled.read_manifest(tmp_path / "manifest.json") == {}
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert compiled.read_manifest(tmp_path / "manifest.json") == {}
+    assert compiled.read_manifest(tmp_path / "absent.json") == {}
+
+
+def test_pure_python_is_asked_for(build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(compiled.PURE_PYTHON_ENV, "1")
+    assert compiled.install(build) is None
+
+
+def test_the_build_is_incremental(build: Path) -> None:
+    assert "1 module up to date" in _compile(build, MODULE)
+
+
+def test_only_modules_of_the_packages_are_compiled(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--build", str(tmp_path), "--modules", "mqcloud.settings"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "not a module of brokers.compiled.PACKAGES" in done.stderr
+    names = compiled.compiled_modules()
+    assert "brokers.servers.zbus.queue" in names
+    assert not any(name.endswith("__init__") for name in names)
+
+
+def test_this_session_runs_the_brokers_as_production_does() -> None:
+    """``make test`` compiles first (bootstrap, then ``test_session.py``): every module
+    of the hot path this process imported came from its build, none was stale."""
+    finder = compiled.active()
+    if os.environ.get(compiled.PURE_PYTHON_ENV, "") not in ("", "0"):
+        assert finder is None
+        return
+    assert finder is not None, "no build of the hot path: scripts/compile_brokers.py"
+    assert finder.stale == []
+    imported = [name for name in compiled.compiled_modules() if name in sys.modules]
+    assert imported
+    assert sorted(finder.loaded) == sorted(imported)
