@@ -123,7 +123,9 @@ def test_this_session_runs_the_brokers_as_production_does() -> None:
         assert finder is None
         return
     assert finder is not None, "no build of the hot path: scripts/compile_brokers.py"
-    assert finder.stale == []
+    assert finder.stale == [], (
+        f"edited since the build (scripts/compile_brokers.py): {finder.stale}"
+    )
     imported = [name for name in compiled.compiled_modules() if name in sys.modules]
     assert imported
     assert sorted(finder.loaded) == sorted(imported)
