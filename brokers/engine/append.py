@@ -47,6 +47,7 @@ QoS — the call returns only after Redis executed the script, and then:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import random
@@ -218,24 +219,46 @@ async def append_blob(
     said = partition if notice is None else notice
     args = (notify_channel(topic), said, expected_first, total, blob, rid)
     fence = "" if leader is None else str(leader)
-
-    async def attempt(repeat: bool) -> int:
-        floor = fmt_int(expected_first) if repeat else ""
-        first = int(
-            await durability.run(APPEND, script_keys, (*args, floor, REMEMBERED, fence), qos)
-        )
-        if first == -2:
-            raise BrokerNotLeader(
-                f"broker {leader} no longer leads {topic}/{partition}: the write was refused"
-            )
-        if first < 0:
-            raise AppendInDoubt(
-                f"the connection of an append to {topic}/{partition} failed and too many "
-                "appends followed it to tell whether it was stored: not repeated"
-            )
-        return first
-
+    # a partial, not a nested function: compiled, a coroutine keeps its locals in one
+    # scope object, and a closure defined in it would hold that scope in a reference
+    # cycle — garbage for the collector at every append (see brokers/compiled.py)
+    attempt = functools.partial(
+        _append_attempt,
+        durability,
+        script_keys,
+        args,
+        qos,
+        expected_first,
+        fence,
+        leader,
+        f"{topic}/{partition}",
+    )
     return await retry_on_fresh_connection(attempt)
+
+
+async def _append_attempt(
+    durability: Durability,
+    script_keys: tuple[str, str, str],
+    args: tuple[object, ...],
+    qos: QoS,
+    expected_first: int,
+    fence: str,
+    leader: int | None,
+    where: str,
+    repeat: bool,
+) -> int:
+    """One try of :func:`append_blob`'s script (``repeat``: the script checks whether
+    the try before was stored after all)."""
+    floor = fmt_int(expected_first) if repeat else ""
+    first = int(await durability.run(APPEND, script_keys, (*args, floor, REMEMBERED, fence), qos))
+    if first == -2:
+        raise BrokerNotLeader(f"broker {leader} no longer leads {where}: the write was refused")
+    if first < 0:
+        raise AppendInDoubt(
+            f"the connection of an append to {where} failed and too many "
+            "appends followed it to tell whether it was stored: not repeated"
+        )
+    return first
 
 
 def java_hash(text: str) -> int:

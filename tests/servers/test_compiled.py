@@ -4,10 +4,12 @@ incremental; the test session runs the brokers compiled."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,60 @@ def test_this_session_runs_the_brokers_as_production_does() -> None:
     imported = [name for name in compiled.compiled_modules() if name in sys.modules]
     assert imported
     assert sorted(finder.loaded) == sorted(imported)
+
+
+def _defined_inside_coroutines(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, outer, inner) of every function or class defined in the body of a
+    coroutine or generator function (not counting those inside a further def)."""
+    found = []
+    for outer in ast.walk(tree):
+        if not isinstance(outer, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        body_nodes = list(_own_nodes(outer))
+        resumable = isinstance(outer, ast.AsyncFunctionDef) or any(
+            isinstance(n, ast.Yield | ast.YieldFrom) for n in body_nodes
+        )
+        if not resumable:
+            continue
+        for node in body_nodes:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                found.append((node.lineno, outer.name, node.name))
+    return found
+
+
+def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """The nodes of ``function``'s body, not descending into nested scopes."""
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def test_no_coroutine_of_the_hot_path_defines_a_function() -> None:
+    """Compiled, a coroutine (or generator) keeps its locals in one scope object, and a
+    function defined in it holds that scope: a reference cycle at every call, freed only
+    by a collection (a stall of 20-30 ms in a broker). Pass arguments to a function of the
+    module or a method instead, or bind them with functools.partial."""
+    offenders = []
+    for name in compiled.compiled_modules():
+        path = compiled.source_of(name)
+        for line, outer, inner in _defined_inside_coroutines(ast.parse(path.read_text())):
+            offenders.append(f"{path.relative_to(compiled.REPO)}:{line} {inner} in {outer}")
+    assert offenders == []
+
+
+def test_the_rule_finds_a_closure_in_a_coroutine() -> None:
+    tree = ast.parse(
+        "async def outer():\n"
+        "    async def inner(): pass\n"
+        "def plain():\n"
+        "    def fine(): pass\n"
+        "def gen():\n"
+        "    yield 1\n"
+        "    class C: pass\n"
+        "async def nested():\n"
+        "    print(lambda: 1)\n"
+    )
+    assert _defined_inside_coroutines(tree) == [(2, "outer", "inner"), (7, "gen", "C")]

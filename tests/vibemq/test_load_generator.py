@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from bench import vibemq_load
+from tests.cycles import project_cycles
 
 
 async def test_counts_what_was_stored_and_delivers_and_acks_all_of_it(broker, catalog, clients):
@@ -45,3 +46,23 @@ async def test_latency_counts_every_message_sent_after_the_warm_up(broker, catal
             break
         await asyncio.sleep(0.05)
     assert (await broker.engine.queue_stats("load")).backlog == 0
+
+
+async def test_publishing_and_delivering_leave_no_cyclic_garbage(broker, catalog, clients):
+    """Every publish, delivery and ack is freed by reference counting: garbage only a
+    collection frees waits for one, and a broker's collection of tens of thousands of
+    objects stalled every connection for 20-30 ms — publish→deliver p99 25 ms at 5,000/s
+    (compiled, a closure defined in a coroutine made a cycle at every publish run and
+    every append; see brokers/compiled.py)."""
+    await (await clients()).create_queue("tidy", maxQueueSize="10000000")
+    warm = await vibemq_load.publish(broker.port, catalog.token, "tidy", 0.1, conns=1, window=4)
+    await vibemq_load.deliver(broker.port, catalog.token, "tidy", warm.messages)
+    with project_cycles() as cycles:
+        published = await vibemq_load.publish(
+            broker.port, catalog.token, "tidy", 0.3, conns=2, window=4
+        )
+        delivered = await vibemq_load.deliver(
+            broker.port, catalog.token, "tidy", published.messages
+        )
+    assert delivered.messages == published.messages > 100
+    assert cycles == {}

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from bench import zbus_load
+from tests.cycles import project_cycles
 
 
 async def test_counts_what_was_stored_and_consumes_all_of_it(broker):
@@ -48,3 +49,17 @@ async def test_a_read_ends_when_the_server_closes(broker):
         while True:  # an error reply may come first, then the close
             await asyncio.wait_for(conn.read(5), 10)
     conn.close()
+
+
+async def test_producing_and_consuming_leave_no_cyclic_garbage(broker):
+    """Every produce, delivery and settle is freed by reference counting: garbage only a
+    collection frees waits for one, and a broker's collection of tens of thousands of
+    objects stalled every connection for 20-30 ms (compiled, a closure defined in a
+    coroutine made a cycle at every append; see brokers/compiled.py)."""
+    await zbus_load.produce(broker.port, ["orders"], per_mq=50, in_flight=8)  # warm
+    await zbus_load.long_poll(broker.port, ["orders"], [50], seconds=10)
+    with project_cycles() as cycles:
+        await zbus_load.produce(broker.port, ["orders"], per_mq=300, in_flight=1)
+        polled = await zbus_load.long_poll(broker.port, ["orders"], [300], seconds=10)
+    assert polled.count == 300
+    assert cycles == {}

@@ -225,14 +225,9 @@ class GroupSection(EngineBase):
         if known is not None and known[0] == cids and known[1] > now:
             return 0
 
-        async def one(p: int, cid: str | None) -> tuple[int, int]:
-            gone, due = await expire_records(self.redis, topic, p, cid, now_ms=now, ttl_ms=ttl)
-            for d in gone:
-                if not await self._dead_letter(topic, cid or "", d, "MessageExpired", 0):
-                    await count_dropped(self.redis, topic, p, d.count)
-            return len(gone), due
-
-        results = await asyncio.gather(*(one(p, c) for p in range(info.partitions) for c in cids))
+        results = await asyncio.gather(
+            *(self._expire_one(topic, p, c, now, ttl) for p in range(info.partitions) for c in cids)
+        )
         due = min(d for _, d in results) - EXPIRE_CLOCK_MARGIN_MS
         if len(self._expire_due) > 2 * len(self._catalog().topics) + 1024:
             topics = self._catalog().topics
@@ -258,6 +253,17 @@ class GroupSection(EngineBase):
         info = self.group_topic(topic)
         cid = consumer_id(app, member)
         await forget_progress(self.redis, topic, range(info.partitions), cid, after_ms=keep_ms)
+
+    async def _expire_one(
+        self, topic: str, p: int, cid: str | None, now: int, ttl: int
+    ) -> tuple[int, int]:
+        """:meth:`expire` for one partition and group: how many expired, and when the
+        next can."""
+        gone, due = await expire_records(self.redis, topic, p, cid, now_ms=now, ttl_ms=ttl)
+        for d in gone:
+            if not await self._dead_letter(topic, cid or "", d, "MessageExpired", 0):
+                await count_dropped(self.redis, topic, p, d.count)
+        return len(gone), due
 
     async def group_stats(
         self, topic: str, app: str, *, client_id: str | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import resource
 import time
@@ -154,12 +155,15 @@ async def _serve(monitor: Monitor, reader: asyncio.StreamReader, writer: asyncio
 
 async def start_monitor(monitor: Monitor, host: str, port: int) -> asyncio.Server:
     """Serve ``monitor`` on ``host:port`` (0 picks a port)."""
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await _serve(monitor, reader, writer)
-        except Exception:
-            log.exception("VibeMQ monitor request failed")
-            writer.close()
-
+    handle = functools.partial(_handle, monitor)
     return await asyncio.start_server(handle, host, port, reuse_address=True)
+
+
+async def _handle(
+    monitor: Monitor, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    try:
+        await _serve(monitor, reader, writer)
+    except Exception:
+        log.exception("VibeMQ monitor request failed")
+        writer.close()

@@ -89,29 +89,13 @@ class PublishRun:
         frames, refused, queues = self.frames, self.refused, self.queues
         self.frames, self.refused, self.queues = [], {}, {}
         results: list[AppendResult | EngineError | None] = [None] * len(frames)
-
-        async def store(queue: str, positions: list[int], messages: list[Message]) -> None:
-            try:
-                got: Sequence[AppendResult | EngineError] = await ctx.engine.append_many(
-                    queue,
-                    session.acting_app(queue),
-                    messages,
-                    qos=QoS.PERSISTED,
-                    client_address=session.address or None,
-                )
-            except EngineError as exc:  # refused, or the store failed: nothing was stored
-                if not isinstance(exc, AccessDenied | RateLimited | TopicNotFound):
-                    log.warning("VibeMQ publish to %s failed: %s", queue, exc)
-                got = [exc] * len(positions)
-            for i, result in zip(positions, got, strict=True):
-                results[i] = result
-
-        session, ctx = self.session, self.session.ctx
+        session = self.session
         if len(queues) == 1:
             [(queue, (positions, messages))] = queues.items()
-            await store(queue, positions, messages)
+            await _store(session, queue, positions, messages, results)
         elif queues:
-            await asyncio.gather(*(store(q, *run) for q, run in queues.items()))
+            await asyncio.gather(*(_store(session, q, *run, results) for q, run in queues.items()))
+        ctx = session.ctx
         for i, frame in enumerate(frames):
             result = results[i]
             if isinstance(result, EngineError):
@@ -143,3 +127,30 @@ async def publish(session: Session, frames: Sequence[Publish], *, admitted: bool
                 continue
         run.add(frame, to_message(frame))
     await run.flush()
+
+
+async def _store(
+    session: Session,
+    queue: str,
+    positions: list[int],
+    messages: list[Message],
+    results: list[AppendResult | EngineError | None],
+) -> None:
+    """Store one queue's messages of a run; each frame's result at its position. A
+    function of the module, not a closure of ``flush``: compiled, a closure defined in a
+    coroutine holds the coroutine's scope in a reference cycle, garbage for the
+    collector at every run (see brokers/compiled.py)."""
+    try:
+        got: Sequence[AppendResult | EngineError] = await session.ctx.engine.append_many(
+            queue,
+            session.acting_app(queue),
+            messages,
+            qos=QoS.PERSISTED,
+            client_address=session.address or None,
+        )
+    except EngineError as exc:  # refused, or the store failed: nothing was stored
+        if not isinstance(exc, AccessDenied | RateLimited | TopicNotFound):
+            log.warning("VibeMQ publish to %s failed: %s", queue, exc)
+        got = [exc] * len(positions)
+    for i, result in zip(positions, got, strict=True):
+        results[i] = result
