@@ -99,7 +99,7 @@ class CompiledFinder(MetaPathFinder):
         self.loaded: list[str] = []
         """Modules this finder loaded from their build."""
         self.stale: list[str] = []
-        """Modules run from source because their source changed since the build."""
+        """Modules run from source: edited since their build, or their build is gone."""
 
     def find_spec(
         self,
