@@ -12,6 +12,7 @@ then run that module from its source, the same code with more CPU per message â€
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -146,6 +147,17 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.modules or ()) - set(names))
     if unknown:
         parser.error(f"not a module of brokers.compiled.PACKAGES: {', '.join(unknown)}")
+    # One build at a time per folder (make run and make test may start together): the
+    # second waits, then finds the modules up to date.
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(build_dir.parent / f"{build_dir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _compile(args, key, names, build_dir)
+
+
+def _compile(
+    args: argparse.Namespace, key: dict[str, str], names: list[str], build_dir: Path
+) -> int:
     done = previous(key, build_dir)
     wanted = {
         name: compiled.digest(compiled.source_of(name).read_bytes())
@@ -171,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     except (Exception, SystemExit) as exc:  # a compiler error is a SystemExit in distutils
         failed = exc
     manifest = {**key, "modules": dict(sorted(kept.items()))}
-    (build_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    staged = build_dir / "manifest.json.new"  # a process starting now reads one whole
+    staged.write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(staged, build_dir / "manifest.json")
     if failed is not None:
         print(f"compile_brokers: the build failed ({failed}); those modules run from source")
         return 1 if args.strict else 0
