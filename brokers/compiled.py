@@ -90,6 +90,22 @@ def compiled_modules() -> list[str]:
     return names
 
 
+def pure_python() -> bool:
+    """Whether this process was asked to run everything from source."""
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
+def current_build(module: str, want: str, lib: Path) -> Path | None:
+    """The build of ``module`` under ``lib`` when it is a build of the source on disk now
+    (``want``: the digest its manifest recorded); None otherwise."""
+    try:
+        have = digest(source_of(module).read_bytes())
+    except OSError:
+        return None
+    extension = extension_of(module, lib)
+    return extension if have == want and extension.is_file() else None
+
+
 class CompiledFinder(MetaPathFinder):
     """Finds the build of a module when the manifest's digest matches its source now."""
 
@@ -99,7 +115,8 @@ class CompiledFinder(MetaPathFinder):
         self.loaded: list[str] = []
         """Modules this finder loaded from their build."""
         self.stale: list[str] = []
-        """Modules run from source: edited since their build, or their build is gone."""
+        """Modules run from source: edited (or removed) since their build, or their build
+        is gone."""
 
     def find_spec(
         self,
@@ -110,12 +127,8 @@ class CompiledFinder(MetaPathFinder):
         want = self.modules.get(fullname)
         if want is None:
             return None
-        try:
-            have = digest(source_of(fullname).read_bytes())
-        except OSError:
-            return None
-        extension = extension_of(fullname, self.lib)
-        if have != want or not extension.is_file():
+        extension = current_build(fullname, want, self.lib)
+        if extension is None:
             self.stale.append(fullname)
             return None
         self.loaded.append(fullname)
@@ -141,7 +154,7 @@ def read_manifest(path: Path = MANIFEST) -> dict[str, str]:
 def install(build: Path = BUILD) -> CompiledFinder | None:
     """Put the finder of ``build`` first in ``sys.meta_path`` (once); None when pure
     Python is asked for or there is no usable build."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+    if pure_python():
         return None
     if (finder := active()) is not None:
         return finder
@@ -163,16 +176,13 @@ def active() -> CompiledFinder | None:
 
 def describe() -> str:
     """How this process runs the hot path, in one line (the benchmarks print it)."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+    if pure_python():
         return f"brokers from source ({PURE_PYTHON_ENV}=1)"
     modules = read_manifest()
     names = compiled_modules()
+    lib = BUILD / "lib"
     current = sum(
-        1
-        for name in names
-        if name in modules
-        and extension_of(name).is_file()
-        and digest(source_of(name).read_bytes()) == modules[name]
+        1 for name in names if name in modules and current_build(name, modules[name], lib)
     )
     if not current:
         return "brokers from source (no build: scripts/compile_brokers.py)"

@@ -17,13 +17,16 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from localservices import PostgresServer, RedisServer, free_port
+
+from brokers.compiled import pure_python
 
 
 def main(argv: list[str]) -> int:
     """Start the services, run pytest with ``argv``, stop the services; pytest's exit code."""
-    if os.environ.get("MQCLOUD_PURE_PYTHON", "") in ("", "0"):
+    if not pure_python():
         # The tests load the brokers as they run in production: compiled where a module's
         # build matches its source (brokers/compiled.py). Rebuild what was edited first.
         here = Path(__file__).resolve().parent

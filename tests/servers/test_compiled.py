@@ -121,7 +121,7 @@ def test_this_session_runs_the_brokers_as_production_does() -> None:
     """``make test`` compiles first (bootstrap, then ``test_session.py``): every module
     of the hot path this process imported came from its build, none was stale."""
     finder = compiled.active()
-    if os.environ.get(compiled.PURE_PYTHON_ENV, "") not in ("", "0"):
+    if compiled.pure_python():
         assert finder is None
         return
     assert finder is not None, "no build of the hot path: scripts/compile_brokers.py"
