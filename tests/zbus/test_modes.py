@@ -88,6 +88,108 @@ async def test_rpc_several_requests_in_flight_out_of_order(broker) -> None:
         assert reply_queue not in (await c.data())["mqTable"]  # Temp MQs vanish with their owner
 
 
+async def test_requests_on_a_registered_reply_queue_skip_the_task(broker, monkeypatch) -> None:
+    """The first request opens and registers the reply queue (a task); later ones are
+    stored as they are decoded — with what the task path stores: ``ack: 0``, the reply
+    queue, ``cmd: request``, no token — and their replies come back the same way."""
+    from brokers.servers.zbus import dispatch as dispatch_module
+
+    tasked: list[str] = []
+    real = dispatch_module.dispatch
+
+    def counting(ctx, conn, message):
+        tasked.append(message.command)
+        return real(ctx, conn, message)
+
+    monkeypatch.setattr(dispatch_module, "dispatch", counting)
+    requester, worker = await Raw.open(broker.port), await Raw.open(broker.port)
+    try:
+        await worker.send(msg("cmd: consume", "mq: svc", "msgid: w", "window: -1"))
+        await requester.send(msg("cmd: request", "mq: svc", "msgid: r0", body=b"q0"))
+        first = await worker.recv()
+        await requester.send(
+            msg("cmd: request", "mq: svc", "msgid: r1", "token: none", body=b"q1")
+            + msg("cmd: request", "mq: svc", "msgid: r2", body=b"q2")
+        )
+        calls = [first, await worker.recv(), await worker.recv()]
+        assert tasked.count("request") == 1
+        assert [c.body for c in calls] == [b"q0", b"q1", b"q2"]
+        for c in calls:
+            assert (c.headers["ack"], c.headers["cmd"], c.mq_reply) == (
+                "0",
+                "request",
+                first.mq_reply,
+            )
+            assert "token" not in c.headers
+        for call in calls:
+            await worker.send(
+                msg("cmd: produce", f"mq: {call.mq_reply}", f"msgid: {call.msgid_raw}", "ack: 0",
+                    body=b"re:" + call.body)
+            )  # fmt: skip
+        replies = {m.msgid: m.body for m in [await requester.recv() for _ in range(3)]}
+        assert replies == {f"r{i}": f"re:q{i}".encode() for i in range(3)}
+    finally:
+        await requester.close()
+        await worker.close()
+
+
+async def test_requests_keep_their_order_while_the_reply_queue_registers(
+    broker, monkeypatch
+) -> None:
+    """A request made while its reply queue is still being registered is not stored
+    ahead of the ones waiting for that registration."""
+    from brokers.servers.zbus import temp as temp_module
+
+    real = temp_module._register
+
+    async def slow(temp):
+        await asyncio.sleep(0.3)
+        await real(temp)
+
+    monkeypatch.setattr(temp_module, "_register", slow)
+    requester, worker = await Raw.open(broker.port), await Raw.open(broker.port)
+    try:
+        await worker.send(msg("cmd: consume", "mq: svc", "msgid: w", "window: -1"))
+        for i in range(3):
+            await requester.send(msg("cmd: request", "mq: svc", f"msgid: r{i}", body=b"q%d" % i))
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.4)
+        await requester.send(msg("cmd: request", "mq: svc", "msgid: r3", body=b"q3"))
+        assert [(await worker.recv()).body for _ in range(4)] == [b"q0", b"q1", b"q2", b"q3"]
+    finally:
+        await requester.close()
+        await worker.close()
+
+
+async def test_request_now_waits_for_requests_still_registering(broker) -> None:
+    """While a request of the task path waits for its reply queue's registration, a
+    later one of that queue takes the task path too (it would be stored first)."""
+    from brokers.protocols.zbus import Decoder
+    from brokers.servers.zbus.request import request_now
+
+    requester = await Raw.open(broker.port)
+    try:
+        await requester.send(msg("cmd: request", "mq: svc", "msgid: r0", body=b"q0"))
+        server = broker.server
+        for _ in range(100):
+            conns = [p.conn for p in server._connections if p.conn.session_id in server.ctx.temps]
+            if conns and server.ctx.temps[conns[0].session_id].ready.done():
+                break
+            await asyncio.sleep(0.01)
+        conn = conns[0]
+        temp = server.ctx.temps[conn.session_id]
+        (later,) = Decoder().feed(msg("cmd: request", "mq: svc", "msgid: r1", body=b"q1"))
+        errors: list[BaseException] = []
+        temp.registering = 1
+        assert request_now(server.ctx, conn, later, lambda c, m, e: errors.append(e)) is None
+        temp.registering = 0
+        done = request_now(server.ctx, conn, later, lambda c, m, e: errors.append(e))
+        assert done is not None
+        assert await done == [None] and errors == []
+    finally:
+        await requester.close()
+
+
 async def test_reply_overtaking_its_waiter_is_kept(broker) -> None:
     requester = await Raw.open(broker.port)
     try:

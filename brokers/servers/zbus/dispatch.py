@@ -1,8 +1,8 @@
 """Stamping and routing one inbound message (zbus.md §4, §5, §12).
 
 Before routing, ``remote-addr``, ``broker`` and (when absent) ``mq_reply`` are stamped.
-Runs of produces to a catalog MQ and consumes of a queue MQ are handled without a task
-(:func:`start_all`).
+Runs of produces to a catalog MQ, consumes of a queue MQ and requests on a registered
+reply queue are handled without a task (:func:`start_all`).
 A handler answers by itself or raises :class:`Refuse`; errors of produce, consume and
 request are not sent when ``ack`` is off. An engine failure answers 500 with a short text:
 the message was not accepted.
@@ -41,7 +41,7 @@ from brokers.servers.zbus.consume import consume, consume_now
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.produce import produce, produce_now
 from brokers.servers.zbus.replies import Refuse, reply
-from brokers.servers.zbus.request import request
+from brokers.servers.zbus.request import request, request_now
 from brokers.servers.zbus.stamp import stamp
 from brokers.servers.zbus.track import track_sub
 
@@ -89,13 +89,22 @@ def start_all(ctx: ServerContext, conn: Connection, messages: list[Message]) -> 
     """Start what ``messages`` (decoded together, in order) ask for. Runs of produces
     to one MQ with one token are handled together without a task where they can be
     (:func:`~.produce.produce_now`), a consume of a queue MQ at once where it can be
-    (:func:`~.consume.consume_now`); every other message runs :func:`dispatch`."""
+    (:func:`~.consume.consume_now`), a request whose reply queue is registered at once
+    (:func:`~.request.request_now`); every other message runs :func:`dispatch`."""
     started: list[Started] = []
     i, n = 0, len(messages)
     while i < n:
         msg = messages[i]
         headers = msg.headers
         command = headers.get(Header.CMD)
+        if command == Command.REQUEST:
+            done = request_now(ctx, conn, msg, answer_error)
+            if done is None:
+                started.append((dispatch(ctx, conn, msg), _size(msg), 1))
+            else:
+                started.append((done, _size(msg), 1))
+            i += 1
+            continue
         if command != Command.PRODUCE:
             # a consume that cannot be done at once (it releases first) leaves the
             # connection's in-flight messages in place, so the consumes behind it

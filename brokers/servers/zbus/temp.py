@@ -55,6 +55,9 @@ class TempMq:
     """Its registry value (owner instance, mode, token hash), see :mod:`.relay`."""
     ready: asyncio.Future[None] | None = None
     """Done once the registration is written (or failed, logged)."""
+    registering: int = 0
+    """Requests waiting for :attr:`ready` before they are stored: a later request of
+    the queue is not stored before them (:func:`~.request.request_now`)."""
 
     async def registered(self) -> None:
         """Wait until other brokers can find this Temp MQ."""
