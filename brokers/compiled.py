@@ -136,19 +136,25 @@ class CompiledFinder(MetaPathFinder):
         return spec_from_file_location(fullname, extension, loader=loader)
 
 
+def load_manifest(path: Path = MANIFEST) -> dict:
+    """A build's manifest as written (how it was built, ``modules``: name → source
+    digest); empty when there is none or it cannot be read as one."""
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("modules"), dict):
+        return {}
+    return manifest
+
+
 def read_manifest(path: Path = MANIFEST) -> dict[str, str]:
     """The modules of a build for this interpreter and their source digests; empty when
     there is no build, it is unreadable, or it was made for another interpreter."""
-    try:
-        manifest = json.loads(path.read_text())
-        if manifest.get("ext_suffix") != ext_suffix():
-            return {}
-        modules = manifest.get("modules")
-    except (OSError, ValueError, AttributeError):
+    manifest = load_manifest(path)
+    if manifest.get("ext_suffix") != ext_suffix():
         return {}
-    if not isinstance(modules, dict):
-        return {}
-    return {str(k): str(v) for k, v in modules.items()}
+    return {str(k): str(v) for k, v in manifest["modules"].items()}
 
 
 def install(build: Path = BUILD) -> CompiledFinder | None:

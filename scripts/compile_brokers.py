@@ -52,14 +52,10 @@ def build_key() -> dict[str, str]:
 def previous(key: dict[str, str], build_dir: Path) -> dict[str, str]:
     """The modules of the last build whose source digests still count (none when it was
     made differently)."""
-    try:
-        manifest = json.loads((build_dir / "manifest.json").read_text())
-    except (OSError, ValueError):
+    manifest = compiled.load_manifest(build_dir / "manifest.json")
+    if not manifest or {k: manifest.get(k) for k in key} != key:
         return {}
-    if {k: manifest.get(k) for k in key} != key:
-        return {}
-    modules = manifest.get("modules")
-    return dict(modules) if isinstance(modules, dict) else {}
+    return dict(manifest["modules"])
 
 
 def translate(name: str, build_dir: Path) -> str | None:

@@ -92,6 +92,10 @@ def test_a_build_for_another_interpreter_is_not_used(build: Path, tmp_path: Path
     (tmp_path / "manifest.json").write_text("{not json")
     assert compiled.read_manifest(tmp_path / "manifest.json") == {}
     assert compiled.read_manifest(tmp_path / "absent.json") == {}
+    for not_a_manifest in ("[1]", json.dumps({"ext_suffix": compiled.ext_suffix(), "modules": 3})):
+        (tmp_path / "manifest.json").write_text(not_a_manifest)
+        assert compiled.load_manifest(tmp_path / "manifest.json") == {}
+        assert compiled.read_manifest(tmp_path / "manifest.json") == {}
 
 
 def test_pure_python_is_asked_for(build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
