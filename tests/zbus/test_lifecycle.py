@@ -10,9 +10,12 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
 
+from bench import zbus_load
 from brokers.catalog_loader import publish
+from brokers.engine.keys import mailbox_key
 from brokers.models import Topic
 from brokers.servers.zbus import queue as queue_module
+from brokers.servers.zbus.relay import TEMP_MQS
 from tests.access.conftest import until
 from tests.zbus.conftest import Broker_, Raw, msg
 
@@ -152,3 +155,28 @@ async def test_a_closed_connection_is_freed_without_a_collection(broker: Broker_
         await until(lambda: protocol() is None and connection() is None and queue() is None)
     finally:
         gc.enable()
+
+
+async def test_rpc_callers_and_workers_that_left_leave_nothing(broker: Broker_) -> None:
+    """Callers come and go with a reply queue each, workers with a streaming consume of
+    the service: after each round every reply queue (here and in the registry), every
+    connection, the service's runtime and every task they started are gone — a broker
+    serving short-lived RPC clients all day must stay the size it started."""
+    ctx, server = broker.server.ctx, broker.server
+    baseline = len(ctx.background)
+    for _ in range(3):
+        called = await zbus_load.rpc(broker.port, "svc", 0.3, callers=3, workers=2)
+        assert called.count > 0
+        assert called.lost == 0
+        await until(
+            lambda: (
+                not ctx.temps
+                and not ctx.activity
+                and "svc" not in ctx.queues
+                and not server._connections
+                and len(ctx.background) <= baseline
+            ),
+            what=lambda: (ctx.temps, ctx.activity, ctx.queues, server._connections, ctx.background),
+        )
+        left = [key async for key in broker.redis.scan_iter(mailbox_key(TEMP_MQS, "*"))]
+        assert left == []
