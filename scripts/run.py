@@ -104,7 +104,10 @@ def main() -> int:
             try:
                 return supervisord.wait()
             except KeyboardInterrupt:
-                # supervisord got the same SIGINT from the terminal and is stopping everything.
+                # From a terminal supervisord got the same SIGINT and is stopping everything;
+                # sent to this process alone (kill -INT, a service manager), it did not: ask
+                # it too (once more is harmless while it stops) and wait for it.
+                terminate(signal.SIGINT, None)
                 continue
     finally:
         if supervisord and supervisord.poll() is None:

@@ -38,23 +38,55 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen) -> httpx.Respon
     raise TimeoutError(url)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Ctrl-C: SIGINT to the whole process group, then wait until every member is gone.
+def _stop(proc: subprocess.Popen, *, whole_group: bool = True) -> None:
+    """Ctrl-C: SIGINT to the whole process group — or, not ``whole_group``, to
+    scripts/run.py alone, as ``kill -INT`` or a service manager sends it — then wait until
+    every member is gone.
 
     make itself returns as soon as its recipe is interrupted, while scripts/run.py goes on
     stopping the process set and the servers; so wait for the group, not for make.
     """
-    os.killpg(proc.pid, signal.SIGINT)
-    proc.wait(timeout=60)
-    deadline = time.monotonic() + 60
+    if whole_group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        found = subprocess.run(
+            ["pgrep", "-g", str(proc.pid), "-f", "scripts/run.py"], capture_output=True, text=True
+        ).stdout.split()
+        assert len(found) == 1, f"scripts/run.py of make run: {found}"
+        os.kill(int(found[0]), signal.SIGINT)
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
+        proc.poll()  # make reaped once it exits: a zombie would still count in its group
         try:
             os.killpg(proc.pid, 0)
         except ProcessLookupError:
             return
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise AssertionError("processes of make run still alive 60 s after Ctrl-C")
+    # A failed stop leaves nothing running behind it: supervisord starts each program in
+    # a process group of its own, so the group's SIGKILL alone would orphan them.
+    for pid in [proc.pid, *_descendants(proc.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    raise AssertionError("processes of make run still alive 120 s after Ctrl-C")
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(
+                    int(entry)
+                )
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
 
 
 def free_port_pair() -> int:
@@ -109,12 +141,15 @@ def test_make_run_serves_demo_and_stops_cleanly(tmp_path):
         for attempt in (1, 2):
             _run_once(attempt, env, base, log, pg_dir)
     finally:
+        _stop_postgres(pg_dir)  # a failed run may leave it: it runs in a session of its own
         if pg_dir.parent != run_dir:
             shutil.rmtree(pg_dir.parent, ignore_errors=True)
 
 
 def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> None:
-    """Start `make run`, check the console, the brokers and HTTP-MQ, stop it with Ctrl-C."""
+    """Start `make run`, check the console, the brokers and HTTP-MQ, stop it with Ctrl-C
+    (the first time to the whole process group, as a terminal sends it; the second time to
+    scripts/run.py alone)."""
     with log.open("w") as out:
         proc = subprocess.Popen(
             ["make", "run"],
@@ -165,7 +200,7 @@ def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> No
         else:
             assert "demo data already present" in output
     finally:
-        _stop(proc)
+        _stop(proc, whole_group=attempt == 1)  # then only scripts/run.py gets the SIGINT
     output = log.read_text()
     assert "Traceback" not in output, output[-3000:]
     assert "broker 1 stopped" in output and "broker 2 stopped" in output
@@ -175,6 +210,16 @@ def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> No
     assert not (pg_dir / "postmaster.pid").exists()
     for path in (pg_dir, Path(env["MQCLOUD_RUN_DIR"])):
         assert subprocess.run(["pgrep", "-f", str(path)], capture_output=True).stdout == b""
+
+
+def _stop_postgres(pg_dir: Path) -> None:
+    """Stop (immediate shutdown) a PostgreSQL still running on ``pg_dir``."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        pid = int((pg_dir / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGQUIT)
+        deadline = time.monotonic() + 30
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def _supervised(run_dir: str) -> dict[str, tuple[str, int | None]]:
