@@ -10,6 +10,9 @@ from pathlib import Path
 
 import environ
 
+from mqcloud.routine_logs import LOGGERS as ROUTINE_TASK_LOGGERS
+from mqcloud.routine_logs import routine_tasks
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -294,6 +297,14 @@ ALERT_THROTTLE_SECONDS = env.int("ALERT_THROTTLE_SECONDS", default=3600)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {
+        # Celery's three INFO lines per run of a task beat sends every few seconds
+        "routine_tasks": {
+            "()": "mqcloud.routine_logs.RoutineTaskLines",
+            "tasks": routine_tasks(CELERY_BEAT_SCHEDULE),
+        },
+    },
     "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {name: {"filters": ["routine_tasks"]} for name in ROUTINE_TASK_LOGGERS},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
