@@ -141,12 +141,15 @@ def test_schemathesis_finds_nothing(live_api, tokens, role, tmp_path):
 
 
 def test_every_operation_needs_authentication(live_api, tokens):
+    # A fresh server generates the schema on its first request: more than httpx's default
+    # 5 s on a slow machine (a CI run timed out there), so the requests get 60.
     schema = httpx.get(
         f"{live_api}/api/schema/?format=json",
         headers={"Authorization": f"Bearer {tokens['member']}"},
+        timeout=60,
     ).json()
     checked = 0
-    with httpx.Client(base_url=live_api) as client:
+    with httpx.Client(base_url=live_api, timeout=60) as client:
         for path, operations in schema["paths"].items():
             concrete = path.replace("{id}", "1").replace("{code}", "x").replace("{name}", "x")
             for method in operations:
@@ -169,6 +172,7 @@ def test_malformed_multipart_body_is_json_400(live_api, tokens):
             "Authorization": f"Bearer {tokens['member']}",
             "Content-Type": f"multipart/form-data; boundary={boundary}",
         },
+        timeout=60,  # the first request of a fresh server
     )
     assert response.status_code == 415
     assert response.json()["error"] == "unsupported_media_type"
