@@ -73,14 +73,16 @@ def request_now(
         app = authorize(ctx, conn, mq, msg.token, consume=False)
     except (Forbidden, EngineError):
         return None
-    stamped = msg.with_headers(updates)
-    temp.wait(conn, stamped.msgid, stamped.window, stamped.aliases)
-    headers = dict(stamped.headers)
+    # the stamp sets none of what the waiter and an error answer read (msgid, window,
+    # aliases): they come from ``msg``, the stamp only goes into the stored headers
+    temp.wait(conn, msg.msgid, msg.window, msg.aliases)
+    headers = dict(msg.headers)
+    headers.update(updates)
     headers.update(_FORWARD)
     headers[Header.MQ_REPLY] = reply_name
     headers.pop(Header.TOKEN, None)
     done = line_for(ctx, conn, mq.name, mq.pubsub).submit_many(
-        app, [to_engine(stamped, headers=headers)]
+        app, [to_engine(msg, headers=headers)]
     )
 
     def answer(done: asyncio.Future[Outcomes]) -> None:
@@ -88,7 +90,7 @@ def request_now(
             return
         (error,) = done.result()
         if error is not None:
-            answer_error(conn, stamped, error)
+            answer_error(conn, msg, error)
 
     done.add_done_callback(answer)
     return done
