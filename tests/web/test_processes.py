@@ -19,7 +19,7 @@ from django.conf import settings as django_settings
 
 from brokers.models import Broker, Cluster
 from mqcloud.tasks import mark_silent_brokers_down
-from tests.scripts_path import free_port, postgres_reachable_dir
+from tests.scripts_path import PostgresServer, free_port, postgres_reachable_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,29 +64,11 @@ def _stop(proc: subprocess.Popen, *, whole_group: bool = True) -> None:
         time.sleep(0.2)
     # A failed stop leaves nothing running behind it: supervisord starts each program in
     # a process group of its own, so the group's SIGKILL alone would orphan them.
-    for pid in [proc.pid, *_descendants(proc.pid)]:
+    for pid in _tree(proc.pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     proc.wait()
     raise AssertionError("processes of make run still alive 120 s after Ctrl-C")
-
-
-def _descendants(root: int) -> list[int]:
-    """Every live process below ``root`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(
-                    int(entry)
-                )
-    found, stack = [], [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
 
 
 def free_port_pair() -> int:
@@ -141,7 +123,8 @@ def test_make_run_serves_demo_and_stops_cleanly(tmp_path):
         for attempt in (1, 2):
             _run_once(attempt, env, base, log, pg_dir)
     finally:
-        _stop_postgres(pg_dir)  # a failed run may leave it: it runs in a session of its own
+        # a failed run may leave it running: it is in a session of its own
+        PostgresServer(pg_dir, int(env["MQCLOUD_PG_PORT"])).stop()
         if pg_dir.parent != run_dir:
             shutil.rmtree(pg_dir.parent, ignore_errors=True)
 
@@ -210,16 +193,6 @@ def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> No
     assert not (pg_dir / "postmaster.pid").exists()
     for path in (pg_dir, Path(env["MQCLOUD_RUN_DIR"])):
         assert subprocess.run(["pgrep", "-f", str(path)], capture_output=True).stdout == b""
-
-
-def _stop_postgres(pg_dir: Path) -> None:
-    """Stop (immediate shutdown) a PostgreSQL still running on ``pg_dir``."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        pid = int((pg_dir / "postmaster.pid").read_text().split()[0])
-        os.kill(pid, signal.SIGQUIT)
-        deadline = time.monotonic() + 30
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
 
 
 def _supervised(run_dir: str) -> dict[str, tuple[str, int | None]]:
