@@ -3,7 +3,9 @@ where the builds go and when they are used): ``python scripts/compile_brokers.py
 [--jobs N] [--strict]``, run by ``scripts/bootstrap.sh``.
 
 Incremental: only the modules whose source changed since their build are compiled again
-(all of them when Cython, its directives or the interpreter changed). When a module cannot
+(all of them when Cython, its directives or the interpreter changed), and of those only
+the ones the user's build cache (:mod:`build_cache`: every checkout's builds, by source)
+does not hold. When a module cannot
 be built (no C compiler, no Python headers, no Cython) it says so and exits 0 — the brokers
 then run that module from its source, the same code with more CPU per message — unless
 ``--strict``.
@@ -21,8 +23,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 os.environ["MQCLOUD_PURE_PYTHON"] = "1"  # this process imports nothing compiled
+
+from build_cache import BuildCache, default_folder
 
 from brokers import compiled
 
@@ -131,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modules", nargs="+", metavar="NAME", help="only these (default: all of PACKAGES)"
     )
+    parser.add_argument(
+        "--cache", type=Path, default=default_folder(),
+        help="the build cache shared by checkouts (default: $MQCLOUD_BUILD_CACHE, else "
+        "~/.cache/mqcloud/compiled)",
+    )  # fmt: skip
+    parser.add_argument("--no-cache", dest="cache", action="store_const", const=None)
     args = parser.parse_args(argv)
     build_dir = args.build.resolve()
     os.chdir(compiled.REPO)  # relative sources: Cython mirrors them under the build's c/
@@ -172,12 +183,30 @@ def _compile(
         shutil.rmtree(build_dir, ignore_errors=True)
     build_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    print(f"compile_brokers: compiling {_modules(len(todo))} with Cython ({args.jobs} jobs)")
+    cache = BuildCache(args.cache, key, compiled.ext_suffix()) if args.cache else None
     failed = None
-    try:
-        kept.update(build(todo, args.jobs, build_dir))
-    except (Exception, SystemExit) as exc:  # a compiler error is a SystemExit in distutils
-        failed = exc
+    if cache is not None:
+        cache.prune()
+        taken = {
+            name: sha
+            for name, sha in todo.items()
+            if cache.take(name, sha, compiled.extension_of(name, build_dir / "lib"))
+        }
+        if taken:
+            print(f"compile_brokers: {_modules(len(taken))} from the build cache {cache.folder}")
+        kept.update(taken)
+        todo = {name: sha for name, sha in todo.items() if name not in taken}
+    if todo:
+        print(f"compile_brokers: compiling {_modules(len(todo))} with Cython ({args.jobs} jobs)")
+        try:
+            built = build(todo, args.jobs, build_dir)
+        except (Exception, SystemExit) as exc:  # a compiler error is a SystemExit in distutils
+            failed = exc
+        else:
+            kept.update(built)
+            if cache is not None:
+                for name, sha in built.items():
+                    cache.put(name, sha, compiled.extension_of(name, build_dir / "lib"))
     manifest = {**key, "modules": dict(sorted(kept.items()))}
     staged = build_dir / "manifest.json.new"  # a process starting now reads one whole
     staged.write_text(json.dumps(manifest, indent=1) + "\n")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
+import build_cache
 from localservices import (
     PostgresServer,
     RedisServer,
@@ -17,6 +18,7 @@ from supervisor_conf import parse_procfile, render
 __all__ = [
     "PostgresServer",
     "RedisServer",
+    "build_cache",
     "free_port",
     "parse_procfile",
     "postgres_reachable_dir",

@@ -9,23 +9,29 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from brokers import compiled
+from tests.scripts_path import build_cache
 
 SCRIPT = compiled.REPO / "scripts" / "compile_brokers.py"
 MODULE = "brokers.protocols.zbus.aliases"  # small, imported by nothing at module level here
 
 
-def _compile(build: Path, *modules: str) -> str:
+def _compile(build: Path, *modules: str, cache: Path | None = None) -> str:
+    """Run the build script for ``modules`` into ``build``, with ``cache`` as its build
+    cache (none by default: the tests do not touch the user's)."""
+    env = {**os.environ, build_cache.CACHE_ENV: str(cache) if cache else "off"}
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--strict", "--build", str(build), "--modules", *modules],
         capture_output=True,
         text=True,
         timeout=240,
+        env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
@@ -58,11 +64,70 @@ print(json.dumps({{"file": m.__file__, "finder": finder is not None,
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("build-cache")
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> Path:
     folder = tmp_path_factory.mktemp("compiled")
-    out = _compile(folder, MODULE)
+    out = _compile(folder, MODULE, cache=cache)
     assert "compiling 1 module " in out
+    assert "from the build cache" not in out
     return folder
+
+
+def test_another_checkout_takes_the_build_from_the_cache(
+    build: Path, cache: Path, tmp_path: Path
+) -> None:
+    out = _compile(tmp_path / "build", MODULE, cache=cache)
+    assert "1 module from the build cache" in out
+    assert "compiling" not in out
+    seen = _import_with(tmp_path / "build", MODULE)
+    assert seen["file"] == str(compiled.extension_of(MODULE, tmp_path / "build" / "lib"))
+    assert seen["loaded"] == [MODULE]
+
+
+def test_the_cache_holds_builds_by_source_and_build(tmp_path: Path) -> None:
+    key = {"cython": "3", "python": "3.11"}
+    cache = build_cache.BuildCache(tmp_path / "cache", key, ".so")
+    built = tmp_path / "built.so"
+    built.write_bytes(b"the build of source A")
+    cache.put(MODULE, "digest-a", built)
+    target = tmp_path / "lib" / "m.so"
+    assert not cache.take(MODULE, "digest-b", target)  # another source
+    assert not cache.take("brokers.protocols.zbus.head", "digest-a", target)  # another module
+    other_build = build_cache.BuildCache(tmp_path / "cache", {**key, "cython": "4"}, ".so")
+    assert not other_build.take(MODULE, "digest-a", target)
+    assert not target.exists()
+    assert cache.take(MODULE, "digest-a", target)
+    assert target.read_bytes() == b"the build of source A"
+    assert [p.name for p in target.parent.iterdir()] == ["m.so"]  # no temporary left
+
+
+def test_the_cache_forgets_what_was_not_used_for_a_month(tmp_path: Path) -> None:
+    cache = build_cache.BuildCache(tmp_path / "cache", {"cython": "3"}, ".so")
+    built = tmp_path / "built.so"
+    built.write_bytes(b"x")
+    cache.put("old", "d", built)
+    cache.put("used", "d", built)
+    month_ago = time.time() - (build_cache.KEEP_DAYS + 1) * 86400
+    for name in ("old", "used"):
+        os.utime(cache.entry(name, "d"), (month_ago, month_ago))
+    assert cache.take("used", "d", tmp_path / "lib" / "used.so")  # a use keeps it
+    assert cache.prune() == 1
+    assert not cache.entry("old", "d").exists()
+    assert cache.entry("used", "d").exists()
+
+
+def test_the_cache_folder_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(build_cache.CACHE_ENV, "off")
+    assert build_cache.default_folder() is None
+    monkeypatch.setenv(build_cache.CACHE_ENV, "/somewhere/cache")
+    assert build_cache.default_folder() == Path("/somewhere/cache")
+    monkeypatch.delenv(build_cache.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", "/xdg")
+    assert build_cache.default_folder() == Path("/xdg/mqcloud/compiled")
 
 
 def test_a_build_matching_its_source_is_loaded(build: Path) -> None:
