@@ -27,6 +27,11 @@ from brokers.engine.keys import PartitionKeys, notify_channel
 from brokers.engine.model import AckStatus, CommitResult, CommitStatus
 from brokers.engine.redisio import AnyRedis, Script
 
+LARGEST_INDEX = 2**53 - 1
+"""The largest index (offset) and lock time a commit takes: what the scripts hold exactly
+(Lua numbers are doubles; past 2^63 ``%d`` wraps, and a committed −2^63 left its queue
+redelivering one batch for good)."""
+
 
 def contiguous(indexes: Sequence[int]) -> tuple[int, int]:
     """``[start, end)`` of a contiguous run of distinct indexes; AckRejected otherwise."""

@@ -318,8 +318,14 @@ def _request_id(request: Request) -> RequestId | None:
 
 
 def _illegal_ack(rid: RequestId) -> bool:
-    """A requestId no commit can come of (§7: "ack illegal")."""
-    return not rid.broker or rid.offset < 0 or (rid.next_offset < rid.offset and not rid.force_ack)
+    """A requestId no commit can come of (§7: "ack illegal"; a negative ``nextOffset``,
+    allowed by the letter of §7 with ``forceAck``, is no position either)."""
+    return (
+        not rid.broker
+        or rid.offset < 0
+        or rid.next_offset < 0
+        or (rid.next_offset < rid.offset and not rid.force_ack)
+    )
 
 
 def _commit_request(rid: RequestId) -> CommitRequest:

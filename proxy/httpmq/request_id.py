@@ -12,6 +12,10 @@ import binascii
 from dataclasses import dataclass
 
 MAX_LENGTH = 512
+LARGEST = 2**53 - 1
+"""The largest magnitude of a requestId's numbers: offsets and lock times the engine's
+scripts hold exactly (Lua numbers are doubles). A larger ``nextOffset`` once committed
+as −2^63 and left its queue redelivering one batch for good."""
 
 
 class InvalidRequestId(ValueError):
@@ -64,6 +68,10 @@ class RequestId:
             raise InvalidRequestId(
                 "requestId queue, offsets and lockTime must be integers"
             ) from None
+        if max(abs(queue), abs(offset), abs(next_offset), abs(lock_time)) > LARGEST:
+            raise InvalidRequestId(
+                f"requestId queue, offsets and lockTime must be within ±{LARGEST}"
+            )
         force = parts[5] if len(parts) == 6 else "false"
         if force not in ("true", "false"):
             raise InvalidRequestId("requestId forceAck must be true or false")

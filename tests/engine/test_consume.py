@@ -279,6 +279,16 @@ async def test_http_commit_rules(make_engine, clock):
     assert same.status is CommitStatus.COMMITTED
     with pytest.raises(InvalidMessage):
         await engine.commit("t", "a", 0, offset=5, next_offset=4, lock_time=1)
+    # past what the scripts hold exactly (a nextOffset of 10^20 was committed as -2^63 and
+    # left the queue redelivering one batch for good), or no position at all: refused
+    r7 = await engine.fetch("t", "a", count=2)
+    for offsets in ({"next_offset": 10**20}, {"next_offset": -1, "force": True}):
+        with pytest.raises(InvalidMessage):
+            await engine.commit("t", "a", 0, offset=r7.start, lock_time=r7.lock_token, **offsets)
+    done = await engine.commit(
+        "t", "a", 0, offset=r7.start, next_offset=r7.end, lock_time=r7.lock_token
+    )
+    assert done.status is CommitStatus.OK and done.committed == r7.end
 
 
 async def test_long_poll_wakes_on_append(make_engine):

@@ -204,6 +204,39 @@ def test_topic_mismatch_and_bad_request_ids(mq):
     assert r.status_code == 400
 
 
+def test_an_ack_past_what_the_engine_holds_is_refused_and_the_queue_goes_on(mq):
+    s = make_catalog(partitions=1)
+    wait_known(mq, s)
+    produce(mq, s, "a")
+    got = RequestId.decode(fetch(mq, s).json()["result"]["requestId"])
+    for huge in (
+        RequestId(got.broker, got.queue, got.offset, 10**20, got.lock_time),
+        RequestId(got.broker, got.queue, got.offset, 2**60, got.lock_time),
+    ):
+        r = mq.get(
+            "/mq/ack",
+            params={"topic": s.topic, "consumer": s.consumer, "requestId": huge.encode()},
+            headers=auth(s.token),
+        )
+        assert r.status_code == 400 and r.json()["error"] == "INVALID_REQUEST_ID", r.text
+    negative = RequestId(got.broker, got.queue, got.offset, -5, got.lock_time, True)
+    r = mq.get(
+        "/mq/ack",
+        params={"topic": s.topic, "consumer": s.consumer, "requestId": negative.encode()},
+        headers=auth(s.token),
+    )
+    assert r.status_code == 400 and r.json()["message"].startswith("ack illegal"), r.text
+    ok = mq.get(
+        "/mq/ack",
+        params={"topic": s.topic, "consumer": s.consumer, "requestId": got.encode()},
+        headers=auth(s.token),
+    )
+    assert ok.json()["message"].startswith("ok "), ok.text
+    produce(mq, s, "b")
+    after = fetch(mq, s).json()["result"]
+    assert [m["message"] for m in after["msgList"]] == ["b"]
+
+
 def test_stale_and_wrong_offset_acks(mq):
     s = make_catalog(partitions=1, ack_timeout_ms=1000)
     wait_known(mq, s)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from brokers.engine import java_hash
-from proxy.httpmq.request_id import InvalidRequestId, RequestId
+from proxy.httpmq.request_id import LARGEST, InvalidRequestId, RequestId
 
 
 def test_spec_example_decodes():
@@ -32,9 +32,9 @@ def test_encoder_writes_six_fields_with_padding():
         max_size=40,
     ),
     queue=st.integers(0, 2**31 - 1),
-    offset=st.integers(-(2**62), 2**62),
-    next_offset=st.integers(-(2**62), 2**62),
-    lock=st.integers(0, 2**62),
+    offset=st.integers(-LARGEST, LARGEST),
+    next_offset=st.integers(-LARGEST, LARGEST),
+    lock=st.integers(0, LARGEST),
     force=st.booleans(),
 )
 def test_round_trip_with_and_without_padding(broker, queue, offset, next_offset, lock, force):
@@ -54,6 +54,12 @@ def test_round_trip_with_and_without_padding(broker, queue, offset, next_offset,
         base64.urlsafe_b64encode(b"a,1,2,3,x").decode(),
         base64.urlsafe_b64encode(b"a,1,2,3,4,maybe").decode(),
         base64.urlsafe_b64encode("a,1,2,3,4".encode("utf-16")).decode(),
+        # numbers past what the engine's scripts hold exactly (a nextOffset of 10^20 was
+        # committed as -2^63 and left its queue redelivering one batch for good)
+        RequestId("b", 0, 0, 10**20, 1).encode(),
+        RequestId("b", 0, 0, LARGEST + 1, 1).encode(),
+        RequestId("b", 0, -(LARGEST + 1), 0, 1).encode(),
+        RequestId("b", 0, 0, 1, 2**63).encode(),
     ],
 )
 def test_bad_values_raise(value):
