@@ -41,7 +41,7 @@ def validate_broker_weights(value: object) -> None:
     if not isinstance(value, dict):
         raise ValidationError("Must be an object mapping broker ids to weights.")
     for key, weight in value.items():
-        if not (isinstance(key, str) and key.isdigit()):
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
             raise ValidationError(f"Broker id {key!r} must be a positive integer.")
         if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 10000:
             raise ValidationError(f"Weight of broker {key} must be an integer from 0 to 10000.")

@@ -385,10 +385,10 @@ def encode_client_ip(address: str | None) -> tuple[bytes, bool]:
     host, port = address, 0
     if address.startswith("["):
         host, _, rest = address[1:].partition("]")
-        port = int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else 0
+        port = int(rest[1:]) if rest[:1] == ":" and rest[1:].isascii() and rest[1:].isdigit() else 0
     elif address.count(":") == 1:
         host, _, p = address.partition(":")
-        port = int(p) if p.isdigit() else 0
+        port = int(p) if p.isascii() and p.isdigit() else 0
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:

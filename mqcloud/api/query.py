@@ -28,7 +28,7 @@ def _bounded_int(request, name: str, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
         raise exceptions.ValidationError({name: [f"A whole number from {low} to {high}."]})
     return int(raw)
 

@@ -227,7 +227,7 @@ def retry_action(request: HttpRequest, name: str, which: str) -> HttpResponse:
     action = request.POST.get("action", "")
     back = reverse("console:retries", args=[consumer.name, which])
     ids_raw = request.POST.getlist("ids")
-    if any(not i.isdigit() for i in ids_raw):
+    if any(not (i.isascii() and i.isdigit()) for i in ids_raw):
         messages.error(request, "Message ids are whole numbers.")
         return redirect(back)
     ids = [int(i) for i in ids_raw]

@@ -58,12 +58,18 @@ def parse_ip_lines(text: str) -> list[str]:
     return [p.strip() for p in text.replace(",", "\n").splitlines() if p.strip()]
 
 
+def _whole(text: str) -> bool:
+    """``text`` is a whole number written in ASCII digits (``str.isdigit`` alone also
+    passes ``²``, which ``int`` refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_weights(text: str) -> dict[str, int]:
     """``broker=weight`` pairs, one per line or comma-separated."""
     weights: dict[str, int] = {}
     for part in parse_ip_lines(text):
         broker, sep, weight = part.partition("=")
-        if not sep or not broker.strip().isdigit() or not weight.strip().lstrip("-").isdigit():
+        if not sep or not _whole(broker.strip()) or not _whole(weight.strip().lstrip("-")):
             raise forms.ValidationError(f"{part!r}: write broker=weight, e.g. 1=100.")
         weights[broker.strip()] = int(weight.strip())
     return weights
@@ -379,7 +385,7 @@ class DeadLetterResendForm(ConsumerForm):
 
     def clean_ids(self) -> list[int]:
         parts = [p.strip() for p in self.cleaned_data["ids"].split(",") if p.strip()]
-        if any(not p.isdigit() for p in parts):
+        if any(not _whole(p) for p in parts):
             raise forms.ValidationError("Ids are whole numbers, comma-separated.")
         return [int(p) for p in parts]
 

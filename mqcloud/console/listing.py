@@ -116,7 +116,7 @@ def parse(
             filters[f.param] = value
     q = clean_text(params.get(spec.param("q"))) if spec.search else ""
     page = params.get(spec.param("page"), "1").strip()[:12]
-    if page.lstrip("-").isdigit() and int(page) < 1:
+    if page.isascii() and page.lstrip("-").isdigit() and int(page) < 1:
         page = "1"  # page 0 or -3: the first page (past the end: the last, by the paginator)
     return Query(q=q, sort=sort, filters=filters, page=page)
 

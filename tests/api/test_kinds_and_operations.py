@@ -181,6 +181,7 @@ def test_retries_and_dead_letters_listed_and_acted_on(world):
         == (ids[1])
     )
     assert world["alice"].get(f"{base}/retries/?limit=x").status_code == 400
+    assert world["alice"].get(f"{base}/retries/?limit=%C2%B2").status_code == 400  # "²"
     assert world["bob"].get(f"{base}/retries/").status_code == 404  # another team's
 
     # a member reads, only team admins act

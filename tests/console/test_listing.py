@@ -38,6 +38,7 @@ def test_parse_keeps_valid_values_and_drops_the_rest():
     assert parse(QueryDict("sort=team&q=x"), SPEC).sort == "code"  # another list's params
     assert parse(QueryDict("c_page=-3"), SPEC).page == "1"
     assert parse(QueryDict("c_page=0"), SPEC).page == "1"
+    assert parse(QueryDict("c_page=²"), SPEC).page == "²"  # the paginator's: the first page
     assert parse(QueryDict("c_team=blue"), SPEC, {"team": [("red", "red")]}).filters == {}
 
 

@@ -142,11 +142,13 @@ async def test_index_pages_and_filters_on_the_server(raw: Raw, monkeypatch) -> N
     await raw.send(msg(start="GET /?q=NEW HTTP/1.1"))
     html = (await raw.recv()).body.decode()
     assert 'data-mq="news"' in html and 'data-mq="orders"' not in html
-    for bad in ("abc", "-3", "99999999", "1x"):
+    for bad in ("abc", "-3", "99999999", "1x", "%C2%B2"):  # "²" passes str.isdigit
         await raw.send(msg(start=f"GET /?page={bad}&&q=%3Cscript%3E HTTP/1.1"))
         page = await raw.recv()
         assert page.status == 200 and "&lt;script&gt;" in page.body.decode()
     await raw.send(msg(start="GET /?cmd=admin&&sub_cmd=data&&q=ord&&msgid=d HTTP/1.1"))
     assert list(orjson.loads((await raw.recv()).body)["mqTable"]) == ["orders"]
+    await raw.send(msg(start="GET /?cmd=admin&&sub_cmd=data&&page=%C2%B2&&msgid=s HTTP/1.1"))
+    assert (await raw.recv()).status == 200
     await raw.send(msg(start="GET /?cmd=admin&&sub_cmd=data&&msgid=e HTTP/1.1"))
     assert {"orders", "news", "secure"} <= set(orjson.loads((await raw.recv()).body)["mqTable"])

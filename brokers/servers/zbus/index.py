@@ -55,7 +55,7 @@ def select(names: Sequence[str], headers: Mapping[str, str]) -> Paging:
     matching = [n for n in names if q.lower() in n.lower()] if q else list(names)
     pages = max(1, -(-len(matching) // PAGE_SIZE))
     raw = headers.get("page", "1").strip()[:12]
-    page = min(max(int(raw), 1), pages) if raw.isdigit() else 1
+    page = min(max(int(raw), 1), pages) if raw.isascii() and raw.isdigit() else 1
     start = (page - 1) * PAGE_SIZE
     return Paging(matching[start : start + PAGE_SIZE], q, page, pages, len(matching))
 
