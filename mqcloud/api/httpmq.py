@@ -58,7 +58,10 @@ def _operator(request: HttpRequest) -> AbstractBaseUser:
 
 
 def _managed_policy(user: AbstractBaseUser, name: str) -> ConsumerPolicy:
-    policy = ConsumerPolicy.objects.select_related("app__team", "topic").filter(name=name).first()
+    # no name holds a NUL (PostgreSQL refuses one in a query: 500) or other control bytes
+    known = name.isprintable()
+    query = ConsumerPolicy.objects.select_related("app__team", "topic").filter(name=name)
+    policy = query.first() if known else None
     if policy is None:
         raise ProxyError(404, "CONSUMER_NOT_FOUND", f"consumer {name} is not registered")
     if not is_platform_admin(user) and not user_teams(user).filter(pk=policy.app.team_id).exists():

@@ -12,6 +12,7 @@ per endpoint: the web process no longer serves ``/mq/``.
 from __future__ import annotations
 
 import logging
+from urllib.parse import quote
 
 import httpx
 
@@ -62,6 +63,18 @@ def relayed(status: int, content_type: str, body: bytes) -> Reply:
     return envelope(503, message=message, error="UNAVAILABLE", headers={"Retry-After": "1"})
 
 
+def _relayed_path(path: str) -> str:
+    """``path`` (decoded, as the client meant it) as the web process must receive it: each
+    segment percent-encoded again — a consumer name with ``?``, ``#`` or a control byte
+    stays the name (``/mq/config/a%3Fb`` was relayed as ``config/a`` with a query, and a
+    control byte made the HTTP client raise: 500), and a name of dots stays a name rather
+    than a step up the path."""
+    return "/".join(
+        "%2E" * len(segment) if segment and set(segment) == {"."} else quote(segment, safe="")
+        for segment in path.split("/")
+    )
+
+
 class ConsoleRelay:
     """Forwards console-token requests to the web process over a keep-alive pool."""
 
@@ -84,7 +97,7 @@ class ConsoleRelay:
         client: str,
     ) -> Reply:
         """The web process's answer to the request, or 503 when it cannot be reached."""
-        target = API_PREFIX + path[len("/mq") :]
+        target = API_PREFIX + _relayed_path(path[len("/mq") :])
         if query:
             target += "?" + query.decode("latin-1")
         sent = [(name, headers[name]) for name in FORWARDED_HEADERS if name in headers]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import httpx
@@ -93,6 +94,39 @@ def test_console_endpoints_need_a_console_token(mq):
     assert (
         mq.get("/mq/config/nope", headers={"Authorization": f"Bearer {admin}"}).status_code == 404
     )
+
+
+def _raw_get(base_url: httpx.URL, target: str, token: str) -> tuple[bytes, bytes]:
+    """(status line, body) of a GET of ``target`` exactly as written (an HTTP client
+    would normalise ``..`` away)."""
+    with socket.create_connection((base_url.host, base_url.port), timeout=20) as sock:
+        sock.sendall(
+            f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0], body
+
+
+def test_a_consumer_name_no_consumer_can_have_is_not_found(mq):
+    """Names with a NUL, a line break, ``?``, ``#``, DEL or only dots: 404
+    CONSUMER_NOT_FOUND like any other unknown name (they answered 500: the relay's HTTP
+    client refused the control bytes and PostgreSQL a NUL; ``?`` cut the name short)."""
+    make_catalog(partitions=1)
+    admin = factories.token_for(factories.user("boss2", admin=True))
+    for name in ("a%00b", "a%0Ab", "a%3Fb", "a%23b", "..", "a%7Fb", "."):
+        status, body = _raw_get(mq.base_url, f"/mq/config/{name}", admin)
+        assert status.startswith(b"HTTP/1.1 404"), (name, status, body)
+        assert orjson.loads(body)["error"] == "CONSUMER_NOT_FOUND", (name, body)
+    r = mq.post(
+        "/mq/consumer/config",
+        content=orjson.dumps({"consumer": "a\u0000b", "pause": 1}),
+        headers={"Authorization": f"Bearer {admin}", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 404 and r.json()["error"] == "CONSUMER_NOT_FOUND", r.text
 
 
 def test_reset_by_timestamp_replays(mq):
