@@ -226,6 +226,63 @@ async def test_produces_to_a_temp_mq_of_this_broker_keep_its_token_and_order(bro
         await producer.close()
 
 
+async def test_a_catalog_mq_named_as_reply_queue_stays_a_catalog_mq(broker) -> None:
+    """§10.2 creates the reply queue only if it does not exist: a request whose
+    ``mq_reply`` names a catalog MQ leaves that MQ durable and shared (a Temp MQ of its
+    name shadowed it: produces kept in memory, its consumers served nothing), and the
+    worker's reply is stored there like any produce."""
+    requester, worker, producer, consumer = [await Raw.open(broker.port) for _ in range(4)]
+    try:
+        await requester.send(
+            msg("cmd: request", "mq: svc", "msgid: r1", "mq_reply: orders", body=b"q")
+        )
+        await worker.send(msg("cmd: consume", "mq: svc", "msgid: w", "window: 1"))
+        call = await worker.recv()
+        assert (call.body, call.headers["mq_reply"]) == (b"q", "orders")
+        await producer.send(msg("cmd: produce", "mq: orders", "msgid: p1", body=b"payload"))
+        assert (await producer.recv()).status == 200
+        reply = msg("cmd: produce", "mq: orders", f"msgid: {call.headers['msgid_raw']}", body=b"r")
+        await worker.send(reply)
+        assert (await worker.recv()).status == 200
+        await consumer.send(msg("cmd: consume", "mq: orders", "msgid: c", "window: 2"))
+        got = [await consumer.recv() for _ in range(2)]
+        assert [(m.msgid_raw, m.body) for m in got] == [("p1", b"payload"), ("r1", b"r")]
+        assert await requester.silent(0.2)  # no waiter: the reply is in the MQ
+    finally:
+        for conn in (requester, worker, producer, consumer):
+            await conn.close()
+
+
+async def test_a_request_waits_on_a_guarded_temp_mq_only_with_its_token(broker) -> None:
+    """Another connection's Temp MQ with an access token answers 403 to a request naming
+    it as ``mq_reply`` without that token, as to a consume (its owner's replies went to
+    whoever named it); with the token the request waits there."""
+    owner, other, worker = [await Raw.open(broker.port) for _ in range(3)]
+    try:
+        await create_temp_mq(owner, "guarded", "tk")
+        for _ in range(2):  # the first request takes the task path, the next the direct one
+            await other.send(
+                msg("cmd: request", "mq: svc", "msgid: x", "mq_reply: guarded", body=b"q")
+            )
+            assert (await other.recv()).status == 403
+        await worker.send(
+            msg("cmd: produce", "mq: guarded", "msgid: x", "token: tk", "ack: 0", body=b"secret")
+        )
+        assert await other.silent(0.3)
+        await other.send(
+            msg("cmd: request", "mq: svc", "msgid: y", "mq_reply: guarded", "token: tk", body=b"q")
+        )
+        assert await other.silent(0.2)  # accepted: no answer until the reply
+        await worker.send(
+            msg("cmd: produce", "mq: guarded", "msgid: y", "token: tk", "ack: 0", body=b"yours")
+        )
+        got = await other.recv()
+        assert (got.msgid, got.body) == ("y", b"yours")
+    finally:
+        for conn in (owner, other, worker):
+            await conn.close()
+
+
 async def test_client_rpc_with_worker(broker) -> None:
     async with (
         ZbusClient("127.0.0.1", broker.port, timeout=5) as caller,

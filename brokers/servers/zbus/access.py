@@ -32,8 +32,7 @@ def acting_app(snapshot: CatalogSnapshot, mq: MqRef, token: str | None) -> str:
             raise Forbidden
         return ""
     if mq.temp is not None:
-        expected = mq.temp.token
-        if expected and not hmac.compare_digest(expected.encode(), (token or "").encode()):
+        if not mq.temp.opens_to(token):
             raise Forbidden
         return ""
     topic = mq.topic

@@ -5,6 +5,9 @@ MQ of mode 5 owned by the requester, a waiter for the request's ``msgid`` is reg
 *before* the request is stored (so a fast reply cannot overtake it), the reply queue is
 registered for the other brokers (a worker may answer through any of them), and the request is
 stored in the service MQ with ``ack: 0`` forced. Any number of requests may be in flight.
+A reply queue that exists is not created again: a catalog MQ named as ``mq_reply`` gets
+the reply stored like any produce (no waiter), and another connection's Temp MQ is waited
+on only with a token that opens it, as a consume of it would need.
 
 A caller makes one request after another on a reply queue that exists and is registered
 already: such a request is handled as it is decoded, without a task (:func:`request_now`).
@@ -17,15 +20,17 @@ from collections.abc import Callable
 
 from brokers.engine import EngineError
 from brokers.protocols.zbus import REPLY_QUEUE_MODE, Header, Message
+from brokers.protocols.zbus.replies import mq_forbidden
 from brokers.servers.zbus.access import Forbidden
 from brokers.servers.zbus.batch import Outcomes, line_for
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.mqs import lookup
 from brokers.servers.zbus.produce import authorize, resolve, store
+from brokers.servers.zbus.replies import Refuse
 from brokers.servers.zbus.stamp import stamp_updates
 from brokers.servers.zbus.stored import to_engine
-from brokers.servers.zbus.temp import open_temp
+from brokers.servers.zbus.temp import TempMq, open_temp
 
 _FORWARD = {Header.ACK: "0", Header.CMD: "request"}
 """What the stored request carries beside its reply queue (§10)."""
@@ -35,9 +40,18 @@ async def request(ctx: ServerContext, conn: Connection, msg: Message) -> None:
     """Register the reply waiter and queue the request."""
     mq, app = await resolve(ctx, conn, msg, consume=False)
     reply_name = msg.mq_reply or conn.session_id
+    forward = msg.with_headers({**_FORWARD, Header.MQ_REPLY: reply_name})
     temp = ctx.temps.get(reply_name)
     if temp is None:
+        if reply_name in ctx.snapshot.topics:
+            # a catalog MQ: the reply is stored there like any produce (§10.2 creates the
+            # reply queue only if it does not exist; a Temp MQ of that name would shadow
+            # the MQ for everyone, its produces kept in memory only)
+            await store(ctx, conn, mq, app, forward)
+            return
         temp = open_temp(ctx, reply_name, int(REPLY_QUEUE_MODE), conn)
+    elif not _may_wait(temp, conn, msg.token):
+        raise Refuse(403, mq_forbidden(reply_name, msg.token))
     temp.wait(conn, msg.msgid, msg.window, msg.aliases)
     temp.registering += 1
     try:
@@ -45,8 +59,14 @@ async def request(ctx: ServerContext, conn: Connection, msg: Message) -> None:
     finally:
         temp.registering -= 1
     # from here to the line nothing waits: no request_now of the queue comes in between
-    forward = msg.with_headers({**_FORWARD, Header.MQ_REPLY: reply_name})
     await store(ctx, conn, mq, app, forward)
+
+
+def _may_wait(temp: TempMq, conn: Connection, token: str | None) -> bool:
+    """Whether a request of ``conn`` with ``token`` may wait for replies on ``temp``: its
+    owner, or a token that opens it, as for a consume (a guarded reply queue's replies
+    went to any connection that named it as ``mq_reply``)."""
+    return temp.owner is conn or temp.opens_to(token)
 
 
 def request_now(
@@ -69,6 +89,8 @@ def request_now(
     temp = ctx.temps.get(reply_name)
     if temp is None or temp.registering or (temp.ready is not None and not temp.ready.done()):
         return None
+    if not _may_wait(temp, conn, msg.token):
+        return None  # request() refuses it
     try:
         app = authorize(ctx, conn, mq, msg.token, consume=False)
     except (Forbidden, EngineError):

@@ -17,6 +17,7 @@ waits for it before storing, so its reply always finds the queue.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from dataclasses import dataclass, field
 
@@ -58,6 +59,11 @@ class TempMq:
     registering: int = 0
     """Requests waiting for :attr:`ready` before they are stored: a later request of
     the queue is not stored before them (:func:`~.request.request_now`)."""
+
+    def opens_to(self, token: str | None) -> bool:
+        """Whether ``token`` may take this MQ's messages: any, when it has no access token
+        (§9, §12; constant time)."""
+        return not self.token or hmac.compare_digest(self.token.encode(), (token or "").encode())
 
     async def registered(self) -> None:
         """Wait until other brokers can find this Temp MQ."""
