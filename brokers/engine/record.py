@@ -290,6 +290,23 @@ def split_attribute_text(text: str, key: str) -> tuple[str, str, str] | None:
     return text[:at], read[1], text[end:]
 
 
+def client_property(name: str) -> str:
+    """The stored name of a property a client named ``name``. Names starting with ``:``
+    are pseudo-properties that front-ends keep for themselves (zbus's ``:status``,
+    VibeMQ's ``:content-type``); a client's own ``:trace`` is stored as ``::trace``, so it
+    neither passes for one of them (a VibeMQ header ``:content-type`` changed how the
+    payload was delivered, a ``:status`` made zbus deliveries responses) nor is lost."""
+    return ":" + name if name[:1] == ":" else name
+
+
+def client_name(stored: str) -> str | None:
+    """The name a client gave the property stored as ``stored``
+    (:func:`client_property`); None for a pseudo-property."""
+    if stored[:1] != ":":
+        return stored
+    return stored[1:] if stored[1:2] == ":" else None
+
+
 def attribute_lines(before: str, after: str) -> list[str]:
     """The lines of the two texts :func:`split_attribute_text` returns, in order."""
     lines = before[:-1].split("\n") if before else []

@@ -13,7 +13,7 @@ through the engine's Python API).
 
 from __future__ import annotations
 
-from brokers.engine import StoredMessage
+from brokers.engine import StoredMessage, client_name
 from brokers.servers.vibemq.messages import MARK as VIBEMQ_MARK
 from brokers.servers.zbus.stored import MARK as ZBUS_MARK
 from brokers.servers.zbus.stored import STATUS as ZBUS_STATUS
@@ -35,8 +35,9 @@ def message_properties(message: StoredMessage) -> dict[str, str]:
     properties = {}
     for key, value in message.attributes.items():
         key, value = str(key), str(value)
+        name = client_name(key)
         if key == ZBUS_STATUS:
             properties["status"] = value
-        elif not key.startswith(":"):
-            properties[key] = value
+        elif name is not None:
+            properties[name] = value
     return dict(sorted(properties.items()))

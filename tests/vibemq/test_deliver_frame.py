@@ -17,9 +17,21 @@ from brokers.servers.vibemq.messages import (
     deliver_json,
     to_message,
 )
+from brokers.servers.zbus.stored import delivery_bytes
 
 _KEYS = st.sampled_from(
-    ["messageId", "msgid", ":content-type", "deliveryAttempts", "encoding", "a", "b:c", "x y"]
+    [
+        "messageId",
+        "msgid",
+        ":content-type",
+        ":status",
+        "::trace",  # a publisher's own ":trace" as stored
+        "deliveryAttempts",
+        "encoding",
+        "a",
+        "b:c",
+        "x y",
+    ]
 )
 _VALUES = st.one_of(
     st.sampled_from(["", "m-1", "application/json", "Application/JSON; charset=utf-8", " x"]),
@@ -79,9 +91,12 @@ def test_a_record_written_from_its_text_is_the_frame_its_properties_make(
     headers=st.dictionaries(st.text(min_size=1, max_size=6), st.text(max_size=6), max_size=4),
     payload=st.one_of(st.none(), st.text(max_size=10), st.integers(), st.lists(st.booleans())),
 )
+@example("m", {":content-type": "application/json", ":trace": "t1", ":status": "500"}, "[1,2]")
 def test_a_published_message_takes_the_text_path(message_id, headers, payload) -> None:
     """What a VibeMQ publisher stores — common ids and headers — is written from its text
-    (the path is not left for rare records only), and as the dict path writes it."""
+    (the path is not left for rare records only), and as the dict path writes it: its
+    payload and headers as published (a header named like a pseudo-property, such as
+    ``:content-type``, is the publisher's header, not the broker's marker)."""
     frame = Publish(id=message_id, queue="q1", payload=payload, headers=headers)
     record = encode_record(to_message(frame), app="a", now_ms=1_700_000_000_000)[0]
     general, fast = _frames(record, 1)
@@ -92,3 +107,16 @@ def test_a_published_message_takes_the_text_path(message_id, headers, payload) -
         assert fast == general
     back = msgspec.json.decode(general[1])
     assert back["id"] == message_id and back["headers"]["deliveryAttempts"] == "1"
+    assert back.get("payload") == payload
+    published = {k: v for k, v in headers.items() if k not in ("deliveryAttempts", "messageId")}
+    assert {k: v for k, v in back["headers"].items() if k != "deliveryAttempts"} == published
+
+
+def test_a_publishers_status_header_does_not_make_a_zbus_response() -> None:
+    """A VibeMQ header ``:status`` reaches a zbus consumer as no header at all (zbus has
+    no header of that name), not as the status of a response."""
+    frame = Publish(id="m1", queue="q1", payload="x", headers={":status": "500", "k": "v"})
+    record = encode_record(to_message(frame), app="a", now_ms=1_700_000_000_000)[0]
+    wire = delivery_bytes(record, msgid="c1")
+    assert wire.startswith(b"HTTP/1.1 200 OK\r\n"), wire[:40]
+    assert b"\r\nk: v\r\n" in wire and b"500" not in wire.split(b"\r\n\r\n")[0]

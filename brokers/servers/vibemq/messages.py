@@ -4,7 +4,8 @@ A published message is stored as one engine record whose body is bytes every pro
 reads as they are: a string payload as its UTF-8 text (no JSON quotes), any other JSON
 value as its JSON text with the pseudo-property ``:content-type: application/json``
 (``null`` too, so it stays apart from the empty string). The publisher's headers are the properties, with the message id as ``messageId`` (ids may be
-longer than a JMQ4 businessId), and the priority is the record's.
+longer than a JMQ4 businessId; a header named ``:x`` is stored as ``::x``, not as a
+pseudo-property: :func:`~brokers.engine.client_property`), and the priority is the record's.
 
 Delivered back, a record written by any protocol becomes a JSON payload: the JSON value
 for ``application/json``, else the body as a JSON string when it is UTF-8, else its base64
@@ -24,6 +25,8 @@ from brokers.engine import (
     Message,
     RecordParts,
     attribute_lines,
+    client_name,
+    client_property,
     message_view,
     read_attribute_line,
     record_parts,
@@ -47,7 +50,10 @@ names the producing protocol from it; consumers of every protocol ignore it."""
 def to_message(frame: Publish) -> Message:
     """The engine message of a ``publish``."""
     payload = frame.payload
-    properties = {**frame.headers, ID_PROPERTY: frame.id}
+    headers = frame.headers
+    if any(key[:1] == ":" for key in headers):  # a client's ":x" is not a pseudo-property
+        headers = {client_property(key): value for key, value in headers.items()}
+    properties = {**headers, ID_PROPERTY: frame.id}
     if payload is None:  # JSON null (or no payload): kept apart from the empty string
         body = b"null"
         properties[CONTENT_TYPE] = JSON
@@ -106,7 +112,11 @@ def deliver_json(
 def _deliver_from_view(queue: str, delivery: Delivery, attempts: int) -> tuple[str, bytes, int]:
     stored = message_view(delivery.record)
     props = stored.attributes
-    headers = {k: v for k, v in props.items() if k[:1] != ":"} if props else {}
+    headers = {}
+    for key, value in props.items() if props else ():
+        name = client_name(key)
+        if name is not None:
+            headers[name] = value
     message_id = headers.pop(ID_PROPERTY, None) or props.get("msgid") or stored.business_id
     message_id = message_id or str(delivery.index)
     payload = _payload_json(stored.body, props.get(CONTENT_TYPE, ""))
@@ -169,10 +179,11 @@ def _headers_block(before: str, after: str) -> _Block:
         key, value = read
         if key in (ID_PROPERTY, DELIVERY_ATTEMPTS):  # the last id wins; the count is ours
             return None
-        if key[:1] == ":":
+        name = client_name(key)
+        if name is None:  # a pseudo-property
             if key == CONTENT_TYPE:
                 content_type = value
             continue
-        headers[key] = value
+        headers[name] = value
     opened = _encode(headers)[:-1]
     return (opened + b"," if headers else opened), content_type
