@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
+import msgspec
 
 from brokers.engine import (
     DELAY_LEVELS,
@@ -245,31 +245,43 @@ async def produce(request: Request, rt: Runtime) -> Reply:
     )
 
 
-def _batch_items(params: dict[str, str]) -> list[Any]:
+_decode_batch = msgspec.json.Decoder(list[msgspec.Raw]).decode
+_decode_text = msgspec.json.Decoder(str).decode
+
+
+def _batch_texts(params: dict[str, str]) -> list[str]:
+    """The message texts of a batch (§2.2): a string element as it is, any other JSON
+    value as its compact serialization — its own text without whitespace, so a number
+    keeps every digit (parsed and written again, 123456789012345678901234567890 came
+    out as 1.2345678901234568e+29)."""
     raw = p.required(params, "messages")
     try:
-        items = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        items = _decode_batch(raw)
+    except msgspec.ValidationError:
+        raise bad_parameter("messages must be a non-empty JSON array") from None
+    except msgspec.DecodeError:
         raise bad_parameter("messages must be a JSON array") from None
-    if not isinstance(items, list) or not items:
+    if not items:
         raise bad_parameter("messages must be a non-empty JSON array")
     if len(items) > MAX_BATCH:
         raise bad_parameter(f"at most {MAX_BATCH} messages per batch")
-    return items
+    return [
+        _decode_text(item) if item[:1] == b'"' else msgspec.json.format(item, indent=-1).decode()
+        for item in map(bytes, items)
+    ]
 
 
 async def produce_batch(request: Request, rt: Runtime) -> Reply:
     """POST /mq/produce/batch: a JSON array of messages; a result per element."""
     params = request.params
     policy = producer_for(rt, request)
-    items = _batch_items(params)
+    texts = _batch_texts(params)
     if params.get("delayLevel") or params.get("deliveryTimestamp"):
         raise bad_parameter("delayed and timer messages are produced one per request")
     partition = await _partition_for(rt, policy, params)
-    results: list[dict[str, Any] | None] = [None] * len(items)
+    results: list[dict[str, Any] | None] = [None] * len(texts)
     accepted: list[tuple[int, Message]] = []
-    for i, item in enumerate(items):
-        text = item if isinstance(item, str) else orjson.dumps(item).decode()
+    for i, text in enumerate(texts):
         raw = text.encode("utf-8")
         if len(raw) > MAX_MESSAGE_BYTES:
             results[i] = {"status": 413, "message": "message over 4 MiB"}

@@ -92,6 +92,33 @@ def test_non_utf8_and_batch_produce(mq):
     assert drain(mq, s) == ["a", '{"k":1}', "[1,2]"]
 
 
+def test_batch_values_keep_their_own_text_compacted(mq):
+    """§2.2: a non-string element is sent as its compact JSON serialization: its own
+    numbers, digit for digit (they were parsed into floats and written again)."""
+    s = make_catalog(partitions=1)
+    wait_known(mq, s)
+    messages = '["ok", 123456789012345678901234567890, {"id" : 98765432109876543210987}, 1e400]'
+    batch = mq.post(
+        "/mq/produce/batch",
+        headers=auth(s.token),
+        data={"producer": s.producer, "messages": messages},
+    )
+    assert batch.status_code == 200, batch.text
+    assert drain(mq, s) == [
+        "ok",
+        "123456789012345678901234567890",
+        '{"id":98765432109876543210987}',
+        "1e400",
+    ]
+    for bad, why in (("[1,", "a JSON array"), ('{"a": 1}', "a non-empty JSON array")):
+        r = mq.post(
+            "/mq/produce/batch",
+            headers=auth(s.token),
+            data={"producer": s.producer, "messages": bad},
+        )
+        assert r.status_code == 400 and r.json()["message"] == f"messages must be {why}", r.text
+
+
 def test_produced_messages_show_http_mq_as_their_protocol(mq):
     """Single and batch produce mark their records, so the console's message browser says
     which protocol produced them (with the keys as a property)."""
