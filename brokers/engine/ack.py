@@ -104,10 +104,12 @@ return {status, s(ack)}
 )
 
 COMMIT_FN = """
--- commit_one(state, oo, A, ab): http-mq.md §7 on one partition's state, with A[ab + 1 ..
--- ab + 7] = offset, next, lockTime, force ('0'/'1'), now, channel, partition (the
--- arguments of CommitCall). Returns {status, committed, stored lock, expired, anomaly}.
-local function commit_one(state, oo, A, ab)
+-- commit_one(state, oo, meta, A, ab): http-mq.md §7 on one partition's state, with
+-- A[ab + 1 .. ab + 7] = offset, next, lockTime, force ('0'/'1'), now, channel, partition
+-- (the arguments of CommitCall). Returns {status, committed, stored lock, expired, anomaly}.
+-- A nextOffset past the partition's end commits the end (http-mq.md OFFSET_ILLEGAL: a
+-- position outside the queue is corrected), or what is appended up to it is never read.
+local function commit_one(state, oo, meta, A, ab)
   local off, nxt, token = tonumber(A[ab + 1]), tonumber(A[ab + 2]), tonumber(A[ab + 3])
   local force, now, channel, partition = A[ab + 4], tonumber(A[ab + 5]), A[ab + 6], A[ab + 7]
   local st = redis.call('HMGET', state, 'ack', 'lt', 'le')
@@ -123,6 +125,8 @@ local function commit_one(state, oo, A, ab)
   local status
   if (not cmt) or force == '1' or (cmt == off and nxt > cmt) then
     if force == '1' or not cmt then redis.call('DEL', oo) end
+    local last = tonumber(redis.call('HGET', meta, 'next') or '0')
+    if nxt > last then nxt = last end
     cmt = merge(oo, nxt)
     redis.call('HSET', state, 'ack', s(cmt))
     status = 'ok'
@@ -137,8 +141,8 @@ COMMIT = Script(
     MERGE_FN
     + COMMIT_FN
     + """
--- KEYS: state, oo. ARGV: offset, next, lockTime, force(0/1), now, channel, partition
-return commit_one(KEYS[1], KEYS[2], ARGV, 0)
+-- KEYS: state, oo, meta. ARGV: offset, next, lockTime, force(0/1), now, channel, partition
+return commit_one(KEYS[1], KEYS[2], KEYS[3], ARGV, 0)
 """
 )
 
@@ -148,7 +152,7 @@ class CommitCall:
     """An HTTP-MQ commit ready to run: the keys and arguments of :data:`COMMIT` (or of
     the commit step of a combined script, :data:`brokers.engine.scan.COMMIT_FETCH_ANY`)."""
 
-    keys: tuple[str, str]
+    keys: tuple[str, str, str]
     args: tuple[Any, ...]
 
     @classmethod
@@ -166,7 +170,7 @@ class CommitCall:
     ) -> CommitCall:
         keys = PartitionKeys(topic, partition)
         return cls(
-            (keys.state(cid), keys.acked(cid)),
+            (keys.state(cid), keys.acked(cid), keys.meta),
             (
                 offset,
                 next_offset,

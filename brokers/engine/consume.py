@@ -51,6 +51,11 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
     first = 1
     if init == 'latest' then ack = nxt else ack = mn end
     redis.call('HSET', state, 'ack', s(ack))
+  elseif ack > nxt then
+    -- committed past the end (an HTTP-MQ forceAck or nextOffset beyond it): corrected to
+    -- the end (http-mq.md OFFSET_ILLEGAL), or what is appended up to there is never read
+    ack = nxt
+    redis.call('HSET', state, 'ack', s(ack))
   end
   if addr ~= '' then redis.call('HSET', state, 't', s(now), 'ip', addr)
   else redis.call('HSET', state, 't', s(now)) end

@@ -302,6 +302,9 @@ class Fetcher:
                 held += 1
             ack = int(st["ack"]) if st["ack"] is not None else mn
             backlog = nxt - max(ack, mn)
+            if ack > nxt and not locked:  # committed past the end: fetch_one corrects it
+                candidates.append((0, p))
+                continue
             if backlog <= 0:
                 continue
             if locked:

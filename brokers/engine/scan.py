@@ -49,6 +49,12 @@ local function fetch_any(K, kb, n, A, ab)
       redis.call('HSET', state, 'ack', s(ack))
     end
     if not ack then ack = mn end
+    if ack > nxt then
+      -- committed past the end: corrected to it, as fetch_one does (else nothing up to
+      -- there would ever count as a backlog)
+      ack = nxt
+      redis.call('HSET', state, 'ack', s(ack))
+    end
     local le = tonumber(st[3] or '0')
     local locked = le > now
     if locked and st[2] == owner then held = held + 1 end
@@ -111,7 +117,7 @@ COMMIT_FETCH_ANY = Script(
 -- An HTTP-MQ request in one call: commit the previous batch, fetch the next, and pop the
 -- queued resends unless every partition with messages was locked (the request then
 -- fails, and the resends must wait for the next one). Each step exactly as its own script.
--- KEYS: [the commit's state and oo keys], fetch_any's keys, [the resend list].
+-- KEYS: [the commit's state, oo and meta keys], fetch_any's keys, [the resend list].
 -- ARGV: commits (0/1), resend limit (0: none), [the commit's seven arguments],
 -- fetch_any's arguments. Returns {commit reply or false, fetch_any's reply, the popped
 -- resends (a list, maybe empty) or false when not popped}.
@@ -119,8 +125,8 @@ local commits, limit = ARGV[1] == '1', tonumber(ARGV[2])
 local kb, ab = 0, 2
 local c = false
 if commits then
-  c = commit_one(KEYS[1], KEYS[2], ARGV, 2)
-  kb, ab = 2, 9
+  c = commit_one(KEYS[1], KEYS[2], KEYS[3], ARGV, 2)
+  kb, ab = 3, 9
 end
 local n = (#KEYS - kb - (limit > 0 and 1 or 0)) / 6
 local f = fetch_any(KEYS, kb, n, ARGV, ab)

@@ -18,6 +18,7 @@ from brokers.engine import (
     InvalidMessage,
     Message,
 )
+from brokers.engine.keys import PartitionKeys, consumer_id
 from tests.engine.conftest import PartitionGroupInfo, snapshot
 
 
@@ -289,6 +290,31 @@ async def test_http_commit_rules(make_engine, clock):
         "t", "a", 0, offset=r7.start, next_offset=r7.end, lock_time=r7.lock_token
     )
     assert done.status is CommitStatus.OK and done.committed == r7.end
+
+
+async def test_an_offset_past_the_end_is_corrected(make_engine, store):
+    """A commit past the partition's end commits the end (http-mq.md OFFSET_ILLEGAL: what
+    is appended next is read, not skipped up to the bogus offset); an offset stored past
+    it before (by an older version) is corrected by the next fetch, single or scanning."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await produce(engine, 0, 2)
+    r = await engine.fetch("t", "a", count=2)
+    done = await engine.commit("t", "a", 0, offset=0, next_offset=1000, lock_time=r.lock_token)
+    assert (done.status, done.committed) == (CommitStatus.OK, 2)
+    await produce(engine, 0, 1)
+    assert [d.index for d in (await engine.fetch("t", "a")).messages] == [2]
+    state = PartitionKeys("t", 0).state(consumer_id("a"))
+    for scanning in (False, True):
+        await store.hset(state, mapping={"ack": "500"})
+        await store.hdel(state, "le")  # no lock held
+        await produce(engine, 0, 1)
+        if scanning:  # HTTP-MQ's path: the partitions with a backlog are looked for first
+            got = (await engine.commit_and_fetch("t", "a", commit=None)).fetched
+        else:
+            got = await engine.fetch("t", "a")
+        assert got.status is FetchStatus.NO_NEW_MSG  # resumed at the end, not stuck at 500
+        await produce(engine, 0, 1)
+        assert len((await engine.fetch("t", "a")).messages) == 1
 
 
 async def test_long_poll_wakes_on_append(make_engine):

@@ -264,6 +264,26 @@ def test_an_ack_past_what_the_engine_holds_is_refused_and_the_queue_goes_on(mq):
     assert [m["message"] for m in after["msgList"]] == ["b"]
 
 
+def test_an_offset_committed_past_the_end_is_corrected_by_the_next_fetch(mq):
+    """§9.7 OFFSET_ILLEGAL: a committed offset outside the queue's range is corrected. An
+    ack whose nextOffset lies past the end left the queue answering NO_NEW_MSG until that
+    many messages were stored, and every message appended up to there was skipped."""
+    s = make_catalog(partitions=1)
+    wait_known(mq, s)
+    produce(mq, s, "a")
+    got = RequestId.decode(fetch(mq, s).json()["result"]["requestId"])
+    beyond = RequestId(got.broker, got.queue, got.offset, 1000, got.lock_time)
+    r = mq.get(
+        "/mq/ack",
+        params={"topic": s.topic, "consumer": s.consumer, "requestId": beyond.encode()},
+        headers=auth(s.token),
+    )
+    assert r.json()["message"].startswith("ok "), r.text
+    produce(mq, s, "b")
+    after = fetch(mq, s).json()["result"]
+    assert [m["message"] for m in after["msgList"]] == ["b"], after
+
+
 def test_stale_and_wrong_offset_acks(mq):
     s = make_catalog(partitions=1, ack_timeout_ms=1000)
     wait_known(mq, s)
