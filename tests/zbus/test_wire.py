@@ -94,6 +94,23 @@ async def test_malformed_lines_answer_400_and_keep_the_connection(raw: Raw) -> N
     assert (await raw.recv()).msgid == "ok"
 
 
+async def test_a_400_repeats_the_id_alias_the_request_used(raw: Raw) -> None:
+    """§3: a request that named its id ``id`` gets it back under ``id`` too, the 400 of a
+    message that could not be decoded included (the id from a URL parameter alike)."""
+    for sent in (
+        b"GET / HTTP/1.1\r\n: empty name\r\nid: g1\r\ncontent-length: 3\r\n\r\nabc",
+        b"GET /?id=g1 HTTP/1.1\r\n: empty name\r\n\r\n",
+    ):
+        await raw.send(sent)
+        got = await raw.recv_raw()  # as written: the helper's decoder folds aliases
+        assert got.startswith(b"HTTP/1.1 400 ") and b"\r\nmsgid: g1\r\nid: g1\r\n" in got, got
+    await raw.send(
+        b"GET / HTTP/1.1\r\ncmd: produce\r\nmq: orders\r\ncontent-length: x\r\nid: g3\r\n\r\n"
+    )
+    got = await raw.recv_raw()
+    assert got.startswith(b"HTTP/1.1 400 ") and b"\r\nid: g3\r\n" in got, got
+
+
 async def test_bad_content_length_closes(raw: Raw) -> None:
     await raw.send(b"GET / HTTP/1.1\r\ncmd: produce\r\nmq: orders\r\ncontent-length: x1\r\n\r\n")
     got = await raw.recv()

@@ -4,12 +4,14 @@ Decode errors carry ``fatal``: ``False`` means the message's extent was known (h
 ``content-length`` valid), the bad message was consumed whole and the stream continues with
 the next message; ``True`` means framing is lost (or the size limit of §1 was hit) and the
 broker must reply 400 and close. ``msgid`` is the offending message's id when it could be read,
-so the 400 can echo it (§12). ``reply_body`` is the §12 body, ``Bad format: <reason>``.
+so the 400 can echo it (§12), under the alias spellings it used (``aliases``, §3). ``reply_body`` is the §12 body, ``Bad format: <reason>``.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
+
+from brokers.protocols.zbus.aliases import AliasFamily
 
 
 class ZbusError(ValueError):
@@ -25,6 +27,8 @@ class ZbusDecodeError(ZbusError):
     def __init__(self, detail: str, *, msgid: str | None = None) -> None:
         super().__init__(detail)
         self.msgid = msgid
+        self.aliases = AliasFamily.NONE
+        """The alias spellings the message used (§3): its 400 repeats them."""
 
     @property
     def reply_body(self) -> str:

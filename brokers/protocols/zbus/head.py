@@ -17,7 +17,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from brokers.protocols.zbus.aliases import PRECEDENCE
+from brokers.protocols.zbus.aliases import PRECEDENCE, canonicalize
 from brokers.protocols.zbus.constants import Header
 from brokers.protocols.zbus.errors import (
     BadContentLength,
@@ -76,6 +76,23 @@ def _content_length(value: bytes, max_body: int, msgid: str | None) -> int:
     if len(digits) > len(str(max_body)) or int(digits) > max_body:
         raise BodyTooLarge(f"content-length {digits[:40].decode()} over {max_body}", msgid=msgid)
     return int(digits)
+
+
+def _echoed(
+    problem: ZbusDecodeError | None,
+    headers: dict[str, str],
+    start: RequestLine | StatusLine | None,
+    msgid: str | None,
+) -> None:
+    """Give ``problem`` the id and the alias spellings (§3) its 400 repeats: those of the
+    headers, and of the URL parameters when the id came from there."""
+    if problem is None:
+        return
+    problem.msgid = msgid
+    family = canonicalize(headers)[1]
+    if isinstance(start, RequestLine) and "?" in start.uri:
+        family |= canonicalize(split_uri(start.uri)[1])[1]
+    problem.aliases = family
 
 
 def _msgid(headers: dict[str, str], start: RequestLine | StatusLine | None) -> str | None:
@@ -179,9 +196,12 @@ def parse_head(block: bytes, max_body: int) -> Head:
         else:
             return _parse_head_lines(block, max_body)
     msgid = _msgid(headers, start)
-    length = 0 if raw_length is None else _known_length(raw_length, max_body, msgid)
-    if problem is not None:
-        problem.msgid = msgid
+    try:
+        length = 0 if raw_length is None else _known_length(raw_length, max_body, msgid)
+    except ZbusDecodeError as exc:
+        _echoed(exc, headers, start, msgid)
+        raise
+    _echoed(problem, headers, start, msgid)
     return Head(start, headers, length, msgid, problem)
 
 
@@ -216,7 +236,10 @@ def _parse_head_lines(block: bytes, max_body: int) -> Head:
             continue
         headers[key] = value
     msgid = _msgid(headers, start)
-    length = 0 if raw_length is None else _content_length(raw_length, max_body, msgid)
-    if problem is not None:
-        problem.msgid = msgid
+    try:
+        length = 0 if raw_length is None else _content_length(raw_length, max_body, msgid)
+    except ZbusDecodeError as exc:
+        _echoed(exc, headers, start, msgid)
+        raise
+    _echoed(problem, headers, start, msgid)
     return Head(start=start, headers=headers, content_length=length, msgid=msgid, problem=problem)

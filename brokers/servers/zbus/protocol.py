@@ -128,7 +128,8 @@ class ZbusProtocol(FlowControlled):
             log, "zbus", kind, "zbus bad input from %s: %s", self.conn.remote_addr, error
         )
         self.conn.send(
-            make_reply(400, error.reply_body, msgid=error.msgid, mq_reply=self.conn.session_id)
+            make_reply(400, error.reply_body, msgid=error.msgid, mq_reply=self.conn.session_id),
+            error.aliases,
         )
         if error.fatal:
             self.close()
