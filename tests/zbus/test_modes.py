@@ -283,6 +283,44 @@ async def test_a_request_waits_on_a_guarded_temp_mq_only_with_its_token(broker) 
             await conn.close()
 
 
+async def test_a_pubsub_temp_mq_copies_each_message_to_every_matching_subscriber(
+    broker,
+) -> None:
+    """§7: a Temp MQ with the PubSub bit (mode 6) is pub/sub (§9.2): topics accumulate,
+    each subscriber has its own buffer, a message without a topic reaches ``*`` only, the
+    delivery has status 200 and the producer's msgid as ``msgid_raw``. (Every Temp MQ
+    matched by msgid, as a reply queue does: subscribers got nothing.)"""
+    owner, narrow, wide, producer = [await Raw.open(broker.port) for _ in range(4)]
+    try:
+        body = orjson.dumps({"mqName": "tps", "mqMode": 6})
+        await owner.send(msg("cmd: admin", "sub_cmd: create_mq", "msgid: t", body=body))
+        assert (await owner.recv()).status == 200
+        await narrow.send(msg("cmd: consume", "mq: tps", "msgid: n1", "topic: a", "window: -1"))
+        await wide.send(msg("cmd: consume", "mq: tps", "msgid: w1", "topic: *", "window: 1"))
+        await asyncio.sleep(0.1)
+        for msgid, topic in (("p1", "topic: a"), ("p2", "topic: b"), ("p3", None)):
+            lines = ["cmd: produce", "mq: tps", f"msgid: {msgid}", "reply_code: 500"]
+            await producer.send(msg(*lines, *([topic] if topic else []), body=msgid.encode()))
+            assert (await producer.recv()).status == 200
+        got = await narrow.recv()
+        assert (got.status, got.msgid, got.msgid_raw, got.body) == (200, "n1", "p1", b"p1")
+        assert await narrow.silent(0.2)  # p2 is topic b, p3 has none
+        got = await wide.recv()
+        assert (got.status, got.msgid, got.msgid_raw) == (200, "w1", "p1")
+        assert await wide.silent(0.2)  # its window was 1: the rest waits in its buffer
+        await wide.send(msg("cmd: consume", "mq: tps", "msgid: w2", "window: 5"))
+        got = [await wide.recv() for _ in range(2)]
+        assert [(m.msgid, m.msgid_raw) for m in got] == [("w2", "p2"), ("w2", "p3")]
+        await narrow.send(msg("cmd: consume", "mq: tps", "msgid: n2", "topic: b", "window: -1"))
+        await asyncio.sleep(0.1)  # subscribed before the publish (pub/sub keeps no history)
+        await producer.send(msg("cmd: produce", "mq: tps", "msgid: p4", "topic: b", body=b"x"))
+        assert (await producer.recv()).status == 200
+        assert (await narrow.recv()).msgid_raw == "p4"  # its topics now a and b
+    finally:
+        for conn in (owner, narrow, wide, producer):
+            await conn.close()
+
+
 async def test_client_rpc_with_worker(broker) -> None:
     async with (
         ZbusClient("127.0.0.1", broker.port, timeout=5) as caller,

@@ -24,7 +24,10 @@ async def consume(ctx: ServerContext, conn: Connection, msg: Message) -> None:
     """Park a pull session (queue), arm a subscription (pub/sub) or a waiter (Temp)."""
     mq, app = await resolve(ctx, conn, msg, consume=True)
     if mq.temp is not None:
-        mq.temp.wait(conn, msg.msgid, msg.window, msg.aliases)
+        if mq.temp.pubsub:
+            mq.temp.subscribe(conn, msg.msgid, msg.window, msg.topics, msg.aliases)
+        else:
+            mq.temp.wait(conn, msg.msgid, msg.window, msg.aliases)
         return
     async with conn.ordered("consume", mq.name):  # a later consume replaces an earlier one
         if mq.pubsub:

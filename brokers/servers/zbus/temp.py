@@ -2,9 +2,12 @@
 
 Decision: a Temp MQ is not a catalog row. It lives in the memory of the broker process
 that holds its owner connection and vanishes with that connection, contents included (they
-are never persisted, §13.4). It delivers by ``msgid``: each waiter (a ``request``, or a
-``consume`` on the reply queue) waits for one ``msgid``; a stored message goes to the
-waiter of its own ``msgid``. Any number of waiters may be registered per connection;
+are never persisted, §13.4). A queue Temp MQ delivers by ``msgid``: each waiter (a
+``request``, or a ``consume`` on the reply queue) waits for one ``msgid``; a stored message
+goes to the waiter of its own ``msgid``. A pub/sub Temp MQ (PubSub bit, mode 6) copies each
+message to every subscriber whose topics match, as a catalog pub/sub MQ does (§9.2:
+topics accumulate, a buffer per subscriber bounded at ``pubsub_buffer``, the oldest
+dropped and counted, status 200). Any number of waiters may be registered per connection;
 a reply that finds no waiter is kept for ``reply_ttl`` seconds (it may have overtaken its
 request's registration), then discarded.
 
@@ -19,15 +22,41 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 
 from brokers.engine import hash_token
-from brokers.protocols.zbus import AliasFamily, Message, make_delivery
+from brokers.protocols.zbus import AliasFamily, Message, MqMode, make_delivery
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.relay import encode_entry
 
 log = logging.getLogger("mqcloud.zbus")
+
+
+_PUBSUB = int(MqMode.PUBSUB)
+
+
+@dataclass(eq=False, slots=True)
+class TempSubscriber:
+    """A connection subscribed to a pub/sub Temp MQ (§9.2): its topics (accumulated over
+    its consumes), its current consume, and its buffer."""
+
+    conn: Connection
+    topics: set[str] = field(default_factory=set)
+    msgid: str | None = None
+    window: int = 0
+    aliases: AliasFamily = AliasFamily.NONE
+    buffer: deque[Message] = field(default_factory=deque)
+    dropped: int = 0
+
+    def takes(self, message: Message) -> bool:
+        """Its topics hold the message's ``topic``, or ``*`` (the only match of a message
+        without one)."""
+        if "*" in self.topics:
+            return True
+        topic = message.topic
+        return bool(topic) and topic in self.topics
 
 
 @dataclass(eq=False, slots=True)
@@ -59,6 +88,58 @@ class TempMq:
     registering: int = 0
     """Requests waiting for :attr:`ready` before they are stored: a later request of
     the queue is not stored before them (:func:`~.request.request_now`)."""
+    subscribers: dict[Connection, TempSubscriber] = field(default_factory=dict)
+    """Of a pub/sub Temp MQ (PubSub bit set): its subscribing connections."""
+
+    @property
+    def pubsub(self) -> bool:
+        """PubSub bit set: a copy of each message for every matching subscriber (§7, §9.2),
+        in memory like everything of a Temp MQ; otherwise messages go to the waiter of
+        their ``msgid``."""
+        return bool(self.mode & _PUBSUB)
+
+    def subscribe(
+        self,
+        conn: Connection,
+        msgid: str | None,
+        window: int,
+        topics: list[str],
+        aliases: AliasFamily,
+    ) -> None:
+        """A consume of a pub/sub Temp MQ (§9.2): the connection's topics accumulate, its
+        msgid and window are replaced, and what its buffer holds is delivered."""
+        sub = self.subscribers.get(conn)
+        if sub is None:
+            sub = self.subscribers[conn] = TempSubscriber(conn)
+            if conn not in self._watched:
+                self._watched.add(conn)
+                conn.on_close(lambda: self._forget(conn))
+        sub.topics.update(topics)
+        sub.msgid, sub.window, sub.aliases = msgid, window, aliases
+        self.ctx.consumed(self.name, conn)
+        self._drain(sub)
+
+    def _publish(self, message: Message) -> None:
+        limit = self.ctx.config.pubsub_buffer
+        for sub in self.subscribers.values():
+            if not sub.takes(message):
+                continue
+            if len(sub.buffer) >= limit:  # bounded: the oldest goes, counted
+                sub.buffer.popleft()
+                sub.dropped += 1
+            sub.buffer.append(message)
+            self._drain(sub)
+
+    @staticmethod
+    def _drain(sub: TempSubscriber) -> None:
+        buffer = sub.buffer
+        while sub.window != 0 and buffer:
+            delivery = make_delivery(buffer[0], msgid=sub.msgid, status=200)
+            if not sub.conn.send(delivery, sub.aliases):
+                return
+            buffer.popleft()
+            if sub.window > 0:
+                sub.window -= 1
 
     def opens_to(self, token: str | None) -> bool:
         """Whether ``token`` may take this MQ's messages: any, when it has no access token
@@ -88,7 +169,11 @@ class TempMq:
                 self._keep(key, message)
 
     def put(self, message: Message) -> None:
-        """A message produced to this queue: to its waiter, else kept for ``reply_ttl``."""
+        """A message produced to this MQ: a copy to each matching subscriber of a pub/sub
+        Temp MQ; else to its waiter, or kept for ``reply_ttl``."""
+        if self.pubsub:
+            self._publish(message)
+            return
         key = message.msgid or ""
         waiter = self.waiters.get(key)
         if waiter is None or not self._hand(key, waiter, message):
@@ -123,6 +208,7 @@ class TempMq:
 
     def _forget(self, conn: Connection) -> None:
         self._watched.discard(conn)
+        self.subscribers.pop(conn, None)
         for key in [k for k, w in self.waiters.items() if w.conn is conn]:
             del self.waiters[key]
 
@@ -133,6 +219,7 @@ class TempMq:
                 timer.cancel()
         self.pending.clear()
         self.waiters.clear()
+        self.subscribers.clear()
 
 
 def open_temp(
