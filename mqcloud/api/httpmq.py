@@ -89,9 +89,13 @@ def console_endpoint(
         except ProxyError as exc:
             return _response(exc.reply())
         except EngineError as exc:
+            unavailable = exc.code == "UNAVAILABLE"
             return _response(
                 envelope(
-                    503 if exc.code == "UNAVAILABLE" else 400, message=str(exc), error=exc.code
+                    503 if unavailable else 400,
+                    message=str(exc),
+                    error=exc.code,
+                    headers={"Retry-After": "1"} if unavailable else None,
                 )
             )
 

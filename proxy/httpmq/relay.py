@@ -50,12 +50,16 @@ NON_JSON_ERRORS = {
 }
 
 
-def relayed(status: int, content_type: str, body: bytes) -> Reply:
-    """The client's reply to the web process's answer: the envelope it sent, or, when it
-    answered otherwise (an HTML error page: a host not in its ALLOWED_HOSTS, a crash), an
-    envelope in its place — never a page; a status http-mq.md has no meaning for is 503."""
+def relayed(status: int, content_type: str, body: bytes, retry_after: str = "") -> Reply:
+    """The client's reply to the web process's answer: the envelope it sent (with its
+    ``Retry-After``, which http-mq.md §1 promises on 429 and 503), or, when it answered
+    otherwise (an HTML error page: a host not in its ALLOWED_HOSTS, a crash), an envelope
+    in its place — never a page; a status http-mq.md has no meaning for is 503."""
     if content_type.split(";", 1)[0].strip() == "application/json":
-        return Reply(status, body, [JSON, CORS])
+        reply = Reply(status, body, [JSON, CORS])
+        if retry_after.isascii() and retry_after.isdigit():
+            reply.header("Retry-After", retry_after)
+        return reply
     log.warning("console relay: the web process answered %d with %r", status, content_type)
     message = f"the console answered {status}"
     if status in NON_JSON_ERRORS:
@@ -112,7 +116,12 @@ class ConsoleRelay:
                 "the console is unreachable; try again",
                 {"Retry-After": "1"},
             ) from None
-        return relayed(answer.status_code, answer.headers.get("content-type", ""), answer.content)
+        return relayed(
+            answer.status_code,
+            answer.headers.get("content-type", ""),
+            answer.content,
+            answer.headers.get("retry-after", ""),
+        )
 
     async def close(self) -> None:
         """Close the pool's connections."""

@@ -120,6 +120,10 @@ def test_relayed_envelopes_pass_and_pages_become_envelopes():
     for status in (302, 502):
         odd = relayed(status, "text/html", b"")
         assert odd.status == 503 and orjson.loads(odd.body)["error"] == "UNAVAILABLE"
+    busy = relayed(503, "application/json", b'{"status":503,"error":"UNAVAILABLE"}', "1")
+    assert (b"retry-after", b"1") in busy.headers  # §1: a 503 carries Retry-After
+    odd_value = relayed(503, "application/json", b"{}", "1\r\nSet-Cookie: x")
+    assert not any(name == b"retry-after" for name, _ in odd_value.headers)
 
 
 @settings(max_examples=300, deadline=None)
