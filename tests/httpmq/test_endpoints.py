@@ -53,6 +53,14 @@ def drain(mq, s, **extra) -> list[str]:
     return got
 
 
+def ack(mq, s, request_id: RequestId):
+    return mq.get(
+        "/mq/ack",
+        params={"topic": s.topic, "consumer": s.consumer, "requestId": request_id.encode()},
+        headers=auth(s.token),
+    )
+
+
 def test_produce_fetch_ack_flow(mq):
     s = make_catalog()
     wait_known(mq, s)
@@ -240,24 +248,12 @@ def test_an_ack_past_what_the_engine_holds_is_refused_and_the_queue_goes_on(mq):
         RequestId(got.broker, got.queue, got.offset, 10**20, got.lock_time),
         RequestId(got.broker, got.queue, got.offset, 2**60, got.lock_time),
     ):
-        r = mq.get(
-            "/mq/ack",
-            params={"topic": s.topic, "consumer": s.consumer, "requestId": huge.encode()},
-            headers=auth(s.token),
-        )
+        r = ack(mq, s, huge)
         assert r.status_code == 400 and r.json()["error"] == "INVALID_REQUEST_ID", r.text
     negative = RequestId(got.broker, got.queue, got.offset, -5, got.lock_time, True)
-    r = mq.get(
-        "/mq/ack",
-        params={"topic": s.topic, "consumer": s.consumer, "requestId": negative.encode()},
-        headers=auth(s.token),
-    )
+    r = ack(mq, s, negative)
     assert r.status_code == 400 and r.json()["message"].startswith("ack illegal"), r.text
-    ok = mq.get(
-        "/mq/ack",
-        params={"topic": s.topic, "consumer": s.consumer, "requestId": got.encode()},
-        headers=auth(s.token),
-    )
+    ok = ack(mq, s, got)
     assert ok.json()["message"].startswith("ok "), ok.text
     produce(mq, s, "b")
     after = fetch(mq, s).json()["result"]
@@ -273,11 +269,7 @@ def test_an_offset_committed_past_the_end_is_corrected_by_the_next_fetch(mq):
     produce(mq, s, "a")
     got = RequestId.decode(fetch(mq, s).json()["result"]["requestId"])
     beyond = RequestId(got.broker, got.queue, got.offset, 1000, got.lock_time)
-    r = mq.get(
-        "/mq/ack",
-        params={"topic": s.topic, "consumer": s.consumer, "requestId": beyond.encode()},
-        headers=auth(s.token),
-    )
+    r = ack(mq, s, beyond)
     assert r.json()["message"].startswith("ok "), r.text
     produce(mq, s, "b")
     after = fetch(mq, s).json()["result"]

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from brokers.protocols.zbus.aliases import PRECEDENCE, canonicalize
 from brokers.protocols.zbus.constants import Header
@@ -79,15 +81,13 @@ def _content_length(value: bytes, max_body: int, msgid: str | None) -> int:
 
 
 def _echoed(
-    problem: ZbusDecodeError | None,
+    problem: ZbusDecodeError,
     headers: dict[str, str],
     start: RequestLine | StatusLine | None,
     msgid: str | None,
 ) -> None:
     """Give ``problem`` the id and the alias spellings (§3) its 400 repeats: those of the
     headers, and of the URL parameters when the id came from there."""
-    if problem is None:
-        return
     problem.msgid = msgid
     family = canonicalize(headers)[1]
     if isinstance(start, RequestLine) and "?" in start.uri:
@@ -195,14 +195,7 @@ def parse_head(block: bytes, max_body: int) -> Head:
             headers[key] = value
         else:
             return _parse_head_lines(block, max_body)
-    msgid = _msgid(headers, start)
-    try:
-        length = 0 if raw_length is None else _known_length(raw_length, max_body, msgid)
-    except ZbusDecodeError as exc:
-        _echoed(exc, headers, start, msgid)
-        raise
-    _echoed(problem, headers, start, msgid)
-    return Head(start, headers, length, msgid, problem)
+    return _completed(start, headers, problem, raw_length, max_body, _known_length)
 
 
 def _parse_head_lines(block: bytes, max_body: int) -> Head:
@@ -235,11 +228,29 @@ def _parse_head_lines(block: bytes, max_body: int) -> Head:
             problem = problem or MalformedHeader(f"bad header line {line[:80]!r}")
             continue
         headers[key] = value
+    return _completed(start, headers, problem, raw_length, max_body, _content_length)
+
+
+_Raw = TypeVar("_Raw", str, bytes)
+"""A ``content-length`` value as a parser read it (text, or the line's bytes)."""
+
+
+def _completed(
+    start: RequestLine | StatusLine | None,
+    headers: dict[str, str],
+    problem: ZbusDecodeError | None,
+    raw_length: _Raw | None,
+    max_body: int,
+    length_of: Callable[[_Raw, int, str | None], int],
+) -> Head:
+    """The head of a parsed block: its body length read by ``length_of`` (which raises a
+    fatal error), and its problem or that error given the id and aliases to echo."""
     msgid = _msgid(headers, start)
     try:
-        length = 0 if raw_length is None else _content_length(raw_length, max_body, msgid)
+        length = 0 if raw_length is None else length_of(raw_length, max_body, msgid)
     except ZbusDecodeError as exc:
         _echoed(exc, headers, start, msgid)
         raise
-    _echoed(problem, headers, start, msgid)
-    return Head(start=start, headers=headers, content_length=length, msgid=msgid, problem=problem)
+    if problem is not None:
+        _echoed(problem, headers, start, msgid)
+    return Head(start, headers, length, msgid, problem)
