@@ -4,7 +4,7 @@ Public API: :class:`Engine` (the facade) and the types its methods take and retu
 Front-ends, the console and the pipeline import from here only.
 """
 
-from brokers.engine.ack import contiguous
+from brokers.engine.ack import commit_illegal, contiguous
 from brokers.engine.append import java_hash
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.catalog import (
@@ -193,6 +193,7 @@ __all__ = [
     "catch_up",
     "client_name",
     "client_property",
+    "commit_illegal",
     "contiguous",
     "decode_attributes",
     "decode_batch_body",

@@ -33,6 +33,18 @@ LARGEST_INDEX = 2**53 - 1
 redelivering one batch for good)."""
 
 
+def commit_illegal(offset: int, next_offset: int, lock_time: int, force: bool) -> bool:
+    """Whether no commit can come of these numbers (http-mq.md §7 "ack illegal"): an offset
+    or nextOffset that is not a position (negative, or past what the scripts hold exactly),
+    a nextOffset below the offset without forceAck, a lock time out of range."""
+    return (
+        not 0 <= offset <= LARGEST_INDEX
+        or not 0 <= next_offset <= LARGEST_INDEX
+        or (next_offset < offset and not force)
+        or abs(lock_time) > LARGEST_INDEX
+    )
+
+
 def contiguous(indexes: Sequence[int]) -> tuple[int, int]:
     """``[start, end)`` of a contiguous run of distinct indexes; AckRejected otherwise."""
     if isinstance(indexes, range):

@@ -58,10 +58,11 @@ def _operator(request: HttpRequest) -> AbstractBaseUser:
 
 
 def _managed_policy(user: AbstractBaseUser, name: str) -> ConsumerPolicy:
-    # no name holds a NUL (PostgreSQL refuses one in a query: 500) or other control bytes
-    known = name.isprintable()
-    query = ConsumerPolicy.objects.select_related("app__team", "topic").filter(name=name)
-    policy = query.first() if known else None
+    policy = None
+    if name.isprintable():  # no name holds a NUL (PostgreSQL refuses one: 500) or control bytes
+        policy = (
+            ConsumerPolicy.objects.select_related("app__team", "topic").filter(name=name).first()
+        )
     if policy is None:
         raise ProxyError(404, "CONSUMER_NOT_FOUND", f"consumer {name} is not registered")
     if not is_platform_admin(user) and not user_teams(user).filter(pk=policy.app.team_id).exists():

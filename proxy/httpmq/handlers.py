@@ -32,6 +32,7 @@ from brokers.engine import (
     RateLimited,
     StoreUnavailable,
     TopicInfo,
+    commit_illegal,
     java_hash,
 )
 from proxy.httpmq import params as p
@@ -330,13 +331,10 @@ def _request_id(request: Request) -> RequestId | None:
 
 
 def _illegal_ack(rid: RequestId) -> bool:
-    """A requestId no commit can come of (§7: "ack illegal"; a negative ``nextOffset``,
-    allowed by the letter of §7 with ``forceAck``, is no position either)."""
-    return (
-        not rid.broker
-        or rid.offset < 0
-        or rid.next_offset < 0
-        or (rid.next_offset < rid.offset and not rid.force_ack)
+    """A requestId no commit can come of (§7: "ack illegal"): no broker name, or numbers
+    the engine refuses to commit (answered here, so that a fetch still runs)."""
+    return not rid.broker or commit_illegal(
+        rid.offset, rid.next_offset, rid.lock_time, rid.force_ack
     )
 
 

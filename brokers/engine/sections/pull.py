@@ -13,7 +13,7 @@ from brokers.engine import ack as ack_mod
 from brokers.engine import offsets as offsets_mod
 from brokers.engine import overview
 from brokers.engine import resend as resend_mod
-from brokers.engine.ack import LARGEST_INDEX, CommitCall, contiguous
+from brokers.engine.ack import CommitCall, commit_illegal, contiguous
 from brokers.engine.catalog import (
     ConsumerPolicyInfo,
     TopicInfo,
@@ -405,12 +405,7 @@ class PullSection(EngineBase):
         self, info: TopicInfo, app: str, commit: CommitRequest, client_id: str | None
     ) -> CommitCall:
         self._partition(info, commit.partition)
-        if (
-            not 0 <= commit.offset <= LARGEST_INDEX
-            or (commit.next_offset < commit.offset and not commit.force)
-            or not 0 <= commit.next_offset <= LARGEST_INDEX
-            or abs(commit.lock_time) > LARGEST_INDEX
-        ):
+        if commit_illegal(commit.offset, commit.next_offset, commit.lock_time, commit.force):
             raise InvalidMessage(
                 f"ack illegal {commit.partition}:{commit.offset},{commit.next_offset}"
             )

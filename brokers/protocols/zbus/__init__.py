@@ -45,7 +45,13 @@ from brokers.protocols.zbus.errors import (
     ZbusDecodeError,
     ZbusError,
 )
-from brokers.protocols.zbus.message import Message, RequestLine, StatusLine, parse_status
+from brokers.protocols.zbus.message import (
+    Message,
+    RequestLine,
+    StatusLine,
+    parse_status,
+    topic_matches,
+)
 from brokers.protocols.zbus.replies import make_delivery, make_reply, make_request
 
 __all__ = [
@@ -91,5 +97,6 @@ __all__ = [
     "parse_create_mq",
     "parse_status",
     "reason_phrase",
+    "topic_matches",
     "writable_header",
 ]

@@ -9,7 +9,7 @@ Treat the mapping as read-only and derive changed messages with :meth:`Message.w
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -45,6 +45,12 @@ def parse_int32(value: str | None) -> int | None:
         return None
     number = int(value)
     return number if -(2**31) <= number < 2**31 else None
+
+
+def topic_matches(topics: Collection[str], topic: str | None) -> bool:
+    """Whether a subscriber of ``topics`` takes a message of ``topic`` (§9.2): one of its
+    topics, or ``*`` — the only match of a message without a topic."""
+    return "*" in topics or (bool(topic) and topic in topics)
 
 
 def parse_status(value: str | None) -> int | None:

@@ -34,7 +34,7 @@ from brokers.engine import (
     RateLimited,
     cancel_and_wait,
 )
-from brokers.protocols.zbus import AliasFamily, EncodeError
+from brokers.protocols.zbus import AliasFamily, EncodeError, topic_matches
 from brokers.servers.caught_up import RECHECK_S
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
@@ -61,10 +61,8 @@ class Subscriber:
     def takes(self, record: bytes) -> bool:
         """Whether the message of ``record`` belongs in this subscriber's buffer (its
         ``topic``, read only when the subscriber's topics do not hold ``*``)."""
-        if "*" in self.topics:
-            return True
-        topic = topic_of(record)
-        return bool(topic) and topic in self.topics
+        # "*" first: then the record's topic is not read at all
+        return "*" in self.topics or topic_matches(self.topics, topic_of(record))
 
 
 @dataclass(eq=False)

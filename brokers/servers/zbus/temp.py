@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from brokers.engine import hash_token
-from brokers.protocols.zbus import AliasFamily, Message, MqMode, make_delivery
+from brokers.protocols.zbus import AliasFamily, Message, MqMode, make_delivery, topic_matches
 from brokers.servers.zbus.connection import Connection
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.relay import encode_entry
@@ -49,14 +49,6 @@ class TempSubscriber:
     aliases: AliasFamily = AliasFamily.NONE
     buffer: deque[Message] = field(default_factory=deque)
     dropped: int = 0
-
-    def takes(self, message: Message) -> bool:
-        """Its topics hold the message's ``topic``, or ``*`` (the only match of a message
-        without one)."""
-        if "*" in self.topics:
-            return True
-        topic = message.topic
-        return bool(topic) and topic in self.topics
 
 
 @dataclass(eq=False, slots=True)
@@ -122,7 +114,7 @@ class TempMq:
     def _publish(self, message: Message) -> None:
         limit = self.ctx.config.pubsub_buffer
         for sub in self.subscribers.values():
-            if not sub.takes(message):
+            if not topic_matches(sub.topics, message.topic):
                 continue
             if len(sub.buffer) >= limit:  # bounded: the oldest goes, counted
                 sub.buffer.popleft()
