@@ -3,7 +3,9 @@
 * **businessId** (JMQ4, HTTP-MQ): the record's businessId, or a batch item's.
 * **Position**: a JMQ4 produce reply or fetch names a message by ``(partition, index)``,
   written ``partition:index`` (``2:17``); HTTP-MQ's ``msgId`` and ``offsetMsgId`` (32 hex
-  digits, :mod:`proxy.httpmq.messages`) encode the same position.
+  digits, :mod:`proxy.httpmq.messages`) encode the same position — but for a delayed or
+  timer message, whose ``msgId`` names the delay id it was held under, kept by the
+  released record as the property :data:`~brokers.engine.DELAY_ID`.
 * **Id properties**: VibeMQ's message ``id`` (stored as the ``messageId`` property) and
   zbus's ``msgid`` (every zbus header is a property of the record) — any property whose
   key is one of :data:`ID_PROPERTIES`, compared without case.
@@ -18,7 +20,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from proxy.httpmq.messages import parse_message_id
+from brokers.engine import DELAY_ID
+from proxy.httpmq.messages import DELAYED, parse_message_id
 
 ID_PROPERTIES = ("vibemq.id", "msgid", "id", "messageid", "message_id")
 POSITION = re.compile(r"(\d{1,5}):(\d{1,19})")
@@ -31,6 +34,8 @@ class MessageId:
 
     text: str
     positions: tuple[tuple[int, int], ...] = ()
+    delay_id: int | None = None
+    """The delay id a delayed message's ``msgId`` names (it has no position in its id)."""
 
     @property
     def partitions(self) -> set[int] | None:
@@ -48,9 +53,13 @@ def parse(topic: str, text: str) -> MessageId:
         positions.append((int(m[1]), int(m[2])))
     elif HEX32.fullmatch(text):
         try:
-            positions.append(parse_message_id(topic, text.lower()))  # msgId
+            partition, index = parse_message_id(topic, text.lower())  # msgId
         except ValueError:
             positions.append((int(text[:8], 16), int(text[8:24], 16)))  # offsetMsgId
+        else:
+            if partition == DELAYED:
+                return MessageId(text, (), delay_id=index)
+            positions.append((partition, index))
     return MessageId(text, tuple(positions))
 
 
@@ -68,5 +77,7 @@ def matches(
 ) -> bool:
     """Whether a stored record (its indexes, businessIds and properties) is ``mid``."""
     if any((partition, i) in mid.positions for i in indexes):
+        return True
+    if mid.delay_id is not None and attributes.get(DELAY_ID) == str(mid.delay_id):
         return True
     return mid.text in business_ids or mid.text in id_properties(attributes)

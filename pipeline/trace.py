@@ -17,7 +17,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from brokers.engine import CatalogSnapshot, TopicNotFound
+from brokers.engine import DELAY_ID, CatalogSnapshot, TopicNotFound
 from pipeline.catalog import source_options
 from pipeline.ids import ID_PROPERTIES, MessageId, parse
 
@@ -53,6 +53,11 @@ def is_message(mid: MessageId) -> Column:
     )
     for partition, index in mid.positions:
         cond = cond | ((F.col("partition") == partition) & (F.col("index") == index))
+    if mid.delay_id is not None:
+        cond = cond | F.exists(
+            F.map_entries("attributes"),
+            lambda e: (e["key"] == F.lit(DELAY_ID)) & (e["value"] == F.lit(str(mid.delay_id))),
+        )
     return cond
 
 

@@ -26,7 +26,7 @@ from brokers.engine.catalog import (
     publish_snapshot,
 )
 from brokers.engine.counters import MinuteTraffic
-from brokers.engine.delay import DELAY_LEVELS
+from brokers.engine.delay import DELAY_ID, DELAY_LEVELS, Whereabouts
 from brokers.engine.engine import Engine
 from brokers.engine.errors import (
     AccessDenied,
@@ -110,6 +110,7 @@ from brokers.engine.unbatch import one_by_one
 from brokers.engine.wire import WireBlob, WireRecords
 
 __all__ = [
+    "DELAY_ID",
     "DELAY_LEVELS",
     "PRIORITY_BANDS",
     "PRIORITY_MODE",
@@ -182,6 +183,7 @@ __all__ = [
     "TransactionLimit",
     "TransactionNotFound",
     "Wakeup",
+    "Whereabouts",
     "WireBlob",
     "WireRecords",
     "WriteTimeout",

@@ -2,15 +2,22 @@
 
 A delayed message is validated when it is produced, kept in a sorted set scored by its due
 time (with its body in a hash, both under the topic's ``{d:<topic>}`` hash tag), and moved
-into a partition by :meth:`DelayStore.release` once due. Moving appends first and removes
+into a partition by the engine's ``release_delayed`` once due. Moving appends first and removes
 second, under a per-topic mover lock, so a crash in between delivers a message twice rather
 than losing it (at-least-once, like every other path of the engine).
+
+A message keeps the id it was held under: the appended record carries it as the broker
+property :data:`DELAY_ID`, and the store remembers where each released message went
+(:meth:`DelayStore.where`) for as long as the topic keeps messages, so an id handed to
+the producer before the message had a position (HTTP-MQ's ``msgId``) still names it —
+in a consumer's delivery, a resend or a message search.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgspec
 
@@ -40,6 +47,13 @@ DELAY_LEVELS = (
 MAX_DELAY_MS = 30 * 24 * 3600 * 1000
 # Topics that may hold delayed messages, so movers need not scan every topic.
 DELAYED_TOPICS = "mq:delayed-topics"
+DELAY_ID = ":delay-id"
+"""The broker property of a released message: the delay id it was held under (a
+pseudo-property, :func:`~brokers.engine.record.client_property`: no client can set it)."""
+KEEP_RELEASED_MS = 7 * 24 * 3600 * 1000
+"""How long a released message's position is remembered on a topic without an age limit
+(with one, as long as the topic keeps its messages)."""
+_TRIM = 64  # positions forgotten per move at most: the map shrinks as fast as it grows
 
 _ADD = Script("""
 local id = redis.call('INCR', KEYS[3])
@@ -48,13 +62,30 @@ redis.call('ZADD', KEYS[1], ARGV[1], id)
 return id
 """)
 
-_REMOVE = Script("""
-for i = 1, #ARGV do
-  redis.call('ZREM', KEYS[1], ARGV[i])
-  redis.call('HDEL', KEYS[2], ARGV[i])
+
+_MOVED = Script("""
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
+local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[4], 'LIMIT', 0, ARGV[6])
+if #old > 0 then
+  redis.call('HDEL', KEYS[3], unpack(old))
+  redis.call('ZREM', KEYS[4], unpack(old))
 end
-return #ARGV
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+redis.call('PEXPIRE', KEYS[4], ARGV[5])
+return 1
 """)
+
+
+class Whereabouts(NamedTuple):
+    """Where a delayed message is: still held (``due_ms``), appended (``partition``,
+    ``index``), or unknown (all None: never held, or released longer ago than kept)."""
+
+    due_ms: int | None = None
+    partition: int | None = None
+    index: int | None = None
 
 
 class Held(msgspec.Struct, frozen=True):
@@ -96,6 +127,16 @@ class DelayKeys:
     def mover(self) -> str:
         return f"mq:{self.tag}:mover"
 
+    @property
+    def released(self) -> str:
+        """Hash: delay id → ``partition:index`` it was appended at."""
+        return f"mq:{self.tag}:released"
+
+    @property
+    def released_at(self) -> str:
+        """Sorted set: delay id scored by its release time (what to forget first)."""
+        return f"mq:{self.tag}:released-at"
+
 
 class DelayStore:
     """The delayed messages of one topic."""
@@ -124,9 +165,35 @@ class DelayStore:
             if r is not None
         ]
 
-    async def remove(self, ids: list[int]) -> None:
-        if ids:
-            await _REMOVE(self._redis, (self.keys.due, self.keys.held), [fmt_int(i) for i in ids])
+    async def moved(
+        self, delay_id: int, partition: int, index: int, *, now_ms: int, keep_ms: int
+    ) -> None:
+        """``delay_id`` was appended at ``partition:index``: stop holding it, remember
+        where it went for ``keep_ms``, and forget positions older than that."""
+        k = self.keys
+        await _MOVED(
+            self._redis,
+            (k.due, k.held, k.released, k.released_at),
+            (
+                fmt_int(delay_id),
+                f"{partition}:{index}",
+                fmt_int(now_ms),
+                fmt_int(now_ms - keep_ms),
+                fmt_int(keep_ms),
+                fmt_int(_TRIM),
+            ),
+        )
+
+    async def where(self, delay_id: int) -> Whereabouts:
+        """Where the message held as ``delay_id`` is now (one round trip)."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zscore(self.keys.due, delay_id)
+        pipe.hget(self.keys.released, delay_id)
+        due, released = await pipe.execute()
+        if released is not None:
+            partition, _, index = released.partition(b":")
+            return Whereabouts(partition=int(partition), index=int(index))
+        return Whereabouts(due_ms=int(due)) if due is not None else Whereabouts()
 
     async def pending(self) -> int:
         return int(await self._redis.zcard(self.keys.due))

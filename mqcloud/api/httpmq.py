@@ -30,7 +30,7 @@ from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.approvals.services import record
 from mqcloud.engine_access import engine_session
 from proxy.httpmq.envelope import ProxyError, Reply, bad_parameter, envelope, ok
-from proxy.httpmq.messages import broker_name, parse_message_id
+from proxy.httpmq.messages import DELAYED, broker_name, parse_message_id
 
 DEFAULT_LIMIT_RATE = 1024
 RANGES = {
@@ -189,6 +189,18 @@ def _apply(user: AbstractBaseUser, data: dict[str, Any]) -> ConsumerPolicy:
     return policy
 
 
+async def _released_position(topic: str, delay_id: int, text: str) -> tuple[int, int]:
+    """Where the delayed or timer message ``text`` (a :func:`proxy.httpmq.messages.delayed_message_id`) was
+    appended; 400 while it is still held, or when the topic no longer knows it."""
+    async with engine_session() as engine:
+        where = await engine.delayed_whereabouts(topic, delay_id)
+    if where.partition is not None and where.index is not None:
+        return where.partition, where.index
+    if where.due_ms is not None:
+        raise bad_parameter(f"message {text} is not delivered yet: it is due at {where.due_ms}")
+    raise bad_parameter(f"message {text} is not known: never held, or released too long ago")
+
+
 @console_endpoint
 async def update_consumer_config(request: HttpRequest, user: AbstractBaseUser):
     """POST /mq/consumer/config: change only the fields present; 201 on success."""
@@ -202,6 +214,8 @@ async def update_consumer_config(request: HttpRequest, user: AbstractBaseUser):
             resend = parse_message_id(policy.topic.code, data["retryMsgId"])
         except ValueError as exc:
             raise bad_parameter(str(exc)) from None
+        if resend[0] == DELAYED:
+            resend = await _released_position(policy.topic.code, resend[1], data["retryMsgId"])
     policy = await sync_to_async(_apply)(user, data)
     if "resetOffsetTimestamp" in data or resend:
         async with engine_session() as engine:

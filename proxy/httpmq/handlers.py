@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,6 +40,7 @@ from proxy.httpmq.envelope import ProxyError, Reply, bad_parameter, envelope, ok
 from proxy.httpmq.messages import (
     HTTPMQ_EXTENSION,
     broker_name,
+    delayed_message_id,
     deliveries_to_list,
     message_id,
     offset_message_id,
@@ -162,7 +162,7 @@ def _delayed_result(rt: Runtime, topic: str, delay_id: int, deliver_at: int) -> 
     """The send result of a held message: no queue or offset yet (queueId/offset -1)."""
     return {
         "sendStatus": "SEND_OK",
-        "msgId": f"{zlib.crc32(topic.encode()) & 0xFFFFFFFF:08x}ffffffff{delay_id:016x}",
+        "msgId": delayed_message_id(topic, delay_id),
         "offsetMsgId": f"ffffffff{delay_id:016x}{deliver_at & 0xFFFFFFFF:08x}",
         "messageQueue": {"topic": topic, "brokerName": "", "queueId": -1},
         "queueOffset": -1,

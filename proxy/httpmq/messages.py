@@ -11,7 +11,7 @@ import functools
 import zlib
 from typing import Any
 
-from brokers.engine import Delivery, TopicInfo, message_view, one_by_one
+from brokers.engine import DELAY_ID, Delivery, TopicInfo, message_view, one_by_one
 
 HTTPMQ_EXTENSION = b"hm1\0"
 """The record extension of messages produced over HTTP-MQ, so the message browser can say
@@ -24,13 +24,24 @@ def _topic_checksum(topic: str) -> str:
     return f"{zlib.crc32(topic.encode()) & 0xFFFFFFFF:08x}"
 
 
+DELAYED = 0xFFFFFFFF
+"""The partition field of a delayed or timer message's id (:func:`delayed_message_id`)."""
+
+
 def message_id(topic: str, partition: int, index: int) -> str:
     """32 hex digits naming a stored message: topic checksum, partition, index."""
     return f"{_topic_checksum(topic)}{partition:08x}{index:016x}"
 
 
+def delayed_message_id(topic: str, delay_id: int) -> str:
+    """The id of a delayed or timer message, given when it is produced (before it has a
+    position) and kept once it is delivered: topic checksum, ``ffffffff``, delay id."""
+    return message_id(topic, DELAYED, delay_id)
+
+
 def parse_message_id(topic: str, value: str) -> tuple[int, int]:
-    """(partition, index) of a :func:`message_id` of ``topic``; ValueError otherwise."""
+    """(partition, index) of a :func:`message_id` of ``topic`` — (:data:`DELAYED`, delay
+    id) for a :func:`delayed_message_id`; ValueError otherwise."""
     if len(value) != 32:
         raise ValueError("a message id has 32 hex digits")
     try:
@@ -63,9 +74,18 @@ def text_entry(body: bytes, entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def _delay_id(value: str | None) -> int | None:
+    """The delay id a released message carries, or None (absent, or not one the engine
+    wrote: a JMQ4 client can name an attribute anything)."""
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 19:
+        return None
+    return int(value)
+
+
 def deliveries_to_list(topic: str, deliveries: tuple[Delivery, ...]) -> list[dict[str, Any]]:
     """One msgList entry per message: the engine splits batch records into their items
-    and inflates compressed bodies (:func:`brokers.engine.one_by_one`)."""
+    and inflates compressed bodies (:func:`brokers.engine.one_by_one`). A message that
+    was held (delayed or timer) keeps the ``msgId`` its producer was given."""
     out: list[dict[str, Any]] = []
     checksum = _topic_checksum(topic)
     for delivery in one_by_one(deliveries):
@@ -76,6 +96,8 @@ def deliveries_to_list(topic: str, deliveries: tuple[Delivery, ...]) -> list[dic
         }
         if attributes:  # every protocol's metadata: zbus and VibeMQ headers too
             entry["properties"] = attributes
+            if (held := _delay_id(attributes.get(DELAY_ID))) is not None:
+                entry["messageId"] = f"{checksum}{DELAYED:08x}{held:016x}"
         try:
             entry["message"] = body.decode("utf-8")
         except UnicodeDecodeError:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from brokers.engine import InvalidMessage, Message, MessageTooLarge, ProducerNotFound
+from brokers.engine import (
+    DELAY_ID,
+    InvalidMessage,
+    Message,
+    MessageTooLarge,
+    ProducerNotFound,
+    Whereabouts,
+)
+from brokers.engine.delay import KEEP_RELEASED_MS, DelayKeys
 
 
 async def test_held_until_due_then_appended(make_engine, clock):
@@ -73,3 +81,35 @@ async def test_release_all_only_visits_topics_with_delays(make_engine, clock):
     clock.advance(1)
     assert await engine.release_all_delayed() == 1
     assert await engine.redis.smembers("mq:delayed-topics") == set()
+
+
+async def test_a_released_message_keeps_its_delay_id(make_engine, clock):
+    engine = make_engine()
+    now = engine.now_ms()
+    held = await engine.append_delayed(
+        "t", "a", Message(b"x", attributes={"k": "v"}), deliver_at_ms=now + 1_000, partition=1
+    )
+    assert await engine.delayed_whereabouts("t", held) == Whereabouts(due_ms=now + 1_000)
+    assert await engine.delayed_whereabouts("t", held + 1) == Whereabouts()
+    await engine.append("t", "a", [Message(b"first")], partition=1)
+    clock.advance(1.5)
+    assert await engine.release_delayed("t") == 1
+    assert await engine.delayed_whereabouts("t", held) == Whereabouts(partition=1, index=1)
+    (got,) = await engine.read("t", 1, 1, 10)
+    assert got.message.attributes == {"k": "v", DELAY_ID: str(held)}
+
+
+async def test_released_positions_are_forgotten_with_the_topics_messages(make_engine, clock):
+    """Positions are kept as long as the topic keeps messages (a week without an age
+    limit), trimmed as new ones are added and expiring when none are."""
+    engine = make_engine()
+    first = await engine.append_delayed("t", "a", Message(b"1"), deliver_at_ms=engine.now_ms())
+    assert await engine.release_delayed("t") == 1
+    keys = DelayKeys("t")
+    assert 0 < await engine.redis.pttl(keys.released) <= KEEP_RELEASED_MS
+    clock.advance(KEEP_RELEASED_MS / 1000 + 1)
+    second = await engine.append_delayed("t", "a", Message(b"2"), deliver_at_ms=engine.now_ms())
+    assert await engine.release_delayed("t") == 1
+    assert await engine.delayed_whereabouts("t", first) == Whereabouts()
+    assert (await engine.delayed_whereabouts("t", second)).partition is not None
+    assert await engine.redis.zcard(keys.released_at) == 1

@@ -181,3 +181,28 @@ def wait_known(client: httpx.Client, setup: Setup, *, producer_only: bool = Fals
             return
         time.sleep(0.02)
     raise AssertionError("the HTTP-MQ service never saw the catalog change")
+
+
+def release_delayed(topic: str) -> int:
+    """Run the engine's release of ``topic``'s due delayed messages (what the Celery beat
+    task does every second); how many were appended."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from django.conf import settings
+
+    from brokers.catalog_loader import build_snapshot
+    from brokers.engine import Engine
+
+    snapshot = build_snapshot()
+
+    async def release() -> int:
+        client = aioredis.from_url(settings.REDIS_URL)
+        engine = Engine(client, lambda: snapshot)
+        try:
+            return await engine.release_delayed(topic)
+        finally:
+            await engine.close()
+            await client.aclose()
+
+    return asyncio.run(release())

@@ -12,7 +12,7 @@ import pytest
 from brokers.models import ConsumerPolicy, Team, TeamMembership
 from mqcloud.approvals.models import AuditEvent
 from tests import factories
-from tests.httpmq.conftest import make_catalog, wait_known
+from tests.httpmq.conftest import make_catalog, release_delayed, wait_known
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -198,6 +198,35 @@ def test_broadcast_offsets_per_client(mq):
     )
     assert wrong.status_code == 400
     assert Team.objects.exists()
+
+
+def test_resend_of_a_delayed_message_by_the_msgid_its_producer_got(mq):
+    s = make_catalog(partitions=1)
+    wait_known(mq, s)
+    sent = mq.post(
+        "/mq/produce",
+        data={"producer": s.producer, "message": "held", "delayLevel": "1"},
+        headers=app_headers(s),
+    ).json()["result"]
+    console = member_of(s, "ops9")
+    early = post_config(mq, console, {"consumer": s.consumer, "retryMsgId": sent["msgId"]})
+    assert early.status_code == 400 and "not delivered yet" in early.json()["message"]
+    time.sleep(1.1)
+    assert release_delayed(s.topic) == 1
+    params = {"topic": s.topic, "consumer": s.consumer}
+    body = mq.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    assert [m["messageId"] for m in body["msgList"]] == [sent["msgId"]]
+    mq.get("/mq/ack", params={**params, "requestId": body["requestId"]}, headers=app_headers(s))
+    # before: 400, a delayed message's id named no position
+    r = post_config(mq, console, {"consumer": s.consumer, "retryMsgId": sent["msgId"]})
+    assert r.status_code == 200, r.text
+    again = mq.get("/mq/message", params=params, headers=app_headers(s)).json()["result"]
+    assert [(m["messageId"], m["message"]) for m in again["retryMsgList"]] == [
+        (sent["msgId"], "held")
+    ]
+    unknown = sent["msgId"][:8] + "f" * 8 + "0" * 15 + "9"
+    r = post_config(mq, console, {"consumer": s.consumer, "retryMsgId": unknown})
+    assert r.status_code == 400 and "not known" in r.json()["message"]
 
 
 def test_resend_reaches_the_next_fetch_once(mq):

@@ -15,14 +15,14 @@ from brokers.catalog_loader import publish
 from brokers.clients.jmq4 import Jmq4Client, OutgoingMessage
 from brokers.clients.vibemq import VibeMQClient
 from brokers.clients.zbus import ZbusClient
-from brokers.engine import CatalogWatcher, Engine
+from brokers.engine import DELAY_ID, CatalogWatcher, Engine
 from brokers.models import Broker, PartitionGroup, ProducerPolicy, Team
 from brokers.servers.jmq4 import start_jmq4_server
 from brokers.servers.vibemq import start_vibemq_server
 from brokers.servers.vibemq.messages import ID_PROPERTY as VIBEMQ_ID
 from brokers.servers.zbus import start_zbus_server
 from pipeline import jobs
-from pipeline.ids import ID_PROPERTIES, parse
+from pipeline.ids import ID_PROPERTIES, matches, parse
 from proxy.httpmq.app import HttpMqApp
 from proxy.httpmq.config import ProxyConfig
 from tests import factories
@@ -109,6 +109,38 @@ async def over_httpmq(world: World) -> dict[str, bytes]:
             "k-7": b"from http"}  # fmt: skip
 
 
+async def over_httpmq_delayed(world: World) -> dict[str, bytes]:
+    """A timer message produced through the HTTP-MQ service, due at once, then released
+    by the engine as the beat task does: its ``msgId`` was given before it had a position."""
+    app = HttpMqApp(ProxyConfig(redis_url=world.redis_url))
+    await app.startup()
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mq") as web:
+            reply = await web.post(
+                "/mq/produce",
+                data={
+                    "producer": f"{world.app}.{TOPIC}",
+                    "message": "held",
+                    "deliveryTimestamp": "1",
+                },
+                headers={"Authorization": f"Bearer {world.token}"},
+            )
+    finally:
+        await app.shutdown()
+    client = aioredis.from_url(world.redis_url)
+    watcher = CatalogWatcher(client)
+    await watcher.start()
+    engine = Engine(client, lambda: watcher.current)
+    try:
+        assert await engine.release_delayed(TOPIC) == 1
+    finally:
+        await engine.close()
+        await watcher.stop()
+        await client.aclose()
+    return {reply.json()["result"]["msgId"]: b"held"}
+
+
 async def over_vibemq(world: World, port: int) -> dict[str, bytes]:
     client = await VibeMQClient.open("127.0.0.1", port, world.token)
     try:
@@ -158,15 +190,28 @@ def test_zbus_msgid_finds_its_message(spark, world, archive_dir):
     assert traced(spark, ids) == {mid: [(body, True, True)] for mid, body in ids.items()}
 
 
+def test_delayed_msgid_finds_its_message(spark, world, archive_dir):
+    """A delayed message's ``msgId`` names its delay id, which the released record keeps
+    as a property (it named no message before)."""
+    ids = asyncio.run(over_httpmq_delayed(world))
+    assert traced(spark, ids) == {mid: [(body, False, True)] for mid, body in ids.items()}
+    jobs.archive(once=True, spark=spark)
+    assert traced(spark, ids) == {mid: [(body, True, True)] for mid, body in ids.items()}
+
+
 def test_id_forms():
     """What the trace understands of an id, without Spark."""
     assert VIBEMQ_ID.lower() in ID_PROPERTIES  # VibeMQ's id property is an id
     assert "msgid" in ID_PROPERTIES  # zbus's, as a property
     assert parse(TOPIC, " 1:42 ").positions == ((1, 42),)
     assert parse(TOPIC, "order-42").positions == ()
-    from proxy.httpmq.messages import message_id, offset_message_id
+    from proxy.httpmq.messages import delayed_message_id, message_id, offset_message_id
 
     assert parse(TOPIC, message_id(TOPIC, 1, 7)).positions == ((1, 7),)
     assert parse(TOPIC, offset_message_id(1, 7, 123456)).positions == ((1, 7),)
+    delayed = parse(TOPIC, delayed_message_id(TOPIC, 12))
+    assert delayed.positions == () and delayed.delay_id == 12 and delayed.partitions is None
+    assert matches(delayed, 0, [5], [], {DELAY_ID: "12"})
+    assert not matches(delayed, 0, [12], [], {DELAY_ID: "13"})
     with pytest.raises(ValueError):
         parse(TOPIC, "  ")

@@ -5,7 +5,15 @@ A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its s
 
 from __future__ import annotations
 
-from brokers.engine.delay import MAX_DELAY_MS, DelayStore, Held, topics_with_delays
+from brokers.engine.delay import (
+    DELAY_ID,
+    KEEP_RELEASED_MS,
+    MAX_DELAY_MS,
+    DelayStore,
+    Held,
+    Whereabouts,
+    topics_with_delays,
+)
 from brokers.engine.errors import (
     InvalidMessage,
 )
@@ -66,16 +74,18 @@ class DelaySection(EngineBase):
         if token is None:
             return 0
         moved = 0
+        info = self.topic(topic)
+        keep_ms = info.retention_max_age_s * 1000 if info.retention_max_age_s else KEEP_RELEASED_MS
         try:
             for delay_id, held in await store.due(self.now_ms(), limit):
                 message = Message(
                     body=held.body,
                     business_id=held.business_id,
-                    attributes=held.attributes,
+                    attributes={**(held.attributes or {}), DELAY_ID: str(delay_id)},
                     priority=held.priority,
                     send_time_ms=held.send_time_ms,
                 )
-                await self._append(
+                result = await self._append(
                     topic,
                     held.app,
                     [message],
@@ -83,7 +93,13 @@ class DelaySection(EngineBase):
                     qos=QoS.RECEIVED,
                     client_address=held.client_address,
                 )
-                await store.remove([delay_id])
+                await store.moved(
+                    delay_id,
+                    result.partition,
+                    result.first_index,
+                    now_ms=self.now_ms(),
+                    keep_ms=keep_ms,
+                )
                 moved += 1
             await store.forget_if_empty()
         finally:
@@ -97,6 +113,12 @@ class DelaySection(EngineBase):
             if topic in self._catalog().topics:
                 moved += await self.release_delayed(topic)
         return moved
+
+    async def delayed_whereabouts(self, topic: str, delay_id: int) -> Whereabouts:
+        """Where the message :meth:`append_delayed` held as ``delay_id`` is: still held
+        (and until when), appended (at which position), or unknown."""
+        self.topic(topic)
+        return await DelayStore(self.redis, topic).where(delay_id)
 
     async def delayed_pending(self, topic: str) -> int:
         """How many delayed messages of ``topic`` wait for their time."""
