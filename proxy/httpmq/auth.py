@@ -21,16 +21,20 @@ def bearer_token(request: Request) -> str | None:
     return request.params.get("token") or None
 
 
-def authorize(snapshot: CatalogSnapshot, token: str | None, app: str) -> AppInfo:
-    """The app owning the producer/consumer, if ``token`` is one of its tokens.
-
-    401 without a valid token of any app, 403 when the token belongs to another app.
-    """
+def authenticate(snapshot: CatalogSnapshot, request: Request) -> AppInfo:
+    """The app whose token the request carries; 401 without a valid one. Asked before a
+    producer or consumer name is looked up, so a caller without a token cannot learn
+    which names exist (404 against 401)."""
+    token = bearer_token(request)
     if not token:
         raise ProxyError(401, "UNAUTHENTICATED", "token missing: send Authorization: Bearer")
     owner = snapshot.app_for_token(token)
     if owner is None:
         raise ProxyError(401, "UNAUTHENTICATED", "token invalid")
+    return owner
+
+
+def authorize(owner: AppInfo, app: str) -> None:
+    """403 unless ``owner`` (:func:`authenticate`) is ``app``, the client's owner."""
     if owner.code != app:
         raise ProxyError(403, "FORBIDDEN", f"this token's app does not own app {app}'s client")
-    return owner

@@ -35,7 +35,7 @@ from brokers.engine import (
     java_hash,
 )
 from proxy.httpmq import params as p
-from proxy.httpmq.auth import authorize, bearer_token
+from proxy.httpmq.auth import authenticate, authorize
 from proxy.httpmq.envelope import ProxyError, Reply, bad_parameter, envelope, ok
 from proxy.httpmq.messages import (
     HTTPMQ_EXTENSION,
@@ -84,10 +84,11 @@ def producer_for(rt: Runtime, request: Request) -> ProducerPolicyInfo:
     """The HTTP-enabled producer named by ``producer``, if the token's app owns it."""
     name = p.required(request.params, "producer")
     snapshot = rt.catalog
+    owner = authenticate(snapshot, request)
     policy = snapshot.producer_named(name)
     if policy is None or not policy.http_enabled:
         raise ProxyError(404, "PRODUCER_NOT_FOUND", f"producer {name} is not registered for HTTP")
-    authorize(snapshot, bearer_token(request), policy.app)
+    authorize(owner, policy.app)
     return policy
 
 
@@ -98,10 +99,11 @@ def consumer_for(rt: Runtime, request: Request) -> ConsumerPolicyInfo:
     name = p.required(params, "consumer")
     topic = p.required(params, "topic")
     snapshot = rt.catalog
+    owner = authenticate(snapshot, request)
     policy = snapshot.consumer_named(name)
     if policy is None or not policy.http_enabled:
         raise ProxyError(404, "CONSUMER_NOT_FOUND", f"consumer {name} is not registered for HTTP")
-    authorize(snapshot, bearer_token(request), policy.app)
+    authorize(owner, policy.app)
     if topic != policy.topic:
         raise bad_parameter(
             f"consumer {name} consumes {policy.topic}, not {topic}", "TOPIC_MISMATCH"

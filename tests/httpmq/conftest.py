@@ -162,22 +162,22 @@ def make_catalog(
 
 
 def wait_known(client: httpx.Client, setup: Setup, *, producer_only: bool = False) -> None:
-    """Wait until the HTTP-MQ service has the snapshot naming ``setup`` (well under 1 s)."""
+    """Wait until the HTTP-MQ service has the snapshot naming ``setup`` (well under 1 s):
+    asked with the app's token and a request the named client would be refused (a
+    produce without a message, a fetch of another topic), so nothing is stored or locked
+    — 401 until the service knows the app's token, 404 until it knows the name."""
     deadline = time.monotonic() + 3
+    headers = {"Authorization": f"Bearer {setup.token}"}
     while time.monotonic() < deadline:
         if producer_only:
-            r = client.post(
-                "/mq/produce",
-                data={"producer": setup.producer},
-                headers={"Authorization": "Bearer x"},
-            )
+            r = client.post("/mq/produce", data={"producer": setup.producer}, headers=headers)
         else:
             r = client.get(
                 "/mq/message",
-                headers={"Authorization": "Bearer x"},
-                params={"topic": setup.topic, "consumer": setup.consumer},
+                headers=headers,
+                params={"topic": setup.topic + "-not", "consumer": setup.consumer},
             )
-        if r.status_code != 404:
+        if r.status_code not in (401, 404):
             return
         time.sleep(0.02)
     raise AssertionError("the HTTP-MQ service never saw the catalog change")

@@ -198,6 +198,14 @@ def test_auth_failures(mq):
     for path in ("/mq/message", "/mq/ack", "/mq/unlock"):
         r = mq.get(path, params={"topic": s.topic, "consumer": s.consumer})
         assert r.status_code == 401, path
+    # without a token, an unknown name is not told from a known one (it answered 404, so
+    # anyone could list the producers and consumers that exist)
+    unknown = mq.post("/mq/produce", data={**data, "producer": "nope"})
+    assert unknown.status_code == 401 and unknown.json()["error"] == "UNAUTHENTICATED"
+    r = mq.get("/mq/message", params={"topic": s.topic, "consumer": "nope"}, headers=auth("bad"))
+    assert r.status_code == 401
+    r = mq.get("/mq/message", params={"topic": s.topic, "consumer": "nope"}, headers=auth(s.token))
+    assert r.status_code == 404 and r.json()["error"] == "CONSUMER_NOT_FOUND"
 
 
 def test_not_http_enabled_is_not_served(mq):
