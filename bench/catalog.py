@@ -524,7 +524,7 @@ def wait_all_know(observers: list[Observer], proxy: ProxyObserver, timeout: floa
                         await o.paused()
                     finally:
                         await o.close()
-            if (await proxy.fetch()).status_code == 404:
+            if (await proxy.fetch()).status_code in (401, 404):  # token, then name
                 raise RuntimeError("proxy does not know the consumer yet")
         finally:
             await proxy.close()
