@@ -43,6 +43,12 @@ RANGES = {
     "resetOffsetTimestamp": (0, 2**53),
 }
 FIELDS = {*RANGES, "consumer", "clientId", "retryMsgId", "startPosition"}
+SWITCHES = ("pause", "rateLimitEnabled")
+"""0/1 fields, which ``GET /mq/config`` shows as booleans: true and false are taken too."""
+READ_ONLY = ("topic", "messageModel", "httpEnabled")
+"""Fields ``GET /mq/config`` shows that a POST cannot change: accepted when they are what
+the consumer has (a client may post back what it read with one field changed), 400
+otherwise. ``clientIds`` is the registry of clients seen, not configuration: ignored."""
 
 
 def _operator(request: HttpRequest) -> AbstractBaseUser:
@@ -143,9 +149,12 @@ def _parse_config(body: bytes) -> dict[str, Any]:
         raise bad_parameter("the body must be a JSON object") from None
     if not isinstance(data, dict):
         raise bad_parameter("the body must be a JSON object")
-    unknown = set(data) - FIELDS
+    unknown = set(data) - FIELDS - {*READ_ONLY, "clientIds"}
     if unknown:
         raise bad_parameter(f"unknown fields: {', '.join(sorted(unknown))}")
+    for name in SWITCHES:
+        if isinstance(data.get(name), bool):
+            data[name] = int(data[name])
     for name, (low, high) in RANGES.items():
         if name in data:
             value = data[name]
@@ -164,6 +173,10 @@ def _parse_config(body: bytes) -> dict[str, Any]:
 
 def _apply(user: AbstractBaseUser, data: dict[str, Any]) -> ConsumerPolicy:
     policy = _managed_policy(user, data["consumer"])
+    current = _config(policy, None)
+    for name in READ_ONLY:
+        if name in data and data[name] != current[name]:
+            raise bad_parameter(f"{name} cannot be changed here (it is {current[name]!r})")
     if "clientId" in data and policy.mode != "broadcast":
         raise bad_parameter("clientId applies to broadcast consumers only", "CLIENT_ID_NOT_ALLOWED")
     mapping = {

@@ -61,6 +61,21 @@ def test_config_read_and_change_reach_the_proxy(mq):
     assert event.actor.username == "ops1" and event.detail["pause"] == 1
 
 
+def test_config_read_can_be_posted_back_with_a_change(mq):
+    """What GET /mq/config shows can be posted back with one field changed (it answered
+    400: the fields a POST cannot change were unknown, the booleans not 0/1)."""
+    s = make_catalog(partitions=1)
+    console = member_of(s, "ops-roundtrip")
+    auth = {"Authorization": f"Bearer {console}"}
+    config = mq.get(f"/mq/config/{s.consumer}", headers=auth).json()["result"]
+    r = post_config(mq, console, {**config, "maxPullSize": 9, "pause": True})
+    assert r.status_code == 200 and r.json()["status"] == 201, r.text
+    policy = ConsumerPolicy.objects.get(name=s.consumer)
+    assert policy.batch_size == 9 and policy.paused
+    r = post_config(mq, console, {"consumer": s.consumer, "pause": False})
+    assert r.status_code == 200 and not ConsumerPolicy.objects.get(name=s.consumer).paused
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -72,6 +87,8 @@ def test_config_read_and_change_reach_the_proxy(mq):
         {"startPosition": "middle"},
         {"surprise": 1},
         {"maxPullSize": "10"},
+        {"topic": "another", "maxPullSize": 5},
+        {"messageModel": "BROADCASTING", "maxPullSize": 5},
     ],
 )
 def test_config_out_of_range_is_400(mq, body):
