@@ -495,7 +495,7 @@ async def ack(request: Request, rt: Runtime) -> Reply:
     client_id = _client_id(request.params)
     rid = _request_id(request)
     if rid is None:
-        raise bad_parameter("requestId is required", "INVALID_REQUEST_ID")
+        raise bad_parameter("requestId is required")  # missing: §1 BAD_PARAMETER
     status, text = await _acknowledge(rt, policy, rid, client_id)
     if status == 400:
         raise bad_parameter(text, "INVALID_REQUEST_ID")
@@ -508,7 +508,7 @@ async def unlock(request: Request, rt: Runtime) -> Reply:
     client_id = _client_id(request.params)
     rid = _request_id(request)
     if rid is None:
-        raise bad_parameter("requestId is required", "INVALID_REQUEST_ID")
+        raise bad_parameter("requestId is required")  # missing: §1 BAD_PARAMETER
     released = await rt.engine.unlock(
         policy.topic, policy.app, rid.queue, token=rid.lock_time, client_id=client_id
     )

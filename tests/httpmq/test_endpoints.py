@@ -228,6 +228,9 @@ def test_topic_mismatch_and_bad_request_ids(mq):
     for bad in ("!!!", base64.urlsafe_b64encode(b"a,b,c").decode(), "x" * 600):
         r = fetch(mq, s, requestId=bad)
         assert r.status_code == 400 and r.json()["error"] == "INVALID_REQUEST_ID", bad
+    for path in ("/mq/ack", "/mq/unlock"):  # missing is BAD_PARAMETER, undecodable INVALID_…
+        r = mq.get(path, params={"topic": s.topic, "consumer": s.consumer}, headers=auth(s.token))
+        assert r.status_code == 400 and r.json()["error"] == "BAD_PARAMETER", path
     illegal = RequestId("broker-1", 0, 5, 2, 1).encode()  # nextOffset < offset
     r = fetch(mq, s, requestId=illegal)
     assert r.status_code == 200
