@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from brokers.catalog_loader import build_snapshot, publish
 from brokers.engine import RETRY_PARTITION, Engine, Message, RetryType
-from brokers.models import ConsumerPolicy, ProducerPolicy, Team
+from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.approvals.models import AuditEvent, Kind
 from tests import factories
 from tests.engine_calls import engine_call
@@ -247,3 +247,57 @@ def test_consumer_progress_endpoint(world):
     too_long = world["alice"].get(f"/api/v1/consumers/shop.orders/progress/?client_id={'x' * 129}")
     assert too_long.status_code == 400 and "client_id" in too_long.json()["fields"]
     assert world["alice"].get("/api/v1/consumers/blue-app.blue-topic/progress/").status_code == 404
+
+
+def test_topic_delete_erases_its_data_and_no_other_topics(world, redis_url):
+    """A deleted topic's messages, progress, retries, delayed messages and bookkeeping go
+    with it. They stayed in Redis for good: a topic created later under the same code
+    found its messages, dead letters and progress. A topic whose code starts the same
+    keeps everything."""
+    orders = Topic.objects.get(code="orders")
+    cluster, red = orders.cluster, orders.team
+    shop = ProducerPolicy.objects.get(topic=orders).app
+    neighbour = factories.topic("orders.v2", cluster, red, partitions=1, groups=1)
+    ProducerPolicy.objects.create(topic=neighbour, app=shop)
+    publish()
+
+    async def fill(engine: Engine) -> None:
+        await _fail_three(engine)
+        await engine.append_delayed(
+            "orders", "shop", Message(b"later"), deliver_at_ms=engine.now_ms() + 60_000
+        )
+        await engine.append("orders.v2", "shop", [Message(b"kept")], partition=0)
+
+    engine_call(fill)
+    ProducerPolicy.objects.filter(topic=orders).delete()
+    ConsumerPolicy.objects.filter(topic=orders).delete()
+    result = apply_and_approve(world, "topic_delete", {"code": "orders"})
+    assert result["status"] == "approved", result
+    assert result["result"]["deleted"] == "orders" and result["result"]["erased_keys"] > 5
+
+    async def keys() -> list[bytes]:
+        client = aioredis.from_url(redis_url)
+        try:
+            return sorted(await client.keys("mq:{*"))
+        finally:
+            await client.aclose()
+
+    left = asyncio.run(keys())
+    assert not [k for k in left if b":orders:" in k or b":orders}" in k], left
+    assert any(b"orders.v2" in k for k in left)
+
+    again = factories.topic("orders", cluster, red, partitions=1, groups=1)
+    ProducerPolicy.objects.create(topic=again, app=shop)
+    ConsumerPolicy.objects.create(topic=again, app=shop, start_position="earliest")
+    publish()
+
+    async def fresh(engine: Engine) -> tuple:
+        return (
+            await engine.bounds("orders", 0),
+            await engine.delayed_pending("orders"),
+            [d.message.body for d in await engine.read("orders.v2", 0, 0, 10)],
+        )
+
+    assert engine_call(fresh) == ((0, 0), 0, [b"kept"])
+    listed = world["alice"].get("/api/v1/consumers/shop.orders/retries/").json()
+    assert (listed["retries"], listed["dead_letters"]) == (0, 0)

@@ -14,6 +14,7 @@ from brokers.engine.catalog import (
     ConsumerPolicyInfo,
     TopicInfo,
 )
+from brokers.engine.erase import erase_topic
 from brokers.engine.groups import GroupStats, count_dropped, group_stats, purge_partitions
 from brokers.engine.groups import expire as expire_records
 from brokers.engine.groups import forget as forget_progress
@@ -292,3 +293,10 @@ class GroupSection(EngineBase):
         info = self.group_topic(topic)
         ids = {c.app for c in self._catalog().consumers_of(topic)}
         await purge_partitions(self.redis, topic, range(info.partitions), ids)
+
+    async def erase_topic(self, topic: str) -> int:
+        """Delete every key of a deleted topic (:mod:`brokers.engine.erase`): messages,
+        every group's progress, retries and dead letters, transactions, delayed messages
+        and group bookkeeping, whichever apps left them. For a topic no client may use any
+        more (no policies): the catalog need not name it. Returns how many keys went."""
+        return await erase_topic(self.redis, topic)
