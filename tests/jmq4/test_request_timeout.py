@@ -1,22 +1,22 @@
 """A JMQ4 request whose header sendTime is older than the request timeout is refused with
 code 22 (request timeout) and not executed (issue 20 item 9): its client gave up on it, and
-a broker resumed from a pause must not store what waited in its socket."""
+a broker resumed from a pause must not store what waited in its socket. Older than the
+connection's other requests: a client whose clock runs behind ours is served."""
 
 from __future__ import annotations
 
 import pytest
 
 from brokers.protocols.jmq4 import (
+    AddConnectionRequest,
     Code,
     CommandType,
-    Direction,
     FetchHealthRequest,
-    Header,
     HeartbeatRequest,
     QosLevel,
 )
 from brokers.servers.jmq4 import ServerConfig
-from brokers.servers.jmq4.dispatch import expired
+from brokers.servers.jmq4.sendtime import WINDOW_MS, SendTimeBaseline
 from tests.jmq4.conftest import Broker_
 from tests.jmq4.raw import RawClient, frame_bytes, now_ms
 from tests.jmq4.test_messaging import produce_request
@@ -85,12 +85,41 @@ async def test_the_check_can_be_turned_off(catalog, redis_url):
         await broker.stop()
 
 
-def test_expired_compares_send_time_with_the_timeout():
-    def header(sent: int) -> Header:
-        return Header(4, Direction.REQUEST, QosLevel.RECEIVE, 1, CommandType.HEARTBEAT, sent)
+async def test_a_client_clock_behind_ours_is_served_and_still_judged(catalog, brokers):
+    """A client 10 minutes behind logged in, produced and was heard (every request was
+    refused before, the login included); a request 30 s older than its others is not."""
+    raw = await RawClient.open(catalog.ports[1])
+    behind = 10 * 60 * 1000
+    try:
+        login = await raw.call(
+            AddConnectionRequest(app="app1", token=catalog.token),
+            request_id=1,
+            send_time=now_ms() - behind,
+        )
+        assert login.header.status == Code.SUCCESS, login
+        produced = await raw.call(
+            produce_request("local", 0, b"from behind"), request_id=2, send_time=now_ms() - behind
+        )
+        assert produced.payload.topics[0].code == Code.SUCCESS
+        late = now_ms() - behind - TIMEOUT_MS - 5_000
+        reply = await raw.call(produce_request("local", 0, b"late"), request_id=3, send_time=late)
+        assert reply.header.status == Code.CN_REQUEST_TIMEOUT
+    finally:
+        await raw.close()
 
-    assert expired(header(1_000), 30_000, now_ms=31_001)
-    assert not expired(header(1_000), 30_000, now_ms=31_000)
-    assert not expired(header(1_000), 0, now_ms=10**9)
-    assert not expired(header(0), 30_000, now_ms=10**9)
-    assert not expired(header(-5), 30_000, now_ms=10**9)
+
+def test_the_baseline_is_the_connections_smallest_recent_delay():
+    clock = SendTimeBaseline()
+    t = 10_000_000
+    assert not clock.stale(t - 600_000, 30_000, now_ms=t)  # the first sets the baseline
+    assert not clock.stale(t + 10_000 - 600_000, 30_000, now_ms=t + 10_000)
+    assert clock.stale(t + 20_000 - 630_001, 30_000, now_ms=t + 20_000)  # 30.001 s past it
+    assert not clock.stale(t + 20_000 - 630_000, 30_000, now_ms=t + 20_000)
+    assert not clock.stale(1_000, 0, now_ms=10**9)  # the check is off
+    assert not clock.stale(0, 30_000, now_ms=10**9)  # unstamped
+    assert not clock.stale(-5, 30_000, now_ms=10**9)
+    # the client's clock is stepped back by 40 s: refused for at most two windows
+    assert clock.stale(t + 25_000 - 640_000, 30_000, now_ms=t + 25_000)
+    assert clock.stale(t + 60_000 - 640_000, 30_000, now_ms=t + 60_000)
+    assert WINDOW_MS < 35_000
+    assert not clock.stale(t + 95_000 - 640_000, 30_000, now_ms=t + 95_000)

@@ -29,8 +29,10 @@ class ServerConfig:
     request_timeout_ms: int = 30_000
     """A request whose header sendTime is older than this is refused with code 22 (request
     timeout) and not executed: its client has given up on it (a broker that was paused
-    must not act on what waited in its socket). 0 turns the check off; a sendTime ≤ 0 (a
-    client that does not stamp its requests) is never refused."""
+    must not act on what waited in its socket). "Older" is measured against the
+    connection's own recent requests, so a client clock behind ours is no reason
+    (:mod:`.sendtime`). 0 turns the check off; a sendTime ≤ 0 (a client that does not
+    stamp its requests) is never refused."""
 
 
 @dataclass(slots=True)

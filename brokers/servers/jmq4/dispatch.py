@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -40,27 +39,19 @@ HANDLERS: Mapping[int, Handler] = {
 }
 
 
-def expired(header: Header, timeout_ms: int, now_ms: int | None = None) -> bool:
-    """Whether the request was sent more than ``timeout_ms`` ago by its header's sendTime
-    (never when the check is off or the request carries no send time)."""
-    if timeout_ms <= 0 or header.send_time <= 0:
-        return False
-    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    return now - header.send_time > timeout_ms
-
-
 async def dispatch(ctx: ServerContext, session: Session, frame: Frame) -> bytes | None:
     """Run the handler for a request frame; the encoded reply, or None for one-way requests."""
     header = frame.header
     handler = HANDLERS.get(header.type)
     if handler is None:  # a response sent to us, or a type without a handler
         return None
-    if expired(header, ctx.config.request_timeout_ms):
+    if session.send_times.stale(header.send_time, ctx.config.request_timeout_ms):
         protocol_errors.record(
             log,
             "jmq4",
             "expired",
-            "JMQ4 %s from %s refused: sent at %s, older than the request timeout (%s ms)",
+            "JMQ4 %s from %s refused: sent at %s, later than the connection's other requests"
+            " by more than the request timeout (%s ms)",
             header.type,
             session.address,
             header.send_time,

@@ -6,8 +6,9 @@ import itertools
 from dataclasses import dataclass, field
 
 from brokers.engine import CatalogSnapshot
-from brokers.protocols.jmq4 import Code
+from brokers.protocols.jmq4 import Code, validate_name
 from brokers.servers.jmq4.errors import Reject
+from brokers.servers.jmq4.sendtime import SendTimeBaseline
 
 _counter = itertools.count(1)
 
@@ -25,6 +26,8 @@ class Session:
     producers: dict[tuple[str, str], str] = field(default_factory=dict)
     locks: dict[tuple[str, str, int], int] = field(default_factory=dict)
     """(topic, app, partition) → lock token of partitions fetched and not yet acked."""
+    send_times: SendTimeBaseline = field(default_factory=SendTimeBaseline)
+    """Judges which requests waited past the request timeout (:mod:`.sendtime`)."""
     cut_short: set[tuple[str, str, str]] = field(default_factory=set)
     """(topic, app, owner) of FETCH_TOPIC_MESSAGE requests cancelled while they ran: one
     may have taken a lock in Redis whose token never came back, known only by its owner
@@ -56,11 +59,14 @@ class Session:
         self.producers.clear()
 
     def authorize(self, app: str, snapshot: CatalogSnapshot) -> None:
-        """Reject with 132 unless the connection is established and may act for ``app``."""
+        """Reject with 132 unless the connection is established and may act for ``app``
+        (with 6 for a name no app can have, §8.5)."""
         if not self.established:
             raise Reject(Code.FW_CONNECTION_NOT_EXISTS, "connection not exists")
         if app == self.app:
             return
+        if validate_name(app) is not None:
+            raise Reject(Code.CN_PARAM_ERROR, "invalid app name")
         base, dot, _ = app.partition(".")
         if dot and base == self.app:
             return
