@@ -36,7 +36,7 @@ from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
 from brokers.engine.consume import EMPTY, FOUND, LOCKED, Attempt, read_states, try_partition
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import CommitResult, Delivery, FetchResult, FetchStatus
-from brokers.engine.notify import Notifier
+from brokers.engine.notify import Notifier, waiter_group
 from brokers.engine.offsets import set_ack
 from brokers.engine.record import with_position
 from brokers.engine.redisio import AnyRedis
@@ -44,6 +44,11 @@ from brokers.engine.retry import RetryPolicy, RetryStore
 from brokers.engine.scan import ScanOutcome, fetch_any
 
 MAX_PARKED = 10_000
+PARK_FACTOR = 8
+"""Long polls parked per (topic, app) on one process: up to this many per partition the
+request may read (jmq4.md §6.2 allows one per local partition; a group with more
+consumers than partitions would then have the rest polling in a loop). Counted per app,
+so one app's long polls never use up another's (they were counted per topic)."""
 
 
 @dataclass(slots=True)
@@ -115,7 +120,7 @@ class Fetcher:
         """
         topic = req.topic.code
         if long_poll_ms <= 0 or (
-            self._notifier.parked(topic) >= max(1, len(req.partitions)) * 8
+            self._notifier.parked_for(topic, req.app) >= max(1, len(req.partitions)) * PARK_FACTOR
             or self._notifier.total_parked >= MAX_PARKED
         ):
             return (await self._scan(req, extra))[0]
@@ -123,7 +128,7 @@ class Fetcher:
             await extra.commit_alone(self._client)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + long_poll_ms / 1000
-        group = f"{req.app}\n{req.client_id or ''}"
+        group = waiter_group(req.app, req.client_id)
         # Watching before the first look: a notification that arrives while it runs is
         # kept in the event, so nothing appended after the look goes unnoticed.
         async with self._notifier.watch(topic, group) as event:

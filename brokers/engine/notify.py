@@ -81,6 +81,17 @@ class _LinkLost(Exception):
     """The link a waiter subscribed on was lost before Redis confirmed it."""
 
 
+def waiter_group(app: str, client_id: str | None) -> str:
+    """The group a fetch waits in (:meth:`Notifier.watch`): one consumer group's
+    progress — the app's, or one broadcast client's of it."""
+    return f"{app}\n{client_id or ''}"
+
+
+def group_app(group: str) -> str:
+    """The app of a :func:`waiter_group`."""
+    return group.partition("\n")[0]
+
+
 class Wakeup(asyncio.Event):
     """A waiter's event; ``group`` waiters compete for the same messages.
 
@@ -231,6 +242,9 @@ class Notifier:
     def __init__(self, client: AnyRedis) -> None:
         self._client = client
         self._waiters: dict[str, list[Wakeup]] = defaultdict(list)
+        # parked waiters per (topic, app) and in all: the park limits, asked per fetch
+        self._parked_apps: dict[tuple[str, str], int] = {}
+        self._parked_total = 0
         self._generation = 0  # bumped whenever a link is lost
         self._unnamed: dict[str, int] = defaultdict(int)  # notifications naming no partition
         self._link: _Link | None = None  # the live link; None while (re)connecting
@@ -261,9 +275,14 @@ class Notifier:
         """Waiters currently parked on ``topic``."""
         return len(self._waiters.get(topic, ()))
 
+    def parked_for(self, topic: str, app: str) -> int:
+        """Waiters of ``app``'s groups currently parked on ``topic`` (O(1))."""
+        return self._parked_apps.get((topic, app), 0)
+
     @property
     def total_parked(self) -> int:
-        return sum(len(w) for w in self._waiters.values())
+        """Waiters currently parked on any topic (O(1): it was a sum over the topics)."""
+        return self._parked_total
 
     @property
     def connected(self) -> bool:
@@ -327,11 +346,22 @@ class Notifier:
         """
         event = Wakeup(group)
         self._waiters[topic].append(event)
+        counted = (topic, group_app(group)) if group is not None else None
+        if counted is not None:
+            self._parked_apps[counted] = self._parked_apps.get(counted, 0) + 1
+        self._parked_total += 1
         try:
             await self._subscribe(topic)
             event.armed = True
             yield event
         finally:
+            self._parked_total -= 1
+            if counted is not None:
+                left = self._parked_apps[counted] - 1
+                if left:
+                    self._parked_apps[counted] = left
+                else:
+                    del self._parked_apps[counted]
             waiters = self._waiters.get(topic)
             if waiters is not None:
                 with contextlib.suppress(ValueError):

@@ -127,3 +127,34 @@ async def test_an_empty_retry_store_is_not_asked_again_until_a_retry_is_added(
     clock.advance(2)
     again = await engine.fetch("t", "a")
     assert again.partition == RETRY_PARTITION and again.messages[0].message.body == b"bad"
+
+
+async def test_the_park_limit_is_per_app(make_engine, store):
+    """Long polls park up to PARK_FACTOR per partition for each (topic, app); beyond that
+    they answer at once. One app's long polls never use up another's (the limit counted
+    every app's together: app b's consumers then polled in a loop)."""
+    from brokers.engine.fetch import PARK_FACTOR
+
+    engine = make_engine(
+        snapshot(
+            topics={"t": {"partitions": 1}},
+            consumers=[{"topic": "t", "app": "a"}, {"topic": "t", "app": "b"}],
+        )
+    )
+    limit = PARK_FACTOR
+    parked = [
+        asyncio.create_task(engine.fetch("t", "a", long_poll_ms=5000, owner=f"a{i}"))
+        for i in range(limit)
+    ]
+    await _settle()
+    assert engine.notifier.parked_for("t", "a") == limit and not any(t.done() for t in parked)
+    over = await asyncio.wait_for(engine.fetch("t", "a", long_poll_ms=5000, owner="a-x"), 1)
+    assert over.status is FetchStatus.NO_NEW_MSG  # answered at once
+    other = asyncio.create_task(engine.fetch("t", "b", long_poll_ms=5000, owner="b0"))
+    await _settle()
+    assert not other.done() and engine.notifier.parked_for("t", "b") == 1
+    assert engine.notifier.total_parked == limit + 1
+    for task in [*parked, other]:
+        task.cancel()
+    await asyncio.gather(*parked, other, return_exceptions=True)
+    assert engine.notifier.total_parked == 0 and engine.notifier.parked_for("t", "a") == 0

@@ -41,6 +41,13 @@ async def test_add_connection_checks_token_and_is_idempotent(catalog, brokers):
     assert isinstance(first.payload, AddConnectionResponse) and first.payload.connection_id
     again = await raw.login("app1", catalog.token)
     assert again.payload.connection_id == first.payload.connection_id
+    # a repeat is checked too (it answered success with any token or app)
+    wrong = await raw.call(AddConnectionRequest(app="app1", token="wrong"))
+    assert wrong.header.status == Code.CN_AUTHENTICATION_ERROR
+    other = await raw.call(AddConnectionRequest(app="other", token=catalog.other_token))
+    assert other.header.status == Code.CN_AUTHENTICATION_ERROR and "app1" in other.header.error
+    still = await raw.login("app1", catalog.token)
+    assert still.payload.connection_id == first.payload.connection_id
     await raw.close()
 
 
@@ -249,4 +256,27 @@ async def test_pipelined_requests_all_answered(catalog, brokers):
     ids = {(await raw.read()).header.request_id for _ in range(60)}
     assert ids == set(range(100, 160))
     await asyncio.sleep(0)
+    await raw.close()
+
+
+async def test_names_no_topic_or_app_can_have_get_code_6(catalog, brokers):
+    """§8.5: a topic or app name outside 1–255 characters or with control characters gets
+    code 6 wherever it appears (FETCH_CLUSTER and FETCH_TOPIC_MESSAGE answered 189, "no
+    such topic", and an app name 132, "not authorized")."""
+    from brokers.protocols.jmq4 import FetchTopicMessageRequest, TopicFetch
+
+    raw = await RawClient.open(catalog.ports[1])
+    await raw.login("app1", catalog.token)
+    for bad in ("", "lo\x01cal", "local\n", "x" * 256):
+        reply = await raw.call(FetchClusterRequest(topics=(bad, "missing"), app="app1"))
+        invalid, missing = reply.payload.topics
+        assert (invalid.code, missing.code) == (Code.CN_PARAM_ERROR, Code.FW_TOPIC_NOT_EXIST)
+        fetched = await raw.call(
+            FetchTopicMessageRequest(topics=(TopicFetch(topic=bad),), app="app1")
+        )
+        assert fetched.payload.topics[0].code == Code.CN_PARAM_ERROR, repr(bad)
+    for bad_app in ("", "ap\x01p", "a" * 256):
+        reply = await raw.call(FetchClusterRequest(topics=("orders",), app=bad_app))
+        assert reply.header.type == CommandType.BOOLEAN_ACK
+        assert reply.header.status == Code.CN_PARAM_ERROR, repr(bad_app)
     await raw.close()

@@ -147,7 +147,12 @@ from brokers.protocols.jmq4.transaction import (
     RollbackResponse,
     TransactionStatus,
 )
-from brokers.protocols.jmq4.validation import validate_batch, validate_message, validate_name
+from brokers.protocols.jmq4.validation import (
+    missing_topic_code,
+    validate_batch,
+    validate_message,
+    validate_name,
+)
 from brokers.protocols.jmq4.wire import WireMessages, read_wire_messages
 
 __all__ = [
@@ -267,6 +272,7 @@ __all__ = [
     "encode_batch",
     "encode_client_address",
     "encode_frame",
+    "missing_topic_code",
     "payload_class",
     "read_wire_messages",
     "response_frame",

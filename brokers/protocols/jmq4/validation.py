@@ -32,6 +32,12 @@ def validate_name(name: str) -> Code | None:
     return None
 
 
+def missing_topic_code(name: str) -> Code:
+    """The code of a topic the catalog does not hold: 189 (no such topic), or 6 for a name
+    no topic can have (§8.5)."""
+    return validate_name(name) or Code.FW_TOPIC_NOT_EXIST
+
+
 def validate_batch(body: bytes, flag: int) -> Code | None:
     """An uncompressed batch body must split exactly into ``flag`` (at least one) items."""
     if flag < 1:

@@ -12,7 +12,6 @@ from brokers.engine import (
 from brokers.protocols.jmq4 import (
     ClusterBroker,
     ClusterTopic,
-    Code,
     CommandType,
     ConsumerPolicy,
     FetchClusterRequest,
@@ -22,6 +21,7 @@ from brokers.protocols.jmq4 import (
     PartitionGroup,
     ProducerPolicy,
     TopicType,
+    missing_topic_code,
     response_frame,
 )
 from brokers.servers.jmq4.context import ServerContext
@@ -79,10 +79,11 @@ def partition_groups(topic: TopicInfo, broker_id: int) -> tuple[PartitionGroup, 
 
 
 def topic_entry(snapshot: CatalogSnapshot, code: str, app: str, broker_id: int) -> ClusterTopic:
-    """One topic entry; an unknown topic gets code 189 and nothing else."""
+    """One topic entry; an unknown topic gets code 189 and nothing else (6 for a name no
+    topic can have, §8.5)."""
     topic = snapshot.topics.get(code)
     if topic is None:
-        return ClusterTopic(topic=code, code=Code.FW_TOPIC_NOT_EXIST)
+        return ClusterTopic(topic=code, code=missing_topic_code(code))
     producer = snapshot.producer(code, app)
     consumer = snapshot.consumer(code, app)
     broadcast = topic.type == "broadcast" or (consumer is not None and consumer.broadcast)

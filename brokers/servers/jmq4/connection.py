@@ -37,12 +37,19 @@ log = logging.getLogger("mqcloud.jmq4")
 async def add_connection(
     ctx: ServerContext, session: Session, header: Header, req: AddConnectionRequest
 ) -> Frame:
-    """Check app + token against the catalog (status 2 on failure); idempotent."""
-    if session.established:
-        return response_frame(header, AddConnectionResponse(connection_id=session.connection_id))
+    """Check app + token against the catalog (status 2 on failure) — on every call: a
+    repeat returns the connection's id only with its own app and a valid token (it
+    answered success whatever it carried)."""
     known = validate_name(req.app) is None and ctx.engine.app_for_token(req.token) == req.app
     if not known:
         raise Reject(Code.CN_AUTHENTICATION_ERROR, f"app {req.app} authentication failed")
+    if session.established:
+        if req.app != session.app:
+            raise Reject(
+                Code.CN_AUTHENTICATION_ERROR,
+                f"app {req.app}: this connection is established for app {session.app}",
+            )
+        return response_frame(header, AddConnectionResponse(connection_id=session.connection_id))
     connection_id = session.establish(req.app, req.region, ctx.broker_id)
     return response_frame(header, AddConnectionResponse(connection_id=connection_id))
 

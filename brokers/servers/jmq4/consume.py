@@ -43,6 +43,7 @@ from brokers.protocols.jmq4 import (
     TopicFetch,
     TopicMessages,
     TopicPartitionCodes,
+    missing_topic_code,
     response_frame,
 )
 from brokers.servers.jmq4.context import ServerContext
@@ -82,7 +83,7 @@ async def _fetch_topic(
     snapshot = ctx.snapshot
     topic = snapshot.topics.get(entry.topic)
     if topic is None:
-        return TopicMessages(topic=entry.topic, code=Code.FW_TOPIC_NOT_EXIST)
+        return TopicMessages(topic=entry.topic, code=missing_topic_code(entry.topic))
     if (entry.topic, req.app) not in session.consumers:
         return TopicMessages(topic=entry.topic, code=Code.FW_CONSUMER_NOT_EXISTS)
     if not local_partitions(topic, ctx.broker_id):
@@ -169,7 +170,7 @@ async def fetch_partition_message(
         topic = snapshot.topics.get(entry.topic)
         if topic is None:
             parts = tuple(
-                PartitionMessages(partition=p.partition, code=Code.FW_TOPIC_NOT_EXIST)
+                PartitionMessages(partition=p.partition, code=missing_topic_code(entry.topic))
                 for p in entry.partitions
             )
         else:
@@ -192,7 +193,7 @@ async def _ack_partition(
         return Code.FW_CONSUMER_ACK_FAIL
     info = ctx.snapshot.topics.get(topic)
     if info is None:
-        return Code.FW_TOPIC_NOT_EXIST
+        return missing_topic_code(topic)
     cid = consumer_client_id(ctx, info, app, session)
     token = session.locks.get((topic, app, part.partition))
     try:
