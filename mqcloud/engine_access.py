@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import redis.asyncio as aioredis
+from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from brokers.catalog_loader import process_catalog
@@ -33,3 +34,15 @@ async def engine_session() -> AsyncIterator[Engine]:
             await engine.close()
     finally:
         await client.aclose()
+
+
+def erase_topic_data(code: str) -> int:
+    """Delete every key the engine keeps for topic ``code`` (``Engine.erase_topic``): for
+    a topic being deleted, called inside the deleting transaction so that a Redis
+    failure keeps the topic. How many keys went."""
+
+    async def erase() -> int:
+        async with engine_session() as engine:
+            return await engine.erase_topic(code)
+
+    return async_to_sync(erase)()

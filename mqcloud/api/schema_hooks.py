@@ -7,7 +7,8 @@ adds the error answers the API's own machinery gives everywhere, each with the
 400 wherever a query parameter or a body can be invalid, 409 for deletes that dependents
 block and for creates and updates of catalog objects whose unique values (name, code, id,
 host and ports) another object may hold, 415 wherever a body is read (request bodies are
-JSON only), 503 where the answer comes from the message store. It also states on every
+JSON only), 503 where the answer comes from the message store (and for a topic's delete,
+which erases its data there). It also states on every
 string a request can carry that it never contains NUL (PostgreSQL cannot store it; such
 requests get 400).
 """
@@ -43,6 +44,8 @@ def _errors_of(path: str, method: str, operation: dict) -> list[int]:
         codes.append(415)
     if any(part in path for part in ENGINE_PATHS) and method == "get":
         codes.append(503)
+    if method == "delete" and path == "/api/v1/topics/{code}/":
+        codes.append(503)  # a deleted topic's data is erased from the message store
     return codes
 
 

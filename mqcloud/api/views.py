@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import redis
+from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view, inline_serializer
 from rest_framework import permissions, serializers, status, viewsets
@@ -12,10 +14,11 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
 from brokers.anonymous import with_open_flag
+from brokers.engine import EngineError
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.api import filters, messages
 from mqcloud.api import serializers as s
-from mqcloud.api.errors import error_responses
+from mqcloud.api.errors import EngineUnavailableError, error_responses
 from mqcloud.api.query import validated_query
 from mqcloud.api.scoping import (
     AdminWritesOnly,
@@ -26,6 +29,7 @@ from mqcloud.api.scoping import (
 )
 from mqcloud.approvals.services import record
 from mqcloud.console import lag
+from mqcloud.engine_access import erase_topic_data
 from mqcloud.tasks import elect_preferred_leaders
 
 PreferredLeaderElection = inline_serializer(
@@ -203,6 +207,18 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     def base_queryset(self) -> QuerySet[Topic]:
         topics = Topic.objects.select_related("cluster", "team").prefetch_related("groups")
         return with_open_flag(topics)
+
+    def perform_destroy(self, instance: Topic) -> None:
+        """Delete the topic and, in the same transaction, every key the engine kept for
+        it (a topic created later under its code would find them); if the message store
+        does not answer, the topic stays (503)."""
+        code = instance.code
+        with transaction.atomic():
+            super().perform_destroy(instance)
+            try:
+                erase_topic_data(code)
+            except (EngineError, redis.RedisError, OSError) as exc:
+                raise EngineUnavailableError(f"The message store did not answer: {exc}") from exc
 
     def get_serializer_context(self) -> dict:
         return {**super().get_serializer_context(), "rates": getattr(self, "_rates", {})}

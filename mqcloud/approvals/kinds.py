@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import models
 from rest_framework import serializers
@@ -28,7 +27,7 @@ from mqcloud.api.serializers import (
     TopicUpdateSerializer,
 )
 from mqcloud.approvals.models import Kind
-from mqcloud.engine_access import engine_session
+from mqcloud.engine_access import erase_topic_data
 
 
 @dataclass(frozen=True)
@@ -115,19 +114,9 @@ def _topic_delete(user, payload: dict) -> Prepared:
         # inside the application's transaction: if the store cannot be cleared, the
         # topic is not deleted either (its data would outlive it, and a topic created
         # later under the same code would find its messages, dead letters and progress)
-        return {"deleted": payload["code"], "erased_keys": _erase_topic_data(topic.code)}
+        return {"deleted": payload["code"], "erased_keys": erase_topic_data(topic.code)}
 
     return Prepared(f"topic:{topic.code}", topic.team, payload, execute)
-
-
-def _erase_topic_data(code: str) -> int:
-    """Delete every key the engine keeps for topic ``code`` (brokers.engine.erase)."""
-
-    async def erase() -> int:
-        async with engine_session() as engine:
-            return await engine.erase_topic(code)
-
-    return async_to_sync(erase)()
 
 
 def _zbus_open(user, payload: dict) -> Prepared:

@@ -301,3 +301,24 @@ def test_topic_delete_erases_its_data_and_no_other_topics(world, redis_url):
     assert engine_call(fresh) == ((0, 0), 0, [b"kept"])
     listed = world["alice"].get("/api/v1/consumers/shop.orders/retries/").json()
     assert (listed["retries"], listed["dead_letters"]) == (0, 0)
+
+
+def test_a_platform_admin_deleting_a_topic_erases_its_data(world, redis_url):
+    orders = Topic.objects.get(code="orders")
+    factories.topic("spare", orders.cluster, orders.team, partitions=2, groups=1)
+    publish()
+
+    async def keys(*set_first: str) -> list[bytes]:
+        client = aioredis.from_url(redis_url)
+        try:
+            for key in set_first:
+                await client.set(key, b"left behind")
+            return sorted(await client.keys("mq:{?:spare*"))
+        finally:
+            await client.aclose()
+
+    assert len(asyncio.run(keys("mq:{t:spare:1}:m", "mq:{r:spare:shop}:due"))) >= 2
+    assert world["alice"].delete("/api/v1/topics/spare/").status_code == 403
+    assert world["root"].delete("/api/v1/topics/spare/").status_code == 204
+    assert asyncio.run(keys()) == []
+    assert not Topic.objects.filter(code="spare").exists()
