@@ -46,3 +46,15 @@ def erase_topic_data(code: str) -> int:
             return await engine.erase_topic(code)
 
     return async_to_sync(erase)()
+
+
+def erase_group_data(topic: str, app: str) -> int:
+    """Delete every key the engine keeps for consumer group ``app`` on ``topic``
+    (``Engine.erase_group``): for a consumer policy being deleted, inside the deleting
+    transaction. How many keys went."""
+
+    async def erase() -> int:
+        async with engine_session() as engine:
+            return await engine.erase_group(topic, app)
+
+    return async_to_sync(erase)()

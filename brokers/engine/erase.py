@@ -1,4 +1,4 @@
-"""Erasing a deleted topic's data: every key the engine keeps for it, on every node.
+"""Erasing a deleted topic's or consumer group's data: every key the engine keeps for it.
 
 Every key of a topic carries the topic's name right after its family's hash-tag letter
 (:mod:`brokers.engine.keys`): partitions ``{t:<topic>:<p>}``, retry stores and dead
@@ -11,6 +11,11 @@ knowing which apps ever consumed. Keys that expire on their own (rate-limit buck
 presence, mailboxes) and the per-day traffic counters (30 days of history for the
 console and the pipeline) are left to expire.
 
+A deleted consumer group (an app's consumer policy) leaves the same way: its progress on
+each partition (its own and every broadcast client's, ``<app>#<clientId>``), its retry
+store and dead letters ``{r:<topic>:<app>}``, its bookkeeping ``{g:…}`` and its
+assignments ``{a:…}`` — found by the topic's scan and picked by name.
+
 A scan walks the whole keyspace: O(keys), about 1,000 keys per round trip — a rare
 operator action, never on a message path.
 """
@@ -18,9 +23,10 @@ operator action, never on a message path.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from brokers.engine.delay import DELAYED_TOPICS
-from brokers.engine.keys import PREFIX
+from brokers.engine.keys import PREFIX, PartitionKeys
 from brokers.engine.redisio import AnyRedis
 
 FAMILIES = "trxgpoad"
@@ -37,16 +43,63 @@ def topic_key_pattern(topic: str) -> str:
     return f"{PREFIX}:{{[{FAMILIES}]:{escaped}[:}}]*"
 
 
-async def erase_topic(client: AnyRedis, topic: str) -> int:
-    """Delete every key of ``topic``; how many were deleted."""
+GROUP_FAMILIES = "rga"
+"""The hash-tag letters of the key families of one consumer group: ``{<f>:<topic>:<app>}``."""
+
+
+def _progress_fields() -> frozenset[str]:
+    """The per-consumer key names of a partition (state, out-of-order acks, ranges)."""
+    keys = PartitionKeys("t", 0)
+    tag = f"{keys.tag}:"
+    made = (keys.state("c"), keys.acked("c"), keys.range_starts("c"), keys.range_due("c"))
+    return frozenset(k[len(tag) :].split(":")[0] for k in (*made, keys.ranges("c")))
+
+
+PROGRESS_FIELDS = _progress_fields()
+
+
+async def _unlink_matching(
+    client: AnyRedis, pattern: str, wanted: Callable[[str], bool] | None = None
+) -> int:
+    """UNLINK the keys matching ``pattern`` (and ``wanted``, if given); how many."""
     erased = 0
     found: list[bytes] = []
-    async for key in client.scan_iter(match=topic_key_pattern(topic), count=SCAN_COUNT):
+    async for key in client.scan_iter(match=pattern, count=SCAN_COUNT):
+        if wanted is not None and not wanted(key.decode()):
+            continue
         found.append(key)
         if len(found) >= UNLINK_BATCH:
             erased += int(await client.unlink(*found))
             found = []
     if found:
         erased += int(await client.unlink(*found))
+    return erased
+
+
+async def erase_topic(client: AnyRedis, topic: str) -> int:
+    """Delete every key of ``topic``; how many were deleted."""
+    erased = await _unlink_matching(client, topic_key_pattern(topic))
     await client.srem(DELAYED_TOPICS, topic)
     return erased
+
+
+def group_key_test(topic: str, app: str) -> Callable[[str], bool]:
+    """Whether a key of ``topic`` belongs to consumer group ``app`` (its broadcast
+    clients' progress included)."""
+    tags = tuple(f"{PREFIX}:{{{family}:{topic}:{app}}}" for family in GROUP_FAMILIES)
+    partitions = f"{PREFIX}:{{t:{topic}:"
+
+    def mine(key: str) -> bool:
+        if key.startswith(tags):
+            return True
+        if not key.startswith(partitions):
+            return False
+        field, _, cid = key.partition("}:")[2].partition(":")
+        return field in PROGRESS_FIELDS and (cid == app or cid.startswith(app + "#"))
+
+    return mine
+
+
+async def erase_group(client: AnyRedis, topic: str, app: str) -> int:
+    """Delete every key of consumer group ``app`` on ``topic``; how many were deleted."""
+    return await _unlink_matching(client, topic_key_pattern(topic), group_key_test(topic, app))

@@ -7,8 +7,8 @@ adds the error answers the API's own machinery gives everywhere, each with the
 400 wherever a query parameter or a body can be invalid, 409 for deletes that dependents
 block and for creates and updates of catalog objects whose unique values (name, code, id,
 host and ports) another object may hold, 415 wherever a body is read (request bodies are
-JSON only), 503 where the answer comes from the message store (and for a topic's delete,
-which erases its data there). It also states on every
+JSON only), 503 where the answer comes from the message store (and for the deletes of a topic
+or a consumer policy, which erase their data there). It also states on every
 string a request can carry that it never contains NUL (PostgreSQL cannot store it; such
 requests get 400).
 """
@@ -22,6 +22,7 @@ from mqcloud.api.errors import ERROR_DESCRIPTIONS
 
 NO_NUL = "^[^\\u0000]*$"
 ENGINE_PATHS = ("/api/v1/consumers/", "/messages/")
+ERASING_DELETES = ("/api/v1/topics/{code}/", "/api/v1/consumer-policies/{id}/")
 ERROR_REF = {"$ref": "#/components/schemas/ApiError"}
 # Catalog objects with unique values: their create (collection) and update (detail) paths.
 UNIQUE_WRITES = re.compile(
@@ -44,8 +45,8 @@ def _errors_of(path: str, method: str, operation: dict) -> list[int]:
         codes.append(415)
     if any(part in path for part in ENGINE_PATHS) and method == "get":
         codes.append(503)
-    if method == "delete" and path == "/api/v1/topics/{code}/":
-        codes.append(503)  # a deleted topic's data is erased from the message store
+    if method == "delete" and path in ERASING_DELETES:
+        codes.append(503)  # the deleted object's data is erased from the message store
     return codes
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis
 from django.db import transaction
 from django.db.models import QuerySet
@@ -29,7 +31,7 @@ from mqcloud.api.scoping import (
 )
 from mqcloud.approvals.services import record
 from mqcloud.console import lag
-from mqcloud.engine_access import erase_topic_data
+from mqcloud.engine_access import erase_group_data, erase_topic_data
 from mqcloud.tasks import elect_preferred_leaders
 
 PreferredLeaderElection = inline_serializer(
@@ -191,6 +193,15 @@ class TeamScopedViewSet(viewsets.ModelViewSet):
         instance.delete()
 
 
+def erasing(erase: Callable[..., int], *args: str) -> int:
+    """Run an erase of the message store's data for a deleted catalog object (inside the
+    deleting transaction): 503 if the store does not answer, so the object stays."""
+    try:
+        return erase(*args)
+    except (EngineError, redis.RedisError, OSError) as exc:
+        raise EngineUnavailableError(f"The message store did not answer: {exc}") from exc
+
+
 class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     """Topics of the caller's teams; creating one lays out its partition groups."""
 
@@ -215,10 +226,7 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         code = instance.code
         with transaction.atomic():
             super().perform_destroy(instance)
-            try:
-                erase_topic_data(code)
-            except (EngineError, redis.RedisError, OSError) as exc:
-                raise EngineUnavailableError(f"The message store did not answer: {exc}") from exc
+            erasing(erase_topic_data, code)
 
     def get_serializer_context(self) -> dict:
         return {**super().get_serializer_context(), "rates": getattr(self, "_rates", {})}
@@ -328,6 +336,15 @@ class ConsumerPolicyViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     filterset_class = filters.ConsumerPolicyFilter
     search_fields = ["name", "topic__code", "app__code"]
     ordering_fields = ["name", "created_at"]
+
+    def perform_destroy(self, instance: ConsumerPolicy) -> None:
+        """Delete the policy and, in the same transaction, its group's progress, retries
+        and dead letters (a policy created later for the app would resume them); if the
+        message store does not answer, the policy stays (503)."""
+        topic, app = instance.topic.code, instance.app.code
+        with transaction.atomic():
+            super().perform_destroy(instance)
+            erasing(erase_group_data, topic, app)
 
     def base_queryset(self) -> QuerySet[ConsumerPolicy]:
         return ConsumerPolicy.objects.select_related("topic", "app")

@@ -27,7 +27,7 @@ from mqcloud.api.serializers import (
     TopicUpdateSerializer,
 )
 from mqcloud.approvals.models import Kind
-from mqcloud.engine_access import erase_topic_data
+from mqcloud.engine_access import erase_group_data, erase_topic_data
 
 
 @dataclass(frozen=True)
@@ -168,11 +168,17 @@ def _policy_create(serializer_class: type, prefix: str) -> Callable:
 def _policy_delete(model: type, prefix: str) -> Callable:
     def prepare(user, payload: dict) -> Prepared:
         policy = _owned(
-            model.objects.select_related("app"), user, "app__team", name=_text(payload, "name")
+            model.objects.select_related("app", "topic"),
+            user,
+            "app__team",
+            name=_text(payload, "name"),
         )
 
         def execute() -> dict:
             policy.delete()
+            if model is ConsumerPolicy:  # its progress, retries and dead letters go too
+                erased = erase_group_data(policy.topic.code, policy.app.code)
+                return {"deleted": payload["name"], "erased_keys": erased}
             return {"deleted": payload["name"]}
 
         return Prepared(f"{prefix}:{policy.name}", policy.app.team, payload, execute)

@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from brokers.catalog_loader import build_snapshot, publish
 from brokers.engine import RETRY_PARTITION, Engine, Message, RetryType
+from brokers.engine.keys import RetryKeys
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.approvals.models import AuditEvent, Kind
 from tests import factories
@@ -322,3 +323,36 @@ def test_a_platform_admin_deleting_a_topic_erases_its_data(world, redis_url):
     assert world["root"].delete("/api/v1/topics/spare/").status_code == 204
     assert asyncio.run(keys()) == []
     assert not Topic.objects.filter(code="spare").exists()
+
+
+def test_consumer_delete_erases_its_group_and_a_new_one_starts_fresh(world):
+    """A deleted consumer's progress, retries and dead letters go with it: a policy
+    created later for the same app started where the old one was, its retries due."""
+    engine_call(_fail_three)
+    result = apply_and_approve(world, "consumer_delete", {"name": "shop.orders"})
+    assert result["status"] == "approved", result
+    assert result["result"]["erased_keys"] > 0
+    orders = Topic.objects.get(code="orders")
+    shop = ProducerPolicy.objects.get(topic=orders).app
+    ConsumerPolicy.objects.create(topic=orders, app=shop, start_position="earliest")
+    publish()
+    listed = world["alice"].get("/api/v1/consumers/shop.orders/retries/").json()
+    assert (listed["retries"], listed["dead_letters"]) == (0, 0)
+
+    async def fetch_all(engine: Engine) -> list[bytes]:
+        got = await engine.fetch("orders", "shop", count=10, owner="new")
+        return [d.message.body for d in got.messages]
+
+    assert engine_call(fetch_all) == [b"m0", b"m1", b"m2"]  # from its start position
+
+
+def test_a_platform_admin_deleting_a_consumer_policy_erases_its_group(world):
+    engine_call(_fail_three)
+    policy = ConsumerPolicy.objects.get(name="shop.orders")
+    assert world["alice"].delete(f"/api/v1/consumer-policies/{policy.pk}/").status_code == 403
+    assert world["root"].delete(f"/api/v1/consumer-policies/{policy.pk}/").status_code == 204
+
+    async def retries(engine: Engine) -> int:
+        return await engine.redis.exists(RetryKeys("orders", "shop").due)
+
+    assert engine_call(retries) == 0

@@ -143,3 +143,9 @@ def test_the_schema_declares_409_where_unique_values_clash(schema):
         for method in methods:
             assert "409" in schema["paths"][path][method]["responses"], (method, path)
     assert "409" not in schema["paths"]["/api/v1/api-tokens/"]["post"]["responses"]
+
+
+def test_the_schema_declares_503_where_a_delete_erases_stored_data(schema):
+    for path in ("/api/v1/topics/{code}/", "/api/v1/consumer-policies/{id}/"):
+        assert "503" in schema["paths"][path]["delete"]["responses"], path
+    assert "503" not in schema["paths"]["/api/v1/producer-policies/{id}/"]["delete"]["responses"]

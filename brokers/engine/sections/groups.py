@@ -14,7 +14,7 @@ from brokers.engine.catalog import (
     ConsumerPolicyInfo,
     TopicInfo,
 )
-from brokers.engine.erase import erase_topic
+from brokers.engine.erase import erase_group, erase_topic
 from brokers.engine.groups import GroupStats, count_dropped, group_stats, purge_partitions
 from brokers.engine.groups import expire as expire_records
 from brokers.engine.groups import forget as forget_progress
@@ -300,3 +300,10 @@ class GroupSection(EngineBase):
         and group bookkeeping, whichever apps left them. For a topic no client may use any
         more (no policies): the catalog need not name it. Returns how many keys went."""
         return await erase_topic(self.redis, topic)
+
+    async def erase_group(self, topic: str, app: str) -> int:
+        """Delete every key of a deleted consumer group (:mod:`brokers.engine.erase`): its
+        progress on each partition (and every broadcast client's), retries and dead
+        letters, resend lists, registry and assignments. A policy created later for the
+        app starts at its start position. Returns how many keys went."""
+        return await erase_group(self.redis, topic, app)
