@@ -160,13 +160,20 @@ def _send_result(rt: Runtime, topic: str, partition: int, index: int, store_ms: 
     }
 
 
-def _delayed_result(rt: Runtime, topic: str, delay_id: int, deliver_at: int) -> dict:
-    """The send result of a held message: no queue or offset yet (queueId/offset -1)."""
+def _delayed_result(
+    rt: Runtime, topic: str, delay_id: int, deliver_at: int, partition: int | None
+) -> dict:
+    """The send result of a held message: no offset yet (-1), and a queue only when the
+    produce chose one (``orderId``, ``ordered``); otherwise it is chosen at release."""
+    queue = {"topic": topic, "brokerName": "", "queueId": -1}
+    if partition is not None and partition >= 0:
+        queue["brokerName"] = broker_name(rt.engine.topic(topic), partition)
+        queue["queueId"] = partition
     return {
         "sendStatus": "SEND_OK",
         "msgId": delayed_message_id(topic, delay_id),
         "offsetMsgId": f"ffffffff{delay_id:016x}{deliver_at & 0xFFFFFFFF:08x}",
-        "messageQueue": {"topic": topic, "brokerName": "", "queueId": -1},
+        "messageQueue": queue,
         "queueOffset": -1,
         "deliverAt": deliver_at,
         "regionId": "DefaultRegion",
@@ -229,7 +236,7 @@ async def produce(request: Request, rt: Runtime) -> Reply:
             partition=partition,
             client_address=address,
         )
-        return ok(_delayed_result(rt, policy.topic, delay_id, deliver_at))
+        return ok(_delayed_result(rt, policy.topic, delay_id, deliver_at, partition))
     try:
         result = await rt.engine.append(
             policy.topic, policy.app, [message], partition=partition, client_address=address

@@ -445,6 +445,9 @@ def test_delayed_message_arrives_when_due_under_its_msgid(mq):
     # the id the producer was given names the message its consumer gets (it was a
     # different one, made from the position the message got when released)
     assert got["message"] == "in a second" and got["messageId"] == sent["msgId"]
+    assert sent["messageQueue"]["queueId"] == -1  # chosen at release
+    ordered = produce(mq, s, "held in order", delayLevel="1", orderId="o-1").json()["result"]
+    assert ordered["messageQueue"]["queueId"] == 0 and ordered["messageQueue"]["brokerName"]
 
 
 def test_forwarded_client_address_only_from_trusted_proxies(mq_urls):
