@@ -12,14 +12,19 @@ async def all_keys(client) -> set[bytes]:
     return {k async for k in client.scan_iter(match="mq:*", count=1000)}
 
 
-async def test_erase_takes_every_key_of_the_topic_and_only_those(make_engine, store, clock):
-    engine = make_engine()
+async def stored_and_retried(engine) -> None:
+    """Three messages on partition 0 of ``t`` for app ``a``, the first failed (a retry)."""
     await engine.append("t", "a", [Message(b"m%d" % i) for i in range(3)], partition=0)
     got = await engine.fetch("t", "a", count=3, owner="c")
     await engine.ack(
         "t", "a", 0, [got.messages[0].index], retry_type=RetryType.EXCEPTION, owner="c",
         token=got.lock_token,
     )  # fmt: skip
+
+
+async def test_erase_takes_every_key_of_the_topic_and_only_those(make_engine, store, clock):
+    engine = make_engine()
+    await stored_and_retried(engine)
     await engine.append_delayed("t", "a", Message(b"later"), deliver_at_ms=engine.now_ms() + 10)
     await engine.partition_in_turn("t")
     await engine.add_resend("t", "a", [(0, 1)])
@@ -53,12 +58,7 @@ async def test_erase_group_takes_one_consumer_groups_keys(make_engine, store, cl
     """A deleted consumer group's progress (its broadcast clients' too), retries, dead
     letters and bookkeeping go; the messages and every other group's keys stay."""
     engine = make_engine()
-    await engine.append("t", "a", [Message(b"m%d" % i) for i in range(3)], partition=0)
-    got = await engine.fetch("t", "a", count=3, owner="c")
-    await engine.ack(
-        "t", "a", 0, [got.messages[0].index], retry_type=RetryType.EXCEPTION, owner="c",
-        token=got.lock_token,
-    )  # fmt: skip
+    await stored_and_retried(engine)
     await engine.add_resend("t", "a", [(0, 1)])
     mine = [PartitionKeys("t", 1).state("a#client-7"), PartitionKeys("t", 2).ranges("a")]
     others = [

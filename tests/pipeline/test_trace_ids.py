@@ -90,8 +90,9 @@ async def over_jmq4(world: World, port: int) -> dict[str, bytes]:
     return {f"{item.partition}:{item.index}": b"from jmq4", "order-42": b"from jmq4"}
 
 
-async def over_httpmq(world: World) -> dict[str, bytes]:
-    """A produce through the HTTP-MQ service's ASGI application (``runproxy`` serves it)."""
+async def httpmq_produce(world: World, **fields: str) -> dict:
+    """A produce through the HTTP-MQ service's ASGI application (``runproxy`` serves it);
+    its send result."""
     app = HttpMqApp(ProxyConfig(redis_url=world.redis_url))
     await app.startup()
     try:
@@ -99,12 +100,16 @@ async def over_httpmq(world: World) -> dict[str, bytes]:
         async with httpx.AsyncClient(transport=transport, base_url="http://mq") as web:
             reply = await web.post(
                 "/mq/produce",
-                data={"producer": f"{world.app}.{TOPIC}", "message": "from http", "keys": "k-7"},
+                data={"producer": f"{world.app}.{TOPIC}", **fields},
                 headers={"Authorization": f"Bearer {world.token}"},
             )
     finally:
         await app.shutdown()
-    result = reply.json()["result"]
+    return reply.json()["result"]
+
+
+async def over_httpmq(world: World) -> dict[str, bytes]:
+    result = await httpmq_produce(world, message="from http", keys="k-7")
     return {result["msgId"]: b"from http", result["offsetMsgId"]: b"from http",
             "k-7": b"from http"}  # fmt: skip
 
@@ -112,22 +117,7 @@ async def over_httpmq(world: World) -> dict[str, bytes]:
 async def over_httpmq_delayed(world: World) -> dict[str, bytes]:
     """A timer message produced through the HTTP-MQ service, due at once, then released
     by the engine as the beat task does: its ``msgId`` was given before it had a position."""
-    app = HttpMqApp(ProxyConfig(redis_url=world.redis_url))
-    await app.startup()
-    try:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://mq") as web:
-            reply = await web.post(
-                "/mq/produce",
-                data={
-                    "producer": f"{world.app}.{TOPIC}",
-                    "message": "held",
-                    "deliveryTimestamp": "1",
-                },
-                headers={"Authorization": f"Bearer {world.token}"},
-            )
-    finally:
-        await app.shutdown()
+    result = await httpmq_produce(world, message="held", deliveryTimestamp="1")
     client = aioredis.from_url(world.redis_url)
     watcher = CatalogWatcher(client)
     await watcher.start()
@@ -138,7 +128,7 @@ async def over_httpmq_delayed(world: World) -> dict[str, bytes]:
         await engine.close()
         await watcher.stop()
         await client.aclose()
-    return {reply.json()["result"]["msgId"]: b"held"}
+    return {result["msgId"]: b"held"}
 
 
 async def over_vibemq(world: World, port: int) -> dict[str, bytes]:
