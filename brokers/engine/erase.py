@@ -65,7 +65,7 @@ async def _unlink_matching(
     erased = 0
     found: list[bytes] = []
     async for key in client.scan_iter(match=pattern, count=SCAN_COUNT):
-        if wanted is not None and not wanted(key.decode()):
+        if wanted is not None and not wanted(key.decode("utf-8", "replace")):
             continue
         found.append(key)
         if len(found) >= UNLINK_BATCH:
