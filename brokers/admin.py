@@ -3,6 +3,7 @@
 from django.contrib import admin, messages
 from django.db import transaction
 
+from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import (
     App,
     AppToken,
@@ -87,6 +88,20 @@ class TopicAdmin(admin.ModelAdmin):
     def get_inlines(self, request, obj):
         return self.inlines if obj is not None else []
 
+    @transaction.atomic
+    def delete_model(self, request, obj) -> None:
+        """The topic's data in the message store goes with it (:mod:`brokers.erasure`)."""
+        code = obj.code
+        super().delete_model(request, obj)
+        erase_topic_data(code)
+
+    @transaction.atomic
+    def delete_queryset(self, request, queryset) -> None:
+        codes = list(queryset.values_list("code", flat=True))
+        super().delete_queryset(request, queryset)
+        for code in codes:
+            erase_topic_data(code)
+
 
 @admin.register(PartitionGroup)
 class PartitionGroupAdmin(admin.ModelAdmin):
@@ -153,3 +168,17 @@ class ConsumerPolicyAdmin(admin.ModelAdmin):
     list_display = ["name", "topic", "app", "mode", "paused", "http_enabled", "rate_limit"]
     list_filter = ["mode", "paused", "http_enabled", "archive"]
     search_fields = ["name", "topic__code", "app__code"]
+
+    @transaction.atomic
+    def delete_model(self, request, obj) -> None:
+        """The group's progress, retries and dead letters go with it (brokers.erasure)."""
+        topic, app = obj.topic.code, obj.app.code
+        super().delete_model(request, obj)
+        erase_group_data(topic, app)
+
+    @transaction.atomic
+    def delete_queryset(self, request, queryset) -> None:
+        groups = list(queryset.values_list("topic__code", "app__code"))
+        super().delete_queryset(request, queryset)
+        for topic, app in groups:
+            erase_group_data(topic, app)

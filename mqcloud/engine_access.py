@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import redis.asyncio as aioredis
-from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from brokers.catalog_loader import process_catalog
@@ -34,27 +33,3 @@ async def engine_session() -> AsyncIterator[Engine]:
             await engine.close()
     finally:
         await client.aclose()
-
-
-def erase_topic_data(code: str) -> int:
-    """Delete every key the engine keeps for topic ``code`` (``Engine.erase_topic``): for
-    a topic being deleted, called inside the deleting transaction so that a Redis
-    failure keeps the topic. How many keys went."""
-
-    async def erase() -> int:
-        async with engine_session() as engine:
-            return await engine.erase_topic(code)
-
-    return async_to_sync(erase)()
-
-
-def erase_group_data(topic: str, app: str) -> int:
-    """Delete every key the engine keeps for consumer group ``app`` on ``topic``
-    (``Engine.erase_group``): for a consumer policy being deleted, inside the deleting
-    transaction. How many keys went."""
-
-    async def erase() -> int:
-        async with engine_session() as engine:
-            return await engine.erase_group(topic, app)
-
-    return async_to_sync(erase)()

@@ -27,6 +27,7 @@ from mqcloud.approvals.models import (
     Kind,
     Notification,
 )
+from mqcloud.approvals.secrets import redacted
 from mqcloud.operations import progress as operation_progress
 
 PAYLOAD_HELP = "What the kind needs (an example of each is in the request examples):\n\n" + (
@@ -51,6 +52,12 @@ class ApplicationSerializer(StrictModelSerializer):
     team = serializers.SlugRelatedField(slug_field="name", read_only=True)
     kind = serializers.ChoiceField(choices=Kind.choices)
     payload = serializers.JSONField(help_text=PAYLOAD_HELP)
+
+    def to_representation(self, instance: Application) -> dict:
+        """Secrets in the payload (a zbus token) are shown as set or cleared, never."""
+        data = super().to_representation(instance)
+        data["payload"] = redacted(data["payload"])
+        return data
 
     class Meta:
         model = Application
@@ -197,6 +204,12 @@ class AuditEventSerializer(serializers.ModelSerializer):
     # Null for the system's own actions and for events of no team.
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     team = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+
+    def to_representation(self, instance: AuditEvent) -> dict:
+        """Secrets in the detail (a zbus token) are shown as set or cleared, never."""
+        data = super().to_representation(instance)
+        data["detail"] = redacted(data["detail"])
+        return data
 
     class Meta:
         model = AuditEvent

@@ -17,6 +17,7 @@ from rest_framework.serializers import BaseSerializer
 
 from brokers.anonymous import with_open_flag
 from brokers.engine import EngineError
+from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.api import filters, messages
 from mqcloud.api import serializers as s
@@ -29,9 +30,9 @@ from mqcloud.api.scoping import (
     is_platform_admin,
     user_teams,
 )
+from mqcloud.approvals.secrets import redacted
 from mqcloud.approvals.services import record
 from mqcloud.console import lag
-from mqcloud.engine_access import erase_group_data, erase_topic_data
 from mqcloud.tasks import elect_preferred_leaders
 
 PreferredLeaderElection = inline_serializer(
@@ -183,10 +184,10 @@ class TeamScopedViewSet(viewsets.ModelViewSet):
         )
 
     def perform_create(self, serializer: BaseSerializer) -> None:
-        self._audit("created", serializer.save(), {"data": serializer.initial_data})
+        self._audit("created", serializer.save(), {"data": redacted(serializer.initial_data)})
 
     def perform_update(self, serializer: BaseSerializer) -> None:
-        self._audit("updated", serializer.save(), {"data": serializer.initial_data})
+        self._audit("updated", serializer.save(), {"data": redacted(serializer.initial_data)})
 
     def perform_destroy(self, instance: object) -> None:
         self._audit("deleted", instance)

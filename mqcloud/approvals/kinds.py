@@ -18,6 +18,7 @@ from rest_framework import serializers
 
 from brokers import anonymous
 from brokers.anonymous import has_anonymous_policy
+from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.api.serializers import (
@@ -27,7 +28,7 @@ from mqcloud.api.serializers import (
     TopicUpdateSerializer,
 )
 from mqcloud.approvals.models import Kind
-from mqcloud.engine_access import erase_group_data, erase_topic_data
+from mqcloud.approvals.secrets import seal, unseal
 
 
 @dataclass(frozen=True)
@@ -65,15 +66,31 @@ def _text(payload: dict, field: str) -> str:
     return value
 
 
+def _unsealed(fields: dict) -> tuple[dict, str | None]:
+    try:
+        return unseal(fields)
+    except ValueError as exc:
+        raise serializers.ValidationError({"zbus_token": str(exc)}) from None
+
+
+def _with_sealed_token(topic: Topic, sealed: str | None) -> Topic:
+    """Set the zbus token an application carried sealed (its hash; "" clears it)."""
+    if sealed is not None:
+        topic.zbus_token_hash = sealed
+        topic.save(update_fields=["zbus_token_hash"])
+    return topic
+
+
 def _topic_create(user, payload: dict) -> Prepared:
-    ser = TopicSerializer(data=payload, context=_context(user))
+    data, sealed = _unsealed(payload)  # as stored: the token's hash, not the token
+    ser = TopicSerializer(data=data, context=_context(user))
     ser.is_valid(raise_exception=True)
     team = ser.validated_data["team"]
     return Prepared(
         f"topic:{ser.validated_data['code']}",
         team,
-        payload,
-        lambda: {"topic": ser.save().code},
+        seal(payload),
+        lambda: {"topic": _with_sealed_token(ser.save(), sealed).code},
     )
 
 
@@ -89,9 +106,15 @@ def _topic_update(user, payload: dict) -> Prepared:
         raise serializers.ValidationError(
             {"changes": f"{', '.join(frozen)} cannot change after the topic is created."}
         )
+    changes, sealed = _unsealed(changes)  # as stored: the token's hash, not the token
     ser = TopicUpdateSerializer(topic, data=changes, partial=True, context=_context(user))
     ser.is_valid(raise_exception=True)
-    return Prepared(f"topic:{topic.code}", topic.team, payload, lambda: {"topic": ser.save().code})
+    return Prepared(
+        f"topic:{topic.code}",
+        topic.team,
+        seal(payload),
+        lambda: {"topic": _with_sealed_token(ser.save(), sealed).code},
+    )
 
 
 def _topic_delete(user, payload: dict) -> Prepared:

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from brokers.models import Team
+from mqcloud.approvals.secrets import redacted
 
 
 class Kind(models.TextChoices):
@@ -89,6 +90,11 @@ class Application(models.Model):
         return f"#{self.pk} {self.get_kind_display()} ({self.get_status_display()})"
 
     @property
+    def shown_payload(self) -> object:
+        """The payload as pages and the API show it: secrets redacted (.secrets)."""
+        return redacted(self.payload)
+
+    @property
     def is_open(self) -> bool:
         return self.status in OPEN_STATUSES
 
@@ -114,6 +120,11 @@ class AuditEvent(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+
+    @property
+    def shown_detail(self) -> object:
+        """The detail as pages and the API show it: secrets redacted (.secrets)."""
+        return redacted(self.detail)
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target}"

@@ -29,6 +29,7 @@ from mqcloud.approvals.models import (
     Notification,
     Status,
 )
+from mqcloud.approvals.secrets import redacted
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def submit(user: AbstractBaseUser, kind: str, payload: object) -> Application:
                 prepared.target,
                 team=prepared.team,
                 application=application,
-                detail={"kind": kind, "payload": prepared.payload},
+                detail={"kind": kind, "payload": redacted(prepared.payload)},
             )
     except IntegrityError:
         raise serializers.ValidationError(

@@ -186,3 +186,59 @@ def test_visibility_and_audit_scoping(world):
     assert alice.get("/api/v1/audit-events/").json()["count"] == 1
     marked = alice.post("/api/v1/notifications/mark-all-read/")
     assert marked.status_code == 200
+
+
+def test_a_zbus_token_is_never_stored_or_shown_in_clear(world):
+    """The token of a topic application was kept in the payload and the audit trail in
+    clear text, and shown to the team by the console and the API."""
+    from brokers.engine import hash_token
+
+    alice, root = client_for(world["alice"]), client_for(world["root"])
+    created = apply(alice, "topic_create", {**TOPIC, "zbus_token": "s3cret"})
+    assert created.status_code == 201, created.json()
+    assert created.json()["payload"]["zbus_token"] == "(set)"
+    stored = Application.objects.get(pk=created.json()["id"])
+    assert "s3cret" not in str(stored.payload)
+    assert stored.payload["zbus_token_hash"] == hash_token("s3cret")
+    approved = root.post(f"/api/v1/applications/{stored.pk}/approve/").json()
+    assert approved["status"] == "approved", approved
+    assert Topic.objects.get(code="orders").zbus_token_hash == hash_token("s3cret")
+
+    cleared = apply(alice, "topic_update", {"code": "orders", "changes": {"zbus_token": ""}})
+    root.post(f"/api/v1/applications/{cleared.json()['id']}/approve/")
+    assert Topic.objects.get(code="orders").zbus_token_hash == ""
+    forged = apply(alice, "topic_update", {"code": "orders", "changes": {"zbus_token_hash": "x"}})
+    assert forged.status_code == 400
+
+    root.post("/api/v1/topics/", {**TOPIC, "code": "direct", "zbus_token": "0ther"}, format="json")
+    shown = str(alice.get("/api/v1/audit-events/?limit=100").json())
+    shown += str(root.get("/api/v1/audit-events/?limit=100").json())
+    shown += str(alice.get("/api/v1/applications/").json())
+    shown += str(list(AuditEvent.objects.values_list("detail", flat=True)))
+    assert "s3cret" not in shown and "0ther" not in shown
+    assert hash_token("s3cret") not in shown
+
+
+def test_the_migration_seals_stored_tokens_and_redacts_the_trail(world):
+    import importlib
+
+    from django.apps import apps
+
+    from brokers.engine import hash_token
+
+    migration = importlib.import_module("mqcloud.approvals.migrations.0006_seal_zbus_tokens")
+    pending = Application.objects.create(
+        kind="topic_update",
+        applicant=world["alice"],
+        team=world["red"],
+        payload={"code": "blue-topic", "changes": {"zbus_token": "old-secret"}},
+        target="topic:blue-topic",
+    )
+    event = AuditEvent.objects.create(
+        action="submitted", target="topic:x", detail={"payload": {"zbus_token": "old-secret"}}
+    )
+    migration.forwards(apps, None)
+    pending.refresh_from_db()
+    event.refresh_from_db()
+    assert pending.payload["changes"] == {"zbus_token_hash": hash_token("old-secret")}
+    assert event.detail == {"payload": {"zbus_token": "(set)"}}

@@ -112,3 +112,29 @@ def test_admin_add_app_shows_token_once(client):
     app = App.objects.get(code="adm-app")
     assert len(app.active_token_hashes()) == 1
     assert "shown once" not in client.get("/admin/brokers/app/").content.decode()
+
+
+def test_admin_deletes_of_topics_and_consumers_erase_their_data(client, redis_url):
+    """The Django admin deletes rows as the API does: what the message store kept for
+    them goes too (brokers/erasure.py)."""
+    import redis as sync_redis
+
+    from brokers.models import ConsumerPolicy, Topic
+
+    store = sync_redis.Redis.from_url(redis_url)
+    store.flushall()
+    cluster = factories.cluster_with_brokers()
+    team = Team.objects.create(name="red")
+    topic = factories.topic("gone", cluster, team, partitions=1, groups=1)
+    app, _ = factories.app("shop", team)
+    policy = ConsumerPolicy.objects.create(topic=topic, app=app)
+    store.set("mq:{r:gone:shop}:due", b"1")
+    store.set("mq:{t:gone:0}:c:shop", b"1")
+    store.set("mq:{t:gone:0}:s", b"1")
+    client.force_login(factories.user("root", admin=True))
+    url = f"/admin/brokers/consumerpolicy/{policy.pk}/delete/"
+    assert client.post(url, {"post": "yes"}).status_code == 302
+    assert store.keys("mq:{*gone*") == [b"mq:{t:gone:0}:s"]  # the group's keys went
+    url = f"/admin/brokers/topic/{topic.pk}/delete/"
+    assert client.post(url, {"post": "yes"}).status_code == 302
+    assert not Topic.objects.filter(code="gone").exists() and store.keys("mq:{*gone*") == []
