@@ -4,6 +4,7 @@ was interrupted."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -16,11 +17,14 @@ from django.utils import timezone
 
 from brokers.catalog_loader import changed_on_commit, publish
 from brokers.models import Broker, Cluster, PartitionGroup
+from mqcloud.alerts.brokers import alert_brokers_down
 from mqcloud.approvals.services import fail_interrupted, record
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
 from mqcloud.engine_access import engine_session
+
+log = logging.getLogger(__name__)
 
 
 @shared_task
@@ -38,8 +42,30 @@ def mark_silent_brokers_down() -> list[int]:
             Broker.objects.filter(id__in=silent).update(status=Broker.Status.DOWN, up_since=None)
         if silent:
             changed_on_commit(brokers=silent)
+        led = _groups_led(silent)
         fail_over_partition_groups()  # each moved group is saved: its topic's delta follows
+        if silent:
+            still = _groups_led(silent)
+            moved = {b: led.get(b, 0) - still.get(b, 0) for b in silent}
+            transaction.on_commit(lambda: _alert_down(silent, moved))
     return silent
+
+
+def _groups_led(broker_ids: list[int]) -> dict[int, int]:
+    rows = (
+        PartitionGroup.objects.filter(leader_id__in=broker_ids)
+        .values("leader_id")
+        .annotate(n=Count("id"))
+    )
+    return {r["leader_id"]: r["n"] for r in rows}
+
+
+def _alert_down(broker_ids: list[int], moved: dict[int, int]) -> None:
+    """Tell the platform admins (and the webhook); failover has happened either way."""
+    try:
+        alert_brokers_down(broker_ids, moved)
+    except Exception:
+        log.exception("could not alert that brokers %s are down", broker_ids)
 
 
 def fail_over_partition_groups() -> int:

@@ -16,14 +16,13 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import httpx
 import redis
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.core.mail import send_mail
 
 from brokers.engine import Engine
 from brokers.models import ConsumerPolicy
+from mqcloud.alerts.delivery import deliver
 from mqcloud.alerts.models import AlertEvent, LatestLag
 from mqcloud.engine_access import engine_session
 
@@ -126,31 +125,6 @@ def record_lags(lags: dict[int, tuple[int, float | None]]) -> None:
     )
 
 
-def _deliver(event: AlertEvent, recipients: list[str]) -> None:
-    if recipients:
-        try:
-            send_mail(
-                f"[mqcloud] {event.message}", event.message, settings.DEFAULT_FROM_EMAIL, recipients
-            )
-            event.emailed = True
-        except Exception:  # the alert stays in the history even when mail is down
-            log.exception("could not e-mail alert %s", event.pk)
-    if settings.ALERT_WEBHOOK_URL:
-        payload = {
-            "kind": event.kind,
-            "target": event.target,
-            "message": event.message,
-            "detail": event.detail,
-            "at": event.created_at.isoformat(),
-        }
-        try:
-            response = httpx.post(settings.ALERT_WEBHOOK_URL, json=payload, timeout=5)
-            event.webhook_status = str(response.status_code)
-        except httpx.HTTPError as exc:
-            event.webhook_status = type(exc).__name__
-    event.save(update_fields=["emailed", "webhook_status"])
-
-
 def check_backlogs() -> list[AlertEvent]:
     """Measure every consumer and record its lag; fire the new (unthrottled) alerts of
     those with backlog alerts on."""
@@ -183,7 +157,7 @@ def check_backlogs() -> list[AlertEvent]:
                 },
             )
             recipients = sorted({u.email for u in policy.app.team.members.all() if u.email})
-            _deliver(event, recipients)
+            deliver(event, recipients)
             fired.append(event)
     finally:
         client.close()
