@@ -346,7 +346,10 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.PRODUCER_CREATE: _policy_create(ProducerPolicySerializer, "producer"),
     Kind.PRODUCER_DELETE: _policy_delete(ProducerPolicy, "producer"),
     Kind.PRODUCER_UPDATE: _policy_update(
-        ProducerPolicy, ProducerPolicySerializer, "producer", {"blacklist", "weights"}
+        ProducerPolicy,
+        ProducerPolicySerializer,
+        "producer",
+        {"blacklist", "weights", "rate_limit"},
     ),
     Kind.CONSUMER_CREATE: _policy_create(ConsumerPolicySerializer, "consumer"),
     Kind.CONSUMER_DELETE: _policy_delete(ConsumerPolicy, "consumer"),
@@ -383,8 +386,8 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
         {"topic": "orders", "app": "shop"},
     ),
     Kind.PRODUCER_UPDATE: (
-        "{name, changes}: changes holds blacklist (IPs/networks) and/or weights"
-        " ({broker id: 0–10000})",
+        "{name, changes}: changes holds blacklist (IPs/networks), weights"
+        " ({broker id: 0–10000}) and/or rate_limit (messages per second, null: none)",
         {"name": "shop.orders", "changes": {"blacklist": ["10.0.0.0/8"], "weights": {"1": 100}}},
     ),
     Kind.PRODUCER_DELETE: ("{name}", {"name": "shop.orders"}),

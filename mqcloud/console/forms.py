@@ -398,7 +398,7 @@ class DeadLetterResendForm(ConsumerForm):
 
 class ProducerUpdateForm(ApplicationForm):
     kind = Kind.PRODUCER_UPDATE
-    title = "Change a producer's blacklist and broker weights"
+    title = "Change a producer's blacklist, broker weights and rate limit"
     name = forms.ChoiceField(label="Producer")
     blacklist = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
@@ -409,6 +409,13 @@ class ProducerUpdateForm(ApplicationForm):
         widget=forms.Textarea(attrs={"rows": 3}),
         required=False,
         help_text="broker=weight (0–10000), one per line; empty: equal weights.",
+    )
+    rate_limit = forms.IntegerField(
+        min_value=1,
+        max_value=1_000_000,
+        required=False,
+        label="Rate limit (messages/s)",
+        help_text="Empty: no limit.",
     )
 
     def setup(self) -> None:
@@ -433,7 +440,11 @@ class ProducerUpdateForm(ApplicationForm):
 
     def payload(self) -> dict[str, Any]:
         d = self.cleaned_data
-        changes = {"blacklist": parse_ip_lines(d["blacklist"]), "weights": d["weights"]}
+        changes = {
+            "blacklist": parse_ip_lines(d["blacklist"]),
+            "weights": d["weights"],
+            "rate_limit": d["rate_limit"],
+        }
         return {"name": d["name"], "changes": changes}
 
 
@@ -529,6 +540,7 @@ def initial_for(kind: str, user: AbstractBaseUser, params: dict[str, str]) -> di
         if producer is not None:
             initial["blacklist"] = "\n".join(producer.blacklist)
             initial["weights"] = "\n".join(f"{b}={w}" for b, w in producer.weights.items())
+            initial["rate_limit"] = producer.rate_limit
     if kind == Kind.CONSUMER_UPDATE and name:
         consumer = access.consumers_for(user).filter(name=name).first()
         if consumer is not None:

@@ -87,6 +87,13 @@ def test_producer_update_changes_blacklist_and_weights(world):
     # the engine's catalog carries the change too
     (producer,) = [p for p in build_snapshot().producers if p.app == "shop"]
     assert list(producer.blacklist) == ["10.9.0.0/16"]
+    # a producer's rate limit changes by application too (it was fixed at creation)
+    limited = {"name": "shop.orders", "changes": {"rate_limit": 500}}
+    assert apply_and_approve(world, "producer_update", limited)["status"] == "approved"
+    assert ProducerPolicy.objects.get(name="shop.orders").rate_limit == 500
+    lifted = {"name": "shop.orders", "changes": {"rate_limit": None}}
+    assert apply_and_approve(world, "producer_update", lifted)["status"] == "approved"
+    assert ProducerPolicy.objects.get(name="shop.orders").rate_limit is None
 
 
 def test_topic_update_refuses_fields_fixed_at_creation(world):

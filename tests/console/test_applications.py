@@ -155,13 +155,14 @@ def test_blacklist_and_weight_editor_apply_changes(client, world):
     client.post(
         "/applications/new/",
         {"kind": "producer_update", "name": "shop.orders", "weights": "1=50\n2=100",
-         "blacklist": "10.0.0.0/8"},
+         "blacklist": "10.0.0.0/8", "rate_limit": "250"},
     )  # fmt: skip
     app = Application.objects.get()
     client.force_login(world.root)
     client.post(f"/applications/{app.pk}/approve/")
     producer = ProducerPolicy.objects.get(name="shop.orders")
     assert producer.weights == {"1": 50, "2": 100} and producer.blacklist == ["10.0.0.0/8"]
+    assert producer.rate_limit == 250
     client.force_login(world.alice)
     client.post(
         "/applications/new/",
