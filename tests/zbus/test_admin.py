@@ -152,3 +152,10 @@ async def test_index_pages_and_filters_on_the_server(raw: Raw, monkeypatch) -> N
     assert (await raw.recv()).status == 200
     await raw.send(msg(start="GET /?cmd=admin&&sub_cmd=data&&msgid=e HTTP/1.1"))
     assert {"orders", "news", "secure"} <= set(orjson.loads((await raw.recv()).body)["mqTable"])
+
+
+def test_an_open_admin_is_warned_of_only_beyond_loopback() -> None:
+    from brokers.servers.zbus.server import _loopback
+
+    assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
+    assert not _loopback("0.0.0.0") and not _loopback("10.1.2.3") and not _loopback("::")

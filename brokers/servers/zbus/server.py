@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 from dataclasses import replace
 
@@ -66,6 +67,14 @@ class ZbusServer(ListeningServer):
             await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
 
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address) is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 async def start_zbus_server(
     engine: Engine,
     watcher: CatalogWatcher,
@@ -107,6 +116,13 @@ async def start_zbus_server(
     ctx.address = config.advertised or _advertised(watcher, broker_id, host, bound)
     ctx.started_ms = engine.now_ms()
     log.info("zbus broker %s listening on %s:%s", broker_id, host, bound)
+    if not config.admin_token and not _loopback(host):
+        log.warning(
+            "zbus admin is open on %s:%s: anyone reaching it may create MQs and read the"
+            " admin pages — set ZBUS_ADMIN_TOKEN",
+            host,
+            bound,
+        )
     return ZbusServer(ctx, server, connections)
 
 
