@@ -235,6 +235,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_backlog_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "dead-letter-alerts": {
+        "task": "mqcloud.tasks.check_dead_letter_alerts",
+        "schedule": timedelta(minutes=1),
+    },
     "interrupted-applications": {
         "task": "mqcloud.tasks.fail_interrupted_applications",
         "schedule": timedelta(minutes=1),

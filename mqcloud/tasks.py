@@ -233,6 +233,15 @@ def check_backlog_alerts() -> int:
 
 
 @shared_task
+def check_dead_letter_alerts() -> int:
+    """Fire dead-letter alerts for consumers whose dead letters grew (beat: every minute);
+    returns how many fired."""
+    from mqcloud.alerts.dead_letters import check_dead_letters
+
+    return len(check_dead_letters())
+
+
+@shared_task
 def fail_interrupted_applications() -> list[int]:
     """Fail applications left executing by a process that died (beat: every minute);
     returns their ids. The limit is APPLICATION_EXECUTION_LIMIT_SECONDS."""

@@ -13,6 +13,7 @@ class AlertEvent(models.Model):
     class Kind(models.TextChoices):
         BACKLOG = "backlog", "Consumer backlog"
         BROKER_DOWN = "broker_down", "Broker down"
+        DEAD_LETTERS = "dead_letters", "Dead letters"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     target = models.CharField(max_length=300, help_text="e.g. consumer:app.topic")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from brokers.engine.ack import contiguous
+from brokers.engine.keys import RetryKeys
 from brokers.engine.model import (
     RetryRecord,
 )
@@ -40,6 +41,20 @@ class RetrySection(EngineBase):
         self, topic: str, app: str, offset: int = 0, limit: int = 100
     ) -> list[RetryRecord]:
         return await self.retry_store(topic, app).list_dead_letters(offset, limit)
+
+    async def dead_letter_counts(
+        self, groups: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        """Dead letters of many consumer groups ``(topic, app)`` in one pipelined round
+        trip, whatever their number; groups of topics not in the catalog are left out."""
+        known = [(t, a) for t, a in groups if t in self.catalog.topics]
+        if not known:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for topic, app in known:
+            pipe.zcard(RetryKeys(topic, app).dlq)
+        counts = await pipe.execute()
+        return {group: int(n) for group, n in zip(known, counts, strict=True)}
 
     async def retry_counts(self, topic: str, app: str) -> tuple[int, int]:
         """(messages waiting for a retry, dead letters)."""
