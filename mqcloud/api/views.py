@@ -20,6 +20,7 @@ from brokers.engine import EngineError
 from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.api import filters, messages
+from mqcloud.api import messages as stored  # the class body's `messages` is an action
 from mqcloud.api import serializers as s
 from mqcloud.api.errors import EngineUnavailableError, error_responses
 from mqcloud.api.query import validated_query
@@ -261,6 +262,24 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         topic = self.get_object()
         query = validated_query(messages.MessageQuery, request)
         return Response(messages.read_messages(topic, query))
+
+    @extend_schema(
+        parameters=[stored.MessageSearch],
+        responses={200: stored.MessageSearchResult, **error_responses(400, 401, 404)},
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="messages/search",
+        pagination_class=None,
+        filter_backends=[],
+    )
+    def search_messages(self, request: Request, code: str | None = None) -> Response:
+        """Messages stored in a time window (default: the last hour), or those an id a
+        client saw names — what the console's message search finds."""
+        topic = self.get_object()
+        query = validated_query(stored.MessageSearch, request)
+        return Response(stored.search_messages(topic, query))
 
 
 @extend_schema_view(

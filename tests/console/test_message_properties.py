@@ -91,3 +91,24 @@ def test_api_start_past_the_end_lists_nothing(world, monkeypatch):
     monkeypatch.setattr(engine_calls, "read_range", down)
     response = api.get("/api/v1/topics/orders/messages/?partition=0")
     assert response.status_code == 503 and response.json()["error"] == "engine_unavailable"
+
+
+def test_api_searches_by_any_client_id_and_time_as_the_browser_does(world):
+    """The API lists by partition and index only; the console also searched by the id a
+    client saw and by time. /messages/search/ does what its search does."""
+    produce_one_of_each()
+    api = APIClient()
+    api.force_authenticate(world.alice)
+    search = "/api/v1/topics/orders/messages/search/"
+    everything = api.get(search).json()  # the last hour
+    assert [m["protocol"] for m in everything["results"]] == ["zbus", "VibeMQ", "HTTP-MQ", "JMQ4"]
+    assert everything["truncated"] is False
+    for given, protocol in (("v-1", "VibeMQ"), ("b-1", "JMQ4"), ("0:2", "HTTP-MQ")):
+        found = api.get(search, {"id": given}).json()["results"]
+        assert [m["protocol"] for m in found] == [protocol], given
+    assert api.get(search, {"id": "nobody"}).json() == {"results": [], "truncated": False}
+    assert api.get(search, {"until": 1000}).json()["results"] == []  # 1970: nothing then
+    assert len(api.get(search, {"count": 2}).json()["results"]) == 2
+    for bad in ({"since": 5, "until": 4}, {"partition": 9}, {"id": ""}, {"count": 0}, {"x": 1}):
+        assert api.get(search, bad).status_code == 400, bad
+    assert api.get("/api/v1/topics/blue-secret/messages/search/").status_code == 404
