@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from brokers.models import ConsumerPolicy
+from mqcloud.api import history
 from mqcloud.api.errors import EngineUnavailableError
 from mqcloud.api.fields import StrictIntegerField
 from mqcloud.api.query import validated_query
@@ -261,6 +262,21 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
             lambda: engine_calls.progress(consumer.topic.code, consumer.app.code, client_id)
         )
         return Response(PartitionProgressSerializer([asdict(r) for r in rows], many=True).data)
+
+    @extend_schema(parameters=[history.WindowQuery], responses={200: history.ConsumerLagSerializer})
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="lag-history",
+        pagination_class=None,
+        filter_backends=[],
+    )
+    def lag_history(self, request: Request, name: str | None = None) -> Response:
+        """The consumer's lag per UTC minute of a window (default: the last hour, at most
+        24 h), as the pipeline rollup sampled it; null where it has no sample."""
+        consumer = self.get_object()
+        window = validated_query(history.WindowQuery, request)
+        return Response(history.consumer_lag(consumer, window))
 
     @extend_schema(parameters=PAGING, responses=RetryPage)
     @action(detail=True, methods=["get"])

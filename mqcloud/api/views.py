@@ -19,7 +19,7 @@ from brokers.anonymous import with_open_flag
 from brokers.engine import EngineError
 from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
-from mqcloud.api import filters, messages
+from mqcloud.api import filters, history, messages
 from mqcloud.api import messages as stored  # the class body's `messages` is an action
 from mqcloud.api import serializers as s
 from mqcloud.api.errors import EngineUnavailableError, error_responses
@@ -33,7 +33,7 @@ from mqcloud.api.scoping import (
 )
 from mqcloud.approvals.secrets import redacted
 from mqcloud.approvals.services import record
-from mqcloud.console import lag
+from mqcloud.console import engine_calls, lag
 from mqcloud.tasks import elect_preferred_leaders
 
 PreferredLeaderElection = inline_serializer(
@@ -262,6 +262,21 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         topic = self.get_object()
         query = validated_query(messages.MessageQuery, request)
         return Response(messages.read_messages(topic, query))
+
+    @extend_schema(
+        parameters=[history.WindowQuery],
+        responses={200: history.TopicTrafficSerializer, **error_responses(400, 401, 404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def traffic(self, request: Request, code: str | None = None) -> Response:
+        """Per UTC minute of a window (default: the last hour, at most 24 h): messages and
+        bytes produced and consumed, and the produce→store latency percentiles."""
+        topic = self.get_object()
+        window = validated_query(history.WindowQuery, request)
+        try:
+            return Response(history.topic_traffic(topic, window))
+        except engine_calls.EngineUnavailable as exc:
+            raise EngineUnavailableError(str(exc)) from None
 
     @extend_schema(
         parameters=[stored.MessageSearch],

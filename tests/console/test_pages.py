@@ -177,3 +177,40 @@ def test_charts_read_the_pipeline_rollups(client, world):
     page = client.get(f"/consumers/{world.consumer.name}/").content.decode()
     assert "chart-lag" in page and "lag.json" in page
     assert "chart-latency" in client.get("/topics/orders/").content.decode()
+
+
+def test_the_api_gives_traffic_and_lag_history_by_minute(world):
+    """The charts' data (traffic.json, lag.json) took a login session only; a monitoring
+    job with an API token reads the same rows through the API."""
+    from datetime import UTC, datetime, timedelta
+
+    from rest_framework.test import APIClient
+
+    from pipeline.models import ConsumerLag, TrafficMinute
+
+    async def produce_and_fetch(engine):
+        await engine.append("orders", "shop", [Message(b"abc")] * 4, partition=0)
+        await engine.fetch("orders", "shop", count=10)
+
+    engine_call(produce_and_fetch)
+    minute = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
+    TrafficMinute.objects.create(
+        dimension="topic", name="orders", minute=minute, messages=9, bytes=90,
+        latency_p50_ms=3, latency_p99_ms=41,
+    )  # fmt: skip
+    ConsumerLag.objects.create(topic="orders", app="shop", minute=minute, lag=17)
+    api = APIClient()
+    api.force_authenticate(world.alice)
+    traffic = api.get("/api/v1/topics/orders/traffic/").json()
+    assert len(traffic["minutes"]) == 60 and traffic["total_produced"] == 4
+    by_minute = {m["minute_ms"]: m for m in traffic["minutes"]}
+    sampled = by_minute[int(minute.timestamp() * 1000)]
+    assert (sampled["latency_p50_ms"], sampled["latency_p99_ms"]) == (3, 41)
+    assert sum(m["produced_bytes"] for m in traffic["minutes"]) > 0
+    lag = api.get(f"/api/v1/consumers/{world.consumer.name}/lag-history/").json()
+    assert [m["lag"] for m in lag["minutes"] if m["lag"] is not None] == [17]
+    old = api.get("/api/v1/topics/orders/traffic/", {"since": 0, "until": 3_600_000}).json()
+    assert old["minutes"][0]["produced"] is None  # 1970: beyond the counters' 30 days
+    for bad in ({"since": 10, "until": 10}, {"since": 0, "until": 86_400_001}, {"day": 1}):
+        assert api.get("/api/v1/topics/orders/traffic/", bad).status_code == 400, bad
+    assert api.get("/api/v1/topics/blue-secret/traffic/").status_code == 404
