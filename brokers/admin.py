@@ -1,8 +1,15 @@
 """Django admin for every catalog model."""
 
+from collections.abc import Callable
+from typing import Any
+
+import redis
 from django.contrib import admin, messages
 from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponseRedirect
 
+from brokers.engine import EngineError
 from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import (
     App,
@@ -17,6 +24,50 @@ from brokers.models import (
     Topic,
 )
 from brokers.topology import create_partition_groups
+
+STORE_ERRORS = (EngineError, redis.RedisError, OSError)
+
+
+class ErasesStoredData(admin.ModelAdmin):
+    """A row whose delete erases what the message store kept for it (brokers.erasure),
+    inside the deleting transaction. If the store does not answer, nothing is deleted and
+    the page says so (it was an error page)."""
+
+    def stored_data(self, obj: Any) -> tuple[Callable[..., int], tuple[str, ...]]:
+        """The erase of ``obj``'s stored data, and its arguments."""
+        raise NotImplementedError
+
+    @transaction.atomic
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        erase, args = self.stored_data(obj)
+        super().delete_model(request, obj)
+        erase(*args)
+
+    @transaction.atomic
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        erases = [self.stored_data(obj) for obj in queryset]
+        super().delete_queryset(request, queryset)
+        for erase, args in erases:
+            erase(*args)
+
+    def _unless_store_fails(self, request: HttpRequest, view: Callable[[], Any]) -> Any:
+        try:
+            return view()
+        except STORE_ERRORS as exc:
+            self.message_user(
+                request,
+                f"Nothing was deleted: the message store did not answer ({exc}).",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(request.get_full_path())
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context=None) -> Any:
+        view = super().delete_view
+        return self._unless_store_fails(request, lambda: view(request, object_id, extra_context))
+
+    def changelist_view(self, request: HttpRequest, extra_context=None) -> Any:
+        view = super().changelist_view  # runs the bulk delete action
+        return self._unless_store_fails(request, lambda: view(request, extra_context))
 
 
 class TeamMembershipInline(admin.TabularInline):
@@ -70,7 +121,7 @@ class PartitionGroupInline(admin.TabularInline):
 
 
 @admin.register(Topic)
-class TopicAdmin(admin.ModelAdmin):
+class TopicAdmin(ErasesStoredData):
     list_display = ["code", "cluster", "team", "type", "partitions", "created_at"]
     list_filter = ["cluster", "team", "type"]
     search_fields = ["code", "description"]
@@ -88,19 +139,8 @@ class TopicAdmin(admin.ModelAdmin):
     def get_inlines(self, request, obj):
         return self.inlines if obj is not None else []
 
-    @transaction.atomic
-    def delete_model(self, request, obj) -> None:
-        """The topic's data in the message store goes with it (:mod:`brokers.erasure`)."""
-        code = obj.code
-        super().delete_model(request, obj)
-        erase_topic_data(code)
-
-    @transaction.atomic
-    def delete_queryset(self, request, queryset) -> None:
-        codes = list(queryset.values_list("code", flat=True))
-        super().delete_queryset(request, queryset)
-        for code in codes:
-            erase_topic_data(code)
+    def stored_data(self, obj: Topic) -> tuple[Callable[..., int], tuple[str, ...]]:
+        return erase_topic_data, (obj.code,)
 
 
 @admin.register(PartitionGroup)
@@ -164,21 +204,10 @@ class ProducerPolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(ConsumerPolicy)
-class ConsumerPolicyAdmin(admin.ModelAdmin):
+class ConsumerPolicyAdmin(ErasesStoredData):
     list_display = ["name", "topic", "app", "mode", "paused", "http_enabled", "rate_limit"]
     list_filter = ["mode", "paused", "http_enabled", "archive"]
     search_fields = ["name", "topic__code", "app__code"]
 
-    @transaction.atomic
-    def delete_model(self, request, obj) -> None:
-        """The group's progress, retries and dead letters go with it (brokers.erasure)."""
-        topic, app = obj.topic.code, obj.app.code
-        super().delete_model(request, obj)
-        erase_group_data(topic, app)
-
-    @transaction.atomic
-    def delete_queryset(self, request, queryset) -> None:
-        groups = list(queryset.values_list("topic__code", "app__code"))
-        super().delete_queryset(request, queryset)
-        for topic, app in groups:
-            erase_group_data(topic, app)
+    def stored_data(self, obj: ConsumerPolicy) -> tuple[Callable[..., int], tuple[str, ...]]:
+        return erase_group_data, (obj.topic.code, obj.app.code)

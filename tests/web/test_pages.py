@@ -138,3 +138,30 @@ def test_admin_deletes_of_topics_and_consumers_erase_their_data(client, redis_ur
     url = f"/admin/brokers/topic/{topic.pk}/delete/"
     assert client.post(url, {"post": "yes"}).status_code == 302
     assert not Topic.objects.filter(code="gone").exists() and store.keys("mq:{*gone*") == []
+
+
+def test_an_admin_delete_keeps_the_row_when_the_store_does_not_answer(client, monkeypatch):
+    """No error page: the delete is rolled back and the page says why."""
+    import redis as sync_redis
+
+    import brokers.admin
+    from brokers.models import Topic
+
+    def down(*args: object) -> int:
+        raise sync_redis.ConnectionError("refused")
+
+    monkeypatch.setattr(brokers.admin, "erase_topic_data", down)
+    cluster = factories.cluster_with_brokers()
+    team = Team.objects.create(name="red")
+    topic = factories.topic("kept", cluster, team, partitions=1, groups=1)
+    client.force_login(factories.user("root", admin=True))
+    response = client.post(f"/admin/brokers/topic/{topic.pk}/delete/", {"post": "yes"}, follow=True)
+    assert response.status_code == 200 and "Nothing was deleted" in response.content.decode()
+    assert Topic.objects.filter(code="kept").exists()
+    bulk = client.post(
+        "/admin/brokers/topic/",
+        {"action": "delete_selected", "_selected_action": [topic.pk], "post": "yes"},
+        follow=True,
+    )
+    assert bulk.status_code == 200 and "Nothing was deleted" in bulk.content.decode()
+    assert Topic.objects.filter(code="kept").exists()
