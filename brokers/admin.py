@@ -3,14 +3,12 @@
 from collections.abc import Callable
 from typing import Any
 
-import redis
 from django.contrib import admin, messages
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 
-from brokers.engine import EngineError
-from brokers.erasure import erase_group_data, erase_topic_data
+from brokers.erasure import STORE_ERRORS, erase_group_data, erase_topic_data
 from brokers.models import (
     App,
     AppToken,
@@ -24,8 +22,6 @@ from brokers.models import (
     Topic,
 )
 from brokers.topology import create_partition_groups
-
-STORE_ERRORS = (EngineError, redis.RedisError, OSError)
 
 
 class ErasesStoredData(admin.ModelAdmin):

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import redis
 import redis.asyncio as aioredis
 from asgiref.sync import async_to_sync
 from django.conf import settings
 
-from brokers.engine import CatalogSnapshot, Engine
+from brokers.engine import CatalogSnapshot, Engine, EngineError
 
 _EMPTY = CatalogSnapshot()
+STORE_ERRORS = (EngineError, redis.RedisError, OSError)
+"""What an erase raises when the message store does not answer."""
 
 
 def _run(call: Callable[[Engine], Awaitable[int]]) -> int:

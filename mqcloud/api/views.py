@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import redis
 from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view, inline_serializer
@@ -16,10 +15,9 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
 from brokers.anonymous import with_open_flag
-from brokers.engine import EngineError
-from brokers.erasure import erase_group_data, erase_topic_data
+from brokers.erasure import STORE_ERRORS, erase_group_data, erase_topic_data
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
-from mqcloud.api import filters, history, messages
+from mqcloud.api import filters, history
 from mqcloud.api import messages as stored  # the class body's `messages` is an action
 from mqcloud.api import serializers as s
 from mqcloud.api.errors import EngineUnavailableError, error_responses
@@ -200,7 +198,7 @@ def erasing(erase: Callable[..., int], *args: str) -> int:
     deleting transaction): 503 if the store does not answer, so the object stays."""
     try:
         return erase(*args)
-    except (EngineError, redis.RedisError, OSError) as exc:
+    except STORE_ERRORS as exc:
         raise EngineUnavailableError(f"The message store did not answer: {exc}") from exc
 
 
@@ -249,9 +247,9 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         return Response(self.get_serializer(topic).data)
 
     @extend_schema(
-        parameters=[messages.MessageQuery],
+        parameters=[stored.MessageQuery],
         responses={
-            200: messages.StoredMessageSerializer(many=True),
+            200: stored.StoredMessageSerializer(many=True),
             **error_responses(400, 401, 404),
         },
     )
@@ -260,8 +258,8 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         """Stored messages of one partition from an index, as the message browser shows
         them: every property, the producing protocol, the producer's address."""
         topic = self.get_object()
-        query = validated_query(messages.MessageQuery, request)
-        return Response(messages.read_messages(topic, query))
+        query = validated_query(stored.MessageQuery, request)
+        return Response(stored.read_messages(topic, query))
 
     @extend_schema(
         parameters=[history.WindowQuery],
