@@ -23,8 +23,9 @@ HOUR_MS = 3_600_000
 MAX_WINDOW_MS = 24 * HOUR_MS
 
 
-class WindowQuery(serializers.Serializer):
-    """A window of whole UTC minutes: [since, until) in epoch ms, at most 24 h."""
+class TimeWindow(serializers.Serializer):
+    """``since`` and ``until`` in epoch ms (defaults: the hour up to now), checked by the
+    query that uses them."""
 
     since = serializers.IntegerField(
         min_value=0,
@@ -35,6 +36,10 @@ class WindowQuery(serializers.Serializer):
     until = serializers.IntegerField(
         min_value=0, max_value=2**53, required=False, help_text="End, epoch ms (default: now)."
     )
+
+
+class WindowQuery(TimeWindow):
+    """A window of whole UTC minutes: [since, until) in epoch ms, at most 24 h."""
 
     def validate(self, attrs: dict) -> dict:
         until = attrs.get("until")

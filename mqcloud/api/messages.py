@@ -13,6 +13,7 @@ from rest_framework import exceptions, serializers
 
 from brokers.models import Topic
 from mqcloud.api.errors import EngineUnavailableError
+from mqcloud.api.history import TimeWindow
 from mqcloud.console import engine_calls
 from mqcloud.console.message_properties import PROTOCOLS
 from mqcloud.console.messages import DEFAULT_WINDOW_MS
@@ -85,7 +86,7 @@ def read_messages(topic: Topic, query: dict) -> list[dict]:
     return StoredMessageSerializer([asdict(r) for r in rows], many=True).data
 
 
-class MessageSearch(serializers.Serializer):
+class MessageSearch(TimeWindow):
     """Query parameters of the message search."""
 
     id = serializers.CharField(
@@ -94,18 +95,6 @@ class MessageSearch(serializers.Serializer):
         help_text="A message id or businessId a client saw: HTTP-MQ msgId or offsetMsgId,"
         " JMQ4 businessId or partition:index, a VibeMQ or zbus message id. Absent: every"
         " message of the window.",
-    )
-    since = serializers.IntegerField(
-        min_value=0,
-        max_value=2**53,
-        required=False,
-        help_text="Window start, epoch ms (default: an hour before `until`).",
-    )
-    until = serializers.IntegerField(
-        min_value=0,
-        max_value=2**53,
-        required=False,
-        help_text="Window end, epoch ms (default: now).",
     )
     partition = serializers.IntegerField(
         min_value=0, max_value=1023, required=False, help_text="Only this partition."
