@@ -54,7 +54,7 @@ class WindowQuery(TimeWindow):
         return attrs
 
 
-class TrafficMinuteSerializer(serializers.Serializer):
+class TrafficMinuteRowSerializer(serializers.Serializer):
     minute_ms = serializers.IntegerField(help_text="The UTC minute, epoch ms.")
     produced = serializers.IntegerField(allow_null=True)
     consumed = serializers.IntegerField(allow_null=True)
@@ -66,25 +66,25 @@ class TrafficMinuteSerializer(serializers.Serializer):
     latency_p99_ms = serializers.IntegerField(allow_null=True)
 
 
-class TopicTrafficSerializer(serializers.Serializer):
+class TopicTrafficHistorySerializer(serializers.Serializer):
     topic = serializers.CharField()
     since = serializers.IntegerField()
     until = serializers.IntegerField()
     total_produced = serializers.IntegerField()
     total_consumed = serializers.IntegerField()
-    minutes = TrafficMinuteSerializer(many=True)
+    minutes = TrafficMinuteRowSerializer(many=True)
 
 
-class LagMinuteSerializer(serializers.Serializer):
+class LagMinuteRowSerializer(serializers.Serializer):
     minute_ms = serializers.IntegerField(help_text="The UTC minute, epoch ms.")
     lag = serializers.IntegerField(allow_null=True, help_text="Null: no sample that minute.")
 
 
-class ConsumerLagSerializer(serializers.Serializer):
+class ConsumerLagHistorySerializer(serializers.Serializer):
     consumer = serializers.CharField()
     since = serializers.IntegerField()
     until = serializers.IntegerField()
-    minutes = LagMinuteSerializer(many=True)
+    minutes = LagMinuteRowSerializer(many=True)
 
 
 def _minutes(since: int, until: int) -> list[int]:
@@ -92,7 +92,7 @@ def _minutes(since: int, until: int) -> list[int]:
 
 
 def topic_traffic(topic: Topic, window: dict) -> dict:
-    """TopicTrafficSerializer data (the engine's counters: EngineUnavailable when the
+    """TopicTrafficHistorySerializer data (the engine's counters: EngineUnavailable when the
     store does not answer)."""
     since, until = window["since"], window["until"]
     counts = series("topic", topic.code, since, until)
@@ -120,7 +120,7 @@ def topic_traffic(topic: Topic, window: dict) -> dict:
 
 
 def consumer_lag(consumer: ConsumerPolicy, window: dict) -> dict:
-    """ConsumerLagSerializer data, from the rollup's samples in PostgreSQL."""
+    """ConsumerLagHistorySerializer data, from the rollup's samples in PostgreSQL."""
     since, until = window["since"], window["until"]
     sampled = rollups.lag(consumer.topic.code, consumer.app.code, since, until)["lag"]
     minutes = _minutes(since, until)

@@ -263,7 +263,9 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
         )
         return Response(PartitionProgressSerializer([asdict(r) for r in rows], many=True).data)
 
-    @extend_schema(parameters=[history.WindowQuery], responses={200: history.ConsumerLagSerializer})
+    @extend_schema(
+        parameters=[history.WindowQuery], responses={200: history.ConsumerLagHistorySerializer}
+    )
     @action(
         detail=True,
         methods=["get"],

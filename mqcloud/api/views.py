@@ -263,7 +263,7 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
 
     @extend_schema(
         parameters=[history.WindowQuery],
-        responses={200: history.TopicTrafficSerializer, **error_responses(400, 401, 404)},
+        responses={200: history.TopicTrafficHistorySerializer, **error_responses(400, 401, 404)},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def traffic(self, request: Request, code: str | None = None) -> Response:
