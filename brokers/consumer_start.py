@@ -18,19 +18,16 @@ import logging
 from collections.abc import Sequence
 
 import redis
-import redis.asyncio as aioredis
-from asgiref.sync import async_to_sync
-from django.conf import settings
 
 from brokers.catalog_loader import consumer_info
 from brokers.commit_batch import add_to_commit_batch
 from brokers.engine import (
     CatalogSnapshot,
-    Engine,
     EngineError,
     QueueSettings,
     TopicInfo,
 )
+from brokers.engine_run import run_on_engine
 from brokers.models import ConsumerPolicy, Topic
 
 log = logging.getLogger(__name__)
@@ -63,16 +60,6 @@ def registration_snapshot(policies: Sequence[ConsumerPolicy]) -> CatalogSnapshot
     )
 
 
-async def _register(snapshot: CatalogSnapshot, entries: list[tuple[str, str, str]]) -> Pinned:
-    client = aioredis.from_url(settings.REDIS_URL)
-    engine = Engine(client, lambda: snapshot)
-    try:
-        return await engine.register_consumers(entries)
-    finally:
-        await engine.close()
-        await client.aclose()
-
-
 def pin_starts(policy_ids: Sequence[int]) -> Pinned:
     """Pin the start of the clustering consumer policies ``policy_ids`` (those that still
     exist), all in one batch: one query, one Redis connection, one round trip."""
@@ -84,7 +71,9 @@ def pin_starts(policy_ids: Sequence[int]) -> Pinned:
     if not policies:
         return {}
     entries = [(p.topic.code, p.app.code, p.start_position) for p in policies]
-    return async_to_sync(_register)(registration_snapshot(policies), entries)
+    return run_on_engine(
+        registration_snapshot(policies), lambda engine: engine.register_consumers(entries)
+    )
 
 
 class PinBatch:

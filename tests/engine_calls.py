@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import redis.asyncio as aioredis
-from django.conf import settings
-
 from brokers.catalog_loader import build_snapshot
 from brokers.engine import Engine
+from brokers.engine_run import run_on_engine
 
 
 def engine_call(fn: Callable[[Engine], Awaitable[Any]]) -> Any:
-    """Run ``fn(engine)`` on an engine over the current catalog (from the test database)."""
-    snapshot = build_snapshot()
-
-    async def run():
-        client = aioredis.from_url(settings.REDIS_URL)
-        engine = Engine(client, lambda: snapshot)
-        try:
-            return await fn(engine)
-        finally:
-            await engine.close()
-            await client.aclose()
-
-    return asyncio.run(run())
+    """Run ``fn(engine)`` on an engine over the current catalog (from the test database),
+    as the catalog's own synchronous code does (:func:`brokers.engine_run.run_on_engine`)."""
+    return run_on_engine(build_snapshot(), fn)

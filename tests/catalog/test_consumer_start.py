@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from django.db import transaction
 from redis.asyncio.client import Pipeline
 
-from brokers import consumer_start
+from brokers import consumer_start, engine_run
 from brokers.catalog_loader import build_snapshot
 from brokers.engine import Engine, Message
 from brokers.engine.offsets import SET_ACK
@@ -99,7 +99,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["pipelines"] += 1
         return await execute(self, *args, **kwargs)
 
-    monkeypatch.setattr(consumer_start, "Engine", CountingEngine)
+    monkeypatch.setattr(engine_run, "Engine", CountingEngine)  # pins run there
     monkeypatch.setattr(Pipeline, "execute", counting_execute)
     monkeypatch.setattr(
         consumer_start, "build_snapshot", lambda *a: pytest.fail("full snapshot"), raising=False

@@ -22,6 +22,7 @@ import pytest
 from brokers.catalog_loader import publish
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team
 from tests import factories
+from tests.engine_calls import engine_call
 from tests.scripts_path import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,23 +187,4 @@ def wait_known(client: httpx.Client, setup: Setup, *, producer_only: bool = Fals
 def release_delayed(topic: str) -> int:
     """Run the engine's release of ``topic``'s due delayed messages (what the Celery beat
     task does every second); how many were appended."""
-    import asyncio
-
-    import redis.asyncio as aioredis
-    from django.conf import settings
-
-    from brokers.catalog_loader import build_snapshot
-    from brokers.engine import Engine
-
-    snapshot = build_snapshot()
-
-    async def release() -> int:
-        client = aioredis.from_url(settings.REDIS_URL)
-        engine = Engine(client, lambda: snapshot)
-        try:
-            return await engine.release_delayed(topic)
-        finally:
-            await engine.close()
-            await client.aclose()
-
-    return asyncio.run(release())
+    return engine_call(lambda engine: engine.release_delayed(topic))
