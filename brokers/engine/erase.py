@@ -26,7 +26,8 @@ import re
 from collections.abc import Callable
 
 from brokers.engine.delay import DELAYED_TOPICS
-from brokers.engine.keys import PREFIX, PartitionKeys
+from brokers.engine.groups import progress_keys
+from brokers.engine.keys import PREFIX
 from brokers.engine.redisio import AnyRedis
 
 FAMILIES = "trxgpoad"
@@ -47,15 +48,8 @@ GROUP_FAMILIES = "rga"
 """The hash-tag letters of the key families of one consumer group: ``{<f>:<topic>:<app>}``."""
 
 
-def _progress_fields() -> frozenset[str]:
-    """The per-consumer key names of a partition (state, out-of-order acks, ranges)."""
-    keys = PartitionKeys("t", 0)
-    tag = f"{keys.tag}:"
-    made = (keys.state("c"), keys.acked("c"), keys.range_starts("c"), keys.range_due("c"))
-    return frozenset(k[len(tag) :].split(":")[0] for k in (*made, keys.ranges("c")))
-
-
-PROGRESS_FIELDS = _progress_fields()
+PROGRESS_FIELDS = frozenset(key.rsplit(":", 2)[1] for key in progress_keys("t", 0, "c"))
+"""The names of a consumer's progress keys in a partition (``…}:<name>:<cid>``)."""
 
 
 async def _unlink_matching(

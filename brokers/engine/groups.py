@@ -839,17 +839,13 @@ async def purge_partitions(
         k = PartitionKeys(topic, p)
         keys = [k.stream, k.meta]
         for cid in cids:
-            keys += [
-                k.state(cid),
-                k.range_starts(cid),
-                k.range_due(cid),
-                k.ranges(cid),
-                k.acked(cid),
-            ]
+            keys += progress_keys(topic, p, cid)  # the state first, as PURGE reads them
         await PURGE(client, keys, ())
 
 
-def _progress_keys(topic: str, p: int, cid: str) -> tuple[str, ...]:
+def progress_keys(topic: str, p: int, cid: str) -> tuple[str, ...]:
+    """The keys of consumer ``cid``'s progress in partition ``p``: what a member that
+    left loses (:func:`forget`), and what a deleted group's erase picks (:mod:`.erase`)."""
     k = PartitionKeys(topic, p)
     return (k.state(cid), k.range_starts(cid), k.range_due(cid), k.ranges(cid), k.acked(cid))
 
@@ -865,7 +861,7 @@ async def forget(
     """Delete the progress of consumer ``cid`` (a fan-out member that left): now, or
     ``after_ms`` from now unless it comes back first (:func:`keep`)."""
     for p in partitions:
-        keys = _progress_keys(topic, p, cid)
+        keys = progress_keys(topic, p, cid)
         if after_ms is None:
             await client.delete(*keys)
             continue
@@ -879,7 +875,7 @@ async def keep(client: AnyRedis, topic: str, partitions: Sequence[int] | range, 
     """Cancel a pending :func:`forget` of ``cid`` (the member came back)."""
     for p in partitions:
         pipe = client.pipeline(transaction=False)
-        for key in _progress_keys(topic, p, cid):
+        for key in progress_keys(topic, p, cid):
             pipe.persist(key)
         await pipe.execute()
 
