@@ -12,7 +12,6 @@ dashboard and lag sorts read instead of measuring thousands of consumers per req
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -22,11 +21,10 @@ from django.conf import settings
 
 from brokers.engine import Engine
 from brokers.models import ConsumerPolicy
-from mqcloud.alerts.delivery import deliver
+from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
 from mqcloud.alerts.models import AlertEvent, LatestLag
 from mqcloud.engine_access import engine_session
 
-log = logging.getLogger(__name__)
 LAG_BATCH = 500
 
 
@@ -137,8 +135,7 @@ def check_backlogs() -> list[AlertEvent]:
     fired: list[AlertEvent] = []
     try:
         for b in backlogs:
-            key = f"mqcloud:alert:backlog:{b.consumer}:{b.client_id or ''}"
-            if not client.set(key, 1, nx=True, ex=settings.ALERT_THROTTLE_SECONDS):
+            if not first_in_window(client, f"backlog:{b.consumer}:{b.client_id or ''}"):
                 continue
             policy = by_name[b.consumer]
             who = f"{b.consumer}" + (f" (client {b.client_id})" if b.client_id else "")
@@ -156,8 +153,7 @@ def check_backlogs() -> list[AlertEvent]:
                     "age_threshold_s": policy.backlog_alert_age_s,
                 },
             )
-            recipients = sorted({u.email for u in policy.app.team.members.all() if u.email})
-            deliver(event, recipients)
+            deliver(event, team_emails(policy.app.team))
             fired.append(event)
     finally:
         client.close()

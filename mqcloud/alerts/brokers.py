@@ -6,23 +6,11 @@ no live writable broker to take them (their partitions take no writes until one 
 
 from __future__ import annotations
 
-import logging
-
-from django.contrib.auth import get_user_model
-from django.db.models import Q
-
 from brokers.models import Broker, PartitionGroup
-from mqcloud.alerts.delivery import deliver
+from mqcloud.alerts.delivery import deliver, platform_admin_emails
 from mqcloud.alerts.models import AlertEvent
 
-log = logging.getLogger(__name__)
 NAMED_TOPICS = 10
-
-
-def platform_admin_emails() -> list[str]:
-    """The addresses of the platform admins (staff and superusers) who have one."""
-    admins = get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True))
-    return sorted({u.email for u in admins.filter(is_active=True) if u.email})
 
 
 def alert_brokers_down(broker_ids: list[int], moved: dict[int, int]) -> list[AlertEvent]:

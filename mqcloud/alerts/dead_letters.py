@@ -15,7 +15,7 @@ from django.conf import settings
 
 from brokers.models import ConsumerPolicy
 from mqcloud.alerts.backlog import LAG_BATCH
-from mqcloud.alerts.delivery import deliver
+from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.engine_access import engine_session
 
@@ -54,8 +54,7 @@ def check_dead_letters() -> list[AlertEvent]:
             new = count - last.get(name, 0)
             if new <= 0:
                 continue
-            key = f"mqcloud:alert:dead-letters:{name}"
-            if not client.set(key, 1, nx=True, ex=settings.ALERT_THROTTLE_SECONDS):
+            if not first_in_window(client, f"dead-letters:{name}"):
                 continue
             policy = by_name[name]
             event = AlertEvent.objects.create(
@@ -65,7 +64,7 @@ def check_dead_letters() -> list[AlertEvent]:
                 message=f"Dead letters of {name}: {new} new, {count} in all",
                 detail={"new": new, "dead_letters": count},
             )
-            deliver(event, sorted({u.email for u in policy.app.team.members.all() if u.email}))
+            deliver(event, team_emails(policy.app.team))
             fired.append(event)
         pipe = client.pipeline(transaction=False)
         gone = set(last) - set(counts)

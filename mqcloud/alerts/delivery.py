@@ -1,13 +1,19 @@
-"""Where a fired alert goes: e-mail to its recipients and the ``ALERT_WEBHOOK_URL``."""
+"""Where a fired alert goes — e-mail to its recipients and the ``ALERT_WEBHOOK_URL`` — who
+they are (a team's members, the platform admins), and how often one fires: an alert key
+at most once per ``ALERT_THROTTLE_SECONDS``, shared by every worker through Redis."""
 
 from __future__ import annotations
 
 import logging
 
 import httpx
+import redis
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
+from django.db.models import Q
 
+from brokers.models import Team
 from mqcloud.alerts.models import AlertEvent
 
 log = logging.getLogger(__name__)
@@ -38,3 +44,20 @@ def deliver(event: AlertEvent, recipients: list[str]) -> None:
         except httpx.HTTPError as exc:
             event.webhook_status = type(exc).__name__
     event.save(update_fields=["emailed", "webhook_status"])
+
+
+def first_in_window(client: redis.Redis, key: str) -> bool:
+    """Whether alert ``key`` may fire now: not fired within ``ALERT_THROTTLE_SECONDS``
+    (``SET NX EX``, so one worker wins)."""
+    return bool(client.set(f"mqcloud:alert:{key}", 1, nx=True, ex=settings.ALERT_THROTTLE_SECONDS))
+
+
+def team_emails(team: Team) -> list[str]:
+    """The addresses of ``team``'s members who have one."""
+    return sorted({u.email for u in team.members.all() if u.email})
+
+
+def platform_admin_emails() -> list[str]:
+    """The addresses of the platform admins (staff and superusers) who have one."""
+    admins = get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True))
+    return sorted({u.email for u in admins.filter(is_active=True) if u.email})
