@@ -87,10 +87,6 @@ class ConsumerLagHistorySerializer(serializers.Serializer):
     minutes = LagMinuteRowSerializer(many=True)
 
 
-def _minutes(since: int, until: int) -> list[int]:
-    return list(range(since - since % 60_000, until, 60_000))
-
-
 def topic_traffic(topic: Topic, window: dict) -> dict:
     """TopicTrafficHistorySerializer data (the engine's counters: EngineUnavailable when the
     store does not answer)."""
@@ -107,7 +103,7 @@ def topic_traffic(topic: Topic, window: dict) -> dict:
             "latency_p50_ms": latency["latency_p50"][i],
             "latency_p99_ms": latency["latency_p99"][i],
         }
-        for i, minute in enumerate(_minutes(since, until))
+        for i, minute in enumerate(rollups.minutes_of(since, until))
     ]
     return {
         "topic": topic.code,
@@ -123,7 +119,7 @@ def consumer_lag(consumer: ConsumerPolicy, window: dict) -> dict:
     """ConsumerLagHistorySerializer data, from the rollup's samples in PostgreSQL."""
     since, until = window["since"], window["until"]
     sampled = rollups.lag(consumer.topic.code, consumer.app.code, since, until)["lag"]
-    minutes = _minutes(since, until)
+    minutes = rollups.minutes_of(since, until)
     return {
         "consumer": consumer.name,
         "since": since,

@@ -16,7 +16,7 @@ from mqcloud.api.errors import EngineUnavailableError
 from mqcloud.api.history import TimeWindow
 from mqcloud.console import engine_calls
 from mqcloud.console.message_properties import PROTOCOLS
-from mqcloud.console.messages import DEFAULT_WINDOW_MS
+from mqcloud.console.messages import DEFAULT_WINDOW_MS, search
 from pipeline import ids
 
 MAX_COUNT = 200
@@ -136,21 +136,8 @@ def search_messages(topic: Topic, query: dict) -> dict:
             message_id = ids.parse(topic.code, query["id"])
         except ValueError as exc:
             raise exceptions.ValidationError({"id": [str(exc)]}) from None
-    if partition is not None:
-        parts = [partition]
-    elif message_id is not None:
-        parts = engine_calls.id_partitions(topic.partitions, message_id)
-    else:
-        parts = list(range(topic.partitions))
     try:
-        found = engine_calls.scan(
-            topic.code,
-            parts,
-            query["since"],
-            query["until"],
-            message_id=message_id,
-            limit=query["count"],
-        )
+        found = search(topic, message_id, partition, query["since"], query["until"], query["count"])
     except engine_calls.EngineUnavailable as exc:
         raise EngineUnavailableError(str(exc)) from None
     rows = StoredMessageSerializer([asdict(r) for r in found.rows], many=True).data

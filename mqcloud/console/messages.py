@@ -15,6 +15,7 @@ from brokers.models import Topic
 from mqcloud.console import access, engine_calls
 from mqcloud.console.forms import UtcTimeField
 from pipeline import ids
+from pipeline.ids import MessageId
 
 MAX_ROWS = 200
 DEFAULT_WINDOW_MS = 3_600_000
@@ -66,21 +67,28 @@ def _search(topic: Topic, data: dict[str, Any]) -> tuple[list, bool]:
     message_id = ids.parse(topic.code, data["business_id"]) if data["mode"] == "business" else None
     until = data.get("until") or now
     since = data.get("since") if data.get("since") is not None else until - DEFAULT_WINDOW_MS
-    if data.get("partition") is not None:
-        parts = [data["partition"]]
-    elif data["mode"] == "business":
+    result = search(topic, message_id, data.get("partition"), since, until, count)
+    return result.rows, result.truncated
+
+
+def search(
+    topic: Topic,
+    message_id: MessageId | None,
+    partition: int | None,
+    since: int,
+    until: int,
+    count: int,
+) -> engine_calls.Scan:
+    """Up to ``count`` records stored in ``[since, until]`` (those ``message_id`` names,
+    when given) on ``partition``, or on every partition the id can be in — the browser's
+    search and the API's."""
+    if partition is not None:
+        parts = [partition]
+    elif message_id is not None:
         parts = engine_calls.id_partitions(topic.partitions, message_id)
     else:
         parts = list(range(topic.partitions))
-    result = engine_calls.scan(
-        topic.code,
-        parts,
-        since,
-        until,
-        message_id=message_id,
-        limit=count,
-    )
-    return result.rows, result.truncated
+    return engine_calls.scan(topic.code, parts, since, until, message_id=message_id, limit=count)
 
 
 @login_required

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from pipeline.models import ConsumerLag, TrafficMinute
 
 
-def _minutes(start_ms: int, end_ms: int) -> list[int]:
+def minutes_of(start_ms: int, end_ms: int) -> list[int]:
+    """The UTC minutes (epoch ms) that [start_ms, end_ms) touches, as every series aligns them."""
     return list(range(start_ms - start_ms % 60_000, end_ms, 60_000))
 
 
@@ -31,7 +32,7 @@ def latency(topic: str, start_ms: int, end_ms: int) -> dict[str, list[int | None
             minute__lt=_dt(end_ms),
         )
     }
-    minutes = _minutes(start_ms, end_ms)
+    minutes = minutes_of(start_ms, end_ms)
     return {
         "latency_p50": [rows[m].latency_p50_ms if m in rows else None for m in minutes],
         "latency_p99": [rows[m].latency_p99_ms if m in rows else None for m in minutes],
@@ -50,7 +51,7 @@ def lag(topic: str, app: str, start_ms: int, end_ms: int) -> dict[str, list]:
             minute__lt=_dt(end_ms),
         )
     }
-    minutes = _minutes(start_ms, end_ms)
+    minutes = minutes_of(start_ms, end_ms)
     return {
         "labels": [_dt(m).strftime("%H:%M") for m in minutes],
         "lag": [rows.get(m) for m in minutes],
