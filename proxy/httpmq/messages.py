@@ -97,7 +97,7 @@ def deliveries_to_list(topic: str, deliveries: tuple[Delivery, ...]) -> list[dic
         if attributes:  # every protocol's metadata: zbus and VibeMQ headers too
             entry["properties"] = attributes
             if (held := _delay_id(attributes.get(DELAY_ID))) is not None:
-                entry["messageId"] = f"{checksum}{DELAYED:08x}{held:016x}"
+                entry["messageId"] = delayed_message_id(topic, held)
         try:
             entry["message"] = body.decode("utf-8")
         except UnicodeDecodeError:

@@ -4,15 +4,7 @@ is all approving it needs; an audit detail keeps only whether a token was set.""
 
 from django.db import migrations
 
-from mqcloud.approvals.secrets import SEALED, TOKEN, redacted, seal
-
-
-def _holds_token(value: object) -> bool:
-    if isinstance(value, dict):
-        return any(k in (TOKEN, SEALED) or _holds_token(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_holds_token(v) for v in value)
-    return False
+from mqcloud.approvals.secrets import TOKEN, redacted, seal
 
 
 def forwards(apps, schema_editor):
@@ -24,8 +16,9 @@ def forwards(apps, schema_editor):
             application.payload = sealed
             application.save(update_fields=["payload"])
     for event in AuditEvent.objects.filter(detail__icontains=TOKEN).iterator():
-        if _holds_token(event.detail):
-            event.detail = redacted(event.detail)
+        shown = redacted(event.detail)
+        if shown != event.detail:
+            event.detail = shown
             event.save(update_fields=["detail"])
 
 
