@@ -26,7 +26,7 @@ from brokers.engine.catalog import (
     publish_snapshot,
 )
 from brokers.engine.counters import MinuteTraffic
-from brokers.engine.delay import DELAY_ID, DELAY_LEVELS, Whereabouts
+from brokers.engine.delay import DELAY_ID, DELAY_LEVELS, Held, HeldMessage, Whereabouts
 from brokers.engine.engine import Engine
 from brokers.engine.errors import (
     AccessDenied,
@@ -39,6 +39,7 @@ from brokers.engine.errors import (
     ConsumerClientNotAllowed,
     ConsumerNotFound,
     ConsumerPaused,
+    DelayedMessagesBusy,
     EngineError,
     IndexOutOfRange,
     InvalidMessage,
@@ -141,6 +142,7 @@ __all__ = [
     "ConsumerNotFound",
     "ConsumerPaused",
     "ConsumerPolicyInfo",
+    "DelayedMessagesBusy",
     "Delivery",
     "Engine",
     "EngineError",
@@ -148,6 +150,8 @@ __all__ = [
     "FetchStatus",
     "GroupLag",
     "GroupStats",
+    "Held",
+    "HeldMessage",
     "IndexOutOfRange",
     "InvalidMessage",
     "Lease",

@@ -15,12 +15,14 @@ in a consumer's delivery, a resend or a message search.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import msgspec
 
+from brokers.engine.errors import DelayedMessagesBusy
 from brokers.engine.redisio import AnyRedis, Script, fmt_int
 
 # HTTP-MQ / RocketMQ delay levels 1–18 in seconds.
@@ -77,6 +79,24 @@ redis.call('PEXPIRE', KEYS[3], ARGV[5])
 redis.call('PEXPIRE', KEYS[4], ARGV[5])
 return 1
 """)
+
+
+_CANCEL = Script("""
+-- KEYS: due, held. ARGV: delay ids. Stop holding each id still held; the ids cancelled.
+local out = {}
+for _, id in ipairs(ARGV) do
+  if redis.call('ZREM', KEYS[1], id) == 1 then
+    redis.call('HDEL', KEYS[2], id)
+    out[#out + 1] = id
+  end
+end
+return out
+""")
+
+MOVER_TTL_MS = 30_000
+"""How long a mover holds a topic's delayed messages at most (a crashed one: this long)."""
+CANCEL_WAIT_S = 5.0
+"""How long a cancel waits for a running mover to let go before giving up."""
 
 
 class Whereabouts(NamedTuple):
@@ -138,6 +158,14 @@ class DelayKeys:
         return f"mq:{self.tag}:released-at"
 
 
+class HeldMessage(NamedTuple):
+    """A delayed message still held: its delay id, when it is due, and what it holds."""
+
+    delay_id: int
+    due_ms: int
+    held: Held
+
+
 class DelayStore:
     """The delayed messages of one topic."""
 
@@ -197,6 +225,66 @@ class DelayStore:
 
     async def pending(self) -> int:
         return int(await self._redis.zcard(self.keys.due))
+
+    async def page(
+        self,
+        *,
+        offset: int,
+        limit: int,
+        due_from_ms: int | None = None,
+        due_to_ms: int | None = None,
+    ) -> tuple[int, list[HeldMessage]]:
+        """(how many are held with a due time in [``due_from_ms``, ``due_to_ms``], the
+        ``limit`` of them from ``offset`` on, soonest due first). Two round trips, whatever
+        the number held; one released meanwhile is left out of the page."""
+        low = "-inf" if due_from_ms is None else fmt_int(due_from_ms)
+        high = "+inf" if due_to_ms is None else fmt_int(due_to_ms)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zcount(self.keys.due, low, high)
+        pipe.zrangebyscore(self.keys.due, low, high, start=offset, num=limit, withscores=True)
+        total, ranked = await pipe.execute()
+        if not ranked:
+            return int(total), []
+        raw = await self._redis.hmget(self.keys.held, [i for i, _ in ranked])
+        rows = [
+            HeldMessage(int(i), int(due), msgspec.msgpack.decode(r, type=Held))
+            for (i, due), r in zip(ranked, raw, strict=True)
+            if r is not None
+        ]
+        return int(total), rows
+
+    async def one(self, delay_id: int) -> HeldMessage | None:
+        """The message held as ``delay_id``; None when it is not held (one round trip)."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zscore(self.keys.due, delay_id)
+        pipe.hget(self.keys.held, delay_id)
+        due, raw = await pipe.execute()
+        if due is None or raw is None:
+            return None
+        return HeldMessage(delay_id, int(due), msgspec.msgpack.decode(raw, type=Held))
+
+    async def cancel(self, delay_ids: list[int], *, wait_s: float = CANCEL_WAIT_S) -> list[int]:
+        """Stop holding ``delay_ids``; the ids that were still held (the others were
+        released, cancelled before, or never held).
+
+        Taken as the topic's mover, so no mover is between appending a message and
+        forgetting it: a cancelled message is never delivered. Waits up to ``wait_s`` for a
+        running mover, then raises :class:`DelayedMessagesBusy` with nothing changed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while (token := await self.lock(MOVER_TTL_MS)) is None:
+            if loop.time() >= deadline:
+                raise DelayedMessagesBusy(
+                    "the topic's delayed messages are being released; try again shortly"
+                )
+            await asyncio.sleep(0.05)
+        try:
+            k = self.keys
+            done = await _CANCEL(self._redis, (k.due, k.held), [fmt_int(i) for i in delay_ids])
+            await self.forget_if_empty()
+        finally:
+            await self.unlock(token)
+        return sorted(int(i) for i in done)
 
     async def forget_if_empty(self) -> None:
         """Drop the topic from DELAYED_TOPICS when nothing waits (remove, then re-check,

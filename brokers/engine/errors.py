@@ -168,3 +168,10 @@ class WriteTimeout(EngineError):
     """The write is stored, but the requested durability was not confirmed in time."""
 
     code = "SEND_PENDING"
+
+
+class DelayedMessagesBusy(EngineError):
+    """A topic's delayed messages are being moved into its partitions (by a mover that
+    has not let go in time); cancelling them must wait. Nothing was changed."""
+
+    code = "BUSY"

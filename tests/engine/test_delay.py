@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from brokers.engine import (
     DELAY_ID,
+    DelayedMessagesBusy,
     InvalidMessage,
     Message,
     MessageTooLarge,
     ProducerNotFound,
+    TopicNotFound,
     Whereabouts,
 )
-from brokers.engine.delay import KEEP_RELEASED_MS, DelayKeys
+from brokers.engine.delay import KEEP_RELEASED_MS, DelayKeys, DelayStore
 
 
 async def test_held_until_due_then_appended(make_engine, clock):
@@ -113,3 +117,94 @@ async def test_released_positions_are_forgotten_with_the_topics_messages(make_en
     assert await engine.delayed_whereabouts("t", first) == Whereabouts()
     assert (await engine.delayed_whereabouts("t", second)).partition is not None
     assert await engine.redis.zcard(keys.released_at) == 1
+
+
+async def _hold(engine, count: int, *, first_due_ms: int, step_ms: int) -> list[int]:
+    return [
+        await engine.append_delayed(
+            "t",
+            "a",
+            Message(f"m{i}".encode(), attributes={"k": str(i)}),
+            deliver_at_ms=first_due_ms + i * step_ms,
+            partition=1,
+        )
+        for i in range(count)
+    ]
+
+
+async def test_held_messages_are_listed_soonest_first_and_paged(make_engine, clock):
+    engine = make_engine()
+    now = engine.now_ms()
+    ids = await _hold(engine, 7, first_due_ms=now + 10_000, step_ms=1_000)
+    total, rows = await engine.delayed_messages("t", offset=0, limit=3)
+    assert total == 7
+    assert [r.delay_id for r in rows] == ids[:3]
+    assert [r.due_ms for r in rows] == [now + 10_000, now + 11_000, now + 12_000]
+    assert rows[1].held.body == b"m1" and rows[1].held.attributes == {"k": "1"}
+    assert rows[1].held.app == "a" and rows[1].held.partition == 1
+    assert await engine.delayed_message("t", ids[1]) == rows[1]
+    assert await engine.delayed_message("t", 999) is None
+    total, rows = await engine.delayed_messages("t", offset=6, limit=3)
+    assert [r.delay_id for r in rows] == ids[6:]
+    # a due-time window: bounds included
+    total, rows = await engine.delayed_messages(
+        "t", offset=0, limit=10, due_from_ms=now + 12_000, due_to_ms=now + 14_000
+    )
+    assert total == 3 and [r.delay_id for r in rows] == ids[2:5]
+    # released ones are no longer listed
+    clock.advance(12.5)
+    assert await engine.release_delayed("t") == 3
+    total, rows = await engine.delayed_messages("t", offset=0, limit=10)
+    assert total == 4 and [r.delay_id for r in rows] == ids[3:]
+
+
+async def test_a_cancelled_message_is_never_delivered(make_engine, clock):
+    engine = make_engine()
+    now = engine.now_ms()
+    ids = await _hold(engine, 4, first_due_ms=now + 1_000, step_ms=1_000)
+    clock.advance(1.5)
+    assert await engine.release_delayed("t") == 1  # m0 is out already
+    # the released one, an unknown one and a repeat are left out of the answer
+    assert await engine.cancel_delayed("t", [ids[0], ids[1], ids[3], ids[3], 999]) == [
+        ids[1],
+        ids[3],
+    ]
+    assert await engine.cancel_delayed("t", [ids[1]]) == []
+    assert await engine.delayed_message("t", ids[1]) is None
+    assert await engine.delayed_pending("t") == 1
+    clock.advance(10)
+    assert await engine.release_delayed("t") == 1
+    assert [d.message.body for d in await engine.read("t", 1, 0, 10)] == [b"m0", b"m2"]
+    assert (await engine.delayed_whereabouts("t", ids[1])) == Whereabouts()
+    assert await engine.delayed_pending("t") == 0
+
+
+async def test_cancel_waits_for_a_running_mover_and_gives_up_unchanged(make_engine, clock):
+    engine = make_engine()
+    now = engine.now_ms()
+    ids = await _hold(engine, 2, first_due_ms=now + 60_000, step_ms=1)
+    store = DelayStore(engine.redis, "t")
+    token = await store.lock(30_000)  # a mover in the middle of a batch
+    assert token is not None
+
+    async def let_go() -> None:
+        await asyncio.sleep(0.2)
+        await store.unlock(token)
+
+    releasing = asyncio.create_task(let_go())
+    assert await engine.cancel_delayed("t", [ids[0]]) == [ids[0]]
+    await releasing
+    # a mover that does not let go (crashed holding the lock): nothing changes
+    assert await store.lock(30_000) is not None
+    with pytest.raises(DelayedMessagesBusy):
+        await store.cancel([ids[1]], wait_s=0.2)
+    assert await engine.delayed_pending("t") == 1
+
+
+async def test_cancel_and_listing_check_the_topic(make_engine):
+    engine = make_engine()
+    with pytest.raises(TopicNotFound):
+        await engine.delayed_messages("nope")
+    with pytest.raises(TopicNotFound):
+        await engine.cancel_delayed("nope", [1])
+    assert await engine.cancel_delayed("t", []) == []

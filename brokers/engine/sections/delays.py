@@ -9,8 +9,10 @@ from brokers.engine.delay import (
     DELAY_ID,
     KEEP_RELEASED_MS,
     MAX_DELAY_MS,
+    MOVER_TTL_MS,
     DelayStore,
     Held,
+    HeldMessage,
     Whereabouts,
     topics_with_delays,
 )
@@ -70,7 +72,7 @@ class DelaySection(EngineBase):
     async def release_delayed(self, topic: str, *, limit: int = 1000) -> int:
         """Append this topic's due delayed messages; returns how many were appended."""
         store = DelayStore(self.redis, topic)
-        token = await store.lock(ttl_ms=30_000)
+        token = await store.lock(ttl_ms=MOVER_TTL_MS)
         if token is None:
             return 0
         moved = 0
@@ -123,3 +125,33 @@ class DelaySection(EngineBase):
     async def delayed_pending(self, topic: str) -> int:
         """How many delayed messages of ``topic`` wait for their time."""
         return await DelayStore(self.redis, topic).pending()
+
+    async def delayed_messages(
+        self,
+        topic: str,
+        *,
+        offset: int = 0,
+        limit: int = 50,
+        due_from_ms: int | None = None,
+        due_to_ms: int | None = None,
+    ) -> tuple[int, list[HeldMessage]]:
+        """The delayed messages ``topic`` holds, soonest due first, optionally only those
+        due within [``due_from_ms``, ``due_to_ms``]: (how many match, one page of them)."""
+        self.topic(topic)
+        return await DelayStore(self.redis, topic).page(
+            offset=offset, limit=limit, due_from_ms=due_from_ms, due_to_ms=due_to_ms
+        )
+
+    async def delayed_message(self, topic: str, delay_id: int) -> HeldMessage | None:
+        """The delayed message ``topic`` holds as ``delay_id``; None when it is not held
+        (released, cancelled or unknown)."""
+        self.topic(topic)
+        return await DelayStore(self.redis, topic).one(delay_id)
+
+    async def cancel_delayed(self, topic: str, delay_ids: list[int]) -> list[int]:
+        """Cancel held delayed messages of ``topic``: they are never appended. Returns the
+        ids cancelled; an id already released (or unknown) is left out."""
+        self.topic(topic)
+        if not delay_ids:
+            return []
+        return await DelayStore(self.redis, topic).cancel(sorted(set(delay_ids)))
