@@ -1,7 +1,9 @@
-"""Long operations run by Celery with progress: offset resets and skipping backlog.
+"""Engine operations that approved applications run.
 
-An approved application starts the task and records its id; the task reports per-partition
-progress (Celery ``PROGRESS`` state), which the API and the console's progress bar read.
+Long ones run by Celery with progress (offset resets and skipping backlog): an approved
+application starts the task and records its id; the task reports per-partition progress
+(Celery ``PROGRESS`` state), which the API and the console's progress bar read. Short ones
+(resending dead letters, cancelling timer messages) run as the application executes.
 """
 
 from __future__ import annotations
@@ -91,5 +93,15 @@ def resend_dead_letters(topic: str, app: str, ids: list[int]) -> int:
     async def run() -> int:
         async with engine_session() as engine:
             return await engine.resend_dead_letters(topic, app, ids)
+
+    return async_to_sync(run)()
+
+
+def cancel_delayed(topic: str, ids: list[int]) -> list[int]:
+    """Cancel held delayed or timer messages of ``topic``; the ids that were still held."""
+
+    async def run() -> list[int]:
+        async with engine_session() as engine:
+            return await engine.cancel_delayed(topic, ids)
 
     return async_to_sync(run)()

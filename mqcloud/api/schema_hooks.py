@@ -21,7 +21,7 @@ from typing import Any
 from mqcloud.api.errors import ERROR_DESCRIPTIONS
 
 NO_NUL = "^[^\\u0000]*$"
-ENGINE_PATHS = ("/api/v1/consumers/", "/messages/", "/traffic/")
+ENGINE_PATHS = ("/api/v1/consumers/", "/messages/", "/traffic/", "/delayed/")
 ERASING_DELETES = ("/api/v1/topics/{code}/", "/api/v1/consumer-policies/{id}/")
 ERROR_REF = {"$ref": "#/components/schemas/ApiError"}
 # Catalog objects with unique values: their create (collection) and update (detail) paths.

@@ -17,7 +17,7 @@ from rest_framework.serializers import BaseSerializer
 from brokers.anonymous import with_open_flag
 from brokers.erasure import STORE_ERRORS, erase_group_data, erase_topic_data
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
-from mqcloud.api import filters, history
+from mqcloud.api import filters, history, timers
 from mqcloud.api import messages as stored  # the class body's `messages` is an action
 from mqcloud.api import serializers as s
 from mqcloud.api.errors import EngineUnavailableError, error_responses
@@ -293,6 +293,18 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         topic = self.get_object()
         query = validated_query(stored.MessageSearch, request)
         return Response(stored.search_messages(topic, query))
+
+    @extend_schema(
+        parameters=[timers.DelayedQuery],
+        responses={200: timers.DelayedPage, **error_responses(400, 401, 404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def delayed(self, request: Request, code: str | None = None) -> Response:
+        """Delayed and timer messages the topic still holds, soonest due first; cancel
+        them with an application of kind timer_cancel."""
+        topic = self.get_object()
+        query = validated_query(timers.DelayedQuery, request)
+        return Response(timers.delayed_messages(topic, query))
 
 
 @extend_schema_view(

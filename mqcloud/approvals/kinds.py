@@ -339,6 +339,37 @@ def _dlq_resend(user, payload: dict) -> Prepared:
     )
 
 
+class TimerCancelSerializer(serializers.Serializer):
+    """Which delayed or timer messages of a topic are cancelled before they are due (by
+    delay id: what the console's timer list shows; an HTTP-MQ msgId names it too)."""
+
+    topic = serializers.CharField(max_length=255)
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
+        min_length=1,
+        max_length=10_000,
+    )
+
+
+def _timer_cancel(user, payload: dict) -> Prepared:
+    from mqcloud.operations import cancel_delayed
+
+    ser = TimerCancelSerializer(data=payload)
+    ser.is_valid(raise_exception=True)
+    topic = _owned(
+        Topic.objects.select_related("team"), user, "team", code=ser.validated_data["topic"]
+    )
+    ids = sorted(set(ser.validated_data["ids"]))
+
+    def execute() -> dict:
+        cancelled = cancel_delayed(topic.code, ids)
+        done = set(cancelled)
+        # The others were delivered already (or cancelled by someone else): say which.
+        return {"cancelled": len(cancelled), "not_held": [i for i in ids if i not in done]}
+
+    return Prepared(f"topic:{topic.code}", topic.team, {"topic": topic.code, "ids": ids}, execute)
+
+
 PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.TOPIC_CREATE: _topic_create,
     Kind.TOPIC_UPDATE: _topic_update,
@@ -365,6 +396,7 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.OFFSET_RESET: _reset,
     Kind.SKIP_BACKLOG: lambda user, payload: _reset(user, payload, skip=True),
     Kind.DLQ_RESEND: _dlq_resend,
+    Kind.TIMER_CANCEL: _timer_cancel,
     Kind.ZBUS_OPEN: _zbus_open,
     Kind.ZBUS_CLOSE: _zbus_close,
 }
@@ -422,6 +454,12 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
     Kind.DLQ_RESEND: (
         "{consumer, ids}: dead letters back to the retry store (no ids: all)",
         {"consumer": "shop.orders", "ids": [3, 4]},
+    ),
+    Kind.TIMER_CANCEL: (
+        "{topic, ids}: delayed or timer messages (delay ids, as GET"
+        " /topics/{code}/delayed/ lists them) that are never delivered; the result says"
+        " which were delivered already",
+        {"topic": "orders", "ids": [17, 18]},
     ),
     Kind.ZBUS_OPEN: (
         "{code}: token-less zbus clients (and anonymous VibeMQ clients where the operator"

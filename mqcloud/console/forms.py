@@ -396,6 +396,31 @@ class DeadLetterResendForm(ConsumerForm):
         return out
 
 
+class TimerCancelForm(ApplicationForm):
+    kind = Kind.TIMER_CANCEL
+    title = "Cancel delayed or timer messages"
+    help = (
+        "They are never delivered. A message already delivered when the application is"
+        " approved is listed in the result, not cancelled."
+    )
+    topic = forms.ChoiceField(label="Topic")
+    ids = forms.CharField(help_text="Delay ids (the timer list's first column), comma-separated.")
+
+    def setup(self) -> None:
+        self.choose("topic", _topic_choices(self.user, own=True), "code")
+
+    def clean_ids(self) -> list[int]:
+        parts = [p.strip() for p in self.cleaned_data["ids"].split(",") if p.strip()]
+        if not parts:
+            raise forms.ValidationError("Give at least one delay id.")
+        if any(not _whole(p) for p in parts):
+            raise forms.ValidationError("Ids are whole numbers, comma-separated.")
+        return [int(p) for p in parts]
+
+    def payload(self) -> dict[str, Any]:
+        return {"topic": self.cleaned_data["topic"], "ids": self.cleaned_data["ids"]}
+
+
 class ProducerUpdateForm(ApplicationForm):
     kind = Kind.PRODUCER_UPDATE
     title = "Change a producer's blacklist, broker weights and rate limit"
@@ -499,6 +524,7 @@ FORMS: dict[str, type[ApplicationForm]] = {
         OffsetResetForm,
         SkipBacklogForm,
         DeadLetterResendForm,
+        TimerCancelForm,
         ZbusOpenForm,
         ZbusCloseForm,
     )

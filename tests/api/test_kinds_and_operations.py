@@ -4,6 +4,7 @@ documenting every kind and action, and a consumer's retries and dead letters."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import redis.asyncio as aioredis
@@ -14,6 +15,7 @@ from brokers.engine import RETRY_PARTITION, Engine, Message, RetryType
 from brokers.engine.keys import RetryKeys
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.approvals.models import AuditEvent, Kind
+from proxy.httpmq.messages import delayed_message_id
 from tests import factories
 from tests.engine_calls import engine_call
 
@@ -159,6 +161,7 @@ def test_schema_documents_every_kind_action_and_operation(world):
         "dead-letters/purge/",
     ):
         assert consumer + tail in paths, tail
+    assert "/api/v1/topics/{code}/delayed/" in paths
 
 
 async def _fail_three(engine: Engine) -> None:
@@ -363,3 +366,58 @@ def test_a_platform_admin_deleting_a_consumer_policy_erases_its_group(world):
         return await engine.redis.exists(RetryKeys("orders", "shop").due)
 
     assert engine_call(retries) == 0
+
+
+def test_delayed_messages_listed_and_cancelled_by_application(world):
+    now = int(time.time() * 1000)
+
+    async def hold(engine: Engine) -> list[int]:
+        return [
+            await engine.append_delayed(
+                "orders", "shop", Message(b"t%d" % i), deliver_at_ms=now + (i + 1) * 3_600_000
+            )
+            for i in range(3)
+        ]
+
+    ids = engine_call(hold)
+    url = "/api/v1/topics/orders/delayed/"
+    listed = world["alice"].get(url).json()
+    assert listed["count"] == 3 and [r["delay_id"] for r in listed["results"]] == ids
+    first = listed["results"][0]
+    assert first["message_id"] == delayed_message_id("orders", ids[0])
+    assert first["app"] == "shop" and first["partition"] is None and first["body_preview"] == "t0"
+    assert [r["delay_id"] for r in world["alice"].get(url, {"id": first["message_id"]}).json()[
+        "results"
+    ]] == [ids[0]]  # fmt: skip
+    assert world["alice"].get(url, {"id": "999"}).json() == {"count": 0, "results": []}
+    assert world["alice"].get(url, {"id": "nope"}).status_code == 400
+    page = world["alice"].get(url, {"offset": 1, "limit": 1}).json()
+    assert page["count"] == 3 and [r["delay_id"] for r in page["results"]] == [ids[1]]
+    window = world["alice"].get(url, {"due_from": now + 5_000_000, "due_until": now + 99_000_000})
+    assert [r["delay_id"] for r in window.json()["results"]] == ids[1:]
+    assert world["alice"].get(url, {"due_from": 10, "due_until": 5}).json()["count"] == 0
+    assert world["alice"].get(url, {"limit": 0}).status_code == 400
+    assert world["bob"].get(url).status_code == 404
+
+    # cancelling: an application of the topic's team
+    for bad in (
+        {"topic": "orders", "ids": []},
+        {"topic": "orders", "ids": ["x"]},
+        {"topic": "orders"},
+    ):
+        refused = world["alice"].post(
+            "/api/v1/applications/", {"kind": "timer_cancel", "payload": bad}, format="json"
+        )
+        assert refused.status_code == 400, bad
+    other = world["bob"].post(
+        "/api/v1/applications/",
+        {"kind": "timer_cancel", "payload": {"topic": "orders", "ids": [ids[0]]}},
+        format="json",
+    )
+    assert other.status_code == 400 and "No such object" in str(other.json()), other.json()
+    done = apply_and_approve(
+        world, "timer_cancel", {"topic": "orders", "ids": [ids[2], ids[0], 77]}
+    )
+    assert done["status"] == "approved", done
+    assert done["result"] == {"cancelled": 2, "not_held": [77]}
+    assert [r["delay_id"] for r in world["alice"].get(url).json()["results"]] == [ids[1]]

@@ -12,7 +12,9 @@ import pytest
 from brokers.catalog_loader import publish
 from brokers.models import ConsumerPolicy, ProducerPolicy
 from mqcloud.console import engine_calls
+from mqcloud.console.timers import delay_id_of
 from proxy.httpmq.request_id import RequestId
+from tests.engine_calls import engine_call
 from tests.httpmq.conftest import make_catalog, release_delayed, wait_known
 
 pytestmark = pytest.mark.django_db
@@ -448,6 +450,21 @@ def test_delayed_message_arrives_when_due_under_its_msgid(mq):
     assert sent["messageQueue"]["queueId"] == -1  # chosen at release
     ordered = produce(mq, s, "held in order", delayLevel="1", orderId="o-1").json()["result"]
     assert ordered["messageQueue"]["queueId"] == 0 and ordered["messageQueue"]["brokerName"]
+
+
+def test_a_cancelled_delayed_message_is_never_delivered(mq):
+    s = make_catalog(partitions=1)
+    wait_known(mq, s)
+    kept = produce(mq, s, "kept", delayLevel="1").json()["result"]["msgId"]
+    dropped = produce(mq, s, "cancelled", delayLevel="1").json()["result"]["msgId"]
+    delay_id = delay_id_of(s.topic, dropped)  # what the console and the API take
+    assert delay_id is not None and delay_id != delay_id_of(s.topic, kept)
+    assert engine_call(lambda e: e.cancel_delayed(s.topic, [delay_id])) == [delay_id]
+    time.sleep(1.1)
+    assert release_delayed(s.topic) == 1
+    (got,) = fetch(mq, s).json()["result"]["msgList"]
+    assert (got["message"], got["messageId"]) == ("kept", kept)
+    assert engine_call(lambda e: e.delayed_pending(s.topic)) == 0
 
 
 def test_forwarded_client_address_only_from_trusted_proxies(mq_urls):
