@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import orjson
 import pytest
 
 from brokers.clients.zbus import ZbusClient
+from brokers.protocols.zbus import Message
 from tests.zbus.conftest import Raw, create_temp_mq, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -415,3 +417,83 @@ async def test_consumes_read_together_take_effect_in_order(broker) -> None:
         assert await raw.silent(0.3)
     finally:
         await raw.close()
+
+
+@pytest.mark.parametrize("mode", [4, 5])
+async def test_a_temp_queue_made_by_create_mq_is_a_queue_of_its_own(broker, mode) -> None:
+    """§7: without the PubSub bit a Temp MQ is a queue (§9.1): what is produced waits in
+    order and goes to its consumes round robin under each consume's msgid, within its
+    window. (It was a reply queue: a consume got only messages of its own msgid, and the
+    others were dropped after reply_ttl without a word.)"""
+    owner, producer, second = [await Raw.open(broker.port) for _ in range(3)]
+    try:
+        body = orjson.dumps({"mqName": f"work{mode}", "mqMode": mode})
+        await owner.send(msg("cmd: admin", "sub_cmd: create_mq", "msgid: t", body=body))
+        assert (await owner.recv()).status == 200
+        mq = f"mq: work{mode}"
+        for i in range(5):
+            await producer.send(msg("cmd: produce", mq, f"msgid: p{i}", body=b"m%d" % i))
+            assert (await producer.recv()).status == 200
+        await owner.send(msg("cmd: consume", mq, "msgid: cons", "window: 2"))
+        got = [await owner.recv() for _ in range(2)]
+        assert [(m.msgid, m.msgid_raw, m.body) for m in got] == [
+            ("cons", "p0", b"m0"),
+            ("cons", "p1", b"m1"),
+        ]
+        assert await owner.silent(0.1)  # its window is used up
+        data = orjson.loads((await _admin_data(producer)).body)
+        assert data["mqTable"][f"work{mode}"]["unconsumedMsgCount"] == 3
+        # two streaming consumes share what is left and what comes, in turn
+        await owner.send(msg("cmd: consume", mq, "msgid: a", "window: -1"))
+        await second.send(msg("cmd: consume", mq, "msgid: b", "window: -1"))
+        await asyncio.sleep(0.1)
+        for i in range(5, 8):
+            await producer.send(msg("cmd: produce", mq, f"msgid: p{i}", body=b"m%d" % i))
+            assert (await producer.recv()).status == 200
+        await asyncio.sleep(0.1)
+        mine = await _drain(owner)
+        theirs = await _drain(second)
+        assert all(m.msgid == "a" for m in mine) and all(m.msgid == "b" for m in theirs)
+        assert sorted(m.body for m in mine + theirs) == [b"m%d" % i for i in range(2, 8)]
+        assert mine and theirs
+        # a request naming it as its reply queue still gets its own reply
+        await owner.send(msg("cmd: consume", mq, "msgid: a", "window: 0"))
+        await second.close()
+        await owner.send(msg("cmd: request", "mq: svc", "msgid: r1", f"mq_reply: work{mode}"))
+        await producer.send(msg("cmd: produce", mq, "msgid: r1", "ack: 0", body=b"reply"))
+        reply = await owner.recv()
+        assert (reply.msgid, reply.body) == ("r1", b"reply")
+    finally:
+        for conn in (owner, producer, second):
+            await conn.close()
+
+
+async def test_a_temp_queue_holds_a_bounded_number_of_messages(broker) -> None:
+    owner, producer = await Raw.open(broker.port), await Raw.open(broker.port)
+    broker.server.ctx.config = replace(broker.server.ctx.config, pubsub_buffer=3)
+    try:
+        await create_temp_mq(owner, "small")
+        for i in range(5):
+            await producer.send(msg("cmd: produce", "mq: small", f"msgid: p{i}", body=b"%d" % i))
+            assert (await producer.recv()).status == 200
+        await owner.send(msg("cmd: consume", "mq: small", "msgid: c", "window: 5"))
+        got = [await owner.recv() for _ in range(3)]
+        assert [m.body for m in got] == [b"2", b"3", b"4"]  # the oldest two were dropped
+        assert broker.server.ctx.temps["small"].dropped == 2
+    finally:
+        await owner.close()
+        await producer.close()
+
+
+async def _admin_data(conn: Raw) -> Message:
+    await conn.send(msg("cmd: admin", "sub_cmd: data", "msgid: d"))
+    return await conn.recv()
+
+
+async def _drain(conn: Raw) -> list[Message]:
+    out = []
+    while True:
+        try:
+            out.append(await conn.recv(wait=0.2))
+        except TimeoutError:
+            return out

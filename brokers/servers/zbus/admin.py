@@ -83,7 +83,7 @@ async def create_mq(ctx: ServerContext, conn: Connection, msg: Message) -> None:
         raise Refuse(400, bad_format("mqName invalid"), always=True)
     creator = msg.remote_addr or conn.remote_addr
     if mode & MqMode.TEMP:
-        await open_temp(ctx, params.name, mode, conn, params.access_token).registered()
+        await open_temp(ctx, params.name, mode, conn, params.access_token, fifo=True).registered()
     else:
         from brokers.servers.zbus.catalog_ops import create_topic  # needs Django's ORM
 

@@ -26,6 +26,8 @@ async def consume(ctx: ServerContext, conn: Connection, msg: Message) -> None:
     if mq.temp is not None:
         if mq.temp.pubsub:
             mq.temp.subscribe(conn, msg.msgid, msg.window, msg.topics, msg.aliases)
+        elif mq.temp.fifo:
+            mq.temp.consume(conn, msg.msgid, msg.window, msg.aliases)
         else:
             mq.temp.wait(conn, msg.msgid, msg.window, msg.aliases)
         return

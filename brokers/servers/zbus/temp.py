@@ -2,9 +2,14 @@
 
 Decision: a Temp MQ is not a catalog row. It lives in the memory of the broker process
 that holds its owner connection and vanishes with that connection, contents included (they
-are never persisted, §13.4). A queue Temp MQ delivers by ``msgid``: each waiter (a
-``request``, or a ``consume`` on the reply queue) waits for one ``msgid``; a stored message
-goes to the waiter of its own ``msgid``. A pub/sub Temp MQ (PubSub bit, mode 6) copies each
+are never persisted, §13.4). A reply queue (made by a ``request``, §10) delivers by
+``msgid``: each waiter (a ``request``, or a ``consume`` on the reply queue) waits for one
+``msgid``; a stored message goes to the waiter of its own ``msgid``. A queue Temp MQ made by
+``create_mq`` is a queue like any other (§7, §9.1), in memory: its messages wait in order
+and go to its consumes round robin, each under the consume's ``msgid`` and within its
+window — except a message for which a ``request`` that named the queue as its reply
+queue waits: that goes to its waiter. It holds at most ``pubsub_buffer`` messages, the
+oldest dropped and counted beyond. A pub/sub Temp MQ (PubSub bit, mode 6) copies each
 message to every subscriber whose topics match, as a catalog pub/sub MQ does (§9.2:
 topics accumulate, a buffer per subscriber bounded at ``pubsub_buffer``, the oldest
 dropped and counted, status 200). Any number of waiters may be registered per connection;
@@ -60,6 +65,16 @@ class Waiter:
     aliases: AliasFamily
 
 
+@dataclass(eq=False, slots=True)
+class TempSession:
+    """A consume of a queue Temp MQ made by ``create_mq``: up to ``window`` messages
+    (negative: every one) under its ``msgid``."""
+
+    msgid: str | None
+    window: int
+    aliases: AliasFamily
+
+
 @dataclass(eq=False)
 class TempMq:
     """One temporary MQ owned by one connection."""
@@ -82,6 +97,14 @@ class TempMq:
     the queue is not stored before them (:func:`~.request.request_now`)."""
     subscribers: dict[Connection, TempSubscriber] = field(default_factory=dict)
     """Of a pub/sub Temp MQ (PubSub bit set): its subscribing connections."""
+    fifo: bool = False
+    """Made by ``create_mq``: a queue of its own; else a reply queue (by ``msgid``)."""
+    queued: deque[Message] = field(default_factory=deque)
+    """Of a ``fifo`` queue: its messages not yet delivered, oldest first."""
+    sessions: dict[Connection, TempSession] = field(default_factory=dict)
+    """Of a ``fifo`` queue: its consumes, in the order they are dealt to."""
+    dropped: int = 0
+    """Of a ``fifo`` queue: messages dropped over ``pubsub_buffer``."""
 
     @property
     def pubsub(self) -> bool:
@@ -160,20 +183,63 @@ class TempMq:
             if not self._hand(key, waiter, message):
                 self._keep(key, message)
 
+    def consume(
+        self, conn: Connection, msgid: str | None, window: int, aliases: AliasFamily
+    ) -> None:
+        """A consume of a ``fifo`` queue: it replaces the connection's earlier one (window
+        0 only cancels it) and takes its turn in the round robin."""
+        self.sessions.pop(conn, None)
+        if window == 0:
+            return
+        self.sessions[conn] = TempSession(msgid, window, aliases)
+        if conn not in self._watched:
+            self._watched.add(conn)
+            conn.on_close(lambda: self._forget(conn))
+        self.ctx.consumed(self.name, conn)
+        self._deal()
+
+    def _deal(self) -> None:
+        """Hand queued messages to the sessions in turn while both last."""
+        queued, sessions = self.queued, self.sessions
+        while queued and sessions:
+            conn, session = next(iter(sessions.items()))
+            del sessions[conn]
+            if conn.closed:
+                continue
+            if not conn.send(make_delivery(queued[0], msgid=session.msgid), session.aliases):
+                log.warning("zbus: temp MQ %s dropped a message it cannot encode", self.name)
+                queued.popleft()
+                sessions[conn] = session
+                continue
+            queued.popleft()
+            if session.window > 0:
+                session.window -= 1
+            if session.window != 0:
+                sessions[conn] = session  # to the end of the line: round robin
+
     def put(self, message: Message) -> None:
         """A message produced to this MQ: a copy to each matching subscriber of a pub/sub
-        Temp MQ; else to its waiter, or kept for ``reply_ttl``."""
+        Temp MQ; the waiter of its ``msgid`` (a request's reply); else, on a reply queue,
+        kept for ``reply_ttl``, and on a ``fifo`` queue queued for its consumes."""
         if self.pubsub:
             self._publish(message)
             return
         key = message.msgid or ""
         waiter = self.waiters.get(key)
-        if waiter is None or not self._hand(key, waiter, message):
+        if waiter is not None and self._hand(key, waiter, message):
+            return
+        if not self.fifo:
             self._keep(key, message)
+            return
+        if len(self.queued) >= self.ctx.config.pubsub_buffer:
+            self.queued.popleft()
+            self.dropped += 1
+        self.queued.append(message)
+        self._deal()
 
     def unconsumed(self) -> int:
-        """Replies kept without a waiter."""
-        return sum(len(v) for v in self.pending.values())
+        """Replies kept without a waiter, and the messages a ``fifo`` queue holds."""
+        return sum(len(v) for v in self.pending.values()) + len(self.queued)
 
     def _hand(self, key: str, waiter: Waiter, message: Message) -> bool:
         if waiter.window == 0 or not waiter.conn.send(
@@ -201,6 +267,7 @@ class TempMq:
     def _forget(self, conn: Connection) -> None:
         self._watched.discard(conn)
         self.subscribers.pop(conn, None)
+        self.sessions.pop(conn, None)
         for key in [k for k, w in self.waiters.items() if w.conn is conn]:
             del self.waiters[key]
 
@@ -212,13 +279,22 @@ class TempMq:
         self.pending.clear()
         self.waiters.clear()
         self.subscribers.clear()
+        self.queued.clear()
+        self.sessions.clear()
 
 
 def open_temp(
-    ctx: ServerContext, name: str, mode: int, owner: Connection, token: str = ""
+    ctx: ServerContext,
+    name: str,
+    mode: int,
+    owner: Connection,
+    token: str = "",
+    *,
+    fifo: bool = False,
 ) -> TempMq:
-    """Create the temp MQ ``name`` owned by ``owner`` (removed when ``owner`` closes)."""
-    temp = TempMq(ctx, name, mode, owner, token, ctx.engine.now_ms())
+    """Create the temp MQ ``name`` owned by ``owner`` (removed when ``owner`` closes): a
+    queue of its own when ``fifo`` (``create_mq``), else a reply queue."""
+    temp = TempMq(ctx, name, mode, owner, token, ctx.engine.now_ms(), fifo=fifo)
     ctx.temps[name] = temp
     relay = ctx.relay
     if relay is not None:
