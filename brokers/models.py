@@ -163,6 +163,12 @@ class Topic(models.Model):
         BLOCK_PUBLISHER = "BlockPublisher"
         REDIRECT_TO_DLQ = "RedirectToDlq"
 
+    class SurgeReceiver(models.TextChoices):
+        PRODUCER = "producer", "Teams of its producers"
+        CONSUMER = "consumer", "Teams of its consumers"
+        ADMIN = "admin", "Platform admins"
+        NOBODY = "nobody", "Nobody (no surge alerts)"
+
     code = models.CharField(
         max_length=TOPIC_CODE_MAX,
         unique=True,
@@ -215,6 +221,12 @@ class Topic(models.Model):
         help_text="zbus mqMode bit set: 1 MQ, 2 PubSub, 4 Temp.",
     )
     zbus_token_hash = models.CharField(max_length=64, blank=True, editable=False)
+    surge_alert_receiver = models.CharField(
+        max_length=8,
+        choices=SurgeReceiver.choices,
+        default=SurgeReceiver.PRODUCER,
+        help_text="Who is alerted when the topic's traffic surges past its usual daily peaks.",
+    )
     creator = models.CharField(max_length=255, blank=True)
     description = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

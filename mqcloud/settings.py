@@ -239,6 +239,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_dead_letter_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "traffic-surge-alerts": {
+        "task": "mqcloud.tasks.check_traffic_surge_alerts",
+        "schedule": timedelta(minutes=5),
+    },
     "interrupted-applications": {
         "task": "mqcloud.tasks.fail_interrupted_applications",
         "schedule": timedelta(minutes=1),

@@ -242,6 +242,15 @@ def check_dead_letter_alerts() -> int:
 
 
 @shared_task
+def check_traffic_surge_alerts() -> int:
+    """Sum up the topics' daily peaks that are due and fire traffic-surge alerts (beat:
+    every 5 minutes); returns how many fired."""
+    from mqcloud.alerts.surges import check_surges
+
+    return len(check_surges())
+
+
+@shared_task
 def fail_interrupted_applications() -> list[int]:
     """Fail applications left executing by a process that died (beat: every minute);
     returns their ids. The limit is APPLICATION_EXECUTION_LIMIT_SECONDS."""

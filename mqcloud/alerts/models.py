@@ -14,6 +14,7 @@ class AlertEvent(models.Model):
         BACKLOG = "backlog", "Consumer backlog"
         BROKER_DOWN = "broker_down", "Broker down"
         DEAD_LETTERS = "dead_letters", "Dead letters"
+        TRAFFIC_SURGE = "traffic_surge", "Traffic surge"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     target = models.CharField(max_length=300, help_text="e.g. consumer:app.topic")
@@ -53,3 +54,24 @@ class LatestLag(models.Model):
 
     def __str__(self) -> str:
         return f"{self.consumer_id}: {self.lag}"
+
+
+class TopicDailyPeak(models.Model):
+    """A topic's busiest minute of one UTC day, its outliers left out: the history the
+    traffic-surge check compares the present with (:mod:`mqcloud.alerts.surges`)."""
+
+    topic = models.CharField(max_length=200)
+    day = models.DateField()
+    peak = models.BigIntegerField(
+        help_text="The day's largest per-minute message count of those at most 5 × the"
+        " day's per-minute average."
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "day"], name="alerts_peak_once_per_day")
+        ]
+        indexes = [models.Index(fields=["day"], name="alerts_peak_day")]
+
+    def __str__(self) -> str:
+        return f"{self.topic} {self.day}: {self.peak}"

@@ -189,6 +189,7 @@ class TopicSerializer(ModelCleanMixin, StrictModelSerializer):
             "zbus_token_set",
             "zbus_open",
             "produce_rate_per_s",
+            "surge_alert_receiver",
             "creator",
             "description",
             "created_at",

@@ -169,6 +169,12 @@ class TopicCreateForm(ApplicationForm):
         min_value=1, required=False, label="Retention: max messages per partition"
     )
     description = forms.CharField(max_length=500, required=False, help_text="Purpose.")
+    surge_alert_receiver = forms.ChoiceField(
+        choices=Topic.SurgeReceiver.choices,
+        initial=Topic.SurgeReceiver.PRODUCER,
+        required=False,
+        label="Traffic-surge alerts go to",
+    )
 
     def setup(self) -> None:
         self.fields["team"].choices = [(t.name, t.name) for t in access.user_teams(self.user)]
@@ -182,6 +188,11 @@ class TopicUpdateForm(ApplicationForm):
     description = forms.CharField(max_length=500, required=False)
     retention_max_age_s = forms.IntegerField(min_value=60, required=False)
     retention_max_count = forms.IntegerField(min_value=1, required=False)
+    surge_alert_receiver = forms.ChoiceField(
+        choices=[("", "(unchanged)"), *Topic.SurgeReceiver.choices],
+        required=False,
+        label="Traffic-surge alerts go to",
+    )
 
     def setup(self) -> None:
         self.choose("code", _topic_choices(self.user, own=True), "code")
@@ -194,7 +205,7 @@ class TopicUpdateForm(ApplicationForm):
 
     @staticmethod
     def changed_fields() -> tuple[str, ...]:
-        return ("description", "retention_max_age_s", "retention_max_count")
+        return ("description", "retention_max_age_s", "retention_max_count", "surge_alert_receiver")
 
     def payload(self) -> dict[str, Any]:
         d = self.cleaned_data
