@@ -37,7 +37,23 @@ def session_database_url() -> str:
     return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
+def _procfile_web_limits() -> tuple[str, ...]:
+    """The WebSocket size options the Procfile's ``web`` process gives daphne."""
+    lines = (ROOT / "Procfile").read_text().splitlines()
+    line = next(text for text in lines if text.startswith("web:"))
+    words = line.split()
+    return tuple(
+        w
+        for i, w in enumerate(words)
+        if w.startswith("--websocket-max") or (i > 0 and words[i - 1].startswith("--websocket-max"))
+    )
+
+
+DAPHNE_WS_LIMITS = _procfile_web_limits()
+
+
 def start_daphne(port: int, log: Path, **extra_env: str) -> subprocess.Popen:
+    """daphne as the Procfile's ``web`` process runs it (its WebSocket limits included)."""
     env = {**os.environ, "DEBUG": "false", "DATABASE_URL": session_database_url(), **extra_env}
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -49,6 +65,7 @@ def start_daphne(port: int, log: Path, **extra_env: str) -> subprocess.Popen:
                 "127.0.0.1",
                 "-p",
                 str(port),
+                *DAPHNE_WS_LIMITS,
                 "mqcloud.asgi:application",
             ],
             cwd=ROOT,
