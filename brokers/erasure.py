@@ -8,26 +8,53 @@ name found them (``Engine.erase_topic`` / ``Engine.erase_group``,
 deleting transaction: applications, the REST API and the Django admin, so a Redis failure
 (raised) keeps the row. Neither needs the catalog: a short-lived engine over an empty
 snapshot does it (:mod:`brokers.engine_run`).
+
+A queue topic's dead-letter queue ``<topic>.dlq`` has no catalog row of its own (the
+engine serves it under the topic's policies), so it goes with its topic — its dead
+letters and every group's progress on it — unless the catalog has a topic of that name,
+which is another topic.
 """
 
 from __future__ import annotations
 
 import redis
 
-from brokers.engine import CatalogSnapshot, EngineError
+from brokers.engine import CatalogSnapshot, Engine, EngineError
 from brokers.engine_run import run_on_engine
 
 _EMPTY = CatalogSnapshot()
+DLQ_SUFFIX = ".dlq"  # the engine's implicit dead-letter queue: <topic>.dlq
 STORE_ERRORS = (EngineError, redis.RedisError, OSError)
 """What an erase raises when the message store does not answer."""
 
 
+def _with_implicit_dlq(code: str) -> list[str]:
+    """``code`` and its dead-letter queue, unless that is a catalog topic of its own."""
+    from brokers.models import Topic
+
+    if code.endswith(DLQ_SUFFIX):  # a dead-letter queue has none of its own
+        return [code]
+    dlq = code + DLQ_SUFFIX
+    return [code] if Topic.objects.filter(code=dlq).exists() else [code, dlq]
+
+
 def erase_topic_data(code: str) -> int:
-    """Delete every key the engine keeps for topic ``code``; how many went."""
-    return run_on_engine(_EMPTY, lambda engine: engine.erase_topic(code))
+    """Delete every key the engine keeps for topic ``code`` and its implicit dead-letter
+    queue; how many went."""
+    codes = _with_implicit_dlq(code)
+
+    async def erase(engine: Engine) -> int:
+        return sum([await engine.erase_topic(c) for c in codes])
+
+    return run_on_engine(_EMPTY, erase)
 
 
 def erase_group_data(topic: str, app: str) -> int:
-    """Delete every key the engine keeps for consumer group ``app`` on ``topic``; how
-    many went."""
-    return run_on_engine(_EMPTY, lambda engine: engine.erase_group(topic, app))
+    """Delete every key the engine keeps for consumer group ``app`` on ``topic`` and on
+    its implicit dead-letter queue; how many went."""
+    codes = _with_implicit_dlq(topic)
+
+    async def erase(engine: Engine) -> int:
+        return sum([await engine.erase_group(c, app) for c in codes])
+
+    return run_on_engine(_EMPTY, erase)

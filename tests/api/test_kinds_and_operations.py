@@ -314,6 +314,45 @@ def test_topic_delete_erases_its_data_and_no_other_topics(world, redis_url):
     assert (listed["retries"], listed["dead_letters"]) == (0, 0)
 
 
+def test_a_deleted_queue_topic_takes_its_dead_letter_queue_along(world, redis_url):
+    """``<topic>.dlq`` has no catalog row: its dead letters stayed in Redis when the topic
+    went, and a topic created again under the code, with its DLQ on, listed them. A
+    catalog topic that happens to be named ``<other>.dlq`` is another topic: kept."""
+    orders = Topic.objects.get(code="orders")
+    orders.dead_letter_enabled, orders.max_retry_attempts = True, 0
+    orders.save()
+    factories.topic("other", orders.cluster, orders.team, partitions=1, groups=1)
+    named = factories.topic("other.dlq", orders.cluster, orders.team, partitions=1, groups=1)
+    shop = ProducerPolicy.objects.get(topic=orders).app
+    ProducerPolicy.objects.create(topic=named, app=shop)
+    publish()
+
+    async def dead_letter(engine: Engine) -> None:
+        await engine.append("orders", "shop", [Message(b"doomed")], partition=0)
+        lease = await engine.lease("orders", "shop", count=1, owner="c")
+        await engine.fail("orders", "shop", 0, [d.index for d in lease.deliveries])
+        dead = await engine.lease("orders.dlq", "shop", count=5, owner="c")
+        assert [d.message.body for d in dead.deliveries] == [b"doomed"]
+        await engine.append("other.dlq", "shop", [Message(b"its own")], partition=0)
+
+    engine_call(dead_letter)
+    ProducerPolicy.objects.filter(topic__in=[orders]).delete()
+    ConsumerPolicy.objects.filter(topic=orders).delete()
+    assert apply_and_approve(world, "topic_delete", {"code": "orders"})["status"] == "approved"
+    assert apply_and_approve(world, "topic_delete", {"code": "other"})["status"] == "approved"
+
+    async def keys() -> list[bytes]:
+        client = aioredis.from_url(redis_url)
+        try:
+            return sorted(await client.keys("mq:{*"))
+        finally:
+            await client.aclose()
+
+    left = asyncio.run(keys())
+    assert not [k for k in left if b"orders.dlq" in k], left
+    assert any(b"other.dlq" in k for k in left)
+
+
 def test_a_platform_admin_deleting_a_topic_erases_its_data(world, redis_url):
     orders = Topic.objects.get(code="orders")
     factories.topic("spare", orders.cluster, orders.team, partitions=2, groups=1)
