@@ -136,7 +136,7 @@ class TopicAdmin(ErasesStoredData):
         return self.inlines if obj is not None else []
 
     def stored_data(self, obj: Topic) -> tuple[Callable[..., int], tuple[str, ...]]:
-        return erase_topic_data, (obj.code,)
+        return erase_topic_data, (obj.code, obj.dead_letter_queue)
 
 
 @admin.register(PartitionGroup)
@@ -206,4 +206,4 @@ class ConsumerPolicyAdmin(ErasesStoredData):
     search_fields = ["name", "topic__code", "app__code"]
 
     def stored_data(self, obj: ConsumerPolicy) -> tuple[Callable[..., int], tuple[str, ...]]:
-        return erase_group_data, (obj.topic.code, obj.app.code)
+        return erase_group_data, (obj.topic.code, obj.app.code, obj.topic.dead_letter_queue)

@@ -105,6 +105,7 @@ def topic_info(t: Topic, *, archived: bool, anonymous_app: str) -> TopicInfo:
             message_ttl_ms=t.message_ttl_ms,
             dead_letter_enabled=t.dead_letter_enabled,
             max_retry_attempts=t.max_retry_attempts,
+            dead_letter_queue=t.dead_letter_queue,
         ),
         zbus_mode=t.zbus_mode,
         zbus_token_hash=t.zbus_token_hash,

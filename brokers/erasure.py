@@ -28,20 +28,21 @@ STORE_ERRORS = (EngineError, redis.RedisError, OSError)
 """What an erase raises when the message store does not answer."""
 
 
-def _with_implicit_dlq(code: str) -> list[str]:
-    """``code`` and its dead-letter queue, unless that is a catalog topic of its own."""
+def _with_implicit_dlq(code: str, dead_letter_queue: str = "") -> list[str]:
+    """``code`` and its dead-letter queue (``dead_letter_queue``, the name its settings
+    give, or ``<code>.dlq``), unless that is a catalog topic of its own."""
     from brokers.models import Topic
 
-    if code.endswith(DLQ_SUFFIX):  # a dead-letter queue has none of its own
+    if not dead_letter_queue and code.endswith(DLQ_SUFFIX):  # an implicit DLQ has none
         return [code]
-    dlq = code + DLQ_SUFFIX
+    dlq = dead_letter_queue or code + DLQ_SUFFIX
     return [code] if Topic.objects.filter(code=dlq).exists() else [code, dlq]
 
 
-def erase_topic_data(code: str) -> int:
+def erase_topic_data(code: str, dead_letter_queue: str = "") -> int:
     """Delete every key the engine keeps for topic ``code`` and its implicit dead-letter
-    queue; how many went."""
-    codes = _with_implicit_dlq(code)
+    queue (``dead_letter_queue``: the name the topic's settings gave it); how many went."""
+    codes = _with_implicit_dlq(code, dead_letter_queue)
 
     async def erase(engine: Engine) -> int:
         return sum([await engine.erase_topic(c) for c in codes])
@@ -49,10 +50,11 @@ def erase_topic_data(code: str) -> int:
     return run_on_engine(_EMPTY, erase)
 
 
-def erase_group_data(topic: str, app: str) -> int:
+def erase_group_data(topic: str, app: str, dead_letter_queue: str = "") -> int:
     """Delete every key the engine keeps for consumer group ``app`` on ``topic`` and on
-    its implicit dead-letter queue; how many went."""
-    codes = _with_implicit_dlq(topic)
+    its implicit dead-letter queue (named as for :func:`erase_topic_data`); how many
+    went."""
+    codes = _with_implicit_dlq(topic, dead_letter_queue)
 
     async def erase(engine: Engine) -> int:
         return sum([await engine.erase_group(c, app) for c in codes])

@@ -211,6 +211,13 @@ class Topic(models.Model):
         null=True, blank=True, validators=[MinValueValidator(1)]
     )
     dead_letter_enabled = models.BooleanField(default=False)
+    dead_letter_queue = models.CharField(
+        max_length=TOPIC_CODE_MAX,
+        blank=True,
+        validators=[name_validator],
+        help_text="Where dead letters go (empty: <code>.dlq); served under this topic's"
+        " policies unless a topic of that name exists.",
+    )
     max_retry_attempts = models.PositiveSmallIntegerField(
         default=3, validators=[MaxValueValidator(100)]
     )
@@ -272,6 +279,10 @@ class Topic(models.Model):
         if self.overflow_policy == self.Overflow.REDIRECT_TO_DLQ and not self.dead_letter_enabled:
             raise ValidationError(
                 {"dead_letter_enabled": "RedirectToDlq overflow needs the dead-letter queue on."}
+            )
+        if self.dead_letter_queue and self.dead_letter_queue == self.code:
+            raise ValidationError(
+                {"dead_letter_queue": "A topic's dead letters cannot go back into it."}
             )
 
     def set_zbus_token(self, token: str) -> None:

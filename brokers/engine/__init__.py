@@ -4,6 +4,7 @@ Public API: :class:`Engine` (the facade) and the types its methods take and retu
 Front-ends, the console and the pipeline import from here only.
 """
 
+from brokers.engine.access import dead_letter_parent, dead_letter_queue
 from brokers.engine.ack import commit_illegal, contiguous
 from brokers.engine.append import java_hash
 from brokers.engine.background import cancel_and_wait
@@ -201,6 +202,8 @@ __all__ = [
     "client_property",
     "commit_illegal",
     "contiguous",
+    "dead_letter_parent",
+    "dead_letter_queue",
     "decode_attributes",
     "decode_batch_body",
     "decode_record",

@@ -94,12 +94,25 @@ def blacklisted(address: str | None, blacklist: tuple[str, ...]) -> bool:
     )
 
 
+def dead_letter_queue(info: TopicInfo) -> str:
+    """Where the dead letters of ``info`` go: the name its settings give, or
+    ``<code>.dlq``."""
+    return info.queue.dead_letter_queue or info.code + DLQ_SUFFIX
+
+
 def dead_letter_parent(snapshot: CatalogSnapshot, topic: str) -> TopicInfo | None:
-    """The queue topic whose dead-letter queue ``topic`` (``<queue>.dlq``) is, when the
-    catalog has no topic of that name and the queue has its DLQ on; else None."""
-    if not topic.endswith(DLQ_SUFFIX):
+    """The queue topic whose dead-letter queue ``topic`` is (the name its settings give,
+    or ``<queue>.dlq`` when they give none), when the catalog has no topic of that name
+    and the queue has its DLQ on; else None."""
+    named = snapshot.dead_letter_queue_of(topic)
+    if named is not None:
+        parent = snapshot.topics.get(named)
+    elif topic.endswith(DLQ_SUFFIX):
+        parent = snapshot.topics.get(topic[: -len(DLQ_SUFFIX)])
+        if parent is not None and parent.queue.dead_letter_queue:
+            return None  # its dead letters go elsewhere
+    else:
         return None
-    parent = snapshot.topics.get(topic[: -len(DLQ_SUFFIX)])
     if parent is None:
         return None
     settings = parent.queue

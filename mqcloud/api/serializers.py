@@ -183,6 +183,7 @@ class TopicSerializer(ModelCleanMixin, StrictModelSerializer):
             "overflow_policy",
             "message_ttl_ms",
             "dead_letter_enabled",
+            "dead_letter_queue",
             "max_retry_attempts",
             "zbus_mode",
             "zbus_token",

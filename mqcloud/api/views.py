@@ -223,10 +223,10 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         """Delete the topic and, in the same transaction, every key the engine kept for
         it (a topic created later under its code would find them); if the message store
         does not answer, the topic stays (503)."""
-        code = instance.code
+        code, dlq = instance.code, instance.dead_letter_queue
         with transaction.atomic():
             super().perform_destroy(instance)
-            erasing(erase_topic_data, code)
+            erasing(erase_topic_data, code, dlq)
 
     def get_serializer_context(self) -> dict:
         return {**super().get_serializer_context(), "rates": getattr(self, "_rates", {})}
@@ -386,10 +386,10 @@ class ConsumerPolicyViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         """Delete the policy and, in the same transaction, its group's progress, retries
         and dead letters (a policy created later for the app would resume them); if the
         message store does not answer, the policy stays (503)."""
-        topic, app = instance.topic.code, instance.app.code
+        topic, app, dlq = instance.topic.code, instance.app.code, instance.topic.dead_letter_queue
         with transaction.atomic():
             super().perform_destroy(instance)
-            erasing(erase_group_data, topic, app)
+            erasing(erase_group_data, topic, app, dlq)
 
     def base_queryset(self) -> QuerySet[ConsumerPolicy]:
         return ConsumerPolicy.objects.select_related("topic", "app")

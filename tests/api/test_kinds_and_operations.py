@@ -54,6 +54,33 @@ def world(redis_url):
     }
 
 
+def stored_keys(redis_url: str) -> list[bytes]:
+    """Every key the engine keeps in Redis, sorted."""
+
+    async def keys() -> list[bytes]:
+        client = aioredis.from_url(redis_url)
+        try:
+            return sorted(await client.keys("mq:{*"))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(keys())
+
+
+def dead_letter(topic: str, dead_letter_queue: str) -> None:
+    """One message of ``topic`` fails for good (the topic keeps no retries) and is
+    found in ``dead_letter_queue``."""
+
+    async def fail(engine: Engine) -> None:
+        await engine.append(topic, "shop", [Message(b"doomed")], partition=0)
+        lease = await engine.lease(topic, "shop", count=1, owner="c")
+        await engine.fail(topic, "shop", 0, [d.index for d in lease.deliveries])
+        dead = await engine.lease(dead_letter_queue, "shop", count=5, owner="c")
+        assert [d.message.body for d in dead.deliveries] == [b"doomed"]
+
+    engine_call(fail)
+
+
 def apply_and_approve(world, kind: str, payload: dict) -> dict:
     created = world["alice"].post(
         "/api/v1/applications/", {"kind": kind, "payload": payload}, format="json"
@@ -286,14 +313,7 @@ def test_topic_delete_erases_its_data_and_no_other_topics(world, redis_url):
     assert result["status"] == "approved", result
     assert result["result"]["deleted"] == "orders" and result["result"]["erased_keys"] > 5
 
-    async def keys() -> list[bytes]:
-        client = aioredis.from_url(redis_url)
-        try:
-            return sorted(await client.keys("mq:{*"))
-        finally:
-            await client.aclose()
-
-    left = asyncio.run(keys())
+    left = stored_keys(redis_url)
     assert not [k for k in left if b":orders:" in k or b":orders}" in k], left
     assert any(b"orders.v2" in k for k in left)
 
@@ -327,30 +347,31 @@ def test_a_deleted_queue_topic_takes_its_dead_letter_queue_along(world, redis_ur
     ProducerPolicy.objects.create(topic=named, app=shop)
     publish()
 
-    async def dead_letter(engine: Engine) -> None:
-        await engine.append("orders", "shop", [Message(b"doomed")], partition=0)
-        lease = await engine.lease("orders", "shop", count=1, owner="c")
-        await engine.fail("orders", "shop", 0, [d.index for d in lease.deliveries])
-        dead = await engine.lease("orders.dlq", "shop", count=5, owner="c")
-        assert [d.message.body for d in dead.deliveries] == [b"doomed"]
-        await engine.append("other.dlq", "shop", [Message(b"its own")], partition=0)
-
-    engine_call(dead_letter)
+    dead_letter("orders", "orders.dlq")
+    engine_call(lambda e: e.append("other.dlq", "shop", [Message(b"its own")], partition=0))
     ProducerPolicy.objects.filter(topic__in=[orders]).delete()
     ConsumerPolicy.objects.filter(topic=orders).delete()
     assert apply_and_approve(world, "topic_delete", {"code": "orders"})["status"] == "approved"
     assert apply_and_approve(world, "topic_delete", {"code": "other"})["status"] == "approved"
 
-    async def keys() -> list[bytes]:
-        client = aioredis.from_url(redis_url)
-        try:
-            return sorted(await client.keys("mq:{*"))
-        finally:
-            await client.aclose()
-
-    left = asyncio.run(keys())
+    left = stored_keys(redis_url)
     assert not [k for k in left if b"orders.dlq" in k], left
     assert any(b"other.dlq" in k for k in left)
+
+
+def test_a_named_dead_letter_queue_goes_with_its_topic_through_the_api(world, redis_url):
+    orders = Topic.objects.get(code="orders")
+    orders.dead_letter_enabled, orders.max_retry_attempts = True, 0
+    orders.dead_letter_queue = "orders-graves"
+    orders.save()
+    publish()
+
+    dead_letter("orders", "orders-graves")
+    ProducerPolicy.objects.filter(topic=orders).delete()
+    ConsumerPolicy.objects.filter(topic=orders).delete()
+    assert world["root"].delete("/api/v1/topics/orders/").status_code == 204  # platform admins
+
+    assert not [k for k in stored_keys(redis_url) if b"orders" in k]
 
 
 def test_a_platform_admin_deleting_a_topic_erases_its_data(world, redis_url):

@@ -6,7 +6,18 @@ from __future__ import annotations
 
 import pytest
 
-from brokers.engine import AppendResult, Message, QueueFull, QueueRetry, QueueSettings
+from brokers.engine import (
+    AppendResult,
+    CatalogDelta,
+    CatalogSnapshot,
+    Message,
+    QueueFull,
+    QueueRetry,
+    QueueSettings,
+    TopicInfo,
+    TopicNotFound,
+    dead_letter_parent,
+)
 from tests.engine.conftest import snapshot
 
 
@@ -389,3 +400,40 @@ async def test_an_offset_reset_is_announced_and_the_group_leases_from_it(make_en
     reset = lambda: engine.reset_offsets("q", "a", position="earliest")  # noqa: E731
     assert await _heard(engine, "q", reset)
     assert [d.message.body for d in await take(engine)] == [b"1", b"2"]
+
+
+async def test_dead_letters_go_to_the_queue_its_settings_name(make_engine, clock):
+    """A queue whose settings name its dead-letter queue (VibeMQ ``deadLetterQueueName``)
+    sends its dead letters there, served under its policies while no topic has the name;
+    ``<queue>.dlq`` is then no queue at all."""
+    engine = make_engine(
+        queue_snap(max_retry_attempts=0, dead_letter_enabled=True, dead_letter_queue="graves")
+    )
+    await publish(engine, b"job")
+    [d] = await take(engine)
+    await engine.fail("q", "a", 0, [d.index])
+    [dead] = await take(engine, "graves")
+    assert dead.message.body == b"job"
+    assert dead.message.attributes["originalQueue"] == "q"
+    with pytest.raises(TopicNotFound):
+        await take(engine, "q.dlq")
+
+
+def test_a_snapshot_follows_renamed_and_removed_dead_letter_queues():
+    def topic(dlq: str) -> TopicInfo:
+        return TopicInfo(
+            code="q", queue=QueueSettings(dead_letter_enabled=True, dead_letter_queue=dlq)
+        )
+
+    first = CatalogSnapshot(topics=[topic("g1")])
+    assert first.dead_letter_queue_of("g1") == "q"
+    renamed = first.apply(CatalogDelta(version=2, topics={"q": topic("g2")}))
+    assert (renamed.dead_letter_queue_of("g1"), renamed.dead_letter_queue_of("g2")) == (None, "q")
+    assert first.dead_letter_queue_of("g1") == "q"  # the old snapshot is untouched
+    assert dead_letter_parent(renamed, "g2") is renamed.topics["q"]
+    assert dead_letter_parent(renamed, "q.dlq") is None  # its dead letters go elsewhere
+    default = renamed.apply(CatalogDelta(version=3, topics={"q": topic("")}))
+    assert default.dead_letter_queue_of("g2") is None
+    assert dead_letter_parent(default, "q.dlq") is default.topics["q"]
+    gone = renamed.apply(CatalogDelta(version=4, topics={"q": None}))
+    assert gone.dead_letter_queue_of("g2") is None

@@ -223,3 +223,49 @@ async def test_ack_by_headers_message_id_and_unknown_ack_ignored(raw, catalog):
     r.send({"id": "i", "type": "queueInfo", "queue": "acks"})
     info = (await r.recv())["payload"]  # the only reply: acks have none
     assert info["inFlightCount"] == 0 and info["messageCount"] == 0
+
+
+async def test_a_named_dead_letter_queue_takes_the_dead_letters(clients):
+    """§8 ``deadLetterQueueName`` (broker extension): dead letters go to the queue it names
+    instead of ``<queue>.dlq`` (it was refused unless it named the default)."""
+    c = await clients()
+    info = await c.create_queue(
+        "named",
+        maxRetryAttempts="1",
+        enableDeadLetterQueue="true",
+        deadLetterQueueName="failed-named",
+    )
+    assert info["deadLetterQueueName"] == "failed-named"
+    assert "failed-named" in await c.list_queues()
+    assert "named.dlq" not in await c.list_queues()
+    await c.publish("named", "work", message_id="w")
+    await c.subscribe("named")
+    assert [(await c.receive(5)).attempts for _ in range(2)] == [1, 2]  # never acked
+    await c.subscribe("failed-named")
+    dead = await c.receive(5)
+    assert (dead.queue, dead.id) == ("failed-named", "w")
+    assert dead.headers["deadLetterReason"] == "MaxRetriesExceeded"
+    assert dead.headers["originalQueue"] == "named"
+    c.ack("w")
+    assert (await c.queue_info("named"))["messageCount"] == 0
+
+
+async def test_a_dead_letter_queue_name_is_checked(raw, catalog):
+    from tests.vibemq.test_commands import connected
+
+    r = await connected(raw, catalog)
+    r.send({"id": "o", "type": "createQueue", "queue": "other"})
+    assert (await r.recv())["type"] == "createQueue"
+    for name, code in (("self", "INVALID_QUEUE"), ("bad name", "INVALID_QUEUE"),
+                       ("other", "QUEUE_EXISTS")):  # fmt: skip
+        r.send(
+            {
+                "id": "x",
+                "type": "createQueue",
+                "queue": "self",
+                "headers": {"enableDeadLetterQueue": "true", "deadLetterQueueName": name},
+            }
+        )
+        assert (await r.recv())["errorCode"] == code, name
+    r.send({"id": "l", "type": "listQueues"})
+    assert (await r.recv())["payload"] == ["other"]  # nothing was created

@@ -66,6 +66,9 @@ class QueueSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     message_ttl_ms: int | None = None
     dead_letter_enabled: bool = False
     max_retry_attempts: int = 3
+    dead_letter_queue: str = ""
+    """Where its dead letters go: this topic (a catalog topic of that name, or an implicit
+    one served under this topic's policies); empty: ``<code>.dlq``."""
 
 
 class TopicInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):

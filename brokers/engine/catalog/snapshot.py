@@ -134,6 +134,7 @@ class CatalogSnapshot:
         "_consumer_pairs",
         "_consumers",
         "_consumers_by_topic",
+        "_custom_dlqs",
         "_digest",
         "_producer_pairs",
         "_producers",
@@ -175,6 +176,13 @@ class CatalogSnapshot:
         self._apps_by_token_hash = Map(
             {h: app.code for app in self.apps.values() for h in app.token_hashes}
         )
+        self._custom_dlqs = Map(
+            {
+                t.queue.dead_letter_queue: t.code
+                for t in self.topics.values()
+                if t.queue.dead_letter_queue
+            }
+        )
         self._digest: int | None = None
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -210,6 +218,11 @@ class CatalogSnapshot:
         for stored in app.token_hashes:
             ok |= hmac.compare_digest(digest, stored)
         return app if ok else None
+
+    def dead_letter_queue_of(self, dlq: str) -> str | None:
+        """The topic whose dead-letter queue was named ``dlq`` in its settings (not the
+        default ``<code>.dlq``), if any."""
+        return self._custom_dlqs.get(dlq)
 
     def consumers_of(self, topic: str) -> tuple[ConsumerPolicyInfo, ...]:
         """Every consumer policy (consumer group) on ``topic``, by name."""
@@ -290,6 +303,7 @@ class CatalogSnapshot:
 
         object.__setattr__(new, "version", delta.version)
         object.__setattr__(new, "brokers", replace("brokers", self.brokers, delta.brokers))
+        new._custom_dlqs = self._reindex_dlqs(delta.topics)
         object.__setattr__(new, "topics", replace("topics", self.topics, delta.topics))
         new._apps_by_token_hash = self._reindex_tokens(delta.apps)
         object.__setattr__(new, "apps", replace("apps", self.apps, delta.apps))
@@ -300,6 +314,19 @@ class CatalogSnapshot:
         new._consumers = replace("consumers", self._consumers, delta.consumers)
         new._digest = None if digest is None else digest & _MASK
         return new
+
+    def _reindex_dlqs(self, topics: Mapping[str, TopicInfo | None]) -> Map:
+        if not topics:
+            return self._custom_dlqs
+        with self._custom_dlqs.mutate() as m:
+            for code, info in topics.items():
+                old = self.topics.get(code)
+                named = old.queue.dead_letter_queue if old is not None else ""
+                if named and m.get(named) == code:
+                    del m[named]
+                if info is not None and info.queue.dead_letter_queue:
+                    m[info.queue.dead_letter_queue] = code
+            return m.finish()
 
     def _reindex_tokens(self, apps: Mapping[str, AppInfo | None]) -> Map:
         if not apps:

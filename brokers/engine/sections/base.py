@@ -10,7 +10,7 @@ import random
 import time
 from collections.abc import Callable
 
-from brokers.engine.access import Gate, dead_letter_parent
+from brokers.engine.access import Gate, dead_letter_parent, dead_letter_queue
 from brokers.engine.append import append_records
 from brokers.engine.catalog import (
     CatalogSnapshot,
@@ -162,7 +162,7 @@ class EngineBase:
         """Copy a dead message to the topic's dead-letter queue when it has one."""
         info = self.group_topic(topic)
         settings = info.queue
-        if not settings.dead_letter_enabled or topic.endswith(".dlq"):
+        if not settings.dead_letter_enabled or dead_letter_parent(self._catalog(), topic):
             return False
         await self._to_topic_dlq(topic, app, delivery.record, reason=reason, attempts=attempts)
         return True
@@ -177,7 +177,8 @@ class EngineBase:
         attempts: int,
         qos: QoS = QoS.RECEIVED,
     ) -> None:
-        """Append ``record`` to ``<topic>.dlq`` with the VibeMQ dead-letter properties."""
+        """Append ``record`` to the topic's dead-letter queue (:func:`dead_letter_queue`)
+        with the VibeMQ dead-letter properties."""
         stored = decode_record(record)
         attributes = dict(stored.attributes)
         attributes.update(
@@ -196,6 +197,6 @@ class EngineBase:
             sys_code=stored.sys_code & ~0x1000,
             extension=stored.extension,
         )
-        dlq = f"{topic}.dlq"
+        dlq = dead_letter_queue(self.group_topic(topic))
         new, count = encode_record(msg, app=stored.app or app, partition=0, now_ms=self.now_ms())
         await append_records(self.redis, self.durability, dlq, 0, [(new, count)], qos)

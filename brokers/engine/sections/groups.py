@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
+from brokers.engine.access import dead_letter_parent
 from brokers.engine.catalog import (
     ConsumerPolicyInfo,
     TopicInfo,
@@ -97,7 +98,9 @@ class GroupSection(EngineBase):
         snapshot = self._catalog()
         policy = snapshot.consumer(topic, app)
         if policy is None and topic not in snapshot.topics:  # an implicit DLQ
-            policy = snapshot.consumer(topic.removesuffix(".dlq"), app)
+            parent = dead_letter_parent(snapshot, topic)
+            if parent is not None:
+                policy = snapshot.consumer(parent.code, app)
         if policy is None:  # a consumer whose policy went away still settles what it holds
             policy = ConsumerPolicyInfo(name=f"{app}.{topic}", topic=topic, app=app)
         return info, policy

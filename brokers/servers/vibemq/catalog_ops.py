@@ -45,6 +45,8 @@ class QueueSpec:
     message_ttl_ms: int | None = None
     dead_letter_enabled: bool = False
     max_retry_attempts: int = 3
+    dead_letter_queue: str = ""
+    """A deadLetterQueueName other than ``<code>.dlq`` ("": the default)."""
     creator: str = ""
 
 
@@ -108,6 +110,7 @@ def _create_row(spec: QueueSpec, cluster: Cluster, team: Team) -> bool:
                 message_ttl_ms=spec.message_ttl_ms,
                 dead_letter_enabled=spec.dead_letter_enabled,
                 max_retry_attempts=spec.max_retry_attempts,
+                dead_letter_queue=spec.dead_letter_queue,
                 creator=spec.creator,
             )
             create_partition_groups(topic, 1)

@@ -6,8 +6,15 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-from brokers.engine import CatalogSnapshot, CatalogWatcher, Engine, Presence, QueueSettings
-from brokers.protocols.vibemq.options import DLQ_SUFFIX
+from brokers.engine import (
+    CatalogSnapshot,
+    CatalogWatcher,
+    Engine,
+    Presence,
+    QueueSettings,
+    dead_letter_parent,
+    dead_letter_queue,
+)
 from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.vibemq.config import ServerConfig
 from brokers.servers.vibemq.limits import ConnectionGate
@@ -44,34 +51,32 @@ class ServerContext:
     def queue_settings(self, queue: str) -> QueueSettings | None:
         """The settings of an existing queue, None if there is none.
 
-        A queue's DLQ exists as soon as the queue has its DLQ on, even before the
-        catalog has a row for it (the engine creates it on first use with the defaults).
+        A queue's DLQ (``<queue>.dlq``, or the name its settings give) exists as soon as
+        the queue has its DLQ on, even before the catalog has a row for it (the engine
+        creates it on first use with the defaults).
         """
-        topics = self.snapshot.topics
-        info = topics.get(queue)
+        info = self.snapshot.topics.get(queue)
         if info is not None:
             return info.queue
-        if queue.endswith(DLQ_SUFFIX):
-            parent = topics.get(queue[: -len(DLQ_SUFFIX)])
-            if parent is not None and parent.queue.dead_letter_enabled:
-                return QueueSettings()
+        parent = dead_letter_parent(self.snapshot, queue)
+        if parent is not None and parent.queue.dead_letter_enabled:
+            return QueueSettings()
         return None
 
     def anonymous_app(self, queue: str) -> str:
         """The app a connection without an app token acts as on ``queue`` (the anonymous
         app of the queue's team; of the queue's own queue for an implicit DLQ), or ""."""
-        topics = self.snapshot.topics
-        info = topics.get(queue)
-        if info is None and queue.endswith(DLQ_SUFFIX):
-            info = topics.get(queue[: -len(DLQ_SUFFIX)])
+        info = self.snapshot.topics.get(queue)
+        if info is None:
+            info = dead_letter_parent(self.snapshot, queue)
         return info.anonymous_app if info is not None else ""
 
     def queue_names(self) -> list[str]:
         """Every queue, DLQs included, sorted by name."""
         names = set(self.snapshot.topics)
         names.update(
-            code + DLQ_SUFFIX
-            for code, info in self.snapshot.topics.items()
+            dead_letter_queue(info)
+            for info in self.snapshot.topics.values()
             if info.queue.dead_letter_enabled
         )
         return sorted(names)

@@ -12,7 +12,7 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from brokers.engine import EngineError
+from brokers.engine import EngineError, dead_letter_parent
 from brokers.protocols.vibemq import (
     CreateQueue,
     DeleteQueue,
@@ -119,16 +119,23 @@ async def create(session: Session, frame: CreateQueue) -> None:
     except ProtocolError as exc:
         return session.error(exc.error_code or ErrorCode.INVALID_MESSAGE, str(exc), frame.id)
     default_dlq = frame.queue + DLQ_SUFFIX
-    if options.dead_letter_queue_name not in (None, default_dlq):
+    dlq_name = options.dead_letter_queue_name or default_dlq
+    custom = dlq_name != default_dlq
+    if custom and (dlq_name == frame.queue or not fits_catalog(dlq_name)):
         return session.error(
-            ErrorCode.INVALID_MESSAGE,
-            f"{Header.DEAD_LETTER_QUEUE_NAME} must be {default_dlq!r} on this broker",
+            ErrorCode.INVALID_QUEUE,
+            f"{Header.DEAD_LETTER_QUEUE_NAME} must be a queue name other than the queue's",
             frame.id,
         )
     if session.ctx.queue_settings(frame.queue) is not None:
         return session.error(ErrorCode.QUEUE_EXISTS, f"queue {frame.queue} exists", frame.id)
-    if options.enable_dead_letter_queue and not fits_catalog(default_dlq):
-        return session.error(ErrorCode.INVALID_QUEUE, f"{default_dlq!r} too long", frame.id)
+    if options.enable_dead_letter_queue and not fits_catalog(dlq_name):
+        return session.error(ErrorCode.INVALID_QUEUE, f"{dlq_name!r} too long", frame.id)
+    if options.enable_dead_letter_queue and custom and session.ctx.queue_settings(dlq_name):
+        # another queue's messages: dead letters of this one must not land among them
+        return session.error(
+            ErrorCode.QUEUE_EXISTS, f"dead-letter queue {dlq_name} exists", frame.id
+        )
     spec = _spec(
         session,
         frame.queue,
@@ -138,8 +145,9 @@ async def create(session: Session, frame: CreateQueue) -> None:
         message_ttl_ms=options.message_ttl,
         dead_letter_enabled=options.enable_dead_letter_queue,
         max_retry_attempts=options.max_retry_attempts,
+        dead_letter_queue=dlq_name if custom else "",
     )
-    dlq = default_dlq if options.enable_dead_letter_queue else None
+    dlq = dlq_name if options.enable_dead_letter_queue else None
     created = await _create(session, spec, dlq, frame.id)
     if created is None:
         return
@@ -157,7 +165,7 @@ async def delete(session: Session, frame: DeleteQueue) -> None:
     if ctx.queue_settings(queue) is None:
         return session.error(ErrorCode.QUEUE_NOT_FOUND, f"queue {queue} not found", frame.id)
     ops = _catalog_ops()
-    owner = info if info is not None else ctx.snapshot.topics.get(queue[: -len(DLQ_SUFFIX)])
+    owner = info if info is not None else dead_letter_parent(ctx.snapshot, queue)
     app = session.app
     team = app.team if app is not None else ops.ANONYMOUS_TEAM
     if owner is not None and not (app is not None and app.admin) and owner.team != team:
@@ -182,7 +190,9 @@ async def _info(session: Session, queue: str) -> QueueInfoPayload:
     stats = await ctx.engine.queue_stats(queue)
     topic = ctx.snapshot.topics.get(queue)
     created_ms = topic.created_ms if topic is not None else ctx.engine.now_ms()
-    dlq = queue + DLQ_SUFFIX if settings.dead_letter_enabled else None
+    dlq = None
+    if settings.dead_letter_enabled:
+        dlq = settings.dead_letter_queue or queue + DLQ_SUFFIX
     return QueueInfoPayload(
         name=queue,
         message_count=stats.message_count,
