@@ -388,17 +388,21 @@ return res
 SETTLE = Script(
     RANGES_FN
     + """
--- ARGV: mode ('ack' | 'release' | 'unread' | 'fail' | 'drop'), now, backoff base, backoff
--- cap, max_retry (-1 none), then runs as start, end pairs. ack: the runs are settled;
--- release: back to be delivered again at once (not an attempt); unread: the same, for
--- leased messages no consumer was handed (that lease is not counted as a delivery, and
--- marked redelivered only if delivered before); fail: again after the
--- backoff of their attempt, or dead past max_retry; drop: a dead range was dead-lettered.
+-- ARGV: mode ('ack' | 'release' | 'unread' | 'fail' | 'keep' | 'drop'), now, backoff
+-- base, backoff cap, max_retry (-1 none), lease_ms, owner, then runs as start, end pairs.
+-- ack: the runs are settled; release: back to be delivered again at once (not an
+-- attempt); unread: the same, for leased messages no consumer was handed (that lease is
+-- not counted as a delivery, and marked redelivered only if delivered before); fail:
+-- again after the backoff of their attempt, or dead past max_retry; keep: a failed
+-- attempt whose retry goes to the same lessee — still `owner`'s and unexpired, it stays
+-- leased to it, counted as the next attempt and delivery, until the backoff plus
+-- lease_ms (or dead past max_retry); drop: a dead range was dead-lettered.
 -- Runs outside every range are settled already and ignored. Returns {ack index, settled,
--- dead starts...}.
+-- when a kept retry is due (0: none kept), dead starts...}.
 local mode, now = ARGV[1], tonumber(ARGV[2])
 local base, cap, maxr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local count, dead = 0, {}
+local lease_ms, keeper = tonumber(ARGV[6]), ARGV[7]
+local count, dead, kept_due = 0, {}, 0
 local function covered_len(runs)
   local n = 0
   for _, r in ipairs(runs) do n = n + r[2] - r[1] end
@@ -410,7 +414,7 @@ end
 -- with all its covered runs, once per run — O(runs²) Lua string work (64 runs: 2.5-5 ms
 -- of Redis's one thread).
 local touched, order, last = {}, {}, nil
-for i = 6, #ARGV, 2 do
+for i = 8, #ARGV, 2 do
   local a, b = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
   local found
   if last and last.start <= a and b <= last.stop then found = {last}  -- ranges are disjoint
@@ -462,6 +466,7 @@ end
 -- them (one range, its settled part covered), pieces wholly settled elsewhere go.
 local function give_back(r, runs)
   if r.owner == '' or r.owner == '!' then return end
+  if mode == 'keep' and (r.owner ~= keeper or r.deadline <= now) then return end
   table.sort(runs, by_start)
   local pieces, pos = {}, r.start  -- {start, stop, given back}
   for _, run in ipairs(runs) do
@@ -520,6 +525,10 @@ local function give_back(r, runs)
         if q.deliveries > 0 then q.flag = 'r' else q.flag = 'n' end
       elseif maxr >= 0 and q.attempt > maxr then
         q.owner = '!'; q.deadline = now; dead[#dead + 1] = s(q.start)
+      elseif mode == 'keep' then  -- as a fail, then a lease by the same owner once due
+        kept_due = now + backoff(q.attempt, base, cap)
+        q.deadline = kept_due + lease_ms
+        q.attempt = q.attempt + 1; q.deliveries = q.deliveries + 1
       else
         q.owner = ''; q.flag = '0'; q.deadline = now + backoff(q.attempt, base, cap)
       end
@@ -533,7 +542,7 @@ for _, t in ipairs(order) do
   if mode == 'ack' or mode == 'drop' then cover(t.r, t.runs) else give_back(t.r, t.runs) end
 end
 local ack = refresh_ack(cursor())
-local res = {s(ack), count}
+local res = {s(ack), count, s(kept_due)}
 for _, d in ipairs(dead) do res[#res + 1] = d end
 return res
 """
@@ -681,11 +690,14 @@ async def settle(
     mode: str = "ack",
     now_ms: int,
     args: LeaseArgs | None = None,
-) -> tuple[int, int, list[int]]:
-    """Settle (``ack``), ``release`` or ``fail`` runs ``[start, end)``; (ack index after,
-    indexes affected, starts of ranges that went dead)."""
+    owner: str = "",
+) -> tuple[int, int, list[int], int]:
+    """Settle (``ack``), ``release``, ``fail`` or ``keep`` (for ``owner``, leased again
+    for ``args.lease_ms`` after the backoff) runs ``[start, end)``; (ack index after,
+    indexes affected, starts of ranges that went dead, when a kept retry is due — 0
+    when none was kept)."""
     if not runs:
-        return -1, 0, []
+        return -1, 0, [], 0
     flat: list[int] = []
     for start, end in runs:
         flat += (start, end)
@@ -699,10 +711,12 @@ async def settle(
             a.backoff_base_ms,
             a.backoff_cap_ms,
             -1 if a.max_retry is None else a.max_retry,
+            a.lease_ms,
+            owner,
             *flat,
         ),
     )
-    return int(raw[0]), int(raw[1]), [int(x) for x in raw[2:]]
+    return int(raw[0]), int(raw[1]), [int(x) for x in raw[3:]], int(raw[2])
 
 
 async def release_owner(

@@ -209,28 +209,75 @@ class SharedDelivery:
     ) -> int:
         """``ack`` / ``release`` / ``fail`` the deliveries at ``indexes``; how many
         indexes changed. Failures past the attempt limit are dead-lettered at once."""
+        changed, _ = await self._settle(
+            topic, policy, partition, runs_of(indexes), mode=mode, client_id=client_id
+        )
+        if changed and mode in AVAILABLE_AGAIN:
+            await self._announce(topic.code, partition)
+        return changed
+
+    async def keep(
+        self,
+        topic: TopicInfo,
+        policy: ConsumerPolicyInfo,
+        partition: int,
+        index: int,
+        *,
+        owner: str,
+        lease_ms: int,
+        client_id: str | None,
+    ) -> int | None:
+        """A failed attempt retried to the same lessee (``keep`` of :func:`groups.settle`):
+        when its retry is due (engine ms) if ``owner`` still held it and it stays leased
+        to it; None when it did not hold it, or the attempt was the last (dead-lettered
+        at once)."""
+        _, due = await self._settle(
+            topic,
+            policy,
+            partition,
+            [(index, index + 1)],
+            mode="keep",
+            client_id=client_id,
+            owner=owner,
+            lease_ms=lease_ms,
+        )
+        return due
+
+    async def _settle(
+        self,
+        topic: TopicInfo,
+        policy: ConsumerPolicyInfo,
+        partition: int,
+        runs: list[tuple[int, int]],
+        *,
+        mode: str,
+        client_id: str | None,
+        owner: str = "",
+        lease_ms: int = 0,
+    ) -> tuple[int, int | None]:
+        """:func:`groups.settle` with the topic's retry limit and backoff, dead-lettering
+        what went dead; (indexes changed, when a kept retry is due — None if none was)."""
         cid = consumer_id(policy.app, client_id)
         args = LeaseArgs(
-            lease_ms=0,
+            lease_ms=lease_ms,
             max_retry=topic.queue.max_retry_attempts,
             backoff_base_ms=self.retry.base_ms,
             backoff_cap_ms=self.retry.cap_ms,
         )
-        _, changed, dead = await groups.settle(
+        _, changed, dead, due = await groups.settle(
             self._client,
             topic.code,
             partition,
             cid,
-            runs_of(indexes),
+            runs,
             mode=mode,
             now_ms=self._now_ms(),
             args=args,
+            owner=owner,
         )
         if dead:
             await self._aftermath(topic, policy, cid, GroupLease(EMPTY, partition, dead=dead))
-        if changed and mode in AVAILABLE_AGAIN:
-            await self._announce(topic.code, partition)
-        return changed
+        return changed, (due if changed and due and not dead else None)
 
     async def _announce(self, topic: str, partition: int | None) -> None:
         """Tell the topic's waiters in every process that messages are due now, as an

@@ -437,3 +437,41 @@ def test_a_snapshot_follows_renamed_and_removed_dead_letter_queues():
     assert dead_letter_parent(default, "q.dlq") is default.topics["q"]
     gone = renamed.apply(CatalogDelta(version=4, topics={"q": None}))
     assert gone.dead_letter_queue_of("g2") is None
+
+
+async def test_a_retry_kept_for_the_same_lessee(make_engine, clock):
+    """``retry_here``: a delivery that failed (no ack in time) stays leased to its lessee
+    as the next attempt, for the backoff plus a new lease (VibeMQ §7 sends the retry to
+    the same connection); nobody else gets it meanwhile; past the attempt limit it is
+    dead-lettered; a lease no longer the caller's is left alone."""
+    engine = make_engine(queue_snap(max_retry_attempts=1, dead_letter_enabled=True))
+    await publish(engine, b"one")
+    await publish(engine, b"two")
+    first, second = await take(engine, owner="A", lease_ms=30_000)
+    assert await engine.retry_here("q", "a", 0, first.index, owner="B", lease_ms=30_000) is None
+    due = await engine.retry_here("q", "a", 0, first.index, owner="A", lease_ms=30_000)
+    assert due == engine.now_ms() + 2_000  # the backoff of attempt 1
+    stats = await engine.group_stats("q", "a")
+    assert (stats.in_flight, stats.retrying) == (2, 0)
+    clock.advance(2.5)  # past the backoff: still A's
+    assert await take(engine, owner="B") == []
+    # its next failure is past the limit of one retry: dead-lettered, not kept
+    assert await engine.retry_here("q", "a", 0, first.index, owner="A", lease_ms=30_000) is None
+    [dead] = await take(engine, "q.dlq", owner="B")
+    assert dead.message.body == b"one" and dead.message.attributes["deliveryAttempts"] == "2"
+    # the other delivery of the same lease is untouched, and settles as usual
+    assert await engine.settle("q", "a", 0, [second.index]) == 1
+    stats = await engine.group_stats("q", "a")
+    assert (stats.backlog, stats.in_flight) == (0, 0)
+
+
+async def test_a_kept_retry_whose_lessee_vanishes_expires_as_any_lease(make_engine, clock):
+    engine = make_engine(queue_snap(max_retry_attempts=3))
+    await publish(engine, b"job")
+    [d] = await take(engine, owner="A", lease_ms=1_000)
+    assert await engine.retry_here("q", "a", 0, d.index, owner="A", lease_ms=1_000) is not None
+    clock.advance(2 + 1 + 0.1)  # backoff 2 s + lease 1 s: lapsed, a failed attempt
+    assert await take(engine, owner="B") == []  # now in its own backoff (4 s)
+    clock.advance(4.1)
+    [again] = await take(engine, owner="B")
+    assert (again.index, again.attempts, again.redelivered) == (d.index, 3, True)

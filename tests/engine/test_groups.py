@@ -43,10 +43,10 @@ async def test_lease_settle_moves_cursor_and_ack(make_engine, clock):
     assert [d.index for d in b.deliveries] == [2, 3]
     st = await _state(engine)
     assert (st["cur"], st["ack"]) == ("4", "0")
-    ack, n, _ = await settle(engine.redis, "t", 0, "a", [(2, 4)], now_ms=engine.now_ms())
+    ack, n, _, _ = await settle(engine.redis, "t", 0, "a", [(2, 4)], now_ms=engine.now_ms())
     assert (ack, n) == (0, 2)  # out of order: the ack index waits for 0 and 1
-    ack, n, _ = await settle(engine.redis, "t", 0, "a", [(1, 2)], now_ms=engine.now_ms())
-    ack, n, _ = await settle(engine.redis, "t", 0, "a", [(0, 1)], now_ms=engine.now_ms())
+    ack, n, _, _ = await settle(engine.redis, "t", 0, "a", [(1, 2)], now_ms=engine.now_ms())
+    ack, n, _, _ = await settle(engine.redis, "t", 0, "a", [(0, 1)], now_ms=engine.now_ms())
     assert ack == 4
     assert await engine.redis.zcard("mq:{t:t:0}:rs:a") == 0
 
@@ -236,15 +236,15 @@ async def test_interleaved_acks_in_one_call_cover_their_range_once(make_engine, 
     await _lease(engine, clock, want=4)  # [4, 8)
     now = engine.now_ms()
     evens = [(i, i + 1) for i in range(0, 8, 2)]
-    ack, n, _ = await settle(engine.redis, "t", 0, "a", [*evens, (20, 30)], now_ms=now)
+    ack, n, _, _ = await settle(engine.redis, "t", 0, "a", [*evens, (20, 30)], now_ms=now)
     assert (ack, n) == (1, 4)  # what lies outside every range is ignored
     _, _, rh = await _progress(engine)
     assert {k: v.split(b"|")[5] for k, v in rh.items()} == {b"0": b"0-1,2-3", b"4": b"4-5,6-7"}
     again = [(0, 1), (1, 4)]  # 0 and 2 again, and 1 and 3 new
-    ack, n, _ = await settle(engine.redis, "t", 0, "a", again, now_ms=now)
+    ack, n, _, _ = await settle(engine.redis, "t", 0, "a", again, now_ms=now)
     assert (ack, n) == (5, 2)  # [0, 4) settled and gone; 4 settled too
     odds = [(i, i + 1) for i in range(5, 8, 2)]
-    ack, n, _ = await settle(engine.redis, "t", 0, "a", odds, now_ms=now)
+    ack, n, _, _ = await settle(engine.redis, "t", 0, "a", odds, now_ms=now)
     assert (ack, n) == (8, 2)
     assert await _progress(engine) == ([], [], {})
 
@@ -256,7 +256,7 @@ async def test_interleaved_releases_in_one_call_make_one_range_due(make_engine, 
     deadline = engine.now_ms() + ARGS.lease_ms
     now = engine.now_ms()
     await settle(engine.redis, "t", 0, "a", [(i, i + 1) for i in (0, 2, 4, 6)], now_ms=now)
-    ack, n, _ = await settle(
+    ack, n, _, _ = await settle(
         engine.redis, "t", 0, "a", [(1, 2), (3, 4), (5, 6)], mode="release", now_ms=now
     )
     assert (ack, n) == (1, 3)

@@ -15,7 +15,9 @@ back), or let their leases expire while the clock moves. Invariants:
 * a lease that found something says exactly whether more is servable at once;
 * every lease counts as a delivery — released, failed, expired or crashed alike — except
   one handed back unread (read ahead, never seen): ``attempts`` is the message's
-  deliveries so far, and ``redelivered`` says whether there were any before.
+  deliveries so far, and ``redelivered`` says whether there were any before;
+* a failed attempt kept for its lessee (``retry_here``) stays that consumer's alone, for
+  a new lease, counted as its next delivery; a lease no longer the caller's is left be.
 """
 
 from __future__ import annotations
@@ -158,6 +160,23 @@ class GroupMachine(RuleBasedStateMachine):
         for i in chosen:
             del self.held[consumer][i]
             self.deliveries[i] -= 1
+
+    @precondition(lambda self: any(self.held.values()))
+    @rule(consumer=st.sampled_from(CONSUMERS), other=st.sampled_from(CONSUMERS), data=st.data())
+    def keep_for_lessee(self, consumer: str, other: str, data) -> None:
+        """Retry one held delivery to its lessee (asked by ``other``: kept only if that
+        is the lessee)."""
+        self._expire_model()
+        if not self.held[consumer]:
+            return
+        index = data.draw(st.sampled_from(sorted(self.held[consumer])))
+        due = self.run(self.engine.retry_here("q", "a", 0, index, owner=other, lease_ms=LEASE_MS))
+        note(f"keep {index} of {consumer} asked by {other} -> {due}")
+        assert (due is not None) == (other == consumer)
+        if due is not None:  # no backoff here (QueueRetry(0, 0)): a new lease from now
+            assert due == int(self.clock() * 1000)
+            self.held[consumer][index] = int(self.clock() * 1000) + LEASE_MS
+            self.deliveries[index] += 1
 
     @rule(consumer=st.sampled_from(CONSUMERS))
     def crash(self, consumer: str) -> None:

@@ -25,6 +25,7 @@ from tests import factories
 FAST = ServerConfig(
     ack_timeout_ms=400,
     timer_interval=0.1,
+    retry_margin_ms=300,
     shutdown_grace=2.0,
 )
 

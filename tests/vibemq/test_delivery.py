@@ -269,3 +269,27 @@ async def test_a_dead_letter_queue_name_is_checked(raw, catalog):
         assert (await r.recv())["errorCode"] == code, name
     r.send({"id": "l", "type": "listQueues"})
     assert (await r.recv())["payload"] == ["other"]  # nothing was created
+
+
+async def test_a_retry_goes_to_the_same_connection_while_it_is_subscribed(clients):
+    """§7: "A retry goes to the same connection if it is still connected and subscribed."
+    (Retries went to the group: A, then B, then A.) Once it unsubscribes, the next retry
+    goes to the others."""
+    pub, a, b = await clients(), await clients(), await clients()
+    await pub.create_queue("sticky", maxRetryAttempts="5")
+    await a.subscribe("sticky")
+    await pub.publish("sticky", "job", message_id="j")
+    got = await a.receive(5)
+    assert (got.id, got.attempts) == ("j", 1)
+    await b.subscribe("sticky")  # a competitor with room: the retries still go to A
+    for attempt in (2, 3):  # never acked
+        again = await a.receive(5)
+        assert (again.id, again.attempts) == ("j", attempt)
+    assert await nothing_more(b, 0.2)
+    await a.unsubscribe("sticky")
+    moved = await b.receive(5)
+    assert (moved.id, moved.attempts) == ("j", 4)
+    b.ack("j")
+    await asyncio.sleep(0.3)
+    info = await pub.queue_info("sticky")
+    assert info["messageCount"] == 0 and info["inFlightCount"] == 0

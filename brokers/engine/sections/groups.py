@@ -191,6 +191,35 @@ class GroupSection(EngineBase):
             info, policy, partition, indexes, mode="fail", client_id=client_id
         )
 
+    async def retry_here(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        index: int,
+        *,
+        owner: str,
+        lease_ms: int,
+        client_id: str | None = None,
+    ) -> int | None:
+        """A failed attempt (no ack in time) whose retry goes to the same lessee (VibeMQ
+        §7: the same connection while it is connected and subscribed): if ``owner`` still
+        holds the delivery at ``index``, it stays leased to it, counted as the next
+        attempt and delivery, for the backoff of the failed attempt plus ``lease_ms`` —
+        the lessee delivers it again once the backoff is over. Returns when that is
+        (engine ms); None when the lease is not ``owner``'s any more, or the attempt was
+        the last (then it is dead-lettered, as a failure is)."""
+        info, policy = self._group_policy(topic, app)
+        return await self.shared.keep(
+            info,
+            policy,
+            partition,
+            index,
+            owner=self.holders.owner(owner),
+            lease_ms=lease_ms,
+            client_id=client_id,
+        )
+
     async def release_owner(
         self, topic: str, app: str, owner: str, *, client_id: str | None = None
     ) -> int:

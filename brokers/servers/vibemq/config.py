@@ -22,6 +22,11 @@ class ServerConfig:
     """Retry backoff is the engine's ``queue_retry`` (2 s · 2^(n−1), capped at 2 min)."""
     timer_interval: float = 1.0
     """Ack deadlines, retries and TTL are checked at least this often (seconds)."""
+    retry_margin_ms: int = 5_000
+    """A competing lease outlives its ack timeout by this much: the connection keeps a
+    delivery that timed out for its own retry (§7) before the engine would take it back
+    for the group (a crashed process's deliveries come back this much later). More than
+    ``timer_interval``."""
     fanout_buffer: int = 1_000
     """FanOutWithoutAck messages waiting for one slow subscriber; beyond it the oldest are
     dropped. (A FanOutWithAck subscriber's messages wait in its member progress.)"""

@@ -83,7 +83,14 @@ SWEEP_CHUNK = 256  # TTL queues whose sweep calls go out together
 
 
 Leased = tuple[Delivery, int, float]
-"""A leased delivery, its lease's deadline (engine ms) and the loop time it was leased at."""
+"""A leased delivery, when its ack is due (engine ms: its lease's deadline, less the
+config's ``retry_margin_ms`` for a competing consumer's) and the loop time it was leased
+at."""
+
+
+def competing_owner(node: str, queue: str) -> str:
+    """Who holds the competing leases of ``queue`` taken in process ``node``."""
+    return f"vibemq:{node}:{queue}"
 
 
 def _by_partition(deliveries: Sequence[Delivery]) -> dict[int, list[int]]:
@@ -144,7 +151,7 @@ class QueueDispatcher:
     def owner(self) -> str:
         """Who holds the competing leases this dispatcher takes (a subscriber's messages
         are released one by one when it goes; a crashed process's leases expire)."""
-        return f"vibemq:{self.hub.ctx.node}:{self.queue}"
+        return competing_owner(self.hub.ctx.node, self.queue)
 
     def consumers(self) -> dict[tuple[str, str], list[Subscriber]]:
         """The local subscribers by the consumer they take as: (app, address)."""
@@ -350,7 +357,8 @@ class QueueDispatcher:
                 continue
             deadline = self.hub.ctx.engine.now_ms() + lease_ms
             asked = asyncio.get_running_loop().time()
-            lease = await self._lease(key, want, self.owner, lease_ms, None)
+            margin = self.hub.ctx.config.retry_margin_ms  # for a retry to the same connection
+            lease = await self._lease(key, want, self.owner, lease_ms + margin, None)
             got = lease.deliveries if lease is not None else None
             if got:  # its pace counts from here (not from a lease that found none)
                 self._paces.leased(key, asked)

@@ -29,7 +29,7 @@ from brokers.protocols.vibemq import (
 )
 from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.vibemq.context import ServerContext
-from brokers.servers.vibemq.hub import FANOUT_MODES, Hub
+from brokers.servers.vibemq.hub import FANOUT_MODES, Hub, competing_owner
 from brokers.servers.vibemq.limits import SlidingWindow
 from brokers.servers.vibemq.messages import deliver_json
 from brokers.servers.vibemq.tracking import Inflight, Tracked
@@ -408,15 +408,73 @@ class Session:
             self.inflight.forget(item)
 
     async def tick(self, now_ms: int) -> None:
-        """Timers: a lapsed lease is no longer this connection's (the engine delivers it
-        again after its backoff)."""
+        """Timers (§7): a delivery without an ack in time failed. A competing consumer's
+        retry goes to this connection while it is subscribed: the engine keeps the lease
+        for it, counted as the next attempt, and it is written again once the backoff
+        is over (past the attempt limit the engine dead-letters it). Otherwise — a
+        fan-out member's, or the queue unsubscribed — the lease is no longer this
+        connection's: the engine delivers it again after its backoff."""
         for item in self.inflight.items():
-            if item.deadline_ms <= now_ms:
-                self.inflight.forget(item)
-                self._settled.set()
-                self.hub.wake(item.queue)
+            if item.settled:
+                continue
+            if item.retry_at is not None:
+                if item.retry_at <= now_ms:
+                    await self._retry(item, now_ms)
+                continue
+            if item.deadline_ms > now_ms:
+                continue
+            if item.member is None and await self._keep_for_retry(item):
+                continue
+            self.inflight.forget(item)
+            self._settled.set()
+            self.hub.wake(item.queue)
         for queue in list(self.inbox):
             self._drain(queue)
+
+    async def _keep_for_retry(self, item: Tracked) -> bool:
+        """Ask the engine to keep ``item``'s failed delivery for this connection's retry;
+        whether it did (its lease is this process's, and the attempt was not the last)."""
+        if self.closed or self.stopping or item.queue not in self.subscriptions:
+            return False
+        d = item.delivery
+        try:
+            due = await self.ctx.engine.retry_here(
+                item.queue,
+                item.app,
+                d.partition,
+                d.index,
+                owner=competing_owner(self.ctx.node, item.queue),
+                lease_ms=self.ctx.config.ack_timeout_ms + self.ctx.config.retry_margin_ms,
+            )
+        except EngineError as exc:  # the lease lapses instead: a retry for the group
+            log.info("VibeMQ retry on %s not kept: %s", item.queue, exc)
+            return False
+        if due is None:
+            return False
+        item.retry_at = due
+        item.attempts = (item.attempts or d.attempts) + 1
+        item.deadline_ms = due + self.ctx.config.ack_timeout_ms  # a late ack still counts
+        return True
+
+    async def _retry(self, item: Tracked, now_ms: int) -> None:
+        """Write a kept retry again; back to the group at once if the queue was
+        unsubscribed meanwhile (the connection closing releases it with the others)."""
+        item.retry_at = None
+        if self.closed or item.queue not in self.subscriptions:
+            self.inflight.forget(item)
+            d = item.delivery
+            with contextlib.suppress(EngineError):  # unread: the kept delivery never went out
+                await self.ctx.engine.release(
+                    item.queue, item.app, d.partition, [d.index], unread=True
+                )
+            self._settled.set()
+            self.hub.wake(item.queue)
+            return
+        _, frame, _ = deliver_json(item.queue, item.delivery, attempt=item.attempts)
+        item.deadline_ms = now_ms + self.ctx.config.ack_timeout_ms
+        self.ctx.counters["delivered"] += 1
+        self.ctx.counters["retries"] += 1
+        self.transport.send_json(frame)
 
     # ---------------------------------------------------------------- end
 
@@ -456,18 +514,21 @@ class Session:
             with contextlib.suppress(Exception):
                 await self.hub.unsubscribe(queue, self)
         subscribed, self.subscriptions = self.subscriptions, set()
-        leases: dict[tuple[str, str, str | None, int], list[int]] = defaultdict(list)
+        leases: dict[tuple[str, str, str | None, int, bool], list[int]] = defaultdict(list)
         now = self.ctx.engine.now_ms()
         for item in self.inflight.items():
             if item.deadline_ms > now:
                 d = item.delivery
-                leases[(item.queue, item.app, item.member, d.partition)].append(d.index)
+                unread = item.retry_at is not None  # a kept retry not written yet
+                leases[(item.queue, item.app, item.member, d.partition, unread)].append(d.index)
             self.inflight.forget(item)
-        for (queue, app, member, partition), indexes in leases.items():
+        for (queue, app, member, partition, unread), indexes in leases.items():
             if member is not None and not self.durable:
                 continue  # its own progress ends with it, below
             try:  # back at once for the group, or the durable member's next connection
-                await self.ctx.engine.release(queue, app, partition, indexes, client_id=member)
+                await self.ctx.engine.release(
+                    queue, app, partition, indexes, client_id=member, unread=unread
+                )
             except EngineError as exc:
                 log.info("VibeMQ release on %s failed (leases lapse): %s", queue, exc)
         # unsubscribed queues too: their deliveries stayed tracked (§7), and a member of

@@ -28,6 +28,10 @@ class Tracked:
     member: str | None = None
     """The fan-out member id (None: a competing consumer of the group)."""
     settled: bool = field(default=False)
+    attempts: int = 0
+    """Deliveries so far, as its last ``deliver`` said (0: the lease's own count)."""
+    retry_at: int | None = None
+    """A failed attempt kept for this connection (§7): when it is delivered again."""
 
 
 class Inflight:
