@@ -293,3 +293,18 @@ async def test_a_retry_goes_to_the_same_connection_while_it_is_subscribed(client
     await asyncio.sleep(0.3)
     info = await pub.queue_info("sticky")
     assert info["messageCount"] == 0 and info["inFlightCount"] == 0
+
+
+async def test_an_expired_delivery_is_not_retried_to_its_connection(clients):
+    """§11: "an expired message still in flight is not retried" — kept for the same
+    connection's retry (§7) or not: past its TTL it goes to the DLQ instead."""
+    c = await clients()
+    await c.create_queue("shortlived", messageTtl="300", enableDeadLetterQueue="true")
+    await c.subscribe("shortlived")
+    await c.publish("shortlived", "soon stale", message_id="s")
+    assert (await c.receive(5)).id == "s"  # never acked; the ack timeout is 400 ms
+    await c.subscribe("shortlived.dlq")
+    dead = await c.receive(5)
+    assert (dead.queue, dead.id) == ("shortlived.dlq", "s")
+    assert dead.headers["deadLetterReason"] == "MessageExpired"
+    assert await nothing_more(c, 0.5)
