@@ -308,3 +308,21 @@ async def test_an_expired_delivery_is_not_retried_to_its_connection(clients):
     assert (dead.queue, dead.id) == ("shortlived.dlq", "s")
     assert dead.headers["deadLetterReason"] == "MessageExpired"
     assert await nothing_more(c, 0.5)
+
+
+async def test_every_delivery_that_times_out_together_is_retried_to_its_connection(clients):
+    """A subscriber that hangs with several unacked deliveries gets each of them again
+    (their keeps go to the engine together, in one tick)."""
+    pub, a, b = await clients(), await clients(), await clients()
+    await pub.create_queue("stuck", maxRetryAttempts="3")
+    await a.subscribe("stuck")
+    for i in range(3):
+        await pub.publish("stuck", i, message_id=f"s{i}")
+    first = [await a.receive(5) for _ in range(3)]
+    assert sorted(m.id for m in first) == ["s0", "s1", "s2"]
+    await b.subscribe("stuck")
+    again = [await a.receive(5) for _ in range(3)]
+    assert sorted((m.id, m.attempts) for m in again) == [("s0", 2), ("s1", 2), ("s2", 2)]
+    for m in again:
+        a.ack(m.id)
+    assert await nothing_more(b, 0.3)

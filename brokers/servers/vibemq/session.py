@@ -413,27 +413,35 @@ class Session:
         for it, counted as the next attempt, and it is written again once the backoff
         is over (past the attempt limit the engine dead-letters it). Otherwise — a
         fan-out member's, or the queue unsubscribed — the lease is no longer this
-        connection's: the engine delivers it again after its backoff."""
+        connection's: the engine delivers it again after its backoff. The engine calls
+        of one tick go out together (a hung subscriber's hundred timeouts: one write)."""
+        due: list[Tracked] = []
+        lapsed: list[Tracked] = []
         for item in self.inflight.items():
             if item.settled:
                 continue
             if item.retry_at is not None:
                 if item.retry_at <= now_ms:
-                    await self._retry(item, now_ms)
-                continue
-            if item.deadline_ms > now_ms:
-                continue
-            if item.member is None and await self._keep_for_retry(item):
-                continue
-            self.inflight.forget(item)
-            self._settled.set()
-            self.hub.wake(item.queue)
+                    due.append(item)
+            elif item.deadline_ms <= now_ms:
+                lapsed.append(item)
+        kept = await asyncio.gather(*(self._keep_for_retry(item) for item in lapsed))
+        for item, was_kept in zip(lapsed, kept, strict=True):
+            if not was_kept:
+                self.inflight.forget(item)
+                self._settled.set()
+                self.hub.wake(item.queue)
+        if due:
+            await asyncio.gather(*(self._retry(item, now_ms) for item in due))
         for queue in list(self.inbox):
             self._drain(queue)
 
     async def _keep_for_retry(self, item: Tracked) -> bool:
         """Ask the engine to keep ``item``'s failed delivery for this connection's retry;
-        whether it did (its lease is this process's, and the attempt was not the last)."""
+        whether it did (its lease is this process's, and the attempt was not the last).
+        Never for a fan-out member's delivery: its retries are its own already."""
+        if item.member is not None:
+            return False
         if self.closed or self.stopping or item.queue not in self.subscriptions:
             return False
         if self._expired(item):  # §11: not retried; the engine expires it with the lease
