@@ -100,6 +100,12 @@ def dead_letter_queue(info: TopicInfo) -> str:
     return info.queue.dead_letter_queue or info.code + DLQ_SUFFIX
 
 
+def is_dead_letter_queue(snapshot: CatalogSnapshot, topic: str) -> bool:
+    """Whether ``topic`` is named as a dead-letter queue — ``<queue>.dlq``, or the name a
+    topic's settings give — and so keeps no dead letters of its own."""
+    return topic.endswith(DLQ_SUFFIX) or snapshot.dead_letter_queue_of(topic) is not None
+
+
 def dead_letter_parent(snapshot: CatalogSnapshot, topic: str) -> TopicInfo | None:
     """The queue topic whose dead-letter queue ``topic`` is (the name its settings give,
     or ``<queue>.dlq`` when they give none), when the catalog has no topic of that name

@@ -475,3 +475,21 @@ async def test_a_kept_retry_whose_lessee_vanishes_expires_as_any_lease(make_engi
     clock.advance(4.1)
     [again] = await take(engine, owner="B")
     assert (again.index, again.attempts, again.redelivered) == (d.index, 3, True)
+
+
+@pytest.mark.parametrize("code", ["jobs.dlq", "graves"])
+async def test_a_dead_letter_queue_keeps_no_dead_letters_of_its_own(make_engine, clock, code):
+    """A topic named as a dead-letter queue (``<queue>.dlq``, or the name a queue's
+    settings give) does not dead-letter into a queue of its own even with its DLQ on:
+    what dies there waits in the group's dead letters."""
+    dead_on = QueueSettings(max_retry_attempts=0, dead_letter_enabled=True)
+    named = QueueSettings(dead_letter_enabled=True, dead_letter_queue="graves")
+    engine = make_engine(
+        snapshot(topics={"jobs": {"partitions": 1, "queue": named}, code: {"queue": dead_on}})
+    )
+    await publish(engine, b"twice dead", topic=code)
+    [d] = await take(engine, code)
+    await engine.fail(code, "a", 0, [d.index])
+    [dead] = await engine.dead_letters(code, "a")
+    assert dead.message.body == b"twice dead"
+    assert await take(engine, f"{code}.dlq") == []

@@ -10,7 +10,12 @@ import random
 import time
 from collections.abc import Callable
 
-from brokers.engine.access import Gate, dead_letter_parent, dead_letter_queue
+from brokers.engine.access import (
+    Gate,
+    dead_letter_parent,
+    dead_letter_queue,
+    is_dead_letter_queue,
+)
 from brokers.engine.append import append_records
 from brokers.engine.catalog import (
     CatalogSnapshot,
@@ -162,7 +167,7 @@ class EngineBase:
         """Copy a dead message to the topic's dead-letter queue when it has one."""
         info = self.group_topic(topic)
         settings = info.queue
-        if not settings.dead_letter_enabled or dead_letter_parent(self._catalog(), topic):
+        if not settings.dead_letter_enabled or is_dead_letter_queue(self._catalog(), topic):
             return False
         await self._to_topic_dlq(topic, app, delivery.record, reason=reason, attempts=attempts)
         return True
