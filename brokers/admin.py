@@ -29,7 +29,7 @@ class ErasesStoredData(admin.ModelAdmin):
     inside the deleting transaction. If the store does not answer, nothing is deleted and
     the page says so (it was an error page)."""
 
-    def stored_data(self, obj: Any) -> tuple[Callable[..., int], tuple[str, ...]]:
+    def stored_data(self, obj: Any) -> tuple[Callable[..., int], tuple[object, ...]]:
         """The erase of ``obj``'s stored data, and its arguments."""
         raise NotImplementedError
 
@@ -135,8 +135,8 @@ class TopicAdmin(ErasesStoredData):
     def get_inlines(self, request, obj):
         return self.inlines if obj is not None else []
 
-    def stored_data(self, obj: Topic) -> tuple[Callable[..., int], tuple[str, ...]]:
-        return erase_topic_data, (obj.code, obj.dead_letter_queue)
+    def stored_data(self, obj: Topic) -> tuple[Callable[..., int], tuple[object, ...]]:
+        return erase_topic_data, (obj,)
 
 
 @admin.register(PartitionGroup)
@@ -205,5 +205,5 @@ class ConsumerPolicyAdmin(ErasesStoredData):
     list_filter = ["mode", "paused", "http_enabled", "archive"]
     search_fields = ["name", "topic__code", "app__code"]
 
-    def stored_data(self, obj: ConsumerPolicy) -> tuple[Callable[..., int], tuple[str, ...]]:
-        return erase_group_data, (obj.topic.code, obj.app.code, obj.topic.dead_letter_queue)
+    def stored_data(self, obj: ConsumerPolicy) -> tuple[Callable[..., int], tuple[object, ...]]:
+        return erase_group_data, (obj,)

@@ -17,32 +17,37 @@ which is another topic.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import redis
 
-from brokers.engine import CatalogSnapshot, Engine, EngineError
+from brokers.engine import DLQ_SUFFIX, CatalogSnapshot, Engine, EngineError
 from brokers.engine_run import run_on_engine
 
+if TYPE_CHECKING:
+    from brokers.models import ConsumerPolicy, Topic
+
 _EMPTY = CatalogSnapshot()
-DLQ_SUFFIX = ".dlq"  # the engine's implicit dead-letter queue: <topic>.dlq
 STORE_ERRORS = (EngineError, redis.RedisError, OSError)
 """What an erase raises when the message store does not answer."""
 
 
-def _with_implicit_dlq(code: str, dead_letter_queue: str = "") -> list[str]:
-    """``code`` and its dead-letter queue (``dead_letter_queue``, the name its settings
-    give, or ``<code>.dlq``), unless that is a catalog topic of its own."""
+def _with_implicit_dlq(topic: Topic) -> list[str]:
+    """``topic``'s code and its dead-letter queue (the name its settings give, or
+    ``<code>.dlq``), unless that is a catalog topic of its own."""
     from brokers.models import Topic
 
-    if not dead_letter_queue and code.endswith(DLQ_SUFFIX):  # an implicit DLQ has none
+    code, named = topic.code, topic.dead_letter_queue
+    if not named and code.endswith(DLQ_SUFFIX):  # an implicit DLQ has none
         return [code]
-    dlq = dead_letter_queue or code + DLQ_SUFFIX
+    dlq = named or code + DLQ_SUFFIX
     return [code] if Topic.objects.filter(code=dlq).exists() else [code, dlq]
 
 
-def erase_topic_data(code: str, dead_letter_queue: str = "") -> int:
-    """Delete every key the engine keeps for topic ``code`` and its implicit dead-letter
-    queue (``dead_letter_queue``: the name the topic's settings gave it); how many went."""
-    codes = _with_implicit_dlq(code, dead_letter_queue)
+def erase_topic_data(topic: Topic) -> int:
+    """Delete every key the engine keeps for ``topic`` (a row being deleted) and its
+    implicit dead-letter queue; how many went."""
+    codes = _with_implicit_dlq(topic)
 
     async def erase(engine: Engine) -> int:
         return sum([await engine.erase_topic(c) for c in codes])
@@ -50,11 +55,11 @@ def erase_topic_data(code: str, dead_letter_queue: str = "") -> int:
     return run_on_engine(_EMPTY, erase)
 
 
-def erase_group_data(topic: str, app: str, dead_letter_queue: str = "") -> int:
-    """Delete every key the engine keeps for consumer group ``app`` on ``topic`` and on
-    its implicit dead-letter queue (named as for :func:`erase_topic_data`); how many
+def erase_group_data(policy: ConsumerPolicy) -> int:
+    """Delete every key the engine keeps for the consumer group of ``policy`` (a row
+    being deleted) on its topic and the topic's implicit dead-letter queue; how many
     went."""
-    codes = _with_implicit_dlq(topic, dead_letter_queue)
+    codes, app = _with_implicit_dlq(policy.topic), policy.app.code
 
     async def erase(engine: Engine) -> int:
         return sum([await engine.erase_group(c, app) for c in codes])

@@ -4,7 +4,7 @@ Public API: :class:`Engine` (the facade) and the types its methods take and retu
 Front-ends, the console and the pipeline import from here only.
 """
 
-from brokers.engine.access import dead_letter_parent, dead_letter_queue
+from brokers.engine.access import DLQ_SUFFIX, dead_letter_parent, dead_letter_queue
 from brokers.engine.ack import commit_illegal, contiguous
 from brokers.engine.append import java_hash
 from brokers.engine.background import cancel_and_wait
@@ -114,6 +114,7 @@ from brokers.engine.wire import WireBlob, WireRecords
 __all__ = [
     "DELAY_ID",
     "DELAY_LEVELS",
+    "DLQ_SUFFIX",
     "PRIORITY_BANDS",
     "PRIORITY_MODE",
     "RECORD_LEADER_LUA",

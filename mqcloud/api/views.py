@@ -193,7 +193,7 @@ class TeamScopedViewSet(viewsets.ModelViewSet):
         instance.delete()
 
 
-def erasing(erase: Callable[..., int], *args: str) -> int:
+def erasing(erase: Callable[..., int], *args: object) -> int:
     """Run an erase of the message store's data for a deleted catalog object (inside the
     deleting transaction): 503 if the store does not answer, so the object stays."""
     try:
@@ -223,10 +223,9 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         """Delete the topic and, in the same transaction, every key the engine kept for
         it (a topic created later under its code would find them); if the message store
         does not answer, the topic stays (503)."""
-        code, dlq = instance.code, instance.dead_letter_queue
         with transaction.atomic():
             super().perform_destroy(instance)
-            erasing(erase_topic_data, code, dlq)
+            erasing(erase_topic_data, instance)
 
     def get_serializer_context(self) -> dict:
         return {**super().get_serializer_context(), "rates": getattr(self, "_rates", {})}
@@ -386,10 +385,9 @@ class ConsumerPolicyViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         """Delete the policy and, in the same transaction, its group's progress, retries
         and dead letters (a policy created later for the app would resume them); if the
         message store does not answer, the policy stays (503)."""
-        topic, app, dlq = instance.topic.code, instance.app.code, instance.topic.dead_letter_queue
         with transaction.atomic():
             super().perform_destroy(instance)
-            erasing(erase_group_data, topic, app, dlq)
+            erasing(erase_group_data, instance)
 
     def base_queryset(self) -> QuerySet[ConsumerPolicy]:
         return ConsumerPolicy.objects.select_related("topic", "app")

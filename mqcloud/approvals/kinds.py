@@ -137,8 +137,7 @@ def _topic_delete(user, payload: dict) -> Prepared:
         # inside the application's transaction: if the store cannot be cleared, the
         # topic is not deleted either (its data would outlive it, and a topic created
         # later under the same code would find its messages, dead letters and progress)
-        erased = erase_topic_data(topic.code, topic.dead_letter_queue)
-        return {"deleted": payload["code"], "erased_keys": erased}
+        return {"deleted": payload["code"], "erased_keys": erase_topic_data(topic)}
 
     return Prepared(f"topic:{topic.code}", topic.team, payload, execute)
 
@@ -201,8 +200,7 @@ def _policy_delete(model: type, prefix: str) -> Callable:
         def execute() -> dict:
             policy.delete()
             if model is ConsumerPolicy:  # its progress, retries and dead letters go too
-                topic = policy.topic
-                erased = erase_group_data(topic.code, policy.app.code, topic.dead_letter_queue)
+                erased = erase_group_data(policy)
                 return {"deleted": payload["name"], "erased_keys": erased}
             return {"deleted": payload["name"]}
 
