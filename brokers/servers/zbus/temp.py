@@ -126,9 +126,7 @@ class TempMq:
         sub = self.subscribers.get(conn)
         if sub is None:
             sub = self.subscribers[conn] = TempSubscriber(conn)
-            if conn not in self._watched:
-                self._watched.add(conn)
-                conn.on_close(lambda: self._forget(conn))
+            self._watch(conn)
         sub.topics.update(topics)
         sub.msgid, sub.window, sub.aliases = msgid, window, aliases
         self.ctx.consumed(self.name, conn)
@@ -174,9 +172,7 @@ class TempMq:
             return
         waiter = Waiter(conn, window, aliases)
         self.waiters[key] = waiter
-        if conn not in self._watched:
-            self._watched.add(conn)
-            conn.on_close(lambda: self._forget(conn))
+        self._watch(conn)
         self.ctx.consumed(self.name, conn)
         for message, timer in self.pending.pop(key, []):
             timer.cancel()
@@ -192,9 +188,7 @@ class TempMq:
         if window == 0:
             return
         self.sessions[conn] = TempSession(msgid, window, aliases)
-        if conn not in self._watched:
-            self._watched.add(conn)
-            conn.on_close(lambda: self._forget(conn))
+        self._watch(conn)
         self.ctx.consumed(self.name, conn)
         self._deal()
 
@@ -263,6 +257,12 @@ class TempMq:
         entries[:] = [(m, t) for m, t in entries if m is not message]
         if not entries:
             self.pending.pop(key, None)
+
+    def _watch(self, conn: Connection) -> None:
+        """Forget ``conn``'s consumes when it closes (one callback per connection)."""
+        if conn not in self._watched:
+            self._watched.add(conn)
+            conn.on_close(lambda: self._forget(conn))
 
     def _forget(self, conn: Connection) -> None:
         self._watched.discard(conn)
