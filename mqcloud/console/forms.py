@@ -64,6 +64,14 @@ def _whole(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def parse_ids(text: str) -> list[int]:
+    """Comma-separated whole numbers (message ids), blanks ignored."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if any(not _whole(p) for p in parts):
+        raise forms.ValidationError("Ids are whole numbers, comma-separated.")
+    return [int(p) for p in parts]
+
+
 def parse_weights(text: str) -> dict[str, int]:
     """``broker=weight`` pairs, one per line or comma-separated."""
     weights: dict[str, int] = {}
@@ -395,10 +403,7 @@ class DeadLetterResendForm(ConsumerForm):
     )
 
     def clean_ids(self) -> list[int]:
-        parts = [p.strip() for p in self.cleaned_data["ids"].split(",") if p.strip()]
-        if any(not _whole(p) for p in parts):
-            raise forms.ValidationError("Ids are whole numbers, comma-separated.")
-        return [int(p) for p in parts]
+        return parse_ids(self.cleaned_data["ids"])
 
     def payload(self) -> dict[str, Any]:
         out: dict[str, Any] = {"consumer": self.cleaned_data["consumer"]}
@@ -421,12 +426,10 @@ class TimerCancelForm(ApplicationForm):
         self.choose("topic", _topic_choices(self.user, own=True), "code")
 
     def clean_ids(self) -> list[int]:
-        parts = [p.strip() for p in self.cleaned_data["ids"].split(",") if p.strip()]
-        if not parts:
+        ids = parse_ids(self.cleaned_data["ids"])
+        if not ids:
             raise forms.ValidationError("Give at least one delay id.")
-        if any(not _whole(p) for p in parts):
-            raise forms.ValidationError("Ids are whole numbers, comma-separated.")
-        return [int(p) for p in parts]
+        return ids
 
     def payload(self) -> dict[str, Any]:
         return {"topic": self.cleaned_data["topic"], "ids": self.cleaned_data["ids"]}
