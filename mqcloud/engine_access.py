@@ -9,14 +9,18 @@ console request never decodes the whole catalog.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import redis.asyncio as aioredis
+from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from brokers.catalog_loader import process_catalog
 from brokers.engine import Engine, catch_up
+
+T = TypeVar("T")
 
 
 @asynccontextmanager
@@ -33,3 +37,14 @@ async def engine_session() -> AsyncIterator[Engine]:
             await engine.close()
     finally:
         await client.aclose()
+
+
+def run_in_session(fn: Callable[[Engine], Awaitable[T]]) -> T:
+    """``fn(engine)`` in a short engine session, from synchronous code (errors raised as
+    they are)."""
+
+    async def call() -> T:
+        async with engine_session() as engine:
+            return await fn(engine)
+
+    return async_to_sync(call)()

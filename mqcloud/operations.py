@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync
 from celery import shared_task
 from celery.result import AsyncResult
 
-from mqcloud.engine_access import engine_session
+from mqcloud.engine_access import engine_session, run_in_session
 
 SKIP_BACKLOG_MS = 60_000  # "skip backlog" is a reset to now − 60 s
 
@@ -89,19 +89,9 @@ def task_running(task_id: str) -> bool:
 
 def resend_dead_letters(topic: str, app: str, ids: list[int]) -> int:
     """Move dead letters (all when ``ids`` is empty) back to the retry store, due now."""
-
-    async def run() -> int:
-        async with engine_session() as engine:
-            return await engine.resend_dead_letters(topic, app, ids)
-
-    return async_to_sync(run)()
+    return run_in_session(lambda engine: engine.resend_dead_letters(topic, app, ids))
 
 
 def cancel_delayed(topic: str, ids: list[int]) -> list[int]:
     """Cancel held delayed or timer messages of ``topic``; the ids that were still held."""
-
-    async def run() -> list[int]:
-        async with engine_session() as engine:
-            return await engine.cancel_delayed(topic, ids)
-
-    return async_to_sync(run)()
+    return run_in_session(lambda engine: engine.cancel_delayed(topic, ids))

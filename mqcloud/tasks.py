@@ -22,7 +22,7 @@ from mqcloud.approvals.services import fail_interrupted, record
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
-from mqcloud.engine_access import engine_session
+from mqcloud.engine_access import engine_session, run_in_session
 
 log = logging.getLogger(__name__)
 
@@ -212,15 +212,10 @@ def republish_catalog() -> int:
     return publish().version
 
 
-async def _release_delayed() -> int:
-    async with engine_session() as engine:
-        return await engine.release_all_delayed()
-
-
 @shared_task
 def release_delayed_messages() -> int:
     """Append the delayed and timer messages that are due (beat runs it every second)."""
-    return async_to_sync(_release_delayed)()
+    return run_in_session(lambda engine: engine.release_all_delayed())
 
 
 @shared_task

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import redis
-from asgiref.sync import async_to_sync
 
 from brokers.engine import (
     Delivery,
@@ -25,7 +24,7 @@ from brokers.engine import (
     TopicRate,
 )
 from mqcloud.console.message_properties import message_properties, producing_protocol
-from mqcloud.engine_access import engine_session
+from mqcloud.engine_access import run_in_session
 from pipeline import ids
 from pipeline.ids import MessageId
 
@@ -44,13 +43,8 @@ class PastTheEnd(Exception):
 
 def run(fn: Callable[[Engine], Awaitable[T]]) -> T:
     """Run ``fn(engine)`` in a short engine session."""
-
-    async def call() -> T:
-        async with engine_session() as engine:
-            return await fn(engine)
-
     try:
-        return async_to_sync(call)()
+        return run_in_session(fn)
     except EngineError as exc:
         raise EngineUnavailable(f"{type(exc).__name__}: {exc}") from exc
     except (redis.RedisError, OSError) as exc:
