@@ -346,6 +346,24 @@ def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
 
 
 @contextlib.contextmanager
+def django_services(baseline_requests: int = 200_000) -> Iterator[None]:
+    """A throw-away PostgreSQL and Redis (``scripts/localservices``) on free ports, for a
+    benchmark that runs Django in process: prints this run's raw Redis baseline
+    (:func:`raw_xadd`), exports ``DATABASE_URL`` and ``REDIS_URL``, and stops both and
+    removes their directory on exit."""
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    from localservices import temporary_services
+
+    with temporary_services("mqcloud-bench-") as (postgres, redis_local):
+        raw = raw_xadd(redis_local.port, baseline_requests)
+        print(f"raw redis-benchmark -P 100 XADD: {raw:,.0f} ops/s (median, same run)", flush=True)
+        os.environ.update(DATABASE_URL=postgres.url, REDIS_URL=redis_local.url)
+        yield
+
+
+@contextlib.contextmanager
 def redis_server() -> Iterator[int]:
     """A throw-away redis-server (:func:`start_redis`): yields its port; stopped and its
     directory removed on exit."""

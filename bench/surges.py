@@ -18,21 +18,16 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from localservices import PostgresServer, RedisServer, free_port  # noqa: E402
-
-from bench.harness import raw_xadd  # noqa: E402
+from bench.harness import django_services  # noqa: E402
 
 SURGING_EVERY = 100  # one topic in this many surges
 
@@ -126,21 +121,8 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
-    workdir.chmod(0o755)
-    postgres = PostgresServer(workdir / "pg", free_port())
-    redis = RedisServer(workdir / "redis", free_port())
-    try:
-        postgres.start()
-        redis.start()
-        raw = raw_xadd(redis.port, 200_000)
-        print(f"raw redis-benchmark -P 100 XADD: {raw:,.0f} ops/s (median, same run)", flush=True)
-        os.environ.update(DATABASE_URL=postgres.url, REDIS_URL=redis.url)
+    with django_services():
         run(args.topics, args.days, args.runs)
-    finally:
-        redis.stop()
-        postgres.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ run as the ``postgres`` system user.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
@@ -18,7 +19,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -291,3 +294,22 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+@contextlib.contextmanager
+def temporary_services(prefix: str) -> Iterator[tuple[PostgresServer, RedisServer]]:
+    """A throw-away PostgreSQL and Redis on free loopback ports, in a new temporary
+    directory (a test session's, a benchmark's): both stopped and the directory removed
+    on exit."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    workdir.chmod(0o755)  # as root, PostgreSQL runs as the postgres user, which must reach it
+    postgres = PostgresServer(workdir / "pg", free_port())
+    redis = RedisServer(workdir / "redis", free_port())
+    try:
+        postgres.start()
+        redis.start()
+        yield postgres, redis
+    finally:
+        redis.stop()
+        postgres.stop()
+        shutil.rmtree(workdir, ignore_errors=True)

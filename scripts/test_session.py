@@ -10,16 +10,14 @@ sources changed (``compile_brokers.py``; not with ``MQCLOUD_PURE_PYTHON=1``).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-from localservices import PostgresServer, RedisServer, free_port
+from localservices import temporary_services
 
 from brokers.compiled import pure_python
 
@@ -31,13 +29,7 @@ def main(argv: list[str]) -> int:
         # build matches its source (brokers/compiled.py). Rebuild what was edited first.
         here = Path(__file__).resolve().parent
         subprocess.call([sys.executable, str(here / "compile_brokers.py")])
-    workdir = Path(tempfile.mkdtemp(prefix="mqcloud-test-"))
-    workdir.chmod(0o755)  # as root, PostgreSQL runs as the postgres user, which must reach it
-    postgres = PostgresServer(workdir / "pg", free_port())
-    redis = RedisServer(workdir / "redis", free_port())
-    try:
-        postgres.start()
-        redis.start()
+    with temporary_services("mqcloud-test-") as (postgres, redis):
         env = {
             **os.environ,
             "DATABASE_URL": postgres.url,
@@ -46,10 +38,6 @@ def main(argv: list[str]) -> int:
         }
         print(f"test services: PostgreSQL {postgres.url}  Redis {redis.url}", flush=True)
         return subprocess.call([sys.executable, "-m", "pytest", *argv], env=env)
-    finally:
-        redis.stop()
-        postgres.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
