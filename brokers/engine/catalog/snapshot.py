@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from hashlib import blake2b
 from typing import Any, TypeVar
 
@@ -174,14 +174,10 @@ class CatalogSnapshot:
             {t: tuple(sorted(cs, key=_name)) for t, cs in by_topic.items()}
         )
         self._apps_by_token_hash = Map(
-            {h: app.code for app in self.apps.values() for h in app.token_hashes}
+            {h: app.code for app in self.apps.values() for h in _token_hashes(app)}
         )
         self._custom_dlqs = Map(
-            {
-                t.queue.dead_letter_queue: t.code
-                for t in self.topics.values()
-                if t.queue.dead_letter_queue
-            }
+            {name: t.code for t in self.topics.values() for name in _named_dlq(t)}
         )
         self._digest: int | None = None
 
@@ -303,9 +299,11 @@ class CatalogSnapshot:
 
         object.__setattr__(new, "version", delta.version)
         object.__setattr__(new, "brokers", replace("brokers", self.brokers, delta.brokers))
-        new._custom_dlqs = self._reindex_dlqs(delta.topics)
+        new._custom_dlqs = _reindex_codes(self._custom_dlqs, self.topics, delta.topics, _named_dlq)
         object.__setattr__(new, "topics", replace("topics", self.topics, delta.topics))
-        new._apps_by_token_hash = self._reindex_tokens(delta.apps)
+        new._apps_by_token_hash = _reindex_codes(
+            self._apps_by_token_hash, self.apps, delta.apps, _token_hashes
+        )
         object.__setattr__(new, "apps", replace("apps", self.apps, delta.apps))
         new._producer_pairs = _reindex_pairs(self._producers, self._producer_pairs, delta.producers)
         new._producers = replace("producers", self._producers, delta.producers)
@@ -314,32 +312,6 @@ class CatalogSnapshot:
         new._consumers = replace("consumers", self._consumers, delta.consumers)
         new._digest = None if digest is None else digest & _MASK
         return new
-
-    def _reindex_dlqs(self, topics: Mapping[str, TopicInfo | None]) -> Map:
-        if not topics:
-            return self._custom_dlqs
-        with self._custom_dlqs.mutate() as m:
-            for code, info in topics.items():
-                old = self.topics.get(code)
-                named = old.queue.dead_letter_queue if old is not None else ""
-                if named and m.get(named) == code:
-                    del m[named]
-                if info is not None and info.queue.dead_letter_queue:
-                    m[info.queue.dead_letter_queue] = code
-            return m.finish()
-
-    def _reindex_tokens(self, apps: Mapping[str, AppInfo | None]) -> Map:
-        if not apps:
-            return self._apps_by_token_hash
-        with self._apps_by_token_hash.mutate() as m:
-            for code, info in apps.items():
-                old = self.apps.get(code)
-                for h in old.token_hashes if old is not None else ():
-                    if m.get(h) == code:
-                        del m[h]
-                for h in info.token_hashes if info is not None else ():
-                    m[h] = code
-            return m.finish()
 
     def _reindex_topics(self, consumers: Mapping[str, ConsumerPolicyInfo | None]) -> Map:
         if not consumers:
@@ -447,6 +419,34 @@ def _from_wire(wire: SnapshotWire) -> CatalogSnapshot:
         producers=wire.producers,
         consumers=wire.consumers,
     )
+
+
+def _token_hashes(app: AppInfo) -> Iterable[str]:
+    return app.token_hashes
+
+
+def _named_dlq(topic: TopicInfo) -> Iterable[str]:
+    """The dead-letter queue name ``topic``'s settings give (none: ``<code>.dlq``)."""
+    return (topic.queue.dead_letter_queue,) if topic.queue.dead_letter_queue else ()
+
+
+def _reindex_codes(
+    index: Map, entities: Map, updates: Mapping[str, Any], keys_of: Callable[[Any], Iterable[str]]
+) -> Map:
+    """A reverse index (key → entity code, each entity's keys ``keys_of(entity)``) after
+    ``updates`` replaced, added or removed (None) entities of ``entities``: the old keys
+    of each go (those still pointing at it), its new ones come. O(size of the update)."""
+    if not updates:
+        return index
+    with index.mutate() as m:
+        for code, info in updates.items():
+            old = entities.get(code)
+            for key in keys_of(old) if old is not None else ():
+                if m.get(key) == code:
+                    del m[key]
+            for key in keys_of(info) if info is not None else ():
+                m[key] = code
+        return m.finish()
 
 
 def _reindex_pairs(by_name: Map, pairs: Map, updates: Mapping[str, Any]) -> Map:
