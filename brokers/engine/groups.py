@@ -389,19 +389,22 @@ SETTLE = Script(
     RANGES_FN
     + """
 -- ARGV: mode ('ack' | 'release' | 'unread' | 'fail' | 'keep' | 'drop'), now, backoff
--- base, backoff cap, max_retry (-1 none), lease_ms, owner, then runs as start, end pairs.
+-- base, backoff cap, max_retry (-1 none), lease_ms, owner, keep_until (0: none), then runs
+-- as start, end pairs.
 -- ack: the runs are settled; release: back to be delivered again at once (not an
 -- attempt); unread: the same, for leased messages no consumer was handed (that lease is
 -- not counted as a delivery, and marked redelivered only if delivered before); fail:
 -- again after the backoff of their attempt, or dead past max_retry; keep: a failed
 -- attempt whose retry goes to the same lessee — still `owner`'s and unexpired, it stays
 -- leased to it, counted as the next attempt and delivery, until the backoff plus
--- lease_ms (or dead past max_retry); drop: a dead range was dead-lettered.
+-- lease_ms (or dead past max_retry) — unless the retry would be due at keep_until or
+-- later (its message's TTL is over by then: it lapses, and expires as any lease does);
+-- drop: a dead range was dead-lettered.
 -- Runs outside every range are settled already and ignored. Returns {ack index, settled,
 -- when a kept retry is due (0: none kept), dead starts...}.
 local mode, now = ARGV[1], tonumber(ARGV[2])
 local base, cap, maxr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local lease_ms, keeper = tonumber(ARGV[6]), ARGV[7]
+local lease_ms, keeper, keep_until = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
 local count, dead, kept_due = 0, {}, 0
 local function covered_len(runs)
   local n = 0
@@ -414,7 +417,7 @@ end
 -- with all its covered runs, once per run — O(runs²) Lua string work (64 runs: 2.5-5 ms
 -- of Redis's one thread).
 local touched, order, last = {}, {}, nil
-for i = 8, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   local a, b = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
   local found
   if last and last.start <= a and b <= last.stop then found = {last}  -- ranges are disjoint
@@ -466,7 +469,10 @@ end
 -- them (one range, its settled part covered), pieces wholly settled elsewhere go.
 local function give_back(r, runs)
   if r.owner == '' or r.owner == '!' then return end
-  if mode == 'keep' and (r.owner ~= keeper or r.deadline <= now) then return end
+  if mode == 'keep' then
+    if r.owner ~= keeper or r.deadline <= now then return end
+    if keep_until > 0 and now + backoff(r.attempt, base, cap) >= keep_until then return end
+  end
   table.sort(runs, by_start)
   local pieces, pos = {}, r.start  -- {start, stop, given back}
   for _, run in ipairs(runs) do
@@ -691,11 +697,12 @@ async def settle(
     now_ms: int,
     args: LeaseArgs | None = None,
     owner: str = "",
+    keep_until: int = 0,
 ) -> tuple[int, int, list[int], int]:
     """Settle (``ack``), ``release``, ``fail`` or ``keep`` (for ``owner``, leased again
-    for ``args.lease_ms`` after the backoff) runs ``[start, end)``; (ack index after,
-    indexes affected, starts of ranges that went dead, when a kept retry is due — 0
-    when none was kept)."""
+    for ``args.lease_ms`` after the backoff — not if that is at ``keep_until`` or later)
+    runs ``[start, end)``; (ack index after, indexes affected, starts of ranges that went
+    dead, when a kept retry is due — 0 when none was kept)."""
     if not runs:
         return -1, 0, [], 0
     flat: list[int] = []
@@ -713,6 +720,7 @@ async def settle(
             -1 if a.max_retry is None else a.max_retry,
             a.lease_ms,
             owner,
+            keep_until,
             *flat,
         ),
     )

@@ -226,11 +226,12 @@ class SharedDelivery:
         owner: str,
         lease_ms: int,
         client_id: str | None,
+        keep_until: int = 0,
     ) -> int | None:
         """A failed attempt retried to the same lessee (``keep`` of :func:`groups.settle`):
         when its retry is due (engine ms) if ``owner`` still held it and it stays leased
-        to it; None when it did not hold it, or the attempt was the last (dead-lettered
-        at once)."""
+        to it; None when it did not hold it, the retry would be due at ``keep_until`` or
+        later, or the attempt was the last (dead-lettered at once)."""
         _, due = await self._settle(
             topic,
             policy,
@@ -240,6 +241,7 @@ class SharedDelivery:
             client_id=client_id,
             owner=owner,
             lease_ms=lease_ms,
+            keep_until=keep_until,
         )
         return due
 
@@ -254,6 +256,7 @@ class SharedDelivery:
         client_id: str | None,
         owner: str = "",
         lease_ms: int = 0,
+        keep_until: int = 0,
     ) -> tuple[int, int | None]:
         """:func:`groups.settle` with the topic's retry limit and backoff, dead-lettering
         what went dead; (indexes changed, when a kept retry is due — None if none was)."""
@@ -274,6 +277,7 @@ class SharedDelivery:
             now_ms=self._now_ms(),
             args=args,
             owner=owner,
+            keep_until=keep_until,
         )
         if dead:
             await self._aftermath(topic, policy, cid, GroupLease(EMPTY, partition, dead=dead))

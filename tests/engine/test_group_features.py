@@ -448,15 +448,15 @@ async def test_a_retry_kept_for_the_same_lessee(make_engine, clock):
     await publish(engine, b"one")
     await publish(engine, b"two")
     first, second = await take(engine, owner="A", lease_ms=30_000)
-    assert await engine.retry_here("q", "a", 0, first.index, owner="B", lease_ms=30_000) is None
-    due = await engine.retry_here("q", "a", 0, first.index, owner="A", lease_ms=30_000)
+    assert await engine.retry_here("q", "a", first, owner="B", lease_ms=30_000) is None
+    due = await engine.retry_here("q", "a", first, owner="A", lease_ms=30_000)
     assert due == engine.now_ms() + 2_000  # the backoff of attempt 1
     stats = await engine.group_stats("q", "a")
     assert (stats.in_flight, stats.retrying) == (2, 0)
     clock.advance(2.5)  # past the backoff: still A's
     assert await take(engine, owner="B") == []
     # its next failure is past the limit of one retry: dead-lettered, not kept
-    assert await engine.retry_here("q", "a", 0, first.index, owner="A", lease_ms=30_000) is None
+    assert await engine.retry_here("q", "a", first, owner="A", lease_ms=30_000) is None
     [dead] = await take(engine, "q.dlq", owner="B")
     assert dead.message.body == b"one" and dead.message.attributes["deliveryAttempts"] == "2"
     # the other delivery of the same lease is untouched, and settles as usual
@@ -469,12 +469,48 @@ async def test_a_kept_retry_whose_lessee_vanishes_expires_as_any_lease(make_engi
     engine = make_engine(queue_snap(max_retry_attempts=3))
     await publish(engine, b"job")
     [d] = await take(engine, owner="A", lease_ms=1_000)
-    assert await engine.retry_here("q", "a", 0, d.index, owner="A", lease_ms=1_000) is not None
+    assert await engine.retry_here("q", "a", d, owner="A", lease_ms=1_000) is not None
     clock.advance(2 + 1 + 0.1)  # backoff 2 s + lease 1 s: lapsed, a failed attempt
     assert await take(engine, owner="B") == []  # now in its own backoff (4 s)
     clock.advance(4.1)
     [again] = await take(engine, owner="B")
     assert (again.index, again.attempts, again.redelivered) == (d.index, 3, True)
+
+
+async def test_a_retry_is_not_kept_past_its_messages_ttl(make_engine, clock):
+    """The TTL rule for a lessee's own retry lives in the engine (VibeMQ §11 forbids
+    writing an expired message again): ``retry_here`` keeps nothing that would be due at
+    or after the message expires — the lease lapses and the engine expires it to the DLQ
+    as any lease's — and ``past_ttl`` tells a lessee holding a kept retry that its
+    message expired meanwhile."""
+    engine = make_engine(queue_snap(message_ttl_ms=3_000, dead_letter_enabled=True))
+    await publish(engine, b"short")
+    await publish(engine, b"shorter")
+    [d] = await take(engine, count=1, owner="A", lease_ms=2_000)
+    assert not engine.past_ttl("q", d)
+    clock.advance(1.5)  # still A's; a retry due 2 s from now (attempt 1's backoff): too late
+    assert await engine.retry_here("q", "a", d, owner="A", lease_ms=500) is None
+    stats = await engine.group_stats("q", "a")
+    assert stats.in_flight == 1  # left as it was: the lapsed lease is the engine's to expire
+    clock.advance(1.6)
+    assert engine.past_ttl("q", d)
+    assert await engine.retry_here("q", "a", d, owner="A", lease_ms=500) is None
+    assert await take(engine, owner="B") == []  # the lapsed lease: a failure, in backoff
+    clock.advance(2.1)  # its backoff is over
+    assert await take(engine, owner="B") == []  # both expired, neither delivered again
+    dead = await take(engine, "q.dlq", owner="B")
+    assert sorted(x.message.body for x in dead) == [b"short", b"shorter"]
+    assert not engine.past_ttl("gone", d)
+
+
+async def test_a_retry_due_within_the_ttl_is_kept(make_engine, clock):
+    engine = make_engine(queue_snap(message_ttl_ms=10_000))
+    await publish(engine, b"job")
+    [d] = await take(engine, owner="A", lease_ms=1_000)
+    clock.advance(0.6)
+    assert await engine.retry_here("q", "a", d, owner="A", lease_ms=500) == engine.now_ms() + 2_000
+    clock.advance(2)
+    assert not engine.past_ttl("q", d)
 
 
 @pytest.mark.parametrize("code", ["jobs.dlq", "graves"])

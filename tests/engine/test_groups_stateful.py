@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from brokers.engine import Engine, Message, QueueRetry, QueueSettings
+from brokers.engine import Delivery, Engine, Message, QueueRetry, QueueSettings
 from tests.engine.conftest import FakeClock, snapshot
 from tests.redis_fixtures import require_test_session
 
@@ -59,6 +59,8 @@ class GroupMachine(RuleBasedStateMachine):
         """consumer → index → its lease's deadline (ms)"""
         self.deliveries: dict[int, int] = {}
         """index → how often it was delivered (leases not handed back unread)"""
+        self.records: dict[int, Delivery] = {}
+        """index → its last delivery (what a lessee hands back to the engine)"""
 
     def run(self, coro):
         return self.loop.run_until_complete(coro)
@@ -114,6 +116,7 @@ class GroupMachine(RuleBasedStateMachine):
         deadline = int(self.clock() * 1000) + LEASE_MS
         for d in got:
             self.held[consumer][d.index] = deadline
+            self.records[d.index] = d
             before = self.deliveries.get(d.index, 0)
             assert (d.attempts, d.redelivered) == (before + 1, before > 0), (d, before)
             self.deliveries[d.index] = before + 1
@@ -170,7 +173,9 @@ class GroupMachine(RuleBasedStateMachine):
         if not self.held[consumer]:
             return
         index = data.draw(st.sampled_from(sorted(self.held[consumer])))
-        due = self.run(self.engine.retry_here("q", "a", 0, index, owner=other, lease_ms=LEASE_MS))
+        due = self.run(
+            self.engine.retry_here("q", "a", self.records[index], owner=other, lease_ms=LEASE_MS)
+        )
         note(f"keep {index} of {consumer} asked by {other} -> {due}")
         assert (due is not None) == (other == consumer)
         if due is not None:  # no backoff here (QueueRetry(0, 0)): a new lease from now

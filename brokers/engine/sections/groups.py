@@ -16,6 +16,7 @@ from brokers.engine.catalog import (
     TopicInfo,
 )
 from brokers.engine.erase import erase_group, erase_topic
+from brokers.engine.errors import TopicNotFound
 from brokers.engine.groups import GroupStats, count_dropped, group_stats, purge_partitions
 from brokers.engine.groups import expire as expire_records
 from brokers.engine.groups import forget as forget_progress
@@ -23,6 +24,7 @@ from brokers.engine.groups import join as join_group
 from brokers.engine.groups import keep as keep_progress
 from brokers.engine.keys import consumer_id
 from brokers.engine.model import Delivery
+from brokers.engine.record import record_store_time
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.shared import Lease
 
@@ -195,8 +197,7 @@ class GroupSection(EngineBase):
         self,
         topic: str,
         app: str,
-        partition: int,
-        index: int,
+        delivery: Delivery,
         *,
         owner: str,
         lease_ms: int,
@@ -204,21 +205,38 @@ class GroupSection(EngineBase):
     ) -> int | None:
         """A failed attempt (no ack in time) whose retry goes to the same lessee (VibeMQ
         §7: the same connection while it is connected and subscribed): if ``owner`` still
-        holds the delivery at ``index``, it stays leased to it, counted as the next
-        attempt and delivery, for the backoff of the failed attempt plus ``lease_ms`` —
-        the lessee delivers it again once the backoff is over. Returns when that is
-        (engine ms); None when the lease is not ``owner``'s any more, or the attempt was
-        the last (then it is dead-lettered, as a failure is)."""
+        holds ``delivery``, it stays leased to it, counted as the next attempt and
+        delivery, for the backoff of the failed attempt plus ``lease_ms`` — the lessee
+        delivers it again once the backoff is over (asking :meth:`past_ttl` first).
+        Returns when that is (engine ms); None when the lease is not ``owner``'s any
+        more, the message's TTL is over before then (the lease lapses and expires it, as
+        any lease's), or the attempt was the last (then it is dead-lettered, as a failure
+        is)."""
         info, policy = self._group_policy(topic, app)
+        ttl = info.queue.message_ttl_ms
+        until = 0 if ttl is None else record_store_time(delivery.record) + ttl
+        if until and until <= self.now_ms():
+            return None
         return await self.shared.keep(
             info,
             policy,
-            partition,
-            index,
+            delivery.partition,
+            delivery.index,
             owner=self.holders.owner(owner),
             lease_ms=lease_ms,
             client_id=client_id,
+            keep_until=until,
         )
+
+    def past_ttl(self, topic: str, delivery: Delivery) -> bool:
+        """Whether ``delivery``'s message is past its topic's TTL now: a lessee holding
+        it (a retry kept for it) must not hand it out; its lease expires it. False for a
+        topic that is gone (its deliveries are dropped as it goes)."""
+        try:
+            ttl = self.group_topic(topic).queue.message_ttl_ms
+        except TopicNotFound:
+            return False
+        return ttl is not None and record_store_time(delivery.record) + ttl <= self.now_ms()
 
     async def release_owner(
         self, topic: str, app: str, owner: str, *, client_id: str | None = None

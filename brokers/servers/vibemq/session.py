@@ -353,7 +353,7 @@ class Session:
         for item in leased:
             delivery = item[0]
             message_id, frame, stored = deliver_json(queue, delivery)  # the record read once
-            track(Tracked(queue, message_id, delivery, item[1], app, member, stored_ms=stored))
+            track(Tracked(queue, message_id, delivery, item[1], app, member))
             if delivery.attempts > 1:
                 retries += 1
             latency += max(0, now - stored)
@@ -444,15 +444,12 @@ class Session:
             return False
         if self.closed or self.stopping or item.queue not in self.subscriptions:
             return False
-        if self._expired(item):  # §11: not retried; the engine expires it with the lease
-            return False
         d = item.delivery
-        try:
+        try:  # not kept past its TTL (§11): the engine expires it with the lease
             due = await self.ctx.engine.retry_here(
                 item.queue,
                 item.app,
-                d.partition,
-                d.index,
+                d,
                 owner=competing_owner(self.ctx.node, item.queue),
                 lease_ms=self.ctx.config.ack_timeout_ms + self.ctx.config.retry_margin_ms,
             )
@@ -466,18 +463,16 @@ class Session:
         item.deadline_ms = due + self.ctx.config.ack_timeout_ms  # a late ack still counts
         return True
 
-    def _expired(self, item: Tracked) -> bool:
-        """Whether ``item``'s message is past its queue's TTL (§11)."""
-        settings = self.ctx.queue_settings(item.queue)
-        ttl = settings.message_ttl_ms if settings is not None else None
-        return ttl is not None and item.stored_ms + ttl <= self.ctx.engine.now_ms()
-
     async def _retry(self, item: Tracked, now_ms: int) -> None:
         """Write a kept retry again; back to the group at once if the queue was
         unsubscribed meanwhile, or its message expired (the engine then expires it, §11;
         the connection closing releases it with the others)."""
         item.retry_at = None
-        if self.closed or item.queue not in self.subscriptions or self._expired(item):
+        if (
+            self.closed
+            or item.queue not in self.subscriptions
+            or self.ctx.engine.past_ttl(item.queue, item.delivery)
+        ):
             self.inflight.forget(item)
             d = item.delivery
             with contextlib.suppress(EngineError):  # unread: the kept delivery never went out

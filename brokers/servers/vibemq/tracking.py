@@ -32,8 +32,6 @@ class Tracked:
     """Deliveries so far, as its last ``deliver`` said (0: the lease's own count)."""
     retry_at: int | None = None
     """A failed attempt kept for this connection (§7): when it is delivered again."""
-    stored_ms: int = 0
-    """When the message was stored (its TTL counts from then, §11)."""
 
 
 class Inflight:
