@@ -8,6 +8,7 @@ never reads these models: ``brokers.catalog_loader`` turns them into frozen snap
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from typing import Any
 
@@ -405,15 +406,19 @@ class AppToken(models.Model):
         return f"{self.app.code} token …{self.hint}"
 
 
+POLICY_NAME_MAX = 255
+
+
 class PolicyBase(models.Model):
     """Fields shared by producer and consumer policies (one app on one topic)."""
 
     name = models.CharField(
-        max_length=255,
+        max_length=POLICY_NAME_MAX,
         unique=True,
         validators=[name_validator],
         blank=True,
-        help_text="Unique in the catalog; defaults to <app>.<topic>. HTTP-MQ addresses it.",
+        help_text="Unique in the catalog; defaults to <app>.<topic> (cut short and marked"
+        " with a digest when that is too long or taken). HTTP-MQ addresses it.",
     )
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE)
     app = models.ForeignKey(App, on_delete=models.CASCADE)
@@ -443,12 +448,30 @@ class PolicyBase(models.Model):
 
     def save(self, *args: object, **kwargs: object) -> None:
         if not self.name and self.app_id and self.topic_id:
-            self.name = f"{self.app.code}.{self.topic.code}"
+            self.name = self.default_name(self.app, self.topic)
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
         if not self.name and self.app_id and self.topic_id:
-            self.name = f"{self.app.code}.{self.topic.code}"
+            self.name = self.default_name(self.app, self.topic)
+
+    @classmethod
+    def default_name(cls, app: App, topic: Topic) -> str:
+        """``<app>.<topic>`` while that fits :data:`POLICY_NAME_MAX` and no policy of
+        this kind has it. Otherwise (a 100-character app on a 200-character topic; ``a.b``
+        on ``c`` after ``a`` on ``b.c``) it is cut short and marked with a digest of the
+        pair, so the same pair gets the same name whenever it is free."""
+        name = f"{app.code}.{topic.code}"
+        if len(name) <= POLICY_NAME_MAX and not cls.objects.filter(name=name).exists():
+            return name
+        digest = hashlib.sha256(f"{app.code}\0{topic.code}".encode()).hexdigest()[:12]
+        candidate = f"{name[: POLICY_NAME_MAX - len(digest) - 1]}-{digest}"
+        n = 1
+        while cls.objects.filter(name=candidate).exists():
+            n += 1
+            tail = f"{digest}-{n}"
+            candidate = f"{name[: POLICY_NAME_MAX - len(tail) - 1]}-{tail}"
+        return candidate
 
 
 class ProducerPolicy(PolicyBase):

@@ -305,7 +305,8 @@ class PolicySerializerBase(ModelCleanMixin, StrictModelSerializer):
         required=False,
         allow_blank=True,
         max_length=255,
-        help_text="Unique name; defaults to <app>.<topic>.",
+        help_text="Unique name; defaults to <app>.<topic> (cut short and marked with a digest"
+        " when that is too long or taken).",
     )
     blacklist = serializers.ListField(
         child=StrictCharField(max_length=MAX_NETWORK_TEXT),
@@ -325,7 +326,7 @@ class PolicySerializerBase(ModelCleanMixin, StrictModelSerializer):
 
     def validate(self, attrs: dict) -> dict:
         if not attrs.get("name") and self.instance is None and "app" in attrs and "topic" in attrs:
-            attrs["name"] = f"{attrs['app'].code}.{attrs['topic'].code}"
+            attrs["name"] = self.Meta.model.default_name(attrs["app"], attrs["topic"])
         self._refuse_anonymous(attrs)
         return super().validate(attrs)
 

@@ -357,3 +357,38 @@ async def test_publish_rate_limit_of_the_producer_policy(clients, catalog, broke
         except Exception as exc:
             codes.append(exc.code)
     assert codes[:2] == ["ok", "ok"] and "RATE_LIMITED" in codes[2:]
+
+
+def _long_app() -> str:
+    """A 100-character app of team1 (from a worker thread, whose connection goes with it)."""
+    from django.db import connection
+
+    from brokers.catalog_loader import publish
+    from brokers.models import Team
+    from tests import factories
+
+    try:
+        _, token = factories.app("a" * 100, Team.objects.get(name="team1"))
+        publish()
+        return token
+    finally:
+        connection.close()
+
+
+async def test_long_queue_names_of_a_long_app_get_their_policies(raw):
+    """A 100-character app creating 200-character queues that share their first 160
+    characters: each gets its own producer and consumer policy (their default names
+    ``<app>.<queue>`` are too long; cut short, they would collide)."""
+    from asgiref.sync import sync_to_async
+
+    token = await sync_to_async(_long_app)()
+    r = await raw()
+    r.send({"id": "c", "type": "connect", "headers": {"authToken": token}})
+    assert (await r.recv())["type"] == "connectAck"
+    for i, tail in enumerate(("x" * 40, "y" * 40)):
+        queue = "q" * 160 + tail
+        r.send({"id": f"cq{i}", "type": "createQueue", "queue": queue})
+        reply = await r.recv()
+        assert reply["type"] == "createQueue", reply
+        r.send({"id": f"p{i}", "type": "publish", "queue": queue, "payload": i})
+        assert (await r.recv())["type"] == "publishAck"

@@ -79,10 +79,16 @@ def _team(name: str) -> Team:
 def _grant(topic: Topic, app: App) -> None:
     """A producer and a consumer policy of ``app`` on ``topic`` (from the earliest
     message: a queue keeps what was published before its first subscriber)."""
-    name = f"{app.code}.{topic.code}"[:255]
-    ProducerPolicy.objects.get_or_create(topic=topic, app=app, defaults={"name": name})
+    ProducerPolicy.objects.get_or_create(
+        topic=topic, app=app, defaults={"name": ProducerPolicy.default_name(app, topic)}
+    )
     ConsumerPolicy.objects.get_or_create(
-        topic=topic, app=app, defaults={"name": name, "start_position": "earliest"}
+        topic=topic,
+        app=app,
+        defaults={
+            "name": ConsumerPolicy.default_name(app, topic),
+            "start_position": "earliest",
+        },
     )
 
 
