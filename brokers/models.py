@@ -19,10 +19,11 @@ from django.db import models
 from django.db.models import Q
 
 from brokers.engine.catalog import hash_token
+from brokers.topic_codes import TOPIC_CODE_MAX
 from brokers.validators import (
     APP_CODE_MAX,
-    TOPIC_CODE_MAX,
     name_validator,
+    topic_code_validators,
     validate_broker_weights,
     validate_ip_list,
 )
@@ -173,8 +174,8 @@ class Topic(models.Model):
     code = models.CharField(
         max_length=TOPIC_CODE_MAX,
         unique=True,
-        validators=[name_validator],
-        help_text="Unique across all clusters.",
+        validators=topic_code_validators,
+        help_text="Unique across all clusters: letters, digits, '.', '_' or '-'.",
     )
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="topics")
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="topics")
@@ -215,7 +216,7 @@ class Topic(models.Model):
     dead_letter_queue = models.CharField(
         max_length=TOPIC_CODE_MAX,
         blank=True,
-        validators=[name_validator],
+        validators=topic_code_validators,
         help_text="Where dead letters go (empty: <code>.dlq); served under this topic's"
         " policies unless a topic of that name exists.",
     )

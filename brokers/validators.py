@@ -7,6 +7,8 @@ import ipaddress
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 
+from brokers.topic_codes import TOPIC_CODE_PATTERN, is_topic_code
+
 # Topic, app and policy names appear in JMQ4 S2 strings, zbus MQ names, VibeMQ queue
 # names, HTTP parameters and Redis keys: a conservative character set keeps all happy.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -18,7 +20,23 @@ name_validator = RegexValidator(
 
 # JMQ4 writes app codes as S1 strings (at most 127 bytes).
 APP_CODE_MAX = 100
-TOPIC_CODE_MAX = 200
+
+
+def validate_topic_code(value: str) -> None:
+    """The whole rule of :func:`brokers.topic_codes.is_topic_code`: besides the characters
+    (which the regex validator also states, for the OpenAPI schema), no ``.`` or ``..``
+    (path segments that mean something else) and no trailing newline (which ``$`` lets
+    through)."""
+    if not is_topic_code(value):
+        raise ValidationError(f"{value!r} is not a topic code.")
+
+
+# Topic codes are also VibeMQ queue names (vibemq.md §13): they may start with '.', '_' or
+# '-' and have up to 256 characters (brokers.topic_codes, which servers check with).
+topic_code_validators = [
+    RegexValidator(TOPIC_CODE_PATTERN, "Use letters, digits, '.', '_' or '-'."),
+    validate_topic_code,
+]
 
 
 def validate_ip_list(value: object) -> None:

@@ -10,6 +10,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from brokers.topic_codes import STORED_TOPIC_MAX
+
 RETENTION_DAYS = 30
 
 
@@ -58,7 +60,7 @@ class TrafficMinute(models.Model):
         BROKER = "broker", "Broker"
 
     dimension = models.CharField(max_length=8, choices=Dimension.choices)
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=STORED_TOPIC_MAX)  # topic, app or broker
     minute = models.DateTimeField()
     messages = models.BigIntegerField()
     bytes = models.BigIntegerField(help_text="Sum of message body sizes.")
@@ -87,7 +89,7 @@ class TrafficMinute(models.Model):
 class ConsumerLag(models.Model):
     """Backlog of one consumer (app) on one topic, sampled once a minute."""
 
-    topic = models.CharField(max_length=200)
+    topic = models.CharField(max_length=STORED_TOPIC_MAX)
     app = models.CharField(max_length=200)
     minute = models.DateTimeField()
     lag = models.BigIntegerField()
@@ -118,7 +120,7 @@ class TraceSearch(models.Model):
         OK = "ok", "OK"
         FAILED = "failed", "Failed"
 
-    topic = models.CharField(max_length=200)
+    topic = models.CharField(max_length=STORED_TOPIC_MAX)
     business_id = models.CharField(max_length=200)
     start = models.DateTimeField(null=True, blank=True)
     end = models.DateTimeField(null=True, blank=True)

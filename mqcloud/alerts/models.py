@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from brokers.models import ConsumerPolicy, Team
+from brokers.topic_codes import STORED_TOPIC_MAX
 
 
 class AlertEvent(models.Model):
@@ -60,7 +61,7 @@ class TopicDailyPeak(models.Model):
     """A topic's busiest minute of one UTC day, its outliers left out: the history the
     traffic-surge check compares the present with (:mod:`mqcloud.alerts.surges`)."""
 
-    topic = models.CharField(max_length=200)
+    topic = models.CharField(max_length=STORED_TOPIC_MAX)
     day = models.DateField()
     peak = models.BigIntegerField(
         help_text="The day's largest per-minute message count of those at most 5 × the"

@@ -12,9 +12,10 @@ from django.db.models import QuerySet
 from django_filters import rest_framework as filters
 
 from brokers.models import App, ConsumerPolicy, ProducerPolicy, Topic
+from brokers.topic_codes import TOPIC_CODE_MAX
 from mqcloud.api.query import StrictFilterSet
 
-NAME_MAX = 255
+NAME_MAX = TOPIC_CODE_MAX  # topic codes (256); names of teams, apps, policies are shorter
 
 
 def _exact(field: str, help_text: str) -> filters.CharFilter:

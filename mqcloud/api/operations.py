@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from brokers.models import ConsumerPolicy
+from brokers.topic_codes import TOPIC_CODE_MAX
 from mqcloud.api import history
 from mqcloud.api.errors import EngineUnavailableError
 from mqcloud.api.fields import StrictIntegerField
@@ -81,7 +82,9 @@ class ConsumerListQuery(serializers.Serializer):
         required=False, max_length=200, help_text="Part of the consumer's name."
     )
     team = serializers.CharField(required=False, max_length=100, help_text="The app's team.")
-    topic = serializers.CharField(required=False, max_length=255, help_text="Topic code.")
+    topic = serializers.CharField(
+        required=False, max_length=TOPIC_CODE_MAX, help_text="Topic code."
+    )
     app = serializers.CharField(required=False, max_length=255, help_text="App code.")
     state = serializers.ChoiceField(
         choices=["running", "paused"], required=False, help_text="running or paused."

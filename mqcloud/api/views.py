@@ -213,7 +213,7 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     search_fields = ["code", "description"]
     ordering_fields = ["code", "created_at", "partitions"]
     lookup_field = "code"
-    lookup_value_regex = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+    lookup_value_regex = r"[A-Za-z0-9._-]+"  # brokers.topic_codes
 
     def base_queryset(self) -> QuerySet[Topic]:
         topics = Topic.objects.select_related("cluster", "team").prefetch_related("groups")

@@ -20,6 +20,7 @@ from brokers import anonymous
 from brokers.anonymous import has_anonymous_policy
 from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
+from brokers.topic_codes import TOPIC_CODE_MAX
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.api.serializers import (
     ConsumerPolicySerializer,
@@ -343,7 +344,7 @@ class TimerCancelSerializer(serializers.Serializer):
     """Which delayed or timer messages of a topic are cancelled before they are due (by
     delay id: what the console's timer list shows; an HTTP-MQ msgId names it too)."""
 
-    topic = serializers.CharField(max_length=255)
+    topic = serializers.CharField(max_length=TOPIC_CODE_MAX)
     ids = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
         min_length=1,

@@ -15,6 +15,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
 from brokers.models import Broker, Cluster, ConsumerPolicy, ProducerPolicy, Topic
+from brokers.topic_codes import TOPIC_CODE_MAX
 from mqcloud.approvals.models import Kind
 from mqcloud.console import access
 
@@ -143,7 +144,7 @@ class NameOf(forms.CharField):
 
     def __init__(self, names: QuerySet, attr: str, field: forms.Field) -> None:
         super().__init__(
-            max_length=255,
+            max_length=TOPIC_CODE_MAX,  # a topic code, or a policy name (255)
             required=field.required,
             label=field.label,
             help_text=field.help_text or f"Type the exact name ({names.count()} to choose from).",
@@ -162,7 +163,10 @@ class TopicCreateForm(ApplicationForm):
     kind = Kind.TOPIC_CREATE
     title = "Apply for a topic"
     help = "Partitions are laid out in groups led by the cluster's writable brokers."
-    code = forms.CharField(max_length=200, help_text="Unique across all clusters.")
+    code = forms.CharField(
+        max_length=TOPIC_CODE_MAX,
+        help_text="Unique across all clusters: letters, digits, '.', '_' or '-'.",
+    )
     team = forms.ChoiceField()
     cluster = forms.ChoiceField()
     type = forms.ChoiceField(choices=Topic.Type.choices, initial=Topic.Type.NORMAL)

@@ -25,6 +25,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from brokers.engine import EngineError
+from brokers.topic_codes import STORED_TOPIC_MAX
 from mqcloud.console import access
 from mqcloud.console.engine_calls import fmt_ms, preview
 from mqcloud.console.forms import UtcTimeField
@@ -91,7 +92,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
 
 
 class TraceForm(forms.Form):
-    topic = forms.CharField(max_length=200)
+    topic = forms.CharField(max_length=STORED_TOPIC_MAX)
     business_id = forms.CharField(
         max_length=200,
         label="Message id or businessId",

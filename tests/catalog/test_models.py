@@ -29,7 +29,7 @@ def errors_of(obj) -> dict[str, list[str]]:
     return exc.value.message_dict
 
 
-@pytest.mark.parametrize("code", ["", "-lead", "has space", "bad/slash", "x" * 201, "é"])
+@pytest.mark.parametrize("code", ["", "..", "has space", "bad/slash", "x" * 257, "é"])
 def test_topic_code_rejected(code, team, cluster):
     t = Topic(code=code, cluster=cluster, team=team)
     assert "code" in errors_of(t)

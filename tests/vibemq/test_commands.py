@@ -86,7 +86,8 @@ async def test_unknown_and_server_only_types(raw, catalog):
             True,
         ),
         ({"id": "h4", "type": "publish", "queue": "q", "headers": []}, "INVALID_MESSAGE", True),
-        ({"id": "n1", "type": "publish", "queue": "-leading"}, "INVALID_QUEUE", True),
+        ({"id": "n1", "type": "publish", "queue": "."}, "INVALID_QUEUE", True),
+        ({"id": "n2", "type": "publish", "queue": ".."}, "INVALID_QUEUE", True),
     ],
 )
 async def test_validation_errors_store_nothing(raw, catalog, clients, frame, code, echo):
@@ -244,7 +245,7 @@ async def test_queue_management(raw, catalog):
 
 async def test_long_dlq_name_is_invalid_queue(raw, catalog):
     r = await connected(raw, catalog)
-    name = "q" * 197
+    name = "q" * 253  # its DLQ, 257 characters, could not be named (§13)
     r.send(
         {
             "id": "x",
@@ -392,3 +393,21 @@ async def test_long_queue_names_of_a_long_app_get_their_policies(raw):
         assert reply["type"] == "createQueue", reply
         r.send({"id": f"p{i}", "type": "publish", "queue": queue, "payload": i})
         assert (await r.recv())["type"] == "publishAck"
+
+
+@pytest.mark.parametrize("name", ["_jobs", "-jobs", ".hidden", "q" * 256])
+async def test_every_queue_name_of_section_13_works(raw, catalog, name):
+    """§13: 1-256 characters of [A-Za-z0-9._-], a leading '.', '_' or '-' included (only
+    '.' and '..' are refused: they cannot be a path segment of the console or the API)."""
+    r = await connected(raw, catalog)
+    r.send({"id": "c", "type": "createQueue", "queue": name})
+    assert (await r.recv())["type"] == "createQueue"
+    r.send({"id": "p", "type": "publish", "queue": name, "payload": "hello"})
+    assert (await r.recv())["type"] == "publishAck"
+    r.send({"id": "s", "type": "subscribe", "queue": name})
+    got = [await r.recv(), await r.recv()]
+    assert {m["type"] for m in got} == {"subscribeAck", "deliver"}
+    [deliver] = [m for m in got if m["type"] == "deliver"]
+    assert (deliver["queue"], deliver["payload"]) == (name, "hello")
+    r.send({"id": "l", "type": "listQueues"})
+    assert name in (await r.recv())["payload"]

@@ -113,6 +113,13 @@ async def test_create_mq_outcomes(broker) -> None:
             await c.create_mq("", 1)
         data = await c.data()
         assert data["mqTable"]["fresh"]["creator"].startswith("127.0.0.1:")
+        for name in ("_private", "-dash", ".dot"):  # catalog codes as VibeMQ names (§13)
+            assert (await c.create_mq(name, 1)).status == 200
+            assert (await c.produce(name, b"z")).status == 200
+        for name in (".", ".."):
+            body = orjson.dumps({"mqName": name, "mqMode": 1})
+            reply = await c.invoke({"cmd": "admin", "sub_cmd": "create_mq"}, body)
+            assert reply.status == 400 and reply.body.startswith(b"Bad format: mqName invalid")
 
 
 async def test_track_sub(broker) -> None:

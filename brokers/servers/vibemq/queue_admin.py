@@ -28,18 +28,13 @@ from brokers.protocols.vibemq import (
 )
 from brokers.protocols.vibemq.options import DLQ_SUFFIX
 from brokers.servers.vibemq.session import Session
+from brokers.topic_codes import is_topic_code
 
 if TYPE_CHECKING:
     from brokers.servers.vibemq.catalog_ops import QueueSpec
 
-TOPIC_CODE_MAX = 200  # brokers.validators.TOPIC_CODE_MAX (kept Django-free here)
 CREATED_ELSEWHERE_WAIT_S = 5.0
 """How long an auto-create that lost the race waits for the winner's catalog delta."""
-
-
-def fits_catalog(code: str) -> bool:
-    """Topic codes start with a letter or digit and have at most TOPIC_CODE_MAX characters."""
-    return 0 < len(code) <= TOPIC_CODE_MAX and code[0].isalnum()
 
 
 def _catalog_ops():
@@ -67,10 +62,8 @@ def _spec(session: Session, queue: str, **settings: object) -> QueueSpec:
 
 async def _create(session: Session, spec: QueueSpec, dlq: str | None, rid: str) -> bool | None:
     """Create in the catalog; True created, False existed, None after an error reply."""
-    if not fits_catalog(spec.code):
-        session.error(
-            ErrorCode.INVALID_QUEUE, "queue names start with a letter or digit, max 200", rid
-        )
+    if not is_topic_code(spec.code):
+        session.error(ErrorCode.INVALID_QUEUE, "not a queue name (§13)", rid)
         return None
     ops = _catalog_ops()
     try:
@@ -121,7 +114,7 @@ async def create(session: Session, frame: CreateQueue) -> None:
     default_dlq = frame.queue + DLQ_SUFFIX
     dlq_name = options.dead_letter_queue_name or default_dlq
     custom = dlq_name != default_dlq
-    if custom and (dlq_name == frame.queue or not fits_catalog(dlq_name)):
+    if custom and (dlq_name == frame.queue or not is_topic_code(dlq_name)):
         return session.error(
             ErrorCode.INVALID_QUEUE,
             f"{Header.DEAD_LETTER_QUEUE_NAME} must be a queue name other than the queue's",
@@ -129,7 +122,7 @@ async def create(session: Session, frame: CreateQueue) -> None:
         )
     if session.ctx.queue_settings(frame.queue) is not None:
         return session.error(ErrorCode.QUEUE_EXISTS, f"queue {frame.queue} exists", frame.id)
-    if options.enable_dead_letter_queue and not fits_catalog(dlq_name):
+    if options.enable_dead_letter_queue and not is_topic_code(dlq_name):  # unaddressable
         return session.error(ErrorCode.INVALID_QUEUE, f"{dlq_name!r} too long", frame.id)
     if options.enable_dead_letter_queue and custom and session.ctx.queue_settings(dlq_name):
         # another queue's messages: dead letters of this one must not land among them

@@ -1,0 +1,31 @@
+"""The catalog's rule for topic codes, Django-free: a server checks a queue or MQ name a
+client asks for before it asks the catalog, and the models validate with the same rule.
+
+A code travels in Redis keys, URLs and every protocol: ``[A-Za-z0-9._-]``, 1 to 256
+characters (VibeMQ's queue names, vibemq.md §13), but never ``.`` or ``..`` (a URL path
+segment that means something else).
+"""
+
+from __future__ import annotations
+
+import re
+
+from brokers.engine import DLQ_SUFFIX
+
+TOPIC_CODE_MAX = 256
+TOPIC_CODE_PATTERN = r"^[A-Za-z0-9._-]+$"
+"""The characters (a JSON-Schema-friendly regex; :func:`is_topic_code` is the whole rule)."""
+DOT_SEGMENTS = frozenset({".", ".."})
+STORED_TOPIC_MAX = TOPIC_CODE_MAX + len(DLQ_SUFFIX)
+"""The longest topic name a stored message can carry: a code, or its implicit DLQ's."""
+
+_CODE = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def is_topic_code(name: str) -> bool:
+    """Whether ``name`` may be a topic's code."""
+    return (
+        len(name) <= TOPIC_CODE_MAX
+        and _CODE.fullmatch(name) is not None
+        and name not in DOT_SEGMENTS
+    )
