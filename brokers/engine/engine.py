@@ -26,6 +26,7 @@ from brokers.engine.reconnect import store_errors
 from brokers.engine.record import DEFAULT_MAX_BODY
 from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retry import RetryPolicy
+from brokers.engine.retry_presence import RetryPresence
 from brokers.engine.sections.access import AccessSection
 from brokers.engine.sections.cluster import ClusterSection
 from brokers.engine.sections.delays import DelaySection
@@ -87,7 +88,10 @@ class Engine(
         self.counters = Counters(redis, clock)
         self.gate = Gate(catalog, RateLimiter(redis), self.now_ms)
         self._next_guess: dict[tuple[str, int], int] = {}
-        self._fetcher = Fetcher(redis, self.notifier, self.now_ms, self._retry_for, self._rng)
+        self.retry_presence = RetryPresence(self.notifier, self.now_ms)
+        self._fetcher = Fetcher(
+            redis, self.notifier, self.now_ms, self._retry_for, self._rng, self.retry_presence
+        )
         self.shared = SharedDelivery(redis, self.now_ms, self._dead_letter, queue_retry)
         self.assigner = GroupAssigner(redis)
         self.holders = Holders(redis, self._release_held, ttl_ms=holder_ttl_ms)

@@ -41,6 +41,7 @@ from brokers.engine.offsets import set_ack
 from brokers.engine.record import with_position
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryPolicy, RetryStore
+from brokers.engine.retry_presence import RetryPresence
 from brokers.engine.scan import ScanOutcome, fetch_any
 
 MAX_PARKED = 10_000
@@ -97,6 +98,7 @@ class Fetcher:
         now_ms: Callable[[], int],
         retry_policy: Callable[[ConsumerPolicyInfo], RetryPolicy],
         rng: random.Random,
+        retry_presence: RetryPresence,
     ) -> None:
         self._client = client
         self._notifier = notifier
@@ -104,9 +106,7 @@ class Fetcher:
         self._retry_policy = retry_policy
         self._rng = rng
         self._rotation: dict[tuple[str, str], itertools.count] = defaultdict(itertools.count)
-        # (topic, app) -> notifier stamp of a lease that found the retry store empty: while
-        # the stamp holds, nothing was added (adds publish), so the store need not be asked
-        self._retries_empty: dict[tuple[str, str], tuple[int, int]] = {}
+        self._retries = retry_presence
 
     async def fetch(
         self, req: FetchRequest, long_poll_ms: int = 0, extra: Piggyback | None = None
@@ -337,10 +337,9 @@ class Fetcher:
         self, req: FetchRequest, now: int
     ) -> tuple[FetchResult | None, int | None]:
         """(due retries leased, or None; when none: the earliest retry's due time)."""
-        key = (req.topic.code, req.app)
-        stamp = self._notifier.stamp(req.topic.code)
-        if stamp is not None and self._retries_empty.get(key) == stamp:
-            return None, None  # the store was empty and no retry was added since
+        if not self._retries.worth_asking(req.topic.code, req.app):
+            # nothing due, and no retry was added since the last look
+            return None, self._retries.next_due(req.topic.code, req.app)
         store = RetryStore(self._client, req.topic.code, req.app)
         leased, due = await store.lease_or_next_due(
             now_ms=now,
@@ -348,10 +347,7 @@ class Fetcher:
             max_items=req.count,
             policy=self._retry_policy(req.policy),
         )
-        if not leased and due is None and stamp is not None:
-            self._retries_empty[key] = stamp
-        else:
-            self._retries_empty.pop(key, None)
+        self._retries.learned(req.topic.code, req.app, found=bool(leased), next_due=due)
         if not leased:
             return None, due
         deliveries = tuple(

@@ -11,7 +11,7 @@ list, resend (back into the retry store, due now), skip (delete chosen ids) and 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from brokers.engine.keys import RetryKeys, notify_channel
@@ -233,16 +233,28 @@ class RetryPolicy:
 class RetryStore:
     """Retry store + DLQ of one (topic, app)."""
 
-    def __init__(self, client: AnyRedis, topic: str, app: str) -> None:
+    def __init__(
+        self,
+        client: AnyRedis,
+        topic: str,
+        app: str,
+        on_change: Callable[[str, str], None] | None = None,
+    ) -> None:
         self._client = client
         self._topic = topic
+        self._app = app
+        self._on_change = on_change
         self.keys = RetryKeys(topic, app)
         self._k = _keys(self.keys)
 
     async def _wake_fetchers(self) -> None:
         """Tell parked fetches of the topic to look again (a notification naming no
         partition): a retry was added or made due, and they would not see it otherwise
-        before their long poll ends."""
+        before their long poll ends. ``on_change`` hears of it first (this process's
+        :class:`~brokers.engine.retry_presence.RetryPresence`, which needs no
+        notification for its own changes)."""
+        if self._on_change is not None:
+            self._on_change(self._topic, self._app)
         await self._client.publish(notify_channel(self._topic), "retry")
 
     async def add(
@@ -319,6 +331,8 @@ class RetryStore:
         """
         args = [now_ms, 1 if ok else 0, policy.base_ms, policy.cap_ms, policy.max_attempts, reason]
         done, dead = await SETTLE(self._client, self._k, [*args, *ids])
+        if not ok and int(done) > int(dead):  # due again after a backoff (an exception path)
+            await self._wake_fetchers()
         return int(done), int(dead)
 
     async def next_due(self) -> int | None:

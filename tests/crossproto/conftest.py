@@ -60,6 +60,7 @@ EDGES = tuple(
     + [f"handover.{a}.{b}" for a in ("zbus", "vibemq-tcp") for b in ("jmq4", "httpmq")]
     + ["empty-payload", "newline", "same-ids", "max-size"]
     + [f"priority.{c}" for c in ("zbus", "vibemq-tcp")]
+    + [f"retried.{c}" for c in ("zbus", "vibemq-tcp", "vibemq-ws")]
 )
 """Topics ``x.edge.<name>`` of the edge cases (:mod:`.test_edges`), made like the pairs'."""
 

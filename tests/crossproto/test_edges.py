@@ -18,7 +18,10 @@
   subscriber gets only their messages, not the acked ones again;
 * messages a **push consumer gave back** (a zbus session or VibeMQ subscriber that got them
   and closed without settling) reach a JMQ4 or HTTP-MQ consumer of the same group: one
-  group, whatever protocol its members speak.
+  group, whatever protocol its members speak;
+* and the other way round, the group's **retries** (a message copied into its retry store,
+  as a JMQ4 consumer's retry or an operator's resend of dead letters does) reach its zbus
+  and VibeMQ consumers, and leave the store once they ack.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ from brokers.protocols.jmq4 import (
     ProduceMessageRequest,
     ProduceTopic,
 )
+from tests.access.conftest import until
 from tests.crossproto.conftest import World
 from tests.crossproto.wire import (
     BINARY,
     CONSUME,
     NO_PAYLOAD,
+    VIEW,
     Conns,
     Counts,
     Sent,
@@ -330,3 +335,31 @@ async def test_jmq4_priorities_order_a_priority_topics_push_consumers(
     got, _ = await CONSUME[consumer](world, topic, len(sent), conns)
     bodies = [g["payload"].encode() if "payload" in g else g["body"] for g in got]
     assert bodies == [b"critical", b"critical-2", b"high", b"normal", b"low"], got
+
+
+@pytest.mark.parametrize("consumer", ["zbus", "vibemq-tcp", "vibemq-ws"])
+async def test_a_groups_retries_reach_its_push_consumers(consumer: str, world: World, conns: Conns):
+    topic = f"x.edge.retried.{consumer}"
+    await produce_jmq4(world, topic, conns, message(b"r1", "a", k="1"))
+    first, _ = await CONSUME["httpmq"](world, topic, 1, conns)  # consumed and acked
+    assert len(first) == 1, first
+    await until(lambda: _backlog(world, topic), within=10, what="the HTTP-MQ ack")
+    [rid] = await world.engine.retry(topic, world.owner, 0, [0])
+    got, _ = await CONSUME[consumer](world, topic, 1, conns)
+    want = VIEW[consumer](Sent("r1", b"r1", {"k": "1"}, "a"), 0, topic)
+    # delivered once before (over HTTP-MQ): a redelivery, in each protocol's words
+    if consumer == "zbus":
+        want["headers"]["redelivered"] = "1"
+    else:
+        want["headers"]["deliveryAttempts"] = "2"
+    assert got == [want], diff(f"{consumer} received the retry", want, got[0] if got else {})
+
+    async def store_empty() -> bool:
+        return await world.engine.retry_counts(topic, world.owner) == (0, 0)
+
+    await until(store_empty, within=10, what=f"retry {rid} acked over {consumer}")
+
+
+async def _backlog(world: World, topic: str) -> bool:
+    stats = await world.engine.group_stats(topic, world.owner)
+    return stats.backlog == 0 and stats.in_flight == 0

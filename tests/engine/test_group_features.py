@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from brokers.engine import (
+    RETRY_PARTITION,
     AppendResult,
     CatalogDelta,
     CatalogSnapshot,
@@ -82,6 +83,60 @@ async def test_without_a_dlq_dead_messages_wait_in_the_groups_dead_letters(make_
     assert await take(engine) == []
     [dead] = await engine.dead_letters("q", "a")
     assert dead.message.body == b"job" and dead.reason == "MaxRetriesExceeded"
+
+
+async def test_a_groups_retries_reach_its_push_consumers(make_engine, clock):
+    """Dead letters resent (or messages copied into the group's retry store) are leased
+    by push consumers too, before new messages: partition RETRY_PARTITION, the index
+    their retry id, redelivered. An ack removes them; a failure backs off (past the
+    policy's err_times: dead again); a release makes them due at once; a lessee's own
+    retry is a failure."""
+    engine = make_engine(queue_snap(max_retry_attempts=0))
+    await publish(engine, b"job")
+    [d] = await take(engine)
+    await engine.fail("q", "a", 0, [d.index])  # dead: the group's dead letters
+    await publish(engine, b"new")
+    assert await engine.resend_dead_letters("q", "a") == 1
+    [again] = await take(engine, count=1)
+    assert (again.partition, again.origin, again.redelivered) == (RETRY_PARTITION, (0, 0), True)
+    assert again.message.body == b"job"
+    assert [x.message.body for x in await take(engine)] == [b"new"]  # leased: not twice
+    assert await engine.release("q", "a", RETRY_PARTITION, [again.index]) == 1
+    [back] = await take(engine)
+    assert back.index == again.index
+    assert await engine.fail("q", "a", RETRY_PARTITION, [back.index]) == 1
+    assert await take(engine) == []  # backing off
+    clock.advance(1.1)
+    [later] = await take(engine)
+    assert await engine.retry_here("q", "a", later, owner="t", lease_ms=1_000) is None
+    clock.advance(2.1)
+    [last] = await take(engine)
+    # a resend starts the count afresh; each failure (the lessee's own retry too) adds one
+    assert (again.attempts, later.attempts, last.attempts) == (1, 2, 3)
+    assert await engine.settle("q", "a", RETRY_PARTITION, [last.index]) == 1
+    assert await engine.retry_counts("q", "a") == (0, 0)
+    assert await take(engine) == []
+
+
+async def test_a_retry_backing_off_says_when_to_look_again(make_engine, clock):
+    """A push lease that finds nothing due says when the group's next retry is (its
+    consumer parks until then), and asks the store again only then — or when a retry is
+    added (a notification)."""
+    engine = make_engine(queue_snap())
+    await publish(engine, b"job")
+    [d] = await take(engine)
+    await engine.settle("q", "a", 0, [d.index])
+    await engine.retry("q", "a", 0, [d.index])  # a copy, due after the base backoff (1 s)
+    lease = await engine.lease("q", "a", count=5, owner="t")
+    assert not lease.found and lease.retry_after_ms == engine.now_ms() + 1_000
+    clock.advance(1.1)
+    [r] = await take(engine)
+    await engine.fail("q", "a", RETRY_PARTITION, [r.index])  # attempt 2 failed: 2 s
+    for _ in range(2):  # the second one from what the first learned
+        lease = await engine.lease("q", "a", count=5, owner="t")
+        assert not lease.found and lease.retry_after_ms == engine.now_ms() + 2_000
+    clock.advance(2.1)
+    assert [x.index for x in await take(engine)] == [r.index]
 
 
 async def test_ack_settles_and_release_requeues_at_the_head(make_engine):

@@ -46,6 +46,7 @@ from brokers.engine.record import (
 )
 from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retry import RetryPolicy, RetryStore
+from brokers.engine.retry_presence import RetryPresence
 from brokers.engine.shared import FAN_OUT, QueueRetry, SharedDelivery
 
 DEFAULT_RETRY = RetryPolicy()
@@ -72,6 +73,7 @@ class EngineBase:
     _rng: random.Random
     _next_guess: dict[tuple[str, int], int]
     _fetcher: Fetcher
+    retry_presence: RetryPresence
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -96,6 +98,11 @@ class EngineBase:
         if policy is None:
             raise ConsumerNotFound(f"{app} does not consume {topic}")
         return policy
+
+    def _retries_of(self, topic: str, app: str) -> RetryStore:
+        """The retry store of a consumer group, telling this process's
+        :attr:`retries` of what it adds or makes due."""
+        return RetryStore(self.redis, topic, app, self.retry_presence.forget)
 
     def _retry_for(self, policy: ConsumerPolicyInfo) -> RetryPolicy:
         base = self.retry_policy
@@ -154,7 +161,7 @@ class EngineBase:
         """Dead-letter ``delivery``: to the topic's dead-letter queue when it has one, else
         to the dead-letter queue of ``app``'s group (listed and resent from the console)."""
         if not await self._dead_letter(topic, app, delivery, reason, attempts):
-            await RetryStore(self.redis, topic, app).dead_letter(
+            await self._retries_of(topic, app).dead_letter(
                 [(delivery.partition, delivery.index, delivery.count, delivery.record)],
                 now_ms=self.now_ms(),
                 reason=reason,

@@ -22,11 +22,12 @@ from brokers.engine.groups import expire as expire_records
 from brokers.engine.groups import forget as forget_progress
 from brokers.engine.groups import join as join_group
 from brokers.engine.groups import keep as keep_progress
-from brokers.engine.keys import consumer_id
+from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import Delivery
-from brokers.engine.record import record_store_time
+from brokers.engine.record import record_store_time, with_position
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.shared import Lease
+from brokers.engine.unbatch import one_by_one
 
 EXPIRE_RECHECK_MS = 10_000
 """The longest a topic's TTL sweep skips it on the strength of an earlier look."""
@@ -68,16 +69,23 @@ class GroupSection(EngineBase):
             # recorded before leasing: a process that dies holding leases is known to
             # have held them in this group (:mod:`brokers.engine.holders`)
             await self.holders.register(topic, app, client_id, lease_ms)
-            result = await self.shared.lease(
-                info,
-                policy,
-                tuple(range(info.partitions)),  # every broker serves push consumers
-                count=granted,
-                owner=self.holders.owner(owner),
-                address=address or "",
-                client_id=client_id,
-                args=self.shared.args(info, policy, lease_ms, start if client_id else "earliest"),
-            )
+            result, retry_due = await self._lease_retries(info, policy, granted, lease_ms)
+            if not result.found:
+                result = await self.shared.lease(
+                    info,
+                    policy,
+                    tuple(range(info.partitions)),  # every broker serves push consumers
+                    count=granted,
+                    owner=self.holders.owner(owner),
+                    address=address or "",
+                    client_id=client_id,
+                    args=self.shared.args(
+                        info, policy, lease_ms, start if client_id else "earliest"
+                    ),
+                )
+                if retry_due is not None and not result.found:
+                    known = result.retry_after_ms
+                    result.retry_after_ms = retry_due if known is None else min(known, retry_due)
         except BaseException:
             if policy.rate_limit:
                 with contextlib.suppress(Exception):
@@ -94,6 +102,55 @@ class GroupSection(EngineBase):
                 consumed_bytes=sum(len(d.record) for d in result.deliveries),
             )
         return result
+
+    async def _lease_retries(
+        self, info: TopicInfo, policy: ConsumerPolicyInfo, count: int, lease_ms: int
+    ) -> tuple[Lease, int | None]:
+        """Due messages of the group's retry store (copies a console or API resend put
+        there, dead letters resent), leased first as a fetch of JMQ4 or HTTP-MQ does:
+        (the lease — partition :data:`RETRY_PARTITION`, each delivery's index its retry id
+        —, when the earliest retry left is due if none was). Asks Redis only when one may
+        be due (:class:`~brokers.engine.retry_presence.RetryPresence`)."""
+        code, app = info.code, policy.app
+        if count <= 0 or not self.retry_presence.worth_asking(code, app):
+            return Lease(code, app), self.retry_presence.next_due(code, app)
+        leased, due = await self._retries_of(code, app).lease_or_next_due(
+            now_ms=self.now_ms(),
+            lease_ms=lease_ms,
+            max_items=count,
+            policy=self._retry_for(policy),
+        )
+        self.retry_presence.learned(code, app, found=bool(leased), next_due=due)
+        if not leased:
+            return Lease(code, app), due
+        records = (
+            Delivery(
+                RETRY_PARTITION,
+                rid,
+                n,
+                with_position(record, RETRY_PARTITION, rid),
+                origin=(partition, index),
+                attempts=attempts + 1,
+                redelivered=True,
+            )
+            for rid, partition, index, n, attempts, record in leased
+        )
+        return Lease(code, app, RETRY_PARTITION, one_by_one(records), more=True), None
+
+    async def _settle_retries(self, topic: str, app: str, ids: Sequence[int], mode: str) -> int:
+        """:meth:`settle` (``ack``), :meth:`fail` (``fail``) or :meth:`release` of
+        deliveries from the group's retry store (partition :data:`RETRY_PARTITION`): acked
+        ones leave it, failed ones back off (or go to the group's dead letters past the
+        policy's ``err_times``), released ones are due again at once."""
+        _, policy = self._group_policy(topic, app)
+        store = self._retries_of(topic, app)
+        ids = sorted(set(ids))
+        if mode == "release":
+            return await store.retry_now(ids, now_ms=self.now_ms())
+        done, _ = await store.settle(
+            ids, ok=mode == "ack", now_ms=self.now_ms(), policy=self._retry_for(policy)
+        )
+        return done
 
     def _group_policy(self, topic: str, app: str) -> tuple[TopicInfo, ConsumerPolicyInfo]:
         info = self.group_topic(topic)
@@ -118,6 +175,8 @@ class GroupSection(EngineBase):
     ) -> int:
         """Settle leased deliveries for good (acked); unknown or settled ones are ignored.
         One script call whatever the number of indexes; how many were settled now."""
+        if partition == RETRY_PARTITION:
+            return await self._settle_retries(topic, app, indexes, "ack")
         info, policy = self._group_policy(topic, app)
         return await self.shared.settle(
             info, policy, partition, indexes, mode="ack", client_id=client_id
@@ -137,6 +196,8 @@ class GroupSection(EngineBase):
         went away: not a failed attempt, but their next delivery counts); with ``unread``,
         deliveries no consumer was handed (read ahead, then not needed) go back as they
         were before that lease."""
+        if partition == RETRY_PARTITION:
+            return await self._settle_retries(topic, app, indexes, "release")
         info, policy = self._group_policy(topic, app)
         mode = "unread" if unread else "release"
         return await self.shared.settle(
@@ -187,7 +248,10 @@ class GroupSection(EngineBase):
         client_id: str | None = None,
     ) -> int:
         """A failed attempt: delivered again after the backoff of its attempt, or
-        dead-lettered past the topic's ``max_retry_attempts``."""
+        dead-lettered past the topic's ``max_retry_attempts`` (a retry-store delivery: past
+        the consumer policy's ``err_times``, into the group's dead letters)."""
+        if partition == RETRY_PARTITION:
+            return await self._settle_retries(topic, app, indexes, "fail")
         info, policy = self._group_policy(topic, app)
         return await self.shared.settle(
             info, policy, partition, indexes, mode="fail", client_id=client_id
@@ -212,6 +276,9 @@ class GroupSection(EngineBase):
         more, the message's TTL is over before then (the lease lapses and expires it, as
         any lease's), or the attempt was the last (then it is dead-lettered, as a failure
         is)."""
+        if delivery.partition == RETRY_PARTITION:  # the retry store keeps no lessee: failed
+            await self._settle_retries(topic, app, [delivery.index], "fail")
+            return None
         info, policy = self._group_policy(topic, app)
         ttl = info.queue.message_ttl_ms
         until = 0 if ttl is None else record_store_time(delivery.record) + ttl

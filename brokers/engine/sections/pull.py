@@ -44,7 +44,6 @@ from brokers.engine.model import (
 from brokers.engine.notify import announce
 from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.read import index_at_time, read_range
-from brokers.engine.retry import RetryStore
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.unbatch import one_by_one
 
@@ -352,7 +351,7 @@ class PullSection(EngineBase):
         items = [(partition, d.index, d.count, d.record) for d in records if d.index < end]
         if not items:
             return ()
-        store = RetryStore(self.redis, topic, app)
+        store = self._retries_of(topic, app)
         ids = await store.add(
             items, now_ms=now, due_ms=now + self.retry_policy.base_ms, reason=reason
         )
@@ -369,7 +368,7 @@ class PullSection(EngineBase):
         now: int,
         reason: str | None,
     ) -> AckResult:
-        store = RetryStore(self.redis, topic, app)
+        store = self._retries_of(topic, app)
         ids = list(range(start, min(end, start + 10_000)))
         ok = retry_type is RetryType.NONE
         done, dead = await store.settle(

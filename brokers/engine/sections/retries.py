@@ -21,7 +21,7 @@ class RetrySection(EngineBase):
 
     def retry_store(self, topic: str, app: str) -> RetryStore:
         self.topic(topic)
-        return RetryStore(self.redis, topic, app)
+        return self._retries_of(topic, app)
 
     async def retry(
         self, topic: str, app: str, partition: int, indexes: Sequence[int], *, reason: str = "Retry"

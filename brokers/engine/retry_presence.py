@@ -1,0 +1,71 @@
+"""Whether a consumer group's retry store may hold something due, known without asking
+Redis on every lease or fetch.
+
+A group's retries (copies of failed messages, dead letters resent from the console) wait
+in its retry store (:mod:`brokers.engine.retry`), which every consumer of the group reads
+besides its partitions: JMQ4 and HTTP-MQ fetches, zbus sessions and VibeMQ subscribers.
+Most groups never have a retry, so a look that found the store empty is remembered with
+the topic's notification stamp (:meth:`Notifier.stamp`): every add or resend publishes a
+notification naming no partition, which changes the stamp, so while it holds the store
+need not be asked again — until the earliest retry it did hold (backing off, or leased)
+is due. Where the process does not receive the topic's notifications (no stamp), it asks
+again at most every :data:`RECHECK_MS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from brokers.engine.notify import Notifier
+
+RECHECK_MS = 1_000
+"""How stale "nothing due" may be where no notification would tell of a new retry."""
+_NEVER = 2**63
+
+
+class RetryPresence:
+    """What the last look at each (topic, app) retry store found (see the module text)."""
+
+    __slots__ = ("_empty", "_notifier", "_now_ms")
+
+    def __init__(self, notifier: Notifier, now_ms: Callable[[], int]) -> None:
+        self._notifier = notifier
+        self._now_ms = now_ms
+        # (topic, app) -> (notifier stamp then, engine ms from which to look again, the
+        # earliest retry's due time then)
+        self._empty: dict[tuple[str, str], tuple[tuple[int, int] | None, int, int | None]] = {}
+
+    def worth_asking(self, topic: str, app: str) -> bool:
+        """Whether the store may hold a retry due now."""
+        known = self._empty.get((topic, app))
+        if known is None:
+            return True
+        stamp, until, _ = known
+        if self._now_ms() >= until:
+            return True
+        # no stamp then: only the recheck time tells (folded into ``until``)
+        return stamp is not None and self._notifier.stamp(topic) != stamp
+
+    def next_due(self, topic: str, app: str) -> int | None:
+        """When the earliest retry is due, as the last look that leased none saw (None:
+        there was none, or the last look leased some)."""
+        known = self._empty.get((topic, app))
+        return None if known is None else known[2]
+
+    def forget(self, topic: str, app: str) -> None:
+        """The store changed (a retry added, resent or made due by this process): ask it
+        at the next look."""
+        self._empty.pop((topic, app), None)
+
+    def learned(self, topic: str, app: str, *, found: bool, next_due: int | None) -> None:
+        """Remember a look: whether it found (and leased) retries; when none, the due
+        time of the earliest one left (None: the store is empty)."""
+        key = (topic, app)
+        if found:
+            self._empty.pop(key, None)
+            return
+        stamp = self._notifier.stamp(topic)
+        until = _NEVER if next_due is None else next_due
+        if stamp is None:
+            until = min(until, self._now_ms() + RECHECK_MS)
+        self._empty[key] = (stamp, until, next_due)

@@ -1,0 +1,54 @@
+"""RetryPresence: when a consumer's lease or fetch must ask a group's retry store again."""
+
+from __future__ import annotations
+
+from brokers.engine.retry_presence import RECHECK_MS, RetryPresence
+
+
+class Stamps:
+    """A notifier's ``stamp``: None while not listening, else a value that changes."""
+
+    def __init__(self) -> None:
+        self.value: tuple[int, int] | None = (1, 0)
+
+    def stamp(self, topic: str) -> tuple[int, int] | None:
+        return self.value
+
+
+def make(now: list[int], stamps: Stamps) -> RetryPresence:
+    return RetryPresence(stamps, lambda: now[0])  # type: ignore[arg-type]
+
+
+def test_an_empty_store_is_asked_again_only_after_a_notification():
+    now, stamps = [0], Stamps()
+    presence = make(now, stamps)
+    assert presence.worth_asking("t", "a")
+    presence.learned("t", "a", found=False, next_due=None)
+    now[0] += 10 * RECHECK_MS
+    assert not presence.worth_asking("t", "a") and presence.next_due("t", "a") is None
+    assert presence.worth_asking("t", "other")  # per group
+    stamps.value = (1, 1)  # a retry was added somewhere on the topic
+    assert presence.worth_asking("t", "a")
+
+
+def test_a_backing_off_retry_is_asked_for_when_due():
+    now, stamps = [0], Stamps()
+    presence = make(now, stamps)
+    presence.learned("t", "a", found=False, next_due=5_000)
+    assert presence.next_due("t", "a") == 5_000
+    now[0] = 4_999
+    assert not presence.worth_asking("t", "a")
+    now[0] = 5_000
+    assert presence.worth_asking("t", "a")
+    presence.learned("t", "a", found=True, next_due=None)  # leased some: ask every time
+    assert presence.worth_asking("t", "a") and presence.next_due("t", "a") is None
+
+
+def test_without_notifications_it_asks_again_within_the_recheck_interval():
+    now, stamps = [0], Stamps()
+    stamps.value = None
+    presence = make(now, stamps)
+    presence.learned("t", "a", found=False, next_due=None)
+    assert not presence.worth_asking("t", "a")
+    now[0] = RECHECK_MS
+    assert presence.worth_asking("t", "a")
