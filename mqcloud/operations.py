@@ -1,21 +1,26 @@
 """Engine operations that approved applications run.
 
-Long ones run by Celery with progress (offset resets and skipping backlog): an approved
-application starts the task and records its id; the task reports per-partition progress
-(Celery ``PROGRESS`` state), which the API and the console's progress bar read. Short ones
-(resending dead letters, cancelling timer messages) run as the application executes.
+Long ones run by Celery with progress (offset resets, skipping backlog, re-consuming a time
+span): an approved application starts the task and records its id; the task reports
+per-partition progress (Celery ``PROGRESS`` state), which the API and the console's
+progress bar read. Short ones (resending dead letters, cancelling timer messages) run as
+the application executes.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from celery import shared_task
 from celery.result import AsyncResult
 
 from mqcloud.engine_access import engine_session, run_in_session
+
+if TYPE_CHECKING:
+    from brokers.engine import Engine
 
 SKIP_BACKLOG_MS = 60_000  # "skip backlog" is a reset to now − 60 s
 
@@ -32,40 +37,85 @@ def start_offset_reset(topic: str, app: str, spec: dict[str, Any], *, skip_backl
     return {"task_id": task.id, "operation": "offset_reset", "spec": spec}
 
 
+def _partition_by_partition(
+    task: Any,
+    parts: Callable[[Engine], list[int]],
+    step: Callable[[Engine, int], Awaitable[int]],
+    key: str,
+) -> dict[str, Any]:
+    """Run ``step(engine, partition)`` for each of ``parts(engine)``, reporting progress
+    as Celery ``PROGRESS`` state (``done``, ``total`` and each partition's outcome under
+    ``key``), which the API and the console's progress bar read."""
+    task_id = task.request.id  # the request context does not follow into async_to_sync
+
+    async def run() -> tuple[dict[str, int], int]:
+        async with engine_session() as engine:
+            todo = parts(engine)
+            done: dict[str, int] = {}
+            for n, p in enumerate(todo):
+                done[str(p)] = await step(engine, p)
+                task.update_state(
+                    task_id=task_id,
+                    state="PROGRESS",
+                    meta={"done": n + 1, "total": len(todo), key: done},
+                )
+            return done, len(todo)
+
+    outcome, total = async_to_sync(run)()
+    return {"done": len(outcome), "total": total, key: outcome}
+
+
 @shared_task(bind=True)
 def reset_offsets(self, topic: str, app: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Reset one consumer's ack index partition by partition, reporting progress."""
-    task_id = self.request.id  # the request context does not follow into async_to_sync
+    if spec["position"] == "timestamp":
+        kwargs: dict[str, Any] = {"timestamp_ms": spec["timestamp_ms"]}
+    elif spec["position"] == "index":
+        kwargs = {"position": spec["index"]}
+    else:
+        kwargs = {"position": spec["position"]}
 
-    async def run() -> dict[str, int]:
-        async with engine_session() as engine:
-            info = engine.topic(topic)
-            parts = (
-                [spec["partition"]]
-                if spec.get("partition") is not None
-                else list(range(info.partitions))
-            )
-            done: dict[str, int] = {}
-            for n, p in enumerate(parts):
-                if spec["position"] == "timestamp":
-                    kwargs: dict[str, Any] = {"timestamp_ms": spec["timestamp_ms"]}
-                elif spec["position"] == "index":
-                    kwargs = {"position": spec["index"]}
-                else:
-                    kwargs = {"position": spec["position"]}
-                result = await engine.reset_offsets(
-                    topic, app, partition=p, client_id=spec.get("client_id"), **kwargs
-                )
-                done[str(p)] = result[p]
-                self.update_state(
-                    task_id=task_id,
-                    state="PROGRESS",
-                    meta={"done": n + 1, "total": len(parts), "positions": done},
-                )
-            return done
+    def parts(engine: Engine) -> list[int]:
+        if spec.get("partition") is not None:
+            return [spec["partition"]]
+        return list(range(engine.topic(topic).partitions))
 
-    positions = async_to_sync(run)()
-    return {"done": len(positions), "total": len(positions), "positions": positions}
+    async def reset(engine: Engine, p: int) -> int:
+        result = await engine.reset_offsets(
+            topic, app, partition=p, client_id=spec.get("client_id"), **kwargs
+        )
+        return result[p]
+
+    return _partition_by_partition(self, parts, reset, "positions")
+
+
+def start_reconsume(topic: str, app: str, from_ms: int, to_ms: int) -> dict:
+    """Take the spans to copy now (a span too large fails the application with nothing
+    copied), then queue the copying; the application's result keeps the task id."""
+
+    async def spans(engine: Any) -> dict[int, tuple[int, int]]:
+        return await engine.reconsume_spans(topic, app, from_ms=from_ms, to_ms=to_ms)
+
+    found = run_in_session(spans)
+    plan = {str(p): list(span) for p, span in sorted(found.items())}
+    task = reconsume.delay(topic, app, plan)
+    return {
+        "task_id": task.id,
+        "operation": "reconsume",
+        "messages": sum(end - first for first, end in found.values()),
+        "spans": plan,
+    }
+
+
+@shared_task(bind=True)
+def reconsume(self, topic: str, app: str, plan: dict[str, list[int]]) -> dict[str, Any]:
+    """Copy each partition's span into the consumer's retry store, reporting progress."""
+
+    async def copy(engine: Engine, p: int) -> int:
+        first, end = plan[str(p)]
+        return await engine.reconsume(topic, app, p, first, end)
+
+    return _partition_by_partition(self, lambda _: [int(p) for p in plan], copy, "copied")
 
 
 def progress(task_id: str) -> dict[str, Any]:

@@ -175,3 +175,9 @@ class DelayedMessagesBusy(EngineError):
     has not let go in time); cancelling them must wait. Nothing was changed."""
 
     code = "BUSY"
+
+
+class SpanTooLarge(EngineError):
+    """A re-consume names more messages than one may copy; nothing was copied."""
+
+    code = "SPAN_TOO_LARGE"

@@ -340,6 +340,39 @@ def _dlq_resend(user, payload: dict) -> Prepared:
     )
 
 
+class ReconsumeSerializer(serializers.Serializer):
+    """A time span whose messages a consumer gets again (copied into its retry store)."""
+
+    consumer = serializers.CharField(max_length=255)
+    from_ms = serializers.IntegerField(min_value=0, max_value=2**53)
+    to_ms = serializers.IntegerField(min_value=0, max_value=2**53)
+
+    def validate(self, attrs: dict) -> dict:
+        if attrs["to_ms"] <= attrs["from_ms"]:
+            raise serializers.ValidationError({"to_ms": "The span must end after it starts."})
+        return attrs
+
+
+def _reconsume(user, payload: dict) -> Prepared:
+    from mqcloud.operations import start_reconsume
+
+    ser = ReconsumeSerializer(data=payload)
+    ser.is_valid(raise_exception=True)
+    data = ser.validated_data
+    policy = _owned(
+        ConsumerPolicy.objects.select_related("app", "topic"),
+        user,
+        "app__team",
+        name=data["consumer"],
+    )
+    return Prepared(
+        f"consumer:{policy.name}",
+        policy.app.team,
+        payload,
+        lambda: start_reconsume(policy.topic.code, policy.app.code, data["from_ms"], data["to_ms"]),
+    )
+
+
 class TimerCancelSerializer(serializers.Serializer):
     """Which delayed or timer messages of a topic are cancelled before they are due (by
     delay id: what the console's timer list shows; an HTTP-MQ msgId names it too)."""
@@ -397,6 +430,7 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.OFFSET_RESET: _reset,
     Kind.SKIP_BACKLOG: lambda user, payload: _reset(user, payload, skip=True),
     Kind.DLQ_RESEND: _dlq_resend,
+    Kind.RECONSUME: _reconsume,
     Kind.TIMER_CANCEL: _timer_cancel,
     Kind.ZBUS_OPEN: _zbus_open,
     Kind.ZBUS_CLOSE: _zbus_close,
@@ -456,6 +490,13 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
     Kind.DLQ_RESEND: (
         "{consumer, ids}: dead letters back to the retry store (no ids: all)",
         {"consumer": "shop.orders", "ids": [3, 4]},
+    ),
+    Kind.RECONSUME: (
+        "{consumer, from_ms, to_ms}: what was stored in [from_ms, to_ms) is delivered to the"
+        " consumer again (copied into its retry store, due at once; its offsets do not"
+        " move), over whatever protocol its clients speak — at most 100,000 messages, or"
+        " the application fails with nothing copied; runs on a worker",
+        {"consumer": "shop.orders", "from_ms": 1735689600000, "to_ms": 1735693200000},
     ),
     Kind.TIMER_CANCEL: (
         "{topic, ids}: delayed or timer messages (delay ids, as GET"

@@ -28,6 +28,7 @@ class Kind(models.TextChoices):
     OFFSET_RESET = "offset_reset", "Reset consumer offsets"
     SKIP_BACKLOG = "skip_backlog", "Skip backlog"
     DLQ_RESEND = "dlq_resend", "Resend dead letters"
+    RECONSUME = "reconsume", "Re-consume a time span"
     TIMER_CANCEL = "timer_cancel", "Cancel delayed or timer messages"
     ZBUS_OPEN = "zbus_open", "Open zbus access: token-less zbus clients may produce and consume"
     ZBUS_CLOSE = "zbus_close", "Close zbus access: zbus clients need an app token"

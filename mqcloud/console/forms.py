@@ -355,6 +355,29 @@ class RateLimitForm(ConsumerForm):
         }
 
 
+class ReconsumeForm(ConsumerForm):
+    kind = Kind.RECONSUME
+    title = "Re-consume a time span"
+    help = (
+        "What was stored in the span is delivered to the consumer again, over whatever"
+        " protocol its clients speak; its offsets do not move. At most 100,000 messages:"
+        " for more, reset the offsets. Runs on a worker after approval."
+    )
+    start = UtcTimeField(label="From")
+    end = UtcTimeField(label="To (not included)")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        start, end = data.get("start"), data.get("end")
+        if start is not None and end is not None and end <= start:
+            self.add_error("end", "The span must end after it starts.")
+        return data
+
+    def payload(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        return {"consumer": d["consumer"], "from_ms": d["start"], "to_ms": d["end"]}
+
+
 class OffsetResetForm(ConsumerForm):
     kind = Kind.OFFSET_RESET
     title = "Reset a consumer's offsets"
@@ -541,6 +564,7 @@ FORMS: dict[str, type[ApplicationForm]] = {
         RateLimitForm,
         OffsetResetForm,
         SkipBacklogForm,
+        ReconsumeForm,
         DeadLetterResendForm,
         TimerCancelForm,
         ZbusOpenForm,

@@ -53,6 +53,19 @@ def worker(tmp_path):
     log.close()
 
 
+def member_and_admin(team: Team) -> tuple[APIClient, APIClient]:
+    """API clients of a member of ``team`` and of a platform admin."""
+    clients = []
+    for user in (
+        factories.user(f"{team.name}-m", team=team),
+        factories.user(f"{team.name}-a", admin=True),
+    ):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {factories.token_for(user)}")
+        clients.append(client)
+    return clients[0], clients[1]
+
+
 def test_offset_reset_runs_on_a_worker_with_progress(worker):
     team = Team.objects.create(name="ops")
     topic = factories.topic("ops-topic", factories.cluster_with_brokers("oc"), team, 2, 1)
@@ -67,14 +80,7 @@ def test_offset_reset_runs_on_a_worker_with_progress(worker):
         await engine.reset_offsets("ops-topic", "ops-app", position="latest")
 
     engine_call(produce_and_consume)
-    alice = APIClient()
-    alice.credentials(
-        HTTP_AUTHORIZATION=f"Bearer {factories.token_for(factories.user('al', team=team))}"
-    )
-    root = APIClient()
-    root.credentials(
-        HTTP_AUTHORIZATION=f"Bearer {factories.token_for(factories.user('rt', admin=True))}"
-    )
+    alice, root = member_and_admin(team)
 
     bad = alice.post(
         "/api/v1/applications/",
@@ -181,3 +187,60 @@ def test_dead_letter_resend_application():
     result = admin.post(f"/api/v1/applications/{created['id']}/approve/").json()
     assert result["status"] == "approved" and result["result"] == {"resent": 1}
     assert engine_call(lambda e: e.retry_counts("dlq-topic", "dlq-app")) == (1, 0)
+
+
+def test_reconsume_application_copies_the_span_on_a_worker(worker):
+    """A consumer gets a time span again: the application takes the spans when approved
+    (too large: failed, nothing copied), a worker copies them into the consumer's retry
+    store, and a consumer of the group leases them; its offsets stay where they were."""
+    from brokers.engine import RETRY_PARTITION
+
+    team = Team.objects.create(name="again")
+    topic = factories.topic("again-topic", factories.cluster_with_brokers("ag"), team, 1, 1)
+    app, _ = factories.app("again-app", team)
+    ProducerPolicy.objects.create(topic=topic, app=app)
+    ConsumerPolicy.objects.create(topic=topic, app=app, start_position="earliest")
+    publish()
+    from_ms = int(time.time() * 1000) - 1
+
+    async def produce_and_consume(engine: Engine) -> None:
+        await engine.append("again-topic", "again-app", [Message(b"x"), Message(b"y")], partition=0)
+        await engine.reset_offsets("again-topic", "again-app", position="latest")
+
+    engine_call(produce_and_consume)
+    to_ms = int(time.time() * 1000) + 1
+    alice, root = member_and_admin(team)
+    payload = {"consumer": "again-app.again-topic", "from_ms": to_ms, "to_ms": from_ms}
+    bad = alice.post(
+        "/api/v1/applications/", {"kind": "reconsume", "payload": payload}, format="json"
+    )
+    assert bad.status_code == 400 and "to_ms" in bad.json()["fields"]
+    payload = {"consumer": "again-app.again-topic", "from_ms": from_ms, "to_ms": to_ms}
+    created = alice.post(
+        "/api/v1/applications/", {"kind": "reconsume", "payload": payload}, format="json"
+    )
+    assert created.status_code == 201, created.json()
+    approved = root.post(f"/api/v1/applications/{created.json()['id']}/approve/").json()
+    assert approved["status"] == "approved", approved
+    assert approved["result"]["messages"] == 2 and approved["result"]["spans"] == {"0": [0, 2]}
+    app_id = created.json()["id"]
+    deadline = time.monotonic() + 60
+    while (state := alice.get(f"/api/v1/applications/{app_id}/progress/").json())[
+        "state"
+    ] != "SUCCESS":
+        assert state["state"] in ("PENDING", "PROGRESS", "STARTED"), state
+        assert time.monotonic() < deadline, "the worker never finished the copy"
+        time.sleep(0.2)
+    assert state["copied"] == {"0": 2}
+
+    async def consume(engine: Engine):
+        lease = await engine.lease("again-topic", "again-app", count=10, owner="t")
+        progress = await engine.progress("again-topic", "again-app")
+        return lease.deliveries, progress
+
+    got, progress = engine_call(consume)
+    assert [(d.partition, d.message.body) for d in got] == [
+        (RETRY_PARTITION, b"x"),
+        (RETRY_PARTITION, b"y"),
+    ]
+    assert [(r.ack_index, r.lag) for r in progress] == [(2, 0)]

@@ -129,6 +129,32 @@ def test_offset_reset_form_validates_and_queues_with_progress(client, world):
     assert partial.context["progress"]["state"] == "PENDING"
 
 
+def test_reconsume_form_validates_and_files(client, world, monkeypatch):
+    from brokers.engine.sections import pull
+
+    client.force_login(world.alice)
+    backwards = client.post(
+        "/applications/new/",
+        {"kind": "reconsume", "consumer": "shop.orders",
+         "start": "2024-12-31 10:00:00.000", "end": "2024-12-31 09:00:00.000"},
+    )  # fmt: skip
+    assert "end" in backwards.context["form"].errors
+    client.post(
+        "/applications/new/",
+        {"kind": "reconsume", "consumer": "shop.orders",
+         "start": "2024-12-31 09:00:00.000", "end": "2024-12-31 10:00:00.000"},
+    )  # fmt: skip
+    app = Application.objects.get()
+    assert app.payload == {
+        "consumer": "shop.orders", "from_ms": 1735635600000, "to_ms": 1735639200000,
+    }  # fmt: skip
+    monkeypatch.setattr(pull, "RECONSUME_MAX", -1)  # any span is too large
+    client.force_login(world.root)
+    client.post(f"/applications/{app.pk}/approve/")
+    app.refresh_from_db()
+    assert app.status == "failed" and "re-consumed at once" in app.error
+
+
 def test_a_member_cannot_apply_for_another_teams_consumer(client, world):
     client.force_login(world.alice)
     response = client.post(

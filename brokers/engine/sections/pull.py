@@ -26,6 +26,7 @@ from brokers.engine.errors import (
     InvalidMessage,
     PartitionNotFound,
     RateLimited,
+    SpanTooLarge,
 )
 from brokers.engine.fetch import FetchRequest, Piggyback
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
@@ -46,6 +47,11 @@ from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.read import index_at_time, read_range
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.unbatch import one_by_one
+
+RECONSUME_MAX = 100_000
+"""Most messages one re-consume of a time span copies into a group's retry store."""
+RECONSUME_CHUNK = 1_000
+"""Messages read and copied per round trip of a re-consume."""
 
 
 class PullSection(EngineBase):
@@ -342,8 +348,19 @@ class PullSection(EngineBase):
         return AckResult(status, ack, retry_ids)
 
     async def _copy_to_retry(
-        self, topic: str, app: str, partition: int, start: int, end: int, now: int, reason: str
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        start: int,
+        end: int,
+        now: int,
+        reason: str,
+        *,
+        due_ms: int | None = None,
     ) -> tuple[int, ...]:
+        """Copy the records of ``[start, end)`` into the group's retry store, due at
+        ``due_ms`` (default: after the base backoff); their retry ids."""
         try:
             records = await read_range(self.redis, topic, partition, start, end - start)
         except IndexOutOfRange:
@@ -352,10 +369,61 @@ class PullSection(EngineBase):
         if not items:
             return ()
         store = self._retries_of(topic, app)
-        ids = await store.add(
-            items, now_ms=now, due_ms=now + self.retry_policy.base_ms, reason=reason
-        )
+        due = now + self.retry_policy.base_ms if due_ms is None else due_ms
+        ids = await store.add(items, now_ms=now, due_ms=due, reason=reason)
         return tuple(ids)
+
+    async def reconsume_spans(
+        self, topic: str, app: str, *, from_ms: int, to_ms: int
+    ) -> dict[int, tuple[int, int]]:
+        """What a re-consume of the time span ``[from_ms, to_ms)`` copies: per partition,
+        the indexes ``[first, end)`` of the messages stored then (partitions with none
+        left out). SpanTooLarge, before anything is copied, when that is more than
+        :data:`RECONSUME_MAX` messages (an offset reset re-delivers any number)."""
+        info = self.topic(topic)
+        self._consumer(topic, app)
+        if to_ms <= from_ms:
+            raise InvalidMessage("the span ends before it starts")
+        spans: dict[int, tuple[int, int]] = {}
+        for p in range(info.partitions):
+            first = await index_at_time(self.redis, topic, p, from_ms)
+            end = await index_at_time(self.redis, topic, p, to_ms)
+            if end > first:
+                spans[p] = (first, end)
+        total = sum(end - first for first, end in spans.values())
+        if total > RECONSUME_MAX:
+            raise SpanTooLarge(
+                f"{total} messages were stored in that span; at most {RECONSUME_MAX} are"
+                " re-consumed at once: choose a shorter span, or reset the offsets"
+            )
+        return spans
+
+    async def reconsume(self, topic: str, app: str, partition: int, first: int, end: int) -> int:
+        """Copy the messages ``[first, end)`` of ``partition`` (a span of
+        :meth:`reconsume_spans`) into the consumer group's retry store, due now: every
+        consumer of the group gets them again, whatever its protocol, without its
+        progress moving. Read and copied :data:`RECONSUME_CHUNK` at a time; what
+        retention took meanwhile is skipped. How many records were copied."""
+        self._consumer(topic, app)
+        store = self._retries_of(topic, app)
+        copied, pos = 0, first
+        while pos < end:
+            stop = min(end, pos + RECONSUME_CHUNK)
+            try:
+                records = await read_range(self.redis, topic, partition, pos, stop - pos)
+            except IndexOutOfRange:  # trimmed by retention since the span was taken
+                return copied
+            taken = [
+                d for d in records if d.index < stop and (d.index >= pos or pos == first)
+            ]  # a batch record reaching past ``stop`` is copied once, with its chunk
+            if not records:
+                return copied
+            if taken:
+                now = self.now_ms()
+                items = [(partition, d.index, d.count, d.record) for d in taken]
+                copied += len(await store.add(items, now_ms=now, due_ms=now, reason="Reconsume"))
+            pos = max(stop, taken[-1].end if taken else stop)
+        return copied
 
     async def _ack_retries(
         self,

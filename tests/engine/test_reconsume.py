@@ -1,0 +1,64 @@
+"""Re-consuming a time span: what was stored in it goes to the consumer group's retry
+store, due now, and reaches every consumer of the group — a push consumer (zbus, VibeMQ)
+and a fetch (JMQ4, HTTP-MQ) alike — without the group's progress moving."""
+
+from __future__ import annotations
+
+import pytest
+
+from brokers.engine import RETRY_PARTITION, InvalidMessage, Message, SpanTooLarge
+from brokers.engine.sections import pull
+from tests.engine.test_group_features import publish, queue_snap, take
+
+
+async def test_the_span_is_copied_once_and_reaches_push_and_pull(make_engine, clock):
+    engine = make_engine(queue_snap())
+    await publish(engine, b"before")
+    clock.advance(10)
+    start = engine.now_ms()
+    for i in range(5):
+        await publish(engine, b"in%d" % i)
+    clock.advance(10)
+    end = engine.now_ms()
+    await publish(engine, b"after")
+    first = await take(engine, count=10)
+    assert await engine.settle("q", "a", 0, [d.index for d in first]) == 7  # all consumed
+
+    spans = await engine.reconsume_spans("q", "a", from_ms=start, to_ms=end)
+    assert spans == {0: (1, 6)}
+    assert await engine.reconsume("q", "a", 0, *spans[0]) == 5
+    pushed = await take(engine, count=3)
+    assert [d.message.body for d in pushed] == [b"in0", b"in1", b"in2"]
+    assert {d.partition for d in pushed} == {RETRY_PARTITION}
+    fetched = await engine.fetch("q", "a", count=10)
+    assert [d.message.body for d in fetched.messages] == [b"in3", b"in4"]
+    stats = await engine.group_stats("q", "a")
+    assert stats.backlog == 0  # its progress did not move
+
+
+async def test_a_span_too_large_copies_nothing(make_engine, clock, monkeypatch):
+    monkeypatch.setattr(pull, "RECONSUME_MAX", 3)
+    engine = make_engine(queue_snap())
+    start = engine.now_ms()
+    await engine.append_many("q", "a", [Message(b"%d" % i) for i in range(4)])
+    clock.advance(1)
+    with pytest.raises(SpanTooLarge):
+        await engine.reconsume_spans("q", "a", from_ms=start, to_ms=engine.now_ms())
+    with pytest.raises(InvalidMessage):
+        await engine.reconsume_spans("q", "a", from_ms=5, to_ms=5)
+    assert await engine.retry_counts("q", "a") == (0, 0)
+
+
+async def test_chunks_copy_each_record_once(make_engine, clock, monkeypatch):
+    monkeypatch.setattr(pull, "RECONSUME_CHUNK", 2)
+    engine = make_engine(queue_snap())
+    start = engine.now_ms()
+    for i in range(7):
+        await publish(engine, b"%d" % i)
+    clock.advance(1)
+    [(first, end)] = (
+        await engine.reconsume_spans("q", "a", from_ms=start, to_ms=engine.now_ms())
+    ).values()
+    assert await engine.reconsume("q", "a", 0, first, end) == 7
+    got = [d.message.body for d in await take(engine, count=20)]
+    assert sorted(got[:7]) == [b"%d" % i for i in range(7)]
