@@ -52,3 +52,26 @@ def test_without_notifications_it_asks_again_within_the_recheck_interval():
     assert not presence.worth_asking("t", "a")
     now[0] = RECHECK_MS
     assert presence.worth_asking("t", "a")
+
+
+async def test_push_leases_of_a_group_without_retries_ask_its_store_once(make_engine, monkeypatch):
+    """The common path pays nothing for retries: a hundred leases of a group that never
+    had one look at its retry store once (then only after a change or the recheck)."""
+    from brokers.engine import Message
+    from brokers.engine.retry import RetryStore
+    from tests.engine.test_group_features import queue_snap
+
+    asked = []
+    real = RetryStore.lease_or_next_due
+
+    async def counted(self, **kw):
+        asked.append(1)
+        return await real(self, **kw)
+
+    monkeypatch.setattr(RetryStore, "lease_or_next_due", counted)
+    engine = make_engine(queue_snap())
+    for i in range(100):
+        await engine.append_many("q", "a", [Message(b"%d" % i)])
+        lease = await engine.lease("q", "a", count=1, owner="t")
+        await engine.settle("q", "a", 0, [d.index for d in lease.deliveries])
+    assert len(asked) == 1
