@@ -41,7 +41,7 @@ from brokers.engine.offsets import set_ack
 from brokers.engine.record import with_position
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryPolicy, RetryStore
-from brokers.engine.retry_presence import RetryPresence
+from brokers.engine.retry_presence import ASK, RetryPresence
 from brokers.engine.scan import ScanOutcome, fetch_any
 
 MAX_PARKED = 10_000
@@ -337,9 +337,9 @@ class Fetcher:
         self, req: FetchRequest, now: int
     ) -> tuple[FetchResult | None, int | None]:
         """(due retries leased, or None; when none: the earliest retry's due time)."""
-        if not self._retries.worth_asking(req.topic.code, req.app):
-            # nothing due, and no retry was added since the last look
-            return None, self._retries.next_due(req.topic.code, req.app)
+        known = self._retries.look(req.topic.code, req.app)
+        if known != ASK:  # nothing due, and no retry was added since the last look
+            return None, known or None
         store = RetryStore(self._client, req.topic.code, req.app)
         leased, due = await store.lease_or_next_due(
             now_ms=now,

@@ -20,6 +20,8 @@ from brokers.engine.notify import Notifier
 
 RECHECK_MS = 1_000
 """How stale "nothing due" may be where no notification would tell of a new retry."""
+ASK = -1
+""":meth:`RetryPresence.look`: the store must be asked."""
 _NEVER = 2**63
 
 
@@ -32,25 +34,22 @@ class RetryPresence:
         self._notifier = notifier
         self._now_ms = now_ms
         # (topic, app) -> (notifier stamp then, engine ms from which to look again, the
-        # earliest retry's due time then)
-        self._empty: dict[tuple[str, str], tuple[tuple[int, int] | None, int, int | None]] = {}
+        # earliest retry's due time then, 0 if none)
+        self._empty: dict[tuple[str, str], tuple[tuple[int, int] | None, int, int]] = {}
 
-    def worth_asking(self, topic: str, app: str) -> bool:
-        """Whether the store may hold a retry due now."""
+    def look(self, topic: str, app: str) -> int:
+        """:data:`ASK` when the store may hold a retry due now; else when its earliest
+        retry is due, as the last look saw it (0: it held none). Runs on every lease and
+        fetch: a dict lookup, and the clock only when a time was set."""
         known = self._empty.get((topic, app))
         if known is None:
-            return True
-        stamp, until, _ = known
-        if self._now_ms() >= until:
-            return True
-        # no stamp then: only the recheck time tells (folded into ``until``)
-        return stamp is not None and self._notifier.stamp(topic) != stamp
-
-    def next_due(self, topic: str, app: str) -> int | None:
-        """When the earliest retry is due, as the last look that leased none saw (None:
-        there was none, or the last look leased some)."""
-        known = self._empty.get((topic, app))
-        return None if known is None else known[2]
+            return ASK
+        stamp, until, due = known
+        if stamp is not None and self._notifier.stamp(topic) != stamp:
+            return ASK
+        if until != _NEVER and self._now_ms() >= until:
+            return ASK
+        return due
 
     def forget(self, topic: str, app: str) -> None:
         """The store changed (a retry added, resent or made due by this process): ask it
@@ -66,6 +65,6 @@ class RetryPresence:
             return
         stamp = self._notifier.stamp(topic)
         until = _NEVER if next_due is None else next_due
-        if stamp is None:
+        if stamp is None:  # no notification would tell: look again within RECHECK_MS
             until = min(until, self._now_ms() + RECHECK_MS)
-        self._empty[key] = (stamp, until, next_due)
+        self._empty[key] = (stamp, until, next_due or 0)

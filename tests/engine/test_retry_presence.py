@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from brokers.engine.retry_presence import RECHECK_MS, RetryPresence
+from brokers.engine.retry_presence import ASK, RECHECK_MS, RetryPresence
 
 
 class Stamps:
@@ -22,26 +22,28 @@ def make(now: list[int], stamps: Stamps) -> RetryPresence:
 def test_an_empty_store_is_asked_again_only_after_a_notification():
     now, stamps = [0], Stamps()
     presence = make(now, stamps)
-    assert presence.worth_asking("t", "a")
+    assert presence.look("t", "a") == ASK
     presence.learned("t", "a", found=False, next_due=None)
     now[0] += 10 * RECHECK_MS
-    assert not presence.worth_asking("t", "a") and presence.next_due("t", "a") is None
-    assert presence.worth_asking("t", "other")  # per group
+    assert presence.look("t", "a") == 0  # nothing, and nothing coming
+    assert presence.look("t", "other") == ASK  # per group
     stamps.value = (1, 1)  # a retry was added somewhere on the topic
-    assert presence.worth_asking("t", "a")
+    assert presence.look("t", "a") == ASK
 
 
 def test_a_backing_off_retry_is_asked_for_when_due():
     now, stamps = [0], Stamps()
     presence = make(now, stamps)
     presence.learned("t", "a", found=False, next_due=5_000)
-    assert presence.next_due("t", "a") == 5_000
     now[0] = 4_999
-    assert not presence.worth_asking("t", "a")
+    assert presence.look("t", "a") == 5_000
     now[0] = 5_000
-    assert presence.worth_asking("t", "a")
+    assert presence.look("t", "a") == ASK
     presence.learned("t", "a", found=True, next_due=None)  # leased some: ask every time
-    assert presence.worth_asking("t", "a") and presence.next_due("t", "a") is None
+    assert presence.look("t", "a") == ASK
+    presence.learned("t", "a", found=False, next_due=None)
+    presence.forget("t", "a")  # this process added one
+    assert presence.look("t", "a") == ASK
 
 
 def test_without_notifications_it_asks_again_within_the_recheck_interval():
@@ -49,9 +51,9 @@ def test_without_notifications_it_asks_again_within_the_recheck_interval():
     stamps.value = None
     presence = make(now, stamps)
     presence.learned("t", "a", found=False, next_due=None)
-    assert not presence.worth_asking("t", "a")
+    assert presence.look("t", "a") == 0
     now[0] = RECHECK_MS
-    assert presence.worth_asking("t", "a")
+    assert presence.look("t", "a") == ASK
 
 
 async def test_push_leases_of_a_group_without_retries_ask_its_store_once(make_engine, monkeypatch):

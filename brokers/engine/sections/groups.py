@@ -25,6 +25,7 @@ from brokers.engine.groups import keep as keep_progress
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import Delivery
 from brokers.engine.record import record_store_time, with_position
+from brokers.engine.retry_presence import ASK
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.shared import Lease
 from brokers.engine.unbatch import one_by_one
@@ -69,8 +70,13 @@ class GroupSection(EngineBase):
             # recorded before leasing: a process that dies holding leases is known to
             # have held them in this group (:mod:`brokers.engine.holders`)
             await self.holders.register(topic, app, client_id, lease_ms)
-            result, retry_due = await self._lease_retries(info, policy, granted, lease_ms)
-            if not result.found:
+            retry_due = self.retry_presence.look(topic, app) if granted > 0 else 0
+            retried = None
+            if retry_due == ASK:  # the store may hold one due now (rarely: see look)
+                retried, retry_due = await self._lease_retries(info, policy, granted, lease_ms)
+            if retried is not None:
+                result = retried
+            else:
                 result = await self.shared.lease(
                     info,
                     policy,
@@ -83,7 +89,7 @@ class GroupSection(EngineBase):
                         info, policy, lease_ms, start if client_id else "earliest"
                     ),
                 )
-                if retry_due is not None and not result.found:
+                if retry_due > 0 and not result.found:  # a retry backing off
                     known = result.retry_after_ms
                     result.retry_after_ms = retry_due if known is None else min(known, retry_due)
         except BaseException:
@@ -105,15 +111,14 @@ class GroupSection(EngineBase):
 
     async def _lease_retries(
         self, info: TopicInfo, policy: ConsumerPolicyInfo, count: int, lease_ms: int
-    ) -> tuple[Lease, int | None]:
+    ) -> tuple[Lease | None, int]:
         """Due messages of the group's retry store (copies a console or API resend put
         there, dead letters resent), leased first as a fetch of JMQ4 or HTTP-MQ does:
         (the lease — partition :data:`RETRY_PARTITION`, each delivery's index its retry id
-        —, when the earliest retry left is due if none was). Asks Redis only when one may
-        be due (:class:`~brokers.engine.retry_presence.RetryPresence`)."""
+        — or None, when the earliest retry left is due if none was, 0 if none is left).
+        Asked only when :class:`~brokers.engine.retry_presence.RetryPresence` says one
+        may be due."""
         code, app = info.code, policy.app
-        if count <= 0 or not self.retry_presence.worth_asking(code, app):
-            return Lease(code, app), self.retry_presence.next_due(code, app)
         leased, due = await self._retries_of(code, app).lease_or_next_due(
             now_ms=self.now_ms(),
             lease_ms=lease_ms,
@@ -122,7 +127,7 @@ class GroupSection(EngineBase):
         )
         self.retry_presence.learned(code, app, found=bool(leased), next_due=due)
         if not leased:
-            return Lease(code, app), due
+            return None, due or 0
         records = (
             Delivery(
                 RETRY_PARTITION,
@@ -135,7 +140,7 @@ class GroupSection(EngineBase):
             )
             for rid, partition, index, n, attempts, record in leased
         )
-        return Lease(code, app, RETRY_PARTITION, one_by_one(records), more=True), None
+        return Lease(code, app, RETRY_PARTITION, one_by_one(records), more=True), 0
 
     async def _settle_retries(self, topic: str, app: str, ids: Sequence[int], mode: str) -> int:
         """:meth:`settle` (``ack``), :meth:`fail` (``fail``) or :meth:`release` of
