@@ -62,3 +62,24 @@ async def test_chunks_copy_each_record_once(make_engine, clock, monkeypatch):
     assert await engine.reconsume("q", "a", 0, first, end) == 7
     got = [d.message.body for d in await take(engine, count=20)]
     assert sorted(got[:7]) == [b"%d" % i for i in range(7)]
+
+
+async def test_a_batch_record_across_a_chunk_border_is_copied_once(make_engine, clock, monkeypatch):
+    """A JMQ4 batch (one record, n indexes) that starts in one chunk and ends in the next
+    is copied with the first, and its items reach a push consumer once each."""
+    from brokers.engine import BatchItem, encode_batch_body
+
+    monkeypatch.setattr(pull, "RECONSUME_CHUNK", 2)
+    engine = make_engine(queue_snap())
+    start = engine.now_ms()
+    await publish(engine, b"a")
+    items = [BatchItem(b"b%d" % i) for i in range(3)]
+    batch = Message(encode_batch_body(items), batch_count=len(items))
+    await engine.append_many("q", "a", [batch])
+    await publish(engine, b"z")
+    clock.advance(1)
+    spans = await engine.reconsume_spans("q", "a", from_ms=start, to_ms=engine.now_ms())
+    assert spans == {0: (0, 5)}
+    assert await engine.reconsume("q", "a", 0, 0, 5) == 3  # records: a, the batch, z
+    got = [d.message.body for d in await take(engine, count=20)]
+    assert got == [b"a", b"b0", b"b1", b"b2", b"z"]

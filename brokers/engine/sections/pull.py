@@ -361,17 +361,38 @@ class PullSection(EngineBase):
     ) -> tuple[int, ...]:
         """Copy the records of ``[start, end)`` into the group's retry store, due at
         ``due_ms`` (default: after the base backoff); their retry ids."""
+        ids, _ = await self._copy_records(
+            topic, app, partition, start, end, now, reason, due_ms=due_ms
+        )
+        return ids
+
+    async def _copy_records(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        start: int,
+        end: int,
+        now: int,
+        reason: str,
+        *,
+        due_ms: int | None = None,
+    ) -> tuple[tuple[int, ...], int]:
+        """:meth:`_copy_to_retry`, and where the records copied end (a batch record that
+        starts before ``end`` is copied whole; ``start`` when none was: nothing stored
+        there any more)."""
         try:
             records = await read_range(self.redis, topic, partition, start, end - start)
         except IndexOutOfRange:
-            return ()
-        items = [(partition, d.index, d.count, d.record) for d in records if d.index < end]
-        if not items:
-            return ()
+            return (), start
+        taken = [d for d in records if d.index < end]
+        if not taken:
+            return (), start
+        items = [(partition, d.index, d.count, d.record) for d in taken]
         store = self._retries_of(topic, app)
         due = now + self.retry_policy.base_ms if due_ms is None else due_ms
         ids = await store.add(items, now_ms=now, due_ms=due, reason=reason)
-        return tuple(ids)
+        return tuple(ids), taken[-1].end
 
     async def reconsume_spans(
         self, topic: str, app: str, *, from_ms: int, to_ms: int
@@ -402,27 +423,27 @@ class PullSection(EngineBase):
         """Copy the messages ``[first, end)`` of ``partition`` (a span of
         :meth:`reconsume_spans`) into the consumer group's retry store, due now: every
         consumer of the group gets them again, whatever its protocol, without its
-        progress moving. Read and copied :data:`RECONSUME_CHUNK` at a time; what
-        retention took meanwhile is skipped. How many records were copied."""
+        progress moving. Read and copied :data:`RECONSUME_CHUNK` at a time, each chunk
+        from where the last record copied ended (a batch record crossing a chunk's end
+        is copied once, with that chunk); what retention took meanwhile ends it. How many
+        records were copied."""
         self._consumer(topic, app)
-        store = self._retries_of(topic, app)
         copied, pos = 0, first
         while pos < end:
-            stop = min(end, pos + RECONSUME_CHUNK)
-            try:
-                records = await read_range(self.redis, topic, partition, pos, stop - pos)
-            except IndexOutOfRange:  # trimmed by retention since the span was taken
+            now = self.now_ms()
+            ids, pos = await self._copy_records(
+                topic,
+                app,
+                partition,
+                pos,
+                min(end, pos + RECONSUME_CHUNK),
+                now,
+                "Reconsume",
+                due_ms=now,
+            )
+            if not ids:  # trimmed by retention since the span was taken
                 return copied
-            taken = [
-                d for d in records if d.index < stop and (d.index >= pos or pos == first)
-            ]  # a batch record reaching past ``stop`` is copied once, with its chunk
-            if not records:
-                return copied
-            if taken:
-                now = self.now_ms()
-                items = [(partition, d.index, d.count, d.record) for d in taken]
-                copied += len(await store.add(items, now_ms=now, due_ms=now, reason="Reconsume"))
-            pos = max(stop, taken[-1].end if taken else stop)
+            copied += len(ids)
         return copied
 
     async def _ack_retries(
