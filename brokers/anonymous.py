@@ -12,12 +12,10 @@ zbus ``create_mq`` is opened when it is created, as zbus 5 MQs were open.
 
 from __future__ import annotations
 
-import hashlib
-
 from django.db import IntegrityError, transaction
 from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 
-from brokers.models import POLICY_NAME_MAX, App, ConsumerPolicy, ProducerPolicy, Team, Topic
+from brokers.models import App, ConsumerPolicy, ProducerPolicy, Team, Topic, fit_policy_name
 from brokers.validators import APP_CODE_MAX
 
 PREFIX = "anonymous"
@@ -55,11 +53,7 @@ def anonymous_app(team: Team) -> App:
 def policy_name(topic: Topic) -> str:
     """The name of the topic's anonymous producer and consumer: ``anonymous.<topic>``, cut
     short and marked with a digest of the code when longer than a policy name may be."""
-    name = f"{PREFIX}.{topic.code}"
-    if len(name) <= POLICY_NAME_MAX:
-        return name
-    digest = hashlib.sha256(topic.code.encode()).hexdigest()[:12]
-    return f"{name[: POLICY_NAME_MAX - len(digest) - 1]}-{digest}"
+    return fit_policy_name(f"{PREFIX}.{topic.code}", topic.code)
 
 
 def _anonymous_policies(model: type[ProducerPolicy] | type[ConsumerPolicy]) -> QuerySet:

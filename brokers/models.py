@@ -410,6 +410,18 @@ class AppToken(models.Model):
 POLICY_NAME_MAX = 255
 
 
+def fit_policy_name(name: str, key: str, attempt: int = 0) -> str:
+    """``name`` when it fits :data:`POLICY_NAME_MAX` (attempt 0); else, or on a later
+    attempt, cut short and marked with a digest of ``key`` — and ``-<attempt>`` from
+    the second on —, so the same key gets the same name."""
+    if attempt == 0 and len(name) <= POLICY_NAME_MAX:
+        return name
+    tail = hashlib.sha256(key.encode()).hexdigest()[:12]
+    if attempt > 1:
+        tail += f"-{attempt}"
+    return f"{name[: POLICY_NAME_MAX - len(tail) - 1]}-{tail}"
+
+
 class PolicyBase(models.Model):
     """Fields shared by producer and consumer policies (one app on one topic)."""
 
@@ -462,16 +474,12 @@ class PolicyBase(models.Model):
         this kind has it. Otherwise (a 100-character app on a 200-character topic; ``a.b``
         on ``c`` after ``a`` on ``b.c``) it is cut short and marked with a digest of the
         pair, so the same pair gets the same name whenever it is free."""
-        name = f"{app.code}.{topic.code}"
-        if len(name) <= POLICY_NAME_MAX and not cls.objects.filter(name=name).exists():
-            return name
-        digest = hashlib.sha256(f"{app.code}\0{topic.code}".encode()).hexdigest()[:12]
-        candidate = f"{name[: POLICY_NAME_MAX - len(digest) - 1]}-{digest}"
-        n = 1
+        name, key = f"{app.code}.{topic.code}", f"{app.code}\0{topic.code}"
+        attempt = 0 if len(name) <= POLICY_NAME_MAX else 1
+        candidate = fit_policy_name(name, key, attempt)
         while cls.objects.filter(name=candidate).exists():
-            n += 1
-            tail = f"{digest}-{n}"
-            candidate = f"{name[: POLICY_NAME_MAX - len(tail) - 1]}-{tail}"
+            attempt += 1
+            candidate = fit_policy_name(name, key, attempt)
         return candidate
 
 

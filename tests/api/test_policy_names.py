@@ -53,3 +53,13 @@ def test_a_given_name_is_checked_like_the_default(kind):
     for bad in ("bad name", "-x", "a/b"):
         response = root.post(url, {"topic": "t2", "app": "app", "name": bad})
         assert response.status_code == 400 and "name" in response.json()["fields"], bad
+
+
+def test_fit_policy_name_marks_what_it_cuts_and_counts_attempts():
+    from brokers.models import POLICY_NAME_MAX, fit_policy_name
+
+    assert fit_policy_name("a.b", "k") == "a.b"
+    first, second = fit_policy_name("a.b", "k", 1), fit_policy_name("a.b", "k", 2)
+    assert first.startswith("a.b-") and second == first + "-2"
+    long = fit_policy_name("x" * 300, "k")
+    assert len(long) == POLICY_NAME_MAX and long == fit_policy_name("x" * 300, "k", 1)
