@@ -13,13 +13,15 @@ import re
 from brokers.engine import DLQ_SUFFIX
 
 TOPIC_CODE_MAX = 256
-TOPIC_CODE_PATTERN = r"^[A-Za-z0-9._-]+$"
-"""The characters (a JSON-Schema-friendly regex; :func:`is_topic_code` is the whole rule)."""
+TOPIC_CODE_CHARS = r"[A-Za-z0-9._-]+"
+"""The characters, as a URL route matches them."""
+TOPIC_CODE_PATTERN = f"^{TOPIC_CODE_CHARS}$"
+"""The same as a JSON-Schema-friendly regex (:func:`is_topic_code` is the whole rule)."""
 DOT_SEGMENTS = frozenset({".", ".."})
 STORED_TOPIC_MAX = TOPIC_CODE_MAX + len(DLQ_SUFFIX)
 """The longest topic name a stored message can carry: a code, or its implicit DLQ's."""
 
-_CODE = re.compile(r"[A-Za-z0-9._-]+")
+_CODE = re.compile(TOPIC_CODE_CHARS)
 
 
 def is_topic_code(name: str) -> bool:

@@ -17,6 +17,7 @@ from rest_framework.serializers import BaseSerializer
 from brokers.anonymous import with_open_flag
 from brokers.erasure import STORE_ERRORS, erase_group_data, erase_topic_data
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
+from brokers.topic_codes import TOPIC_CODE_CHARS
 from mqcloud.api import filters, history, timers
 from mqcloud.api import messages as stored  # the class body's `messages` is an action
 from mqcloud.api import serializers as s
@@ -213,7 +214,7 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
     search_fields = ["code", "description"]
     ordering_fields = ["code", "created_at", "partitions"]
     lookup_field = "code"
-    lookup_value_regex = r"[A-Za-z0-9._-]+"  # brokers.topic_codes
+    lookup_value_regex = TOPIC_CODE_CHARS
 
     def base_queryset(self) -> QuerySet[Topic]:
         topics = Topic.objects.select_related("cluster", "team").prefetch_related("groups")
