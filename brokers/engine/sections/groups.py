@@ -285,8 +285,7 @@ class GroupSection(EngineBase):
             await self._settle_retries(topic, app, [delivery.index], "fail")
             return None
         info, policy = self._group_policy(topic, app)
-        ttl = info.queue.message_ttl_ms
-        until = 0 if ttl is None else record_store_time(delivery.record) + ttl
+        until = _expires_at(info, delivery)
         if until and until <= self.now_ms():
             return None
         return await self.shared.keep(
@@ -305,10 +304,10 @@ class GroupSection(EngineBase):
         it (a retry kept for it) must not hand it out; its lease expires it. False for a
         topic that is gone (its deliveries are dropped as it goes)."""
         try:
-            ttl = self.group_topic(topic).queue.message_ttl_ms
+            until = _expires_at(self.group_topic(topic), delivery)
         except TopicNotFound:
             return False
-        return ttl is not None and record_store_time(delivery.record) + ttl <= self.now_ms()
+        return 0 < until <= self.now_ms()
 
     async def release_owner(
         self, topic: str, app: str, owner: str, *, client_id: str | None = None
@@ -429,3 +428,9 @@ class GroupSection(EngineBase):
         letters, resend lists, registry and assignments. A policy created later for the
         app starts at its start position. Returns how many keys went."""
         return await erase_group(self.redis, topic, app)
+
+
+def _expires_at(info: TopicInfo, delivery: Delivery) -> int:
+    """When ``delivery``'s message is past its topic's TTL (engine ms; 0: it has none)."""
+    ttl = info.queue.message_ttl_ms
+    return 0 if ttl is None else record_store_time(delivery.record) + ttl
