@@ -92,11 +92,9 @@ def reset_offsets(self, topic: str, app: str, spec: dict[str, Any]) -> dict[str,
 def start_reconsume(topic: str, app: str, from_ms: int, to_ms: int) -> dict:
     """Take the spans to copy now (a span too large fails the application with nothing
     copied), then queue the copying; the application's result keeps the task id."""
-
-    async def spans(engine: Any) -> dict[int, tuple[int, int]]:
-        return await engine.reconsume_spans(topic, app, from_ms=from_ms, to_ms=to_ms)
-
-    found = run_in_session(spans)
+    found = run_in_session(
+        lambda engine: engine.reconsume_spans(topic, app, from_ms=from_ms, to_ms=to_ms)
+    )
     plan = {str(p): list(span) for p, span in sorted(found.items())}
     task = reconsume.delay(topic, app, plan)
     return {
