@@ -17,7 +17,7 @@ from brokers.engine.errors import IndexOutOfRange, InvalidMessage
 from brokers.engine.keys import PartitionKeys
 from brokers.engine.model import Delivery, StoredEntry
 from brokers.engine.record import FIXED_SIZE, record_count
-from brokers.engine.redisio import AnyRedis, Script
+from brokers.engine.redisio import AnyRedis, Script, run_pipelined
 
 # Lua: append records covering [start, ...) to `out` (flat: index, count, record) until
 # at least `want` items; returns the items added and, when a record stored after
@@ -325,3 +325,18 @@ async def index_at_time(client: AnyRedis, topic: str, partition: int, timestamp_
     """First index whose store time is ≥ ``timestamp_ms`` (max index if none)."""
     keys = PartitionKeys(topic, partition)
     return int(await FIND_TIME(client, (keys.stream, keys.meta), (timestamp_ms,)))
+
+
+async def indexes_at_times(
+    client: AnyRedis, topic: str, partitions: Sequence[int], times_ms: Sequence[int]
+) -> list[list[int]]:
+    """:func:`index_at_time` of each partition for each of ``times_ms``, in ONE pipelined
+    round trip whatever the number of partitions: per partition, its indexes in the order
+    of ``times_ms``."""
+    calls = []
+    for p in partitions:
+        keys = PartitionKeys(topic, p)
+        calls += [((keys.stream, keys.meta), (t,)) for t in times_ms]
+    flat = [int(x) for x in await run_pipelined(client, FIND_TIME, calls)]
+    n = len(times_ms)
+    return [flat[i : i + n] for i in range(0, len(flat), n)]

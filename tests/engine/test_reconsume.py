@@ -83,3 +83,17 @@ async def test_a_batch_record_across_a_chunk_border_is_copied_once(make_engine, 
     assert await engine.reconsume("q", "a", 0, 0, 5) == 3  # records: a, the batch, z
     got = [d.message.body for d in await take(engine, count=20)]
     assert got == [b"a", b"b0", b"b1", b"b2", b"z"]
+
+
+async def test_spans_of_every_partition_in_one_look(make_engine, clock):
+    from tests.engine.conftest import snapshot
+
+    engine = make_engine(snapshot(topics={"m": {"partitions": 3}}))
+    await engine.append("m", "a", [Message(b"old")], partition=0)
+    clock.advance(1)
+    start = engine.now_ms()
+    await engine.append("m", "a", [Message(b"x"), Message(b"y")], partition=0)
+    await engine.append("m", "a", [Message(b"z")], partition=2)
+    clock.advance(1)
+    spans = await engine.reconsume_spans("m", "a", from_ms=start, to_ms=engine.now_ms())
+    assert spans == {0: (1, 3), 2: (0, 1)}  # partition 1 stored nothing then

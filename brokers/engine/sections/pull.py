@@ -44,7 +44,7 @@ from brokers.engine.model import (
 )
 from brokers.engine.notify import announce
 from brokers.engine.overview import GroupLag, TopicRate
-from brokers.engine.read import index_at_time, read_range
+from brokers.engine.read import index_at_time, indexes_at_times, read_range
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.unbatch import one_by_one
 
@@ -405,12 +405,11 @@ class PullSection(EngineBase):
         self._consumer(topic, app)
         if to_ms <= from_ms:
             raise InvalidMessage("the span ends before it starts")
-        spans: dict[int, tuple[int, int]] = {}
-        for p in range(info.partitions):
-            first = await index_at_time(self.redis, topic, p, from_ms)
-            end = await index_at_time(self.redis, topic, p, to_ms)
-            if end > first:
-                spans[p] = (first, end)
+        parts = range(info.partitions)
+        found = await indexes_at_times(self.redis, topic, parts, (from_ms, to_ms))
+        spans = {
+            p: (first, end) for p, (first, end) in zip(parts, found, strict=True) if end > first
+        }
         total = sum(end - first for first, end in spans.values())
         if total > RECONSUME_MAX:
             raise SpanTooLarge(
