@@ -339,7 +339,7 @@ class PullSection(EngineBase):
                 ack = await offsets_mod.ack_index(self.redis, topic, partition, cid)
                 return AckResult(AckStatus.REDELIVER, ack)
             if policy.retry:
-                retry_ids = await self._copy_to_retry(
+                retry_ids, _ = await self._copy_to_retry(
                     topic, app, partition, start, end, now, reason or retry_type.name
                 )
         status, ack = await ack_mod.ack_range(
@@ -358,29 +358,11 @@ class PullSection(EngineBase):
         reason: str,
         *,
         due_ms: int | None = None,
-    ) -> tuple[int, ...]:
-        """Copy the records of ``[start, end)`` into the group's retry store, due at
-        ``due_ms`` (default: after the base backoff); their retry ids."""
-        ids, _ = await self._copy_records(
-            topic, app, partition, start, end, now, reason, due_ms=due_ms
-        )
-        return ids
-
-    async def _copy_records(
-        self,
-        topic: str,
-        app: str,
-        partition: int,
-        start: int,
-        end: int,
-        now: int,
-        reason: str,
-        *,
-        due_ms: int | None = None,
     ) -> tuple[tuple[int, ...], int]:
-        """:meth:`_copy_to_retry`, and where the records copied end (a batch record that
-        starts before ``end`` is copied whole; ``start`` when none was: nothing stored
-        there any more)."""
+        """Copy the records of ``[start, end)`` into the group's retry store, due at
+        ``due_ms`` (default: after the base backoff): (their retry ids, where the records
+        copied end — a batch record that starts before ``end`` is copied whole; ``start``
+        when none was: nothing stored there any more)."""
         try:
             records = await read_range(self.redis, topic, partition, start, end - start)
         except IndexOutOfRange:
@@ -430,7 +412,7 @@ class PullSection(EngineBase):
         copied, pos = 0, first
         while pos < end:
             now = self.now_ms()
-            ids, pos = await self._copy_records(
+            ids, pos = await self._copy_to_retry(
                 topic,
                 app,
                 partition,

@@ -30,7 +30,8 @@ class RetrySection(EngineBase):
         info = self.topic(topic)
         self._partition(info, partition)
         start, end = contiguous(indexes)
-        return await self._copy_to_retry(topic, app, partition, start, end, self.now_ms(), reason)
+        ids, _ = await self._copy_to_retry(topic, app, partition, start, end, self.now_ms(), reason)
+        return ids
 
     async def retries(
         self, topic: str, app: str, offset: int = 0, limit: int = 100
