@@ -86,6 +86,9 @@ class FetchRequest:
     address: str
     sequential: bool
     init: str = "earliest"
+    holder: str | None = None
+    """The lease holder retries leased for a connection are recorded under (None: a
+    stateless client's, which only their lease's end hands on)."""
 
 
 class Fetcher:
@@ -346,6 +349,7 @@ class Fetcher:
             lease_ms=req.ack_timeout_ms,
             max_items=req.count,
             policy=self._retry_policy(req.policy),
+            holder=req.holder,
         )
         self._retries.learned(req.topic.code, req.app, found=bool(leased), next_due=due)
         if not leased:

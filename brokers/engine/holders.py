@@ -14,10 +14,12 @@ timeout (300 s by default). So each engine that leases or locks for connections 
   by when the leases registered end; renewed as leasing goes on, trimmed once they ended);
 - while the process lives it renews its entry in ``{holders}`` (scored by when it lapses)
   every third of ``ttl_ms``;
+- what it leases from a group's retry store (a push lease, or a fetch for a connection)
+  is recorded beside the store (:meth:`~brokers.engine.keys.RetryKeys.held`);
 - every holder sweeps: an entry lapsed for ``ttl_ms`` more is a dead process. The sweeper
   claims it (one script: removed only if still lapsed), and in each group the dead holder
-  recorded its leased ranges are due again at once, marked redelivered — as when a
-  connection closes — and its partition locks are dropped. A lease that had expired before
+  recorded its leased ranges and retries are due again at once, marked redelivered — as
+  when a connection closes — and its partition locks are dropped. A lease that had expired before
   is left to be what expiry makes it, a failed attempt. At least once: a message a dead
   process's client had handled but not acked is delivered again.
 

@@ -147,6 +147,11 @@ class RetryKeys:
     def dlq_data(self) -> str:
         return f"{self.tag}:dlqd"
 
+    def held(self, holder: str) -> str:
+        """Sorted set: retry id -> lease expiry (ms), of the retries a lease holder
+        (:mod:`~brokers.engine.holders`) leased: what is due again once it is gone."""
+        return f"{self.tag}:held:{holder}"
+
     @property
     def dlq_meta(self) -> str:
         return f"{self.tag}:dlqm"

@@ -60,7 +60,9 @@ LEASE = Script(
     + """
 -- ARGV: now, lease_until, max items, max_age_ms (0 = none). Returns flat (id, meta, record)
 -- triples, or (when none is due) the due time of the earliest retry alone, or nothing.
+-- KEYS[8], when given: the lessee's holder set (RetryKeys.held), which records each lease.
 local now, lease, want, max_age = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local held = KEYS[8]
 local out = {}
 local items = 0
 local due = redis.call('ZRANGEBYSCORE', K.due, '-inf', s(now), 'LIMIT', 0, want)
@@ -71,11 +73,18 @@ for _, id in ipairs(due) do
     to_dlq(K, id, now, 'Expired')
   elseif meta then
     redis.call('ZADD', K.due, lease, id)
+    if held then redis.call('ZADD', held, lease, id) end
     out[#out + 1] = id; out[#out + 1] = meta; out[#out + 1] = redis.call('HGET', K.data, id)
     items = items + 1
   else
     redis.call('ZREM', K.due, id)
   end
+end
+if held and items > 0 then
+  -- leases that ended are expiry's to hand on; the set outlives its last lease a minute
+  redis.call('ZREMRANGEBYSCORE', held, '-inf', s(now))
+  local keep = tonumber(lease) - now + 60000
+  if redis.call('PTTL', held) < keep then redis.call('PEXPIRE', held, s(keep)) end
 end
 if items == 0 then
   -- nothing leased: the earliest due time instead, so a fetcher knows when to look again
@@ -90,11 +99,13 @@ SETTLE = Script(
     _MOVE_FN
     + """
 -- ARGV: now, ok (1/0), base_ms, cap_ms, max_attempts, reason, ids...
+-- KEYS[8], when given: the settling holder's set (RetryKeys.held), which forgets the ids.
 local now, ok = tonumber(ARGV[1]), ARGV[2] == '1'
 local base, cap, maxa, reason = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local done, dead = 0, 0
 for j = 7, #ARGV do
   local id = ARGV[j]
+  if KEYS[8] then redis.call('ZREM', KEYS[8], id) end
   local meta = redis.call('HGET', K.meta, id)
   if meta then
     done = done + 1
@@ -117,6 +128,26 @@ for j = 7, #ARGV do
   end
 end
 return {done, dead}
+"""
+)
+
+RELEASE_HELD = Script(
+    _MOVE_FN
+    + """
+-- KEYS[8]: a gone holder's set (RetryKeys.held). ARGV: now. The retries it still held
+-- (their lease not over, nor settled or leased again since) are due at once; the set goes.
+local now = tonumber(ARGV[1])
+local held = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. s(now), '+inf', 'WITHSCORES')
+local n = 0
+for j = 1, #held, 2 do
+  local at = redis.call('ZSCORE', K.due, held[j])
+  if at and tonumber(at) == tonumber(held[j + 1]) then
+    redis.call('ZADD', K.due, s(now), held[j])
+    n = n + 1
+  end
+end
+redis.call('DEL', KEYS[8])
+return n
 """
 )
 
@@ -296,13 +327,26 @@ class RetryStore:
         )
         return leased
 
+    def _with_held(self, holder: str | None) -> tuple[str, ...]:
+        return self._k if holder is None else (*self._k, self.keys.held(holder))
+
     async def lease_or_next_due(
-        self, *, now_ms: int, lease_ms: int, max_items: int, policy: RetryPolicy
+        self,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        max_items: int,
+        policy: RetryPolicy,
+        holder: str | None = None,
     ) -> tuple[list[tuple[int, int, int, int, int, bytes]], int | None]:
         """:meth:`lease`, and when nothing was due, the due time of the earliest retry
-        (None if the store is empty) — one round trip for a fetch that finds nothing."""
+        (None if the store is empty) — one round trip for a fetch that finds nothing.
+        A lease for a ``holder`` (:mod:`~brokers.engine.holders`) is recorded under it,
+        so that :meth:`release_held` hands it on when the holder is gone."""
         flat = await LEASE(
-            self._client, self._k, (now_ms, now_ms + lease_ms, max_items, policy.max_age_ms)
+            self._client,
+            self._with_held(holder),
+            (now_ms, now_ms + lease_ms, max_items, policy.max_age_ms),
         )
         if len(flat) == 1:
             return [], int(float(flat[0]))
@@ -324,16 +368,26 @@ class RetryStore:
         now_ms: int,
         policy: RetryPolicy,
         reason: str = "MaxRetriesExceeded",
+        holder: str | None = None,
     ) -> tuple[int, int]:
         """Ack retries: ``ok`` removes them; else the attempt fails (backoff or DLQ).
+        ``holder``'s record of its leases forgets them.
 
         Returns (records found, records dead-lettered).
         """
         args = [now_ms, 1 if ok else 0, policy.base_ms, policy.cap_ms, policy.max_attempts, reason]
-        done, dead = await SETTLE(self._client, self._k, [*args, *ids])
+        done, dead = await SETTLE(self._client, self._with_held(holder), [*args, *ids])
         if not ok and int(done) > int(dead):  # due again after a backoff (an exception path)
             await self._wake_fetchers()
         return int(done), int(dead)
+
+    async def release_held(self, holder: str, *, now_ms: int) -> int:
+        """The retries a gone ``holder`` still held leased are due now (delivered again,
+        as when their lease ends — sooner); how many."""
+        due = int(await RELEASE_HELD(self._client, self._with_held(holder), [now_ms]))
+        if due:
+            await self._wake_fetchers()
+        return due
 
     async def next_due(self) -> int | None:
         """Due time (ms) of the earliest retry, if any."""

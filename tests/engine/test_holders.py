@@ -1,6 +1,6 @@
-"""Lease holders (brokers.engine.holders): the group leases of an engine that stops
-renewing — its process died — are due again once it has lapsed, without waiting for the
-leases to expire; a live or another holder's leases stay; a closing engine hands on what
+"""Lease holders (brokers.engine.holders): the group leases (retry-store leases too) of
+an engine that stops renewing — its process died — are due again once it has lapsed,
+without waiting for the leases to expire; a live or another holder's leases stay; a closing engine hands on what
 it holds itself; a holder taken for dead records its groups again."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
-from brokers.engine import Message
+from brokers.engine import RETRY_PARTITION, Message
 from brokers.engine.background import cancel_and_wait
-from brokers.engine.keys import holder_groups_key, holders_key
+from brokers.engine.keys import RetryKeys, holder_groups_key, holders_key
 from tests.engine.conftest import snapshot
 
 TTL_MS = 300  # renewed every 100 ms, taken for dead 600 ms after its last renewal
@@ -223,3 +223,66 @@ async def test_a_held_fetch_the_gate_refuses_records_nothing(make_engine):
     await _fill(a, 2)
     assert not (await a.fetch("t", "a", owner="conn-1", held=True)).found
     assert await a.redis.exists(holder_groups_key(a.holders.id)) == 0
+
+
+async def _retried(engine, n: int) -> None:
+    """``n`` messages consumed and acked, then copied into the group's retry store (a
+    re-consume): due now, for whoever of the group leases next."""
+    await _fill(engine, n)
+    for d in await _lease(engine, "setup"):
+        await engine.settle("t", "a", d.partition, [d.index])
+    for partition in (0, 1):
+        await engine.reconsume("t", "a", partition, 0, (n + 1 - partition) // 2)
+
+
+async def test_a_dead_holders_leased_retries_are_due_again_once_it_lapsed(make_engine):
+    """Retries a push consumer leased from the group's retry store come back with the
+    ranges of the dead process, not after the 10-minute lease; those it settled do not."""
+    a = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    b = make_engine(_catalog(), holder_ttl_ms=TTL_MS)
+    await _retried(a, 3)
+    held = await _lease(a, "zbus-conn-1")
+    assert len(held) == 3 and {d.partition for d in held} == {RETRY_PARTITION}
+    assert await a.settle("t", "a", RETRY_PARTITION, [held[0].index]) == 1
+    assert await _lease(b, "zbus-conn-2") == []  # leased, for 10 minutes
+    await _die(a)
+    got, took = await _lease_until(b, "zbus-conn-2", 2, 5.0)
+    assert sorted(d.index for d in got) == sorted(d.index for d in held[1:])
+    assert all(d.partition == RETRY_PARTITION and d.redelivered for d in got)
+    assert took < 2.0
+    assert await b.redis.exists(RetryKeys("t", "a").held(a.holders.id)) == 0
+    await asyncio.sleep(0.3)
+    assert await _lease(b, "zbus-conn-2") == []  # the settled one stayed settled
+
+
+async def test_a_dead_connections_fetched_retries_come_back_not_a_stateless_clients(
+    make_engine,
+):
+    """A JMQ4 connection's retries (``held``) go back with its dead process; an HTTP-MQ
+    client's wait for their ack timeout, as its locks do."""
+    catalog = snapshot(
+        topics={"t": {"partitions": 2}},
+        consumers=[{"topic": "t", "app": "a", "ack_timeout_ms": 600_000}],
+    )
+    a = make_engine(catalog, holder_ttl_ms=TTL_MS)
+    b = make_engine(catalog, holder_ttl_ms=TTL_MS)
+    for i in range(2):
+        await a.append("t", "a", [Message(b"m%d" % i)], partition=0)
+    first = await a.fetch("t", "a", owner="setup")
+    await a.ack("t", "a", 0, [d.index for d in first.messages], owner="setup")
+    await a.reconsume("t", "a", 0, 0, 2)
+    jmq4 = await a.fetch("t", "a", owner="conn-1", held=True, count=1)
+    http = await a.fetch("t", "a", owner="http:10.0.0.1", count=1)
+    assert jmq4.partition == http.partition == RETRY_PARTITION
+    b.holders.start()
+    await _die(a)
+    loop = asyncio.get_running_loop()
+    started, got = loop.time(), None
+    while loop.time() - started < 5:
+        got = await b.fetch("t", "a", owner="conn-2", held=True)
+        if got.found:
+            break
+        await asyncio.sleep(0.05)
+    assert got is not None and got.found and got.partition == RETRY_PARTITION
+    assert [d.index for d in got.messages] == [d.index for d in jmq4.messages]
+    assert not (await b.fetch("t", "a", owner="conn-2", held=True)).found  # http's: leased

@@ -124,6 +124,7 @@ class GroupSection(EngineBase):
             lease_ms=lease_ms,
             max_items=count,
             policy=self._retry_for(policy),
+            holder=self.holders.id,  # handed on at once if this process dies
         )
         self.retry_presence.learned(code, app, found=bool(leased), next_due=due)
         if not leased:
@@ -153,7 +154,11 @@ class GroupSection(EngineBase):
         if mode == "release":
             return await store.retry_now(ids, now_ms=self.now_ms())
         done, _ = await store.settle(
-            ids, ok=mode == "ack", now_ms=self.now_ms(), policy=self._retry_for(policy)
+            ids,
+            ok=mode == "ack",
+            now_ms=self.now_ms(),
+            policy=self._retry_for(policy),
+            holder=self.holders.id,
         )
         return done
 
@@ -323,10 +328,14 @@ class GroupSection(EngineBase):
         self, info: TopicInfo, app: str, client_id: str | None, owner_prefix: str
     ) -> int:
         """Every unexpired range of the group leased by an owner named ``owner_prefix``…
-        (a lease holder that is gone) is due again at once."""
-        return await self.shared.release_owner(
+        (a lease holder that is gone) is due again at once, and so is every retry of the
+        group's retry store that holder leased (for any of its connections)."""
+        ranges = await self.shared.release_owner(
             info, app, tuple(range(info.partitions)), owner_prefix, client_id, prefix=True
         )
+        holder = owner_prefix.removesuffix("/")
+        retries = await self._retries_of(info.code, app).release_held(holder, now_ms=self.now_ms())
+        return ranges + retries
 
     async def expire(self, topic: str) -> int:
         """Expire the messages of a topic with a TTL that no consumer was handed yet (the

@@ -237,6 +237,7 @@ class PullSection(EngineBase):
             reported_address or address,
             start_position,
             extra,
+            holder=self.holders.id if held else None,
         )
         await self.gate.charge_consume(policy, consumed)
         return result
@@ -253,8 +254,11 @@ class PullSection(EngineBase):
         address: str,
         start_position: str | None,
         extra: Piggyback | None = None,
+        *,
+        holder: str | None = None,
     ) -> tuple[FetchResult, int]:
-        """The fetch, and the messages it took (what the gate charges)."""
+        """The fetch, and the messages it took (what the gate charges); retries it
+        leases are recorded under ``holder``."""
         topic, app = info.code, policy.app
         if client_id:
             await offsets_mod.seen_client(self.redis, topic, app, client_id, self.now_ms())
@@ -270,6 +274,7 @@ class PullSection(EngineBase):
             address=address,
             sequential=info.type == "sequential" or policy.sequential,
             init=start_position or (policy.start_position if client_id else "earliest"),
+            holder=holder,
         )
         result = await self._fetcher.fetch(req, long_poll_ms, extra)
         consumed = 0
@@ -447,6 +452,7 @@ class PullSection(EngineBase):
             now_ms=now,
             policy=self._retry_for(policy),
             reason=reason or "MaxRetriesExceeded",
+            holder=self.holders.id,
         )
         status = AckStatus.OK if done else AckStatus.ALREADY
         return AckResult(status, end, dead_lettered=dead)
