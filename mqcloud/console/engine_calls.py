@@ -186,15 +186,16 @@ def scan(
     async def call(engine: Engine) -> Scan:
         found: list[MessageRow] = []
         truncated = False
-        for p in partitions:
-            lo, hi = await engine.bounds(topic, p)
-            index = max(lo, await engine.index_at_time(topic, p, from_ms))
+        # where the span starts and ends in every partition: one round trip, so that a
+        # topic of a thousand partitions costs reads only where the span holds messages
+        spans = await engine.indexes_at_times(topic, partitions, (from_ms, to_ms + 1))
+        for p, (index, end) in zip(partitions, spans, strict=True):
             scanned = 0
-            while index < hi and len(found) < limit:
+            while index < end and len(found) < limit:
                 if scanned >= SCAN_LIMIT:
                     truncated = True
                     break
-                batch = await engine.read(topic, p, index, 64)
+                batch = await engine.read(topic, p, index, min(64, end - index))
                 if not batch:
                     break
                 stop = False

@@ -112,3 +112,28 @@ def test_api_searches_by_any_client_id_and_time_as_the_browser_does(world):
     for bad in ({"since": 5, "until": 4}, {"partition": 9}, {"id": ""}, {"count": 0}, {"x": 1}):
         assert api.get(search, bad).status_code == 400, bad
     assert api.get("/api/v1/topics/blue-secret/messages/search/").status_code == 404
+
+
+def test_a_time_search_reads_only_where_the_span_holds_messages(world, monkeypatch):
+    """Where the span starts and ends in each partition comes from one round trip: a
+    partition without messages then is not read at all (a topic of a thousand partitions
+    costs no thousand reads), and the span's end is included to the millisecond."""
+    produce_one_of_each()  # all in partition 0 of 2
+    everything = engine_calls.scan("orders", [0, 1], 0, 2**62).rows
+    assert len(everything) == 4
+    from brokers.engine import Engine
+
+    real, read = Engine.read, []
+
+    async def counted(self, topic, partition, *args, **kwargs):
+        read.append(partition)
+        return await real(self, topic, partition, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "read", counted)
+    at = everything[-1].store_time_ms
+    found = engine_calls.scan("orders", [0, 1], at, at).rows
+    assert [r.index for r in found] == [r.index for r in everything if r.store_time_ms == at]
+    assert read and set(read) == {0}
+    read.clear()
+    assert engine_calls.scan("orders", [0, 1], at + 1, at + 10).rows == []
+    assert read == []

@@ -26,7 +26,13 @@ from brokers.engine.model import (
 )
 from brokers.engine.overflow import FULL, REDIRECT, append_bounded
 from brokers.engine.priority import band_of, band_partition, is_prioritized
-from brokers.engine.read import bounds, index_at_time, read_entries, read_range
+from brokers.engine.read import (
+    bounds,
+    index_at_time,
+    indexes_at_times,
+    read_entries,
+    read_range,
+)
 from brokers.engine.record import (
     Message,
     RecordEncoder,
@@ -407,6 +413,17 @@ class LogSection(EngineBase):
         """First index stored at or after ``timestamp_ms`` (the max index if none)."""
         self._partition(self.topic(topic), partition)
         return await index_at_time(self.redis, topic, partition, timestamp_ms)
+
+    async def indexes_at_times(
+        self, topic: str, partitions: Sequence[int], times_ms: Sequence[int]
+    ) -> list[list[int]]:
+        """:meth:`index_at_time` of each of ``partitions`` for each of ``times_ms``, in one
+        round trip whatever their number: per partition, its indexes in the order of
+        ``times_ms`` (a span of time is a span of indexes of every partition at once)."""
+        info = self.topic(topic)
+        for p in partitions:
+            self._partition(info, p)
+        return await indexes_at_times(self.redis, topic, partitions, times_ms)
 
     async def trim(self, topic: str) -> dict[int, int]:
         """Apply the topic's retention to every partition; the new min index of each."""
