@@ -18,6 +18,7 @@ from rest_framework import serializers
 
 from brokers import anonymous
 from brokers.anonymous import has_anonymous_policy
+from brokers.engine import reconsume_refusal
 from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from brokers.topic_codes import TOPIC_CODE_MAX
@@ -365,6 +366,12 @@ def _reconsume(user, payload: dict) -> Prepared:
         "app__team",
         name=data["consumer"],
     )
+    refused = reconsume_refusal(
+        policy.name,
+        policy.mode == ConsumerPolicy.Mode.BROADCAST or policy.topic.type == Topic.Type.BROADCAST,
+    )
+    if refused:
+        raise serializers.ValidationError({"consumer": refused})
     return Prepared(
         f"consumer:{policy.name}",
         policy.app.team,

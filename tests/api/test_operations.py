@@ -244,3 +244,18 @@ def test_reconsume_application_copies_the_span_on_a_worker(worker):
         (RETRY_PARTITION, b"y"),
     ]
     assert [(r.ack_index, r.lag) for r in progress] == [(2, 0)]
+
+
+def test_a_broadcast_consumer_cannot_apply_to_reconsume():
+    """Refused when filed, with the reason and what to do instead, not at approval."""
+    team = Team.objects.create(name="fan")
+    topic = factories.topic("fan-topic", factories.cluster_with_brokers("fn"), team, 1, 1)
+    app, _ = factories.app("fan-app", team)
+    ConsumerPolicy.objects.create(topic=topic, app=app, mode=ConsumerPolicy.Mode.BROADCAST)
+    alice, _ = member_and_admin(team)
+    payload = {"consumer": "fan-app.fan-topic", "from_ms": 1, "to_ms": 2}
+    refused = alice.post(
+        "/api/v1/applications/", {"kind": "reconsume", "payload": payload}, format="json"
+    )
+    assert refused.status_code == 400
+    assert "reset the clients' offsets" in str(refused.json()["fields"]["consumer"])

@@ -54,6 +54,19 @@ RECONSUME_CHUNK = 1_000
 """Messages read and copied per round trip of a re-consume."""
 
 
+def reconsume_refusal(consumer: str, broadcast: bool) -> str | None:
+    """Why the consumer ``consumer`` may not re-consume a time span (None: it may). A
+    re-consume copies the span into the group's retry store, for whichever consumer of
+    the group asks first: right for a clustering group, wrong for a broadcast one, whose
+    clients each have their progress — one of them would get the span, the others not."""
+    if not broadcast:
+        return None
+    return (
+        f"{consumer} consumes by broadcast: a re-consume would reach only one of its"
+        " clients; reset the clients' offsets to the start of the span instead"
+    )
+
+
 class PullSection(EngineBase):
     """Pull consumers (JMQ4, HTTP-MQ)."""
 
@@ -381,15 +394,23 @@ class PullSection(EngineBase):
         ids = await store.add(items, now_ms=now, due_ms=due, reason=reason)
         return tuple(ids), taken[-1].end
 
+    def _reconsumer(self, topic: str, app: str) -> TopicInfo:
+        """The topic, if ``app`` consumes it and may re-consume (InvalidMessage if not)."""
+        info, policy = self.topic(topic), self._consumer(topic, app)
+        refused = reconsume_refusal(policy.name, policy.broadcast or info.type == "broadcast")
+        if refused:
+            raise InvalidMessage(refused)
+        return info
+
     async def reconsume_spans(
         self, topic: str, app: str, *, from_ms: int, to_ms: int
     ) -> dict[int, tuple[int, int]]:
         """What a re-consume of the time span ``[from_ms, to_ms)`` copies: per partition,
         the indexes ``[first, end)`` of the messages stored then (partitions with none
         left out). SpanTooLarge, before anything is copied, when that is more than
-        :data:`RECONSUME_MAX` messages (an offset reset re-delivers any number)."""
-        info = self.topic(topic)
-        self._consumer(topic, app)
+        :data:`RECONSUME_MAX` messages (an offset reset re-delivers any number);
+        InvalidMessage for a broadcast consumer (:func:`reconsume_refusal`)."""
+        info = self._reconsumer(topic, app)
         if to_ms <= from_ms:
             raise InvalidMessage("the span ends before it starts")
         parts = range(info.partitions)
@@ -413,7 +434,7 @@ class PullSection(EngineBase):
         from where the last record copied ended (a batch record crossing a chunk's end
         is copied once, with that chunk); what retention took meanwhile ends it. How many
         records were copied."""
-        self._consumer(topic, app)
+        self._reconsumer(topic, app)
         copied, pos = 0, first
         while pos < end:
             now = self.now_ms()
