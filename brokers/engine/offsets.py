@@ -67,16 +67,27 @@ async def set_ack(
     return int(result)
 
 
-async def set_acks_if_missing(
-    client: AnyRedis, pins: Sequence[tuple[str, int, str, int | str]]
+async def set_acks(
+    client: AnyRedis,
+    pins: Sequence[tuple[str, int, str, int | str]],
+    *,
+    only_if_missing: bool = False,
 ) -> list[int]:
-    """:func:`set_ack` with ``only_if_missing`` for many ``(topic, partition, cid,
-    position)`` at once, in one pipelined round trip; the resulting ack indexes in order."""
+    """:func:`set_ack` for many ``(topic, partition, cid, position)`` at once, in one
+    pipelined round trip; the resulting ack indexes in order."""
+    flag = 1 if only_if_missing else 0
     calls = [
-        (_set_ack_keys(topic, partition, cid), (position, 1))
+        (_set_ack_keys(topic, partition, cid), (position, flag))
         for topic, partition, cid, position in pins
     ]
     return [int(r) for r in await run_pipelined(client, SET_ACK, calls)]
+
+
+async def set_acks_if_missing(
+    client: AnyRedis, pins: Sequence[tuple[str, int, str, int | str]]
+) -> list[int]:
+    """:func:`set_acks` with ``only_if_missing``."""
+    return await set_acks(client, pins, only_if_missing=True)
 
 
 async def progress(

@@ -44,7 +44,7 @@ from brokers.engine.model import (
 )
 from brokers.engine.notify import announce
 from brokers.engine.overview import GroupLag, TopicRate
-from brokers.engine.read import index_at_time, indexes_at_times, read_range
+from brokers.engine.read import indexes_at_times, read_range
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.unbatch import one_by_one
 
@@ -553,7 +553,7 @@ class PullSection(EngineBase):
         ack index per partition (of the last client reset)."""
         info = self.topic(topic)
         policy = self._consumer(topic, app)
-        parts = range(info.partitions) if partition is None else [partition]
+        parts = list(range(info.partitions)) if partition is None else [partition]
         for p in parts:
             self._partition(info, p)
         if (position is None) == (timestamp_ms is None):
@@ -562,23 +562,28 @@ class PullSection(EngineBase):
         clients: list[str | None] = [client_id]
         if broadcast and client_id is None:
             clients = list(await self.broadcast_clients(topic, app, active_within_ms=None))
-        result: dict[int, int] = {}
-        for cid_client in clients:
-            cid = consumer_id(app, cid_client)
-            for p in parts:
-                target: int | str = (
-                    position
-                    if position is not None
-                    else await index_at_time(
-                        self.redis,
-                        topic,
-                        p,
-                        timestamp_ms,  # type: ignore[arg-type]
-                    )
+        targets: list[int | str] = (
+            [position] * len(parts)
+            if position is not None
+            else [  # every partition's index at that time: one round trip
+                at
+                for (at,) in await indexes_at_times(
+                    self.redis,
+                    topic,
+                    parts,
+                    (timestamp_ms,),  # type: ignore[arg-type]
                 )
-                result[p] = await offsets_mod.set_ack(self.redis, topic, p, cid, target)
-        for p in parts:  # a rewind makes messages servable: consumers that found nothing
-            await announce(self.redis, topic, p)  # look again now, not at their timer
+            ]
+        )
+        result: dict[int, int] = {}
+        for cid_client in clients:  # each client's partitions in one round trip
+            cid = consumer_id(app, cid_client)
+            pins = [(topic, p, cid, target) for p, target in zip(parts, targets, strict=True)]
+            acks = await offsets_mod.set_acks(self.redis, pins)
+            result.update(zip(parts, acks, strict=True))
+        # a rewind makes messages servable: consumers that found nothing look again now,
+        # not at their timer (one announcement for a topic's every partition)
+        await announce(self.redis, topic, parts[0] if len(parts) == 1 else None)
         return result
 
     async def register_consumer(
