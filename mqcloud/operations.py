@@ -89,29 +89,49 @@ def reset_offsets(self, topic: str, app: str, spec: dict[str, Any]) -> dict[str,
     return _partition_by_partition(self, parts, reset, "positions")
 
 
-def start_reconsume(topic: str, app: str, from_ms: int, to_ms: int) -> dict:
-    """Take the spans to copy now (a span too large fails the application with nothing
-    copied), then queue the copying; the application's result keeps the task id."""
-    found = run_in_session(
-        lambda engine: engine.reconsume_spans(topic, app, from_ms=from_ms, to_ms=to_ms)
-    )
+def start_reconsume(
+    topic: str, app: str, from_ms: int, to_ms: int, client_id: str | None = None
+) -> dict:
+    """Take the spans to copy and whom for now (a span too large fails the application
+    with nothing copied), then queue the copying; the application's result keeps the
+    task id."""
+
+    async def plan_of(engine: Engine) -> tuple[list[str | None], dict[int, tuple[int, int]]]:
+        clients = await engine.reconsumers(topic, app, client_id)
+        spans = await engine.reconsume_spans(
+            topic, app, from_ms=from_ms, to_ms=to_ms, clients=len(clients)
+        )
+        return clients, spans
+
+    clients, found = run_in_session(plan_of)
     plan = {str(p): list(span) for p, span in sorted(found.items())}
-    task = reconsume.delay(topic, app, plan)
+    task = reconsume.delay(topic, app, plan, clients)
     return {
         "task_id": task.id,
         "operation": "reconsume",
         "messages": sum(end - first for first, end in found.values()),
         "spans": plan,
+        "clients": clients,
     }
 
 
 @shared_task(bind=True)
-def reconsume(self, topic: str, app: str, plan: dict[str, list[int]]) -> dict[str, Any]:
-    """Copy each partition's span into the consumer's retry store, reporting progress."""
+def reconsume(
+    self,
+    topic: str,
+    app: str,
+    plan: dict[str, list[int]],
+    clients: list[str | None] | None = None,
+) -> dict[str, Any]:
+    """Copy each partition's span into the retry store of the consumer (of each of its
+    broadcast ``clients``), reporting progress."""
 
     async def copy(engine: Engine, p: int) -> int:
         first, end = plan[str(p)]
-        return await engine.reconsume(topic, app, p, first, end)
+        copied = 0
+        for client in clients or [None]:
+            copied += await engine.reconsume(topic, app, p, first, end, client_id=client)
+        return copied
 
     return _partition_by_partition(self, lambda _: [int(p) for p in plan], copy, "copied")
 

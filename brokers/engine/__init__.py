@@ -108,7 +108,6 @@ from brokers.engine.record import (
 from brokers.engine.redisio import AnyRedis, broker_client, engine_client
 from brokers.engine.reports import publish_report, read_reports, withdraw_report
 from brokers.engine.retry import RetryPolicy
-from brokers.engine.sections.pull import reconsume_refusal
 from brokers.engine.shared import Lease, QueueRetry
 from brokers.engine.unbatch import one_by_one
 from brokers.engine.wire import WireBlob, WireRecords
@@ -226,7 +225,6 @@ __all__ = [
     "publish_snapshot",
     "read_attribute_line",
     "read_reports",
-    "reconsume_refusal",
     "record_parts",
     "record_store_time",
     "seed_group",

@@ -339,21 +339,34 @@ class Fetcher:
     async def _fetch_retry(
         self, req: FetchRequest, now: int
     ) -> tuple[FetchResult | None, int | None]:
-        """(due retries leased, or None; when none: the earliest retry's due time)."""
-        known = self._retries.look(req.topic.code, req.app)
-        if known != ASK:  # nothing due, and no retry was added since the last look
-            return None, known or None
-        store = RetryStore(self._client, req.topic.code, req.app)
-        leased, due = await store.lease_or_next_due(
-            now_ms=now,
-            lease_ms=req.ack_timeout_ms,
-            max_items=req.count,
-            policy=self._retry_policy(req.policy),
-            holder=req.holder,
-        )
-        self._retries.learned(req.topic.code, req.app, found=bool(leased), next_due=due)
-        if not leased:
-            return None, due
+        """(due retries leased, or None; when none: the earliest retry's due time). A
+        broadcast client's own retries first, then the group's."""
+        code, app = req.topic.code, req.app
+        members = (None,) if req.client_id is None else (req.client_id, None)
+        next_due: int | None = None
+        for member in members:
+            store = RetryStore(self._client, code, app, member=member)
+            known = self._retries.look(code, store.owner)
+            if known != ASK:  # nothing due, and no retry was added since the last look
+                due = known or None
+            else:
+                leased, due = await store.lease_or_next_due(
+                    now_ms=now,
+                    lease_ms=req.ack_timeout_ms,
+                    max_items=req.count,
+                    policy=self._retry_policy(req.policy),
+                    holder=req.holder,
+                )
+                self._retries.learned(code, store.owner, found=bool(leased), next_due=due)
+                if leased:
+                    return self._retry_result(req, leased, now), None
+            if due is not None and (next_due is None or due < next_due):
+                next_due = due
+        return None, next_due
+
+    def _retry_result(
+        self, req: FetchRequest, leased: list[tuple[int, int, int, int, int, bytes]], now: int
+    ) -> FetchResult:
         deliveries = tuple(
             Delivery(
                 RETRY_PARTITION,
@@ -365,7 +378,7 @@ class Fetcher:
             )
             for rid, partition, index, count, attempts, record in leased
         )
-        result = FetchResult(
+        return FetchResult(
             status=FetchStatus.FOUND,
             topic=req.topic.code,
             partition=RETRY_PARTITION,
@@ -374,4 +387,3 @@ class Fetcher:
             start=deliveries[0].index,
             end=deliveries[-1].end,
         )
-        return result, None

@@ -110,29 +110,42 @@ class PartitionKeys:
 
 @dataclass(frozen=True, slots=True)
 class RetryKeys:
-    """Retry store and dead-letter queue of (app, topic), slot ``{r:<topic>:<app>}``."""
+    """Retry store and dead-letter queue of (app, topic), slot ``{r:<topic>:<app>}``.
+
+    A broadcast client (``member``) has retries of its own — what it failed, what is
+    re-consumed for it — beside the group's, in the same slot; the retry ids (``seq``)
+    and the dead letters stay the group's: one sequence, one dead-letter queue."""
 
     topic: str
     app: str
+    member: str | None = None
 
     @property
     def tag(self) -> str:
         return f"{PREFIX}:{{r:{self.topic}:{self.app}}}"
 
     @property
+    def own(self) -> str:
+        """The prefix of the keys of the group's or the member's own retries (a member's
+        name is length-prefixed: no name can end where another's keys begin)."""
+        if self.member is None:
+            return self.tag
+        return f"{self.tag}:m:{len(self.member)}:{self.member}"
+
+    @property
     def due(self) -> str:
         """Sorted set: retry id -> due time (ms), or lease expiry while delivered."""
-        return f"{self.tag}:due"
+        return f"{self.own}:due"
 
     @property
     def data(self) -> str:
         """Hash: retry id -> stored record bytes."""
-        return f"{self.tag}:data"
+        return f"{self.own}:data"
 
     @property
     def meta(self) -> str:
         """Hash: retry id -> ``attempts|partition|index|created_ms|reason``."""
-        return f"{self.tag}:meta"
+        return f"{self.own}:meta"
 
     @property
     def seq(self) -> str:
@@ -150,7 +163,7 @@ class RetryKeys:
     def held(self, holder: str) -> str:
         """Sorted set: retry id -> lease expiry (ms), of the retries a lease holder
         (:mod:`~brokers.engine.holders`) leased: what is due again once it is gone."""
-        return f"{self.tag}:held:{holder}"
+        return f"{self.own}:held:{holder}"
 
     @property
     def dlq_meta(self) -> str:

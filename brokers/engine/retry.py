@@ -7,6 +7,11 @@ a delivery leases the record for the ack timeout (it comes back if not acked). A
 attempt past ``max_attempts`` (0 = unlimited), or a record older than ``max_age_ms``,
 moves to the dead-letter queue with its reason — nothing is dropped silently. Operators
 list, resend (back into the retry store, due now), skip (delete chosen ids) and purge.
+
+A broadcast client has retries of its own (what it failed, what was re-consumed for it:
+its progress is its own, so another client must not get them), in the same slot
+(:class:`~brokers.engine.keys.RetryKeys` ``member``); their ids come from the group's
+sequence and they die into the group's dead-letter queue.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from brokers.engine.keys import RetryKeys, notify_channel
+from brokers.engine.keys import RetryKeys, consumer_id, notify_channel
 from brokers.engine.model import RetryRecord
 from brokers.engine.redisio import AnyRedis, Script
 
@@ -262,7 +267,8 @@ class RetryPolicy:
 
 
 class RetryStore:
-    """Retry store + DLQ of one (topic, app)."""
+    """Retry store + DLQ of one (topic, app), or the retries of one broadcast client of it
+    (``member``: its own retries, the group's dead letters)."""
 
     def __init__(
         self,
@@ -270,12 +276,15 @@ class RetryStore:
         topic: str,
         app: str,
         on_change: Callable[[str, str], None] | None = None,
+        *,
+        member: str | None = None,
     ) -> None:
         self._client = client
         self._topic = topic
-        self._app = app
+        self.owner = consumer_id(app, member)
+        """Whose retries these are: the group (its app) or a member (``app#clientId``)."""
         self._on_change = on_change
-        self.keys = RetryKeys(topic, app)
+        self.keys = RetryKeys(topic, app, member)
         self._k = _keys(self.keys)
 
     async def _wake_fetchers(self) -> None:
@@ -285,7 +294,7 @@ class RetryStore:
         :class:`~brokers.engine.retry_presence.RetryPresence`, which needs no
         notification for its own changes)."""
         if self._on_change is not None:
-            self._on_change(self._topic, self._app)
+            self._on_change(self._topic, self.owner)
         await self._client.publish(notify_channel(self._topic), "retry")
 
     async def add(
@@ -388,6 +397,11 @@ class RetryStore:
         if due:
             await self._wake_fetchers()
         return due
+
+    async def drop_own(self) -> None:
+        """Delete the store's own retries (a broadcast client that left for good); the
+        group's sequence and dead letters stay."""
+        await self._client.delete(self.keys.due, self.keys.data, self.keys.meta)
 
     async def next_due(self) -> int | None:
         """Due time (ms) of the earliest retry, if any."""

@@ -26,7 +26,8 @@ _NEVER = 2**63
 
 
 class RetryPresence:
-    """What the last look at each (topic, app) retry store found (see the module text)."""
+    """What the last look at each (topic, owner) retry store found (see the module text;
+    the owner is the group's app, or ``app#clientId`` for a broadcast client's own)."""
 
     __slots__ = ("_empty", "_notifier", "_now_ms")
 

@@ -123,6 +123,14 @@ class IdsSerializer(serializers.Serializer):
     )
 
 
+class RetryIdsSerializer(IdsSerializer):
+    client_id = serializers.CharField(
+        required=False,
+        max_length=128,
+        help_text="A broadcast consumer's client: its own retries (404 for other consumers).",
+    )
+
+
 RetryPage = inline_serializer(
     "RetryPage",
     {
@@ -150,6 +158,14 @@ class ProgressQuery(serializers.Serializer):
 
 
 PAGING = [PagingQuery]
+
+
+class RetryPagingQuery(PagingQuery):
+    client_id = serializers.CharField(
+        required=False,
+        max_length=128,
+        help_text="A broadcast consumer's client: its own retries (404 for other consumers).",
+    )
 
 
 def _engine(call):
@@ -208,24 +224,35 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
         rows, _ = lag.measure([self.get_object()])
         return Response(ConsumerLagSerializer(rows[0]).data)
 
-    def _act(self, which: str, verb: str, ids: list[int]) -> Response:
+    def _act(self, which: str, verb: str, ids: list[int], client_id: str | None = None) -> Response:
         consumer = self.get_object()
+        _client_of(consumer, client_id)
         if not access.admin_teams(self.request.user).filter(pk=consumer.app.team_id).exists():
             raise exceptions.PermissionDenied(
                 "Only the app's team admins (or platform admins) act on its messages."
             )
         name = f"{which}-{verb}"
         count = _engine(
-            lambda: engine_calls.retry_action(consumer.topic.code, consumer.app.code, name, ids)
+            lambda: engine_calls.retry_action(
+                consumer.topic.code, consumer.app.code, name, ids, client_id
+            )
         )
+        detail = {"ids": ids, "count": count, "via": "api"}
+        if client_id:
+            detail["client_id"] = client_id
         record(
             self.request.user,
             name,
             f"consumer:{consumer.name}",
             team=consumer.app.team,
-            detail={"ids": ids, "count": count, "via": "api"},
+            detail=detail,
         )
         return Response({"count": count})
+
+    def _retry_ids(self, request: Request) -> tuple[list[int], str | None]:
+        body = RetryIdsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return list(body.validated_data["ids"]), body.validated_data.get("client_id")
 
     def _ids(self, request: Request) -> list[int]:
         body = IdsSerializer(data=request.data)
@@ -234,11 +261,12 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
 
     def _page(self, request: Request, which: str) -> Response:
         consumer = self.get_object()
-        q = validated_query(PagingQuery, request)
+        q = validated_query(RetryPagingQuery if which == "retry" else PagingQuery, request)
         offset, limit = q.get("offset", 0), q.get("limit", 50)
+        client_id = _client_of(consumer, q.get("client_id"))
         rows, retries, dead = _engine(
             lambda: engine_calls.retry_lists(
-                consumer.topic.code, consumer.app.code, which, offset, limit
+                consumer.topic.code, consumer.app.code, which, offset, limit, client_id
             )
         )
         return Response(
@@ -283,10 +311,10 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
         window = validated_query(history.WindowQuery, request)
         return Response(history.consumer_lag(consumer, window))
 
-    @extend_schema(parameters=PAGING, responses=RetryPage)
+    @extend_schema(parameters=[RetryPagingQuery], responses=RetryPage)
     @action(detail=True, methods=["get"])
     def retries(self, request: Request, name: str | None = None) -> Response:
-        """Messages waiting for a retry."""
+        """Messages waiting for a retry: the consumer's, or ``client_id``'s own."""
         return self._page(request, "retry")
 
     @extend_schema(parameters=PAGING, responses=RetryPage)
@@ -295,17 +323,17 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
         """Dead letters (resend them with an application of kind dlq_resend)."""
         return self._page(request, "dlq")
 
-    @extend_schema(request=IdsSerializer, responses=Done)
+    @extend_schema(request=RetryIdsSerializer, responses=Done)
     @action(detail=True, methods=["post"], url_path="retries/retry-now")
     def retry_now(self, request: Request, name: str | None = None) -> Response:
         """Make the listed retries due at once (team admins)."""
-        return self._act("retry", "resend", self._ids(request))
+        return self._act("retry", "resend", *self._retry_ids(request))
 
-    @extend_schema(request=IdsSerializer, responses=Done)
+    @extend_schema(request=RetryIdsSerializer, responses=Done)
     @action(detail=True, methods=["post"], url_path="retries/skip")
     def skip_retries(self, request: Request, name: str | None = None) -> Response:
         """Drop the listed retries: they count as consumed (team admins)."""
-        return self._act("retry", "skip", self._ids(request))
+        return self._act("retry", "skip", *self._retry_ids(request))
 
     @extend_schema(request=IdsSerializer, responses=Done)
     @action(detail=True, methods=["post"], url_path="dead-letters/skip")
@@ -318,3 +346,11 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
     def purge_dead_letters(self, request: Request, name: str | None = None) -> Response:
         """Delete every dead letter of the consumer (team admins)."""
         return self._act("dlq", "purge", [])
+
+
+def _client_of(consumer: ConsumerPolicy, client_id: str | None) -> str | None:
+    """``client_id`` if the consumer is broadcast (its clients have retries of their
+    own); naming one of a clustering consumer: 404, there is no such store."""
+    if client_id and consumer.mode != ConsumerPolicy.Mode.BROADCAST:
+        raise exceptions.NotFound("This consumer is not broadcast: it has no per-client retries.")
+    return client_id or None

@@ -18,7 +18,6 @@ from rest_framework import serializers
 
 from brokers import anonymous
 from brokers.anonymous import has_anonymous_policy
-from brokers.engine import reconsume_refusal
 from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from brokers.topic_codes import TOPIC_CODE_MAX
@@ -342,11 +341,13 @@ def _dlq_resend(user, payload: dict) -> Prepared:
 
 
 class ReconsumeSerializer(serializers.Serializer):
-    """A time span whose messages a consumer gets again (copied into its retry store)."""
+    """A time span whose messages a consumer gets again (copied into its retry store); a
+    broadcast consumer's one client, or without ``client_id`` every client."""
 
     consumer = serializers.CharField(max_length=255)
     from_ms = serializers.IntegerField(min_value=0, max_value=2**53)
     to_ms = serializers.IntegerField(min_value=0, max_value=2**53)
+    client_id = serializers.CharField(required=False, max_length=128)
 
     def validate(self, attrs: dict) -> dict:
         if attrs["to_ms"] <= attrs["from_ms"]:
@@ -366,17 +367,21 @@ def _reconsume(user, payload: dict) -> Prepared:
         "app__team",
         name=data["consumer"],
     )
-    refused = reconsume_refusal(
-        policy.name,
-        policy.mode == ConsumerPolicy.Mode.BROADCAST or policy.topic.type == Topic.Type.BROADCAST,
+    broadcast = (
+        policy.mode == ConsumerPolicy.Mode.BROADCAST or policy.topic.type == Topic.Type.BROADCAST
     )
-    if refused:
-        raise serializers.ValidationError({"consumer": refused})
+    client_id = data.get("client_id")
+    if client_id is not None and not broadcast:
+        raise serializers.ValidationError(
+            {"client_id": "This consumer consumes by clustering: its clients share one progress."}
+        )
     return Prepared(
         f"consumer:{policy.name}",
         policy.app.team,
         payload,
-        lambda: start_reconsume(policy.topic.code, policy.app.code, data["from_ms"], data["to_ms"]),
+        lambda: start_reconsume(
+            policy.topic.code, policy.app.code, data["from_ms"], data["to_ms"], client_id
+        ),
     )
 
 
@@ -499,10 +504,11 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
         {"consumer": "shop.orders", "ids": [3, 4]},
     ),
     Kind.RECONSUME: (
-        "{consumer, from_ms, to_ms}: what was stored in [from_ms, to_ms) is delivered to the"
-        " consumer again (copied into its retry store, due at once; its offsets do not"
-        " move), over whatever protocol its clients speak — at most 100,000 messages, or"
-        " the application fails with nothing copied; runs on a worker",
+        "{consumer, from_ms, to_ms, client_id}: what was stored in [from_ms, to_ms) is"
+        " delivered to the consumer again — a broadcast consumer's client_id, or without"
+        " one each of its clients (copied into its retry store, due at once; its offsets"
+        " do not move), over whatever protocol its clients speak — at most 100,000"
+        " messages in all, or the application fails with nothing copied; runs on a worker",
         {"consumer": "shop.orders", "from_ms": 1735689600000, "to_ms": 1735693200000},
     ),
     Kind.TIMER_CANCEL: (

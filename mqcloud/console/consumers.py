@@ -4,6 +4,7 @@ retry and dead-letter lists with their actions."""
 from __future__ import annotations
 
 import time
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -151,7 +152,7 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
         except engine_calls.EngineUnavailable:
             clients = []
     try:
-        retries, dead = engine_calls.retry_counts(consumer.topic.code, consumer.app.code)
+        retries, dead = engine_calls.retry_counts(consumer.topic.code, consumer.app.code, client_id)
     except engine_calls.EngineUnavailable:
         retries = dead = None
     open_apps = Application.objects.filter(
@@ -185,13 +186,19 @@ def retry_list(request: HttpRequest, name: str, which: str) -> HttpResponse:
     """The retry ('retry') or dead-letter ('dlq') list of a consumer."""
     _check_which(which)
     consumer = access.get_consumer(request.user, name)
+    client_id = _client_id(request, consumer)
     try:
         page = max(0, int(request.GET.get("page", "0")))
     except ValueError:
         page = 0
     try:
         rows, retries, dead = engine_calls.retry_lists(
-            consumer.topic.code, consumer.app.code, which, page * RETRY_PAGE, RETRY_PAGE
+            consumer.topic.code,
+            consumer.app.code,
+            which,
+            page * RETRY_PAGE,
+            RETRY_PAGE,
+            client_id,
         )
         error = ""
     except engine_calls.EngineUnavailable as exc:
@@ -203,6 +210,7 @@ def retry_list(request: HttpRequest, name: str, which: str) -> HttpResponse:
         {
             "consumer": consumer,
             "which": which,
+            "client_id": client_id,
             "rows": rows,
             "retries": retries,
             "dead": dead,
@@ -225,7 +233,10 @@ def retry_action(request: HttpRequest, name: str, which: str) -> HttpResponse:
     if not _owns(request.user, consumer):
         raise PermissionDenied("Only the consumer's team acts on its messages.")
     action = request.POST.get("action", "")
+    client_id = _client_id(request, consumer)
     back = reverse("console:retries", args=[consumer.name, which])
+    if client_id:
+        back += "?" + urlencode({"client": client_id})
     ids_raw = request.POST.getlist("ids")
     if any(not (i.isascii() and i.isdigit()) for i in ids_raw):
         messages.error(request, "Message ids are whole numbers.")
@@ -242,7 +253,9 @@ def retry_action(request: HttpRequest, name: str, which: str) -> HttpResponse:
         messages.error(request, "Select at least one message.")
         return redirect(back)
     try:
-        done = engine_calls.retry_action(consumer.topic.code, consumer.app.code, action, ids)
+        done = engine_calls.retry_action(
+            consumer.topic.code, consumer.app.code, action, ids, client_id
+        )
     except engine_calls.EngineUnavailable as exc:
         messages.error(request, str(exc))
         return redirect(back)
@@ -251,7 +264,7 @@ def retry_action(request: HttpRequest, name: str, which: str) -> HttpResponse:
         action,
         f"consumer:{consumer.name}",
         team=consumer.app.team,
-        detail={"ids": ids, "count": done},
+        detail={"ids": ids, "count": done, **({"client_id": client_id} if client_id else {})},
     )
     messages.success(request, f"{done} message(s) {ACTIONS[action]}.")
     return redirect(back)

@@ -260,28 +260,39 @@ def _retry_row(r: RetryRecord) -> RetryRow:
 
 
 def retry_lists(
-    topic: str, app: str, which: str, offset: int = 0, limit: int = 50
+    topic: str,
+    app: str,
+    which: str,
+    offset: int = 0,
+    limit: int = 50,
+    client_id: str | None = None,
 ) -> tuple[list[RetryRow], int, int]:
-    """(rows of the 'retry' or 'dlq' list, retry count, dead-letter count)."""
+    """(rows of the 'retry' or 'dlq' list, retry count, dead-letter count); the retries
+    of a broadcast consumer's ``client_id``, when given."""
 
     async def call(engine: Engine) -> tuple[list[RetryRow], int, int]:
-        lister = engine.dead_letters if which == "dlq" else engine.retries
-        rows = [_retry_row(r) for r in await lister(topic, app, offset, limit)]
-        retries, dead = await engine.retry_counts(topic, app)
-        return rows, retries, dead
+        if which == "dlq":
+            found = await engine.dead_letters(topic, app, offset, limit)
+        else:
+            found = await engine.retries(topic, app, offset, limit, client_id=client_id)
+        retries, dead = await engine.retry_counts(topic, app, client_id=client_id)
+        return [_retry_row(r) for r in found], retries, dead
 
     return run(call)
 
 
-def retry_counts(topic: str, app: str) -> tuple[int, int]:
-    return run(lambda e: e.retry_counts(topic, app))
+def retry_counts(topic: str, app: str, client_id: str | None = None) -> tuple[int, int]:
+    return run(lambda e: e.retry_counts(topic, app, client_id=client_id))
 
 
-def retry_action(topic: str, app: str, action: str, ids: Sequence[int]) -> int:
-    """Direct actions on the retry store: resend/skip retries, skip/purge dead letters."""
+def retry_action(
+    topic: str, app: str, action: str, ids: Sequence[int], client_id: str | None = None
+) -> int:
+    """Direct actions on the retry store: resend/skip retries (a broadcast consumer's
+    ``client_id``'s own, when given), skip/purge dead letters."""
     calls: dict[str, Callable[[Engine], Awaitable[Any]]] = {
-        "retry-resend": lambda e: e.resend_retries(topic, app, ids),
-        "retry-skip": lambda e: e.skip_retries(topic, app, ids),
+        "retry-resend": lambda e: e.resend_retries(topic, app, ids, client_id=client_id),
+        "retry-skip": lambda e: e.skip_retries(topic, app, ids, client_id=client_id),
         "dlq-skip": lambda e: e.skip_dead_letters(topic, app, ids),
         "dlq-purge": lambda e: e.purge_dead_letters(topic, app),
     }

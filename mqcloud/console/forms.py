@@ -360,11 +360,15 @@ class ReconsumeForm(ConsumerForm):
     title = "Re-consume a time span"
     help = (
         "What was stored in the span is delivered to the consumer again, over whatever"
-        " protocol its clients speak; its offsets do not move. At most 100,000 messages:"
-        " for more, reset the offsets. Runs on a worker after approval."
+        " protocol its clients speak; its offsets do not move. A broadcast consumer's"
+        " client gets it, or each of its clients when none is named. At most 100,000"
+        " messages in all: for more, reset the offsets. Runs on a worker after approval."
     )
     start = UtcTimeField(label="From")
     end = UtcTimeField(label="To (not included)")
+    client_id = forms.CharField(
+        max_length=128, required=False, help_text="Broadcast consumers: one client only."
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -375,7 +379,10 @@ class ReconsumeForm(ConsumerForm):
 
     def payload(self) -> dict[str, Any]:
         d = self.cleaned_data
-        return {"consumer": d["consumer"], "from_ms": d["start"], "to_ms": d["end"]}
+        out = {"consumer": d["consumer"], "from_ms": d["start"], "to_ms": d["end"]}
+        if d.get("client_id"):
+            out["client_id"] = d["client_id"]
+        return out
 
 
 class OffsetResetForm(ConsumerForm):

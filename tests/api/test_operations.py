@@ -189,6 +189,18 @@ def test_dead_letter_resend_application():
     assert engine_call(lambda e: e.retry_counts("dlq-topic", "dlq-app")) == (1, 0)
 
 
+def _finished(client: APIClient, app_id: int) -> dict:
+    """The progress of an application's operation, once its worker has finished it."""
+    deadline = time.monotonic() + 60
+    while (state := client.get(f"/api/v1/applications/{app_id}/progress/").json())[
+        "state"
+    ] != "SUCCESS":
+        assert state["state"] in ("PENDING", "PROGRESS", "STARTED"), state
+        assert time.monotonic() < deadline, "the worker never finished the operation"
+        time.sleep(0.2)
+    return state
+
+
 def test_reconsume_application_copies_the_span_on_a_worker(worker):
     """A consumer gets a time span again: the application takes the spans when approved
     (too large: failed, nothing copied), a worker copies them into the consumer's retry
@@ -223,14 +235,7 @@ def test_reconsume_application_copies_the_span_on_a_worker(worker):
     approved = root.post(f"/api/v1/applications/{created.json()['id']}/approve/").json()
     assert approved["status"] == "approved", approved
     assert approved["result"]["messages"] == 2 and approved["result"]["spans"] == {"0": [0, 2]}
-    app_id = created.json()["id"]
-    deadline = time.monotonic() + 60
-    while (state := alice.get(f"/api/v1/applications/{app_id}/progress/").json())[
-        "state"
-    ] != "SUCCESS":
-        assert state["state"] in ("PENDING", "PROGRESS", "STARTED"), state
-        assert time.monotonic() < deadline, "the worker never finished the copy"
-        time.sleep(0.2)
+    state = _finished(alice, created.json()["id"])
     assert state["copied"] == {"0": 2}
 
     async def consume(engine: Engine):
@@ -246,16 +251,75 @@ def test_reconsume_application_copies_the_span_on_a_worker(worker):
     assert [(r.ack_index, r.lag) for r in progress] == [(2, 0)]
 
 
-def test_a_broadcast_consumer_cannot_apply_to_reconsume():
-    """Refused when filed, with the reason and what to do instead, not at approval."""
+def test_a_broadcast_consumers_clients_each_get_a_reconsumed_span(worker):
+    """Without a client named, each registered client of a broadcast consumer gets the
+    span into its own retries; naming one for a clustering consumer is refused when
+    filed; the retries endpoint lists a client's own."""
+    from brokers.engine import RETRY_PARTITION
+
     team = Team.objects.create(name="fan")
     topic = factories.topic("fan-topic", factories.cluster_with_brokers("fn"), team, 1, 1)
     app, _ = factories.app("fan-app", team)
-    ConsumerPolicy.objects.create(topic=topic, app=app, mode=ConsumerPolicy.Mode.BROADCAST)
-    alice, _ = member_and_admin(team)
-    payload = {"consumer": "fan-app.fan-topic", "from_ms": 1, "to_ms": 2}
+    other, _ = factories.app("fan-other", team)
+    ProducerPolicy.objects.create(topic=topic, app=app)
+    ConsumerPolicy.objects.create(
+        topic=topic, app=app, mode=ConsumerPolicy.Mode.BROADCAST, start_position="earliest"
+    )
+    ConsumerPolicy.objects.create(topic=topic, app=other)
+    publish()
+    from_ms = int(time.time() * 1000) - 1
+
+    async def produce_and_consume(engine: Engine) -> None:
+        await engine.append("fan-topic", "fan-app", [Message(b"x")], partition=0)
+        for client in ("c1", "c2"):
+            got = await engine.fetch("fan-topic", "fan-app", client_id=client, owner=client)
+            await engine.ack(
+                "fan-topic", "fan-app", 0, [0], client_id=client, owner=client, token=got.lock_token
+            )
+
+    engine_call(produce_and_consume)
+    to_ms = int(time.time() * 1000) + 1
+    alice, root = member_and_admin(team)
     refused = alice.post(
+        "/api/v1/applications/",
+        {
+            "kind": "reconsume",
+            "payload": {
+                "consumer": "fan-other.fan-topic",
+                "from_ms": from_ms,
+                "to_ms": to_ms,
+                "client_id": "c1",
+            },
+        },
+        format="json",
+    )
+    assert refused.status_code == 400 and "client_id" in refused.json()["fields"]
+    payload = {"consumer": "fan-app.fan-topic", "from_ms": from_ms, "to_ms": to_ms}
+    created = alice.post(
         "/api/v1/applications/", {"kind": "reconsume", "payload": payload}, format="json"
     )
-    assert refused.status_code == 400
-    assert "reset the clients' offsets" in str(refused.json()["fields"]["consumer"])
+    assert created.status_code == 201, created.json()
+    approved = root.post(f"/api/v1/applications/{created.json()['id']}/approve/").json()
+    assert approved["status"] == "approved", approved
+    assert approved["result"]["clients"] == ["c1", "c2"]
+    state = _finished(alice, created.json()["id"])
+    assert state["copied"] == {"0": 2}  # one message for each of two clients
+    listed = alice.get("/api/v1/consumers/fan-app.fan-topic/retries/", {"client_id": "c2"})
+    assert listed.status_code == 200 and listed.json()["retries"] == 1
+    assert alice.get("/api/v1/consumers/fan-app.fan-topic/retries/").json()["retries"] == 0
+    assert (
+        alice.get("/api/v1/consumers/fan-other.fan-topic/retries/", {"client_id": "c2"}).status_code
+        == 404
+    )
+
+    async def consume(engine: Engine):
+        out = {}
+        for client in ("c1", "c2"):
+            got = await engine.fetch("fan-topic", "fan-app", client_id=client, owner=client)
+            out[client] = [(got.partition, d.message.body) for d in got.messages]
+        return out
+
+    assert engine_call(consume) == {
+        "c1": [(RETRY_PARTITION, b"x")],
+        "c2": [(RETRY_PARTITION, b"x")],
+    }

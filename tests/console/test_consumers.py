@@ -210,3 +210,37 @@ def test_dead_letter_list_and_purge_by_team_admin(client, world):
         client.post("/consumers/shop.orders/dlq/action/", {"action": "dlq-purge"}).status_code
         == 404
     )
+
+
+def test_a_broadcast_clients_own_retries_are_listed_and_skipped_apart(client, world):
+    """The client chosen on the consumer page carries to its retry list and actions."""
+    from brokers.models import ConsumerPolicy
+
+    ConsumerPolicy.objects.filter(pk=world.consumer.pk).update(mode="broadcast")
+    publish()
+
+    async def run(engine):
+        await engine.append("orders", "shop", [Message(b"a"), Message(b"b")], partition=0)
+        got = await engine.fetch("orders", "shop", count=2, client_id="c1", owner="c1")
+        assert got.partition == 0 and len(got.messages) == 2
+        await engine.ack(
+            "orders", "shop", 0, [0, 1], retry_type=RetryType.EXCEPTION, client_id="c1",
+            owner="c1", token=got.lock_token,
+        )  # fmt: skip
+        return [r.id for r in await engine.retries("orders", "shop", client_id="c1")]
+
+    ids = engine_call(run)
+    assert len(ids) == 2
+    client.force_login(world.carol)
+    detail = client.get("/consumers/shop.orders/", {"client": "c1"})
+    assert detail.context["retries"] == 2 and "?client=c1" in detail.content.decode()
+    assert client.get("/consumers/shop.orders/").context["retries"] == 0  # the group's
+    page = client.get("/consumers/shop.orders/retry/", {"client": "c1"})
+    assert [r.id for r in page.context["rows"]] == ids
+    assert client.get("/consumers/shop.orders/retry/").context["rows"] == []
+    done = client.post(
+        "/consumers/shop.orders/retry/action/?client=c1",
+        {"action": "retry-skip", "ids": ids[:1]},
+    )
+    assert done.status_code == 302 and done["Location"].endswith("/retry/?client=c1")
+    assert engine_call(lambda e: e.retry_counts("orders", "shop", client_id="c1"))[0] == 1

@@ -286,3 +286,28 @@ async def test_a_dead_connections_fetched_retries_come_back_not_a_stateless_clie
     assert got is not None and got.found and got.partition == RETRY_PARTITION
     assert [d.index for d in got.messages] == [d.index for d in jmq4.messages]
     assert not (await b.fetch("t", "a", owner="conn-2", held=True)).found  # http's: leased
+
+
+async def test_a_dead_holders_leased_member_retries_come_back_to_that_member(make_engine):
+    catalog = snapshot(
+        topics={"t": {"partitions": 1}},
+        consumers=[{"topic": "t", "app": "a", "broadcast": True}],
+    )
+    a = make_engine(catalog, holder_ttl_ms=TTL_MS)
+    b = make_engine(catalog, holder_ttl_ms=TTL_MS)
+    await a.append("t", "a", [Message(b"job")], partition=0)
+    [d] = (await a.lease("t", "a", count=1, owner="c", client_id="m1")).deliveries
+    await a.settle("t", "a", 0, [d.index], client_id="m1")
+    assert await a.reconsume("t", "a", 0, 0, 1, client_id="m1") == 1
+    [held] = (
+        await a.lease("t", "a", count=1, owner="c", client_id="m1", lease_ms=LEASE_MS)
+    ).deliveries
+    assert held.partition == RETRY_PARTITION
+    b.holders.start()
+    await _die(a)
+    loop = asyncio.get_running_loop()
+    started, got = loop.time(), []
+    while not got and loop.time() - started < 5:
+        got = (await b.lease("t", "a", count=1, owner="c2", client_id="m1")).deliveries
+        await asyncio.sleep(0.05)
+    assert [g.index for g in got] == [held.index]

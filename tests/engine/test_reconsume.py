@@ -97,23 +97,3 @@ async def test_spans_of_every_partition_in_one_look(make_engine, clock):
     clock.advance(1)
     spans = await engine.reconsume_spans("m", "a", from_ms=start, to_ms=engine.now_ms())
     assert spans == {0: (1, 3), 2: (0, 1)}  # partition 1 stored nothing then
-
-
-async def test_a_broadcast_consumer_may_not_reconsume(make_engine, clock):
-    """Its clients each have their progress; the group's retry store would hand the span
-    to whichever asked first. Refused, pointing at an offset reset; nothing copied."""
-    from tests.engine.conftest import snapshot
-
-    engine = make_engine(
-        snapshot(
-            topics={"t": {"partitions": 1}},
-            consumers=[{"topic": "t", "app": "a", "broadcast": True}],
-        )
-    )
-    await engine.append("t", "a", [Message(b"x")], partition=0)
-    clock.advance(1)
-    with pytest.raises(InvalidMessage, match="broadcast"):
-        await engine.reconsume_spans("t", "a", from_ms=0, to_ms=engine.now_ms())
-    with pytest.raises(InvalidMessage, match="reset the clients' offsets"):
-        await engine.reconsume("t", "a", 0, 0, 1)
-    assert await engine.retry_counts("t", "a") == (0, 0)

@@ -99,10 +99,18 @@ class EngineBase:
             raise ConsumerNotFound(f"{app} does not consume {topic}")
         return policy
 
-    def _retries_of(self, topic: str, app: str) -> RetryStore:
-        """The retry store of a consumer group, telling this process's
-        :attr:`retries` of what it adds or makes due."""
-        return RetryStore(self.redis, topic, app, self.retry_presence.forget)
+    def _retries_of(self, topic: str, app: str, member: str | None = None) -> RetryStore:
+        """The retry store of a consumer group (or of one broadcast client of it,
+        ``member``), telling this process's :attr:`retry_presence` of what it adds or
+        makes due."""
+        return RetryStore(self.redis, topic, app, self.retry_presence.forget, member=member)
+
+    def _retry_stores(self, topic: str, app: str, member: str | None) -> list[RetryStore]:
+        """Where a consumer's retries are, in the order it takes them: a broadcast
+        client's own, then the group's (dead letters resent, copies an operator made:
+        for whichever client asks first); a clustering consumer's: the group's."""
+        group = self._retries_of(topic, app)
+        return [group] if member is None else [self._retries_of(topic, app, member), group]
 
     def _retry_for(self, policy: ConsumerPolicyInfo) -> RetryPolicy:
         base = self.retry_policy

@@ -70,10 +70,11 @@ class GroupSection(EngineBase):
             # recorded before leasing: a process that dies holding leases is known to
             # have held them in this group (:mod:`brokers.engine.holders`)
             await self.holders.register(topic, app, client_id, lease_ms)
-            retry_due = self.retry_presence.look(topic, app) if granted > 0 else 0
-            retried = None
-            if retry_due == ASK:  # the store may hold one due now (rarely: see look)
-                retried, retry_due = await self._lease_retries(info, policy, granted, lease_ms)
+            retried, retry_due = None, 0
+            if granted > 0:
+                retried, retry_due = await self._lease_retries(
+                    info, policy, granted, lease_ms, client_id
+                )
             if retried is not None:
                 result = retried
             else:
@@ -110,56 +111,63 @@ class GroupSection(EngineBase):
         return result
 
     async def _lease_retries(
-        self, info: TopicInfo, policy: ConsumerPolicyInfo, count: int, lease_ms: int
+        self,
+        info: TopicInfo,
+        policy: ConsumerPolicyInfo,
+        count: int,
+        lease_ms: int,
+        member: str | None,
     ) -> tuple[Lease | None, int]:
-        """Due messages of the group's retry store (copies a console or API resend put
-        there, dead letters resent), leased first as a fetch of JMQ4 or HTTP-MQ does:
-        (the lease — partition :data:`RETRY_PARTITION`, each delivery's index its retry id
-        — or None, when the earliest retry left is due if none was, 0 if none is left).
-        Asked only when :class:`~brokers.engine.retry_presence.RetryPresence` says one
-        may be due."""
+        """Due messages of the consumer's retry stores (:meth:`_retry_stores`: copies a
+        console or API resend put there, dead letters resent, a broadcast client's own
+        retries), leased first as a fetch of JMQ4 or HTTP-MQ does: (the lease — partition
+        :data:`RETRY_PARTITION`, each delivery's index its retry id — or None, when the
+        earliest retry left is due if none was, 0 if none is left). A store is asked
+        only when :class:`~brokers.engine.retry_presence.RetryPresence` says one may be
+        due: on the common path this awaits nothing."""
         code, app = info.code, policy.app
-        leased, due = await self._retries_of(code, app).lease_or_next_due(
-            now_ms=self.now_ms(),
-            lease_ms=lease_ms,
-            max_items=count,
-            policy=self._retry_for(policy),
-            holder=self.holders.id,  # handed on at once if this process dies
-        )
-        self.retry_presence.learned(code, app, found=bool(leased), next_due=due)
-        if not leased:
-            return None, due or 0
-        records = (
-            Delivery(
-                RETRY_PARTITION,
-                rid,
-                n,
-                with_position(record, RETRY_PARTITION, rid),
-                origin=(partition, index),
-                attempts=attempts + 1,
-                redelivered=True,
-            )
-            for rid, partition, index, n, attempts, record in leased
-        )
-        return Lease(code, app, RETRY_PARTITION, one_by_one(records), more=True), 0
+        next_due = 0
+        for store in self._retry_stores(code, app, member):
+            due: int | None = self.retry_presence.look(code, store.owner)
+            if due == ASK:  # the store may hold one due now (rarely: see look)
+                leased, due = await store.lease_or_next_due(
+                    now_ms=self.now_ms(),
+                    lease_ms=lease_ms,
+                    max_items=count,
+                    policy=self._retry_for(policy),
+                    holder=self.holders.id,  # handed on at once if this process dies
+                )
+                self.retry_presence.learned(code, store.owner, found=bool(leased), next_due=due)
+                if leased:
+                    deliveries = _retry_deliveries(leased)
+                    return Lease(code, app, RETRY_PARTITION, deliveries, more=True), 0
+            if due and (not next_due or due < next_due):
+                next_due = due
+        return None, next_due
 
-    async def _settle_retries(self, topic: str, app: str, ids: Sequence[int], mode: str) -> int:
+    async def _settle_retries(
+        self, topic: str, app: str, ids: Sequence[int], mode: str, member: str | None = None
+    ) -> int:
         """:meth:`settle` (``ack``), :meth:`fail` (``fail``) or :meth:`release` of
-        deliveries from the group's retry store (partition :data:`RETRY_PARTITION`): acked
-        ones leave it, failed ones back off (or go to the group's dead letters past the
-        policy's ``err_times``), released ones are due again at once."""
+        deliveries from the consumer's retry stores (partition :data:`RETRY_PARTITION`;
+        retry ids are the group's, so each is in one store only): acked ones leave it,
+        failed ones back off (or go to the group's dead letters past the policy's
+        ``err_times``), released ones are due again at once."""
         _, policy = self._group_policy(topic, app)
-        store = self._retries_of(topic, app)
         ids = sorted(set(ids))
-        if mode == "release":
-            return await store.retry_now(ids, now_ms=self.now_ms())
-        done, _ = await store.settle(
-            ids,
-            ok=mode == "ack",
-            now_ms=self.now_ms(),
-            policy=self._retry_for(policy),
-            holder=self.holders.id,
-        )
+        done = 0
+        for store in self._retry_stores(topic, app, member):
+            if mode == "release":
+                done += await store.retry_now(ids, now_ms=self.now_ms())
+                continue
+            found, _ = await store.settle(
+                ids,
+                ok=mode == "ack",
+                now_ms=self.now_ms(),
+                policy=self._retry_for(policy),
+                holder=self.holders.id,
+            )
+            done += found
         return done
 
     def _group_policy(self, topic: str, app: str) -> tuple[TopicInfo, ConsumerPolicyInfo]:
@@ -186,7 +194,7 @@ class GroupSection(EngineBase):
         """Settle leased deliveries for good (acked); unknown or settled ones are ignored.
         One script call whatever the number of indexes; how many were settled now."""
         if partition == RETRY_PARTITION:
-            return await self._settle_retries(topic, app, indexes, "ack")
+            return await self._settle_retries(topic, app, indexes, "ack", client_id)
         info, policy = self._group_policy(topic, app)
         return await self.shared.settle(
             info, policy, partition, indexes, mode="ack", client_id=client_id
@@ -207,7 +215,7 @@ class GroupSection(EngineBase):
         deliveries no consumer was handed (read ahead, then not needed) go back as they
         were before that lease."""
         if partition == RETRY_PARTITION:
-            return await self._settle_retries(topic, app, indexes, "release")
+            return await self._settle_retries(topic, app, indexes, "release", client_id)
         info, policy = self._group_policy(topic, app)
         mode = "unread" if unread else "release"
         return await self.shared.settle(
@@ -261,7 +269,7 @@ class GroupSection(EngineBase):
         dead-lettered past the topic's ``max_retry_attempts`` (a retry-store delivery: past
         the consumer policy's ``err_times``, into the group's dead letters)."""
         if partition == RETRY_PARTITION:
-            return await self._settle_retries(topic, app, indexes, "fail")
+            return await self._settle_retries(topic, app, indexes, "fail", client_id)
         info, policy = self._group_policy(topic, app)
         return await self.shared.settle(
             info, policy, partition, indexes, mode="fail", client_id=client_id
@@ -287,7 +295,7 @@ class GroupSection(EngineBase):
         any lease's), or the attempt was the last (then it is dead-lettered, as a failure
         is)."""
         if delivery.partition == RETRY_PARTITION:  # the retry store keeps no lessee: failed
-            await self._settle_retries(topic, app, [delivery.index], "fail")
+            await self._settle_retries(topic, app, [delivery.index], "fail", client_id)
             return None
         info, policy = self._group_policy(topic, app)
         until = _expires_at(info, delivery)
@@ -334,8 +342,9 @@ class GroupSection(EngineBase):
             info, app, tuple(range(info.partitions)), owner_prefix, client_id, prefix=True
         )
         holder = owner_prefix.removesuffix("/")
-        retries = await self._retries_of(info.code, app).release_held(holder, now_ms=self.now_ms())
-        return ranges + retries
+        for store in self._retry_stores(info.code, app, client_id):
+            ranges += await store.release_held(holder, now_ms=self.now_ms())
+        return ranges
 
     async def expire(self, topic: str) -> int:
         """Expire the messages of a topic with a TTL that no consumer was handed yet (the
@@ -379,11 +388,14 @@ class GroupSection(EngineBase):
             await join_group(self.redis, topic, p, cid)
 
     async def leave(self, topic: str, app: str, member: str, *, keep_ms: int | None = None) -> None:
-        """A fan-out member left: its progress is deleted — at once, or after ``keep_ms``
-        unless it joins again first (a durable subscriber that may reconnect)."""
+        """A fan-out member left: its progress is deleted — at once (with its own
+        retries), or after ``keep_ms`` unless it joins again first (a durable subscriber
+        that may reconnect; its retries wait for it)."""
         info = self.group_topic(topic)
         cid = consumer_id(app, member)
         await forget_progress(self.redis, topic, range(info.partitions), cid, after_ms=keep_ms)
+        if keep_ms is None:
+            await self._retries_of(topic, app, member).drop_own()
 
     async def _expire_one(
         self, topic: str, p: int, cid: str | None, now: int, ttl: int
@@ -443,3 +455,20 @@ def _expires_at(info: TopicInfo, delivery: Delivery) -> int:
     """When ``delivery``'s message is past its topic's TTL (engine ms; 0: it has none)."""
     ttl = info.queue.message_ttl_ms
     return 0 if ttl is None else record_store_time(delivery.record) + ttl
+
+
+def _retry_deliveries(leased: list[tuple[int, int, int, int, int, bytes]]) -> list[Delivery]:
+    """Leased retries as deliveries, one by one: partition :data:`RETRY_PARTITION`, the
+    retry id as the index, from where they were stored, counted as the next attempt."""
+    return one_by_one(
+        Delivery(
+            RETRY_PARTITION,
+            rid,
+            n,
+            with_position(record, RETRY_PARTITION, rid),
+            origin=(partition, index),
+            attempts=attempts + 1,
+            redelivered=True,
+        )
+        for rid, partition, index, n, attempts, record in leased
+    )

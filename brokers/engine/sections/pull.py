@@ -54,19 +54,6 @@ RECONSUME_CHUNK = 1_000
 """Messages read and copied per round trip of a re-consume."""
 
 
-def reconsume_refusal(consumer: str, broadcast: bool) -> str | None:
-    """Why the consumer ``consumer`` may not re-consume a time span (None: it may). A
-    re-consume copies the span into the group's retry store, for whichever consumer of
-    the group asks first: right for a clustering group, wrong for a broadcast one, whose
-    clients each have their progress — one of them would get the span, the others not."""
-    if not broadcast:
-        return None
-    return (
-        f"{consumer} consumes by broadcast: a re-consume would reach only one of its"
-        " clients; reset the clients' offsets to the start of the span instead"
-    )
-
-
 class PullSection(EngineBase):
     """Pull consumers (JMQ4, HTTP-MQ)."""
 
@@ -346,7 +333,9 @@ class PullSection(EngineBase):
         start, end = contiguous(indexes)
         now = self.now_ms()
         if partition == RETRY_PARTITION:
-            return await self._ack_retries(topic, app, policy, start, end, retry_type, now, reason)
+            return await self._ack_retries(
+                topic, app, policy, start, end, retry_type, now, reason, client_id
+            )
         self._partition(info, partition)
         cid = consumer_id(app, client_id)
         retry_ids: tuple[int, ...] = ()
@@ -358,7 +347,14 @@ class PullSection(EngineBase):
                 return AckResult(AckStatus.REDELIVER, ack)
             if policy.retry:
                 retry_ids, _ = await self._copy_to_retry(
-                    topic, app, partition, start, end, now, reason or retry_type.name
+                    topic,
+                    app,
+                    partition,
+                    start,
+                    end,
+                    now,
+                    reason or retry_type.name,
+                    member=client_id,  # a broadcast client's retry is its own
                 )
         status, ack = await ack_mod.ack_range(
             self.redis, topic, partition, cid, start, end, owner=owner, token=token, now_ms=now
@@ -376,11 +372,13 @@ class PullSection(EngineBase):
         reason: str,
         *,
         due_ms: int | None = None,
+        member: str | None = None,
     ) -> tuple[tuple[int, ...], int]:
-        """Copy the records of ``[start, end)`` into the group's retry store, due at
-        ``due_ms`` (default: after the base backoff): (their retry ids, where the records
-        copied end — a batch record that starts before ``end`` is copied whole; ``start``
-        when none was: nothing stored there any more)."""
+        """Copy the records of ``[start, end)`` into the group's retry store (a broadcast
+        client's own, with ``member``), due at ``due_ms`` (default: after the base
+        backoff): (their retry ids, where the records copied end — a batch record that
+        starts before ``end`` is copied whole; ``start`` when none was: nothing stored
+        there any more)."""
         try:
             records = await read_range(self.redis, topic, partition, start, end - start)
         except IndexOutOfRange:
@@ -389,28 +387,37 @@ class PullSection(EngineBase):
         if not taken:
             return (), start
         items = [(partition, d.index, d.count, d.record) for d in taken]
-        store = self._retries_of(topic, app)
+        store = self._retries_of(topic, app, member)
         due = now + self.retry_policy.base_ms if due_ms is None else due_ms
         ids = await store.add(items, now_ms=now, due_ms=due, reason=reason)
         return tuple(ids), taken[-1].end
 
-    def _reconsumer(self, topic: str, app: str) -> TopicInfo:
-        """The topic, if ``app`` consumes it and may re-consume (InvalidMessage if not)."""
+    async def reconsumers(
+        self, topic: str, app: str, client_id: str | None = None
+    ) -> list[str | None]:
+        """Whose retries a re-consume fills: a clustering consumer's group (None; no
+        ``client_id`` allowed); a broadcast consumer's ``client_id``, or without one,
+        every client it registered (each has its progress, so each gets the span).
+        InvalidMessage for a broadcast consumer that has no client yet."""
         info, policy = self.topic(topic), self._consumer(topic, app)
-        refused = reconsume_refusal(policy.name, policy.broadcast or info.type == "broadcast")
-        if refused:
-            raise InvalidMessage(refused)
-        return info
+        if not (policy.broadcast or info.type == "broadcast") or client_id is not None:
+            self._broadcast(info, policy, client_id)
+            return [client_id]
+        clients = await self.broadcast_clients(topic, app, active_within_ms=None)
+        if not clients:
+            raise InvalidMessage(f"{policy.name} consumes by broadcast and has no client yet")
+        return list(clients)
 
     async def reconsume_spans(
-        self, topic: str, app: str, *, from_ms: int, to_ms: int
+        self, topic: str, app: str, *, from_ms: int, to_ms: int, clients: int = 1
     ) -> dict[int, tuple[int, int]]:
         """What a re-consume of the time span ``[from_ms, to_ms)`` copies: per partition,
         the indexes ``[first, end)`` of the messages stored then (partitions with none
         left out). SpanTooLarge, before anything is copied, when that is more than
-        :data:`RECONSUME_MAX` messages (an offset reset re-delivers any number);
-        InvalidMessage for a broadcast consumer (:func:`reconsume_refusal`)."""
-        info = self._reconsumer(topic, app)
+        :data:`RECONSUME_MAX` messages for the number of ``clients`` it is copied for
+        (:meth:`reconsumers`; an offset reset re-delivers any number)."""
+        info = self.topic(topic)
+        self._consumer(topic, app)
         if to_ms <= from_ms:
             raise InvalidMessage("the span ends before it starts")
         parts = range(info.partitions)
@@ -418,23 +425,34 @@ class PullSection(EngineBase):
         spans = {
             p: (first, end) for p, (first, end) in zip(parts, found, strict=True) if end > first
         }
-        total = sum(end - first for first, end in spans.values())
+        total = sum(end - first for first, end in spans.values()) * max(1, clients)
         if total > RECONSUME_MAX:
             raise SpanTooLarge(
-                f"{total} messages were stored in that span; at most {RECONSUME_MAX} are"
+                f"{total} messages would be copied for that span; at most {RECONSUME_MAX} are"
                 " re-consumed at once: choose a shorter span, or reset the offsets"
             )
         return spans
 
-    async def reconsume(self, topic: str, app: str, partition: int, first: int, end: int) -> int:
+    async def reconsume(
+        self,
+        topic: str,
+        app: str,
+        partition: int,
+        first: int,
+        end: int,
+        *,
+        client_id: str | None = None,
+    ) -> int:
         """Copy the messages ``[first, end)`` of ``partition`` (a span of
-        :meth:`reconsume_spans`) into the consumer group's retry store, due now: every
-        consumer of the group gets them again, whatever its protocol, without its
-        progress moving. Read and copied :data:`RECONSUME_CHUNK` at a time, each chunk
-        from where the last record copied ended (a batch record crossing a chunk's end
-        is copied once, with that chunk); what retention took meanwhile ends it. How many
-        records were copied."""
-        self._reconsumer(topic, app)
+        :meth:`reconsume_spans`) into the consumer group's retry store — a broadcast
+        consumer's: into ``client_id``'s own — due now: every consumer of the group (that
+        client) gets them again, whatever its protocol, without its progress moving. Read
+        and copied :data:`RECONSUME_CHUNK` at a time, each chunk from where the last
+        record copied ended (a batch record crossing a chunk's end is copied once, with
+        that chunk); what retention took meanwhile ends it. How many records were
+        copied."""
+        info, policy = self.topic(topic), self._consumer(topic, app)
+        self._broadcast(info, policy, client_id)
         copied, pos = 0, first
         while pos < end:
             now = self.now_ms()
@@ -447,6 +465,7 @@ class PullSection(EngineBase):
                 now,
                 "Reconsume",
                 due_ms=now,
+                member=client_id,
             )
             if not ids:  # trimmed by retention since the span was taken
                 return copied
@@ -463,18 +482,22 @@ class PullSection(EngineBase):
         retry_type: RetryType,
         now: int,
         reason: str | None,
+        member: str | None,
     ) -> AckResult:
-        store = self._retries_of(topic, app)
+        """An ack of retry ids: in whichever of the consumer's stores each is."""
         ids = list(range(start, min(end, start + 10_000)))
         ok = retry_type is RetryType.NONE
-        done, dead = await store.settle(
-            ids,
-            ok=ok,
-            now_ms=now,
-            policy=self._retry_for(policy),
-            reason=reason or "MaxRetriesExceeded",
-            holder=self.holders.id,
-        )
+        done = dead = 0
+        for store in self._retry_stores(topic, app, member):
+            found, died = await store.settle(
+                ids,
+                ok=ok,
+                now_ms=now,
+                policy=self._retry_for(policy),
+                reason=reason or "MaxRetriesExceeded",
+                holder=self.holders.id,
+            )
+            done, dead = done + found, dead + died
         status = AckStatus.OK if done else AckStatus.ALREADY
         return AckResult(status, end, dead_lettered=dead)
 

@@ -1,5 +1,8 @@
 """Retries and dead letters of a consumer group: listing, resending, skipping, purging.
 
+A broadcast client's own retries (``client_id``) are listed and acted on apart from the
+group's; dead letters are the group's, whichever client's retry died.
+
 A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
 """
 
@@ -19,9 +22,9 @@ from brokers.engine.sections.base import EngineBase
 class RetrySection(EngineBase):
     """Retries and dead letters of a consumer group."""
 
-    def retry_store(self, topic: str, app: str) -> RetryStore:
+    def retry_store(self, topic: str, app: str, client_id: str | None = None) -> RetryStore:
         self.topic(topic)
-        return self._retries_of(topic, app)
+        return self._retries_of(topic, app, client_id)
 
     async def retry(
         self, topic: str, app: str, partition: int, indexes: Sequence[int], *, reason: str = "Retry"
@@ -34,9 +37,15 @@ class RetrySection(EngineBase):
         return ids
 
     async def retries(
-        self, topic: str, app: str, offset: int = 0, limit: int = 100
+        self,
+        topic: str,
+        app: str,
+        offset: int = 0,
+        limit: int = 100,
+        *,
+        client_id: str | None = None,
     ) -> list[RetryRecord]:
-        return await self.retry_store(topic, app).list_retries(offset, limit)
+        return await self.retry_store(topic, app, client_id).list_retries(offset, limit)
 
     async def dead_letters(
         self, topic: str, app: str, offset: int = 0, limit: int = 100
@@ -57,9 +66,12 @@ class RetrySection(EngineBase):
         counts = await pipe.execute()
         return {group: int(n) for group, n in zip(known, counts, strict=True)}
 
-    async def retry_counts(self, topic: str, app: str) -> tuple[int, int]:
-        """(messages waiting for a retry, dead letters)."""
-        return await self.retry_store(topic, app).counts()
+    async def retry_counts(
+        self, topic: str, app: str, *, client_id: str | None = None
+    ) -> tuple[int, int]:
+        """(messages waiting for a retry — the group's, or ``client_id``'s own — dead
+        letters)."""
+        return await self.retry_store(topic, app, client_id).counts()
 
     async def resend_dead_letters(self, topic: str, app: str, ids: Sequence[int] = ()) -> int:
         """Dead letters (all if ``ids`` is empty) back to the retry store, due now."""
@@ -77,16 +89,21 @@ class RetrySection(EngineBase):
         """Delete every dead letter (or those dead-lettered before ``before_ms``)."""
         return await self.retry_store(topic, app).remove("dlq", before_ms=before_ms)
 
-    async def resend_retries(self, topic: str, app: str, ids: Sequence[int] = ()) -> int:
+    async def resend_retries(
+        self, topic: str, app: str, ids: Sequence[int] = (), *, client_id: str | None = None
+    ) -> int:
         """Make retries (all if ``ids`` is empty) due now."""
-        return await self.retry_store(topic, app).retry_now(ids, now_ms=self.now_ms())
+        store = self.retry_store(topic, app, client_id)
+        return await store.retry_now(ids, now_ms=self.now_ms())
 
-    async def skip_retries(self, topic: str, app: str, ids: Sequence[int]) -> int:
+    async def skip_retries(
+        self, topic: str, app: str, ids: Sequence[int], *, client_id: str | None = None
+    ) -> int:
         """Delete the chosen retries (treated as consumed)."""
         if not ids:
             return 0
-        return await self.retry_store(topic, app).remove("retry", ids)
+        return await self.retry_store(topic, app, client_id).remove("retry", ids)
 
-    async def purge_retries(self, topic: str, app: str) -> int:
-        """Delete every retry of the consumer group."""
-        return await self.retry_store(topic, app).remove("retry")
+    async def purge_retries(self, topic: str, app: str, *, client_id: str | None = None) -> int:
+        """Delete every retry of the consumer group (of ``client_id``)."""
+        return await self.retry_store(topic, app, client_id).remove("retry")
