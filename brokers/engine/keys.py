@@ -162,7 +162,8 @@ class RetryKeys:
 
     def held(self, holder: str) -> str:
         """Sorted set: retry id -> lease expiry (ms), of the retries a lease holder
-        (:mod:`~brokers.engine.holders`) leased: what is due again once it is gone."""
+        (:mod:`~brokers.engine.holders`) leased: what is due again once it is gone, or
+        (those of one connection) once that connection closes."""
         return f"{self.own}:held:{holder}"
 
     @property

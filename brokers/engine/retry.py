@@ -139,10 +139,21 @@ return {done, dead}
 RELEASE_HELD = Script(
     _MOVE_FN
     + """
--- KEYS[8]: a gone holder's set (RetryKeys.held). ARGV: now. The retries it still held
--- (their lease not over, nor settled or leased again since) are due at once; the set goes.
+-- KEYS[8]: a holder's set (RetryKeys.held). ARGV: now, ids... The retries among ids (none:
+-- all, for a gone holder, and the set goes) it still holds (their lease not over, nor
+-- settled or leased again since) are due at once.
 local now = tonumber(ARGV[1])
-local held = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. s(now), '+inf', 'WITHSCORES')
+local held = {}
+if #ARGV == 1 then
+  held = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. s(now), '+inf', 'WITHSCORES')
+  redis.call('DEL', KEYS[8])
+else
+  for j = 2, #ARGV do
+    local at = redis.call('ZSCORE', KEYS[8], ARGV[j])
+    if at and tonumber(at) > now then held[#held + 1] = ARGV[j]; held[#held + 1] = at end
+    redis.call('ZREM', KEYS[8], ARGV[j])
+  end
+end
 local n = 0
 for j = 1, #held, 2 do
   local at = redis.call('ZSCORE', K.due, held[j])
@@ -151,7 +162,6 @@ for j = 1, #held, 2 do
     n = n + 1
   end
 end
-redis.call('DEL', KEYS[8])
 return n
 """
 )
@@ -390,10 +400,11 @@ class RetryStore:
             await self._wake_fetchers()
         return int(done), int(dead)
 
-    async def release_held(self, holder: str, *, now_ms: int) -> int:
-        """The retries a gone ``holder`` still held leased are due now (delivered again,
-        as when their lease ends — sooner); how many."""
-        due = int(await RELEASE_HELD(self._client, self._with_held(holder), [now_ms]))
+    async def release_held(self, holder: str, *, now_ms: int, ids: Sequence[int] = ()) -> int:
+        """The retries ``holder`` still holds leased are due now (delivered again, as when
+        their lease ends — sooner): all of them (the holder is gone), or those of ``ids``
+        (a connection of it closed); how many."""
+        due = int(await RELEASE_HELD(self._client, self._with_held(holder), [now_ms, *ids]))
         if due:
             await self._wake_fetchers()
         return due

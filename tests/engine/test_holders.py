@@ -311,3 +311,26 @@ async def test_a_dead_holders_leased_member_retries_come_back_to_that_member(mak
         got = (await b.lease("t", "a", count=1, owner="c2", client_id="m1")).deliveries
         await asyncio.sleep(0.05)
     assert [g.index for g in got] == [held.index]
+
+
+async def test_a_closing_connections_unacked_retries_are_due_again_not_others(make_engine):
+    """``unlock_retries``: of the ids a connection names, those its process still holds
+    for it come back at once; acked ones and a stateless client's stay as they are."""
+    catalog = snapshot(
+        topics={"t": {"partitions": 1}},
+        consumers=[{"topic": "t", "app": "a", "ack_timeout_ms": 600_000}],
+    )
+    a = make_engine(catalog)
+    await a.append("t", "a", [Message(b"m%d" % i) for i in range(3)], partition=0)
+    first = await a.fetch("t", "a", owner="setup", count=3)
+    await a.ack("t", "a", 0, [d.index for d in first.messages], owner="setup")
+    assert await a.reconsume("t", "a", 0, 0, 3) == 3
+    conn = await a.fetch("t", "a", owner="conn-1", held=True, count=2)
+    http = await a.fetch("t", "a", owner="http:10.0.0.1", count=1)
+    assert conn.partition == http.partition == RETRY_PARTITION
+    done, kept = conn.messages
+    await a.ack("t", "a", RETRY_PARTITION, [done.index], owner="conn-1", held=True)
+    named = [done.index, kept.index, http.messages[0].index]
+    assert await a.unlock_retries("t", "a", named) == 1
+    again = await a.fetch("t", "a", owner="conn-2", held=True, count=10)
+    assert [d.index for d in again.messages] == [kept.index]

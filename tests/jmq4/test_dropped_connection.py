@@ -1,6 +1,7 @@
 """A closed JMQ4 connection frees its consumer's partitions at once (issue 20 item 3): the
 batch it fetched and never acked goes to another consumer within a second, not after the
-ack timeout; a consumer that stays connected keeps its lock until then."""
+ack timeout, and so do the retries it fetched; a consumer that stays connected keeps its
+lock until then."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from brokers.protocols.jmq4 import (
     AddConsumerRequest,
     Code,
     FetchTopicMessageRequest,
+    RetryType,
     TopicFetch,
 )
 from tests.jmq4.raw import RawClient, frame_bytes
@@ -121,3 +123,27 @@ async def test_a_broadcast_consumer_frees_its_own_progress(broadcast_catalog, br
     await drop(first)
     await redelivered_within(catalog, [b"x"], 5)
     assert time.monotonic() - closed_at < 1.0
+
+
+async def test_a_closed_connection_hands_back_its_fetched_retries_at_once(catalog, brokers):
+    """A retry (partition 32767) fetched and never acked goes back as a batch does: at
+    once, not after the 30 s lease."""
+    async with consumer(catalog) as producer:
+        await producer.produce("local", [b"r"], partition=0)
+    first = consumer(catalog)
+    got = await first.fetch("local", count=10)
+    assert await first.ack(got, RetryType.EXCEPTION) == {0: Code.SUCCESS}
+    retried: list = []
+    deadline = time.monotonic() + 5
+    while not retried and time.monotonic() < deadline:  # due after the retry backoff
+        retried = await first.fetch("local", long_poll_ms=1500)
+    assert [(m.partition, m.body) for m in retried] == [(32767, b"r")]
+    async with consumer(catalog) as other:
+        assert await other.fetch("local", long_poll_ms=500) == []  # leased to first
+    closed_at = time.monotonic()
+    await drop(first)
+    async with consumer(catalog) as other:
+        again = await other.fetch("local", long_poll_ms=3000)
+        assert [(m.partition, m.body) for m in again] == [(32767, b"r")]
+        assert time.monotonic() - closed_at < 2.0
+        assert await other.ack(again) == {32767: Code.SUCCESS}

@@ -560,6 +560,22 @@ class PullSection(EngineBase):
         cid = consumer_id(app, client_id)
         return await release(self.redis, topic, partition, cid, token, owner)
 
+    async def unlock_retries(
+        self, topic: str, app: str, ids: Sequence[int], *, client_id: str | None = None
+    ) -> int:
+        """Retries this process fetched for a connection (``held``) that closes without
+        acking them: due again at once — those it still holds (not acked, nor leased
+        again since its lease ended), as :meth:`unlock` does a partition's lock; how
+        many."""
+        info, policy = self.topic(topic), self._consumer(topic, app)
+        self._broadcast(info, policy, client_id)
+        if not ids:
+            return 0
+        due = 0
+        for store in self._retry_stores(topic, app, client_id):
+            due += await store.release_held(self.holders.id, now_ms=self.now_ms(), ids=ids)
+        return due
+
     async def reset_offsets(
         self,
         topic: str,

@@ -68,7 +68,9 @@ async def remove_connection(
 async def release_locks(ctx: ServerContext, session: Session) -> None:
     """Release every partition lock the session fetched and did not ack, and whatever lock
     a fetch it cut short may have taken (by owner, on the partitions this broker leads).
-    Each release wakes the long polls parked on its partition."""
+    Each release wakes the long polls parked on its partition. Retries it fetched and
+    did not ack are due again at once."""
+    await _release_retries(ctx, session)
     held, session.locks = session.locks, {}
     cut_short, session.cut_short = session.cut_short, set()
     topics = ctx.snapshot.topics
@@ -82,6 +84,19 @@ async def release_locks(ctx: ServerContext, session: Session) -> None:
             continue
         for partition in local_partitions(info, ctx.broker_id):
             await _release(ctx, session, info, app, partition, owner=owner)
+
+
+async def _release_retries(ctx: ServerContext, session: Session) -> None:
+    fetched, session.retries = session.retries, {}
+    for (topic, app), ids in fetched.items():
+        info = ctx.snapshot.topics.get(topic)
+        if info is None or not ids:
+            continue
+        cid = consumer_client_id(ctx, info, app, session)
+        try:
+            await ctx.engine.unlock_retries(topic, app, sorted(ids), client_id=cid)
+        except Exception:  # best effort: their leases end anyway
+            log.warning("JMQ4 could not release the retries of %s for %s", topic, app)
 
 
 async def _release(

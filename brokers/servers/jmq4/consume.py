@@ -108,7 +108,10 @@ async def _fetch_topic(
         raise
     if result.status in _STATUS_CODES:
         return TopicMessages(topic=entry.topic, code=_STATUS_CODES[result.status])
-    if result.found and result.partition != RETRY_PARTITION and result.lock_token:
+    if result.found and result.partition == RETRY_PARTITION:
+        fetched = session.retries.setdefault((entry.topic, req.app), set())
+        fetched.update(d.index for d in result.messages)
+    elif result.found and result.lock_token:
         session.locks[(entry.topic, req.app, result.partition)] = result.lock_token
     return TopicMessages(topic=entry.topic, messages=_messages(result.messages))
 
@@ -212,6 +215,8 @@ async def _ack_partition(
             )
     except EngineError as exc:
         return engine_code(exc)
+    if part.partition == RETRY_PARTITION:
+        session.retries.get((topic, app), set()).difference_update(a.index for a in acks)
     session.locks.pop((topic, app, part.partition), None)
     return Code.SUCCESS
 

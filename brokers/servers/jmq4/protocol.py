@@ -65,7 +65,7 @@ class Jmq4Protocol(FlowControlled):
         self._transport = None
         running = set(self._tasks)
         self._cancel_tasks()
-        if running or self.session.locks:
+        if running or self.session.locks or self.session.retries:
             self.ctx.clean_up(self._release(running))
 
     async def _release(self, running: set[asyncio.Task[None]]) -> None:

@@ -26,6 +26,8 @@ class Session:
     producers: dict[tuple[str, str], str] = field(default_factory=dict)
     locks: dict[tuple[str, str, int], int] = field(default_factory=dict)
     """(topic, app, partition) → lock token of partitions fetched and not yet acked."""
+    retries: dict[tuple[str, str], set[int]] = field(default_factory=dict)
+    """(topic, app) → ids of retries fetched and not yet acked (partition 32767)."""
     send_times: SendTimeBaseline = field(default_factory=SendTimeBaseline)
     """Judges which requests waited past the request timeout (:mod:`.sendtime`)."""
     cut_short: set[tuple[str, str, str]] = field(default_factory=set)
