@@ -25,6 +25,7 @@ from brokers.protocols.vibemq import (
     WS_CLOSE_TOO_BIG,
     ErrorCode,
     Frame,
+    InvalidUtf8,
     ProtocolError,
     UnparseableFrame,
     decode_json,
@@ -138,15 +139,24 @@ class VibeMQConsumer(AsyncWebsocketConsumer):
         if text_data is None:
             self.close_with(WS_CLOSE_BINARY_FRAME)
             return
-        if len(text_data) > self.ctx.config.max_frame_size or (  # type: ignore[union-attr]
-            len(text_data.encode("utf-8", "surrogatepass")) > self.ctx.config.max_frame_size  # type: ignore[union-attr]
-        ):
+        limit = self.ctx.config.max_frame_size  # type: ignore[union-attr]
+        utf8 = True
+        try:
+            size = len(text_data) if len(text_data) > limit else len(text_data.encode("utf-8"))
+        except UnicodeEncodeError:  # lone surrogates: bytes that were not UTF-8 (see
+            utf8 = False  # :mod:`proxy.ws_close_codes`), as the peer sent them
+            size = len(text_data.encode("utf-8", "surrogateescape"))
+        if size > limit:
             self.close_with(WS_CLOSE_TOO_BIG)
             return
-        try:
-            event: Frame | ProtocolError = decode_json(text_data)
-        except ProtocolError as exc:
-            event = exc
+        event: Frame | ProtocolError
+        if not utf8:
+            event = InvalidUtf8("the message is not valid UTF-8")
+        else:
+            try:
+                event = decode_json(text_data)
+            except ProtocolError as exc:
+                event = exc
         await session.room()
         session.feed(event)
 

@@ -124,6 +124,22 @@ async def test_websocket_bad_input_closes_with_the_documented_code(console_url, 
     assert ws.close_code == code
 
 
+async def test_a_text_message_that_is_not_utf8_gets_the_error_then_1007(console_url, catalog):
+    """§16: invalid UTF-8 → INVALID_MESSAGE, then close 1007 — as for bad JSON (Autobahn
+    alone dropped the TCP connection without either). Before and after authenticating."""
+    for authenticated in (False, True):
+        if authenticated:
+            ws = await ws_connect(console_url, catalog.token)
+        else:
+            ws = await ws_open(console_url, compression=None)
+        await ws.send(b'{"id":"x","type":"ping","queue":"\xff\xfe"}', text=True)
+        reply = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert reply["type"] == "error" and reply["errorCode"] == "INVALID_MESSAGE"
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 10)
+        assert ws.close_code == 1007
+
+
 async def test_oversized_message_closes_the_socket_with_1009(console_url):
     """§16: a message over the size limit (1 MiB) → close 1009. The web process lets
     daphne take messages up to 2 MiB (the Procfile), so the consumer sees one over the
