@@ -189,6 +189,18 @@ def test_dead_letter_resend_application():
     assert engine_call(lambda e: e.retry_counts("dlq-topic", "dlq-app")) == (1, 0)
 
 
+def _reconsumed(member: APIClient, admin: APIClient, payload: dict) -> tuple[dict, dict]:
+    """File a reconsume application, approve it and wait for its worker: (the approved
+    application's result, the operation's final progress)."""
+    created = member.post(
+        "/api/v1/applications/", {"kind": "reconsume", "payload": payload}, format="json"
+    )
+    assert created.status_code == 201, created.json()
+    approved = admin.post(f"/api/v1/applications/{created.json()['id']}/approve/").json()
+    assert approved["status"] == "approved", approved
+    return approved["result"], _finished(member, created.json()["id"])
+
+
 def _finished(client: APIClient, app_id: int) -> dict:
     """The progress of an application's operation, once its worker has finished it."""
     deadline = time.monotonic() + 60
@@ -228,14 +240,8 @@ def test_reconsume_application_copies_the_span_on_a_worker(worker):
     )
     assert bad.status_code == 400 and "to_ms" in bad.json()["fields"]
     payload = {"consumer": "again-app.again-topic", "from_ms": from_ms, "to_ms": to_ms}
-    created = alice.post(
-        "/api/v1/applications/", {"kind": "reconsume", "payload": payload}, format="json"
-    )
-    assert created.status_code == 201, created.json()
-    approved = root.post(f"/api/v1/applications/{created.json()['id']}/approve/").json()
-    assert approved["status"] == "approved", approved
-    assert approved["result"]["messages"] == 2 and approved["result"]["spans"] == {"0": [0, 2]}
-    state = _finished(alice, created.json()["id"])
+    result, state = _reconsumed(alice, root, payload)
+    assert result["messages"] == 2 and result["spans"] == {"0": [0, 2]}
     assert state["copied"] == {"0": 2}
 
     async def consume(engine: Engine):
@@ -295,14 +301,8 @@ def test_a_broadcast_consumers_clients_each_get_a_reconsumed_span(worker):
     )
     assert refused.status_code == 400 and "client_id" in refused.json()["fields"]
     payload = {"consumer": "fan-app.fan-topic", "from_ms": from_ms, "to_ms": to_ms}
-    created = alice.post(
-        "/api/v1/applications/", {"kind": "reconsume", "payload": payload}, format="json"
-    )
-    assert created.status_code == 201, created.json()
-    approved = root.post(f"/api/v1/applications/{created.json()['id']}/approve/").json()
-    assert approved["status"] == "approved", approved
-    assert approved["result"]["clients"] == ["c1", "c2"]
-    state = _finished(alice, created.json()["id"])
+    result, state = _reconsumed(alice, root, payload)
+    assert result["clients"] == ["c1", "c2"]
     assert state["copied"] == {"0": 2}  # one message for each of two clients
     listed = alice.get("/api/v1/consumers/fan-app.fan-topic/retries/", {"client_id": "c2"})
     assert listed.status_code == 200 and listed.json()["retries"] == 1

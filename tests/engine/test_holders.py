@@ -135,6 +135,18 @@ async def test_a_holder_taken_for_dead_records_its_groups_again(make_engine):
     assert await a.redis.exists(holder_groups_key(a.holders.id)) == 1
 
 
+async def _fetch_within(engine, seconds: float):
+    """A held fetch for another connection, tried until it finds something (or the time
+    is up: the last, empty result)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        got = await engine.fetch("t", "a", owner="conn-2", held=True)
+        if got.found or loop.time() - started >= seconds:
+            return got
+        await asyncio.sleep(0.05)
+
+
 async def test_a_dead_holders_partition_locks_are_dropped_not_those_of_stateless_clients(
     make_engine,
 ):
@@ -153,14 +165,8 @@ async def test_a_dead_holders_partition_locks_are_dropped_not_those_of_stateless
     assert {jmq4.partition, http.partition} == {0, 1}
     b.holders.start()  # a broker process renews and sweeps from its start
     await _die(a)
-    loop = asyncio.get_running_loop()
-    started, got = loop.time(), None
-    while loop.time() - started < 5:
-        got = await b.fetch("t", "a", owner="conn-2", held=True)
-        if got.found:
-            break
-        await asyncio.sleep(0.05)
-    assert got is not None and got.found and got.partition == jmq4.partition
+    got = await _fetch_within(b, 5.0)
+    assert got.found and got.partition == jmq4.partition
     assert [d.record for d in got.messages] == [d.record for d in jmq4.messages]
     assert not (await b.fetch("t", "a", owner="conn-2", held=True)).found  # http's: locked
 
@@ -276,14 +282,8 @@ async def test_a_dead_connections_fetched_retries_come_back_not_a_stateless_clie
     assert jmq4.partition == http.partition == RETRY_PARTITION
     b.holders.start()
     await _die(a)
-    loop = asyncio.get_running_loop()
-    started, got = loop.time(), None
-    while loop.time() - started < 5:
-        got = await b.fetch("t", "a", owner="conn-2", held=True)
-        if got.found:
-            break
-        await asyncio.sleep(0.05)
-    assert got is not None and got.found and got.partition == RETRY_PARTITION
+    got = await _fetch_within(b, 5.0)
+    assert got.found and got.partition == RETRY_PARTITION
     assert [d.index for d in got.messages] == [d.index for d in jmq4.messages]
     assert not (await b.fetch("t", "a", owner="conn-2", held=True)).found  # http's: leased
 
