@@ -40,8 +40,8 @@ from brokers.engine.notify import Notifier, waiter_group
 from brokers.engine.offsets import set_ack
 from brokers.engine.record import with_position
 from brokers.engine.redisio import AnyRedis
-from brokers.engine.retry import RetryPolicy, RetryStore
-from brokers.engine.retry_presence import ASK, RetryPresence
+from brokers.engine.retry import RetryPolicy, retry_stores
+from brokers.engine.retry_presence import RetryPresence, lease_first_due
 from brokers.engine.scan import ScanOutcome, fetch_any
 
 MAX_PARKED = 10_000
@@ -341,28 +341,20 @@ class Fetcher:
     ) -> tuple[FetchResult | None, int | None]:
         """(due retries leased, or None; when none: the earliest retry's due time). A
         broadcast client's own retries first, then the group's."""
-        code, app = req.topic.code, req.app
-        members = (None,) if req.client_id is None else (req.client_id, None)
-        next_due: int | None = None
-        for member in members:
-            store = RetryStore(self._client, code, app, member=member)
-            known = self._retries.look(code, store.owner)
-            if known != ASK:  # nothing due, and no retry was added since the last look
-                due = known or None
-            else:
-                leased, due = await store.lease_or_next_due(
-                    now_ms=now,
-                    lease_ms=req.ack_timeout_ms,
-                    max_items=req.count,
-                    policy=self._retry_policy(req.policy),
-                    holder=req.holder,
-                )
-                self._retries.learned(code, store.owner, found=bool(leased), next_due=due)
-                if leased:
-                    return self._retry_result(req, leased, now), None
-            if due is not None and (next_due is None or due < next_due):
-                next_due = due
-        return None, next_due
+        code = req.topic.code
+        leased, due = await lease_first_due(
+            self._retries,
+            retry_stores(self._client, code, req.app, req.client_id, self._retries.forget),
+            code,
+            now_ms=now,
+            lease_ms=req.ack_timeout_ms,
+            max_items=req.count,
+            policy=self._retry_policy(req.policy),
+            holder=req.holder,
+        )
+        if not leased:
+            return None, due
+        return self._retry_result(req, leased, now), None
 
     def _retry_result(
         self, req: FetchRequest, leased: list[tuple[int, int, int, int, int, bytes]], now: int

@@ -16,6 +16,7 @@ sequence and they die into the group's dead-letter queue.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -295,7 +296,13 @@ class RetryStore:
         """Whose retries these are: the group (its app) or a member (``app#clientId``)."""
         self._on_change = on_change
         self.keys = RetryKeys(topic, app, member)
-        self._k = _keys(self.keys)
+
+    @functools.cached_property
+    def _k(self) -> tuple[str, ...]:
+        """The scripts' keys, made at the first call that needs them: a lease only looks
+        at :class:`~brokers.engine.retry_presence.RetryPresence` by :attr:`owner` first,
+        and most leases stop there."""
+        return _keys(self.keys)
 
     async def _wake_fetchers(self) -> None:
         """Tell parked fetches of the topic to look again (a notification naming no
@@ -476,3 +483,20 @@ class RetryStore:
                 self._client, self._k, [which, "" if before_ms is None else before_ms, *ids]
             )
         )
+
+
+def retry_stores(
+    client: AnyRedis,
+    topic: str,
+    app: str,
+    member: str | None,
+    on_change: Callable[[str, str], None] | None = None,
+) -> list[RetryStore]:
+    """Where a consumer's retries are, in the order it takes them: a broadcast client's
+    own, then the group's (dead letters resent, copies an operator made: for whichever
+    client asks first); a clustering consumer's: the group's. Retry ids are the group's,
+    so each id is in one of them only."""
+    group = RetryStore(client, topic, app, on_change)
+    if member is None:
+        return [group]
+    return [RetryStore(client, topic, app, on_change, member=member), group]

@@ -14,9 +14,10 @@ again at most every :data:`RECHECK_MS`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from brokers.engine.notify import Notifier
+from brokers.engine.retry import RetryPolicy, RetryStore
 
 RECHECK_MS = 1_000
 """How stale "nothing due" may be where no notification would tell of a new retry."""
@@ -69,3 +70,40 @@ class RetryPresence:
         if stamp is None:  # no notification would tell: look again within RECHECK_MS
             until = min(until, self._now_ms() + RECHECK_MS)
         self._empty[key] = (stamp, until, next_due or 0)
+
+
+async def lease_first_due(
+    presence: RetryPresence,
+    stores: Sequence[RetryStore],
+    topic: str,
+    *,
+    now_ms: int,
+    lease_ms: int,
+    max_items: int,
+    policy: RetryPolicy,
+    holder: str | None,
+) -> tuple[list[tuple[int, int, int, int, int, bytes]], int | None]:
+    """Lease the due retries of the first of ``stores`` (:func:`~.retry.retry_stores`)
+    that has some, asking Redis only of those ``presence`` says may hold one due — on
+    the common path this awaits nothing: (the leased rows of
+    :meth:`RetryStore.lease_or_next_due`, or none and the earliest due time of a retry
+    left in any of them, None when they hold none)."""
+    next_due: int | None = None
+    for store in stores:
+        known = presence.look(topic, store.owner)
+        if known != ASK:  # nothing due, and no retry was added since the last look
+            due = known or None
+        else:
+            leased, due = await store.lease_or_next_due(
+                now_ms=now_ms,
+                lease_ms=lease_ms,
+                max_items=max_items,
+                policy=policy,
+                holder=holder,
+            )
+            presence.learned(topic, store.owner, found=bool(leased), next_due=due)
+            if leased:
+                return leased, None
+        if due is not None and (next_due is None or due < next_due):
+            next_due = due
+    return [], next_due

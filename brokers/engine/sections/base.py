@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from brokers.engine.access import (
     Gate,
@@ -45,7 +45,7 @@ from brokers.engine.record import (
     encode_record,
 )
 from brokers.engine.redisio import AnyRedis, Durability
-from brokers.engine.retry import RetryPolicy, RetryStore
+from brokers.engine.retry import RetryPolicy, RetryStore, retry_stores
 from brokers.engine.retry_presence import RetryPresence
 from brokers.engine.shared import FAN_OUT, QueueRetry, SharedDelivery
 
@@ -106,11 +106,40 @@ class EngineBase:
         return RetryStore(self.redis, topic, app, self.retry_presence.forget, member=member)
 
     def _retry_stores(self, topic: str, app: str, member: str | None) -> list[RetryStore]:
-        """Where a consumer's retries are, in the order it takes them: a broadcast
-        client's own, then the group's (dead letters resent, copies an operator made:
-        for whichever client asks first); a clustering consumer's: the group's."""
-        group = self._retries_of(topic, app)
-        return [group] if member is None else [self._retries_of(topic, app, member), group]
+        """:func:`~brokers.engine.retry.retry_stores`, telling :attr:`retry_presence`."""
+        return retry_stores(self.redis, topic, app, member, self.retry_presence.forget)
+
+    async def _settle_retry_ids(
+        self,
+        topic: str,
+        app: str,
+        member: str | None,
+        ids: Sequence[int],
+        *,
+        ok: bool,
+        now_ms: int,
+        policy: RetryPolicy,
+        reason: str = "MaxRetriesExceeded",
+    ) -> tuple[int, int]:
+        """Settle retry ids in whichever of the consumer's stores each is (acked, or a
+        failed attempt), forgotten by this process's lease record: (found, dead-lettered)."""
+        done = dead = 0
+        for store in self._retry_stores(topic, app, member):
+            found, died = await store.settle(
+                ids, ok=ok, now_ms=now_ms, policy=policy, reason=reason, holder=self.holders.id
+            )
+            done, dead = done + found, dead + died
+        return done, dead
+
+    async def _release_held_retries(
+        self, topic: str, app: str, member: str | None, holder: str, ids: Sequence[int] = ()
+    ) -> int:
+        """The consumer's retries ``holder`` still holds leased (all, or those of ``ids``)
+        are due at once; how many (:meth:`RetryStore.release_held`)."""
+        due = 0
+        for store in self._retry_stores(topic, app, member):
+            due += await store.release_held(holder, now_ms=self.now_ms(), ids=ids)
+        return due
 
     def _retry_for(self, policy: ConsumerPolicyInfo) -> RetryPolicy:
         base = self.retry_policy

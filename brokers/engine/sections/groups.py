@@ -25,7 +25,7 @@ from brokers.engine.groups import keep as keep_progress
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import Delivery
 from brokers.engine.record import record_store_time, with_position
-from brokers.engine.retry_presence import ASK
+from brokers.engine.retry_presence import lease_first_due
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.shared import Lease
 from brokers.engine.unbatch import one_by_one
@@ -126,24 +126,19 @@ class GroupSection(EngineBase):
         only when :class:`~brokers.engine.retry_presence.RetryPresence` says one may be
         due: on the common path this awaits nothing."""
         code, app = info.code, policy.app
-        next_due = 0
-        for store in self._retry_stores(code, app, member):
-            due: int | None = self.retry_presence.look(code, store.owner)
-            if due == ASK:  # the store may hold one due now (rarely: see look)
-                leased, due = await store.lease_or_next_due(
-                    now_ms=self.now_ms(),
-                    lease_ms=lease_ms,
-                    max_items=count,
-                    policy=self._retry_for(policy),
-                    holder=self.holders.id,  # handed on at once if this process dies
-                )
-                self.retry_presence.learned(code, store.owner, found=bool(leased), next_due=due)
-                if leased:
-                    deliveries = _retry_deliveries(leased)
-                    return Lease(code, app, RETRY_PARTITION, deliveries, more=True), 0
-            if due and (not next_due or due < next_due):
-                next_due = due
-        return None, next_due
+        leased, due = await lease_first_due(
+            self.retry_presence,
+            self._retry_stores(code, app, member),
+            code,
+            now_ms=self.now_ms(),
+            lease_ms=lease_ms,
+            max_items=count,
+            policy=self._retry_for(policy),
+            holder=self.holders.id,  # handed on at once if this process dies
+        )
+        if not leased:
+            return None, due or 0
+        return Lease(code, app, RETRY_PARTITION, _retry_deliveries(leased), more=True), 0
 
     async def _settle_retries(
         self, topic: str, app: str, ids: Sequence[int], mode: str, member: str | None = None
@@ -155,19 +150,18 @@ class GroupSection(EngineBase):
         ``err_times``), released ones are due again at once."""
         _, policy = self._group_policy(topic, app)
         ids = sorted(set(ids))
-        done = 0
-        for store in self._retry_stores(topic, app, member):
-            if mode == "release":
-                done += await store.retry_now(ids, now_ms=self.now_ms())
-                continue
-            found, _ = await store.settle(
-                ids,
-                ok=mode == "ack",
-                now_ms=self.now_ms(),
-                policy=self._retry_for(policy),
-                holder=self.holders.id,
-            )
-            done += found
+        if mode == "release":
+            stores = self._retry_stores(topic, app, member)
+            return sum([await store.retry_now(ids, now_ms=self.now_ms()) for store in stores])
+        done, _ = await self._settle_retry_ids(
+            topic,
+            app,
+            member,
+            ids,
+            ok=mode == "ack",
+            now_ms=self.now_ms(),
+            policy=self._retry_for(policy),
+        )
         return done
 
     def _group_policy(self, topic: str, app: str) -> tuple[TopicInfo, ConsumerPolicyInfo]:
@@ -342,9 +336,7 @@ class GroupSection(EngineBase):
             info, app, tuple(range(info.partitions)), owner_prefix, client_id, prefix=True
         )
         holder = owner_prefix.removesuffix("/")
-        for store in self._retry_stores(info.code, app, client_id):
-            ranges += await store.release_held(holder, now_ms=self.now_ms())
-        return ranges
+        return ranges + await self._release_held_retries(info.code, app, client_id, holder)
 
     async def expire(self, topic: str) -> int:
         """Expire the messages of a topic with a TTL that no consumer was handed yet (the

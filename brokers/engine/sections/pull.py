@@ -400,13 +400,21 @@ class PullSection(EngineBase):
         every client it registered (each has its progress, so each gets the span).
         InvalidMessage for a broadcast consumer that has no client yet."""
         info, policy = self.topic(topic), self._consumer(topic, app)
-        if not (policy.broadcast or info.type == "broadcast") or client_id is not None:
+        if client_id is not None or not (policy.broadcast or info.type == "broadcast"):
             self._broadcast(info, policy, client_id)
-            return [client_id]
-        clients = await self.broadcast_clients(topic, app, active_within_ms=None)
+        clients = await self._each_client(info, policy, client_id)
         if not clients:
             raise InvalidMessage(f"{policy.name} consumes by broadcast and has no client yet")
-        return list(clients)
+        return clients
+
+    async def _each_client(
+        self, info: TopicInfo, policy: ConsumerPolicyInfo, client_id: str | None
+    ) -> list[str | None]:
+        """Whose progress an operation on the consumer moves: ``client_id`` — for a
+        broadcast consumer without one, every client it ever registered."""
+        if client_id is None and (policy.broadcast or info.type == "broadcast"):
+            return list(await self.broadcast_clients(info.code, policy.app, active_within_ms=None))
+        return [client_id]
 
     async def reconsume_spans(
         self, topic: str, app: str, *, from_ms: int, to_ms: int, clients: int = 1
@@ -485,19 +493,16 @@ class PullSection(EngineBase):
         member: str | None,
     ) -> AckResult:
         """An ack of retry ids: in whichever of the consumer's stores each is."""
-        ids = list(range(start, min(end, start + 10_000)))
-        ok = retry_type is RetryType.NONE
-        done = dead = 0
-        for store in self._retry_stores(topic, app, member):
-            found, died = await store.settle(
-                ids,
-                ok=ok,
-                now_ms=now,
-                policy=self._retry_for(policy),
-                reason=reason or "MaxRetriesExceeded",
-                holder=self.holders.id,
-            )
-            done, dead = done + found, dead + died
+        done, dead = await self._settle_retry_ids(
+            topic,
+            app,
+            member,
+            range(start, min(end, start + 10_000)),
+            ok=retry_type is RetryType.NONE,
+            now_ms=now,
+            policy=self._retry_for(policy),
+            reason=reason or "MaxRetriesExceeded",
+        )
         status = AckStatus.OK if done else AckStatus.ALREADY
         return AckResult(status, end, dead_lettered=dead)
 
@@ -571,10 +576,7 @@ class PullSection(EngineBase):
         self._broadcast(info, policy, client_id)
         if not ids:
             return 0
-        due = 0
-        for store in self._retry_stores(topic, app, client_id):
-            due += await store.release_held(self.holders.id, now_ms=self.now_ms(), ids=ids)
-        return due
+        return await self._release_held_retries(topic, app, client_id, self.holders.id, ids)
 
     async def reset_offsets(
         self,
@@ -597,10 +599,7 @@ class PullSection(EngineBase):
             self._partition(info, p)
         if (position is None) == (timestamp_ms is None):
             raise InvalidMessage("give exactly one of position and timestamp_ms")
-        broadcast = policy.broadcast or info.type == "broadcast"
-        clients: list[str | None] = [client_id]
-        if broadcast and client_id is None:
-            clients = list(await self.broadcast_clients(topic, app, active_within_ms=None))
+        clients = await self._each_client(info, policy, client_id)
         targets: list[int | str] = (
             [position] * len(parts)
             if position is not None
