@@ -109,6 +109,7 @@ def topic_info(t: Topic, *, archived: bool, anonymous_app: str) -> TopicInfo:
         ),
         zbus_mode=t.zbus_mode,
         zbus_token_hash=t.zbus_token_hash,
+        zbus_name=t.zbus_name or "",
         creator=t.creator,
         created_ms=int(t.created_at.timestamp() * 1000),
         archive=archived,

@@ -26,6 +26,7 @@ from brokers.validators import (
     topic_code_validators,
     validate_broker_weights,
     validate_ip_list,
+    validate_zbus_name,
 )
 
 PORT = [MinValueValidator(1), MaxValueValidator(65535)]
@@ -230,6 +231,16 @@ class Topic(models.Model):
         help_text="zbus mqMode bit set: 1 MQ, 2 PubSub, 4 Temp.",
     )
     zbus_token_hash = models.CharField(max_length=64, blank=True, editable=False)
+    zbus_name = models.CharField(
+        max_length=255,
+        unique=True,
+        null=True,
+        blank=True,
+        default=None,
+        validators=[validate_zbus_name],
+        help_text="The name zbus clients call this MQ, where that cannot be a code (it holds"
+        " ':', '{' or letters beyond ASCII, say); empty: they use the code.",
+    )
     surge_alert_receiver = models.CharField(
         max_length=8,
         choices=SurgeReceiver.choices,
@@ -286,6 +297,11 @@ class Topic(models.Model):
             raise ValidationError(
                 {"dead_letter_queue": "A topic's dead letters cannot go back into it."}
             )
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self.zbus_name:
+            self.zbus_name = None  # unique: "no zbus name" must not collide with another
+        super().save(*args, **kwargs)
 
     def set_zbus_token(self, token: str) -> None:
         """Set (or clear, with "") the zbus MQ access token; only its hash is kept."""

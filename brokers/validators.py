@@ -7,6 +7,7 @@ import ipaddress
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 
+from brokers.protocols.zbus import is_valid_mq_name
 from brokers.topic_codes import TOPIC_CODE_PATTERN, is_topic_code
 
 # Topic, app and policy names appear in JMQ4 S2 strings, zbus MQ names, VibeMQ queue
@@ -37,6 +38,22 @@ topic_code_validators = [
     RegexValidator(TOPIC_CODE_PATTERN, "Use letters, digits, '.', '_' or '-'."),
     validate_topic_code,
 ]
+
+
+def validate_zbus_name(value: str) -> None:
+    """A topic's zbus MQ name besides its code: a valid zbus name (zbus.md §7: 1–255 bytes
+    of UTF-8 without whitespace, control characters, ``/ ? & = %``) that is not itself a
+    topic code — a zbus client that names a code gets the topic of that code."""
+    if not is_valid_mq_name(value):
+        raise ValidationError(
+            "Not a zbus MQ name: 1–255 bytes of UTF-8 without whitespace, control"
+            " characters, '/', '?', '&', '=' or '%'."
+        )
+    if is_topic_code(value):
+        raise ValidationError(
+            f"{value!r} is a topic code: zbus clients reach the topic of that code by it."
+            " A zbus name is only for names a code cannot be."
+        )
 
 
 def validate_ip_list(value: object) -> None:

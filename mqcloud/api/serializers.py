@@ -186,6 +186,7 @@ class TopicSerializer(ModelCleanMixin, StrictModelSerializer):
             "dead_letter_queue",
             "max_retry_attempts",
             "zbus_mode",
+            "zbus_name",
             "zbus_token",
             "zbus_token_set",
             "zbus_open",

@@ -11,11 +11,17 @@ from brokers.engine.catalog import BrokerInfo, ProducerPolicyInfo, entity_hash
 TOPICS = [f"t{i}" for i in range(6)]
 APPS = [f"a{i}" for i in range(4)]
 
+ZBUS_SUFFIXES = ("", ":z", ":y")
+"""A topic's zbus name is its code and one of these (none, or renamed): unique in the
+catalog, as the database's constraint keeps them."""
 topics = st.builds(
-    lambda code, partitions, archive: TopicInfo(code=code, partitions=partitions, archive=archive),
+    lambda code, partitions, archive, zbus: TopicInfo(
+        code=code, partitions=partitions, archive=archive, zbus_name=code + zbus if zbus else ""
+    ),
     st.sampled_from(TOPICS),
     st.integers(1, 4),
     st.booleans(),
+    st.sampled_from(ZBUS_SUFFIXES),
 )
 apps = st.builds(
     lambda code, tokens, admin: AppInfo(
@@ -120,6 +126,10 @@ def test_applying_deltas_equals_building_the_result(changes, digest_first):
     assert snapshot.digest == expected.digest
     for topic in TOPICS:
         assert snapshot.consumers_of(topic) == expected.consumers_of(topic)
+        for name in (topic + suffix for suffix in ZBUS_SUFFIXES):
+            assert snapshot.zbus_topic(name) == expected.zbus_topic(name)
+            found = snapshot.zbus_topic(name)
+            assert found is None or name in (found.code, found.zbus_name)
         for app in APPS:
             assert snapshot.consumer(topic, app) == expected.consumer(topic, app)
             assert snapshot.producer(topic, app) == expected.producer(topic, app)

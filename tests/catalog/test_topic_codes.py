@@ -8,8 +8,9 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from brokers.anonymous import open_topic, policy_name
+from brokers.catalog_loader import build_snapshot
 from brokers.models import ConsumerPolicy, Team, Topic
-from brokers.topic_codes import is_topic_code
+from brokers.topic_codes import code_for_name, is_topic_code
 from tests import factories
 from tests.api.test_api import client_for
 
@@ -68,3 +69,51 @@ def test_a_256_character_topic_opens_to_token_less_clients():
     policy = ConsumerPolicy.objects.get(topic=topic)
     assert policy.name == policy_name(topic) and len(policy.name) <= 255
     assert policy.name.startswith("anonymous.qqq")
+
+
+def test_a_name_that_cannot_be_a_code_gets_a_stable_code_of_its_own():
+    for name in ("order:created", "订单", "{tag}", ".", "..", "a b", "é" * 300):
+        code = code_for_name(name)
+        assert is_topic_code(code) and code != name
+        assert code == code_for_name(name)  # every broker derives the same
+    assert code_for_name("order:created").startswith("order_created-")
+    assert code_for_name("订单").startswith("mq-")
+    assert code_for_name("订单") != code_for_name("订单2")
+    assert code_for_name("orders") == "orders"  # a code is its own
+
+
+@pytest.mark.django_db
+def test_the_api_sets_a_zbus_name_only_where_a_code_cannot_serve(client):
+    Team.objects.create(name="red")
+    factories.cluster_with_brokers()
+    root = factories.user("root", admin=True)
+    api = client_for(root)
+    client.force_login(root)
+
+    def create(code: str, zbus_name: object) -> object:
+        body = {"code": code, "cluster": "c1", "team": "red", "zbus_name": zbus_name}
+        return api.post("/api/v1/topics/", body, format="json")
+
+    made = create("orders-cn", "订单")
+    assert made.status_code == 201, made.content
+    assert api.get("/api/v1/topics/orders-cn/").json()["zbus_name"] == "订单"
+    page = client.get("/topics/orders-cn/").content.decode()
+    assert "zbus clients call this MQ <code>订单</code>" in page
+    assert build_snapshot().zbus_topic("订单").code == "orders-cn"  # what brokers load
+    taken = create("a1", "订单")  # another topic's zbus name: a conflict
+    assert taken.status_code == 409 and "zbus_name" in taken.json()["fields"], taken.json()
+    for code, name in (
+        ("a2", "orders"),
+        ("a3", "a/b"),
+        ("a4", "x y"),
+        ("a5", "é" * 128),
+    ):
+        refused = create(code, name)
+        assert refused.status_code == 400 and "zbus_name" in refused.json()["fields"], name
+    for code, name in (("b1", ""), ("b2", None), ("b3", "")):  # none: no clash between them
+        made = create(code, name)
+        assert made.status_code == 201, made.content
+        assert made.json()["zbus_name"] is None
+    changed = api.patch("/api/v1/topics/b1/", {"zbus_name": "order:created"}, format="json")
+    assert changed.status_code == 200 and changed.json()["zbus_name"] == "order:created"
+    assert Topic.objects.get(code="b1").zbus_name == "order:created"

@@ -61,12 +61,17 @@ EDGES = tuple(
     + ["empty-payload", "newline", "same-ids", "max-size"]
     + [f"priority.{c}" for c in ("zbus", "vibemq-tcp")]
     + [f"retried.{c}" for c in ("zbus", "vibemq-tcp", "vibemq-ws")]
+    + [f"zbus-name.{c}" for c in ("jmq4", "zbus", "vibemq-tcp", "vibemq-ws", "httpmq")]
 )
 """Topics ``x.edge.<name>`` of the edge cases (:mod:`.test_edges`), made like the pairs'."""
 
 
 PASSWORD = "pw-Secret-123"
 """The password :func:`tests.factories.user` gives every user."""
+
+
+ZBUS_NAMES = {f"x.edge.zbus-name.{c}": f"订单:{c}" for c in PROTOCOLS}
+"""Topics zbus clients call by a name a code cannot be (their ``zbus_name``)."""
 
 
 def topic_for(producer: str, consumer: str) -> str:
@@ -144,6 +149,8 @@ def build_catalog(redis_url: str) -> Catalog:
         Topic.objects.filter(code__startswith="x.edge.priority.").update(
             delivery_mode=Topic.DeliveryMode.PRIORITY_BASED
         )
+        for code, name in ZBUS_NAMES.items():
+            Topic.objects.filter(code=code).update(zbus_name=name)
         Topic.objects.filter(code="x.edge.max-size").update(
             max_queue_size=2, overflow_policy=Topic.Overflow.BLOCK_PUBLISHER
         )

@@ -21,7 +21,10 @@
   group, whatever protocol its members speak;
 * and the other way round, the group's **retries** (a message copied into its retry store,
   as a JMQ4 consumer's retry or an operator's resend of dead letters does) reach its zbus
-  and VibeMQ consumers, and leave the store once they ack.
+  and VibeMQ consumers, and leave the store once they ack;
+* an MQ whose **zbus name** cannot be a topic code (``订单:…``): produced over zbus by that
+  name, it is consumed over every other protocol by the topic's code, and produced over
+  JMQ4 by the code, it is consumed over zbus by the name.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from brokers.protocols.jmq4 import (
     ProduceTopic,
 )
 from tests.access.conftest import until
-from tests.crossproto.conftest import World
+from tests.crossproto.conftest import ZBUS_NAMES, World
 from tests.crossproto.wire import (
     BINARY,
     CONSUME,
@@ -54,10 +57,14 @@ from tests.crossproto.wire import (
     consume_zbus,
     diff,
     jmq4_session,
+    produce_zbus,
     settled_everywhere,
     stored_form,
     vibemq_session,
     zbus_consume_frame,
+)
+from tests.crossproto.wire import (
+    produce_jmq4 as produce_jmq4_wire,
 )
 from tests.zbus.conftest import Raw as ZbusRaw
 from tests.zbus.conftest import msg
@@ -363,3 +370,27 @@ async def test_a_groups_retries_reach_its_push_consumers(consumer: str, world: W
 async def _backlog(world: World, topic: str) -> bool:
     stats = await world.engine.group_stats(topic, world.owner)
     return stats.backlog == 0 and stats.in_flight == 0
+
+
+@pytest.mark.parametrize("consumer", ["jmq4", *OTHERS])
+async def test_an_mq_called_by_its_zbus_name_is_the_topic_every_protocol_uses(
+    consumer: str, world: World, conns: Conns
+):
+    topic = f"x.edge.zbus-name.{consumer}"
+    name = ZBUS_NAMES[topic]
+    if consumer == "zbus":  # the other way round: produced by the code, consumed by the name
+        sent = await produce_jmq4_wire(world, topic, conns)
+        producer = "jmq4"
+    else:
+        sent = await produce_zbus(world, name, conns)
+        producer = "zbus"
+    problems = await stored_form(world, topic, producer, sent)
+    counts = Counts(world, topic, conns)
+    problems += await waiting(counts, len(sent))
+    if consumer == "zbus":
+        got, nothing_more = await consume_zbus(world, name, len(sent), conns)
+    else:
+        got, nothing_more = await CONSUME[consumer](world, topic, len(sent), conns)
+    problems += compare(consumer, producer, sent, got, topic)
+    problems += await settled_everywhere(world, topic, consumer, nothing_more, counts, len(sent))
+    assert not problems, f"{producer} -> {consumer} on {topic} ({name}):\n" + "\n".join(problems)

@@ -64,7 +64,7 @@ from brokers.protocols.jmq4 import (
 )
 from brokers.protocols.zbus import Message as ZbusMessage
 from proxy.httpmq.messages import message_id as httpmq_message_id
-from tests.crossproto.conftest import World
+from tests.crossproto.conftest import ZBUS_NAMES, World
 from tests.jmq4.raw import RawClient
 from tests.zbus.conftest import Raw as ZbusRaw
 from tests.zbus.conftest import msg
@@ -308,7 +308,7 @@ async def zbus_counts(world: World, topic: str, conns: Conns) -> dict[str, int]:
     await raw.send(msg("cmd: admin", "sub_cmd: data", "msgid: d1"))
     reply = await _zbus_recv(raw)
     assert reply.status == 200, reply
-    info = json.loads(reply.body)["mqTable"][topic]
+    info = json.loads(reply.body)["mqTable"][ZBUS_NAMES.get(topic, topic)]
     await raw.close()
     conns.remove(raw)
     return {

@@ -9,6 +9,7 @@ from django.db import connection
 
 from brokers.clients.zbus import ZbusClient, ZbusError
 from brokers.models import Topic
+from brokers.topic_codes import code_for_name, is_topic_code
 from tests.zbus.conftest import Raw, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -102,7 +103,10 @@ async def test_create_mq_outcomes(broker) -> None:
             ({"mqName": "x", "mqMode": "q"}, "Bad format: mqMode invalid"),
             ({"mqMode": 1}, "Bad format: Missing mq_name filed"),
             ({"mqName": "a b", "mqMode": 1}, "Bad format: mqName invalid"),
-            ({"mqName": "bad*chars", "mqMode": 1}, "Bad format: mqName invalid"),
+            ({"mqName": "a/b", "mqMode": 1}, "Bad format: mqName invalid"),
+            ({"mqName": "a?b", "mqMode": 1}, "Bad format: mqName invalid"),
+            ({"mqName": "100%", "mqMode": 1}, "Bad format: mqName invalid"),
+            ({"mqName": "k=v&x", "mqMode": 1}, "Bad format: mqName invalid"),
         ]
         for body, text in cases:
             reply = await c.invoke({"cmd": "admin", "sub_cmd": "create_mq"}, orjson.dumps(body))
@@ -116,10 +120,48 @@ async def test_create_mq_outcomes(broker) -> None:
         for name in ("_private", "-dash", ".dot"):  # catalog codes as VibeMQ names (§13)
             assert (await c.create_mq(name, 1)).status == 200
             assert (await c.produce(name, b"z")).status == 200
-        for name in (".", ".."):
-            body = orjson.dumps({"mqName": name, "mqMode": 1})
-            reply = await c.invoke({"cmd": "admin", "sub_cmd": "create_mq"}, body)
-            assert reply.status == 400 and reply.body.startswith(b"Bad format: mqName invalid")
+        for name in (".", ".."):  # valid zbus names (§7), though no codes: their own codes
+            assert (await c.create_mq(name, 1)).status == 200
+            assert (await c.produce(name, b"dot")).status == 200
+
+
+async def test_an_mq_name_a_topic_code_cannot_be_is_kept_as_the_topics_zbus_name(broker) -> None:
+    """zbus.md §7: an MQ name is any 1–255 bytes of UTF-8 without whitespace, controls or
+    ``/ ? & = %`` — ``:``, ``*``, ``{`` and letters beyond ASCII included. Such an MQ is a
+    topic with a code derived from its name; zbus clients call it by the name (create
+    again, produce, consume, the admin data), other protocols and the console by the code."""
+    names = ["order:created", "订单", "bad*chars", "{tag}", "a.b:c", "é" * 127]
+    async with ZbusClient("127.0.0.1", broker.port, timeout=5) as c:
+        for name in names:
+            assert (await c.create_mq(name, 1)).status == 200, name
+            assert (await c.create_mq(name, 1)).status == 200, name  # exists: 200 again
+            assert (await c.produce(name, name.encode())).status == 200, name
+        rows = await sync_to_async(_zbus_names)()
+        for name in names:
+            code = rows[name]
+            assert code != name and is_topic_code(code) and code == code_for_name(name)
+        assert rows["order:created"].startswith("order_created-")
+        assert rows["订单"].startswith("mq-")
+        data = await c.data()
+        assert set(names) <= set(data["mqTable"]) and not set(rows.values()) & set(data["mqTable"])
+        assert data["mqTable"]["订单"]["unconsumedMsgCount"] == 1
+        for name in names:
+            got = await c.consume(name, window=1)
+            assert (got.status, got.body) == (200, name.encode()), name
+        # the code reaches the same MQ (what JMQ4, VibeMQ and HTTP-MQ clients use)
+        assert (await c.produce(rows["订单"], b"by code")).status == 200
+        got = await c.consume("订单", window=1)
+        assert got.body == b"by code"
+        body = orjson.dumps({"mqName": "订单", "mqMode": 2})  # its mode is the existing MQ's
+        wrong = await c.invoke({"cmd": "admin", "sub_cmd": "create_mq"}, body)
+        assert (wrong.status, wrong.body) == (400, b"Bad format: Pubsub, type not matched")
+
+
+def _zbus_names() -> dict[str, str]:
+    try:
+        return dict(Topic.objects.exclude(zbus_name=None).values_list("zbus_name", "code"))
+    finally:
+        connection.close()
 
 
 async def test_track_sub(broker) -> None:

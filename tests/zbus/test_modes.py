@@ -497,3 +497,34 @@ async def _drain(conn: Raw) -> list[Message]:
             out.append(await conn.recv(wait=0.2))
         except TimeoutError:
             return out
+
+
+async def test_pubsub_and_rpc_on_mqs_called_by_names_no_code_can_be(broker) -> None:
+    """A pub/sub MQ and a service MQ whose names hold ':' and CJK letters (zbus.md §7):
+    subscribers, requests and replies reach them by those names."""
+    async with ZbusClient("127.0.0.1", broker.port, timeout=5) as c:
+        assert (await c.create_mq("新闻:体育", 2)).status == 200
+        assert (await c.create_mq("服务:rpc", 1)).status == 200
+    sub, worker, p = [await Raw.open(broker.port) for _ in range(3)]
+    try:
+        await sub.send(msg("cmd: consume", "mq: 新闻:体育", "msgid: s", "topic: *", "window: -1"))
+        for _ in range(50):  # the subscription registers concurrently with this test
+            await p.send(msg("cmd: admin", "sub_cmd: data"))
+            info = orjson.loads((await p.recv()).body)["mqTable"]["新闻:体育"]
+            if info["consumerInfoList"]:
+                break
+        await p.send(msg("cmd: produce", "mq: 新闻:体育", "msgid: g", "topic: x", body=b"goal"))
+        assert (await p.recv()).status == 200
+        got = await sub.recv()
+        assert (got.body, got.msgid) == (b"goal", "s")
+        await p.send(msg("cmd: request", "mq: 服务:rpc", "msgid: r1", body=b"q"))
+        await worker.send(msg("cmd: consume", "mq: 服务:rpc", "msgid: w", "window: 1"))
+        call = await worker.recv()
+        assert call.body == b"q"
+        reply = ["cmd: produce", f"mq: {call.headers['mq_reply']}", "msgid: r1", "ack: 0"]
+        await worker.send(msg(*reply, body=b"a"))
+        answer = await p.recv()
+        assert (answer.body, answer.msgid) == (b"a", "r1")
+    finally:
+        for r in (sub, worker, p):
+            await r.close()

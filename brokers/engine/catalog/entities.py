@@ -83,6 +83,9 @@ class TopicInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, g
     queue: QueueSettings = QueueSettings()
     zbus_mode: int = 0
     zbus_token_hash: str = ""
+    zbus_name: str = ""
+    """The topic's zbus MQ name where that is not its code (zbus names may hold ``:`` or
+    any UTF-8 letter, codes may not); empty: zbus clients call it by its code."""
     creator: str = ""
     created_ms: int = 0
     archive: bool = False

@@ -138,6 +138,7 @@ class CatalogSnapshot:
         "_digest",
         "_producer_pairs",
         "_producers",
+        "_zbus_names",
         "apps",
         "brokers",
         "topics",
@@ -179,6 +180,7 @@ class CatalogSnapshot:
         self._custom_dlqs = Map(
             {name: t.code for t in self.topics.values() for name in _named_dlq(t)}
         )
+        self._zbus_names = Map({n: t.code for t in self.topics.values() for n in _zbus_name(t)})
         self._digest: int | None = None
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -219,6 +221,15 @@ class CatalogSnapshot:
         """The topic whose dead-letter queue was named ``dlq`` in its settings (not the
         default ``<code>.dlq``), if any."""
         return self._custom_dlqs.get(dlq)
+
+    def zbus_topic(self, name: str) -> TopicInfo | None:
+        """The topic a zbus client calls ``name``: the one of that code, else the one
+        whose zbus MQ name it is (a name that is not a code: :attr:`TopicInfo.zbus_name`)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            code = self._zbus_names.get(name)
+            topic = self.topics.get(code) if code is not None else None
+        return topic
 
     def consumers_of(self, topic: str) -> tuple[ConsumerPolicyInfo, ...]:
         """Every consumer policy (consumer group) on ``topic``, by name."""
@@ -300,6 +311,7 @@ class CatalogSnapshot:
         object.__setattr__(new, "version", delta.version)
         object.__setattr__(new, "brokers", replace("brokers", self.brokers, delta.brokers))
         new._custom_dlqs = _reindex_codes(self._custom_dlqs, self.topics, delta.topics, _named_dlq)
+        new._zbus_names = _reindex_codes(self._zbus_names, self.topics, delta.topics, _zbus_name)
         object.__setattr__(new, "topics", replace("topics", self.topics, delta.topics))
         new._apps_by_token_hash = _reindex_codes(
             self._apps_by_token_hash, self.apps, delta.apps, _token_hashes
@@ -428,6 +440,11 @@ def _token_hashes(app: AppInfo) -> Iterable[str]:
 def _named_dlq(topic: TopicInfo) -> Iterable[str]:
     """The dead-letter queue name ``topic``'s settings give (none: ``<code>.dlq``)."""
     return (topic.queue.dead_letter_queue,) if topic.queue.dead_letter_queue else ()
+
+
+def _zbus_name(topic: TopicInfo) -> Iterable[str]:
+    """The zbus MQ name ``topic`` has besides its code, if any."""
+    return (topic.zbus_name,) if topic.zbus_name else ()
 
 
 def _reindex_codes(

@@ -7,7 +7,9 @@ A new MQ is a one-partition topic led by this broker, in the broker's cluster, o
 ``zbus`` team, unbounded as zbus 5's queues were (its retention applies).
 It is open to token-less clients, as zbus 5 MQs were (zbus.md §13.3a): the ``zbus`` team's
 anonymous app gets its producer and consumer policies; an access token, when given,
-still guards it.
+still guards it. An MQ name that cannot be a topic code (``order:created``, ``订单``) gets
+the code :func:`~brokers.topic_codes.code_for_name` derives and keeps its name as the
+topic's ``zbus_name``: other protocols and the console use the code.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 
 from brokers.anonymous import open_topic
 from brokers.models import Broker, PartitionGroup, Team, Topic
+from brokers.topic_codes import code_for_name
 
 ZBUS_TEAM = "zbus"
 
@@ -34,16 +38,25 @@ class Outcome:
     """Non-empty when the catalog refused the name (its own naming rule)."""
 
 
+def _existing_mode(name: str) -> int | None:
+    """The zbus mode of the topic a zbus client calls ``name``, if there is one."""
+    found = Topic.objects.filter(Q(code=name) | Q(zbus_name=name)).values_list("zbus_mode")
+    row = found.first()
+    return None if row is None else row[0]
+
+
 def _create(name: str, mode: int, token: str, creator: str, broker_id: int) -> Outcome:
-    existing = Topic.objects.filter(code=name).values_list("zbus_mode", flat=True).first()
+    existing = _existing_mode(name)
     if existing is not None:
         return Outcome(False, existing)
+    code = code_for_name(name)
     broker = Broker.objects.get(id=broker_id)
     try:
         with transaction.atomic():
             team, _ = Team.objects.get_or_create(name=ZBUS_TEAM)
             topic = Topic(
-                code=name,
+                code=code,
+                zbus_name=None if code == name else name,
                 cluster=broker.cluster,
                 team=team,
                 partitions=1,
@@ -57,11 +70,13 @@ def _create(name: str, mode: int, token: str, creator: str, broker_id: int) -> O
             PartitionGroup.objects.create(topic=topic, group_id=0, leader=broker, partitions=[0])
             open_topic(topic)
     except ValidationError as exc:
-        if "code" in getattr(exc, "error_dict", {}) and Topic.objects.filter(code=name).exists():
+        if {"code", "zbus_name"} & set(getattr(exc, "error_dict", {})) and _existing_mode(
+            name
+        ) is not None:
             return _create(name, mode, token, creator, broker_id)
         return Outcome(False, mode, invalid="; ".join(exc.messages))
     except IntegrityError:  # created concurrently by another broker
-        existing = Topic.objects.filter(code=name).values_list("zbus_mode", flat=True).first()
+        existing = _existing_mode(name)
         return Outcome(False, existing if existing is not None else mode)
     return Outcome(True, mode)
 

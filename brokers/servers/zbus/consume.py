@@ -31,12 +31,12 @@ async def consume(ctx: ServerContext, conn: Connection, msg: Message) -> None:
         else:
             mq.temp.wait(conn, msg.msgid, msg.window, msg.aliases)
         return
-    async with conn.ordered("consume", mq.name):  # a later consume replaces an earlier one
+    async with conn.ordered("consume", mq.code):  # a later consume replaces an earlier one
         if mq.pubsub:
-            runtime = pubsub_for(ctx, mq.name)
+            runtime = pubsub_for(ctx, mq.code)
             await runtime.consume(conn, msg.msgid, msg.window, msg.topics, msg.aliases, app)
         else:
-            await queue_for(ctx, mq.name).consume(conn, msg.msgid, msg.window, msg.aliases, app)
+            await queue_for(ctx, mq.code).consume(conn, msg.msgid, msg.window, msg.aliases, app)
 
 
 def consume_now(ctx: ServerContext, conn: Connection, msg: Message) -> bool:
@@ -68,6 +68,6 @@ def consume_now(ctx: ServerContext, conn: Connection, msg: Message) -> bool:
             app, allowed = consumer_gate(ctx, conn, mq, token)
         except (Forbidden, EngineError):
             return False
-        queue = queue_for(ctx, mq.name)
+        queue = queue_for(ctx, mq.code)
         conn.consuming = (weakref.ref(snapshot), name, token, queue, app, allowed)
     return queue.consume_now(conn, msg.msgid, msg.window, msg.aliases, app, allowed=allowed)

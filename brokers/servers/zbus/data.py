@@ -24,19 +24,19 @@ NO_CONSUMER_LOAD = sys.float_info.max
 
 def _consumers(ctx: ServerContext, mq: MqRef) -> list[dict[str, Any]]:
     now = Connection.now()
-    recent = ctx.activity.get(mq.name, {})
+    recent = ctx.activity.get(mq.code, {})
     parked: dict[Connection, bool] = {}
     topics: dict[Connection, list[str]] = {}
     if mq.temp is not None:
         for waiter in mq.temp.waiters.values():
             parked[waiter.conn] = True
     elif mq.pubsub:
-        runtime = ctx.pubsubs.get(mq.name)
+        runtime = ctx.pubsubs.get(mq.code)
         for conn, sub in (runtime.subscribers if runtime else {}).items():
             parked[conn] = sub.window != 0
             topics[conn] = sorted(sub.topics)
     else:
-        runtime = ctx.queues.get(mq.name)
+        runtime = ctx.queues.get(mq.code)
         for session in runtime.line if runtime else ():
             parked[session.conn] = session.active
     out = []
@@ -62,12 +62,12 @@ async def _counts(ctx: ServerContext, mq: MqRef) -> tuple[int, int, dict[str, in
     if mq.temp is not None:
         return mq.temp.unconsumed(), 0, {}
     if mq.pubsub:
-        runtime = ctx.pubsubs.get(mq.name)
+        runtime = ctx.pubsubs.get(mq.code)
         buffered = runtime.buffered() if runtime else 0
         subscribers = len(runtime.subscribers) if runtime else 0
         return buffered, 0, {"subscriberCount": subscribers, "bufferedMsgCount": buffered}
     try:
-        stats: GroupStats = await ctx.engine.queue_stats(mq.name)
+        stats: GroupStats = await ctx.engine.queue_stats(mq.code)
     except EngineError:
         return 0, 0, {}
     return stats.message_count, stats.in_flight, {}
@@ -99,8 +99,10 @@ async def mq_info(ctx: ServerContext, mq: MqRef, broker: str) -> dict[str, Any]:
 
 
 def mq_names(ctx: ServerContext) -> list[str]:
-    """Every MQ this broker serves: catalog topics, then its Temp MQs."""
-    return sorted(ctx.snapshot.topics) + sorted(ctx.temps)
+    """Every MQ this broker serves, as zbus clients call them: catalog topics (by their
+    zbus name where they have one, else their code), then its Temp MQs."""
+    topics = ctx.snapshot.topics.values()
+    return sorted(t.zbus_name or t.code for t in topics) + sorted(ctx.temps)
 
 
 async def broker_data(ctx: ServerContext, names: Sequence[str] | None = None) -> dict[str, Any]:

@@ -3,7 +3,10 @@ then (for produce) the Temp MQs other brokers registered in Redis.
 
 Every catalog topic is a zbus MQ; its ``zbus_mode`` says queue or pub/sub (the PubSub bit
 decides, §7) and its ``zbus_token_hash`` is the hashed MQ access token (empty: open).
-Queue and pub/sub MQs use partition 0 of their topic.
+Queue and pub/sub MQs use partition 0 of their topic. A client calls a topic by its code
+or, where the MQ's name cannot be a code (``order:created``, ``订单``), by its
+``zbus_name``: :class:`MqRef` keeps the name the client said (for replies and listings)
+and the code (for the engine and this server's runtimes).
 """
 
 from __future__ import annotations
@@ -26,11 +29,19 @@ class MqRef:
     """An MQ as a handler needs it."""
 
     name: str
+    """As the client said it (replies, listings)."""
     mode: int
     topic: TopicInfo | None = None
     temp: TempMq | None = None
     remote: RemoteTemp | None = None
     """A Temp MQ of another broker (produce forwards to it, see :mod:`.relay`)."""
+    code: str = ""
+    """The topic's code: what the engine, the queue and pub/sub runtimes and the activity
+    record know it by (a Temp MQ's is its name)."""
+
+    def __post_init__(self) -> None:
+        if not self.code:
+            object.__setattr__(self, "code", self.topic.code if self.topic else self.name)
 
     @property
     def pubsub(self) -> bool:
@@ -45,10 +56,10 @@ def lookup(ctx: ServerContext, name: str | None) -> MqRef | None:
     temp = ctx.temps.get(name)
     if temp is not None:
         return MqRef(name, temp.mode, temp=temp)
-    topic = ctx.snapshot.topics.get(name)
+    topic = ctx.snapshot.zbus_topic(name)
     if topic is None:
         return None
-    return MqRef(name, topic.zbus_mode, topic=topic)
+    return MqRef(name, topic.zbus_mode, topic=topic, code=topic.code)
 
 
 async def lookup_anywhere(ctx: ServerContext, name: str | None) -> MqRef | None:

@@ -59,7 +59,7 @@ def authorize(
         return consumer_gate(ctx, conn, mq, token)[0]
     app = acting_app(ctx.snapshot, mq, token)
     if mq.topic is not None:
-        ctx.engine.authorize_producer(mq.name, app, conn.remote_addr)
+        ctx.engine.authorize_producer(mq.code, app, conn.remote_addr)
     return app
 
 
@@ -72,7 +72,7 @@ def consumer_gate(
     app = acting_app(ctx.snapshot, mq, token)
     if mq.topic is None:
         return app, True
-    return app, ctx.engine.authorize_consumer(mq.name, app, conn.remote_addr)
+    return app, ctx.engine.authorize_consumer(mq.code, app, conn.remote_addr)
 
 
 async def store(ctx: ServerContext, conn: Connection, mq: MqRef, app: str, msg: Message) -> None:
@@ -83,11 +83,11 @@ async def store(ctx: ServerContext, conn: Connection, mq: MqRef, app: str, msg: 
         return
     if mq.remote is not None:
         assert ctx.relay is not None
-        async with conn.ordered("produce", mq.name):
+        async with conn.ordered("produce", mq.code):
             if not await ctx.relay.forward(mq.remote, msg):
                 raise Refuse(404, mq_not_found(mq.name))
         return
-    await line_for(ctx, conn, mq.name, mq.pubsub).submit(app, to_engine(msg))
+    await line_for(ctx, conn, mq.code, mq.pubsub).submit(app, to_engine(msg))
 
 
 async def produce(ctx: ServerContext, conn: Connection, msg: Message) -> None:
@@ -128,7 +128,7 @@ def produce_now(
         headers.update(stamp_updates(ctx, conn, msg))
         headers.pop(Header.TOKEN, None)
         messages.append(to_engine(msg, headers=headers))
-    done = line_for(ctx, conn, mq.name, mq.pubsub).submit_many(app, messages)
+    done = line_for(ctx, conn, mq.code, mq.pubsub).submit_many(app, messages)
 
     def answer(done: asyncio.Future[Outcomes]) -> None:
         if done.cancelled():  # the connection went away before they were stored

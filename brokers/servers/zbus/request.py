@@ -43,7 +43,7 @@ async def request(ctx: ServerContext, conn: Connection, msg: Message) -> None:
     forward = msg.with_headers({**_FORWARD, Header.MQ_REPLY: reply_name})
     temp = ctx.temps.get(reply_name)
     if temp is None:
-        if reply_name in ctx.snapshot.topics:
+        if ctx.snapshot.zbus_topic(reply_name) is not None:
             # a catalog MQ: the reply is stored there like any produce (§10.2 creates the
             # reply queue only if it does not exist; a Temp MQ of that name would shadow
             # the MQ for everyone, its produces kept in memory only)
@@ -103,7 +103,7 @@ def request_now(
     headers.update(_FORWARD)
     headers[Header.MQ_REPLY] = reply_name
     headers.pop(Header.TOKEN, None)
-    done = line_for(ctx, conn, mq.name, mq.pubsub).submit_many(
+    done = line_for(ctx, conn, mq.code, mq.pubsub).submit_many(
         app, [to_engine(msg, headers=headers)]
     )
 
