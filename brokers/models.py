@@ -541,6 +541,12 @@ class ProducerPolicy(PolicyBase):
                 )
 
 
+FAN_OUT_MODES = (
+    Topic.DeliveryMode.FAN_OUT_WITH_ACK,
+    Topic.DeliveryMode.FAN_OUT_WITHOUT_ACK,
+)
+
+
 class ConsumerPolicy(PolicyBase):
     """How one app consumes one topic (JMQ4 consumer policy, MQCloud consumer)."""
 
@@ -629,6 +635,19 @@ class ConsumerPolicy(PolicyBase):
                 name="consumer_rate_limit_min",
             ),
         ]
+
+    @property
+    def fan_out_members(self) -> bool:
+        """Whether its clients are the members of a fan-out queue (VibeMQ FanOutWithAck or
+        FanOutWithoutAck subscribers), each with progress and retries of its own."""
+        return self.mode != self.Mode.BROADCAST and self.topic.delivery_mode in FAN_OUT_MODES
+
+    @property
+    def per_client(self) -> bool:
+        """Whether its clients each have progress and retries of their own: a broadcast
+        consumer's clients, or a fan-out queue's members."""
+        broadcast = self.mode == self.Mode.BROADCAST or self.topic.type == Topic.Type.BROADCAST
+        return broadcast or self.fan_out_members
 
     def clean(self) -> None:
         super().clean()

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from brokers.engine.keys import PartitionKeys
+from brokers.engine.keys import GroupKeys, PartitionKeys, consumer_id
 from brokers.engine.model import Delivery
 from brokers.engine.read import READ_FN, parse_spans
 from brokers.engine.redisio import AnyRedis, Script, run_pipelined
@@ -900,6 +900,55 @@ async def keep(client: AnyRedis, topic: str, partitions: Sequence[int] | range, 
         for key in progress_keys(topic, p, cid):
             pipe.persist(key)
         await pipe.execute()
+
+
+FORGET_MEMBERS = Script(
+    """
+-- KEYS[1]: a group's members. ARGV: member, score pairs: each goes if its score is still
+-- that (one that joined again meanwhile has a new score and stays).
+local n = 0
+for i = 1, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    n = n + 1
+  end
+end
+return n
+"""
+)
+
+
+async def add_member(client: AnyRedis, topic: str, app: str, member: str, now_ms: int) -> None:
+    """List fan-out ``member`` among ``app``'s group members on ``topic`` (it joined)."""
+    await client.zadd(GroupKeys(topic, app).members, {member: now_ms})
+
+
+async def drop_member(client: AnyRedis, topic: str, app: str, member: str) -> None:
+    """``member`` left for good: off the list."""
+    await client.zrem(GroupKeys(topic, app).members, member)
+
+
+async def members(client: AnyRedis, topic: str, app: str) -> list[str]:
+    """The listed fan-out members of ``app``'s group on ``topic`` that still have progress
+    (its state in partition 0: every partition's is made when it joins). Those whose
+    progress is gone — a durable member away past its keep time — leave the list here,
+    unless they joined again meanwhile. Two round trips (three with some gone)."""
+    key = GroupKeys(topic, app).members
+    listed = await client.zrange(key, 0, -1, withscores=True)
+    if not listed:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for member, _ in listed:
+        pipe.exists(PartitionKeys(topic, 0).state(consumer_id(app, member.decode())))
+    present = await pipe.execute()
+    gone: list[object] = []
+    for (member, score), there in zip(listed, present, strict=True):
+        if not there:
+            gone += [member, score]
+    if gone:
+        await FORGET_MEMBERS(client, (key,), gone)
+    return [m.decode() for (m, _), there in zip(listed, present, strict=True) if there]
 
 
 EXPIRE = Script(

@@ -215,6 +215,12 @@ class GroupKeys:
         """Broadcast client registry: clientId -> last access (ms)."""
         return f"{self.tag}:clients"
 
+    @property
+    def members(self) -> str:
+        """Fan-out members of the group: member id -> when it last joined (ms); one that
+        left for good is removed."""
+        return f"{self.tag}:members"
+
     def resend(self, client_id: str | None) -> str:
         """Operator resend list of ``partition:index`` entries."""
         return f"{self.tag}:resend" + ("" if client_id is None else f":{client_id}")

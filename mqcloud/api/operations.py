@@ -284,7 +284,7 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
         ``client_id`` names a broadcast consumer's client (404 for other consumers)."""
         consumer = self.get_object()
         client_id = validated_query(ProgressQuery, request).get("client_id")
-        if client_id and consumer.mode != ConsumerPolicy.Mode.BROADCAST:
+        if client_id and not consumer.per_client:
             # A valid parameter naming what this consumer does not have: no such progress.
             raise exceptions.NotFound(
                 "This consumer is not broadcast: it has no per-client progress."
@@ -349,8 +349,9 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
 
 
 def _client_of(consumer: ConsumerPolicy, client_id: str | None) -> str | None:
-    """``client_id`` if the consumer is broadcast (its clients have retries of their
-    own); naming one of a clustering consumer: 404, there is no such store."""
-    if client_id and consumer.mode != ConsumerPolicy.Mode.BROADCAST:
+    """``client_id`` if the consumer is broadcast or on a fan-out queue (its clients or
+    members have retries of their own); naming one of a clustering consumer: 404, there is
+    no such store."""
+    if client_id and not consumer.per_client:
         raise exceptions.NotFound("This consumer is not broadcast: it has no per-client retries.")
     return client_id or None

@@ -342,7 +342,8 @@ def _dlq_resend(user, payload: dict) -> Prepared:
 
 class ReconsumeSerializer(serializers.Serializer):
     """A time span whose messages a consumer gets again (copied into its retry store); a
-    broadcast consumer's one client, or without ``client_id`` every client."""
+    broadcast consumer's one client (a fan-out queue's one member), or without
+    ``client_id`` every client (member)."""
 
     consumer = serializers.CharField(max_length=255)
     from_ms = serializers.IntegerField(min_value=0, max_value=2**53)
@@ -367,11 +368,8 @@ def _reconsume(user, payload: dict) -> Prepared:
         "app__team",
         name=data["consumer"],
     )
-    broadcast = (
-        policy.mode == ConsumerPolicy.Mode.BROADCAST or policy.topic.type == Topic.Type.BROADCAST
-    )
     client_id = data.get("client_id")
-    if client_id is not None and not broadcast:
+    if client_id is not None and not policy.per_client:
         raise serializers.ValidationError(
             {"client_id": "This consumer consumes by clustering: its clients share one progress."}
         )

@@ -134,7 +134,7 @@ def _progress_context(consumer: ConsumerPolicy, client_id: str | None) -> dict:
 
 
 def _client_id(request: HttpRequest, consumer: ConsumerPolicy) -> str | None:
-    if consumer.mode != ConsumerPolicy.Mode.BROADCAST:
+    if not consumer.per_client:
         return None
     value = request.GET.get("client", "")[:128]
     return value or None
@@ -146,9 +146,13 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
     client_id = _client_id(request, consumer)
     context = _progress_context(consumer, client_id)
     clients: list[str] = []
-    if consumer.mode == ConsumerPolicy.Mode.BROADCAST:
+    if consumer.per_client:
+        topic, app = consumer.topic.code, consumer.app.code
         try:
-            clients = engine_calls.broadcast_clients(consumer.topic.code, consumer.app.code)
+            if consumer.fan_out_members:
+                clients = engine_calls.members(topic, app)
+            else:
+                clients = engine_calls.broadcast_clients(topic, app)
         except engine_calls.EngineUnavailable:
             clients = []
     try:

@@ -142,6 +142,11 @@ def broadcast_clients(topic: str, app: str) -> list[str]:
     return run(lambda e: e.broadcast_clients(topic, app, active_within_ms=None))
 
 
+def members(topic: str, app: str) -> list[str]:
+    """The members of a fan-out queue's group (its subscribers with progress)."""
+    return run(lambda e: e.members(topic, app))
+
+
 def read_range(topic: str, partition: int, start: int, count: int) -> list[MessageRow]:
     """Up to ``count`` records of one partition from ``start``; :class:`PastTheEnd` when
     ``start`` lies beyond the next index to be written."""

@@ -323,3 +323,43 @@ def test_a_broadcast_consumers_clients_each_get_a_reconsumed_span(worker):
         "c1": [(RETRY_PARTITION, b"x")],
         "c2": [(RETRY_PARTITION, b"x")],
     }
+
+
+def test_a_fan_out_queues_members_each_get_a_reconsumed_span(worker, client):
+    """A fan-out queue's subscribers are members of its group, each with progress and
+    retries of its own (as a broadcast consumer's clients): without a member named each
+    gets the span, a member may be named, and the retries endpoint, the progress endpoint
+    and the console's consumer page take a member as they take a broadcast client."""
+    team = Team.objects.create(name="wide")
+    topic = factories.topic("wide-topic", factories.cluster_with_brokers("wd"), team, 1, 1)
+    topic.delivery_mode = "FanOutWithAck"
+    topic.save()
+    app, _ = factories.app("wide-app", team)
+    ProducerPolicy.objects.create(topic=topic, app=app)
+    ConsumerPolicy.objects.create(topic=topic, app=app)
+    publish()
+    from_ms = int(time.time() * 1000) - 1
+
+    async def join_and_produce(engine: Engine) -> None:
+        for member in ("x", "y"):  # what the VibeMQ server does for each subscriber
+            await engine.join("wide-topic", "wide-app", member)
+        await engine.append("wide-topic", "wide-app", [Message(b"w")], partition=0)
+
+    engine_call(join_and_produce)
+    to_ms = int(time.time() * 1000) + 1
+    alice, root = member_and_admin(team)
+    payload = {"consumer": "wide-app.wide-topic", "from_ms": from_ms, "to_ms": to_ms}
+    result, state = _reconsumed(alice, root, payload)
+    assert sorted(result["clients"]) == ["x", "y"]
+    assert state["copied"] == {"0": 2}
+    result, state = _reconsumed(alice, root, {**payload, "client_id": "y"})
+    assert result["clients"] == ["y"] and state["copied"] == {"0": 1}
+    retries = "/api/v1/consumers/wide-app.wide-topic/retries/"
+    assert alice.get(retries, {"client_id": "x"}).json()["retries"] == 1
+    assert alice.get(retries, {"client_id": "y"}).json()["retries"] == 2
+    assert alice.get(retries).json()["retries"] == 0  # the group's own: none
+    progress = alice.get("/api/v1/consumers/wide-app.wide-topic/progress/", {"client_id": "x"})
+    assert progress.status_code == 200 and progress.json()[0]["lag"] == 1
+    client.force_login(factories.user("wide-viewer", team=team))
+    page = client.get("/consumers/wide-app.wide-topic/").content.decode()
+    assert "Fan-out member" in page and '<option value="x"' in page and '<option value="y"' in page

@@ -4,6 +4,8 @@ whatever protocol produced, and the same numbers for every consumer."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from brokers.engine import (
@@ -11,6 +13,7 @@ from brokers.engine import (
     AppendResult,
     CatalogDelta,
     CatalogSnapshot,
+    InvalidMessage,
     Message,
     QueueFull,
     QueueRetry,
@@ -584,3 +587,58 @@ async def test_a_dead_letter_queue_keeps_no_dead_letters_of_its_own(make_engine,
     [dead] = await engine.dead_letters(code, "a")
     assert dead.message.body == b"twice dead"
     assert await take(engine, f"{code}.dlq") == []
+
+
+async def test_a_reset_and_a_reconsume_reach_every_member_of_a_fan_out_queue(make_engine, clock):
+    """A fan-out queue's members each have their progress: an offset reset of the
+    consumer moves each of them (and the group, which its pull consumers read) — skipping
+    the backlog used to leave every subscriber where it was — and a re-consume copies for
+    each member, or the one named; a member that left for good is no longer one."""
+    engine = make_engine(queue_snap(delivery_mode="FanOutWithAck"))
+    for member in ("x", "y", "z"):
+        await engine.join("q", "a", member)
+    for body in (b"1", b"2", b"3"):
+        await publish(engine, body)
+    await engine.leave("q", "a", "z")  # for good: its progress goes
+    assert sorted(await engine.members("q", "a")) == ["x", "y"]
+    assert sorted(c or "" for c in await engine.reconsumers("q", "a")) == ["x", "y"]
+
+    await engine.reset_offsets("q", "a", position="latest")  # skip the backlog
+    assert await take(engine, client_id="x") == [] == await take(engine, client_id="y")
+    await publish(engine, b"4")
+    assert [d.message.body for d in await take(engine, client_id="x")] == [b"4"]
+
+    await engine.reset_offsets("q", "a", position="earliest")  # replay
+    for member in ("x", "y"):
+        replayed = await take(engine, client_id=member)
+        assert [d.message.body for d in replayed] == [b"1", b"2", b"3", b"4"]
+        await engine.settle("q", "a", 0, [d.index for d in replayed], client_id=member)
+
+    assert await engine.reconsumers("q", "a", "x") == ["x"]
+    for member in await engine.reconsumers("q", "a"):  # each member gets the copy once
+        assert await engine.reconsume("q", "a", 0, 0, 1, client_id=member) == 1
+    for member in ("x", "y"):
+        again = await take(engine, client_id=member)
+        assert [(d.message.body, d.partition) for d in again] == [(b"1", RETRY_PARTITION)]
+        assert await take(engine, client_id=member) == []
+    with pytest.raises(InvalidMessage):
+        await engine.reconsumers("q", "a", "z")  # no member (any more)
+    with pytest.raises(InvalidMessage):
+        await engine.reconsumers("q", "a", "nobody")
+
+
+async def test_a_member_away_past_its_keep_time_is_no_member(make_engine, clock):
+    engine = make_engine(queue_snap(delivery_mode="FanOutWithAck"))
+    await engine.join("q", "a", "durable")
+    await engine.join("q", "a", "other")
+    await engine.leave("q", "a", "durable", keep_ms=50)  # it may come back within 50 ms
+    assert sorted(await engine.members("q", "a")) == ["durable", "other"]
+    await asyncio.sleep(0.2)  # Redis expired its progress: gone for good
+    assert await engine.members("q", "a") == ["other"]
+    await engine.join("q", "a", "durable")  # a new start
+    assert sorted(await engine.members("q", "a")) == ["durable", "other"]
+
+
+async def test_a_fan_out_queue_without_members_reconsumes_into_its_group(make_engine):
+    engine = make_engine(queue_snap(delivery_mode="FanOutWithAck"))
+    assert await engine.reconsumers("q", "a") == [None]

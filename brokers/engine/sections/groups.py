@@ -17,11 +17,19 @@ from brokers.engine.catalog import (
 )
 from brokers.engine.erase import erase_group, erase_topic
 from brokers.engine.errors import TopicNotFound
-from brokers.engine.groups import GroupStats, count_dropped, group_stats, purge_partitions
+from brokers.engine.groups import (
+    GroupStats,
+    add_member,
+    count_dropped,
+    drop_member,
+    group_stats,
+    purge_partitions,
+)
 from brokers.engine.groups import expire as expire_records
 from brokers.engine.groups import forget as forget_progress
 from brokers.engine.groups import join as join_group
 from brokers.engine.groups import keep as keep_progress
+from brokers.engine.groups import members as group_members
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import Delivery
 from brokers.engine.record import record_store_time, with_position
@@ -378,6 +386,7 @@ class GroupSection(EngineBase):
         await keep_progress(self.redis, topic, range(info.partitions), cid)
         for p in range(info.partitions):
             await join_group(self.redis, topic, p, cid)
+        await add_member(self.redis, topic, app, member, self.now_ms())
 
     async def leave(self, topic: str, app: str, member: str, *, keep_ms: int | None = None) -> None:
         """A fan-out member left: its progress is deleted — at once (with its own
@@ -388,6 +397,13 @@ class GroupSection(EngineBase):
         await forget_progress(self.redis, topic, range(info.partitions), cid, after_ms=keep_ms)
         if keep_ms is None:
             await self._retries_of(topic, app, member).drop_own()
+            await drop_member(self.redis, topic, app, member)
+
+    async def members(self, topic: str, app: str) -> list[str]:
+        """The fan-out members of ``app``'s group on ``topic`` that have progress: joined
+        and not gone for good (a durable member away for less than its keep time counts)."""
+        self.group_topic(topic)
+        return await group_members(self.redis, topic, app)
 
     async def _expire_one(
         self, topic: str, p: int, cid: str | None, now: int, ttl: int

@@ -29,6 +29,7 @@ from brokers.engine.errors import (
     SpanTooLarge,
 )
 from brokers.engine.fetch import FetchRequest, Piggyback
+from brokers.engine.groups import members as group_members
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import (
     AckResult,
@@ -46,6 +47,7 @@ from brokers.engine.notify import announce
 from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.read import indexes_at_times, read_range
 from brokers.engine.sections.base import EngineBase
+from brokers.engine.shared import FAN_OUT
 from brokers.engine.unbatch import one_by_one
 
 RECONSUME_MAX = 100_000
@@ -397,23 +399,44 @@ class PullSection(EngineBase):
     ) -> list[str | None]:
         """Whose retries a re-consume fills: a clustering consumer's group (None; no
         ``client_id`` allowed); a broadcast consumer's ``client_id``, or without one,
-        every client it registered (each has its progress, so each gets the span).
-        InvalidMessage for a broadcast consumer that has no client yet."""
+        every client it registered (each has its progress, so each gets the span); on a
+        fan-out queue, the member ``client_id``, or without one each member (the group
+        itself while it has none: its pull consumers). InvalidMessage for a broadcast
+        consumer that has no client yet, or a ``client_id`` that is no member."""
         info, policy = self.topic(topic), self._consumer(topic, app)
-        if client_id is not None or not (policy.broadcast or info.type == "broadcast"):
+        broadcast = policy.broadcast or info.type == "broadcast"
+        if client_id is not None and not broadcast and info.queue.delivery_mode in FAN_OUT:
+            if client_id not in await group_members(self.redis, topic, app):
+                raise InvalidMessage(f"{client_id} is no member of {policy.name} on {topic}")
+        elif client_id is not None or not broadcast:
             self._broadcast(info, policy, client_id)
-        clients = await self._each_client(info, policy, client_id)
+        clients = await self._each_client(info, policy, client_id, group_too=False)
         if not clients:
             raise InvalidMessage(f"{policy.name} consumes by broadcast and has no client yet")
         return clients
 
     async def _each_client(
-        self, info: TopicInfo, policy: ConsumerPolicyInfo, client_id: str | None
+        self,
+        info: TopicInfo,
+        policy: ConsumerPolicyInfo,
+        client_id: str | None,
+        *,
+        group_too: bool = True,
     ) -> list[str | None]:
         """Whose progress an operation on the consumer moves: ``client_id`` — for a
-        broadcast consumer without one, every client it ever registered."""
-        if client_id is None and (policy.broadcast or info.type == "broadcast"):
-            return list(await self.broadcast_clients(info.code, policy.app, active_within_ms=None))
+        broadcast consumer without one, every client it ever registered; on a fan-out
+        queue, each member and (``group_too``, or while there is no member) the group,
+        which its pull consumers read."""
+        if client_id is None:
+            if policy.broadcast or info.type == "broadcast":
+                return list(
+                    await self.broadcast_clients(info.code, policy.app, active_within_ms=None)
+                )
+            if info.queue.delivery_mode in FAN_OUT:
+                members: list[str | None] = list(
+                    await group_members(self.redis, info.code, policy.app)
+                )
+                return [None, *members] if group_too or not members else members
         return [client_id]
 
     async def reconsume_spans(
@@ -453,14 +476,15 @@ class PullSection(EngineBase):
     ) -> int:
         """Copy the messages ``[first, end)`` of ``partition`` (a span of
         :meth:`reconsume_spans`) into the consumer group's retry store — a broadcast
-        consumer's: into ``client_id``'s own — due now: every consumer of the group (that
+        consumer's or a fan-out queue's: into client or member ``client_id``'s own — due now: every consumer of the group (that
         client) gets them again, whatever its protocol, without its progress moving. Read
         and copied :data:`RECONSUME_CHUNK` at a time, each chunk from where the last
         record copied ended (a batch record crossing a chunk's end is copied once, with
         that chunk); what retention took meanwhile ends it. How many records were
         copied."""
         info, policy = self.topic(topic), self._consumer(topic, app)
-        self._broadcast(info, policy, client_id)
+        if not (info.queue.delivery_mode in FAN_OUT and client_id):  # a member: its own
+            self._broadcast(info, policy, client_id)
         copied, pos = 0, first
         while pos < end:
             now = self.now_ms()
@@ -590,8 +614,9 @@ class PullSection(EngineBase):
     ) -> dict[int, int]:
         """Set the ack index: ``position`` 'earliest' | 'latest' | an index, or the first
         message stored at/after ``timestamp_ms``; one partition or all. For a broadcast
-        consumer without ``client_id`` every registered client is reset. Returns the new
-        ack index per partition (of the last client reset)."""
+        consumer without ``client_id`` every registered client is reset; on a fan-out
+        queue the group and each member. Returns the new ack index per partition (of the
+        last client reset)."""
         info = self.topic(topic)
         policy = self._consumer(topic, app)
         parts = list(range(info.partitions)) if partition is None else [partition]
