@@ -931,24 +931,39 @@ async def drop_member(client: AnyRedis, topic: str, app: str, member: str) -> No
 
 async def members(client: AnyRedis, topic: str, app: str) -> list[str]:
     """The listed fan-out members of ``app``'s group on ``topic`` that still have progress
-    (its state in partition 0: every partition's is made when it joins). Those whose
-    progress is gone — a durable member away past its keep time — leave the list here,
-    unless they joined again meanwhile. Two round trips (three with some gone)."""
-    key = GroupKeys(topic, app).members
-    listed = await client.zrange(key, 0, -1, withscores=True)
-    if not listed:
+    (:func:`members_of_groups` for one group)."""
+    return (await members_of_groups(client, [(topic, app)]))[0]
+
+
+async def members_of_groups(client: AnyRedis, groups: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """For each ``(topic, app)``, in order, its listed fan-out members that still have
+    progress (their state in partition 0: every partition's is made when a member joins).
+    Those whose progress is gone — a durable member away past its keep time — leave the
+    list here, unless they joined again meanwhile. Two round trips whatever the number of
+    groups (and one per group with some gone)."""
+    if not groups:
         return []
     pipe = client.pipeline(transaction=False)
-    for member, _ in listed:
-        pipe.exists(PartitionKeys(topic, 0).state(consumer_id(app, member.decode())))
-    present = await pipe.execute()
-    gone: list[object] = []
-    for (member, score), there in zip(listed, present, strict=True):
-        if not there:
-            gone += [member, score]
-    if gone:
-        await FORGET_MEMBERS(client, (key,), gone)
-    return [m.decode() for (m, _), there in zip(listed, present, strict=True) if there]
+    for topic, app in groups:
+        pipe.zrange(GroupKeys(topic, app).members, 0, -1, withscores=True)
+    listed = await pipe.execute()
+    pipe = client.pipeline(transaction=False)
+    for (topic, app), entries in zip(groups, listed, strict=True):
+        for member, _ in entries:
+            pipe.exists(PartitionKeys(topic, 0).state(consumer_id(app, member.decode())))
+    present = iter(await pipe.execute() if any(listed) else ())
+    out: list[list[str]] = []
+    for (topic, app), entries in zip(groups, listed, strict=True):
+        live, gone = [], []
+        for member, score in entries:
+            if next(present):
+                live.append(member.decode())
+            else:
+                gone += [member, score]
+        if gone:
+            await FORGET_MEMBERS(client, (GroupKeys(topic, app).members,), gone)
+        out.append(live)
+    return out
 
 
 EXPIRE = Script(

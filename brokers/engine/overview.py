@@ -45,6 +45,14 @@ class GroupLag:
         return max(0, now_ms - self.oldest_unacked_ms) if self.oldest_unacked_ms else None
 
 
+def worst(a: GroupLag, b: GroupLag) -> GroupLag:
+    """Of two clients (members) of one consumer, the figures of the one further behind:
+    the larger lag, the older unacknowledged message."""
+    oldest = min((t for t in (a.oldest_unacked_ms, b.oldest_unacked_ms) if t), default=0)
+    lagging = max(a.lagging_partitions, b.lagging_partitions)
+    return GroupLag(a.topic, a.app, max(a.lag, b.lag), oldest, lagging)
+
+
 @dataclass(frozen=True, slots=True)
 class TopicRate:
     """Messages produced to a topic in the last whole minutes."""

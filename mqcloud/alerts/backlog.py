@@ -1,6 +1,7 @@
 """The backlog check: a consumer whose lag is at least its threshold AND whose oldest
 unconsumed message is older than its age threshold (defaults 10,000 and 5 minutes) alerts.
-Broadcast consumers are checked on count only, per registered client. An alert key fires at
+Broadcast consumers are checked on count only, per registered client, and so are a
+fan-out queue's consumers, per member (each VibeMQ FanOut subscriber has its progress). An alert key fires at
 most once per ALERT_THROTTLE_SECONDS (Redis ``SET NX EX``, shared by all workers).
 
 Every run measures every consumer policy — the clustering ones in batches of
@@ -69,8 +70,8 @@ class Scan:
 
     backlogs: list[Backlog] = field(default_factory=list)
     lags: dict[int, tuple[int, float | None]] = field(default_factory=dict)
-    """Consumer policy id → (lag, oldest unacked age in s); the largest client's lag for
-    broadcast consumers."""
+    """Consumer policy id → (lag, oldest unacked age in s); the largest client's (member's)
+    lag for broadcast consumers and fan-out queues."""
 
 
 async def _find(policies: list[ConsumerPolicy]) -> Scan:
@@ -78,7 +79,9 @@ async def _find(policies: list[ConsumerPolicy]) -> Scan:
     async with engine_session() as engine:
         now = engine.now_ms()
         known = [p for p in policies if p.topic.code in engine.catalog.topics]
-        clustering = [p for p in known if p.mode != ConsumerPolicy.Mode.BROADCAST]
+        clustering = [
+            p for p in known if p.mode != ConsumerPolicy.Mode.BROADCAST and not p.fan_out_members
+        ]
         for start in range(0, len(clustering), LAG_BATCH):
             batch = clustering[start : start + LAG_BATCH]
             lags = await engine.group_lags([(p.topic.code, p.app.code) for p in batch])
@@ -93,10 +96,15 @@ async def _find(policies: list[ConsumerPolicy]) -> Scan:
                     if backlog:
                         found.backlogs.append(backlog)
         for policy in known:
-            if policy.mode != ConsumerPolicy.Mode.BROADCAST:
+            topic, app = policy.topic.code, policy.app.code
+            if policy.mode == ConsumerPolicy.Mode.BROADCAST:
+                clients = await engine.broadcast_clients(topic, app)
+            elif policy.fan_out_members:
+                clients = await engine.members(topic, app)
+            else:
                 continue
             worst = 0
-            for client in await engine.broadcast_clients(policy.topic.code, policy.app.code):
+            for client in clients:
                 rows = await engine.progress(policy.topic.code, policy.app.code, client_id=client)
                 worst = max(worst, sum(max(r.lag, 0) for r in rows))
                 if policy.backlog_alert_enabled:

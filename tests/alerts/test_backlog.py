@@ -150,3 +150,45 @@ def test_every_check_records_each_consumers_latest_lag(backlog_consumer, client,
         "slow-app.busy",
     ]
     assert [r.lag for r in by_lag["rows"]] == [5, 5]  # the rows show the live lag
+
+
+def test_a_fan_out_queue_alerts_for_its_lagging_member_only(backlog_consumer, webhook):
+    """A fan-out queue's subscribers each consume from their own progress: its consumer
+    lags by its slowest member's lag — a member that acked everything is not behind, and
+    the group's own progress (no subscriber moves it) no longer makes the queue alert
+    for everything it ever stored."""
+    from brokers.models import Topic
+    from mqcloud.alerts.models import LatestLag
+
+    redis.Redis.from_url(django_settings.REDIS_URL).flushall()  # earlier tests' messages
+    Topic.objects.filter(code="busy").update(delivery_mode="FanOutWithAck")
+    publish()
+
+    async def join(engine) -> None:
+        for member in ("fast", "slow"):
+            await engine.join("busy", "slow-app", member)
+
+    engine_call(join)
+    produce(4)
+
+    def acks_all(member: str):
+        async def run(engine) -> None:
+            for _ in (0, 1):  # a lease takes from one partition
+                got = await engine.lease("busy", "slow-app", count=10, owner="o", client_id=member)
+                for d in got.deliveries:
+                    await engine.settle(
+                        "busy", "slow-app", d.partition, [d.index], client_id=member
+                    )
+
+        return run
+
+    engine_call(acks_all("fast"))
+    fired = check_backlogs()
+    assert [(e.target, e.detail["client_id"], e.detail["lag"]) for e in fired] == [
+        ("consumer:slow-app.busy", "slow", 4)
+    ]
+    assert LatestLag.objects.get(consumer=backlog_consumer).lag == 4
+
+    engine_call(acks_all("slow"))
+    assert check_backlogs() == []
+    assert LatestLag.objects.get(consumer=backlog_consumer).lag == 0

@@ -642,3 +642,25 @@ async def test_a_member_away_past_its_keep_time_is_no_member(make_engine, clock)
 async def test_a_fan_out_queue_without_members_reconsumes_into_its_group(make_engine):
     engine = make_engine(queue_snap(delivery_mode="FanOutWithAck"))
     assert await engine.reconsumers("q", "a") == [None]
+
+
+async def test_a_fan_out_consumers_lag_is_its_slowest_members(make_engine):
+    """Every member acked: no lag (the group's own progress, which no subscriber moves,
+    made every fan-out consumer lag by all it ever stored, and its backlog alert fire for
+    good); one member behind: its lag."""
+    engine = make_engine(queue_snap(delivery_mode="FanOutWithAck"))
+    assert (await engine.group_lags([("q", "a")]))[("q", "a")].lag == 0
+    for member in ("x", "y"):
+        await engine.join("q", "a", member)
+    for body in (b"1", b"2", b"3"):
+        await publish(engine, body)
+    for member in ("x", "y"):
+        got = await take(engine, client_id=member)
+        done = got if member == "x" else got[:1]
+        await engine.settle("q", "a", 0, [d.index for d in done], client_id=member)
+    lag = (await engine.group_lags([("q", "a")]))[("q", "a")]
+    assert (lag.lag, lag.lagging_partitions) == (2, 1) and lag.oldest_unacked_ms > 0
+    rest = await take(engine, client_id="y", count=10)
+    assert rest == []  # leased already: settle them
+    await engine.settle("q", "a", 0, [1, 2], client_id="y")
+    assert (await engine.group_lags([("q", "a")]))[("q", "a")].lag == 0

@@ -30,6 +30,7 @@ from brokers.engine.errors import (
 )
 from brokers.engine.fetch import FetchRequest, Piggyback
 from brokers.engine.groups import members as group_members
+from brokers.engine.groups import members_of_groups
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import (
     AckResult,
@@ -707,14 +708,33 @@ class PullSection(EngineBase):
         self, groups: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], GroupLag]:
         """Lag and oldest unacked message of many consumer groups ``(topic, app)`` — what
-        :meth:`progress` sums for one — in two round trips whatever their number; groups
-        of topics not in the catalog are left out."""
-        refs = [
-            overview.GroupRef(topic, app, info.partitions)
-            for topic, app in groups
-            if (info := self.catalog.topics.get(topic)) is not None
+        :meth:`progress` sums for one — in two round trips whatever their number (two
+        more with fan-out queues among them: such a consumer's figures are its slowest
+        member's, the group's own while it has none); groups of topics not in the
+        catalog are left out."""
+        known = [
+            (t, a, info) for t, a in groups if (info := self.catalog.topics.get(t)) is not None
         ]
-        return {(r.topic, r.app): r for r in await overview.group_lags(self.redis, refs)}
+        fan_out = [(t, a) for t, a, info in known if self._fan_out_members(info, t, a)]
+        members = dict(zip(fan_out, await members_of_groups(self.redis, fan_out), strict=True))
+        refs = [
+            overview.GroupRef(topic, app, info.partitions, client_id=member)
+            for topic, app, info in known
+            for member in members.get((topic, app)) or (None,)
+        ]
+        out: dict[tuple[str, str], GroupLag] = {}
+        for lag in await overview.group_lags(self.redis, refs):
+            key = (lag.topic, lag.app)
+            out[key] = lag if key not in out else overview.worst(out[key], lag)
+        return out
+
+    def _fan_out_members(self, info: TopicInfo, topic: str, app: str) -> bool:
+        """Whether ``app``'s clients on ``topic`` are the members of a fan-out queue (each
+        its own progress), not a broadcast consumer's clients nor one clustering group."""
+        if info.queue.delivery_mode not in FAN_OUT or info.type == "broadcast":
+            return False
+        policy = self.catalog.consumer(topic, app)
+        return policy is not None and not policy.broadcast
 
     async def produce_rates(
         self, topics: Sequence[str], *, minutes: int = 5
