@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from brokers.engine.keys import RetryKeys, consumer_id, notify_channel
 from brokers.engine.model import RetryRecord
 from brokers.engine.redisio import AnyRedis, Script
+from brokers.engine.unbatch import split_batches
 
 _MOVE_FN = """
 local function to_dlq(K, id, now, reason)
@@ -322,9 +323,11 @@ class RetryStore:
         due_ms: int,
         reason: str,
     ) -> list[int]:
-        """Store (partition, index, count, record) copies; returns their retry ids."""
+        """Store (partition, index, count, record) copies — a JMQ4 batch as its items, each
+        a retry of its own (:func:`~brokers.engine.unbatch.split_batches`); returns their
+        retry ids."""
         args: list[object] = [now_ms, due_ms, reason]
-        for partition, index, count, record in items:
+        for partition, index, count, record in split_batches(items):
             args += [partition, index, count, record]
         ids = [int(x) for x in await ADD(self._client, self._k, args)]
         await self._wake_fetchers()
@@ -338,9 +341,10 @@ class RetryStore:
         reason: str,
         attempts: int = 0,
     ) -> list[int]:
-        """Put (partition, index, count, record) straight into the DLQ."""
+        """Put (partition, index, count, record) straight into the DLQ (a JMQ4 batch as
+        its items, each a dead letter of its own)."""
         args: list[object] = [now_ms, reason]
-        for partition, index, count, record in items:
+        for partition, index, count, record in split_batches(items):
             args += [partition, index, count, record, attempts]
         return [int(x) for x in await DLQ_ADD(self._client, self._k, args)]
 

@@ -65,6 +65,34 @@ def one_by_one(
     return out
 
 
+def is_batch(record: bytes) -> bool:
+    """True when ``record`` is a JMQ4 batch (sysCode bit 12, read as :func:`needs_opening`)."""
+    return bool(record[20] & (SYS_BATCH >> 8))
+
+
+def split_batches(
+    entries: Sequence[tuple[int, int, int, bytes]],
+) -> list[tuple[int, int, int, bytes]]:
+    """``(partition, index, count, record)`` entries with every batch record split into
+    its items, one entry each at its own index (a compressed batch body inflated; the
+    items' own bodies as stored): what a retry store or a dead-letter queue keeps, so that
+    each item is retried, settled, dead-lettered and resent on its own. A batch that
+    cannot be opened stays whole."""
+    out: list[tuple[int, int, int, bytes]] = []
+    for partition, index, count, record in entries:
+        if not is_batch(record):
+            out.append((partition, index, count, record))
+            continue
+        try:
+            items = _opened(Delivery(partition, index, count, record), None)
+        except InvalidMessage as exc:
+            log.warning("batch %s/%s cannot be opened (%s): kept whole", partition, index, exc)
+            out.append((partition, index, count, record))
+            continue
+        out.extend((partition, d.index, 1, d.record) for d in items)
+    return out
+
+
 def _inside(index: int, runs: Sequence[tuple[int, int]] | None) -> bool:
     return runs is None or any(a <= index < b for a, b in runs)
 

@@ -80,9 +80,38 @@ async def test_a_batch_record_across_a_chunk_border_is_copied_once(make_engine, 
     clock.advance(1)
     spans = await engine.reconsume_spans("q", "a", from_ms=start, to_ms=engine.now_ms())
     assert spans == {0: (0, 5)}
-    assert await engine.reconsume("q", "a", 0, 0, 5) == 3  # records: a, the batch, z
+    assert await engine.reconsume("q", "a", 0, 0, 5) == 5  # a, the batch's 3 items, z
     got = [d.message.body for d in await take(engine, count=20)]
     assert got == [b"a", b"b0", b"b1", b"b2", b"z"]
+
+
+async def test_each_item_of_a_retried_batch_is_settled_and_failed_on_its_own(make_engine, clock):
+    """A JMQ4 batch in a retry store is its items, each a retry of its own: a push
+    consumer that acks one item and fails another gets the failed one back, and not the
+    acked one (the items shared the batch's one retry id: acking one settled them all,
+    and the failed one was lost)."""
+    from brokers.engine import BatchItem, encode_batch_body
+
+    engine = make_engine(queue_snap(max_retry_attempts=5))
+    items = [BatchItem(b"b%d" % i, business_id=f"k{i}") for i in range(3)]
+    await engine.append_many("q", "a", [Message(encode_batch_body(items), batch_count=3)])
+    clock.advance(1)
+    await engine.settle("q", "a", 0, [d.index for d in await take(engine)])
+    assert await engine.reconsume("q", "a", 0, 0, 3) == 3
+    got = await take(engine, count=10)
+    assert [(d.partition, d.message.body, d.message.business_id) for d in got] == [
+        (RETRY_PARTITION, b"b0", "k0"),
+        (RETRY_PARTITION, b"b1", "k1"),
+        (RETRY_PARTITION, b"b2", "k2"),
+    ]
+    assert len({d.index for d in got}) == 3  # three retry ids
+    assert await engine.settle("q", "a", RETRY_PARTITION, [got[0].index]) == 1
+    assert await engine.fail("q", "a", RETRY_PARTITION, [got[1].index]) == 1
+    assert await engine.settle("q", "a", RETRY_PARTITION, [got[2].index]) == 1
+    clock.advance(60)  # past the backoff
+    again = await take(engine, count=10)
+    assert [d.message.body for d in again] == [b"b1"]
+    assert await engine.retry_counts("q", "a") == (1, 0)
 
 
 async def test_spans_of_every_partition_in_one_look(make_engine, clock):

@@ -206,7 +206,8 @@ class EngineMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(t == "t" for t, _ in self.outstanding.values()))
     @rule(data=st.data())
     def fail(self, data) -> None:
-        """The consumer failed the batch: copies go to the retry store, the run is acked."""
+        """The consumer failed the batch: copies go to the retry store (a JMQ4 batch record
+        as its items, one retry each), the run is acked."""
         choices = sorted(c for c, (t, _) in self.outstanding.items() if t == "t")
         consumer = data.draw(st.sampled_from(choices))
         topic, r = self.outstanding.pop(consumer)
@@ -228,8 +229,14 @@ class EngineMachine(RuleBasedStateMachine):
                 token=r.lock_token,
             )
         )
-        for rid, d in zip(res.retry_ids, r.messages, strict=True):
-            self.retries[topic][rid] = (r.partition, d.index)
+        # a batch's items are each a retry of their own, in order
+        origins = [
+            (r.partition, d.index + k)
+            for d in r.messages
+            for k in range(len(d.message.items()) if d.message.is_batch else 1)
+        ]
+        for rid, origin in zip(res.retry_ids, origins, strict=True):
+            self.retries[topic][rid] = origin
         self._apply_ack((topic, r.partition), res)
 
     @precondition(lambda self: self.outstanding)

@@ -379,9 +379,10 @@ class PullSection(EngineBase):
     ) -> tuple[tuple[int, ...], int]:
         """Copy the records of ``[start, end)`` into the group's retry store (a broadcast
         client's own, with ``member``), due at ``due_ms`` (default: after the base
-        backoff): (their retry ids, where the records copied end — a batch record that
-        starts before ``end`` is copied whole; ``start`` when none was: nothing stored
-        there any more)."""
+        backoff): (their retry ids — a batch record's items each have one, as the store
+        keeps them one by one — where the records copied end — a batch record that starts
+        before ``end`` is copied whole; ``start`` when none was: nothing stored there any
+        more)."""
         try:
             records = await read_range(self.redis, topic, partition, start, end - start)
         except IndexOutOfRange:
@@ -481,8 +482,8 @@ class PullSection(EngineBase):
         client) gets them again, whatever its protocol, without its progress moving. Read
         and copied :data:`RECONSUME_CHUNK` at a time, each chunk from where the last
         record copied ended (a batch record crossing a chunk's end is copied once, with
-        that chunk); what retention took meanwhile ends it. How many records were
-        copied."""
+        that chunk); what retention took meanwhile ends it. How many messages were copied
+        (a batch record's items each)."""
         info, policy = self.topic(topic), self._consumer(topic, app)
         if not (info.queue.delivery_mode in FAN_OUT and client_id):  # a member: its own
             self._broadcast(info, policy, client_id)
