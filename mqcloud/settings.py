@@ -239,6 +239,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_dead_letter_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "consume-failure-alerts": {
+        "task": "mqcloud.tasks.check_consume_failure_alerts",
+        "schedule": timedelta(minutes=1),
+    },
     "traffic-surge-alerts": {
         "task": "mqcloud.tasks.check_traffic_surge_alerts",
         "schedule": timedelta(minutes=5),
@@ -301,6 +305,8 @@ vars().update(EMAIL_URL)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="mqcloud@localhost")
 ALERT_WEBHOOK_URL = env.str("ALERT_WEBHOOK_URL", default="")
 ALERT_THROTTLE_SECONDS = env.int("ALERT_THROTTLE_SECONDS", default=3600)
+# A consumer that failed this many messages in the last hour alerts its team (0: never).
+CONSUME_FAILURE_ALERT_PER_HOUR = env.int("CONSUME_FAILURE_ALERT_PER_HOUR", default=10)
 
 LOGGING = {
     "version": 1,

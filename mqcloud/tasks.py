@@ -237,6 +237,15 @@ def check_dead_letter_alerts() -> int:
 
 
 @shared_task
+def check_consume_failure_alerts() -> int:
+    """Fire consume-failure alerts for consumers that failed too many messages in the last
+    hour (beat: every minute); returns how many fired."""
+    from mqcloud.alerts.failures import check_consume_failures
+
+    return len(check_consume_failures())
+
+
+@shared_task
 def check_traffic_surge_alerts() -> int:
     """Sum up the topics' daily peaks that are due and fire traffic-surge alerts (beat:
     every 5 minutes); returns how many fired."""

@@ -1,10 +1,13 @@
-"""Per-minute produce/consume counts and bytes per topic, app and broker.
+"""Per-minute produce/consume counts and bytes per topic, app and broker, and consume
+failures per consumer group.
 
 Counts accumulate in process memory and are flushed (HINCRBY, one pipeline) at most
 once per ``interval_s`` and on :meth:`Counters.flush`/close, so the append path pays no
 extra round trip. Storage: one hash per (dimension, name, UTC day), fields
-``<minute of day>:<p|pb|c|cb>``, expiring after 30 days. A crash loses at most the last
-interval of counts; messages are unaffected.
+``<minute of day>:<p|pb|c|cb>``, expiring after 30 days; a group's failures (a message a
+consumer failed: a nack, a JMQ4 retry ack, a failed retry) in dimension ``group``, name
+``<topic>:<app>`` (neither holds a ``:``), fields ``<minute of day>:f``. A crash loses at
+most the last interval of counts; messages are unaffected.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from brokers.engine.keys import counter_key
@@ -49,6 +52,8 @@ class Counters:
         self._clock = clock
         self._interval = interval_s
         self._pending: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        self._failed: dict[tuple[str, int], int] = defaultdict(int)
+        """(group name, minute) → failures not yet flushed."""
         self._last_flush = time.monotonic()
         self._task: asyncio.Task[None] | None = None
 
@@ -74,6 +79,15 @@ class Counters:
             row[1] += produced_bytes
             row[2] += consumed
             row[3] += consumed_bytes
+        self._flush_soon()
+
+    def failed(self, *, topic: str, app: str, count: int) -> None:
+        """Count ``count`` messages that ``app``'s consumers failed on ``topic`` now."""
+        if count > 0:
+            self._failed[(_group(topic, app), int(self._clock() // 60))] += count
+            self._flush_soon()
+
+    def _flush_soon(self) -> None:
         if time.monotonic() - self._last_flush >= self._interval and (
             self._task is None or self._task.done()
         ):
@@ -82,11 +96,16 @@ class Counters:
     async def flush(self) -> None:
         """Write buffered counts to Redis."""
         self._last_flush = time.monotonic()
-        if not self._pending:
+        if not self._pending and not self._failed:
             return
         pending, self._pending = self._pending, defaultdict(lambda: [0, 0, 0, 0])
+        failed, self._failed = self._failed, defaultdict(int)
         pipe = self._client.pipeline(transaction=False)
         keys: set[str] = set()
+        for (name, minute), value in failed.items():
+            key = counter_key("group", name, _day(minute))
+            keys.add(key)
+            pipe.hincrby(key, f"{minute % 1440}:f", value)
         for (dim, name, minute), row in pending.items():
             key = counter_key(dim, name, _day(minute))
             keys.add(key)
@@ -104,6 +123,8 @@ class Counters:
                 cur = self._pending[k]
                 for i in range(4):
                     cur[i] += row[i]
+            for fk, value in failed.items():
+                self._failed[fk] += value
 
     async def close(self) -> None:
         if self._task is not None:
@@ -129,3 +150,32 @@ class Counters:
                 if first <= minute <= last:
                     rows[minute][FIELDS.index(kind)] += int(value)
         return [MinuteTraffic(m * 60_000, *rows[m]) for m in sorted(rows)]
+
+    async def failures(
+        self, groups: Sequence[tuple[str, str]], *, start_ms: int, end_ms: int
+    ) -> dict[tuple[str, str], int]:
+        """Failures of each consumer group ``(topic, app)`` in the whole minutes of
+        ``[start_ms, end_ms)`` (groups without any left out): one pipelined round trip,
+        each group's minutes read by name (HMGET), whatever the number of groups."""
+        first, last = start_ms // 60_000, (end_ms - 1) // 60_000
+        if last < first or not groups:
+            return {}
+        by_day: dict[str, list[int]] = defaultdict(list)
+        for minute in range(first, last + 1):
+            by_day[_day(minute)].append(minute % 1440)
+        pipe = self._client.pipeline(transaction=False)
+        for topic, app in groups:
+            for day, slots in by_day.items():
+                pipe.hmget(counter_key("group", _group(topic, app), day), [f"{s}:f" for s in slots])
+        replies = iter(await pipe.execute())
+        out: dict[tuple[str, str], int] = {}
+        for pair in groups:
+            total = sum(int(v) for _ in by_day for v in next(replies) if v is not None)
+            if total:
+                out[pair] = total
+        return out
+
+
+def _group(topic: str, app: str) -> str:
+    """A consumer group's name in the counters (a topic code and an app code hold no ``:``)."""
+    return f"{topic}:{app}"

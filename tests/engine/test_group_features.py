@@ -664,3 +664,45 @@ async def test_a_fan_out_consumers_lag_is_its_slowest_members(make_engine):
     assert rest == []  # leased already: settle them
     await engine.settle("q", "a", 0, [1, 2], client_id="y")
     assert (await engine.group_lags([("q", "a")]))[("q", "a")].lag == 0
+
+
+async def test_every_failure_path_counts_the_groups_consume_failures(make_engine, clock):
+    """A nack (``fail``) and a VibeMQ ack timeout kept for its lessee (``retry_here``)
+    each count, an ack does not; the count is per group and per minute, and a window
+    leaves out what is older."""
+
+    engine = make_engine(queue_snap(max_retry_attempts=10))
+    for body in (b"1", b"2", b"3", b"4"):
+        await publish(engine, body)
+    got = await take(engine, count=2)
+    assert await engine.fail("q", "a", 0, [got[0].index]) == 1
+    await engine.settle("q", "a", 0, [got[1].index])
+    assert await engine.consume_failures([("q", "a"), ("q", "b")]) == {("q", "a"): 1}
+    clock.advance(61)
+    [d] = await take(engine, count=1)
+    assert await engine.retry_here("q", "a", d, owner="t", lease_ms=1000) is not None
+    assert await engine.consume_failures([("q", "a")]) == {("q", "a"): 2}
+    assert await engine.consume_failures([("q", "a")], minutes=0) == {("q", "a"): 1}
+    clock.advance(3 * 3600)
+    assert await engine.consume_failures([("q", "a")]) == {}
+
+
+async def test_a_jmq4_retry_ack_counts_each_message_it_fails(make_engine, clock):
+    from brokers.engine import RetryType
+
+    engine = make_engine(queue_snap(max_retry_attempts=10))
+    for body in (b"1", b"2", b"3"):
+        await publish(engine, body)
+    fetched = await engine.fetch("q", "a", count=10, owner="j")
+    indexes = [m.index for m in fetched.messages]
+    assert len(indexes) == 3
+    await engine.ack(
+        "q", "a", fetched.partition, indexes, retry_type=RetryType.EXCEPTION, owner="j",
+        token=fetched.lock_token,
+    )  # fmt: skip
+    assert await engine.consume_failures([("q", "a")]) == {("q", "a"): 3}
+    clock.advance(5)  # past the retry's backoff
+    retried = await engine.fetch("q", "a", count=10, owner="j")
+    assert retried.partition == RETRY_PARTITION
+    await engine.ack("q", "a", RETRY_PARTITION, [retried.messages[0].index], owner="j")
+    assert await engine.consume_failures([("q", "a")]) == {("q", "a"): 3}  # an ack: no

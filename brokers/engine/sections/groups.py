@@ -269,13 +269,17 @@ class GroupSection(EngineBase):
     ) -> int:
         """A failed attempt: delivered again after the backoff of its attempt, or
         dead-lettered past the topic's ``max_retry_attempts`` (a retry-store delivery: past
-        the consumer policy's ``err_times``, into the group's dead letters)."""
+        the consumer policy's ``err_times``, into the group's dead letters). Counted as
+        the group's consume failures (:meth:`consume_failures`)."""
         if partition == RETRY_PARTITION:
-            return await self._settle_retries(topic, app, indexes, "fail", client_id)
-        info, policy = self._group_policy(topic, app)
-        return await self.shared.settle(
-            info, policy, partition, indexes, mode="fail", client_id=client_id
-        )
+            failed = await self._settle_retries(topic, app, indexes, "fail", client_id)
+        else:
+            info, policy = self._group_policy(topic, app)
+            failed = await self.shared.settle(
+                info, policy, partition, indexes, mode="fail", client_id=client_id
+            )
+        self.counters.failed(topic=topic, app=app, count=failed)
+        return failed
 
     async def retry_here(
         self,
@@ -296,6 +300,7 @@ class GroupSection(EngineBase):
         more, the message's TTL is over before then (the lease lapses and expires it, as
         any lease's), or the attempt was the last (then it is dead-lettered, as a failure
         is)."""
+        self.counters.failed(topic=topic, app=app, count=1)
         if delivery.partition == RETRY_PARTITION:  # the retry store keeps no lessee: failed
             await self._settle_retries(topic, app, [delivery.index], "fail", client_id)
             return None

@@ -335,6 +335,8 @@ class PullSection(EngineBase):
         self._broadcast(info, policy, client_id)
         start, end = contiguous(indexes)
         now = self.now_ms()
+        if retry_type is not RetryType.NONE:  # the consumer failed them
+            self.counters.failed(topic=topic, app=app, count=min(end - start, 10_000))
         if partition == RETRY_PARTITION:
             return await self._ack_retries(
                 topic, app, policy, start, end, retry_type, now, reason, client_id
@@ -736,6 +738,19 @@ class PullSection(EngineBase):
             return False
         policy = self.catalog.consumer(topic, app)
         return policy is not None and not policy.broadcast
+
+    async def consume_failures(
+        self, groups: Sequence[tuple[str, str]], *, minutes: int = 60
+    ) -> dict[tuple[str, str], int]:
+        """Messages each consumer group ``(topic, app)`` failed in the last ``minutes``
+        whole minutes and the current one — a nack, a JMQ4 retry ack, a failed retry, a
+        VibeMQ ack timeout, over any protocol, on any broker (groups without a failure
+        left out): one pipelined round trip whatever their number."""
+        await self.counters.flush()
+        now = self.now_ms()
+        return await self.counters.failures(
+            groups, start_ms=(now // 60_000 - minutes) * 60_000, end_ms=now + 1
+        )
 
     async def produce_rates(
         self, topics: Sequence[str], *, minutes: int = 5

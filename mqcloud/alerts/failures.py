@@ -1,0 +1,72 @@
+"""Consume-failure alerts: a consumer that failed at least CONSUME_FAILURE_ALERT_PER_HOUR
+messages in the last hour (a nack, a JMQ4 retry ack, a failed retry, a VibeMQ ack timeout
+— over any protocol, on any broker) alerts its team, before its retries run out and the
+messages become dead letters. Consumers with their alerts switched off
+(``backlog_alert_enabled``, the consumer's alert switch) are not checked. The engine counts
+failures per group and minute (``Engine.consume_failures``: one Redis round trip per
+LAG_BATCH groups); an alert key fires at most once per ALERT_THROTTLE_SECONDS, as backlog
+alerts do.
+"""
+
+from __future__ import annotations
+
+import redis
+from asgiref.sync import async_to_sync
+from django.conf import settings
+
+from brokers.models import ConsumerPolicy
+from mqcloud.alerts.backlog import LAG_BATCH
+from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
+from mqcloud.alerts.models import AlertEvent
+from mqcloud.engine_access import engine_session
+
+WINDOW_MINUTES = 60
+
+
+async def _failures(policies: list[ConsumerPolicy]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    async with engine_session() as engine:
+        for start in range(0, len(policies), LAG_BATCH):
+            batch = policies[start : start + LAG_BATCH]
+            counts = await engine.consume_failures(
+                [(p.topic.code, p.app.code) for p in batch], minutes=WINDOW_MINUTES
+            )
+            for p in batch:
+                n = counts.get((p.topic.code, p.app.code))
+                if n:
+                    found[p.name] = n
+    return found
+
+
+def check_consume_failures() -> list[AlertEvent]:
+    """Fire an alert for every checked consumer that failed at least the threshold of
+    messages in the last hour."""
+    threshold = settings.CONSUME_FAILURE_ALERT_PER_HOUR
+    if threshold <= 0:
+        return []
+    policies = list(
+        ConsumerPolicy.objects.filter(backlog_alert_enabled=True).select_related(
+            "topic", "app__team"
+        )
+    )
+    failures = async_to_sync(_failures)(policies)
+    by_name = {p.name: p for p in policies}
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    fired: list[AlertEvent] = []
+    try:
+        for name, count in sorted(failures.items()):
+            if count < threshold or not first_in_window(client, f"consume-failures:{name}"):
+                continue
+            policy = by_name[name]
+            event = AlertEvent.objects.create(
+                kind=AlertEvent.Kind.CONSUME_FAILURES,
+                target=f"consumer:{name}",
+                team=policy.app.team,
+                message=f"Consume failures of {name}: {count} in the last hour",
+                detail={"failures": count, "threshold": threshold, "minutes": WINDOW_MINUTES},
+            )
+            deliver(event, team_emails(policy.app.team))
+            fired.append(event)
+    finally:
+        client.close()
+    return fired

@@ -1,0 +1,71 @@
+"""Consume-failure alerts: a consumer that failed at least the threshold of messages in the
+last hour alerts its team (once per throttle window); below it, or with alerts off, not."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+
+from brokers.catalog_loader import publish
+from brokers.engine import Message
+from brokers.models import ConsumerPolicy, ProducerPolicy, Team
+from mqcloud.alerts.failures import check_consume_failures
+from mqcloud.alerts.models import AlertEvent
+from tests import factories
+from tests.engine_calls import engine_call
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def failing():
+    """Topic ``flaky`` with consumers ``fail-app`` (alerts on) and ``quiet-app`` (off)."""
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    client.flushall()  # earlier tests' counts and throttle keys
+    client.close()
+    team = Team.objects.create(name="failing")
+    factories.user("watcher", team=team)
+    topic = factories.topic("flaky", factories.cluster_with_brokers("fl"), team, 1, 1)
+    app, _ = factories.app("fail-app", team)
+    quiet, _ = factories.app("quiet-app", team)
+    ProducerPolicy.objects.create(topic=topic, app=app)
+    ConsumerPolicy.objects.create(topic=topic, app=app, start_position="earliest")
+    ConsumerPolicy.objects.create(
+        topic=topic, app=quiet, start_position="earliest", backlog_alert_enabled=False
+    )
+    publish()
+    return topic
+
+
+def fail(app: str, n: int) -> None:
+    """Produce ``n`` messages and have ``app``'s consumer nack each."""
+
+    async def run(engine) -> None:
+        await engine.append_many("flaky", "fail-app", [Message(b"x")] * n)
+        got = await engine.lease("flaky", app, count=n, owner="w")
+        assert len(got.deliveries) == n
+        await engine.fail("flaky", app, 0, [d.index for d in got.deliveries])
+
+    engine_call(run)
+
+
+def test_a_consumer_failing_too_often_alerts_once(failing, settings):
+    settings.CONSUME_FAILURE_ALERT_PER_HOUR = 10
+    fail("fail-app", 9)
+    fail("quiet-app", 30)  # alerts off: not checked
+    assert check_consume_failures() == []  # 9 < 10
+    fail("fail-app", 1)
+    [event] = check_consume_failures()
+    assert event.kind == AlertEvent.Kind.CONSUME_FAILURES
+    assert event.target == "consumer:fail-app.flaky" and event.detail["failures"] == 10
+    assert event.emailed
+    fail("fail-app", 5)
+    assert check_consume_failures() == []  # throttled
+    assert AlertEvent.objects.count() == 1
+
+
+def test_a_zero_threshold_turns_the_alert_off(failing, settings):
+    settings.CONSUME_FAILURE_ALERT_PER_HOUR = 0
+    fail("fail-app", 20)
+    assert check_consume_failures() == []
