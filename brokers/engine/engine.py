@@ -94,7 +94,9 @@ class Engine(
         )
         self.shared = SharedDelivery(redis, self.now_ms, self._dead_letter, queue_retry)
         self.assigner = GroupAssigner(redis)
-        self.holders = Holders(redis, self._release_held, ttl_ms=holder_ttl_ms)
+        self.holders = Holders(
+            redis, self._release_held, leave=self._leave_for_dead, ttl_ms=holder_ttl_ms
+        )
         self._expire_due = {}  # topic → (its groups, ms before which its sweep skips it)
 
     async def close(self) -> None:

@@ -16,10 +16,15 @@ timeout (300 s by default). So each engine that leases or locks for connections 
   every third of ``ttl_ms``;
 - what it leases from a group's retry store (a push lease, or a fetch for a connection)
   is recorded beside the store (:meth:`~brokers.engine.keys.RetryKeys.held`);
+- the fan-out members it joined for its connections are recorded under it too
+  (:meth:`Holders.hold_member`), with how long each one's progress is kept once it leaves;
 - every holder sweeps: an entry lapsed for ``ttl_ms`` more is a dead process. The sweeper
   claims it (one script: removed only if still lapsed), and in each group the dead holder
   recorded its leased ranges and retries are due again at once, marked redelivered — as
-  when a connection closes — and its partition locks are dropped. A lease that had expired before
+  when a connection closes — and its partition locks are dropped; its members leave, as
+  when their connections close (a connection's own member's progress goes, a durable
+  member's is kept its while). Before, a crashed broker's members stayed members for good:
+  a fan-out consumer lagged by its ghosts' lag, and their progress was never deleted. A lease that had expired before
   is left to be what expiry makes it, a failed attempt. At least once: a message a dead
   process's client had handled but not acked is delivered again.
 
@@ -44,7 +49,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from brokers.engine.background import cancel_and_wait
-from brokers.engine.keys import holder_groups_key, holders_key
+from brokers.engine.keys import holder_groups_key, holder_members_key, holders_key
 from brokers.engine.redisio import AnyRedis, Script
 
 log = logging.getLogger("mqcloud.engine")
@@ -57,6 +62,8 @@ SWEEP_BATCH = 16  # dead holders claimed per sweep
 
 Release = Callable[[str, str, str | None, str], Awaitable[int]]
 """(topic, app, client_id, owner prefix) → ranges made due again."""
+Leave = Callable[[str, str, str, int | None], Awaitable[None]]
+"""(topic, app, member, keep_ms) → the fan-out member left (its progress kept keep_ms)."""
 
 CLAIM = Script(
     """
@@ -96,11 +103,13 @@ class Holders:
         redis: AnyRedis,
         release: Release,
         *,
+        leave: Leave | None = None,
         ttl_ms: int = DEFAULT_TTL_MS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._redis = redis
         self._release = release
+        self._leave = leave
         self.ttl_ms = ttl_ms
         self._clock = clock
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -129,6 +138,18 @@ class Holders:
         member = group_member(topic, app, client_id)
         await self._redis.zadd(holder_groups_key(self.id), {member: until}, gt=True)
         self._registered[group] = until
+
+    async def hold_member(self, topic: str, app: str, member: str, keep_ms: int | None) -> None:
+        """Fan-out ``member`` of ``app``'s group on ``topic`` joined for a connection of
+        this process: if the process dies, it leaves (its progress kept ``keep_ms``, or
+        deleted with None)."""
+        self.start()
+        keep = "-" if keep_ms is None else str(max(1, keep_ms))
+        await self._redis.hset(holder_members_key(self.id), group_member(topic, app, member), keep)
+
+    async def drop_member(self, topic: str, app: str, member: str) -> None:
+        """``member`` left: nothing to do for it if this process dies."""
+        await self._redis.hdel(holder_members_key(self.id), group_member(topic, app, member))
 
     # ------------------------------------------------------------------ renewal
 
@@ -208,6 +229,9 @@ class Holders:
                 continue
             released += await self._release(*group, f"{holder}/")
         await self._redis.delete(key)  # only once all is handed on (a retry redoes it all)
+        left = await self._members_leave(holder)
+        if left:
+            log.warning("lease holder %s %s: %d fan-out members left", holder, why, left)
         if released:
             log.warning(
                 "lease holder %s %s: %d leased ranges in %d groups are due again",
@@ -217,6 +241,21 @@ class Holders:
                 len(members),
             )
         return released
+
+    async def _members_leave(self, holder: str) -> int:
+        """Every fan-out member ``holder`` recorded leaves; then its record goes."""
+        key = holder_members_key(holder)
+        entries = await self._redis.hgetall(key)
+        left = 0
+        for raw, keep in entries.items():
+            group = parse_group(raw)
+            if group is None or group[2] is None or self._leave is None:
+                continue
+            kept = keep.decode() if isinstance(keep, bytes) else str(keep)
+            await self._leave(group[0], group[1], group[2], int(kept) if kept.isdigit() else None)
+            left += 1
+        await self._redis.delete(key)
+        return left
 
     # ------------------------------------------------------------------ close
 

@@ -261,6 +261,13 @@ def holders_key() -> str:
     return f"{PREFIX}:{{holders}}"
 
 
+def holder_members_key(holder: str) -> str:
+    """Hash of the fan-out members that end with ``holder`` (a connection's own, or a
+    durable one to keep a while): member record -> how long its progress is kept when it
+    leaves (ms, or ``-``: not at all)."""
+    return f"{PREFIX}:{{holder:{holder}}}:members"
+
+
 def holder_groups_key(holder: str) -> str:
     """Sorted set of the consumer groups ``holder`` leased from, scored by when the last of
     those leases ends (ms)."""

@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
-from brokers.engine import RETRY_PARTITION, Message
+from brokers.engine import RETRY_PARTITION, Message, QueueSettings
 from brokers.engine.background import cancel_and_wait
-from brokers.engine.keys import RetryKeys, holder_groups_key, holders_key
+from brokers.engine.keys import RetryKeys, holder_groups_key, holder_members_key, holders_key
 from tests.engine.conftest import snapshot
 
 TTL_MS = 300  # renewed every 100 ms, taken for dead 600 ms after its last renewal
@@ -334,3 +334,36 @@ async def test_a_closing_connections_unacked_retries_are_due_again_not_others(ma
     assert await a.unlock_retries("t", "a", named) == 1
     again = await a.fetch("t", "a", owner="conn-2", held=True, count=10)
     assert [d.index for d in again.messages] == [kept.index]
+
+
+def _fan_out_catalog():
+    return snapshot(
+        topics={"f": {"partitions": 1, "queue": QueueSettings(delivery_mode="FanOutWithAck")}},
+        consumers=[{"topic": "f", "app": "a"}],
+    )
+
+
+async def test_a_dead_holders_fan_out_members_leave(make_engine):
+    """The members a process joined for its connections leave when it dies, as when
+    their connections close: a connection's own member's progress goes at once, a durable
+    member's after its keep time; a member not held by it stays. Before, a crashed
+    broker's subscribers stayed members for good (their progress was never deleted, and
+    the fan-out consumer lagged by theirs)."""
+    a = make_engine(_fan_out_catalog(), holder_ttl_ms=TTL_MS)
+    b = make_engine(_fan_out_catalog(), holder_ttl_ms=TTL_MS)
+    await a.join("f", "a", "~conn", held=True)
+    await a.join("f", "a", "durable", held=True, keep_ms=300)
+    await b.join("f", "a", "elsewhere")  # not held: another broker's, say
+    b.holders.start()  # as a broker process does at once
+    await a.join("f", "a", "gone", held=True)
+    await a.leave("f", "a", "gone")  # left before: nothing to do for it
+    assert sorted(await b.members("f", "a")) == ["durable", "elsewhere", "~conn"]
+    await _die(a)
+    for _ in range(60):  # b's sweep: two TTLs and a round
+        if "~conn" not in await b.members("f", "a"):
+            break
+        await asyncio.sleep(0.05)
+    assert sorted(await b.members("f", "a")) == ["durable", "elsewhere"]  # kept a while
+    await asyncio.sleep(0.5)
+    assert await b.members("f", "a") == ["elsewhere"]
+    assert await b.redis.exists(holder_members_key(a.holders.id)) == 0

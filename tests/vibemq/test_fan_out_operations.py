@@ -10,6 +10,7 @@ leased the group's copy first.
 from __future__ import annotations
 
 import asyncio
+import json
 
 from brokers.clients.vibemq import VibeMQClient
 from tests.vibemq.conftest import Broker
@@ -62,4 +63,35 @@ async def test_a_reset_and_a_reconsume_reach_each_subscriber(broker: Broker, cat
             assert sub.deliveries.empty()  # and nothing twice
     finally:
         for c in (pub, *subs):
+            await c.close()
+
+
+async def test_a_subscribers_membership_is_held_by_its_broker(broker: Broker, catalog) -> None:
+    """A fan-out subscriber's membership is recorded under its broker's lease holder —
+    should the broker die, another's sweep makes it leave — and the record goes when the
+    subscriber does."""
+    from brokers.engine.keys import holder_members_key
+
+    key = holder_members_key(broker.engine.holders.id)
+    pub = await VibeMQClient.open("127.0.0.1", broker.port, catalog.token)
+    durable = await VibeMQClient.open("127.0.0.1", broker.port, catalog.token, client_id="d1")
+    own = await VibeMQClient.open("127.0.0.1", broker.port, catalog.token)
+    try:
+        await pub.create_queue("held-ops", deliveryMode="FanOutWithAck")
+        for sub in (durable, own):
+            await sub.subscribe("held-ops")
+            await sub.ping()
+        held = {k.decode(): v.decode() for k, v in (await broker.redis.hgetall(key)).items()}
+        assert len(held) == 2
+        kept = {json.loads(k)[2]: v for k, v in held.items()}
+        assert kept["d1"] == str(broker.server.ctx.config.fanout_retention_ms)
+        assert [v for m, v in kept.items() if m.startswith("~")] == ["-"]
+        await own.close()
+        for _ in range(50):
+            if await broker.redis.hlen(key) == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert await broker.redis.hlen(key) == 1
+    finally:
+        for c in (pub, durable, own):
             await c.close()

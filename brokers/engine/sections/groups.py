@@ -380,13 +380,25 @@ class GroupSection(EngineBase):
         self._expire_due[topic] = (cids, min(due, now + EXPIRE_RECHECK_MS))
         return sum(n for n, _ in results)
 
-    async def join(self, topic: str, app: str, member: str) -> None:
+    async def join(
+        self,
+        topic: str,
+        app: str,
+        member: str,
+        *,
+        held: bool = False,
+        keep_ms: int | None = None,
+    ) -> None:
         """A fan-out member of ``app``'s group starts where it joins: at the queue's
         dispatch mark — every message not yet handed to any member, so a message
         published while nobody listened waits for the first subscribers. A member seen
         before keeps what it was handed and did not ack, and skips what was handed to
-        the others while it was away ("present at dispatch", vibemq.md §9.1)."""
+        the others while it was away ("present at dispatch", vibemq.md §9.1). ``held``:
+        it is a connection's of this process — should the process die, it leaves as
+        :meth:`leave` with ``keep_ms`` makes it (the holders' sweep)."""
         info = self.group_topic(topic)
+        if held:
+            await self.holders.hold_member(topic, app, member, keep_ms)
         cid = consumer_id(app, member)
         await keep_progress(self.redis, topic, range(info.partitions), cid)
         for p in range(info.partitions):
@@ -399,10 +411,17 @@ class GroupSection(EngineBase):
         that may reconnect; its retries wait for it)."""
         info = self.group_topic(topic)
         cid = consumer_id(app, member)
+        await self.holders.drop_member(topic, app, member)
         await forget_progress(self.redis, topic, range(info.partitions), cid, after_ms=keep_ms)
         if keep_ms is None:
             await self._retries_of(topic, app, member).drop_own()
             await drop_member(self.redis, topic, app, member)
+
+    async def _leave_for_dead(self, topic: str, app: str, member: str, keep_ms: int | None) -> None:
+        """A dead process's fan-out member leaves (the holders' sweep); a topic that is
+        gone meanwhile took its progress with it."""
+        with contextlib.suppress(TopicNotFound):
+            await self.leave(topic, app, member, keep_ms=keep_ms)
 
     async def members(self, topic: str, app: str) -> list[str]:
         """The fan-out members of ``app``'s group on ``topic`` that have progress: joined

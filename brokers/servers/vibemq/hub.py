@@ -571,7 +571,11 @@ class Hub:
         acknowledgement is its too)."""
         settings = self.ctx.queue_settings(queue)
         if settings is not None and settings.delivery_mode in FANOUT_MODES:
-            await self.ctx.engine.join(queue, sub.acting_app(queue), sub.member_id(queue))
+            # held by this process: should it die, the member leaves as a close makes it
+            keep = self.ctx.config.fanout_retention_ms if sub.durable else None
+            await self.ctx.engine.join(
+                queue, sub.acting_app(queue), sub.member_id(queue), held=True, keep_ms=keep
+            )
 
     async def subscribe(self, queue: str, sub: Subscriber) -> None:
         """Deliver ``queue`` to ``sub`` from now on (after :meth:`join`)."""
