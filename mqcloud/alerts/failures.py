@@ -11,31 +11,13 @@ alerts do.
 from __future__ import annotations
 
 import redis
-from asgiref.sync import async_to_sync
 from django.conf import settings
 
-from brokers.models import ConsumerPolicy
-from mqcloud.alerts.backlog import LAG_BATCH
 from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
 from mqcloud.alerts.models import AlertEvent
-from mqcloud.engine_access import engine_session
+from mqcloud.alerts.watched import per_consumer, watched_consumers
 
 WINDOW_MINUTES = 60
-
-
-async def _failures(policies: list[ConsumerPolicy]) -> dict[str, int]:
-    found: dict[str, int] = {}
-    async with engine_session() as engine:
-        for start in range(0, len(policies), LAG_BATCH):
-            batch = policies[start : start + LAG_BATCH]
-            counts = await engine.consume_failures(
-                [(p.topic.code, p.app.code) for p in batch], minutes=WINDOW_MINUTES
-            )
-            for p in batch:
-                n = counts.get((p.topic.code, p.app.code))
-                if n:
-                    found[p.name] = n
-    return found
 
 
 def check_consume_failures() -> list[AlertEvent]:
@@ -44,12 +26,10 @@ def check_consume_failures() -> list[AlertEvent]:
     threshold = settings.CONSUME_FAILURE_ALERT_PER_HOUR
     if threshold <= 0:
         return []
-    policies = list(
-        ConsumerPolicy.objects.filter(backlog_alert_enabled=True).select_related(
-            "topic", "app__team"
-        )
+    policies = watched_consumers()
+    failures = per_consumer(
+        policies, lambda engine, groups: engine.consume_failures(groups, minutes=WINDOW_MINUTES)
     )
-    failures = async_to_sync(_failures)(policies)
     by_name = {p.name: p for p in policies}
     client = redis.Redis.from_url(settings.REDIS_URL)
     fired: list[AlertEvent] = []
