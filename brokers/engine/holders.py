@@ -24,9 +24,10 @@ timeout (300 s by default). So each engine that leases or locks for connections 
   when a connection closes — and its partition locks are dropped; its members leave, as
   when their connections close (a connection's own member's progress goes, a durable
   member's is kept its while). Before, a crashed broker's members stayed members for good:
-  a fan-out consumer lagged by its ghosts' lag, and their progress was never deleted. A lease that had expired before
-  is left to be what expiry makes it, a failed attempt. At least once: a message a dead
-  process's client had handled but not acked is delivered again.
+  a fan-out consumer lagged by its ghosts' lag, and their progress was never deleted. A
+  lease that had expired before is left to be what expiry makes it, a failed attempt. At
+  least once: a message a dead process's client had handled but not acked is delivered
+  again.
 
 Liveness is wall-clock time, whatever clock the engine stamps messages with. A process
 that stops renewing for two ``ttl_ms`` (paused, cut off from Redis) is taken for dead; when

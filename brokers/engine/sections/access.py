@@ -35,7 +35,7 @@ class AccessSection(EngineBase):
         """Whether ``app`` consumes ``topic`` by broadcast (each client its own progress)."""
         info = self.topic(topic)
         policy = self._consumer(topic, app)
-        return policy.broadcast or info.type == "broadcast"
+        return self._by_broadcast(info, policy)
 
     def app_for_token(self, token: str | None) -> str | None:
         """The app whose active token ``token`` is (the catalog's one lookup), or None."""

@@ -145,10 +145,23 @@ class EngineBase:
         base = self.retry_policy
         return RetryPolicy(base.base_ms, base.cap_ms, policy.err_times, base.max_age_ms)
 
+    @staticmethod
+    def _by_broadcast(topic: TopicInfo, policy: ConsumerPolicyInfo) -> bool:
+        """Whether ``policy`` consumes ``topic`` by broadcast: each client its own
+        progress, named by the clientId it fetches with."""
+        return policy.broadcast or topic.type == "broadcast"
+
+    @classmethod
+    def _by_members(cls, topic: TopicInfo, policy: ConsumerPolicyInfo) -> bool:
+        """Whether ``policy``'s clients on ``topic`` are the members of a fan-out queue
+        (each its own progress, joined by a push subscriber), not a broadcast consumer's
+        clients."""
+        return topic.queue.delivery_mode in FAN_OUT and not cls._by_broadcast(topic, policy)
+
     def _broadcast(
         self, topic: TopicInfo, policy: ConsumerPolicyInfo, client_id: str | None
     ) -> None:
-        if policy.broadcast or topic.type == "broadcast":
+        if self._by_broadcast(topic, policy):
             if not client_id:
                 raise ClientIdRequired(f"{policy.name} consumes by broadcast: clientId required")
         elif client_id:

@@ -48,7 +48,6 @@ from brokers.engine.notify import announce
 from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.read import indexes_at_times, read_range
 from brokers.engine.sections.base import EngineBase
-from brokers.engine.shared import FAN_OUT
 from brokers.engine.unbatch import one_by_one
 
 RECONSUME_MAX = 100_000
@@ -408,11 +407,10 @@ class PullSection(EngineBase):
         itself while it has none: its pull consumers). InvalidMessage for a broadcast
         consumer that has no client yet, or a ``client_id`` that is no member."""
         info, policy = self.topic(topic), self._consumer(topic, app)
-        broadcast = policy.broadcast or info.type == "broadcast"
-        if client_id is not None and not broadcast and info.queue.delivery_mode in FAN_OUT:
+        if client_id is not None and self._by_members(info, policy):
             if client_id not in await group_members(self.redis, topic, app):
                 raise InvalidMessage(f"{client_id} is no member of {policy.name} on {topic}")
-        elif client_id is not None or not broadcast:
+        elif client_id is not None or not self._by_broadcast(info, policy):
             self._broadcast(info, policy, client_id)
         clients = await self._each_client(info, policy, client_id, group_too=False)
         if not clients:
@@ -432,11 +430,11 @@ class PullSection(EngineBase):
         queue, each member and (``group_too``, or while there is no member) the group,
         which its pull consumers read."""
         if client_id is None:
-            if policy.broadcast or info.type == "broadcast":
+            if self._by_broadcast(info, policy):
                 return list(
                     await self.broadcast_clients(info.code, policy.app, active_within_ms=None)
                 )
-            if info.queue.delivery_mode in FAN_OUT:
+            if self._by_members(info, policy):
                 members: list[str | None] = list(
                     await group_members(self.redis, info.code, policy.app)
                 )
@@ -487,7 +485,7 @@ class PullSection(EngineBase):
         that chunk); what retention took meanwhile ends it. How many messages were copied
         (a batch record's items each)."""
         info, policy = self.topic(topic), self._consumer(topic, app)
-        if not (info.queue.delivery_mode in FAN_OUT and client_id):  # a member: its own
+        if not (client_id and self._by_members(info, policy)):  # a member: its own
             self._broadcast(info, policy, client_id)
         copied, pos = 0, first
         while pos < end:
@@ -718,7 +716,12 @@ class PullSection(EngineBase):
         known = [
             (t, a, info) for t, a in groups if (info := self.catalog.topics.get(t)) is not None
         ]
-        fan_out = [(t, a) for t, a, info in known if self._fan_out_members(info, t, a)]
+        fan_out = [
+            (t, a)
+            for t, a, info in known
+            if (policy := self.catalog.consumer(t, a)) is not None
+            and self._by_members(info, policy)
+        ]
         members = dict(zip(fan_out, await members_of_groups(self.redis, fan_out), strict=True))
         refs = [
             overview.GroupRef(topic, app, info.partitions, client_id=member)
@@ -730,14 +733,6 @@ class PullSection(EngineBase):
             key = (lag.topic, lag.app)
             out[key] = lag if key not in out else overview.worst(out[key], lag)
         return out
-
-    def _fan_out_members(self, info: TopicInfo, topic: str, app: str) -> bool:
-        """Whether ``app``'s clients on ``topic`` are the members of a fan-out queue (each
-        its own progress), not a broadcast consumer's clients nor one clustering group."""
-        if info.queue.delivery_mode not in FAN_OUT or info.type == "broadcast":
-            return False
-        policy = self.catalog.consumer(topic, app)
-        return policy is not None and not policy.broadcast
 
     async def consume_failures(
         self, groups: Sequence[tuple[str, str]], *, minutes: int = 60
@@ -786,7 +781,7 @@ class PullSection(EngineBase):
         for p, _ in entries:
             self._partition(info, p)
         clients: list[str | None] = [client_id]
-        if (policy.broadcast or info.type == "broadcast") and client_id is None:
+        if self._by_broadcast(info, policy) and client_id is None:
             clients = list(await self.broadcast_clients(topic, app))
         return await resend_mod.add(self.redis, topic, app, entries, clients)
 

@@ -35,13 +35,12 @@ class MqRef:
     temp: TempMq | None = None
     remote: RemoteTemp | None = None
     """A Temp MQ of another broker (produce forwards to it, see :mod:`.relay`)."""
-    code: str = ""
-    """The topic's code: what the engine, the queue and pub/sub runtimes and the activity
-    record know it by (a Temp MQ's is its name)."""
 
-    def __post_init__(self) -> None:
-        if not self.code:
-            object.__setattr__(self, "code", self.topic.code if self.topic else self.name)
+    @property
+    def code(self) -> str:
+        """The topic's code: what the engine, the queue and pub/sub runtimes and the
+        activity record know it by (a Temp MQ's is its name)."""
+        return self.topic.code if self.topic is not None else self.name
 
     @property
     def pubsub(self) -> bool:
@@ -59,7 +58,7 @@ def lookup(ctx: ServerContext, name: str | None) -> MqRef | None:
     topic = ctx.snapshot.zbus_topic(name)
     if topic is None:
         return None
-    return MqRef(name, topic.zbus_mode, topic=topic, code=topic.code)
+    return MqRef(name, topic.zbus_mode, topic=topic)
 
 
 async def lookup_anywhere(ctx: ServerContext, name: str | None) -> MqRef | None:
