@@ -116,7 +116,23 @@ class Mailboxes:
         """Stop listening (registrations are the caller's to release)."""
         await cancel_and_wait(self._listener)
         self._listener = None
+        await self._unsubscribe()
         await self._close_pubsub()
+
+    async def _unsubscribe(self) -> None:
+        """Leave the inbox channel and wait for Redis to confirm it, so that a send after
+        :meth:`stop` is told nobody listens. Closing the connection alone left Redis
+        counting the subscriber until it noticed the close: a send meanwhile reported a
+        listener that would never read it. A connection already lost is closed as is."""
+        if self._pubsub is None:
+            return
+        with contextlib.suppress(Exception):
+            await self._pubsub.unsubscribe(inbox_channel(self.space, self.owner))
+            async with asyncio.timeout(5.0):
+                while True:
+                    msg = await self._pubsub.get_message(timeout=1.0)
+                    if msg is not None and _text(msg.get("type")) == "unsubscribe":
+                        return
 
     async def _subscribe(self) -> None:
         self._pubsub = open_pubsub(self._redis)

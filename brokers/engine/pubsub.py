@@ -82,9 +82,16 @@ class PubSubConnection:
 
     async def subscribe(self, *channels: str) -> None:
         """Write SUBSCRIBE for ``channels`` (confirmed by :meth:`get_message`)."""
+        await self._write("SUBSCRIBE", *channels)
+
+    async def unsubscribe(self, *channels: str) -> None:
+        """Write UNSUBSCRIBE for ``channels`` (confirmed by :meth:`get_message`)."""
+        await self._write("UNSUBSCRIBE", *channels)
+
+    async def _write(self, *command: str) -> None:
         conn = await self._connection()
         try:
-            conn._writer.write(pack(("SUBSCRIBE", *channels)))
+            conn._writer.write(pack(command))
             await conn._writer.drain()
         except OSError as exc:  # reset, broken pipe
             await self.aclose()
