@@ -95,29 +95,38 @@ def traffic(
     return rows
 
 
+LAG_CHUNK = 500
+"""Consumers measured per batched engine call (a fixed number of Redis round trips)."""
+
+
 def consumer_lag(
     snapshot: CatalogSnapshot, now_ms: int, redis_url: str | None = None
 ) -> list[ConsumerLag]:
-    """The backlog of every clustering consumer now (broadcast clients are not sampled)."""
+    """The backlog of every consumer now, as the console's lists show it: a broadcast
+    consumer's or fan-out queue's is its slowest client's (``Engine.group_lags``, a fixed
+    number of round trips per LAG_CHUNK consumers, not one per consumer)."""
     from django.conf import settings
 
-    pairs = [(c.topic, c.app) for c in snapshot.consumers if not c.broadcast]
-    pairs = [(t, a) for t, a in pairs if t in snapshot.topics]
+    pairs = sorted({(c.topic, c.app) for c in snapshot.consumers if c.topic in snapshot.topics})
     minute = _aware(now_ms - now_ms % 60_000)
 
     async def sample(reader: StoreReader) -> list[ConsumerLag]:
         out = []
-        for topic, app in pairs:
-            parts = await reader.engine.progress(topic, app)
-            lag = sum(p.lag for p in parts)
-            out.append(ConsumerLag(topic=topic, app=app, minute=minute, lag=lag))
+        for start in range(0, len(pairs), LAG_CHUNK):
+            chunk = pairs[start : start + LAG_CHUNK]
+            lags = await reader.engine.group_lags(chunk)
+            out.extend(
+                ConsumerLag(topic=t, app=a, minute=minute, lag=lags[(t, a)].lag)
+                for t, a in chunk
+                if (t, a) in lags
+            )
         return out
 
     return run_sync(redis_url or settings.REDIS_URL, snapshot, sample) if pairs else []
 
 
 def sample_lag(snapshot: CatalogSnapshot, now_ms: int, redis_url: str | None = None) -> int:
-    """Store every clustering consumer's lag now in its minute (Redis reads, no Spark);
+    """Store every consumer's lag now in its minute (Redis reads, no Spark);
     how many samples."""
     lags = consumer_lag(snapshot, now_ms, redis_url)
     ConsumerLag.objects.bulk_create(

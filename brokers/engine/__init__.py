@@ -82,6 +82,7 @@ from brokers.engine.model import (
 )
 from brokers.engine.notify import Wakeup
 from brokers.engine.overview import GroupLag, TopicRate
+from brokers.engine.overview import worst as worst_lag
 from brokers.engine.presence import Presence
 from brokers.engine.priority import PRIORITY_BANDS, PRIORITY_MODE, band_of, band_partition
 from brokers.engine.record import (
@@ -108,11 +109,13 @@ from brokers.engine.record import (
 from brokers.engine.redisio import AnyRedis, broker_client, engine_client
 from brokers.engine.reports import publish_report, read_reports, withdraw_report
 from brokers.engine.retry import RetryPolicy
+from brokers.engine.sections.pull import ACTIVE_CLIENT_MS
 from brokers.engine.shared import Lease, QueueRetry
 from brokers.engine.unbatch import one_by_one
 from brokers.engine.wire import WireBlob, WireRecords
 
 __all__ = [
+    "ACTIVE_CLIENT_MS",
     "DELAY_ID",
     "DELAY_LEVELS",
     "DLQ_SUFFIX",
@@ -230,4 +233,5 @@ __all__ = [
     "seed_group",
     "split_attribute_text",
     "withdraw_report",
+    "worst_lag",
 ]

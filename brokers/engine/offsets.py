@@ -149,3 +149,23 @@ async def clients(client: AnyRedis, topic: str, app: str, since_ms: int | None) 
     low = "-inf" if since_ms is None else since_ms
     key = GroupKeys(topic, app).clients
     return [c.decode() for c in await client.zrangebyscore(key, low, "+inf")]
+
+
+async def lag_clients(
+    client: AnyRedis, groups: Sequence[tuple[str, str]], since_ms: int
+) -> list[list[str]]:
+    """For each broadcast consumer ``(topic, app)``, in order, the clients whose progress
+    its lag is measured by: those seen since ``since_ms`` (a client that went away for
+    good would otherwise lag for ever), or every registered one when none was (the whole
+    consumer is down: what its clients left behind is its backlog). One round trip
+    whatever the number of groups."""
+    if not groups:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for topic, app in groups:
+        pipe.zrange(GroupKeys(topic, app).clients, 0, -1, withscores=True)
+    out: list[list[str]] = []
+    for entries in await pipe.execute():
+        recent = [c.decode() for c, seen in entries if seen >= since_ms]
+        out.append(recent or [c.decode() for c, _ in entries])
+    return out

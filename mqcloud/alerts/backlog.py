@@ -1,13 +1,14 @@
 """The backlog check: a consumer whose lag is at least its threshold AND whose oldest
 unconsumed message is older than its age threshold (defaults 10,000 and 5 minutes) alerts.
-Broadcast consumers are checked on count only, per registered client, and so are a
-fan-out queue's consumers, per member (each VibeMQ FanOut subscriber has its progress). An alert key fires at
-most once per ALERT_THROTTLE_SECONDS (Redis ``SET NX EX``, shared by all workers).
+Broadcast consumers are checked on count only, per client (its active ones: see
+``Engine.client_lags``), and so are a fan-out queue's consumers, per member (each VibeMQ
+FanOut subscriber has its progress). An alert key fires at most once per
+ALERT_THROTTLE_SECONDS (Redis ``SET NX EX``, shared by all workers).
 
-Every run measures every consumer policy — the clustering ones in batches of
-LAG_BATCH groups, two Redis round trips each (``Engine.group_lags``); a consumer's
-partitions are read one by one only when its lag already passes its threshold — and keeps
-the lag it found in :class:`~mqcloud.alerts.models.LatestLag`, which the console's
+Every run measures every consumer policy, in batches of LAG_BATCH groups, a fixed number
+of Redis round trips each whatever the number of clients and members
+(``Engine.client_lags``), and keeps the lag it found — a broadcast or fan-out consumer's
+slowest client's — in :class:`~mqcloud.alerts.models.LatestLag`, which the console's
 dashboard and lag sorts read instead of measuring thousands of consumers per request.
 """
 
@@ -20,7 +21,7 @@ import redis
 from asgiref.sync import async_to_sync
 from django.conf import settings
 
-from brokers.engine import Engine
+from brokers.engine import GroupLag, worst_lag
 from brokers.models import ConsumerPolicy
 from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
 from mqcloud.alerts.models import AlertEvent, LatestLag
@@ -39,31 +40,6 @@ class Backlog:
     oldest_age_s: float | None
 
 
-async def _backlog_of(
-    engine: Engine, policy: ConsumerPolicy, client_id: str | None, now_ms: int
-) -> Backlog | None:
-    rows = await engine.progress(policy.topic.code, policy.app.code, client_id=client_id)
-    lag = sum(max(r.lag, 0) for r in rows)
-    if lag < policy.backlog_alert_count:
-        return None
-    if client_id is not None:  # broadcast: count only
-        return Backlog(policy.name, client_id, lag, None)
-    oldest: int | None = None
-    for r in rows:
-        if r.lag > 0:
-            start = max(r.ack_index, r.min_index)
-            first = await engine.read(policy.topic.code, r.partition, start, 1)
-            if first:
-                stored = first[0].message.store_time_ms
-                oldest = stored if oldest is None else min(oldest, stored)
-    if oldest is None:
-        return None
-    age = (now_ms - oldest) / 1000
-    if age < policy.backlog_alert_age_s:
-        return None
-    return Backlog(policy.name, None, lag, age)
-
-
 @dataclass
 class Scan:
     """What one run found: backlogs over their thresholds, and every consumer's lag."""
@@ -79,40 +55,34 @@ async def _find(policies: list[ConsumerPolicy]) -> Scan:
     async with engine_session() as engine:
         now = engine.now_ms()
         known = [p for p in policies if p.topic.code in engine.catalog.topics]
-        clustering = [
-            p for p in known if p.mode != ConsumerPolicy.Mode.BROADCAST and not p.fan_out_members
-        ]
-        for start in range(0, len(clustering), LAG_BATCH):
-            batch = clustering[start : start + LAG_BATCH]
-            lags = await engine.group_lags([(p.topic.code, p.app.code) for p in batch])
+        for start in range(0, len(known), LAG_BATCH):
+            batch = known[start : start + LAG_BATCH]
+            lags = await engine.client_lags([(p.topic.code, p.app.code) for p in batch])
             for policy in batch:
-                group = lags.get((policy.topic.code, policy.app.code))
-                if group is None:
-                    continue
-                age_ms = group.oldest_age_ms(now)
-                found.lags[policy.pk] = (group.lag, None if age_ms is None else age_ms / 1000)
-                if policy.backlog_alert_enabled and group.lag >= policy.backlog_alert_count:
-                    backlog = await _backlog_of(engine, policy, None, now)
-                    if backlog:
-                        found.backlogs.append(backlog)
-        for policy in known:
-            topic, app = policy.topic.code, policy.app.code
-            if policy.mode == ConsumerPolicy.Mode.BROADCAST:
-                clients = await engine.broadcast_clients(topic, app)
-            elif policy.fan_out_members:
-                clients = await engine.members(topic, app)
-            else:
-                continue
-            worst = 0
-            for client in clients:
-                rows = await engine.progress(policy.topic.code, policy.app.code, client_id=client)
-                worst = max(worst, sum(max(r.lag, 0) for r in rows))
-                if policy.backlog_alert_enabled:
-                    backlog = await _backlog_of(engine, policy, client, now)
-                    if backlog:
-                        found.backlogs.append(backlog)
-            found.lags[policy.pk] = (worst, None)
+                clients = lags.get((policy.topic.code, policy.app.code))
+                if clients:
+                    _scan_consumer(found, policy, clients, now)
     return found
+
+
+def _scan_consumer(
+    found: Scan, policy: ConsumerPolicy, clients: dict[str | None, GroupLag], now_ms: int
+) -> None:
+    """Record ``policy``'s lag (its slowest client's) and the backlogs it alerts for."""
+    worst: GroupLag | None = None
+    for client_id, lag in clients.items():
+        worst = lag if worst is None else worst_lag(worst, lag)
+        if not policy.backlog_alert_enabled or lag.lag < policy.backlog_alert_count:
+            continue
+        if client_id is not None:  # a broadcast client or fan-out member: count only
+            found.backlogs.append(Backlog(policy.name, client_id, lag.lag, None))
+            continue
+        age_ms = lag.oldest_age_ms(now_ms)
+        if age_ms is not None and age_ms / 1000 >= policy.backlog_alert_age_s:
+            found.backlogs.append(Backlog(policy.name, None, lag.lag, age_ms / 1000))
+    if worst is not None:
+        age_ms = worst.oldest_age_ms(now_ms)
+        found.lags[policy.pk] = (worst.lag, None if age_ms is None else age_ms / 1000)
 
 
 def record_lags(lags: dict[int, tuple[int, float | None]]) -> None:

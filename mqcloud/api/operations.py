@@ -11,6 +11,7 @@ Resending dead letters and moving offsets change the cluster, so they are applic
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 
 from django.db.models import QuerySet
@@ -103,6 +104,19 @@ class PartitionProgressSerializer(serializers.Serializer):
     lock_expires_ms = serializers.IntegerField()
     last_access_ms = serializers.IntegerField()
     last_address = serializers.CharField()
+
+
+class ClientLagSerializer(serializers.Serializer):
+    """The lag of one progress of a broadcast or fan-out consumer."""
+
+    client_id = serializers.CharField(help_text="The broadcast client or fan-out member.")
+    lag = serializers.IntegerField(
+        help_text="Messages stored and not yet acknowledged by it, over all partitions."
+    )
+    oldest_unacked_age_ms = serializers.IntegerField(
+        allow_null=True, help_text="How long its oldest unacknowledged message has waited."
+    )
+    lagging_partitions = serializers.IntegerField()
 
 
 class RetryRowSerializer(serializers.Serializer):
@@ -293,6 +307,30 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
             lambda: engine_calls.progress(consumer.topic.code, consumer.app.code, client_id)
         )
         return Response(PartitionProgressSerializer([asdict(r) for r in rows], many=True).data)
+
+    @extend_schema(responses=ClientLagSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def clients(self, request: Request, name: str | None = None) -> Response:
+        """A broadcast consumer's clients (those seen in the last 10 minutes; all of them
+        when none was) or a fan-out queue's members, each with its own lag, furthest
+        behind first; the consumer's lag in the list is the first one's (404 for a
+        clustering consumer: it has one progress, see ``progress``)."""
+        consumer = self.get_object()
+        if not consumer.per_client:
+            raise exceptions.NotFound("This consumer is not broadcast: it has no clients.")
+        found = _engine(lambda: engine_calls.client_lags(consumer.topic.code, consumer.app.code))
+        now = int(time.time() * 1000)
+        rows = [
+            {
+                "client_id": client,
+                "lag": g.lag,
+                "oldest_unacked_age_ms": g.oldest_age_ms(now),
+                "lagging_partitions": g.lagging_partitions,
+            }
+            for client, g in found
+            if client is not None
+        ]
+        return Response(ClientLagSerializer(rows, many=True).data)
 
     @extend_schema(
         parameters=[history.WindowQuery], responses={200: history.ConsumerLagHistorySerializer}

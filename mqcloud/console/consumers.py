@@ -17,6 +17,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from brokers.engine import ACTIVE_CLIENT_MS
 from brokers.models import ConsumerPolicy
 from mqcloud.approvals.models import Application, Kind
 from mqcloud.approvals.services import record
@@ -107,12 +108,30 @@ def _owns(user, consumer: ConsumerPolicy) -> bool:
 
 
 def _progress_context(consumer: ConsumerPolicy, client_id: str | None) -> dict:
+    """The progress card: one progress's partitions — the group's, or ``client_id``'s —
+    or, for a broadcast or fan-out consumer without ``client_id``, each client's lag
+    (its total lag is its slowest client's, as in every list)."""
     now = int(time.time() * 1000)
+    rows: list = []
+    clients: list[dict] = []
+    error = ""
     try:
-        rows = engine_calls.progress(consumer.topic.code, consumer.app.code, client_id)
-        error = ""
+        if consumer.per_client and client_id is None:
+            lags = engine_calls.client_lags(consumer.topic.code, consumer.app.code)
+            clients = [
+                {
+                    "client_id": c,
+                    "lag": g.lag,
+                    "lagging_partitions": g.lagging_partitions,
+                    "oldest_age": _age(g.oldest_age_ms(now)),
+                }
+                for c, g in lags
+                if c is not None
+            ]
+        if not clients:  # a clustering consumer, a client, or none consumed yet
+            rows = engine_calls.progress(consumer.topic.code, consumer.app.code, client_id)
     except engine_calls.EngineUnavailable as exc:
-        rows, error = [], str(exc)
+        rows, clients, error = [], [], str(exc)
     partitions = [
         {
             "p": r,
@@ -122,15 +141,30 @@ def _progress_context(consumer: ConsumerPolicy, client_id: str | None) -> dict:
         }
         for r in rows
     ]
+    total = max((c["lag"] for c in clients), default=0) if clients else None
     return {
         "consumer": consumer,
         "client_id": client_id or "",
         "partitions": partitions,
-        "total_lag": sum(max(r.lag, 0) for r in rows),
+        "client_lags": clients,
+        "total_lag": sum(max(r.lag, 0) for r in rows) if total is None else total,
         "progress_error": error,
         "updated": engine_calls.fmt_ms(now),
         "poll_s": PROGRESS_POLL_S,
+        "active_minutes": ACTIVE_CLIENT_MS // 60_000,
     }
+
+
+def _age(ms: int | None) -> str:
+    """A wait as the progress card shows it ("—" when nothing waits)."""
+    if ms is None:
+        return "—"
+    seconds = ms // 1000
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
 
 
 def _client_id(request: HttpRequest, consumer: ConsumerPolicy) -> str | None:

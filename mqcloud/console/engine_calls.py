@@ -147,6 +147,18 @@ def members(topic: str, app: str) -> list[str]:
     return run(lambda e: e.members(topic, app))
 
 
+def client_lags(topic: str, app: str) -> list[tuple[str | None, GroupLag]]:
+    """The lag of each progress of one consumer, furthest behind first: a broadcast
+    consumer's active clients (all of them when none is), a fan-out queue's members,
+    else the group's own (client None); see ``Engine.client_lags``."""
+
+    async def call(engine: Engine) -> list[tuple[str | None, GroupLag]]:
+        found = (await engine.client_lags([(topic, app)])).get((topic, app), {})
+        return sorted(found.items(), key=lambda item: (-item[1].lag, item[0] or ""))
+
+    return run(call)
+
+
 def read_range(topic: str, partition: int, start: int, count: int) -> list[MessageRow]:
     """Up to ``count`` records of one partition from ``start``; :class:`PastTheEnd` when
     ``start`` lies beyond the next index to be written."""

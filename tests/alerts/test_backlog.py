@@ -192,3 +192,46 @@ def test_a_fan_out_queue_alerts_for_its_lagging_member_only(backlog_consumer, we
     engine_call(acks_all("slow"))
     assert check_backlogs() == []
     assert LatestLag.objects.get(consumer=backlog_consumer).lag == 0
+
+
+def test_a_broadcast_consumer_alerts_for_its_lagging_client_and_lists_its_lag(
+    backlog_consumer, webhook, client
+):
+    """Each broadcast client consumes from its own progress: the consumer alerts for the
+    client behind (count only) and every list shows the slowest client's lag — the
+    group's own progress, which no broadcast client moves, made the list, the API and
+    the dashboard show everything stored as its lag."""
+    from mqcloud.alerts.models import LatestLag
+
+    redis.Redis.from_url(django_settings.REDIS_URL).flushall()  # earlier tests' messages
+    ConsumerPolicy.objects.filter(pk=backlog_consumer.pk).update(mode=ConsumerPolicy.Mode.BROADCAST)
+    publish()
+    produce(6)
+
+    def consume(client_id: str, acked: int):
+        async def run(engine) -> None:
+            done = 0
+            for _ in (0, 1):  # a fetch takes from one partition
+                got = await engine.fetch(
+                    "busy", "slow-app", count=10, owner=client_id, address="10.0.0.9:1",
+                    client_id=client_id,
+                )  # fmt: skip
+                indexes = [d.index for d in got.messages][: max(0, acked - done)]
+                done += len(indexes)
+                if indexes:
+                    await engine.ack(
+                        "busy", "slow-app", got.partition, indexes, client_id=client_id
+                    )
+
+        return run
+
+    engine_call(consume("fast", 6))
+    engine_call(consume("slow", 2))
+    fired = check_backlogs()
+    assert [(e.detail["client_id"], e.detail["lag"]) for e in fired] == [("slow", 4)]
+    assert LatestLag.objects.get(consumer=backlog_consumer).lag == 4
+    client.force_login(factories.user("watcher-root", admin=True))
+    listed = client.get("/consumers/").context["rows"]
+    assert [(r.consumer.name, r.lag) for r in listed] == [("slow-app.busy", 4)]
+    api = client.get(f"/api/v1/consumers/{backlog_consumer.name}/").json()
+    assert api["lag"] == 4

@@ -79,3 +79,46 @@ async def test_produce_rates_count_whole_minutes(make_engine, clock):
     rates = await engine.produce_rates(["t", "u"], minutes=5)
     assert rates["t"].produced == 120 and rates["t"].per_second == 120 / 300
     assert rates["u"].produced == 0
+
+
+async def test_a_broadcast_consumers_lag_is_its_slowest_active_clients(make_engine, clock):
+    """Each broadcast client has its progress and the group's own is never read: the
+    consumer's lag is its slowest active client's (it was the group's own, everything
+    stored, in every list and on the dashboard); a client gone for good does not count
+    while others consume, and all count when none does (the consumer is down)."""
+    engine = make_engine(
+        snapshot(
+            topics={"t": {"partitions": 1}},
+            consumers=[{"topic": "t", "app": "a", "broadcast": True, "start_position": "earliest"}],
+        )
+    )
+    assert (await engine.group_lags([("t", "a")]))[("t", "a")].lag == 0
+    await engine.append("t", "a", [Message(b"x")] * 3, partition=0)
+
+    async def consume(client: str, acked: int) -> None:
+        got = await engine.fetch(
+            "t", "a", count=3, owner=client, address="10.0.0.1:1", client_id=client
+        )
+        indexes = [d.index for d in got.messages][:acked]
+        await engine.ack("t", "a", got.partition, indexes, client_id=client)
+
+    await consume("c1", 3)
+    await consume("c2", 1)
+    lag = (await engine.group_lags([("t", "a")]))[("t", "a")]
+    assert (lag.lag, lag.lagging_partitions) == (2, 1) and lag.oldest_unacked_ms > 0
+    per_client = (await engine.client_lags([("t", "a")]))[("t", "a")]
+    assert {c: v.lag for c, v in per_client.items()} == {"c1": 0, "c2": 2}
+    clock.advance(11 * 60)  # c1 and c2 went away; c3 consumes everything
+    await consume("c3", 3)
+    assert (await engine.group_lags([("t", "a")]))[("t", "a")].lag == 0
+    assert list((await engine.client_lags([("t", "a")]))[("t", "a")]) == ["c3"]
+    clock.advance(11 * 60)  # nobody consumes: every client's backlog counts
+    assert (await engine.group_lags([("t", "a")]))[("t", "a")].lag == 2
+
+
+async def test_client_lags_of_a_clustering_consumer_are_the_groups_own(make_engine):
+    engine = make_engine(catalog(2))
+    await engine.append("t0", "a", [Message(b"x")] * 2, partition=0)
+    lags = await engine.client_lags([("t0", "a"), ("t1", "a"), ("missing", "a")])
+    assert set(lags) == {("t0", "a"), ("t1", "a")}
+    assert {c: v.lag for c, v in lags[("t0", "a")].items()} == {None: 2}

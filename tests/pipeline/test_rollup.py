@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from brokers.engine import Message
+from brokers.models import ConsumerPolicy
 from pipeline import jobs
 from pipeline.models import ConsumerLag, JobRun, TrafficMinute
 from tests.pipeline.conftest import Store
@@ -123,3 +124,47 @@ def test_the_long_lived_pipeline_rolls_up_in_its_session_only_after_changes(
     assert (
         sum(t.messages for t in TrafficMinute.objects.filter(dimension="topic", name="orders")) == 9
     )
+
+
+def test_lag_samples_are_the_lists_lags_broadcast_consumers_included(store, redis_url):
+    """Every consumer is sampled as the console's lists show it — a broadcast consumer by
+    its slowest client (it was left out, so its lag history stayed empty) — in a fixed
+    number of round trips per chunk of consumers, not one per consumer."""
+    from brokers.catalog_loader import build_snapshot
+    from brokers.models import App, Topic
+    from pipeline import rollup
+
+    ConsumerPolicy.objects.create(
+        name="web.clicks",
+        topic=Topic.objects.get(code="clicks"),
+        app=App.objects.get(code="web"),
+        mode=ConsumerPolicy.Mode.BROADCAST,
+        start_position="earliest",
+    )
+    snapshot = build_snapshot()
+    store.catalog = snapshot
+    store.produce("orders", "shop", 3, 2)
+    store.produce("clicks", "web", 2, 3)
+
+    async def consume(engine) -> None:
+        for client_id, acked in (("a", 6), ("b", 1)):
+            done = 0
+            for _ in (0, 1):
+                got = await engine.fetch(
+                    "clicks", "web", count=10, owner=client_id, client_id=client_id
+                )
+                indexes = [d.index for d in got.messages][: max(0, acked - done)]
+                done += len(indexes)
+                if indexes:
+                    await engine.ack("clicks", "web", got.partition, indexes, client_id=client_id)
+
+    store.run(consume)
+    rollup.LAG_CHUNK, before = 1, rollup.LAG_CHUNK  # two chunks
+    try:
+        samples = rollup.consumer_lag(snapshot, BASE_MS, redis_url)
+    finally:
+        rollup.LAG_CHUNK = before
+    assert sorted((s.topic, s.app, s.lag) for s in samples) == [
+        ("clicks", "web", 5),
+        ("orders", "billing", 6),
+    ]

@@ -50,6 +50,9 @@ from brokers.engine.read import indexes_at_times, read_range
 from brokers.engine.sections.base import EngineBase
 from brokers.engine.unbatch import one_by_one
 
+ACTIVE_CLIENT_MS = 600_000
+"""A broadcast client seen within this many milliseconds is active: its lag counts (see
+:meth:`PullSection.client_lags`)."""
 RECONSUME_MAX = 100_000
 """Most messages one re-consume of a time span copies into a group's retry store."""
 RECONSUME_CHUNK = 1_000
@@ -709,29 +712,59 @@ class PullSection(EngineBase):
         self, groups: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], GroupLag]:
         """Lag and oldest unacked message of many consumer groups ``(topic, app)`` — what
-        :meth:`progress` sums for one — in two round trips whatever their number (two
-        more with fan-out queues among them: such a consumer's figures are its slowest
-        member's, the group's own while it has none); groups of topics not in the
-        catalog are left out."""
+        :meth:`progress` sums for one — in two round trips whatever their number (one
+        more with broadcast consumers among them, one more with fan-out queues: such a
+        consumer's figures are its slowest client's or member's, see
+        :meth:`client_lags`); groups of topics not in the catalog are left out."""
+        out: dict[tuple[str, str], GroupLag] = {}
+        for key, clients in (await self.client_lags(groups)).items():
+            for lag in clients.values():
+                out[key] = lag if key not in out else overview.worst(out[key], lag)
+        return out
+
+    async def client_lags(
+        self, groups: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], dict[str | None, GroupLag]]:
+        """For each consumer group ``(topic, app)`` in the catalog, the lag of each of
+        its progresses: the group's own (key None) for a clustering consumer; for a
+        broadcast consumer, each client's — those seen in the last ``ACTIVE_CLIENT_MS``,
+        or every registered one when none was (:func:`offsets.lag_clients`); for a
+        fan-out queue, each member's. A broadcast consumer without a client and a fan-out
+        queue without a member have the group's own (nothing consumed: all is behind).
+        Two round trips, plus one each for broadcast consumers and fan-out queues."""
         known = [
             (t, a, info) for t, a in groups if (info := self.catalog.topics.get(t)) is not None
+        ]
+        policies = {(t, a): self.catalog.consumer(t, a) for t, a, _ in known}
+        broadcast = [
+            (t, a)
+            for t, a, info in known
+            if (policy := policies[(t, a)]) is not None and self._by_broadcast(info, policy)
         ]
         fan_out = [
             (t, a)
             for t, a, info in known
-            if (policy := self.catalog.consumer(t, a)) is not None
-            and self._by_members(info, policy)
+            if (policy := policies[(t, a)]) is not None and self._by_members(info, policy)
         ]
-        members = dict(zip(fan_out, await members_of_groups(self.redis, fan_out), strict=True))
+        since = self.now_ms() - ACTIVE_CLIENT_MS
+        clients: dict[tuple[str, str], list[str]] = {
+            **dict(
+                zip(
+                    broadcast,
+                    await offsets_mod.lag_clients(self.redis, broadcast, since),
+                    strict=True,
+                )
+            ),
+            **dict(zip(fan_out, await members_of_groups(self.redis, fan_out), strict=True)),
+        }
         refs = [
-            overview.GroupRef(topic, app, info.partitions, client_id=member)
+            overview.GroupRef(topic, app, info.partitions, client_id=client)
             for topic, app, info in known
-            for member in members.get((topic, app)) or (None,)
+            for client in clients.get((topic, app)) or (None,)
         ]
-        out: dict[tuple[str, str], GroupLag] = {}
-        for lag in await overview.group_lags(self.redis, refs):
-            key = (lag.topic, lag.app)
-            out[key] = lag if key not in out else overview.worst(out[key], lag)
+        out: dict[tuple[str, str], dict[str | None, GroupLag]] = {}
+        for ref, lag in zip(refs, await overview.group_lags(self.redis, refs), strict=True):
+            out.setdefault((ref.topic, ref.app), {})[ref.client_id] = lag
         return out
 
     async def consume_failures(
@@ -759,7 +792,7 @@ class PullSection(EngineBase):
         return {r.topic: r for r in rates}
 
     async def broadcast_clients(
-        self, topic: str, app: str, *, active_within_ms: int | None = 600_000
+        self, topic: str, app: str, *, active_within_ms: int | None = ACTIVE_CLIENT_MS
     ) -> list[str]:
         """Registered broadcast clientIds (seen within ``active_within_ms``; None = all)."""
         since = None if active_within_ms is None else self.now_ms() - active_within_ms
