@@ -251,6 +251,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.fail_interrupted_applications",
         "schedule": timedelta(minutes=1),
     },
+    "forget-idle-broadcast-clients": {
+        "task": "mqcloud.tasks.forget_idle_broadcast_clients",
+        "schedule": timedelta(hours=1),
+    },
     "catalog-republish": {
         "task": "mqcloud.tasks.republish_catalog",
         "schedule": timedelta(minutes=1),
@@ -307,6 +311,9 @@ ALERT_WEBHOOK_URL = env.str("ALERT_WEBHOOK_URL", default="")
 ALERT_THROTTLE_SECONDS = env.int("ALERT_THROTTLE_SECONDS", default=3600)
 # A consumer that failed this many messages in the last hour alerts its team (0: never).
 CONSUME_FAILURE_ALERT_PER_HOUR = env.int("CONSUME_FAILURE_ALERT_PER_HOUR", default=10)
+# A broadcast client that has not fetched for this many days is forgotten with its
+# progress and own retries (0: kept for ever); fetching again, it starts anew.
+BROADCAST_CLIENT_RETENTION_DAYS = env.float("BROADCAST_CLIENT_RETENTION_DAYS", default=30)
 
 LOGGING = {
     "version": 1,

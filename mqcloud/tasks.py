@@ -207,6 +207,23 @@ async def _sweep_transactions() -> int:
 
 
 @shared_task
+def forget_idle_broadcast_clients() -> int:
+    """Forget the broadcast clients that have not fetched for
+    BROADCAST_CLIENT_RETENTION_DAYS (0: never), with their progress and own retries
+    (beat: every hour); returns how many went."""
+    days = settings.BROADCAST_CLIENT_RETENTION_DAYS
+    if days <= 0:
+        return 0
+    gone = run_in_session(lambda engine: engine.forget_idle_clients(idle_ms=int(days * 86_400_000)))
+    for (topic, app), clients in gone.items():
+        log.info(
+            "forgot %d broadcast client(s) of %s on %s idle for %s days: %s",
+            len(clients), app, topic, days, ", ".join(clients[:20]),
+        )  # fmt: skip
+    return sum(len(clients) for clients in gone.values())
+
+
+@shared_task
 def republish_catalog() -> int:
     """Publish the catalog snapshot again (covers a publish lost to a Redis outage)."""
     return publish().version

@@ -17,17 +17,18 @@ store and dead letters ``{r:<topic>:<app>}``, its bookkeeping ``{g:…}`` and it
 assignments ``{a:…}`` — found by the topic's scan and picked by name.
 
 A scan walks the whole keyspace: O(keys), about 1,000 keys per round trip — a rare
-operator action, never on a message path.
+operator action, never on a message path. A broadcast client that went away for good
+(:func:`erase_clients`) is erased by name, without a scan.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from brokers.engine.delay import DELAYED_TOPICS
 from brokers.engine.groups import progress_keys
-from brokers.engine.keys import PREFIX
+from brokers.engine.keys import PREFIX, GroupKeys, RetryKeys, consumer_id
 from brokers.engine.redisio import AnyRedis
 
 FAMILIES = "trxgpoad"
@@ -97,3 +98,22 @@ def group_key_test(topic: str, app: str) -> Callable[[str], bool]:
 async def erase_group(client: AnyRedis, topic: str, app: str) -> int:
     """Delete every key of consumer group ``app`` on ``topic``; how many were deleted."""
     return await _unlink_matching(client, topic_key_pattern(topic), group_key_test(topic, app))
+
+
+async def erase_clients(
+    client: AnyRedis, topic: str, partitions: range, app: str, client_ids: Sequence[str]
+) -> None:
+    """Delete what the broadcast clients ``client_ids`` of ``app`` keep on ``topic``:
+    their progress in each partition, their own retries and resend lists (their names
+    are known: no scan). One pipelined round trip; each ``UNLINK`` names keys of one
+    slot."""
+    pipe = client.pipeline(transaction=False)
+    for client_id in client_ids:
+        cid = consumer_id(app, client_id)
+        for p in partitions:
+            pipe.execute_command("UNLINK", *progress_keys(topic, p, cid))
+        retries = RetryKeys(topic, app, client_id)
+        pipe.execute_command("UNLINK", retries.due, retries.data, retries.meta)
+        pipe.execute_command("UNLINK", GroupKeys(topic, app).resend(client_id))
+    if client_ids:
+        await pipe.execute()

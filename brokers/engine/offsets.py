@@ -169,3 +169,45 @@ async def lag_clients(
         recent = [c.decode() for c, seen in entries if seen >= since_ms]
         out.append(recent or [c.decode() for c, _ in entries])
     return out
+
+
+UNREGISTER_IDLE = Script(
+    """
+-- KEYS[1]: a broadcast consumer's client registry. ARGV: client, last-seen pairs: each
+-- leaves if it was not seen since (one that fetched meanwhile has a new score and
+-- stays). Returns the clients that left.
+local gone = {}
+for i = 1, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    gone[#gone + 1] = ARGV[i]
+  end
+end
+return gone
+"""
+)
+
+
+async def idle_clients(
+    client: AnyRedis, groups: Sequence[tuple[str, str]], before_ms: int, limit: int
+) -> list[list[tuple[str, float]]]:
+    """For each broadcast consumer ``(topic, app)``, in order, up to ``limit`` of its
+    clients last seen before ``before_ms``, with when: one round trip for all."""
+    if not groups:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for topic, app in groups:
+        key = GroupKeys(topic, app).clients
+        pipe.zrangebyscore(key, "-inf", f"({before_ms}", start=0, num=limit, withscores=True)
+    return [[(c.decode(), seen) for c, seen in found] for found in await pipe.execute()]
+
+
+async def unregister_idle(
+    client: AnyRedis, topic: str, app: str, idle: Sequence[tuple[str, float]]
+) -> list[str]:
+    """Take the ``idle`` clients (client, last seen) off ``app``'s registry on ``topic``,
+    each unless it was seen again since; the clients taken off."""
+    args: list[str | float] = [v for pair in idle for v in pair]
+    gone = await UNREGISTER_IDLE(client, (GroupKeys(topic, app).clients,), args)
+    return [c.decode() if isinstance(c, bytes) else str(c) for c in gone]

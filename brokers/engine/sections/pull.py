@@ -19,6 +19,7 @@ from brokers.engine.catalog import (
     TopicInfo,
 )
 from brokers.engine.consume import release, release_held
+from brokers.engine.erase import erase_clients
 from brokers.engine.errors import (
     ConsumerClientNotAllowed,
     ConsumerPaused,
@@ -53,6 +54,8 @@ from brokers.engine.unbatch import one_by_one
 ACTIVE_CLIENT_MS = 600_000
 """A broadcast client seen within this many milliseconds is active: its lag counts (see
 :meth:`PullSection.client_lags`)."""
+IDLE_CLIENTS_BATCH = 1_000
+"""Most idle broadcast clients of one consumer forgotten per call."""
 RECONSUME_MAX = 100_000
 """Most messages one re-consume of a time span copies into a group's retry store."""
 RECONSUME_CHUNK = 1_000
@@ -429,7 +432,8 @@ class PullSection(EngineBase):
         group_too: bool = True,
     ) -> list[str | None]:
         """Whose progress an operation on the consumer moves: ``client_id`` — for a
-        broadcast consumer without one, every client it ever registered; on a fan-out
+        broadcast consumer without one, every registered client (one idle past
+        the retention is forgotten: :meth:`forget_idle_clients`); on a fan-out
         queue, each member and (``group_too``, or while there is no member) the group,
         which its pull consumers read."""
         if client_id is None:
@@ -797,6 +801,36 @@ class PullSection(EngineBase):
         """Registered broadcast clientIds (seen within ``active_within_ms``; None = all)."""
         since = None if active_within_ms is None else self.now_ms() - active_within_ms
         return await offsets_mod.clients(self.redis, topic, app, since)
+
+    async def forget_idle_clients(
+        self, *, idle_ms: int, limit: int = IDLE_CLIENTS_BATCH
+    ) -> dict[tuple[str, str], list[str]]:
+        """Forget the broadcast clients of every broadcast consumer in the catalog that
+        have not fetched for ``idle_ms``: off the registry (so off the console's lists,
+        resets and re-consumes), their progress, own retries and resend list deleted. A
+        client that fetches again later starts anew, at its consumer's start position.
+        At most ``limit`` per consumer per call (the rest the next); one round trip to
+        find them whatever the number of consumers, two more per consumer with some.
+        Returns those forgotten, by consumer."""
+        groups = [
+            (c.topic, c.app, info)
+            for c in self.catalog.consumers
+            if (info := self.catalog.topics.get(c.topic)) is not None
+            and self._by_broadcast(info, c)
+        ]
+        before = self.now_ms() - idle_ms
+        idle = await offsets_mod.idle_clients(
+            self.redis, [(t, a) for t, a, _ in groups], before, limit
+        )
+        out: dict[tuple[str, str], list[str]] = {}
+        for (topic, app, info), found in zip(groups, idle, strict=True):
+            if not found:
+                continue
+            gone = await offsets_mod.unregister_idle(self.redis, topic, app, found)
+            await erase_clients(self.redis, topic, range(info.partitions), app, gone)
+            if gone:
+                out[(topic, app)] = gone
+        return out
 
     async def add_resend(
         self,
