@@ -601,6 +601,13 @@ class ConsumerPolicy(PolicyBase):
         default=300, validators=[MinValueValidator(1)]
     )
     backlog_alert_enabled = models.BooleanField(default=True)
+    failure_alert_per_hour = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(10_000_000)],
+        help_text="Alert when it failed this many messages in the last hour (empty: the"
+        " platform's default, CONSUME_FAILURE_ALERT_PER_HOUR; 0: never).",
+    )
 
     class Meta:
         ordering = ["name"]

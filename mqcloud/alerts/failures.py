@@ -1,7 +1,8 @@
-"""Consume-failure alerts: a consumer that failed at least CONSUME_FAILURE_ALERT_PER_HOUR
-messages in the last hour (a nack, a JMQ4 retry ack, a failed retry, a VibeMQ ack timeout
-— over any protocol, on any broker) alerts its team, before its retries run out and the
-messages become dead letters. Consumers with their alerts switched off
+"""Consume-failure alerts: a consumer that failed at least its threshold of messages in
+the last hour — a nack, a JMQ4 retry ack, a failed retry, a VibeMQ ack timeout, over any
+protocol, on any broker — alerts its team, before its retries run out and the
+messages become dead letters. The threshold is the consumer's ``failure_alert_per_hour``,
+else CONSUME_FAILURE_ALERT_PER_HOUR (0: never). Consumers with their alerts switched off
 (``backlog_alert_enabled``, the consumer's alert switch) are not checked. The engine counts
 failures per group and minute (``Engine.consume_failures``: one Redis round trip per
 LAG_BATCH groups); an alert key fires at most once per ALERT_THROTTLE_SECONDS, as backlog
@@ -13,6 +14,7 @@ from __future__ import annotations
 import redis
 from django.conf import settings
 
+from brokers.models import ConsumerPolicy
 from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.alerts.watched import per_consumer, watched_consumers
@@ -20,13 +22,19 @@ from mqcloud.alerts.watched import per_consumer, watched_consumers
 WINDOW_MINUTES = 60
 
 
+def threshold_of(policy: ConsumerPolicy) -> int:
+    """How many failures in an hour alert for ``policy``: its own threshold, else the
+    platform's default (0: never)."""
+    own = policy.failure_alert_per_hour
+    return settings.CONSUME_FAILURE_ALERT_PER_HOUR if own is None else own
+
+
 def check_consume_failures() -> list[AlertEvent]:
-    """Fire an alert for every checked consumer that failed at least the threshold of
+    """Fire an alert for every checked consumer that failed at least its threshold of
     messages in the last hour."""
-    threshold = settings.CONSUME_FAILURE_ALERT_PER_HOUR
-    if threshold <= 0:
+    policies = [p for p in watched_consumers() if threshold_of(p) > 0]
+    if not policies:
         return []
-    policies = watched_consumers()
     failures = per_consumer(
         policies, lambda engine, groups: engine.consume_failures(groups, minutes=WINDOW_MINUTES)
     )
@@ -35,9 +43,10 @@ def check_consume_failures() -> list[AlertEvent]:
     fired: list[AlertEvent] = []
     try:
         for name, count in sorted(failures.items()):
+            policy = by_name[name]
+            threshold = threshold_of(policy)
             if count < threshold or not first_in_window(client, f"consume-failures:{name}"):
                 continue
-            policy = by_name[name]
             event = AlertEvent.objects.create(
                 kind=AlertEvent.Kind.CONSUME_FAILURES,
                 target=f"consumer:{name}",

@@ -408,6 +408,7 @@ class ConsumerPolicySerializer(PolicySerializerBase):
             "backlog_alert_enabled",
             "backlog_alert_count",
             "backlog_alert_age_s",
+            "failure_alert_per_hour",
             "created_at",
             "updated_at",
         ]

@@ -432,7 +432,13 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
         ConsumerPolicy,
         ConsumerPolicySerializer,
         "consumer",
-        {"blacklist", "backlog_alert_enabled", "backlog_alert_count", "backlog_alert_age_s"},
+        {
+            "blacklist",
+            "backlog_alert_enabled",
+            "backlog_alert_count",
+            "backlog_alert_age_s",
+            "failure_alert_per_hour",
+        },
     ),
     Kind.PAUSE: _consumer_change(lambda p: {"paused": True}),
     Kind.RESUME: _consumer_change(lambda p: {"paused": False}),
@@ -474,8 +480,10 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
         {"topic": "orders", "app": "shop", "start_position": "earliest"},
     ),
     Kind.CONSUMER_UPDATE: (
-        "{name, changes}: changes holds blacklist and/or the backlog alert rule"
-        " (backlog_alert_enabled, backlog_alert_count, backlog_alert_age_s)",
+        "{name, changes}: changes holds blacklist and/or the alert rules"
+        " (backlog_alert_enabled, the consumer's alert switch; backlog_alert_count,"
+        " backlog_alert_age_s; failure_alert_per_hour, null for the platform's default,"
+        " 0 for never)",
         {
             "name": "shop.orders",
             "changes": {"backlog_alert_enabled": True, "backlog_alert_count": 5000},

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from brokers.engine import ACTIVE_CLIENT_MS
 from brokers.models import ConsumerPolicy
+from mqcloud.alerts.failures import threshold_of as failure_threshold_of
 from mqcloud.approvals.models import Application, Kind
 from mqcloud.approvals.services import record
 from mqcloud.console import access, engine_calls, lag, listing, rollups, topics
@@ -206,6 +207,7 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
             "open_applications": open_apps,
             "kinds": Kind,
             "ranges": list(topics.RANGES),
+            "failure_threshold": failure_threshold_of(consumer),
         }
     )
     return render(request, "console/consumer_detail.html", context)

@@ -523,7 +523,7 @@ class ProducerUpdateForm(ApplicationForm):
 
 class ConsumerUpdateForm(ApplicationForm):
     kind = Kind.CONSUMER_UPDATE
-    title = "Change a consumer's blacklist and backlog alert rule"
+    title = "Change a consumer's blacklist and alert rules"
     name = forms.ChoiceField(label="Consumer")
     blacklist = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
@@ -536,6 +536,14 @@ class ConsumerUpdateForm(ApplicationForm):
     )
     backlog_alert_age_s = forms.IntegerField(
         min_value=1, initial=300, label="… when the oldest is older than (s)"
+    )
+    failure_alert_per_hour = forms.IntegerField(
+        min_value=0,
+        max_value=10_000_000,
+        required=False,
+        label="Alert at this many consume failures in an hour",
+        help_text="Empty: the platform's default; 0: never. The alert switch above turns"
+        " this alert off too.",
     )
 
     def setup(self) -> None:
@@ -550,6 +558,7 @@ class ConsumerUpdateForm(ApplicationForm):
                 "backlog_alert_enabled": d["backlog_alert_enabled"],
                 "backlog_alert_count": d["backlog_alert_count"],
                 "backlog_alert_age_s": d["backlog_alert_age_s"],
+                "failure_alert_per_hour": d["failure_alert_per_hour"],
             },
         }
 
@@ -623,4 +632,5 @@ def initial_for(kind: str, user: AbstractBaseUser, params: dict[str, str]) -> di
             initial["backlog_alert_enabled"] = consumer.backlog_alert_enabled
             initial["backlog_alert_count"] = consumer.backlog_alert_count
             initial["backlog_alert_age_s"] = consumer.backlog_alert_age_s
+            initial["failure_alert_per_hour"] = consumer.failure_alert_per_hour
     return initial

@@ -3,6 +3,7 @@ searched, filtered, sorted and paged on the server (:mod:`mqcloud.console.listin
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
@@ -106,7 +107,7 @@ def audit(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def alerts(request: HttpRequest) -> HttpResponse:
-    """Backlog alert rules of the user's consumers, and the alerts that fired."""
+    """Alert rules of the user's consumers, and the alerts that fired."""
     history = AlertEvent.objects.select_related("team")
     if not access.is_platform_admin(request.user):
         history = history.filter(team__in=access.user_teams(request.user))
@@ -115,5 +116,9 @@ def alerts(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "console/alerts.html",
-        {"listing": paginate(request, history, ALERTS, choices=teams), "rules": rules},
+        {
+            "listing": paginate(request, history, ALERTS, choices=teams),
+            "rules": rules,
+            "failure_default": settings.CONSUME_FAILURE_ALERT_PER_HOUR,
+        },
     )

@@ -69,3 +69,33 @@ def test_a_zero_threshold_turns_the_alert_off(failing, settings):
     settings.CONSUME_FAILURE_ALERT_PER_HOUR = 0
     fail("fail-app", 20)
     assert check_consume_failures() == []
+
+
+def test_a_consumers_own_threshold_wins_over_the_default(failing, settings, client):
+    """A consumer's ``failure_alert_per_hour`` (changed by a consumer_update application)
+    is its threshold; 0 turns its alert off while the default is on; empty is the
+    default."""
+    settings.CONSUME_FAILURE_ALERT_PER_HOUR = 100
+    policy = ConsumerPolicy.objects.get(app__code="fail-app")
+    policy.failure_alert_per_hour = 3
+    policy.save()
+    fail("fail-app", 3)
+    [event] = check_consume_failures()
+    assert (event.detail["failures"], event.detail["threshold"]) == (3, 3)
+    client.force_login(factories.user("flaky-root", admin=True))
+    page = client.get("/consumers/fail-app.flaky/").content.decode()
+    assert "≥ 3 failures in an hour" in page
+
+    redis.Redis.from_url(django_settings.REDIS_URL).flushall()  # the throttle and counts
+    publish()
+    policy.failure_alert_per_hour = 0
+    policy.save()
+    settings.CONSUME_FAILURE_ALERT_PER_HOUR = 1
+    fail("fail-app", 5)
+    assert check_consume_failures() == []
+    assert 'id="failure-alert">off' in client.get("/consumers/fail-app.flaky/").content.decode()
+    policy.failure_alert_per_hour = None
+    policy.save()
+    assert len(check_consume_failures()) == 1
+    page = client.get("/consumers/fail-app.flaky/").content.decode()
+    assert "≥ 1 failures in an hour" in page and "the platform's default" in page

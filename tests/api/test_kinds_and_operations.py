@@ -154,12 +154,26 @@ def test_consumer_update_changes_blacklist_and_alert_rule(world):
         "backlog_alert_enabled": True,
         "backlog_alert_count": 50,
         "backlog_alert_age_s": 30,
+        "failure_alert_per_hour": 25,
     }
     done = apply_and_approve(world, "consumer_update", {"name": "shop.orders", "changes": changes})
     assert done["status"] == "approved" and done["result"]["backlog_alert_count"] == 50
     (policy,) = world["alice"].get("/api/v1/consumer-policies/?app__code=shop").json()["results"]
     assert policy["blacklist"] == ["192.0.2.7"]
     assert (policy["backlog_alert_count"], policy["backlog_alert_age_s"]) == (50, 30)
+    assert policy["failure_alert_per_hour"] == 25
+    back = {"failure_alert_per_hour": None}  # the platform's default again
+    done = apply_and_approve(world, "consumer_update", {"name": "shop.orders", "changes": back})
+    assert done["status"] == "approved" and done["result"]["failure_alert_per_hour"] is None
+    bad = world["alice"].post(
+        "/api/v1/applications/",
+        {
+            "kind": "consumer_update",
+            "payload": {"name": "shop.orders", "changes": {"failure_alert_per_hour": -1}},
+        },
+        format="json",
+    )
+    assert bad.status_code == 400
 
 
 def test_schema_documents_every_kind_action_and_operation(world):

@@ -193,15 +193,18 @@ def test_blacklist_and_weight_editor_apply_changes(client, world):
     client.post(
         "/applications/new/",
         {"kind": "consumer_update", "name": "shop.orders", "blacklist": "",
-         "backlog_alert_enabled": "on", "backlog_alert_count": 50, "backlog_alert_age_s": 60},
+         "backlog_alert_enabled": "on", "backlog_alert_count": 50, "backlog_alert_age_s": 60,
+         "failure_alert_per_hour": 7},
     )  # fmt: skip
     rule = Application.objects.get(kind="consumer_update")
     client.force_login(world.root)
     client.post(f"/applications/{rule.pk}/approve/")
     consumer = ConsumerPolicy.objects.get(name="shop.orders")
     assert (consumer.backlog_alert_count, consumer.backlog_alert_age_s) == (50, 60)
+    assert consumer.failure_alert_per_hour == 7
     alerts = client.get("/alerts/").content.decode()
     assert "≥ 50 messages and older than 60 s" in alerts
+    assert "≥ 7 an hour" in alerts
 
 
 def test_app_token_shown_once_and_rotation_by_team_admin(client, world):
