@@ -2,7 +2,8 @@
 
 A console list of thousands of consumers must not cost a Redis round trip per row:
 :func:`group_lags` reads the bounds and ack index of every partition of every group in one
-pipeline, then the first unacked record of each partition that lags in a second one
+pipeline (one script call per partition: its bounds and every reader's ack index), then
+the first unacked record of each partition that lags in a second one (once per index)
 (``XREVRANGE … COUNT 1``: the entry holding that index), so a whole page — or a whole
 fleet — costs two round trips. :func:`produce_rates` reads the per-minute produce counters
 of many topics with one ``HMGET`` each, pipelined. Pipelines are cut into chunks so a very
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from brokers.engine.keys import PartitionKeys, consumer_id, counter_key
 from brokers.engine.record import record_store_time
-from brokers.engine.redisio import AnyRedis
+from brokers.engine.redisio import AnyRedis, Script, run_pipelined
 
 CHUNK = 2000  # partitions (or topics) per pipeline execution
 MAX_INDEX = "18446744073709551615"
@@ -76,6 +77,20 @@ class GroupRef:
     client_id: str | None = None
 
 
+ACKS_CHUNK = 1000
+"""Consumers whose ack index one script call reads in one partition."""
+PARTITION_ACKS = Script(
+    """
+-- KEYS[1]: a partition's meta; KEYS[2..]: consumers' states in it (one slot).
+-- Returns {min, next, ack of each consumer...}, '' for what is not there.
+local m = redis.call('HMGET', KEYS[1], 'min', 'next')
+local out = {m[1] or '', m[2] or ''}
+for i = 2, #KEYS do out[#out + 1] = redis.call('HGET', KEYS[i], 'ack') or '' end
+return out
+"""
+)
+
+
 def _day(minute: int) -> str:
     """The UTC day of a minute, as the counters' keys name it."""
     return time.strftime("%Y%m%d", time.gmtime(minute * 60))
@@ -105,50 +120,68 @@ def _first_unacked(lo: bytes | None, hi: bytes | None, ack: bytes | None) -> tup
 
 
 async def group_lags(client: AnyRedis, groups: Sequence[GroupRef]) -> list[GroupLag]:
-    """Lag and oldest unacked message of each group, in ``groups`` order."""
+    """Lag and oldest unacked message of each group, in ``groups`` order. What several
+    progresses of one topic share is read once: a partition's bounds and the ack indexes
+    of everyone reading it (one script call per partition), and the first unacked record
+    at an index (a broadcast consumer's clients are mostly at the same few places)."""
     slots = [(g, p) for g in groups for p in range(g.partitions)]
-    calls: list[tuple] = []
+    readers: dict[tuple[str, int], dict[str, None]] = {}  # partition -> its consumers
     for g, p in slots:
-        keys = PartitionKeys(g.topic, p)
-        calls.append(("hmget", keys.meta, "min", "next"))
-        calls.append(("hget", keys.state(consumer_id(g.app, g.client_id)), "ack"))
-    replies = await _pipelined(client, calls)
-    firsts: list[tuple[int, int, int]] = []  # (slot number, first unacked, lag)
-    for i in range(len(slots)):
-        (lo, hi), ack = replies[2 * i], replies[2 * i + 1]
-        start, lag = _first_unacked(lo, hi, ack)
-        firsts.append((i, start, lag))
-    lagging = [(i, start) for i, start, lag in firsts if lag > 0]
+        readers.setdefault((g.topic, p), {})[consumer_id(g.app, g.client_id)] = None
+    calls: list[tuple[list[str], list[str]]] = []
+    owners: list[tuple[str, int, list[str]]] = []
+    for (topic, p), cids in readers.items():
+        keys = PartitionKeys(topic, p)
+        names = list(cids)
+        for start in range(0, len(names), ACKS_CHUNK):
+            chunk = names[start : start + ACKS_CHUNK]
+            calls.append(([keys.meta, *(keys.state(c) for c in chunk)], []))
+            owners.append((topic, p, chunk))
+    acks: dict[tuple[str, int, str], bytes | None] = {}
+    bounds: dict[tuple[str, int], tuple[bytes | None, bytes | None]] = {}
+    for start in range(0, len(calls), CHUNK // 4):
+        replies = await run_pipelined(client, PARTITION_ACKS, calls[start : start + CHUNK // 4])
+        for (topic, p, chunk), reply in zip(
+            owners[start : start + CHUNK // 4], replies, strict=True
+        ):
+            bounds[(topic, p)] = (reply[0] or None, reply[1] or None)
+            for cid, ack in zip(chunk, reply[2:], strict=True):
+                acks[(topic, p, cid)] = ack or None
+    firsts: list[tuple[int, int]] = []  # per slot: (first unacked, lag)
+    for g, p in slots:
+        lo, hi = bounds[(g.topic, p)]
+        firsts.append(_first_unacked(lo, hi, acks[(g.topic, p, consumer_id(g.app, g.client_id))]))
+    heads_of = list(
+        dict.fromkeys(
+            (g.topic, p, start)
+            for (g, p), (start, lag) in zip(slots, firsts, strict=True)
+            if lag > 0
+        )
+    )
     heads = await _pipelined(
         client,
         [
-            (
-                "xrevrange",
-                PartitionKeys(slots[i][0].topic, slots[i][1]).stream,
-                f"{start}-{MAX_INDEX}",
-                "-",
-                1,
-            )
-            for i, start in lagging
+            ("xrevrange", PartitionKeys(topic, p).stream, f"{start}-{MAX_INDEX}", "-", 1)
+            for topic, p, start in heads_of
         ],
     )
-    oldest: dict[int, int] = {}
-    for (i, _), entries in zip(lagging, heads, strict=True):
+    oldest: dict[tuple[str, int, int], int] = {}
+    for where, entries in zip(heads_of, heads, strict=True):
         if entries:
             _, fields = entries[0]
             blob = fields.get(b"m") or next(iter(fields.values()), b"")
             if len(blob) >= 51:
-                oldest[i] = record_store_time(blob)
+                oldest[where] = record_store_time(blob)
     out: list[GroupLag] = []
     position = 0
     for g in groups:
         total, first_ms, behind = 0, 0, 0
         for i in range(position, position + g.partitions):
-            lag = firsts[i][2]
+            start, lag = firsts[i]
             if lag > 0:
                 total += lag
                 behind += 1
-                stored = oldest.get(i, 0)
+                stored = oldest.get((g.topic, slots[i][1], start), 0)
                 if stored and (not first_ms or stored < first_ms):
                     first_ms = stored
         position += g.partitions

@@ -54,9 +54,12 @@ async def test_nothing_lags_without_messages(make_engine):
 
 
 async def test_two_round_trips_for_many_groups(make_engine, store, monkeypatch):
+    """One for the bounds and ack indexes, one for the first unacked records, whatever
+    the number of groups."""
     engine = make_engine(catalog())
     for i in range(30):
         await engine.append(f"t{i}", "a", [Message(b"x")], partition=0)
+    await engine.group_lags([("t0", "a")])  # a fresh Redis learns the script first
     executions = 0
     original = type(store.pipeline(transaction=False)).execute
 
@@ -68,6 +71,42 @@ async def test_two_round_trips_for_many_groups(make_engine, store, monkeypatch):
     monkeypatch.setattr(type(store.pipeline(transaction=False)), "execute", counting)
     await engine.group_lags([(f"t{i}", "a") for i in range(30)])
     assert executions == 2
+
+
+async def test_a_broadcast_consumers_clients_cost_no_round_trip_each(
+    make_engine, store, monkeypatch
+):
+    """Its clients' registry is one more round trip; then its 60 clients are read in the
+    same two as one consumer, and their lags agree with progress()."""
+    engine = make_engine(
+        snapshot(
+            topics={"t": {"partitions": 3}},
+            consumers=[{"topic": "t", "app": "a", "broadcast": True, "start_position": "earliest"}],
+        )
+    )
+    for p in range(3):
+        await engine.append("t", "a", [Message(b"x")] * (p + 2), partition=p)
+    for n in range(60):
+        got = await engine.fetch("t", "a", count=n % 4, owner=f"c{n}", client_id=f"c{n}")
+        await engine.ack(
+            "t", "a", got.partition, [d.index for d in got.messages], client_id=f"c{n}"
+        )
+    await engine.group_lags([("t", "a")])  # a fresh Redis learns the script first
+    executions = 0
+    original = type(store.pipeline(transaction=False)).execute
+
+    async def counting(self, *args, **kwargs):
+        nonlocal executions
+        executions += 1
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(store.pipeline(transaction=False)), "execute", counting)
+    lags = (await engine.client_lags([("t", "a")]))[("t", "a")]
+    assert executions == 3 and len(lags) == 60
+    monkeypatch.undo()
+    for client, lag in lags.items():
+        rows = await engine.progress("t", "a", client_id=client)
+        assert lag.lag == sum(max(r.lag, 0) for r in rows), client
 
 
 async def test_produce_rates_count_whole_minutes(make_engine, clock):
