@@ -243,6 +243,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_consume_failure_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "blocked-consumer-alerts": {
+        "task": "mqcloud.tasks.check_blocked_consumer_alerts",
+        "schedule": timedelta(seconds=30),
+    },
     "traffic-surge-alerts": {
         "task": "mqcloud.tasks.check_traffic_surge_alerts",
         "schedule": timedelta(minutes=5),
@@ -311,6 +315,9 @@ ALERT_WEBHOOK_URL = env.str("ALERT_WEBHOOK_URL", default="")
 ALERT_THROTTLE_SECONDS = env.int("ALERT_THROTTLE_SECONDS", default=3600)
 # A consumer that failed this many messages in the last hour alerts its team (0: never).
 CONSUME_FAILURE_ALERT_PER_HOUR = env.int("CONSUME_FAILURE_ALERT_PER_HOUR", default=10)
+# A sequential consumer whose ack index has not moved for this many seconds, on a
+# partition with messages waiting, while it kept fetching alerts its team (0: never).
+CONSUMER_BLOCKED_ALERT_S = env.float("CONSUMER_BLOCKED_ALERT_S", default=60)
 # A broadcast client that has not fetched for this many days is forgotten with its
 # progress and own retries (0: kept for ever); fetching again, it starts anew.
 BROADCAST_CLIENT_RETENTION_DAYS = env.float("BROADCAST_CLIENT_RETENTION_DAYS", default=30)

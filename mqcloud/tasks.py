@@ -263,6 +263,15 @@ def check_consume_failure_alerts() -> int:
 
 
 @shared_task
+def check_blocked_consumer_alerts() -> int:
+    """Fire blocked-consumer alerts for sequential consumers stuck on a message (beat:
+    every 30 seconds); returns how many fired."""
+    from mqcloud.alerts.blocked import check_blocked
+
+    return len(check_blocked())
+
+
+@shared_task
 def check_traffic_surge_alerts() -> int:
     """Sum up the topics' daily peaks that are due and fire traffic-surge alerts (beat:
     every 5 minutes); returns how many fired."""

@@ -16,6 +16,7 @@ class AlertEvent(models.Model):
         BROKER_DOWN = "broker_down", "Broker down"
         DEAD_LETTERS = "dead_letters", "Dead letters"
         CONSUME_FAILURES = "consume_failures", "Consume failures"
+        CONSUMER_BLOCKED = "consumer_blocked", "Consumer blocked"
         TRAFFIC_SURGE = "traffic_surge", "Traffic surge"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)

@@ -120,5 +120,6 @@ def alerts(request: HttpRequest) -> HttpResponse:
             "listing": paginate(request, history, ALERTS, choices=teams),
             "rules": rules,
             "failure_default": settings.CONSUME_FAILURE_ALERT_PER_HOUR,
+            "blocked_s": f"{settings.CONSUMER_BLOCKED_ALERT_S:g}",
         },
     )
