@@ -247,6 +247,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_blocked_consumer_alerts",
         "schedule": timedelta(seconds=30),
     },
+    "produce-refusal-alerts": {
+        "task": "mqcloud.tasks.check_produce_refusal_alerts",
+        "schedule": timedelta(minutes=1),
+    },
     "traffic-surge-alerts": {
         "task": "mqcloud.tasks.check_traffic_surge_alerts",
         "schedule": timedelta(minutes=5),
@@ -315,6 +319,9 @@ ALERT_WEBHOOK_URL = env.str("ALERT_WEBHOOK_URL", default="")
 ALERT_THROTTLE_SECONDS = env.int("ALERT_THROTTLE_SECONDS", default=3600)
 # A consumer that failed this many messages in the last hour alerts its team (0: never).
 CONSUME_FAILURE_ALERT_PER_HOUR = env.int("CONSUME_FAILURE_ALERT_PER_HOUR", default=10)
+# An app whose messages the engine refused this many times on a topic in the last hour
+# (rate limit, too large, invalid, not allowed, queue full) alerts its team (0: never).
+PRODUCE_REFUSAL_ALERT_PER_HOUR = env.int("PRODUCE_REFUSAL_ALERT_PER_HOUR", default=10)
 # A sequential consumer whose ack index has not moved for this many seconds, on a
 # partition with messages waiting, while it kept fetching alerts its team (0: never).
 CONSUMER_BLOCKED_ALERT_S = env.float("CONSUMER_BLOCKED_ALERT_S", default=60)

@@ -272,6 +272,15 @@ def check_blocked_consumer_alerts() -> int:
 
 
 @shared_task
+def check_produce_refusal_alerts() -> int:
+    """Fire produce-refusal alerts for apps whose messages were refused too often in the
+    last hour (beat: every minute); returns how many fired."""
+    from mqcloud.alerts.refusals import check_refusals
+
+    return len(check_refusals())
+
+
+@shared_task
 def check_traffic_surge_alerts() -> int:
     """Sum up the topics' daily peaks that are due and fire traffic-surge alerts (beat:
     every 5 minutes); returns how many fired."""

@@ -2,12 +2,16 @@
 failures per consumer group.
 
 Counts accumulate in process memory and are flushed (HINCRBY, one pipeline) at most
-once per ``interval_s`` and on :meth:`Counters.flush`/close, so the append path pays no
-extra round trip. Storage: one hash per (dimension, name, UTC day), fields
+once per ``interval_s`` — and at the latest ``interval_s`` after they were counted — and
+on :meth:`Counters.flush`/close, so the append path pays no extra round trip. Storage: one hash per (dimension, name, UTC day), fields
 ``<minute of day>:<p|pb|c|cb>``, expiring after 30 days; a group's failures (a message a
 consumer failed: a nack, a JMQ4 retry ack, a failed retry) in dimension ``group``, name
-``<topic>:<app>`` (neither holds a ``:``), fields ``<minute of day>:f``. A crash loses at
-most the last interval of counts; messages are unaffected.
+``<topic>:<app>`` (neither holds a ``:``), fields ``<minute of day>:f``; a producer's
+refused messages (:data:`REFUSALS`: over its rate limit, too large, invalid, not allowed,
+its queue full) in dimension ``producer``, name ``<topic>:<app>``, fields ``<minute of
+day>:x:<kind>``, and the producers with refusals on a day in one set
+(:func:`refused_producers_key`), so finding them costs no scan. A crash loses at most
+the last interval of counts; messages are unaffected.
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ from brokers.engine.redisio import AnyRedis
 log = logging.getLogger(__name__)
 RETENTION_S = 30 * 24 * 3600
 FIELDS = ("p", "pb", "c", "cb")
+REFUSALS = ("rate_limited", "too_large", "invalid", "not_allowed", "queue_full")
+"""Why the engine refused a producer's message: what the producer can change."""
+
+
+def refused_producers_key(day: str) -> str:
+    """Set of the producers (``<topic>:<app>``) with refused messages on ``day``."""
+    return counter_key("refused", "producers", day)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +65,11 @@ class Counters:
         self._pending: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         self._failed: dict[tuple[str, int], int] = defaultdict(int)
         """(group name, minute) → failures not yet flushed."""
+        self._refused: dict[tuple[str, int, str], int] = defaultdict(int)
+        """(producer name, minute, kind) → refused messages not yet flushed."""
         self._last_flush = time.monotonic()
         self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def record(
         self,
@@ -87,21 +101,48 @@ class Counters:
             self._failed[(_group(topic, app), int(self._clock() // 60))] += count
             self._flush_soon()
 
+    def refused(self, *, topic: str, app: str, kind: str, count: int = 1) -> None:
+        """Count ``count`` messages of ``app`` refused on ``topic`` now, for ``kind``
+        (one of :data:`REFUSALS`)."""
+        if count > 0:
+            self._refused[(_group(topic, app), int(self._clock() // 60), kind)] += count
+            self._flush_soon()
+
     def _flush_soon(self) -> None:
-        if time.monotonic() - self._last_flush >= self._interval and (
-            self._task is None or self._task.done()
-        ):
+        """Flush now if the last flush is ``interval_s`` old, else once it is: counts
+        recorded just after a flush, with nothing after them, land within the interval
+        too (they waited for the next count, which might never come)."""
+        if self._timer is not None or (self._task is not None and not self._task.done()):
+            return
+        wait = self._interval - (time.monotonic() - self._last_flush)
+        loop = asyncio.get_running_loop()
+        if wait <= 0:
+            self._task = loop.create_task(self.flush())
+        else:
+            self._timer = loop.call_later(wait, self._flush_when_due)
+
+    def _flush_when_due(self) -> None:
+        self._timer = None
+        if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self.flush())
 
     async def flush(self) -> None:
         """Write buffered counts to Redis."""
         self._last_flush = time.monotonic()
-        if not self._pending and not self._failed:
+        if not self._pending and not self._failed and not self._refused:
             return
         pending, self._pending = self._pending, defaultdict(lambda: [0, 0, 0, 0])
         failed, self._failed = self._failed, defaultdict(int)
+        refused, self._refused = self._refused, defaultdict(int)
         pipe = self._client.pipeline(transaction=False)
         keys: set[str] = set()
+        for (name, minute, kind), value in refused.items():
+            key = counter_key("producer", name, _day(minute))
+            keys.add(key)
+            pipe.hincrby(key, f"{minute % 1440}:x:{kind}", value)
+            listed = refused_producers_key(_day(minute))
+            keys.add(listed)
+            pipe.sadd(listed, name)
         for (name, minute), value in failed.items():
             key = counter_key("group", name, _day(minute))
             keys.add(key)
@@ -125,8 +166,17 @@ class Counters:
                     cur[i] += row[i]
             for fk, value in failed.items():
                 self._failed[fk] += value
+            for rk, value in refused.items():
+                self._refused[rk] += value
+            if self._timer is None:  # try again then, whether or not more is counted
+                self._timer = asyncio.get_running_loop().call_later(
+                    self._interval, self._flush_when_due
+                )
 
     async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
@@ -173,6 +223,40 @@ class Counters:
             total = sum(int(v) for _ in by_day for v in next(replies) if v is not None)
             if total:
                 out[pair] = total
+        return out
+
+    async def refusals(
+        self, *, start_ms: int, end_ms: int
+    ) -> dict[tuple[str, str], dict[str, int]]:
+        """The messages refused to each producer ``(topic, app)`` in the whole minutes of
+        ``[start_ms, end_ms)``, by kind (producers without any left out): the day sets
+        name the producers (two round trips whatever the number of producers; the
+        hashes hold refusals only, so they are small)."""
+        first, last = start_ms // 60_000, (end_ms - 1) // 60_000
+        if last < first:
+            return {}
+        days = sorted({_day(m) for m in range(first, last + 1)})
+        pipe = self._client.pipeline(transaction=False)
+        for day in days:
+            pipe.smembers(refused_producers_key(day))
+        names = sorted({n.decode() for found in await pipe.execute() for n in found})
+        pipe = self._client.pipeline(transaction=False)
+        for name in names:
+            for day in days:
+                pipe.hgetall(counter_key("producer", name, day))
+        replies = iter(await pipe.execute())
+        out: dict[tuple[str, str], dict[str, int]] = {}
+        for name in names:
+            kinds: dict[str, int] = defaultdict(int)
+            for day in days:
+                base = calendar.timegm(time.strptime(day, "%Y%m%d")) // 60
+                for field, value in next(replies).items():
+                    slot, _, kind = field.decode().split(":", 2)
+                    if first <= base + int(slot) <= last:
+                        kinds[kind] += int(value)
+            if kinds:
+                topic, _, app = name.partition(":")
+                out[(topic, app)] = dict(kinds)
         return out
 
 

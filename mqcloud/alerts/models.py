@@ -17,6 +17,7 @@ class AlertEvent(models.Model):
         DEAD_LETTERS = "dead_letters", "Dead letters"
         CONSUME_FAILURES = "consume_failures", "Consume failures"
         CONSUMER_BLOCKED = "consumer_blocked", "Consumer blocked"
+        PRODUCE_REFUSALS = "produce_refusals", "Produce refusals"
         TRAFFIC_SURGE = "traffic_surge", "Traffic surge"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)

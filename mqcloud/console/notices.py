@@ -121,5 +121,6 @@ def alerts(request: HttpRequest) -> HttpResponse:
             "rules": rules,
             "failure_default": settings.CONSUME_FAILURE_ALERT_PER_HOUR,
             "blocked_s": f"{settings.CONSUMER_BLOCKED_ALERT_S:g}",
+            "refusal_threshold": settings.PRODUCE_REFUSAL_ALERT_PER_HOUR,
         },
     )

@@ -291,6 +291,15 @@ async def test_max_size_is_one_number_whatever_protocol_produced_or_consumed(
     }
     if refused != want:
         problems.append(diff("producing to the full queue", want, refused))
+
+    async def counted() -> dict[str, int]:  # each front-end's engine flushes within 1 s
+        refusals = await world.engine.produce_refusals()
+        return refusals.get((topic, world.owner), {})
+
+    try:  # the engine counted each refusal, whatever the protocol: the producer's alert
+        await until(lambda: _at_least(counted, 4), within=5)
+    except AssertionError:
+        problems.append(f"refusals counted: {await counted()}, want queue_full 4")
     problems += await stored_form(world, topic, "httpmq", [Sent("m1", b"m1"), Sent("m2", b"m2")])
 
     # an HTTP-MQ consumer takes and acks both: room for two again, for every protocol
@@ -311,6 +320,10 @@ async def test_max_size_is_one_number_whatever_protocol_produced_or_consumed(
         problems.append(f"a VibeMQ subscriber got {got}")
     problems += await settled_everywhere(world, topic, "vibemq-tcp", nothing_more, counts, 4)
     assert not problems, "\n".join(problems)
+
+
+async def _at_least(counted, n: int) -> bool:
+    return (await counted()).get("queue_full", 0) >= n
 
 
 async def produce_jmq4_code(world: World, topic: str, conns: Conns, out: dict) -> None:

@@ -26,10 +26,15 @@ from brokers.engine.catalog import (
 )
 from brokers.engine.counters import Counters
 from brokers.engine.errors import (
+    AccessDenied,
     ClientIdNotAllowed,
     ClientIdRequired,
     ConsumerNotFound,
+    InvalidMessage,
+    MessageTooLarge,
     PartitionNotFound,
+    QueueFull,
+    RateLimited,
     TopicNotFound,
 )
 from brokers.engine.fetch import Fetcher
@@ -48,8 +53,35 @@ from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retry import RetryPolicy, RetryStore, retry_stores
 from brokers.engine.retry_presence import RetryPresence
 from brokers.engine.shared import FAN_OUT, QueueRetry, SharedDelivery
+from brokers.engine.wire import WireBlob, WireRecords
 
 DEFAULT_RETRY = RetryPolicy()
+
+
+def refusal_kind(exc: BaseException) -> str | None:
+    """Why a produce was refused, when the producer can change it (one of
+    :data:`~brokers.engine.counters.REFUSALS`); None for what is not its business (an
+    unknown topic, a store or broker problem)."""
+    if isinstance(exc, RateLimited):
+        return "rate_limited"
+    if isinstance(exc, MessageTooLarge):
+        return "too_large"
+    if isinstance(exc, InvalidMessage):
+        return "invalid"
+    if isinstance(exc, AccessDenied):
+        return "not_allowed"
+    if isinstance(exc, QueueFull):
+        return "queue_full"
+    return None
+
+
+def how_many(messages: Sequence[Message | bytes] | WireRecords | WireBlob) -> int:
+    """How many messages (records) a produce call was given."""
+    if isinstance(messages, WireRecords):
+        return len(messages.counts)
+    if isinstance(messages, WireBlob):
+        return messages.count
+    return len(messages)
 
 
 class EngineBase:
@@ -92,6 +124,13 @@ class EngineBase:
     def _partition(self, topic: TopicInfo, partition: int) -> None:
         if not 0 <= partition < topic.partitions:
             raise PartitionNotFound(f"{topic.code} has no partition {partition}")
+
+    def _refused(self, topic: str, app: str, exc: BaseException, count: int = 1) -> None:
+        """Count ``count`` messages of ``app`` the engine refused on ``topic`` with
+        ``exc``, when it is the producer's business (:func:`refusal_kind`)."""
+        kind = refusal_kind(exc)
+        if kind is not None:
+            self.counters.refused(topic=topic, app=app, kind=kind, count=count)
 
     def _consumer(self, topic: str, app: str) -> ConsumerPolicyInfo:
         policy = self._catalog().consumer(topic, app)

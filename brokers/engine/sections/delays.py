@@ -17,6 +17,7 @@ from brokers.engine.delay import (
     topics_with_delays,
 )
 from brokers.engine.errors import (
+    EngineError,
     InvalidMessage,
 )
 from brokers.engine.model import (
@@ -48,15 +49,19 @@ class DelaySection(EngineBase):
         size) and appended by :meth:`release_delayed` once due. Returns its delay id.
         """
         info = self.topic(topic)
-        policy = self.gate.producer(topic, app, client_address)
-        if partition is not None and partition >= 0:
-            self._partition(info, partition)
         now = self.now_ms()
-        if deliver_at_ms > now + MAX_DELAY_MS:
-            raise InvalidMessage("delivery time must be at most 30 days ahead")
+        try:
+            policy = self.gate.producer(topic, app, client_address)
+            if partition is not None and partition >= 0:
+                self._partition(info, partition)
+            if deliver_at_ms > now + MAX_DELAY_MS:
+                raise InvalidMessage("delivery time must be at most 30 days ahead")
+            self._encode([message], app, 0, now, client_address)  # validates size and fields
+            await self.gate.admit_produce(policy, 1)
+        except EngineError as exc:
+            self._refused(topic, app, exc)
+            raise
         deliver_at_ms = max(deliver_at_ms, now)  # a time already past is due at once
-        self._encode([message], app, 0, now, client_address)  # validates size and fields
-        await self.gate.admit_produce(policy, 1)
         held = Held(
             app=app,
             partition=partition,

@@ -40,7 +40,7 @@ from brokers.engine.record import (
     split_blob,
 )
 from brokers.engine.retention import trim_partition
-from brokers.engine.sections.base import EngineBase
+from brokers.engine.sections.base import EngineBase, how_many
 from brokers.engine.wire import WireBlob, WireRecords, check_wire, stamp_wire, wire_records
 
 
@@ -71,19 +71,23 @@ class LogSection(EngineBase):
         the write atomically with :class:`BrokerNotLeader` when it records another
         leader for the partition (a stale catalog, see :mod:`brokers.engine.leadership`).
         """
-        if not messages:
-            raise InvalidMessage("no messages")
-        policy = self.gate.producer(topic, app, client_address)
-        return await self._append(
-            topic,
-            app,
-            messages,
-            partition=partition,
-            qos=qos,
-            client_address=client_address,
-            rate_limited=policy.rate_limit is not None,
-            as_leader=as_leader,
-        )
+        try:
+            if not messages:
+                raise InvalidMessage("no messages")
+            policy = self.gate.producer(topic, app, client_address)
+            return await self._append(
+                topic,
+                app,
+                messages,
+                partition=partition,
+                qos=qos,
+                client_address=client_address,
+                rate_limited=policy.rate_limit is not None,
+                as_leader=as_leader,
+            )
+        except EngineError as exc:
+            self._refused(topic, app, exc, max(1, how_many(messages)))
+            raise
 
     async def _append(
         self,
@@ -189,6 +193,28 @@ class LogSection(EngineBase):
         ``client_address``."""
         if not messages:
             return []
+        try:
+            out = await self._append_many(
+                topic, app, messages, partition=partition, qos=qos, client_address=client_address
+            )
+        except EngineError as exc:
+            self._refused(topic, app, exc, len(messages))
+            raise
+        for result in out:
+            if not isinstance(result, AppendResult):
+                self._refused(topic, app, result)
+        return out
+
+    async def _append_many(
+        self,
+        topic: str,
+        app: str,
+        messages: Sequence[Message],
+        *,
+        partition: int | None,
+        qos: QoS,
+        client_address: str | None,
+    ) -> list[AppendResult | EngineError]:
         policy = self.gate.producer(topic, app, client_address)
         info = self.topic(topic)
         if (partition is None or partition < 0) and is_prioritized(info):
@@ -238,7 +264,7 @@ class LogSection(EngineBase):
             bands.setdefault(band_partition(info, message.priority), []).append(i)
         out: list[AppendResult | EngineError | None] = [None] * len(messages)
         for band, positions in bands.items():
-            results = await self.append_many(
+            results = await self._append_many(
                 info.code,
                 app,
                 [messages[i] for i in positions],
@@ -385,6 +411,18 @@ class LogSection(EngineBase):
                 stamped = wire.stamp(partition=partition, now_ms=now, client_address=client_address)
                 out.append((stamped, wire.counts[0]))
         return out
+
+    async def produce_refusals(self, *, minutes: int = 60) -> dict[tuple[str, str], dict[str, int]]:
+        """The messages the engine refused to each producer ``(topic, app)`` in the last
+        ``minutes`` whole minutes and the current one, by why (over its rate limit, too
+        large, invalid, not allowed, its queue full: what the producer can change) — over
+        any protocol, on any broker; producers without any left out. Two round trips
+        whatever the number of producers."""
+        await self.counters.flush()
+        now = self.now_ms()
+        return await self.counters.refusals(
+            start_ms=(now // 60_000 - minutes) * 60_000, end_ms=now + 1
+        )
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(min index, max index) of a partition; max is the next index to be written."""

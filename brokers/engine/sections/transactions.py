@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from brokers.engine.append import choose_partition
 from brokers.engine.errors import (
+    EngineError,
     InvalidMessage,
 )
 from brokers.engine.model import (
@@ -18,7 +19,7 @@ from brokers.engine.model import (
 from brokers.engine.record import (
     Message,
 )
-from brokers.engine.sections.base import EngineBase
+from brokers.engine.sections.base import EngineBase, how_many
 from brokers.engine.transactions import Transactions
 from brokers.engine.wire import WireBlob, WireRecords, check_wire
 
@@ -40,7 +41,11 @@ class TransactionSection(EngineBase):
         client_address: str | None = None,
     ) -> str:
         """Open a transaction (JMQ4 PREPARE) past the gate; the broker-generated txId."""
-        self.gate.producer(topic, app, client_address)
+        try:
+            self.gate.producer(topic, app, client_address)
+        except EngineError as exc:
+            self._refused(topic, app, exc)
+            raise
         return await self._tx(topic, app).prepare(transaction_id, timeout_ms, self.now_ms())
 
     async def append_to_transaction(
@@ -57,6 +62,24 @@ class TransactionSection(EngineBase):
 
         The gate checks the producer policy and takes the rate limit's permits here, when
         the messages are given; the commit appends what was logged."""
+        try:
+            return await self._append_to_transaction(
+                topic, app, tx_id, messages, partition=partition, client_address=client_address
+            )
+        except EngineError as exc:
+            self._refused(topic, app, exc, max(1, how_many(messages)))
+            raise
+
+    async def _append_to_transaction(
+        self,
+        topic: str,
+        app: str,
+        tx_id: str,
+        messages: Sequence[Message | bytes] | WireRecords | WireBlob,
+        *,
+        partition: int | None,
+        client_address: str | None,
+    ) -> int:
         if not messages:
             raise InvalidMessage("no messages")
         policy = self.gate.producer(topic, app, client_address)
