@@ -22,6 +22,7 @@ def catalog():
     return snapshot(
         topics={
             "t": {"partitions": 1},
+            "u": {"partitions": 1},
             "q": {
                 "partitions": 1,
                 "queue": QueueSettings(max_queue_size=1, overflow_policy="BlockPublisher"),
@@ -30,6 +31,7 @@ def catalog():
         producers=[
             {"topic": "t", "app": "a", "rate_limit": 2},
             {"topic": "q", "app": "a"},
+            {"topic": "u", "app": "a"},
         ],
     )
 
@@ -53,12 +55,17 @@ async def test_refusals_are_counted_by_why(make_engine, clock):
     await engine.append("q", "a", [Message(b"fills it")])
     with pytest.raises(QueueFull):
         await engine.append("q", "a", [Message(b"one too many")])
+    mixed = await engine.append_many("u", "a", [Message(b"1"), Message(b"x" * 200), Message(b"3")])
+    assert [type(r).__name__ for r in mixed] == ["AppendResult", "MessageTooLarge", "AppendResult"]
+    bounded = await engine.append_many("q", "a", [Message(b"x" * 200)])
+    assert [type(r).__name__ for r in bounded] == ["MessageTooLarge"]
     with pytest.raises(TopicNotFound):  # no topic: not the producer's business
         await engine.append("nowhere", "a", [Message(b"x")])
     assert await engine.produce_refusals() == {
         ("t", "a"): {"too_large": 2, "invalid": 1, "rate_limited": 3},
         ("t", "stranger"): {"not_allowed": 1},
-        ("q", "a"): {"queue_full": 1},
+        ("q", "a"): {"queue_full": 1, "too_large": 1},
+        ("u", "a"): {"too_large": 1},
     }
     clock.advance(61 * 60)  # out of the window
     assert await engine.produce_refusals() == {}

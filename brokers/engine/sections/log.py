@@ -194,36 +194,21 @@ class LogSection(EngineBase):
         if not messages:
             return []
         try:
-            out = await self._append_many(
-                topic, app, messages, partition=partition, qos=qos, client_address=client_address
-            )
+            policy = self.gate.producer(topic, app, client_address)
+            info = self.topic(topic)
         except EngineError as exc:
             self._refused(topic, app, exc, len(messages))
             raise
-        for result in out:
-            if not isinstance(result, AppendResult):
-                self._refused(topic, app, result)
-        return out
-
-    async def _append_many(
-        self,
-        topic: str,
-        app: str,
-        messages: Sequence[Message],
-        *,
-        partition: int | None,
-        qos: QoS,
-        client_address: str | None,
-    ) -> list[AppendResult | EngineError]:
-        policy = self.gate.producer(topic, app, client_address)
-        info = self.topic(topic)
         if (partition is None or partition < 0) and is_prioritized(info):
-            return await self._append_many_banded(
+            return await self._append_many_banded(  # each band's call counts its refusals
                 info, app, messages, qos=qos, client_address=client_address
             )
         admitted = len(messages)
         if policy.rate_limit:
             admitted = await self.gate.admit_produce_up_to(policy, len(messages))
+            if admitted < len(messages):
+                refused = RateLimited(f"producer {policy.name} is over its rate limit")
+                self._refused(topic, app, refused, len(messages) - admitted)
         out: list[AppendResult | EngineError] = []
         args = {"partition": partition, "qos": qos, "client_address": client_address}
         if info.queue.max_queue_size is not None:
@@ -243,6 +228,7 @@ class LogSection(EngineBase):
                 try:
                     out.append(await self._append(topic, app, [message], **args))
                 except InvalidMessage as exc:
+                    self._refused(topic, app, exc)
                     out.append(exc)
         refused = RateLimited(f"producer {policy.name} is over its {policy.rate_limit}/s limit")
         out.extend(refused for _ in messages[admitted:])
@@ -264,7 +250,7 @@ class LogSection(EngineBase):
             bands.setdefault(band_partition(info, message.priority), []).append(i)
         out: list[AppendResult | EngineError | None] = [None] * len(messages)
         for band, positions in bands.items():
-            results = await self._append_many(
+            results = await self.append_many(
                 info.code,
                 app,
                 [messages[i] for i in positions],
@@ -348,6 +334,7 @@ class LogSection(EngineBase):
                     )
                 )
             except EngineError as exc:
+                self._refused(info.code, app, exc)
                 results[pos] = exc
                 continue
             positions.append(pos)
@@ -363,6 +350,7 @@ class LogSection(EngineBase):
                         info, app, chosen, record, verdict, now, qos
                     )
                 except QueueFull as exc:
+                    self._refused(info.code, app, exc)
                     results[pos] = exc
         if produced:
             self.counters.record(
