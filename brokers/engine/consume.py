@@ -2,7 +2,8 @@
 
 State per (app, topic, partition) — per clientId for broadcast — is the hash
 ``{t:<topic>:<p>}:c:<cid>`` with ``ack`` (next index to consume), the lock ``lo`` (owner),
-``lt`` (token), ``le`` (expiry ms), ``ls``/``lend`` (range handed out under the lock),
+``lt`` (token), ``le`` (expiry ms), ``ls``/``lend`` (range handed out under the lock: what of it is not acked when the lock
+runs out is counted as failed by the next fetch, once),
 ``lk`` (last token issued), ``t`` (last access ms) and ``ip`` (last client address).
 
 One Lua script per attempt checks the lock, initialises the ack index on first use,
@@ -24,14 +25,23 @@ LOCKED, EMPTY, FOUND = -1, 0, 1
 
 FETCH_FN = """
 -- Lock-and-read one partition. now is a number; the other arguments are ARGV strings.
--- Returns {-1, lock expiry} | {0, ack, next, min, blocked store time or 0} |
--- {1, ack, next, min, token, expiry, first, entries...}.
+-- Returns {-1, lock expiry} | {0, ack, next, min, blocked store time or 0, lapsed} |
+-- {1, ack, next, min, token, expiry, first, lapsed, entries...}; `lapsed`: how many
+-- messages of the batch handed out under a lock that ran out were not acked (the
+-- consumer failed them: each lapsed lock is counted once).
 -- `ranges` are the partition's shared-lease keys {rs, rd, rh} (see groups.py).
 local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, want, addr, init,
                          max_store)
-  local st = redis.call('HMGET', state, 'ack', 'le', 'lk', 'sh')
+  local st = redis.call('HMGET', state, 'ack', 'le', 'lk', 'sh', 'lo', 'ls', 'lend')
   local le = tonumber(st[2])
   if le and le > now then return {-1, s(le)} end
+  local lapsed = 0
+  if le and st[5] then  -- a lock that ran out: what of its batch was not acked
+    local from = math.max(tonumber(st[1] or '0'), tonumber(st[6] or '0'))
+    local upto = tonumber(st[7] or '0')
+    if upto > from then lapsed = upto - from end
+    redis.call('HDEL', state, 'lo')
+  end
   if st[4] then
     -- shared leases (zbus, VibeMQ) hold ranges of this partition. While one is leased, or
     -- backing off after a failure, wait for it; once every range is due and no push
@@ -61,12 +71,12 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
   else redis.call('HSET', state, 't', s(now)) end
   local start = ack
   if start < mn then start = mn end
-  if start >= nxt then return {0, s(ack), s(nxt), s(mn), '0'} end
+  if start >= nxt then return {0, s(ack), s(nxt), s(mn), '0', lapsed} end
   local limit = nil
   if max_store ~= '' then limit = tonumber(max_store) end
   local out = {}
   local items, blocked = read_span(stream, start, tonumber(want), out, limit)
-  if items == 0 then return {0, s(ack), s(nxt), s(mn), s(blocked or 0)} end
+  if items == 0 then return {0, s(ack), s(nxt), s(mn), s(blocked or 0), lapsed} end
   local token = now
   local lk = tonumber(st[3])
   if lk and token <= lk then token = lk + 1 end
@@ -74,7 +84,7 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
   local lend = tonumber(out[#out - 2]) + tonumber(out[#out - 1])
   redis.call('HSET', state, 'lo', owner, 'lt', s(token), 'le', s(exp), 'ls', s(start),
     'lend', s(lend), 'lk', s(token))
-  local res = {1, s(ack), s(nxt), s(mn), s(token), s(exp), first}
+  local res = {1, s(ack), s(nxt), s(mn), s(token), s(exp), first, lapsed}
   for _, v in ipairs(out) do res[#res + 1] = v end
   return res
 end
@@ -165,6 +175,7 @@ class Attempt:
         "deliveries",
         "expires",
         "first",
+        "lapsed",
         "max",
         "min",
         "status",
@@ -177,16 +188,18 @@ class Attempt:
         self.token = self.expires = 0
         self.first = False
         self.blocked = 0  # store time of the first message held back by a delay
+        self.lapsed = 0  # messages a lock that ran out left unacked
         self.ack = self.max = self.min = -1
         if self.status == LOCKED:
             self.expires = int(raw[1])
             return
         self.ack, self.max, self.min = int(raw[1]), int(raw[2]), int(raw[3])
         if self.status == EMPTY:
-            self.blocked = int(raw[4])
+            self.blocked, self.lapsed = int(raw[4]), int(raw[5])
             return
         self.token, self.expires, self.first = int(raw[4]), int(raw[5]), bool(int(raw[6]))
-        self.deliveries = parse_spans(partition, raw, 7)
+        self.lapsed = int(raw[7])
+        self.deliveries = parse_spans(partition, raw, 8)
 
 
 async def try_partition(

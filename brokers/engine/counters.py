@@ -1,17 +1,23 @@
-"""Per-minute produce/consume counts and bytes per topic, app and broker, and consume
-failures per consumer group.
+"""Per-minute produce/consume counts and bytes per topic, app and broker, consume
+failures per consumer group and refused messages per producer.
 
-Counts accumulate in process memory and are flushed (HINCRBY, one pipeline) at most
-once per ``interval_s`` — and at the latest ``interval_s`` after they were counted — and
-on :meth:`Counters.flush`/close, so the append path pays no extra round trip. Storage: one hash per (dimension, name, UTC day), fields
-``<minute of day>:<p|pb|c|cb>``, expiring after 30 days; a group's failures (a message a
-consumer failed: a nack, a JMQ4 retry ack, a failed retry) in dimension ``group``, name
-``<topic>:<app>`` (neither holds a ``:``), fields ``<minute of day>:f``; a producer's
-refused messages (:data:`REFUSALS`: over its rate limit, too large, invalid, not allowed,
-its queue full) in dimension ``producer``, name ``<topic>:<app>``, fields ``<minute of
-day>:x:<kind>``, and the producers with refusals on a day in one set
-(:func:`refused_producers_key`), so finding them costs no scan. A crash loses at most
-the last interval of counts; messages are unaffected.
+Counts accumulate in process memory and are flushed (HINCRBY, one pipeline) at most once
+per ``interval_s`` — and at the latest ``interval_s`` after they were counted — and on
+:meth:`Counters.flush`/close, so the append path pays no extra round trip.
+
+Storage: one hash per (dimension, name, UTC day), expiring after 30 days:
+
+* traffic: dimensions ``topic``, ``app`` and ``broker``, fields
+  ``<minute of day>:<p|pb|c|cb>``;
+* a group's failures (a message a consumer failed: a nack, a JMQ4 retry ack, a failed
+  retry, a lapsed fetch lock): dimension ``group``, name ``<topic>:<app>`` (neither holds
+  a ``:``), fields ``<minute of day>:f``;
+* a producer's refused messages (:data:`REFUSALS`: over its rate limit, too large,
+  invalid, not allowed, its queue full): dimension ``producer``, name ``<topic>:<app>``,
+  fields ``<minute of day>:x:<kind>``; the producers with refusals on a day are kept in
+  one set (:func:`refused_producers_key`), so finding them costs no scan.
+
+A crash loses at most the last interval of counts; messages are unaffected.
 """
 
 from __future__ import annotations

@@ -177,6 +177,7 @@ class Fetcher:
             ack_index=att.ack,
             max_index=att.max,
             accessed_ms=now,
+            lapsed=att.lapsed,
         )
 
     @staticmethod
@@ -205,6 +206,7 @@ class Fetcher:
         cid = consumer_id(req.app, req.client_id)
         hints: list[int] = []
         any_locked = False
+        lapsed = 0
         for i, p in enumerate(ours):
             att = await self._try(req, p, cid, now)
             if att.status == FOUND:
@@ -212,11 +214,16 @@ class Fetcher:
             if att.status == LOCKED:
                 hints.append(att.expires)
                 any_locked = True
-            elif att.status == EMPTY and att.blocked:
-                hints.append(att.blocked + req.policy.delay_ms)
+            elif att.status == EMPTY:
+                lapsed += att.lapsed
+                if att.blocked:
+                    hints.append(att.blocked + req.policy.delay_ms)
         status = FetchStatus.NO_PARTITION if any_locked else FetchStatus.NO_NEW_MSG
         result = FetchResult(
-            status=status, topic=req.topic.code, retry_after_ms=min(hints) if hints else None
+            status=status,
+            topic=req.topic.code,
+            retry_after_ms=min(hints) if hints else None,
+            lapsed=lapsed,
         )
         return result, []
 

@@ -124,6 +124,9 @@ class FetchResult:
     ack_index: int = -1
     max_index: int = -1
     accessed_ms: int = 0
+    lapsed: int = 0
+    """Messages of an earlier batch whose lock ran out before they were acked, found by
+    this fetch taking the partition over: the consumer failed them (counted once)."""
 
     @property
     def found(self) -> bool:

@@ -1,7 +1,7 @@
 """Consume-failure alerts: a consumer that failed at least its threshold of messages in
-the last hour — a nack, a JMQ4 retry ack, a failed retry, a VibeMQ ack timeout, over any
-protocol, on any broker — alerts its team, before its retries run out and the
-messages become dead letters. The threshold is the consumer's ``failure_alert_per_hour``,
+the last hour — a nack, a JMQ4 retry ack, a failed retry, a VibeMQ ack timeout, a pull
+batch whose fetch lock ran out unacked (JMQ4, HTTP-MQ), over any protocol, on any broker
+— alerts its team, before its retries run out and the messages become dead letters. The threshold is the consumer's ``failure_alert_per_hour``,
 else CONSUME_FAILURE_ALERT_PER_HOUR (0: never). Consumers with their alerts switched off
 (``backlog_alert_enabled``, the consumer's alert switch) are not checked. The engine counts
 failures per group and minute (``Engine.consume_failures``: one Redis round trip per

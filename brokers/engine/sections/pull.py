@@ -285,6 +285,8 @@ class PullSection(EngineBase):
             holder=holder,
         )
         result = await self._fetcher.fetch(req, long_poll_ms, extra)
+        if result.lapsed:  # an earlier batch's lock ran out unacked: failed, like a nack
+            self.counters.failed(topic=topic, app=app, count=result.lapsed)
         consumed = 0
         if result.found:
             size = 0
@@ -776,8 +778,9 @@ class PullSection(EngineBase):
     ) -> dict[tuple[str, str], int]:
         """Messages each consumer group ``(topic, app)`` failed in the last ``minutes``
         whole minutes and the current one — a nack, a JMQ4 retry ack, a failed retry, a
-        VibeMQ ack timeout, over any protocol, on any broker (groups without a failure
-        left out): one pipelined round trip whatever their number."""
+        VibeMQ ack timeout, a pull batch whose lock ran out unacked, over any protocol,
+        on any broker (groups without a failure left out): one pipelined round trip
+        whatever their number."""
         await self.counters.flush()
         now = self.now_ms()
         return await self.counters.failures(
