@@ -232,12 +232,12 @@ class Counters:
         return out
 
     async def refusals(
-        self, *, start_ms: int, end_ms: int
+        self, *, start_ms: int, end_ms: int, app: str | None = None
     ) -> dict[tuple[str, str], dict[str, int]]:
-        """The messages refused to each producer ``(topic, app)`` in the whole minutes of
-        ``[start_ms, end_ms)``, by kind (producers without any left out): the day sets
-        name the producers (two round trips whatever the number of producers; the
-        hashes hold refusals only, so they are small)."""
+        """The messages refused to each producer ``(topic, app)`` — of ``app`` only, when
+        given — in the whole minutes of ``[start_ms, end_ms)``, by kind (producers without
+        any left out): the day sets name the producers (two round trips whatever the
+        number of producers; the hashes hold refusals only, so they are small)."""
         first, last = start_ms // 60_000, (end_ms - 1) // 60_000
         if last < first:
             return {}
@@ -246,6 +246,8 @@ class Counters:
         for day in days:
             pipe.smembers(refused_producers_key(day))
         names = sorted({n.decode() for found in await pipe.execute() for n in found})
+        if app is not None:
+            names = [n for n in names if n.partition(":")[2] == app]
         pipe = self._client.pipeline(transaction=False)
         for name in names:
             for day in days:

@@ -29,6 +29,14 @@ WHY = {
 }
 
 
+def describe(by_reason: dict[str, int]) -> str:
+    """``{"rate_limited": 40, "too_large": 3}`` as "over its rate limit 40, too large 3"."""
+    return ", ".join(
+        f"{WHY.get(kind, kind)} {n}"
+        for kind, n in sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+
+
 def check_refusals() -> list[AlertEvent]:
     """Fire an alert for every producer refused at least the threshold of messages in
     the last hour."""
@@ -51,10 +59,7 @@ def check_refusals() -> list[AlertEvent]:
             if app is None or not first_in_window(client, f"produce-refusals:{topic}:{code}"):
                 continue  # an app deleted since: nobody to tell
             total = sum(kinds.values())
-            why = ", ".join(
-                f"{WHY.get(kind, kind)} {n}"
-                for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
-            )
+            why = describe(kinds)
             event = AlertEvent.objects.create(
                 kind=AlertEvent.Kind.PRODUCE_REFUSALS,
                 target=f"producer:{code}.{topic}",

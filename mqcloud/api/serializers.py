@@ -442,3 +442,15 @@ class ConsumerPolicyUpdateSerializer(FrozenAfterCreate, ConsumerPolicySerializer
     """A consumer's topic and app are fixed: another pair is another policy."""
 
     frozen_fields = ("topic", "app")
+
+
+class RefusalSerializer(serializers.Serializer):
+    """What the engine refused an app on one topic in the last hour."""
+
+    topic = serializers.CharField()
+    refused = serializers.IntegerField(help_text="Messages refused in the last hour.")
+    by_reason = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Messages per reason: rate_limited, too_large, invalid, not_allowed (no"
+        " producer policy, a blacklisted address), queue_full.",
+    )

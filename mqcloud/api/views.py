@@ -337,6 +337,22 @@ class AppViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         super().perform_create(serializer)
 
     @extend_schema(
+        responses={200: s.RefusalSerializer(many=True), **error_responses(401, 403, 404, 503)}
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def refusals(self, request: Request, code: str | None = None) -> Response:
+        """The app's messages the engine refused in the last hour, per topic, most refused
+        first, with why — over any protocol, on any broker (what the produce-refusal
+        alert reads)."""
+        app = self.get_object()
+        try:
+            rows = engine_calls.refusals(app.code)
+        except engine_calls.EngineUnavailable as exc:
+            raise EngineUnavailableError(str(exc)) from None
+        data = [{"topic": r.topic, "refused": r.refused, "by_reason": r.by_reason} for r in rows]
+        return Response(s.RefusalSerializer(data, many=True).data)
+
+    @extend_schema(
         request=None,
         responses={200: s.AppSerializer, **error_responses(400, 401, 403, 404)},
     )

@@ -17,8 +17,9 @@ from django.views.decorators.http import require_POST
 from brokers import anonymous
 from brokers.models import App, ConsumerPolicy, ProducerPolicy
 from brokers.validators import APP_CODE_MAX, name_validator
+from mqcloud.alerts.refusals import describe
 from mqcloud.approvals.services import record
-from mqcloud.console import access
+from mqcloud.console import access, engine_calls
 from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.console.topics import team_choices
 
@@ -103,6 +104,13 @@ def _get_app(user, code: str) -> App:
 
 
 def _detail(request: HttpRequest, app: App, token: str = "", status: int = 200) -> HttpResponse:
+    try:
+        found, refusals_error = engine_calls.refusals(app.code), ""
+    except engine_calls.EngineUnavailable as exc:
+        found, refusals_error = [], str(exc)
+    refusals = [
+        {"topic": r.topic, "refused": r.refused, "why": describe(r.by_reason)} for r in found
+    ]
     return render(
         request,
         "console/app_detail.html",
@@ -121,6 +129,8 @@ def _detail(request: HttpRequest, app: App, token: str = "", status: int = 200) 
                 APP_CONSUMERS,
             ),
             "can_admin": access.admin_teams(request.user).filter(pk=app.team_id).exists(),
+            "refusals": refusals,
+            "refusals_error": refusals_error,
         },
         status=status,
     )

@@ -159,6 +159,29 @@ def client_lags(topic: str, app: str) -> list[tuple[str | None, GroupLag]]:
     return run(call)
 
 
+@dataclass(frozen=True)
+class Refusals:
+    """What the engine refused one app on one topic in the last hour."""
+
+    topic: str
+    refused: int
+    by_reason: dict[str, int]
+
+
+REFUSAL_WINDOW_MINUTES = 60
+
+
+def refusals(app: str) -> list[Refusals]:
+    """``app``'s refused messages per topic in the last hour, most refused first."""
+
+    async def call(engine: Engine) -> list[Refusals]:
+        found = await engine.produce_refusals(minutes=REFUSAL_WINDOW_MINUTES, app=app)
+        rows = [Refusals(t, sum(k.values()), k) for (t, _), k in found.items()]
+        return sorted(rows, key=lambda r: (-r.refused, r.topic))
+
+    return run(call)
+
+
 def read_range(topic: str, partition: int, start: int, count: int) -> list[MessageRow]:
     """Up to ``count`` records of one partition from ``start``; :class:`PastTheEnd` when
     ``start`` lies beyond the next index to be written."""

@@ -72,3 +72,26 @@ def test_a_zero_threshold_turns_the_alert_off(producers, settings):
     settings.PRODUCE_REFUSAL_ALERT_PER_HOUR = 0
     produce("outsider", 20)
     assert check_refusals() == []
+
+
+def test_the_app_page_and_the_api_show_what_was_refused(producers, client):
+    """A developer sees why the app's messages are refused without waiting for the alert:
+    on its console page and at /api/v1/apps/{code}/refusals/."""
+    from rest_framework.test import APIClient
+
+    produce("busy", 4)  # 2 over the rate limit
+    user = factories.user("intake-dev", team=Team.objects.get(name="intake-team"))
+    client.force_login(user)
+    page = client.get("/apps/busy/")
+    assert page.status_code == 200
+    rows = page.context["refusals"]
+    assert rows == [{"topic": "intake", "refused": 2, "why": "over its rate limit 2"}]
+    assert 'id="refusals"' in page.content.decode()
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {factories.token_for(user)}")
+    assert api.get("/api/v1/apps/busy/refusals/").json() == [
+        {"topic": "intake", "refused": 2, "by_reason": {"rate_limited": 2}}
+    ]
+    assert api.get("/api/v1/apps/outsider/refusals/").status_code == 404  # another team's
+    quiet = client.get("/apps/outsider/")
+    assert quiet.status_code == 404 or quiet.context["refusals"] == []

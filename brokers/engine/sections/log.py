@@ -400,16 +400,18 @@ class LogSection(EngineBase):
                 out.append((stamped, wire.counts[0]))
         return out
 
-    async def produce_refusals(self, *, minutes: int = 60) -> dict[tuple[str, str], dict[str, int]]:
+    async def produce_refusals(
+        self, *, minutes: int = 60, app: str | None = None
+    ) -> dict[tuple[str, str], dict[str, int]]:
         """The messages the engine refused to each producer ``(topic, app)`` in the last
         ``minutes`` whole minutes and the current one, by why (over its rate limit, too
         large, invalid, not allowed, its queue full: what the producer can change) — over
-        any protocol, on any broker; producers without any left out. Two round trips
-        whatever the number of producers."""
+        any protocol, on any broker; producers without any left out, and those of other
+        apps than ``app`` when given. Two round trips whatever the number of producers."""
         await self.counters.flush()
         now = self.now_ms()
         return await self.counters.refusals(
-            start_ms=(now // 60_000 - minutes) * 60_000, end_ms=now + 1
+            start_ms=(now // 60_000 - minutes) * 60_000, end_ms=now + 1, app=app
         )
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
