@@ -53,6 +53,19 @@ async def test_nothing_lags_without_messages(make_engine):
     assert (lag.lag, lag.oldest_unacked_ms, lag.oldest_age_ms(engine.now_ms())) == (0, 0, None)
 
 
+def count_round_trips(store, monkeypatch) -> list[int]:
+    """From now on, ``[n]``: how many pipelines ``store`` executed."""
+    executions = [0]
+    original = type(store.pipeline(transaction=False)).execute
+
+    async def counting(self, *args, **kwargs):
+        executions[0] += 1
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(store.pipeline(transaction=False)), "execute", counting)
+    return executions
+
+
 async def test_two_round_trips_for_many_groups(make_engine, store, monkeypatch):
     """One for the bounds and ack indexes, one for the first unacked records, whatever
     the number of groups."""
@@ -60,17 +73,9 @@ async def test_two_round_trips_for_many_groups(make_engine, store, monkeypatch):
     for i in range(30):
         await engine.append(f"t{i}", "a", [Message(b"x")], partition=0)
     await engine.group_lags([("t0", "a")])  # a fresh Redis learns the script first
-    executions = 0
-    original = type(store.pipeline(transaction=False)).execute
-
-    async def counting(self, *args, **kwargs):
-        nonlocal executions
-        executions += 1
-        return await original(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(store.pipeline(transaction=False)), "execute", counting)
+    executions = count_round_trips(store, monkeypatch)
     await engine.group_lags([(f"t{i}", "a") for i in range(30)])
-    assert executions == 2
+    assert executions[0] == 2
 
 
 async def test_a_broadcast_consumers_clients_cost_no_round_trip_each(
@@ -92,17 +97,9 @@ async def test_a_broadcast_consumers_clients_cost_no_round_trip_each(
             "t", "a", got.partition, [d.index for d in got.messages], client_id=f"c{n}"
         )
     await engine.group_lags([("t", "a")])  # a fresh Redis learns the script first
-    executions = 0
-    original = type(store.pipeline(transaction=False)).execute
-
-    async def counting(self, *args, **kwargs):
-        nonlocal executions
-        executions += 1
-        return await original(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(store.pipeline(transaction=False)), "execute", counting)
+    executions = count_round_trips(store, monkeypatch)
     lags = (await engine.client_lags([("t", "a")]))[("t", "a")]
-    assert executions == 3 and len(lags) == 60
+    assert executions[0] == 3 and len(lags) == 60
     monkeypatch.undo()
     for client, lag in lags.items():
         rows = await engine.progress("t", "a", client_id=client)
