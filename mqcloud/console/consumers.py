@@ -192,8 +192,9 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
             clients = []
     try:
         retries, dead = engine_calls.retry_counts(consumer.topic.code, consumer.app.code, client_id)
+        failures = engine_calls.consume_failures(consumer.topic.code, consumer.app.code)
     except engine_calls.EngineUnavailable:
-        retries = dead = None
+        retries = dead = failures = None
     open_apps = Application.objects.filter(
         target=f"consumer:{consumer.name}", status__in=["pending", "executing"]
     )
@@ -208,6 +209,7 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
             "kinds": Kind,
             "ranges": list(topics.RANGES),
             "failure_threshold": failure_threshold_of(consumer),
+            "failures": failures,
         }
     )
     return render(request, "console/consumer_detail.html", context)

@@ -325,6 +325,16 @@ def retry_counts(topic: str, app: str, client_id: str | None = None) -> tuple[in
     return run(lambda e: e.retry_counts(topic, app, client_id=client_id))
 
 
+def consume_failures(topic: str, app: str, minutes: int = 60) -> int:
+    """Messages the consumer group failed in the last ``minutes`` (every client's)."""
+
+    async def call(engine: Engine) -> int:
+        found = await engine.consume_failures([(topic, app)], minutes=minutes)
+        return found.get((topic, app), 0)
+
+    return run(call)
+
+
 def retry_action(
     topic: str, app: str, action: str, ids: Sequence[int], client_id: str | None = None
 ) -> int:

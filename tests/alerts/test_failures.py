@@ -85,6 +85,7 @@ def test_a_consumers_own_threshold_wins_over_the_default(failing, settings, clie
     client.force_login(factories.user("flaky-root", admin=True))
     page = client.get("/consumers/fail-app.flaky/").content.decode()
     assert "≥ 3 failures in an hour" in page
+    assert '<p id="consume-failures">3 messages failed in the last hour' in page
 
     redis.Redis.from_url(django_settings.REDIS_URL).flushall()  # the throttle and counts
     publish()
