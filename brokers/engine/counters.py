@@ -253,11 +253,12 @@ class Counters:
             for day in days:
                 pipe.hgetall(counter_key("producer", name, day))
         replies = iter(await pipe.execute())
+        bases = {day: calendar.timegm(time.strptime(day, "%Y%m%d")) // 60 for day in days}
         out: dict[tuple[str, str], dict[str, int]] = {}
         for name in names:
             kinds: dict[str, int] = defaultdict(int)
             for day in days:
-                base = calendar.timegm(time.strptime(day, "%Y%m%d")) // 60
+                base = bases[day]
                 for field, value in next(replies).items():
                     slot, _, kind = field.decode().split(":", 2)
                     if first <= base + int(slot) <= last:

@@ -23,7 +23,7 @@ from django.conf import settings
 
 from brokers.engine import GroupLag, worst_lag
 from brokers.models import ConsumerPolicy
-from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
+from mqcloud.alerts.delivery import alert_team, first_in_window
 from mqcloud.alerts.models import AlertEvent, LatestLag
 from mqcloud.engine_access import engine_session
 
@@ -118,12 +118,12 @@ def check_backlogs() -> list[AlertEvent]:
             policy = by_name[b.consumer]
             who = f"{b.consumer}" + (f" (client {b.client_id})" if b.client_id else "")
             age = f", oldest {b.oldest_age_s:.0f} s old" if b.oldest_age_s is not None else ""
-            event = AlertEvent.objects.create(
-                kind=AlertEvent.Kind.BACKLOG,
-                target=f"consumer:{b.consumer}",
-                team=policy.app.team,
-                message=f"Backlog of {who}: {b.lag} messages{age}",
-                detail={
+            event = alert_team(
+                AlertEvent.Kind.BACKLOG,
+                f"consumer:{b.consumer}",
+                policy.app.team,
+                f"Backlog of {who}: {b.lag} messages{age}",
+                {
                     "lag": b.lag,
                     "oldest_age_s": b.oldest_age_s,
                     "client_id": b.client_id,
@@ -131,7 +131,6 @@ def check_backlogs() -> list[AlertEvent]:
                     "age_threshold_s": policy.backlog_alert_age_s,
                 },
             )
-            deliver(event, team_emails(policy.app.team))
             fired.append(event)
     finally:
         client.close()

@@ -22,7 +22,7 @@ from django.conf import settings
 
 from brokers.engine import PartitionProgress
 from brokers.models import ConsumerPolicy, Topic
-from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
+from mqcloud.alerts.delivery import alert_team, first_in_window
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.alerts.watched import watched_consumers
 from mqcloud.engine_access import run_in_session
@@ -109,12 +109,12 @@ def check_blocked(now_ms: int | None = None) -> list[AlertEvent]:
             policy = by_name[name]
             longest = max((now - b.since_ms) // 1000 for b in blocked)
             where = ", ".join(f"partition {b.partition}, message {b.index}" for b in blocked)
-            event = AlertEvent.objects.create(
-                kind=AlertEvent.Kind.CONSUMER_BLOCKED,
-                target=f"consumer:{name}",
-                team=policy.app.team,
-                message=f"Consumer {name} blocked for {longest} s: {where}",
-                detail={
+            event = alert_team(
+                AlertEvent.Kind.CONSUMER_BLOCKED,
+                f"consumer:{name}",
+                policy.app.team,
+                f"Consumer {name} blocked for {longest} s: {where}",
+                {
                     "partitions": [
                         {"partition": b.partition, "index": b.index,
                          "blocked_s": (now - b.since_ms) // 1000}
@@ -123,7 +123,6 @@ def check_blocked(now_ms: int | None = None) -> list[AlertEvent]:
                     "threshold_s": settings.CONSUMER_BLOCKED_ALERT_S,
                 },
             )  # fmt: skip
-            deliver(event, team_emails(policy.app.team))
             fired.append(event)
         pipe = client.pipeline(transaction=False)
         pipe.delete(SINCE)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import redis
 from django.conf import settings
 
-from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
+from mqcloud.alerts.delivery import alert_team, first_in_window
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.alerts.watched import per_consumer, watched_consumers
 
@@ -38,14 +38,13 @@ def check_dead_letters() -> list[AlertEvent]:
             if not first_in_window(client, f"dead-letters:{name}"):
                 continue
             policy = by_name[name]
-            event = AlertEvent.objects.create(
-                kind=AlertEvent.Kind.DEAD_LETTERS,
-                target=f"consumer:{name}",
-                team=policy.app.team,
-                message=f"Dead letters of {name}: {new} new, {count} in all",
-                detail={"new": new, "dead_letters": count},
+            event = alert_team(
+                AlertEvent.Kind.DEAD_LETTERS,
+                f"consumer:{name}",
+                policy.app.team,
+                f"Dead letters of {name}: {new} new, {count} in all",
+                {"new": new, "dead_letters": count},
             )
-            deliver(event, team_emails(policy.app.team))
             fired.append(event)
         pipe = client.pipeline(transaction=False)
         gone = set(last) - set(counts)

@@ -57,6 +57,16 @@ def team_emails(team: Team) -> list[str]:
     return sorted({u.email for u in team.members.all() if u.email})
 
 
+def alert_team(kind: str, target: str, team: Team, message: str, detail: dict) -> AlertEvent:
+    """Record an alert for ``team`` and deliver it to the team's members (and the
+    webhook): what every per-consumer and per-producer alert does once it fires."""
+    event = AlertEvent.objects.create(
+        kind=kind, target=target, team=team, message=message, detail=detail
+    )
+    deliver(event, team_emails(team))
+    return event
+
+
 def platform_admin_emails() -> list[str]:
     """The addresses of the platform admins (staff and superusers) who have one."""
     admins = get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True))

@@ -15,7 +15,7 @@ import redis
 from django.conf import settings
 
 from brokers.models import ConsumerPolicy
-from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
+from mqcloud.alerts.delivery import alert_team, first_in_window
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.alerts.watched import per_consumer, watched_consumers
 
@@ -47,14 +47,13 @@ def check_consume_failures() -> list[AlertEvent]:
             threshold = threshold_of(policy)
             if count < threshold or not first_in_window(client, f"consume-failures:{name}"):
                 continue
-            event = AlertEvent.objects.create(
-                kind=AlertEvent.Kind.CONSUME_FAILURES,
-                target=f"consumer:{name}",
-                team=policy.app.team,
-                message=f"Consume failures of {name}: {count} in the last hour",
-                detail={"failures": count, "threshold": threshold, "minutes": WINDOW_MINUTES},
+            event = alert_team(
+                AlertEvent.Kind.CONSUME_FAILURES,
+                f"consumer:{name}",
+                policy.app.team,
+                f"Consume failures of {name}: {count} in the last hour",
+                {"failures": count, "threshold": threshold, "minutes": WINDOW_MINUTES},
             )
-            deliver(event, team_emails(policy.app.team))
             fired.append(event)
     finally:
         client.close()

@@ -15,7 +15,7 @@ import redis
 from django.conf import settings
 
 from brokers.models import App
-from mqcloud.alerts.delivery import deliver, first_in_window, team_emails
+from mqcloud.alerts.delivery import alert_team, first_in_window
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.engine_access import run_in_session
 
@@ -60,14 +60,13 @@ def check_refusals() -> list[AlertEvent]:
                 continue  # an app deleted since: nobody to tell
             total = sum(kinds.values())
             why = describe(kinds)
-            event = AlertEvent.objects.create(
-                kind=AlertEvent.Kind.PRODUCE_REFUSALS,
-                target=f"producer:{code}.{topic}",
-                team=app.team,
-                message=f"Produce refusals of {code} on {topic}: {total} in the last hour ({why})",
-                detail={"refused": total, "by_reason": kinds, "threshold": threshold},
+            event = alert_team(
+                AlertEvent.Kind.PRODUCE_REFUSALS,
+                f"producer:{code}.{topic}",
+                app.team,
+                f"Produce refusals of {code} on {topic}: {total} in the last hour ({why})",
+                {"refused": total, "by_reason": kinds, "threshold": threshold},
             )
-            deliver(event, team_emails(app.team))
             fired.append(event)
     finally:
         client.close()

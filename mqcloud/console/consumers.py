@@ -124,7 +124,7 @@ def _progress_context(consumer: ConsumerPolicy, client_id: str | None) -> dict:
                     "client_id": c,
                     "lag": g.lag,
                     "lagging_partitions": g.lagging_partitions,
-                    "oldest_age": _age(g.oldest_age_ms(now)),
+                    "oldest_age_ms": g.oldest_age_ms(now),
                 }
                 for c, g in lags
                 if c is not None
@@ -154,18 +154,6 @@ def _progress_context(consumer: ConsumerPolicy, client_id: str | None) -> dict:
         "poll_s": PROGRESS_POLL_S,
         "active_minutes": ACTIVE_CLIENT_MS // 60_000,
     }
-
-
-def _age(ms: int | None) -> str:
-    """A wait as the progress card shows it ("—" when nothing waits)."""
-    if ms is None:
-        return "—"
-    seconds = ms // 1000
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h"
 
 
 def _client_id(request: HttpRequest, consumer: ConsumerPolicy) -> str | None:

@@ -206,9 +206,8 @@ class LogSection(EngineBase):
         admitted = len(messages)
         if policy.rate_limit:
             admitted = await self.gate.admit_produce_up_to(policy, len(messages))
-            if admitted < len(messages):
-                refused = RateLimited(f"producer {policy.name} is over its rate limit")
-                self._refused(topic, app, refused, len(messages) - admitted)
+            cut = len(messages) - admitted
+            self.counters.refused(topic=topic, app=app, kind="rate_limited", count=cut)
         out: list[AppendResult | EngineError] = []
         args = {"partition": partition, "qos": qos, "client_address": client_address}
         if info.queue.max_queue_size is not None:
