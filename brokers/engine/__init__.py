@@ -27,7 +27,14 @@ from brokers.engine.catalog import (
     publish_snapshot,
 )
 from brokers.engine.counters import MinuteTraffic
-from brokers.engine.delay import DELAY_ID, DELAY_LEVELS, Held, HeldMessage, Whereabouts
+from brokers.engine.delay import (
+    DELAY_ID,
+    DELAY_LEVELS,
+    Delayed,
+    Held,
+    HeldMessage,
+    Whereabouts,
+)
 from brokers.engine.engine import Engine
 from brokers.engine.errors import (
     AccessDenied,
@@ -148,6 +155,7 @@ __all__ = [
     "ConsumerNotFound",
     "ConsumerPaused",
     "ConsumerPolicyInfo",
+    "Delayed",
     "DelayedMessagesBusy",
     "Delivery",
     "Engine",

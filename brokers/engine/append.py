@@ -9,9 +9,9 @@ the partition number on the topic's notification channel for long polls.
 
 Partition choice (:func:`choose_partition`): an explicit partition is checked against the
 topic; a sequential topic hashes the businessId (Java ``String.hashCode``) over all its
-partitions so a business key keeps its order; otherwise the producer policy's broker
-weights (default: the broker's own weight) pick among partitions whose leader broker is
-alive and writable.
+partitions so a business key keeps its order; otherwise the partitions whose leader broker
+is alive and writable take turns, each as often as the producer policy's weight for its
+broker (default: the broker's own weight) says (:mod:`brokers.engine.turns`).
 
 Exactly once, also when repeated: every call carries a request id (unique per process and
 call), and the script keeps the latest :data:`REMEMBERED` (to twice as many) ids of the
@@ -68,6 +68,7 @@ from brokers.engine.keys import PartitionKeys, notify_channel
 from brokers.engine.model import QoS
 from brokers.engine.reconnect import retry_on_fresh_connection
 from brokers.engine.redisio import AnyRedis, Durability, Script, fmt_int
+from brokers.engine.turns import PartitionTurns
 
 REMEMBERED = 64  # request ids kept per partition: 64 to 128 (trimmed in batches, so the
 # sorted set stays small enough for Redis's compact listpack encoding)
@@ -290,9 +291,12 @@ def choose_partition(
     *,
     partition: int | None = None,
     business_id: str = "",
+    turns: PartitionTurns | None = None,
+    app: str = "",
     rng: random.Random | None = None,
 ) -> int:
-    """Pick the partition of an append (see the module docstring)."""
+    """Pick the partition of an append (see the module docstring): ``app``'s turn in
+    ``turns``, or weighted random (``rng``) without them."""
     if partition is not None and partition >= 0:
         if partition >= topic.partitions:
             raise PartitionNotFound(f"{topic.code} has no partition {partition}")
@@ -318,6 +322,8 @@ def choose_partition(
     pairs = [(p, w) for p, w in zip(candidates, weights, strict=True) if w > 0]
     if not pairs:
         raise NoWritablePartition(f"{topic.code} has no writable partition")
+    if turns is not None:
+        return turns.next(topic.code, app, pairs)
     pick = (rng or random).random() * sum(w for _, w in pairs)
     for p, w in pairs:
         pick -= w

@@ -108,8 +108,22 @@ class Whereabouts(NamedTuple):
     index: int | None = None
 
 
+class Delayed(NamedTuple):
+    """A held message: its delay id, and the partition it is to be appended to (None:
+    chosen when due, as no partition was writable when it was held)."""
+
+    delay_id: int
+    partition: int | None
+
+
 class Held(msgspec.Struct, frozen=True):
-    """What a delayed message needs to be appended later."""
+    """What a delayed message needs to be appended later.
+
+    ``partition`` is where it goes when due. ``pinned``: the producer named it (or its
+    order key did), so the message waits for that partition; otherwise it is the
+    partition whose turn it was when held (the one its producer was told), and the
+    message goes elsewhere when that one is not writable when due. Held messages stored
+    before ``pinned`` existed read as pinned, which they were."""
 
     app: str
     partition: int | None
@@ -119,6 +133,7 @@ class Held(msgspec.Struct, frozen=True):
     attributes: dict[str, str] | None = None
     priority: int = 0
     send_time_ms: int = 0
+    pinned: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from brokers.engine.sections.pull import PullSection
 from brokers.engine.sections.retries import RetrySection
 from brokers.engine.sections.transactions import TransactionSection
 from brokers.engine.shared import QueueRetry, SharedDelivery
+from brokers.engine.turns import PartitionTurns
 
 DEFAULT_RETRY = RetryPolicy()
 DEFAULT_QUEUE_RETRY = QueueRetry()
@@ -83,6 +84,7 @@ class Engine(
         self.retry_policy = retry_policy
         self.force_ack = force_ack
         self._rng = rng or random.Random()
+        self._turns = PartitionTurns(self._rng)
         self.durability = Durability(redis, timeout_ms=durability_timeout_ms, replicas=replicas)
         self.notifier = Notifier(redis)
         self.counters = Counters(redis, clock)

@@ -163,8 +163,9 @@ def _send_result(rt: Runtime, topic: str, partition: int, index: int, store_ms: 
 def _delayed_result(
     rt: Runtime, topic: str, delay_id: int, deliver_at: int, partition: int | None
 ) -> dict:
-    """The send result of a held message: no offset yet (-1), and a queue only when the
-    produce chose one (``orderId``, ``ordered``); otherwise it is chosen at release."""
+    """The send result of a held message: no offset yet (-1), and the queue it goes to
+    when due (the produce's choice, else the round-robin's turn); -1 and no broker only
+    when no queue was writable (one is chosen when due)."""
     queue = {"topic": topic, "brokerName": "", "queueId": -1}
     if partition is not None and partition >= 0:
         queue["brokerName"] = broker_name(rt.engine.topic(topic), partition)
@@ -228,7 +229,7 @@ async def produce(request: Request, rt: Runtime) -> Reply:
         extension=HTTPMQ_EXTENSION,
     )
     if deliver_at is not None:
-        delay_id = await rt.engine.append_delayed(
+        held = await rt.engine.append_delayed(
             policy.topic,
             policy.app,
             message,
@@ -236,7 +237,7 @@ async def produce(request: Request, rt: Runtime) -> Reply:
             partition=partition,
             client_address=address,
         )
-        return ok(_delayed_result(rt, policy.topic, delay_id, deliver_at, partition))
+        return ok(_delayed_result(rt, policy.topic, held.delay_id, deliver_at, held.partition))
     try:
         result = await rt.engine.append(
             policy.topic, policy.app, [message], partition=partition, client_address=address

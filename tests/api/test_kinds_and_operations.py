@@ -447,9 +447,11 @@ def test_delayed_messages_listed_and_cancelled_by_application(world):
 
     async def hold(engine: Engine) -> list[int]:
         return [
-            await engine.append_delayed(
-                "orders", "shop", Message(b"t%d" % i), deliver_at_ms=now + (i + 1) * 3_600_000
-            )
+            (
+                await engine.append_delayed(
+                    "orders", "shop", Message(b"t%d" % i), deliver_at_ms=now + (i + 1) * 3_600_000
+                )
+            ).delay_id
             for i in range(3)
         ]
 
@@ -459,7 +461,7 @@ def test_delayed_messages_listed_and_cancelled_by_application(world):
     assert listed["count"] == 3 and [r["delay_id"] for r in listed["results"]] == ids
     first = listed["results"][0]
     assert first["message_id"] == delayed_message_id("orders", ids[0])
-    assert first["app"] == "shop" and first["partition"] is None and first["body_preview"] == "t0"
+    assert first["app"] == "shop" and first["partition"] == 0 and first["body_preview"] == "t0"
     assert [r["delay_id"] for r in world["alice"].get(url, {"id": first["message_id"]}).json()[
         "results"
     ]] == [ids[0]]  # fmt: skip

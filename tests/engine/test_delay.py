@@ -90,9 +90,10 @@ async def test_release_all_only_visits_topics_with_delays(make_engine, clock):
 async def test_a_released_message_keeps_its_delay_id(make_engine, clock):
     engine = make_engine()
     now = engine.now_ms()
-    held = await engine.append_delayed(
+    held, partition = await engine.append_delayed(
         "t", "a", Message(b"x", attributes={"k": "v"}), deliver_at_ms=now + 1_000, partition=1
     )
+    assert partition == 1
     assert await engine.delayed_whereabouts("t", held) == Whereabouts(due_ms=now + 1_000)
     assert await engine.delayed_whereabouts("t", held + 1) == Whereabouts()
     await engine.append("t", "a", [Message(b"first")], partition=1)
@@ -107,12 +108,12 @@ async def test_released_positions_are_forgotten_with_the_topics_messages(make_en
     """Positions are kept as long as the topic keeps messages (a week without an age
     limit), trimmed as new ones are added and expiring when none are."""
     engine = make_engine()
-    first = await engine.append_delayed("t", "a", Message(b"1"), deliver_at_ms=engine.now_ms())
+    first, _ = await engine.append_delayed("t", "a", Message(b"1"), deliver_at_ms=engine.now_ms())
     assert await engine.release_delayed("t") == 1
     keys = DelayKeys("t")
     assert 0 < await engine.redis.pttl(keys.released) <= KEEP_RELEASED_MS
     clock.advance(KEEP_RELEASED_MS / 1000 + 1)
-    second = await engine.append_delayed("t", "a", Message(b"2"), deliver_at_ms=engine.now_ms())
+    second, _ = await engine.append_delayed("t", "a", Message(b"2"), deliver_at_ms=engine.now_ms())
     assert await engine.release_delayed("t") == 1
     assert await engine.delayed_whereabouts("t", first) == Whereabouts()
     assert (await engine.delayed_whereabouts("t", second)).partition is not None
@@ -121,13 +122,15 @@ async def test_released_positions_are_forgotten_with_the_topics_messages(make_en
 
 async def _hold(engine, count: int, *, first_due_ms: int, step_ms: int) -> list[int]:
     return [
-        await engine.append_delayed(
-            "t",
-            "a",
-            Message(f"m{i}".encode(), attributes={"k": str(i)}),
-            deliver_at_ms=first_due_ms + i * step_ms,
-            partition=1,
-        )
+        (
+            await engine.append_delayed(
+                "t",
+                "a",
+                Message(f"m{i}".encode(), attributes={"k": str(i)}),
+                deliver_at_ms=first_due_ms + i * step_ms,
+                partition=1,
+            )
+        ).delay_id
         for i in range(count)
     ]
 

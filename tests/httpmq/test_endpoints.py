@@ -447,9 +447,37 @@ def test_delayed_message_arrives_when_due_under_its_msgid(mq):
     # the id the producer was given names the message its consumer gets (it was a
     # different one, made from the position the message got when released)
     assert got["message"] == "in a second" and got["messageId"] == sent["msgId"]
-    assert sent["messageQueue"]["queueId"] == -1  # chosen at release
+    # the queue it goes to, known when held (its only queue here)
+    assert sent["messageQueue"]["queueId"] == 0 and sent["messageQueue"]["brokerName"]
     ordered = produce(mq, s, "held in order", delayLevel="1", orderId="o-1").json()["result"]
     assert ordered["messageQueue"]["queueId"] == 0 and ordered["messageQueue"]["brokerName"]
+
+
+def test_queues_are_chosen_round_robin_delayed_messages_too(mq):
+    """§2.1: without orderId or ordered, produces go round-robin over the queues; a
+    delayed produce takes its turn too, is told its queue and arrives in it."""
+    s = make_catalog(partitions=4)
+    wait_known(mq, s)
+    queues = [produce(mq, s, f"m{i}").json()["result"]["messageQueue"] for i in range(8)]
+    ids = [q["queueId"] for q in queues]
+    assert sorted(ids) == [0, 0, 1, 1, 2, 2, 3, 3] and ids[:4] == ids[4:]
+    assert all(q["brokerName"].startswith("broker-") for q in queues)
+    held = produce(mq, s, "later", delayLevel="1").json()["result"]
+    assert held["messageQueue"]["queueId"] == ids[0]  # the next turn
+    time.sleep(1.1)
+    assert release_delayed(s.topic) == 1
+    got = {}
+    rid = None
+    for _ in range(20):
+        body = fetch(mq, s, **({"requestId": rid} if rid else {})).json()["result"]
+        queue = body["queueInfo"]["messageQueue"]["queueId"] if "queueInfo" in body else None
+        for m in body.get("msgList", []):
+            got[m["message"]] = queue
+        rid = body.get("requestId")
+        if len(got) == 9:
+            break
+    assert got["later"] == held["messageQueue"]["queueId"]
+    assert {got[f"m{i}"] for i in range(8)} == {0, 1, 2, 3}
 
 
 def test_a_cancelled_delayed_message_is_never_delivered(mq):

@@ -53,6 +53,7 @@ from brokers.engine.redisio import AnyRedis, Durability
 from brokers.engine.retry import RetryPolicy, RetryStore, retry_stores
 from brokers.engine.retry_presence import RetryPresence
 from brokers.engine.shared import FAN_OUT, QueueRetry, SharedDelivery
+from brokers.engine.turns import PartitionTurns
 from brokers.engine.wire import WireBlob, WireRecords
 
 DEFAULT_RETRY = RetryPolicy()
@@ -103,6 +104,7 @@ class EngineBase:
     _catalog: Callable[[], CatalogSnapshot]
     _clock: Callable[[], float]
     _rng: random.Random
+    _turns: PartitionTurns
     _next_guess: dict[tuple[str, int], int]
     _fetcher: Fetcher
     retry_presence: RetryPresence

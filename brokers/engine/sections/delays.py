@@ -5,11 +5,14 @@ A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its s
 
 from __future__ import annotations
 
+from brokers.engine.append import choose_partition
+from brokers.engine.catalog import ProducerPolicyInfo, TopicInfo
 from brokers.engine.delay import (
     DELAY_ID,
     KEEP_RELEASED_MS,
     MAX_DELAY_MS,
     MOVER_TTL_MS,
+    Delayed,
     DelayStore,
     Held,
     HeldMessage,
@@ -17,12 +20,15 @@ from brokers.engine.delay import (
     topics_with_delays,
 )
 from brokers.engine.errors import (
+    BrokerNotWritable,
     EngineError,
     InvalidMessage,
+    NoWritablePartition,
 )
 from brokers.engine.model import (
     QoS,
 )
+from brokers.engine.priority import band_of, is_prioritized
 from brokers.engine.record import (
     Message,
 )
@@ -41,12 +47,14 @@ class DelaySection(EngineBase):
         deliver_at_ms: int,
         partition: int | None = None,
         client_address: str | None = None,
-    ) -> int:
+    ) -> Delayed:
         """Hold ``message`` until ``deliver_at_ms`` (a delayed or timer message; a time
         already past is due at once).
 
         It is checked now exactly as :meth:`append` would (policy, blacklist, rate limit,
-        size) and appended by :meth:`release_delayed` once due. Returns its delay id.
+        size) and appended by :meth:`release_delayed` once due. Returns its delay id and
+        its partition: ``partition`` when given, else the one :meth:`append` would
+        choose now (see :class:`~brokers.engine.delay.Held` for when that changes).
         """
         info = self.topic(topic)
         now = self.now_ms()
@@ -62,9 +70,13 @@ class DelaySection(EngineBase):
             self._refused(topic, app, exc)
             raise
         deliver_at_ms = max(deliver_at_ms, now)  # a time already past is due at once
+        pinned = partition is not None and partition >= 0
+        if not pinned:
+            partition = self._turn_of(info, policy, message)
         held = Held(
             app=app,
             partition=partition,
+            pinned=pinned,
             client_address=client_address,
             body=bytes(message.body),
             business_id=message.business_id,
@@ -72,7 +84,23 @@ class DelaySection(EngineBase):
             priority=message.priority,
             send_time_ms=message.send_time_ms or now,
         )
-        return await DelayStore(self.redis, topic).add(held, deliver_at_ms)
+        return Delayed(await DelayStore(self.redis, topic).add(held, deliver_at_ms), partition)
+
+    def _turn_of(self, info: TopicInfo, policy: ProducerPolicyInfo, message: Message) -> int | None:
+        """The partition :meth:`append` would choose for ``message`` now; None when no
+        partition is writable now (the message is held all the same)."""
+        try:
+            return choose_partition(
+                self._catalog(),
+                info,
+                policy,
+                partition=band_of(info, message) if is_prioritized(info) else None,
+                business_id=message.business_id,
+                turns=self._turns,
+                app=policy.app,
+            )
+        except (NoWritablePartition, BrokerNotWritable):
+            return None
 
     async def release_delayed(self, topic: str, *, limit: int = 1000) -> int:
         """Append this topic's due delayed messages; returns how many were appended."""
@@ -92,14 +120,26 @@ class DelaySection(EngineBase):
                     priority=held.priority,
                     send_time_ms=held.send_time_ms,
                 )
-                result = await self._append(
-                    topic,
-                    held.app,
-                    [message],
-                    partition=held.partition,
-                    qos=QoS.RECEIVED,
-                    client_address=held.client_address,
-                )
+                try:
+                    result = await self._append(
+                        topic,
+                        held.app,
+                        [message],
+                        partition=held.partition,
+                        qos=QoS.RECEIVED,
+                        client_address=held.client_address,
+                    )
+                except BrokerNotWritable:
+                    if held.pinned or held.partition is None:
+                        raise
+                    result = await self._append(  # its turn's partition went: another
+                        topic,
+                        held.app,
+                        [message],
+                        partition=None,
+                        qos=QoS.RECEIVED,
+                        client_address=held.client_address,
+                    )
                 await store.moved(
                     delay_id,
                     result.partition,

@@ -113,7 +113,13 @@ class LogSection(EngineBase):
             head = messages.blob if isinstance(messages, WireRecords | WireBlob) else first
             partition = band_of(info, head)  # type: ignore[arg-type]
         chosen = choose_partition(
-            snap, info, policy, partition=partition, business_id=business_id, rng=self._rng
+            snap,
+            info,
+            policy,
+            partition=partition,
+            business_id=business_id,
+            turns=self._turns,
+            app=app,
         )
         now = self.now_ms()
         slot = (topic, chosen)
@@ -314,7 +320,12 @@ class LogSection(EngineBase):
         in turn, in one script call."""
         snap = self._catalog()
         chosen = choose_partition(
-            snap, info, snap.producer(info.code, app), partition=partition, rng=self._rng
+            snap,
+            info,
+            snap.producer(info.code, app),
+            partition=partition,
+            turns=self._turns,
+            app=app,
         )
         now = self.now_ms()
         results: list[AppendResult | EngineError | None] = [None] * len(messages)

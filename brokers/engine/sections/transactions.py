@@ -94,7 +94,8 @@ class TransactionSection(EngineBase):
             policy,
             partition=partition,
             business_id=first.business_id if isinstance(first, Message) else "",
-            rng=self._rng,
+            turns=self._turns,
+            app=app,
         )
         wire = self._wire(messages)
         now = self.now_ms()
