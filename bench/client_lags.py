@@ -6,8 +6,10 @@ Starts its own redis-server on a free port and an engine on it, with a catalog o
 consumer with ``--clients`` registered clients (and, for comparison, as many clustering
 consumers), each partition holding a few messages. It times ``Engine.group_lags`` — what
 a console or API page of consumers and each backlog-check batch costs — for a page of 50
-consumers and for all of them, and ``Engine.forget_idle_clients`` with nobody idle (the
-hourly sweep's usual cost). The raw Redis baseline (pipelined XADD) of the same run is
+consumers and for all of them, ``Engine.forget_idle_clients`` with nobody idle (the
+hourly sweep's usual cost), and the progress of all clustering consumers (what the
+blocked-consumer check reads every 30 s) read one consumer per round trip and with
+``Engine.groups_progress``, 500 per round trip as the check does. The raw Redis baseline (pipelined XADD) of the same run is
 printed first, as in every benchmark here.
 """
 
@@ -93,6 +95,21 @@ async def main(port: int, args: argparse.Namespace) -> None:
         print(f"  group_lags, {label:28} {slots:>8,} progresses x partitions  {ms:8.1f} ms")
     ms = await timed(lambda: engine.forget_idle_clients(idle_ms=30 * 86_400_000))
     print(f"  forget_idle_clients, nobody idle{'':22}{ms:8.1f} ms")
+
+    async def one_by_one() -> None:
+        for topic, app in clustering:
+            await engine.progress(topic, app)
+
+    async def batched() -> None:
+        for at in range(0, len(clustering), 500):
+            await engine.groups_progress(clustering[at : at + 500])
+
+    for label, call in (
+        ("one consumer per round trip", one_by_one),
+        ("500 per round trip", batched),
+    ):
+        ms = await timed(call)
+        print(f"  progress of all {args.consumers} clustering, {label:27} {ms:8.1f} ms")
     await engine.close()
     await client.aclose()
 

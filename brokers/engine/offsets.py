@@ -94,42 +94,61 @@ async def progress(
     client: AnyRedis, topic: str, partitions: Sequence[int], cid: str, now_ms: int
 ) -> list[PartitionProgress]:
     """Min, max, ack index, lag, lock and last access of each partition."""
+    (rows,) = await progress_many(client, [(topic, partitions, cid)], now_ms)
+    return rows
+
+
+async def progress_many(
+    client: AnyRedis, readers: Sequence[tuple[str, Sequence[int], str]], now_ms: int
+) -> list[list[PartitionProgress]]:
+    """:func:`progress` of many readers ``(topic, partitions, consumer id)``, in order,
+    in one round trip."""
     pipe = client.pipeline(transaction=False)
-    for p in partitions:
-        keys = PartitionKeys(topic, p)
-        pipe.hmget(keys.meta, "min", "next")
-        pipe.hgetall(keys.state(cid))
-        pipe.zrange(keys.acked(cid), 0, -1)
-    raw = await pipe.execute()
-    out = []
-    for i, p in enumerate(partitions):
-        (lo, hi), st, oo = raw[3 * i], raw[3 * i + 1], raw[3 * i + 2]
-        mn, mx = int(lo or 0), int(hi or 0)
-        st = {k.decode(): v.decode() for k, v in st.items()}
-        ack = int(st["ack"]) if "ack" in st else -1
-        expires = int(st.get("le", 0))
-        locked = expires > now_ms
-        pending = 0
-        for member in oo:
-            a, b = member.decode().split(":")
-            pending += int(b) - int(a)
-        out.append(
-            PartitionProgress(
-                topic=topic,
-                partition=p,
-                min_index=mn,
-                max_index=mx,
-                ack_index=ack,
-                lag=mx - max(ack, mn) if ack >= 0 else mx - mn,
-                lock_owner=st.get("lo", "") if locked else "",
-                lock_token=int(st.get("lt", 0)) if locked else 0,
-                lock_expires_ms=expires if locked else 0,
-                last_access_ms=int(st.get("t", 0)),
-                last_address=st.get("ip", ""),
-                pending_acks=pending,
-            )
-        )
+    for topic, partitions, cid in readers:
+        for p in partitions:
+            keys = PartitionKeys(topic, p)
+            pipe.hmget(keys.meta, "min", "next")
+            pipe.hgetall(keys.state(cid))
+            pipe.zrange(keys.acked(cid), 0, -1)
+    raw = await pipe.execute() if readers else []
+    out: list[list[PartitionProgress]] = []
+    at = 0
+    for topic, partitions, _ in readers:
+        rows = []
+        for p in partitions:
+            rows.append(_progress_row(topic, p, raw[at], raw[at + 1], raw[at + 2], now_ms))
+            at += 3
+        out.append(rows)
     return out
+
+
+def _progress_row(
+    topic: str, p: int, bounds: list, state: dict, acked: list, now_ms: int
+) -> PartitionProgress:
+    lo, hi = bounds
+    mn, mx = int(lo or 0), int(hi or 0)
+    st = {k.decode(): v.decode() for k, v in state.items()}
+    ack = int(st["ack"]) if "ack" in st else -1
+    expires = int(st.get("le", 0))
+    locked = expires > now_ms
+    pending = 0
+    for member in acked:
+        a, b = member.decode().split(":")
+        pending += int(b) - int(a)
+    return PartitionProgress(
+        topic=topic,
+        partition=p,
+        min_index=mn,
+        max_index=mx,
+        ack_index=ack,
+        lag=mx - max(ack, mn) if ack >= 0 else mx - mn,
+        lock_owner=st.get("lo", "") if locked else "",
+        lock_token=int(st.get("lt", 0)) if locked else 0,
+        lock_expires_ms=expires if locked else 0,
+        last_access_ms=int(st.get("t", 0)),
+        last_address=st.get("ip", ""),
+        pending_acks=pending,
+    )
 
 
 async def ack_index(client: AnyRedis, topic: str, partition: int, cid: str) -> int:

@@ -7,7 +7,7 @@ partition with messages waiting, its ack index has not moved for CONSUMER_BLOCKE
 consumer that stopped fetching is not blocked, it is down — the backlog alert's case).
 
 Checked every 30 seconds for the consumers with their alerts on (``backlog_alert_enabled``,
-the consumer's alert switch). Where each partition's ack index stood, and since when, is
+the consumer's alert switch), their progress read in one round trip per 500 consumers. Where each partition's ack index stood, and since when, is
 kept in one Redis hash between checks; an alert key fires at most once per
 ALERT_THROTTLE_SECONDS, as the other alerts do.
 """
@@ -47,14 +47,22 @@ def sequential_consumers() -> list[ConsumerPolicy]:
     return [p for p in watched_consumers() if p.sequential or p.topic.type == Topic.Type.SEQUENTIAL]
 
 
+PROGRESS_CHUNK = 500
+"""Consumers whose progress one round trip reads."""
+
+
 def _progress(policies: list[ConsumerPolicy]) -> dict[str, list[PartitionProgress]]:
+    """Each consumer's progress per partition, in one round trip per PROGRESS_CHUNK."""
+
     async def read(engine) -> dict[str, list[PartitionProgress]]:
-        known = engine.catalog.topics
-        return {
-            p.name: await engine.progress(p.topic.code, p.app.code)
-            for p in policies
-            if p.topic.code in known
-        }
+        out: dict[str, list[PartitionProgress]] = {}
+        for at in range(0, len(policies), PROGRESS_CHUNK):
+            chunk = policies[at : at + PROGRESS_CHUNK]
+            got = await engine.groups_progress([(p.topic.code, p.app.code) for p in chunk])
+            for p in chunk:
+                if (rows := got.get((p.topic.code, p.app.code))) is not None:
+                    out[p.name] = rows
+        return out
 
     return run_in_session(read) if policies else {}
 

@@ -32,6 +32,25 @@ async def test_group_lags_match_progress(make_engine, clock):
     assert lags[("t0", "a")].lag == 3 and lags[("t0", "a")].lagging_partitions == 2
 
 
+async def test_progress_of_many_groups_in_one_round_trip(make_engine, store, monkeypatch):
+    """What progress() reads one group at a time (the blocked-consumer check reads
+    thousands of sequential consumers every 30 s)."""
+    engine = make_engine(catalog())
+    for i in range(30):
+        await engine.append(f"t{i}", "a", [Message(b"x")] * (i % 3 + 1), partition=i % 3)
+    got = await engine.fetch("t4", "a", count=1, owner="o", address="10.0.0.1:1")
+    await engine.ack("t4", "a", got.partition, [d.index for d in got.messages])
+    groups = [(f"t{i}", "a") for i in range(30)] + [("t0", "b"), ("missing", "a")]
+    executions = count_round_trips(store, monkeypatch)
+    many = await engine.groups_progress(groups)
+    assert executions[0] == 1
+    assert ("missing", "a") not in many and len(many) == 31
+    for topic, app in groups[:-1]:
+        one = await engine.progress(topic, app)
+        assert many[(topic, app)] == one, topic
+    assert [r.ack_index for r in many[("t4", "a")]][1] >= 1
+
+
 async def test_oldest_unacked_is_the_first_waiting_message(make_engine, clock):
     engine = make_engine(snapshot(topics={"t": {"partitions": 2}}))
     first = clock.now

@@ -714,6 +714,18 @@ class PullSection(EngineBase):
             self.redis, topic, parts, consumer_id(app, client_id), self.now_ms()
         )
 
+    async def groups_progress(
+        self, groups: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], list[PartitionProgress]]:
+        """:meth:`progress` (every partition, the group's own) of many consumer groups
+        ``(topic, app)`` in one round trip; groups of topics not in the catalog are left
+        out."""
+        known = self._catalog().topics
+        wanted = [(t, a) for t, a in dict.fromkeys(groups) if t in known]
+        readers = [(t, range(known[t].partitions), consumer_id(a, None)) for t, a in wanted]
+        rows = await offsets_mod.progress_many(self.redis, readers, self.now_ms())
+        return dict(zip(wanted, rows, strict=True))
+
     async def group_lags(
         self, groups: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], GroupLag]:
