@@ -68,6 +68,16 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen, int]:
     raise RuntimeError("redis-server did not start")
 
 
+def timed_calls(fn: Callable[[], object], runs: int) -> tuple[float, object]:
+    """(median ms of ``runs`` calls of ``fn``, the last result)."""
+    times, result = [], None
+    for _ in range(runs):
+        started = time.perf_counter()
+        result = fn()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times), result
+
+
 def raw_xadd(port: int, requests: int, runs: int = 3) -> float:
     """``redis-benchmark -P 100`` XADD of 100-byte entries: the raw baseline, ops/s.
 

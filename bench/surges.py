@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -27,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import django_services  # noqa: E402
+from bench.harness import django_services, timed_calls  # noqa: E402
 
 SURGING_EVERY = 100  # one topic in this many surges
 
@@ -74,16 +73,6 @@ def fill(topics: int, days: int, now: datetime) -> None:
     _copy(TopicDailyPeak._meta.db_table, "topic, day, peak", buffer)
 
 
-def timed(fn, runs: int) -> tuple[float, object]:
-    """(median ms of ``runs`` calls, the last result)."""
-    times, result = [], None
-    for _ in range(runs):
-        started = time.perf_counter()
-        result = fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times), result
-
-
 def run(topics: int, days: int, runs: int) -> None:
     import django
 
@@ -104,10 +93,10 @@ def run(topics: int, days: int, runs: int) -> None:
     print(f"{rows:,} rollup rows and {topics * (days - 1):,} daily peaks written in "
           f"{time.perf_counter() - started:.1f} s")  # fmt: skip
     yesterday = (now - timedelta(days=1)).date()
-    ms, summed = timed(lambda: surges.sum_up_day(yesterday), runs)
+    ms, summed = timed_calls(lambda: surges.sum_up_day(yesterday), runs)
     print(f"sum_up_day, {topics} topics × 1,440 minutes: {ms:,.0f} ms (median of {runs}), "
           f"{summed} topics")  # fmt: skip
-    ms, found = timed(lambda: surges.find_surges(now), runs)
+    ms, found = timed_calls(lambda: surges.find_surges(now), runs)
     expected = {f"t{t:05d}" for t in range(0, topics, SURGING_EVERY)}
     got = {s.topic for s in found}
     assert got == expected, (len(got), len(expected))

@@ -29,6 +29,10 @@ from brokers.validators import (
     validate_zbus_name,
 )
 
+SILENCE_ALERT_MAX_MINUTES = 1440
+"""The longest silence a topic's silence alert waits for: a day."""
+
+
 PORT = [MinValueValidator(1), MaxValueValidator(65535)]
 
 
@@ -170,7 +174,7 @@ class Topic(models.Model):
         PRODUCER = "producer", "Teams of its producers"
         CONSUMER = "consumer", "Teams of its consumers"
         ADMIN = "admin", "Platform admins"
-        NOBODY = "nobody", "Nobody (no surge alerts)"
+        NOBODY = "nobody", "Nobody (no traffic alerts)"
 
     code = models.CharField(
         max_length=TOPIC_CODE_MAX,
@@ -245,7 +249,14 @@ class Topic(models.Model):
         max_length=8,
         choices=SurgeReceiver.choices,
         default=SurgeReceiver.PRODUCER,
-        help_text="Who is alerted when the topic's traffic surges past its usual daily peaks.",
+        help_text="Who is alerted when the topic's traffic surges past its usual daily peaks"
+        " or stops (see silence_alert_minutes).",
+    )
+    silence_alert_minutes = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(SILENCE_ALERT_MAX_MINUTES)],
+        help_text="Alert the traffic-alert receiver when nothing was produced to the topic"
+        f" for this many minutes (1–{SILENCE_ALERT_MAX_MINUTES}); 0: never.",
     )
     creator = models.CharField(max_length=255, blank=True)
     description = models.CharField(max_length=500, blank=True)

@@ -272,6 +272,15 @@ def check_blocked_consumer_alerts() -> int:
 
 
 @shared_task
+def check_traffic_silence_alerts() -> int:
+    """Fire traffic-silence alerts for opted-in topics nothing was produced to for their
+    silence (beat: every minute); returns how many fired."""
+    from mqcloud.alerts.silence import check_silence
+
+    return len(check_silence())
+
+
+@shared_task
 def check_produce_refusal_alerts() -> int:
     """Fire produce-refusal alerts for apps whose messages were refused too often in the
     last hour (beat: every minute); returns how many fired."""

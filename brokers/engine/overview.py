@@ -190,12 +190,20 @@ async def group_lags(client: AnyRedis, groups: Sequence[GroupRef]) -> list[Group
 
 
 async def produce_rates(
-    client: AnyRedis, topics: Sequence[str], *, minutes: int, now_ms: int | None = None
+    client: AnyRedis,
+    topics: Sequence[str],
+    *,
+    minutes: int,
+    now_ms: int | None = None,
+    through_current: bool = False,
 ) -> list[TopicRate]:
     """Messages produced to each topic in the ``minutes`` whole minutes before the current
-    one (so a minute still filling never drags the rate down), in ``topics`` order."""
+    one (so a minute still filling never drags the rate down), in ``topics`` order; with
+    ``through_current``, the ``minutes`` ending with the current one (whether anything
+    was produced lately)."""
     now_minute = int((time.time() * 1000 if now_ms is None else now_ms) // 60_000)
-    window = range(now_minute - minutes, now_minute)
+    end = now_minute + 1 if through_current else now_minute
+    window = range(end - minutes, end)
     by_day: dict[str, list[str]] = {}
     for minute in window:
         by_day.setdefault(_day(minute), []).append(f"{minute % 1440}:p")

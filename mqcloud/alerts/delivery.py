@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db.models import Q
 
-from brokers.models import Team
+from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.alerts.models import AlertEvent
 
 log = logging.getLogger(__name__)
@@ -71,3 +71,18 @@ def platform_admin_emails() -> list[str]:
     """The addresses of the platform admins (staff and superusers) who have one."""
     admins = get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True))
     return sorted({u.email for u in admins.filter(is_active=True) if u.email})
+
+
+def traffic_recipients(topic: Topic) -> list[str] | None:
+    """Who ``topic``'s traffic alerts (surge, silence) go to, as its
+    ``surge_alert_receiver`` says; None: nobody (no alert)."""
+    receiver = topic.surge_alert_receiver
+    if receiver == Topic.SurgeReceiver.NOBODY:
+        return None
+    if receiver == Topic.SurgeReceiver.ADMIN:
+        return platform_admin_emails()
+    policies = ProducerPolicy if receiver == Topic.SurgeReceiver.PRODUCER else ConsumerPolicy
+    teams = Team.objects.filter(
+        pk__in=policies.objects.filter(topic=topic).values("app__team")
+    ).prefetch_related("members")
+    return sorted({e for team in teams for e in team_emails(team)})

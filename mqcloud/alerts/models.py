@@ -19,6 +19,7 @@ class AlertEvent(models.Model):
         CONSUMER_BLOCKED = "consumer_blocked", "Consumer blocked"
         PRODUCE_REFUSALS = "produce_refusals", "Produce refusals"
         TRAFFIC_SURGE = "traffic_surge", "Traffic surge"
+        TRAFFIC_SILENCE = "traffic_silence", "Traffic stopped"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     target = models.CharField(max_length=300, help_text="e.g. consumer:app.topic")

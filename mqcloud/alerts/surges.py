@@ -26,8 +26,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Avg, Count, Max
 
-from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
-from mqcloud.alerts.delivery import deliver, first_in_window, platform_admin_emails, team_emails
+from brokers.models import Topic
+from mqcloud.alerts.delivery import deliver, first_in_window, traffic_recipients
 from mqcloud.alerts.models import AlertEvent, TopicDailyPeak
 from pipeline.models import TrafficMinute
 
@@ -138,20 +138,6 @@ def find_surges(now: datetime) -> list[Surge]:
     return sorted(found, key=lambda s: s.topic)
 
 
-def _recipients(topic: Topic) -> list[str] | None:
-    """Who ``topic``'s surge alert goes to; None: nobody (no alert)."""
-    receiver = topic.surge_alert_receiver
-    if receiver == Topic.SurgeReceiver.NOBODY:
-        return None
-    if receiver == Topic.SurgeReceiver.ADMIN:
-        return platform_admin_emails()
-    policies = ProducerPolicy if receiver == Topic.SurgeReceiver.PRODUCER else ConsumerPolicy
-    teams = Team.objects.filter(
-        pk__in=policies.objects.filter(topic=topic).values("app__team")
-    ).prefetch_related("members")
-    return sorted({e for team in teams for e in team_emails(team)})
-
-
 def check_surges(now: datetime | None = None) -> list[AlertEvent]:
     """Sum up the days that are due, then alert for every topic that surges."""
     now = now or datetime.now(UTC)
@@ -169,7 +155,7 @@ def check_surges(now: datetime | None = None) -> list[AlertEvent]:
             topic = topics.get(surge.topic)
             if topic is None:  # deleted since its traffic was rolled up
                 continue
-            recipients = _recipients(topic)
+            recipients = traffic_recipients(topic)
             if recipients is None or not first_in_window(client, f"surge:{topic.code}"):
                 continue
             event = AlertEvent.objects.create(

@@ -192,6 +192,7 @@ class TopicSerializer(ModelCleanMixin, StrictModelSerializer):
             "zbus_open",
             "produce_rate_per_s",
             "surge_alert_receiver",
+            "silence_alert_minutes",
             "creator",
             "description",
             "created_at",

@@ -461,7 +461,7 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
     ),
     Kind.TOPIC_UPDATE: (
         "{code, changes}: changes are topic fields (description, retention, queue settings,"
-        " surge_alert_receiver)",
+        " surge_alert_receiver, silence_alert_minutes)",
         {"code": "orders", "changes": {"retention_max_age_s": 86400}},
     ),
     Kind.TOPIC_DELETE: ("{code}; its producers and consumers go first", {"code": "orders"}),

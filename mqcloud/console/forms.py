@@ -14,7 +14,14 @@ from django import forms
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
-from brokers.models import Broker, Cluster, ConsumerPolicy, ProducerPolicy, Topic
+from brokers.models import (
+    SILENCE_ALERT_MAX_MINUTES,
+    Broker,
+    Cluster,
+    ConsumerPolicy,
+    ProducerPolicy,
+    Topic,
+)
 from brokers.topic_codes import TOPIC_CODE_MAX
 from mqcloud.approvals.models import Kind
 from mqcloud.console import access
@@ -159,6 +166,17 @@ class NameOf(forms.CharField):
         return value
 
 
+def _silence_field(help_text: str) -> forms.IntegerField:
+    """A topic's ``silence_alert_minutes`` (the traffic-silence alert)."""
+    return forms.IntegerField(
+        min_value=0,
+        max_value=SILENCE_ALERT_MAX_MINUTES,
+        required=False,
+        label="Alert when nothing is produced for (minutes)",
+        help_text=help_text,
+    )
+
+
 class TopicCreateForm(ApplicationForm):
     kind = Kind.TOPIC_CREATE
     title = "Apply for a topic"
@@ -185,8 +203,9 @@ class TopicCreateForm(ApplicationForm):
         choices=Topic.SurgeReceiver.choices,
         initial=Topic.SurgeReceiver.PRODUCER,
         required=False,
-        label="Traffic-surge alerts go to",
+        label="Traffic alerts (surge, silence) go to",
     )
+    silence_alert_minutes = _silence_field("0 or empty: never.")
 
     def setup(self) -> None:
         self.fields["team"].choices = [(t.name, t.name) for t in access.user_teams(self.user)]
@@ -203,8 +222,9 @@ class TopicUpdateForm(ApplicationForm):
     surge_alert_receiver = forms.ChoiceField(
         choices=[("", "(unchanged)"), *Topic.SurgeReceiver.choices],
         required=False,
-        label="Traffic-surge alerts go to",
+        label="Traffic alerts (surge, silence) go to",
     )
+    silence_alert_minutes = _silence_field("0: never; empty: unchanged.")
 
     def setup(self) -> None:
         self.choose("code", _topic_choices(self.user, own=True), "code")
@@ -217,7 +237,13 @@ class TopicUpdateForm(ApplicationForm):
 
     @staticmethod
     def changed_fields() -> tuple[str, ...]:
-        return ("description", "retention_max_age_s", "retention_max_count", "surge_alert_receiver")
+        return (
+            "description",
+            "retention_max_age_s",
+            "retention_max_count",
+            "surge_alert_receiver",
+            "silence_alert_minutes",
+        )
 
     def payload(self) -> dict[str, Any]:
         d = self.cleaned_data

@@ -167,4 +167,4 @@ def test_the_receiver_changes_by_topic_update_application(topics, client):
     topics["steady"].refresh_from_db()
     assert topics["steady"].surge_alert_receiver == "consumer"
     page = client.get("/topics/steady/")
-    assert "traffic-surge alerts to teams of its consumers" in page.content.decode()
+    assert "traffic alerts to teams of its consumers" in page.content.decode()

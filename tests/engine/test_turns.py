@@ -14,6 +14,12 @@ from brokers.engine.catalog import PartitionGroupInfo
 from brokers.engine.turns import PartitionTurns
 from tests.engine.conftest import snapshot
 
+TWO_BROKERS = (
+    PartitionGroupInfo(group_id=0, leader=1, partitions=(0, 1)),
+    PartitionGroupInfo(group_id=1, leader=2, partitions=(2, 3)),
+)
+"""Partitions 0 and 1 led by broker 1, 2 and 3 by broker 2."""
+
 weights = st.lists(st.integers(1, 7), min_size=1, max_size=8)
 
 
@@ -38,10 +44,7 @@ def test_turns_are_kept_per_topic_and_app_and_restart_on_a_change():
 
 
 async def test_appends_without_a_partition_take_turns_by_weight(make_engine):
-    groups = (
-        PartitionGroupInfo(group_id=0, leader=1, partitions=(0, 1)),
-        PartitionGroupInfo(group_id=1, leader=2, partitions=(2, 3)),
-    )
+    groups = TWO_BROKERS
     engine = make_engine(
         snapshot(topics={"t": {"partitions": 4, "groups": groups}}, brokers={1: {}, 2: {}})
     )
@@ -60,10 +63,7 @@ async def test_appends_without_a_partition_take_turns_by_weight(make_engine):
 
 
 async def test_a_delayed_message_goes_to_its_turns_partition_unless_it_went(make_engine, clock):
-    groups = (
-        PartitionGroupInfo(group_id=0, leader=1, partitions=(0, 1)),
-        PartitionGroupInfo(group_id=1, leader=2, partitions=(2, 3)),
-    )
+    groups = TWO_BROKERS
     topics = {"t": {"partitions": 4, "groups": groups}}
     engine = make_engine(snapshot(topics=topics, brokers={1: {}, 2: {}}))
     now = engine.now_ms()
@@ -82,10 +82,7 @@ async def test_a_delayed_message_goes_to_its_turns_partition_unless_it_went(make
 
 
 async def test_a_delayed_message_with_a_named_partition_waits_for_it(make_engine, clock):
-    groups = (
-        PartitionGroupInfo(group_id=0, leader=1, partitions=(0, 1)),
-        PartitionGroupInfo(group_id=1, leader=2, partitions=(2, 3)),
-    )
+    groups = TWO_BROKERS
     topics = {"t": {"partitions": 4, "groups": groups}}
     engine = make_engine(snapshot(topics=topics, brokers={1: {}, 2: {}}))
     pinned = await engine.append_delayed(

@@ -800,13 +800,23 @@ class PullSection(EngineBase):
         )
 
     async def produce_rates(
-        self, topics: Sequence[str], *, minutes: int = 5
+        self,
+        topics: Sequence[str],
+        *,
+        minutes: int = 5,
+        through_current: bool = False,
+        now_ms: int | None = None,
     ) -> dict[str, TopicRate]:
-        """Messages produced to each topic in the last ``minutes`` whole minutes (one
-        pipelined round trip for all of them)."""
+        """Messages produced to each topic in the last ``minutes`` whole minutes, or with
+        ``through_current`` in the ``minutes`` up to and including the current one (one
+        pipelined round trip per thousand topics). ``now_ms``: the engine's clock."""
         await self.counters.flush()
         rates = await overview.produce_rates(
-            self.redis, list(topics), minutes=minutes, now_ms=self.now_ms()
+            self.redis,
+            list(topics),
+            minutes=minutes,
+            now_ms=self.now_ms() if now_ms is None else now_ms,
+            through_current=through_current,
         )
         return {r.topic: r for r in rates}
 
