@@ -91,6 +91,21 @@ return out
 )
 
 
+SUM_MINUTES = Script(
+    """
+-- KEYS[1]: a day's counters hash; ARGV: first and last minute of the day, field suffix.
+-- Returns the sum of those minutes' fields (one reply however many minutes).
+local fields = {}
+for m = tonumber(ARGV[1]), tonumber(ARGV[2]) do fields[#fields + 1] = m .. ARGV[3] end
+local total = 0
+for _, v in ipairs(redis.call('HMGET', KEYS[1], unpack(fields))) do
+  if v then total = total + tonumber(v) end
+end
+return total
+"""
+)
+
+
 def _day(minute: int) -> str:
     """The UTC day of a minute, as the counters' keys name it."""
     return time.strftime("%Y%m%d", time.gmtime(minute * 60))
@@ -203,24 +218,22 @@ async def produce_rates(
     was produced lately)."""
     now_minute = int((time.time() * 1000 if now_ms is None else now_ms) // 60_000)
     end = now_minute + 1 if through_current else now_minute
-    window = range(end - minutes, end)
-    by_day: dict[str, list[str]] = {}
-    for minute in window:
-        by_day.setdefault(_day(minute), []).append(f"{minute % 1440}:p")
+    spans: dict[str, list[int]] = {}  # day → [first, last] minute of the day in the window
+    for minute in range(end - minutes, end):
+        day, of_day = _day(minute), minute % 1440
+        span = spans.setdefault(day, [of_day, of_day])
+        span[1] = of_day
     calls = [
-        ("hmget", counter_key("topic", topic, day), *fields)
+        ((counter_key("topic", topic, day),), (first, last, ":p"))
         for topic in topics
-        for day, fields in by_day.items()
+        for day, (first, last) in spans.items()
     ]
-    replies = await _pipelined(client, calls)
+    replies: list = []
+    for chunk in _chunks(calls):
+        replies.extend(await run_pipelined(client, SUM_MINUTES, chunk))
     rates: list[TopicRate] = []
-    per_topic = len(by_day)
+    per_topic = len(spans)
     for n, topic in enumerate(topics):
-        produced = sum(
-            int(value)
-            for reply in replies[n * per_topic : (n + 1) * per_topic]
-            for value in reply
-            if value is not None
-        )
+        produced = sum(int(r) for r in replies[n * per_topic : (n + 1) * per_topic])
         rates.append(TopicRate(topic, minutes, produced))
     return rates
