@@ -1,4 +1,4 @@
-"""Traffic-silence alerts at fleet size: what one check's detection costs.
+"""Traffic-silence alerts and topic traffic rules at fleet size: what one check costs.
 
 Starts its own PostgreSQL and Redis on free ports (scripts/localservices), migrates,
 creates ``--topics`` topics with a silence alert (a mix of 10, 30 and 60 minutes), each
@@ -6,10 +6,13 @@ produced to by one app, and publishes the catalog, then produces one message to 
 engine (so its produce counters hold this minute's traffic). It times what every
 one-minute check runs before alerting — :func:`mqcloud.alerts.silence.watched_topics`
 and :func:`~mqcloud.alerts.silence.silent_topics` — and checks that exactly the topics
-without traffic were found. The raw Redis baseline (pipelined XADD) is printed first, as
-in every benchmark here.
+without traffic were found. Then it gives every topic one traffic rule (count in 5
+minutes, change against the hour before, count in a day, in turn) and times what the
+rules check reads — :func:`mqcloud.alerts.rules.due_rules` and
+:func:`~mqcloud.alerts.rules.measure` — checking that the rules matched as planted. The
+raw Redis baseline (pipelined XADD) is printed first, as in every benchmark here.
 
-    .venv/bin/python bench/silence.py [--topics 5000] [--runs 5]
+    .venv/bin/python bench/traffic_alerts.py [--topics 5000] [--runs 5]
 """
 
 from __future__ import annotations
@@ -103,6 +106,45 @@ def run(topics: int, runs: int) -> None:
     assert {t.code for t in silent} == expected, (len(silent), len(expected))
     print(f"silent_topics, {topics:,} topics in {len(WINDOWS)} windows: {ms:,.0f} ms (median "
           f"of {runs}), {len(silent):,} silent topics found, as planted")  # fmt: skip
+    time_rules(topics, runs, now)
+
+
+RULES = (("count_5m", "lt", 1), ("ratio_1h", "gt", 100), ("count_1d", "gte", 1))
+"""(operand, operator, threshold) of topic t, by t % 3: matched, as produced to every
+other topic this minute, by the odd topics' count_5m, no ratio_1h (no hour before), and
+the even topics' count_1d."""
+
+
+def time_rules(topics: int, runs: int, now: datetime) -> None:
+    from datetime import timedelta
+
+    from brokers.models import Topic
+    from mqcloud.alerts import rules
+    from mqcloud.alerts.models import TrafficRule
+
+    by_code = dict(Topic.objects.values_list("code", "pk"))
+    TrafficRule.objects.bulk_create(
+        TrafficRule(
+            topic_id=by_code[f"t{t:05d}"],
+            operand=RULES[t % 3][0],
+            operator=RULES[t % 3][1],
+            threshold=RULES[t % 3][2],
+        )
+        for t in range(topics)
+    )
+    later = now + timedelta(minutes=1)  # this minute's messages are a whole minute ago
+    ms, due = timed_calls(lambda: rules.due_rules(later), runs)
+    print(f"due_rules, {topics:,} rules: {ms:,.0f} ms (median of {runs})")
+    later_ms = int(later.timestamp() * 1000)
+    ms, matches = timed_calls(lambda: rules.measure(due, later_ms), runs)
+    expected = {
+        f"t{t:05d}"
+        for t in range(topics)
+        if (t % 3 == 0 and t % 2 == 1) or (t % 3 == 2 and t % 2 == 0)
+    }
+    assert {m.rule.topic.code for m in matches} == expected, (len(matches), len(expected))
+    print(f"measure, {topics:,} rules of 3 spans: {ms:,.0f} ms (median of {runs}), "
+          f"{len(matches):,} rules matched, as planted")  # fmt: skip
 
 
 def main() -> None:

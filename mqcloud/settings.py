@@ -259,6 +259,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_traffic_silence_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "traffic-rule-alerts": {
+        "task": "mqcloud.tasks.check_traffic_rule_alerts",
+        "schedule": timedelta(minutes=1),
+    },
     "interrupted-applications": {
         "task": "mqcloud.tasks.fail_interrupted_applications",
         "schedule": timedelta(minutes=1),

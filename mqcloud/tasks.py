@@ -281,6 +281,15 @@ def check_traffic_silence_alerts() -> int:
 
 
 @shared_task
+def check_traffic_rule_alerts() -> int:
+    """Check the topics' traffic rules that are due and fire those that match (beat: every
+    minute); returns how many fired."""
+    from mqcloud.alerts.rules import check_rules
+
+    return len(check_rules())
+
+
+@shared_task
 def check_produce_refusal_alerts() -> int:
     """Fire produce-refusal alerts for apps whose messages were refused too often in the
     last hour (beat: every minute); returns how many fired."""

@@ -86,3 +86,23 @@ def traffic_recipients(topic: Topic) -> list[str] | None:
         pk__in=policies.objects.filter(topic=topic).values("app__team")
     ).prefetch_related("members")
     return sorted({e for team in teams for e in team_emails(team)})
+
+
+def alert_traffic(
+    client: redis.Redis, kind: str, topic: Topic, key: str, message: str, detail: dict
+) -> AlertEvent | None:
+    """Fire a traffic alert of ``topic`` (surge, silence, a rule) to its traffic-alert
+    receiver, unless that is nobody or alert ``key`` fired within the throttle window;
+    the event, or None."""
+    recipients = traffic_recipients(topic)
+    if recipients is None or not first_in_window(client, key):
+        return None
+    event = AlertEvent.objects.create(
+        kind=kind,
+        target=f"topic:{topic.code}",
+        team=topic.team,
+        message=message,
+        detail={**detail, "receiver": topic.surge_alert_receiver},
+    )
+    deliver(event, recipients)
+    return event

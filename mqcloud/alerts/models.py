@@ -1,10 +1,11 @@
-"""Alert history: every alert that fired, where it was delivered; the latest measured lag."""
+"""Alert history: every alert that fired, where it was delivered; the latest measured lag;
+topics' own traffic rules."""
 
 from __future__ import annotations
 
 from django.db import models
 
-from brokers.models import ConsumerPolicy, Team
+from brokers.models import ConsumerPolicy, Team, Topic
 from brokers.topic_codes import STORED_TOPIC_MAX
 
 
@@ -20,6 +21,7 @@ class AlertEvent(models.Model):
         PRODUCE_REFUSALS = "produce_refusals", "Produce refusals"
         TRAFFIC_SURGE = "traffic_surge", "Traffic surge"
         TRAFFIC_SILENCE = "traffic_silence", "Traffic stopped"
+        TRAFFIC_RULE = "traffic_rule", "Traffic rule"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     target = models.CharField(max_length=300, help_text="e.g. consumer:app.topic")
@@ -80,3 +82,62 @@ class TopicDailyPeak(models.Model):
 
     def __str__(self) -> str:
         return f"{self.topic} {self.day}: {self.peak}"
+
+
+MAX_RULES_PER_TOPIC = 20
+"""The most traffic rules one topic has."""
+
+
+class TrafficRule(models.Model):
+    """A topic's own traffic alert rule (:mod:`mqcloud.alerts.rules`): a count of the
+    messages produced over a window, or its change against the window before, compared
+    with a threshold, checked every few minutes within an optional daily time window."""
+
+    class Operand(models.TextChoices):
+        COUNT_5M = "count_5m", "messages in 5 minutes"
+        COUNT_1H = "count_1h", "messages in an hour"
+        COUNT_1D = "count_1d", "messages in a day"
+        RATIO_5M = "ratio_5m", "change against the 5 minutes before (%)"
+        RATIO_1H = "ratio_1h", "change against the hour before (%)"
+        RATIO_1D = "ratio_1d", "change against the day before (%)"
+
+    class Operator(models.TextChoices):
+        GT = "gt", ">"
+        GTE = "gte", "≥"
+        LT = "lt", "<"
+        LTE = "lte", "≤"
+
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="traffic_rules")
+    operand = models.CharField(max_length=8, choices=Operand.choices)
+    operator = models.CharField(max_length=3, choices=Operator.choices)
+    threshold = models.FloatField(
+        help_text="Messages for a count; a percentage (−100 or more) for a change."
+    )
+    every_minutes = models.PositiveIntegerField(
+        default=5, help_text="How often the rule is checked (1–1440 minutes)."
+    )
+    active_from = models.TimeField(
+        null=True, blank=True, help_text="Checked only from this time of day (UTC)…"
+    )
+    active_to = models.TimeField(
+        null=True, blank=True, help_text="…until this one; past midnight when earlier."
+    )
+    checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["topic", "id"]
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def describe(self) -> str:
+        """The rule as a sentence: ``messages in 5 minutes < 10, every 5 min``."""
+        unit = "%" if self.operand.startswith("ratio") else ""
+        text = (
+            f"{self.get_operand_display()} {self.get_operator_display()} "
+            f"{self.threshold:g}{unit}, every {self.every_minutes} min"
+        )
+        if self.active_from is not None and self.active_to is not None:
+            text += f", {self.active_from:%H:%M}–{self.active_to:%H:%M} UTC"
+        return text

@@ -21,7 +21,7 @@ import redis
 from django.conf import settings
 
 from brokers.models import Topic
-from mqcloud.alerts.delivery import deliver, first_in_window, traffic_recipients
+from mqcloud.alerts.delivery import alert_traffic
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.engine_access import run_in_session
 
@@ -64,19 +64,17 @@ def check_silence(now: datetime | None = None) -> list[AlertEvent]:
     fired: list[AlertEvent] = []
     try:
         for topic in silent:
-            recipients = traffic_recipients(topic)
-            if recipients is None or not first_in_window(client, f"silence:{topic.code}"):
-                continue
             minutes = topic.silence_alert_minutes
-            event = AlertEvent.objects.create(
-                kind=AlertEvent.Kind.TRAFFIC_SILENCE,
-                target=f"topic:{topic.code}",
-                team=topic.team,
-                message=f"Traffic stopped on {topic.code}: nothing produced in {minutes} min",
-                detail={"minutes": minutes, "receiver": topic.surge_alert_receiver},
+            event = alert_traffic(
+                client,
+                AlertEvent.Kind.TRAFFIC_SILENCE,
+                topic,
+                f"silence:{topic.code}",
+                f"Traffic stopped on {topic.code}: nothing produced in {minutes} min",
+                {"minutes": minutes},
             )
-            deliver(event, recipients)
-            fired.append(event)
+            if event is not None:
+                fired.append(event)
     finally:
         client.close()
     return fired

@@ -27,7 +27,7 @@ from django.db import connection, transaction
 from django.db.models import Avg, Count, Max
 
 from brokers.models import Topic
-from mqcloud.alerts.delivery import deliver, first_in_window, traffic_recipients
+from mqcloud.alerts.delivery import alert_traffic
 from mqcloud.alerts.models import AlertEvent, TopicDailyPeak
 from pipeline.models import TrafficMinute
 
@@ -155,30 +155,27 @@ def check_surges(now: datetime | None = None) -> list[AlertEvent]:
             topic = topics.get(surge.topic)
             if topic is None:  # deleted since its traffic was rolled up
                 continue
-            recipients = traffic_recipients(topic)
-            if recipients is None or not first_in_window(client, f"surge:{topic.code}"):
-                continue
-            event = AlertEvent.objects.create(
-                kind=AlertEvent.Kind.TRAFFIC_SURGE,
-                target=f"topic:{topic.code}",
-                team=topic.team,
-                message=(
+            event = alert_traffic(
+                client,
+                AlertEvent.Kind.TRAFFIC_SURGE,
+                topic,
+                f"surge:{topic.code}",
+                (
                     f"Traffic surge on {topic.code}: {surge.messages} messages in the minute"
                     f" {surge.minute:%Y-%m-%d %H:%M} UTC, over {surge.threshold:.0f} (its"
                     f" {surge.days}-day average peak {surge.average_peak:.0f}, highest"
                     f" {surge.highest_peak})"
                 ),
-                detail={
+                {
                     "messages": surge.messages,
                     "minute": surge.minute.isoformat(),
                     "average_peak": surge.average_peak,
                     "highest_peak": surge.highest_peak,
                     "days": surge.days,
-                    "receiver": topic.surge_alert_receiver,
                 },
             )
-            deliver(event, recipients)
-            fired.append(event)
+            if event is not None:
+                fired.append(event)
     finally:
         client.close()
     return fired

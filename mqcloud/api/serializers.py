@@ -27,6 +27,7 @@ from brokers.models import (
 )
 from brokers.topology import create_partition_groups
 from brokers.validators import validate_broker_weights, validate_ip_list
+from mqcloud.alerts.models import TrafficRule
 from mqcloud.api.fields import (
     StrictCharField,
     StrictIntegerField,
@@ -455,3 +456,41 @@ class RefusalSerializer(serializers.Serializer):
         help_text="Messages per reason: rate_limited, too_large, invalid, not_allowed (no"
         " producer policy, a blacklisted address), queue_full.",
     )
+
+
+TRAFFIC_RULE_FIELDS = (
+    "operand",
+    "operator",
+    "threshold",
+    "every_minutes",
+    "active_from",
+    "active_to",
+)
+"""What an application sets of a traffic rule (the rest is the rule's own)."""
+
+
+class TrafficRuleSerializer(StrictModelSerializer):
+    """A topic's traffic alert rule (see :mod:`mqcloud.alerts.rules`)."""
+
+    topic = serializers.CharField(source="topic.code", read_only=True)
+    every_minutes = StrictIntegerField(min_value=1, max_value=1440, required=False)
+    description = serializers.CharField(source="describe", read_only=True)
+
+    class Meta:
+        model = TrafficRule
+        read_only_fields = ["id", "topic", "description", "checked_at", "created_at"]
+        fields = [*read_only_fields[:2], *TRAFFIC_RULE_FIELDS, *read_only_fields[2:]]
+
+    def validate(self, attrs: dict) -> dict:
+        operand, threshold = attrs.get("operand", ""), attrs.get("threshold", 0.0)
+        if operand.startswith("ratio") and threshold < -100:
+            raise serializers.ValidationError(
+                {"threshold": "A change is −100 % (it stopped) or more."}
+            )
+        if not operand.startswith("ratio") and threshold < 0:
+            raise serializers.ValidationError({"threshold": "A count is 0 or more."})
+        if (attrs.get("active_from") is None) != (attrs.get("active_to") is None):
+            raise serializers.ValidationError(
+                {"active_to": "Give both ends of the daily window, or neither."}
+            )
+        return attrs

@@ -18,6 +18,7 @@ from brokers.anonymous import with_open_flag
 from brokers.erasure import STORE_ERRORS, erase_group_data, erase_topic_data
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from brokers.topic_codes import TOPIC_CODE_CHARS
+from mqcloud.alerts.models import TrafficRule
 from mqcloud.api import filters, history, timers
 from mqcloud.api import messages as stored  # the class body's `messages` is an action
 from mqcloud.api import serializers as s
@@ -305,6 +306,23 @@ class TopicViewSet(UpdateSerializerMixin, TeamScopedViewSet):
         topic = self.get_object()
         query = validated_query(timers.DelayedQuery, request)
         return Response(timers.delayed_messages(topic, query))
+
+    @extend_schema(
+        responses={200: s.TrafficRuleSerializer(many=True), **error_responses(401, 404)},
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="traffic-rules",
+        pagination_class=None,
+        filter_backends=[],
+    )
+    def traffic_rules(self, request: Request, code: str | None = None) -> Response:
+        """The topic's traffic alert rules (at most 20); add and delete them with
+        applications of kinds traffic_rule_add and traffic_rule_delete."""
+        topic = self.get_object()
+        rules = TrafficRule.objects.filter(topic=topic).select_related("topic")
+        return Response(s.TrafficRuleSerializer(rules, many=True).data)
 
 
 @extend_schema_view(

@@ -21,12 +21,15 @@ from brokers.anonymous import has_anonymous_policy
 from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from brokers.topic_codes import TOPIC_CODE_MAX
+from mqcloud.alerts.models import MAX_RULES_PER_TOPIC, TrafficRule
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.api.serializers import (
+    TRAFFIC_RULE_FIELDS,
     ConsumerPolicySerializer,
     ProducerPolicySerializer,
     TopicSerializer,
     TopicUpdateSerializer,
+    TrafficRuleSerializer,
 )
 from mqcloud.approvals.models import Kind
 from mqcloud.approvals.secrets import seal, unseal
@@ -414,6 +417,45 @@ def _timer_cancel(user, payload: dict) -> Prepared:
     return Prepared(f"topic:{topic.code}", topic.team, {"topic": topic.code, "ids": ids}, execute)
 
 
+def _traffic_rule_add(user, payload: dict) -> Prepared:
+    """A rule for one of the team's topics: ``{code, operand, operator, threshold,
+    every_minutes, active_from, active_to}``."""
+    topic = _owned(Topic.objects.select_related("team"), user, "team", code=_text(payload, "code"))
+    rule = {k: v for k, v in payload.items() if k != "code"}
+    unknown = sorted(set(rule) - set(TRAFFIC_RULE_FIELDS))
+    if unknown:
+        raise serializers.ValidationError({"payload": f"Unknown fields: {', '.join(unknown)}."})
+    ser = TrafficRuleSerializer(data=rule)
+    ser.is_valid(raise_exception=True)
+
+    def execute() -> dict:
+        if TrafficRule.objects.filter(topic=topic).count() >= MAX_RULES_PER_TOPIC:
+            raise serializers.ValidationError(
+                {"code": f"{topic.code} has {MAX_RULES_PER_TOPIC} rules, the most a topic has."}
+            )
+        return {"rule": ser.save(topic=topic).pk, "topic": topic.code}
+
+    return Prepared(f"topic:{topic.code}:rules", topic.team, {"code": topic.code, **rule}, execute)
+
+
+def _traffic_rule_delete(user, payload: dict) -> Prepared:
+    """``{code, rule}``: one of the topic's rules goes."""
+    topic = _owned(Topic.objects.select_related("team"), user, "team", code=_text(payload, "code"))
+    rule_id = payload.get("rule")
+    if isinstance(rule_id, bool) or not isinstance(rule_id, int):
+        raise serializers.ValidationError({"rule": "Give the rule's id (a number)."})
+    if not TrafficRule.objects.filter(topic=topic, pk=rule_id).exists():
+        raise serializers.ValidationError({"rule": f"{topic.code} has no rule {rule_id}."})
+
+    def execute() -> dict:
+        deleted, _ = TrafficRule.objects.filter(topic=topic, pk=rule_id).delete()
+        return {"deleted": bool(deleted), "topic": topic.code}
+
+    return Prepared(
+        f"topic:{topic.code}:rules", topic.team, {"code": topic.code, "rule": rule_id}, execute
+    )
+
+
 PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.TOPIC_CREATE: _topic_create,
     Kind.TOPIC_UPDATE: _topic_update,
@@ -450,6 +492,8 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.TIMER_CANCEL: _timer_cancel,
     Kind.ZBUS_OPEN: _zbus_open,
     Kind.ZBUS_CLOSE: _zbus_close,
+    Kind.TRAFFIC_RULE_ADD: _traffic_rule_add,
+    Kind.TRAFFIC_RULE_DELETE: _traffic_rule_delete,
 }
 
 
@@ -535,6 +579,14 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
         " app token with a policy on the topic",
         {"code": "orders"},
     ),
+    Kind.TRAFFIC_RULE_ADD: (
+        "{code, operand: count_5m|count_1h|count_1d|ratio_5m|ratio_1h|ratio_1d, operator:"
+        " gt|gte|lt|lte, threshold (messages; percent change for ratio_*), every_minutes"
+        " (1-1440, default 5), active_from, active_to (HH:MM UTC, both or neither)}: the"
+        " topic's traffic-alert receiver is alerted when it matches (at most 20 per topic)",
+        {"code": "orders", "operand": "count_5m", "operator": "lt", "threshold": 1},
+    ),
+    Kind.TRAFFIC_RULE_DELETE: ("{code, rule}: the rule's id", {"code": "orders", "rule": 3}),
 }
 
 

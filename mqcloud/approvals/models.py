@@ -32,6 +32,8 @@ class Kind(models.TextChoices):
     TIMER_CANCEL = "timer_cancel", "Cancel delayed or timer messages"
     ZBUS_OPEN = "zbus_open", "Open zbus access: token-less zbus clients may produce and consume"
     ZBUS_CLOSE = "zbus_close", "Close zbus access: zbus clients need an app token"
+    TRAFFIC_RULE_ADD = "traffic_rule_add", "Add a topic traffic alert rule"
+    TRAFFIC_RULE_DELETE = "traffic_rule_delete", "Delete a topic traffic alert rule"
 
 
 class Status(models.TextChoices):

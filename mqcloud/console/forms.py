@@ -23,6 +23,7 @@ from brokers.models import (
     Topic,
 )
 from brokers.topic_codes import TOPIC_CODE_MAX
+from mqcloud.alerts.models import TrafficRule
 from mqcloud.approvals.models import Kind
 from mqcloud.console import access
 
@@ -288,6 +289,46 @@ class ZbusCloseForm(_ZbusAccessForm):
         "The topic's anonymous producer and consumer go: zbus clients then need an app token"
         " whose app has a producer or consumer policy on the topic."
     )
+
+
+class TrafficRuleAddForm(ApplicationForm):
+    kind = Kind.TRAFFIC_RULE_ADD
+    title = "Add a traffic alert rule to a topic"
+    help = (
+        "The topic's traffic-alert receiver is alerted when the rule matches: a count of the"
+        " messages produced over the span, or its change in percent against the span before"
+        " (−100: it stopped; 200: it tripled). At most 20 rules per topic."
+    )
+    code = forms.ChoiceField(label="Topic")
+    operand = forms.ChoiceField(choices=TrafficRule.Operand.choices)
+    operator = forms.ChoiceField(choices=TrafficRule.Operator.choices)
+    threshold = forms.FloatField(help_text="Messages, or percent for a change.")
+    every_minutes = forms.IntegerField(
+        min_value=1, max_value=1440, initial=5, label="Check every (minutes)"
+    )
+    active_from = forms.TimeField(required=False, help_text="HH:MM UTC; empty: all day.")
+    active_to = forms.TimeField(required=False, help_text="HH:MM UTC; earlier: past midnight.")
+
+    def setup(self) -> None:
+        self.choose("code", _topic_choices(self.user, own=True), "code")
+
+    def payload(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        out = {k: d[k] for k in ("code", "operand", "operator", "threshold", "every_minutes")}
+        for end in ("active_from", "active_to"):
+            if d.get(end) is not None:
+                out[end] = d[end].strftime("%H:%M")
+        return out
+
+
+class TrafficRuleDeleteForm(ApplicationForm):
+    kind = Kind.TRAFFIC_RULE_DELETE
+    title = "Delete a topic's traffic alert rule"
+    code = forms.ChoiceField(label="Topic")
+    rule = forms.IntegerField(min_value=1, help_text="The rule's id, as the topic page lists it.")
+
+    def setup(self) -> None:
+        self.choose("code", _topic_choices(self.user, own=True), "code")
 
 
 class ProducerCreateForm(ApplicationForm):
@@ -611,6 +652,8 @@ FORMS: dict[str, type[ApplicationForm]] = {
         TimerCancelForm,
         ZbusOpenForm,
         ZbusCloseForm,
+        TrafficRuleAddForm,
+        TrafficRuleDeleteForm,
     )
 }
 

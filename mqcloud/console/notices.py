@@ -125,5 +125,9 @@ def alerts(request: HttpRequest) -> HttpResponse:
             "silence_watched": access.topics_for(request.user)
             .filter(silence_alert_minutes__gt=0)
             .count(),
+            "rules_watched": access.topics_for(request.user)
+            .filter(traffic_rules__isnull=False)
+            .distinct()
+            .count(),
         },
     )

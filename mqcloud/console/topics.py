@@ -15,6 +15,7 @@ from django.shortcuts import render
 from brokers import anonymous
 from brokers.anonymous import has_anonymous_policy, with_open_flag
 from brokers.models import Cluster, ConsumerPolicy, ProducerPolicy, Topic
+from mqcloud.alerts.models import TrafficRule
 from mqcloud.console import access, engine_calls, lag, rollups
 from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.zbus_access import CLOSED_LABEL, OPEN_LABEL
@@ -132,6 +133,7 @@ def topic_detail(request: HttpRequest, code: str) -> HttpResponse:
             "ranges": list(RANGES),
             "can_manage": access.user_teams(request.user).filter(pk=topic.team_id).exists(),
             "zbus": zbus_access(topic),
+            "traffic_rules": list(TrafficRule.objects.filter(topic=topic)),
         },
     )
 

@@ -7,13 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import redis
-from django.conf import settings as django_settings
 from django.core import mail
 
 from brokers.catalog_loader import publish
 from brokers.engine import Message
-from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
+from brokers.models import Team, Topic
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.alerts.silence import check_silence
 from tests import factories
@@ -25,23 +23,10 @@ LONG_AGO = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
-def feeds():
-    """'feed' (silence 10 min) and 'other' (no silence alert), produced by team red's
-    'maker' and consumed by team blue's 'taker', both created long ago."""
-    client = redis.Redis.from_url(django_settings.REDIS_URL)
-    client.flushall()
-    client.close()
-    red, blue = Team.objects.create(name="red"), Team.objects.create(name="blue")
-    factories.user("rita", team=red)
-    factories.user("bert", team=blue)
+def feeds(traffic_topics):
+    """``traffic_topics``, created long ago; 'feed' with a silence alert of 10 minutes,
+    'other' without; platform admin root."""
     factories.user("root", admin=True)
-    cluster = factories.cluster_with_brokers("si")
-    maker, _ = factories.app("maker", red)
-    taker, _ = factories.app("taker", blue)
-    for code in ("feed", "other"):
-        topic = factories.topic(code, cluster, red, 1, 1)
-        ProducerPolicy.objects.create(topic=topic, app=maker)
-        ConsumerPolicy.objects.create(topic=topic, app=taker)
     Topic.objects.update(created_at=LONG_AGO)
     Topic.objects.filter(code="feed").update(silence_alert_minutes=10)
     publish()

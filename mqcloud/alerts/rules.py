@@ -1,0 +1,180 @@
+"""Topics' own traffic rules (console-features "custom topic rules"): a team sets, per
+topic, any number of rules that alert the topic's traffic-alert receiver (its
+``surge_alert_receiver``: the teams of its producers or of its consumers, the platform
+admins, or nobody) when they match.
+
+A rule compares an operand with a threshold (``>``, ``≥``, ``<``, ``≤``):
+
+- a count: messages produced to the topic in the last 5 minutes, hour or day (whole
+  minutes, the current one left out as it is still filling);
+- a change: that count against the same span just before it, in percent
+  (``(now − before) / before × 100``: −100 when it stopped, 200 when it tripled). A span
+  before with no message has no percentage, and the rule is not checked then.
+
+Counts come from the engine's per-minute produce counters (every protocol and broker
+together, kept 30 days), so a rule sees the traffic of a minute ago, not the pipeline's
+rollup of several minutes ago. A rule is checked every ``every_minutes`` (1–1440), and
+only between ``active_from`` and ``active_to`` (UTC, past midnight when the end is
+earlier) when it has them. Any matching rule alerts; each rule at most once per
+``ALERT_THROTTLE_SECONDS``, as the other alerts.
+
+The beat task runs every minute and checks the rules due: one engine call per span for
+all their topics (two for the changes: the span and twice it).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
+
+import redis
+from django.conf import settings
+from django.db.models import Q
+
+from mqcloud.alerts.delivery import alert_traffic
+from mqcloud.alerts.models import AlertEvent, TrafficRule
+from mqcloud.engine_access import run_in_session
+
+SPAN_MINUTES = {"5m": 5, "1h": 60, "1d": 1440}
+"""Each operand's span, by its suffix."""
+COMPARE: dict[str, Callable[[float, float], bool]] = {
+    TrafficRule.Operator.GT: operator.gt,
+    TrafficRule.Operator.GTE: operator.ge,
+    TrafficRule.Operator.LT: operator.lt,
+    TrafficRule.Operator.LTE: operator.le,
+}
+
+
+def span_of(rule: TrafficRule) -> int:
+    """The rule's span in minutes."""
+    return SPAN_MINUTES[rule.operand.rsplit("_", 1)[1]]
+
+
+def is_change(rule: TrafficRule) -> bool:
+    return rule.operand.startswith("ratio")
+
+
+def active_at(rule: TrafficRule, moment: time) -> bool:
+    """Whether ``moment`` (UTC time of day) is within the rule's daily window."""
+    start, end = rule.active_from, rule.active_to
+    if start is None or end is None:
+        return True
+    if start <= end:
+        return start <= moment <= end
+    return moment >= start or moment <= end  # past midnight
+
+
+def due_rules(now: datetime) -> list[TrafficRule]:
+    """The rules to check now: never checked, or last checked ``every_minutes`` ago or
+    more (a few seconds' slack, so a rule every minute is not skipped by beat's jitter),
+    and within their daily window."""
+    rules = (
+        TrafficRule.objects.select_related("topic", "topic__team")
+        .filter(Q(checked_at__isnull=True) | Q(checked_at__lte=now - timedelta(seconds=55)))
+        .order_by("id")
+    )
+    moment = now.time()
+    return [
+        r
+        for r in rules
+        if (
+            r.checked_at is None
+            or r.checked_at <= now - timedelta(minutes=r.every_minutes, seconds=-5)
+        )
+        and active_at(r, moment)
+    ]
+
+
+@dataclass(frozen=True)
+class Match:
+    """A rule that matched, and the value it matched with."""
+
+    rule: TrafficRule
+    value: float
+    count: int
+    before: int | None
+    """The count of the span before (for a change)."""
+
+
+def measure(rules: list[TrafficRule], now_ms: int) -> list[Match]:
+    """The rules of ``rules`` that match now (topics the engine does not know are left
+    out: nothing was produced to them yet, and they will be known within seconds)."""
+    spans: dict[int, set[str]] = {}
+    doubled: dict[int, set[str]] = {}
+    for rule in rules:
+        spans.setdefault(span_of(rule), set()).add(rule.topic.code)
+        if is_change(rule):
+            doubled.setdefault(span_of(rule), set()).add(rule.topic.code)
+
+    async def read(engine) -> dict[tuple[int, str], int]:
+        known = engine.catalog.topics
+        counts: dict[tuple[int, str], int] = {}
+        for minutes, topics in [*spans.items(), *((2 * m, t) for m, t in doubled.items())]:
+            codes = sorted(t for t in topics if t in known)
+            rates = await engine.produce_rates(codes, minutes=minutes, now_ms=now_ms)
+            counts.update({(minutes, code): rates[code].produced for code in codes})
+        return counts
+
+    counts = run_in_session(read) if rules else {}
+    matches = []
+    for rule in rules:
+        minutes, code = span_of(rule), rule.topic.code
+        count = counts.get((minutes, code))
+        if count is None:
+            continue
+        before = None
+        value: float = count
+        if is_change(rule):
+            before = counts[(2 * minutes, code)] - count
+            if before <= 0:
+                continue  # no percentage of nothing
+            value = (count - before) / before * 100
+        if COMPARE[rule.operator](value, rule.threshold):
+            matches.append(Match(rule, value, count, before))
+    return matches
+
+
+def _message(match: Match) -> str:
+    rule = match.rule
+    shown = f"{match.value:+.0f}%" if is_change(rule) else f"{match.count}"
+    return f"Traffic rule on {rule.topic.code}: {rule.describe()} matched ({shown})"
+
+
+def check_rules(now: datetime | None = None) -> list[AlertEvent]:
+    """Check the rules due, alert for those that match, and mark them checked."""
+    now = now or datetime.now(UTC)
+    rules = due_rules(now)
+    if not rules:
+        return []
+    matches = measure(rules, int(now.timestamp() * 1000))
+    TrafficRule.objects.filter(pk__in=[r.pk for r in rules]).update(checked_at=now)
+    if not matches:
+        return []
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    fired: list[AlertEvent] = []
+    try:
+        for match in matches:
+            rule = match.rule
+            event = alert_traffic(
+                client,
+                AlertEvent.Kind.TRAFFIC_RULE,
+                rule.topic,
+                f"rule:{rule.pk}",
+                _message(match),
+                {
+                    "rule": rule.pk,
+                    "operand": rule.operand,
+                    "operator": rule.operator,
+                    "threshold": rule.threshold,
+                    "value": round(match.value, 2),
+                    "count": match.count,
+                    "before": match.before,
+                },
+            )
+            if event is not None:
+                fired.append(event)
+    finally:
+        client.close()
+    return fired
