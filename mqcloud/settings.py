@@ -259,6 +259,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_traffic_silence_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "expire-message-exports": {
+        "task": "mqcloud.tasks.expire_message_exports",
+        "schedule": timedelta(hours=1),
+    },
     "traffic-rule-alerts": {
         "task": "mqcloud.tasks.check_traffic_rule_alerts",
         "schedule": timedelta(minutes=1),
@@ -318,6 +322,12 @@ ARCHIVE_CHECKPOINT_URL = env("ARCHIVE_CHECKPOINT_URL", default="") or None
 # The long-lived `pipeline archive` runs the traffic rollup in its own Spark session this
 # often (pipeline/schedule.py); a tick with nothing new in the store starts no Spark job.
 PIPELINE_ROLLUP_EVERY_MINUTES = env.float("PIPELINE_ROLLUP_EVERY_MINUTES", default=5.0)
+
+# Message exports (applications of kind message_export): where the files go, the most
+# messages one exports, and how long a file is kept for download.
+EXPORT_DIR = env.str("EXPORT_DIR", default=str(BASE_DIR / "exports"))
+MESSAGE_EXPORT_MAX = env.int("MESSAGE_EXPORT_MAX", default=1_000_000)
+MESSAGE_EXPORT_RETENTION_DAYS = env.float("MESSAGE_EXPORT_RETENTION_DAYS", default=7.0)
 
 # Alerts.
 EMAIL_URL = env.email_url("EMAIL_URL", default="consolemail://")

@@ -281,6 +281,15 @@ def check_traffic_silence_alerts() -> int:
 
 
 @shared_task
+def expire_message_exports() -> int:
+    """Remove message exports older than MESSAGE_EXPORT_RETENTION_DAYS (beat: hourly);
+    returns how many files went."""
+    from mqcloud.exports import expire_exports
+
+    return expire_exports()
+
+
+@shared_task
 def check_traffic_rule_alerts() -> int:
     """Check the topics' traffic rules that are due and fire those that match (beat: every
     minute); returns how many fired."""

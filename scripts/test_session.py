@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,11 +30,15 @@ def main(argv: list[str]) -> int:
         # build matches its source (brokers/compiled.py). Rebuild what was edited first.
         here = Path(__file__).resolve().parent
         subprocess.call([sys.executable, str(here / "compile_brokers.py")])
-    with temporary_services("mqcloud-test-") as (postgres, redis):
+    with (
+        temporary_services("mqcloud-test-") as (postgres, redis),
+        tempfile.TemporaryDirectory(prefix="mqcloud-test-exports-") as exports,
+    ):
         env = {
             **os.environ,
             "DATABASE_URL": postgres.url,
             "REDIS_URL": redis.url,
+            "EXPORT_DIR": exports,  # message exports: shared by the tests and their workers
             "MQCLOUD_TEST_SESSION": "1",
         }
         print(f"test services: PostgreSQL {postgres.url}  Redis {redis.url}", flush=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from django.db.models import Q, QuerySet
+from django.http.response import HttpResponseBase
 from django_filters import rest_framework as filters
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
     extend_schema,
@@ -16,6 +18,7 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from mqcloud.api.errors import error_responses
 from mqcloud.api.fields import StrictCharField, StrictModelSerializer
 from mqcloud.api.query import IdFilter, StrictFilterSet
 from mqcloud.api.scoping import is_platform_admin, user_teams
@@ -28,6 +31,7 @@ from mqcloud.approvals.models import (
     Notification,
 )
 from mqcloud.approvals.secrets import redacted
+from mqcloud.exports import download
 from mqcloud.operations import progress as operation_progress
 
 PAYLOAD_HELP = "What the kind needs (an example of each is in the request examples):\n\n" + (
@@ -189,6 +193,24 @@ class ApplicationViewSet(
         if not task_id:
             raise NotFound("This application started no long operation.")
         return Response(operation_progress(task_id))
+
+    @extend_schema(
+        request=None,
+        responses={
+            (200, "application/gzip"): OpenApiTypes.BINARY,
+            **error_responses(401, 404),
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def export(self, request: Request, pk: str | None = None) -> HttpResponseBase:
+        """The gzipped JSON Lines file an approved message_export application wrote (one
+        message a line); 404 while it is written and once removed (after
+        MESSAGE_EXPORT_RETENTION_DAYS)."""
+        app = self.get_object()
+        response = download(app.kind, app.result, app.payload)
+        if response is None:
+            raise NotFound("No export file: not written yet, or removed.")
+        return response
 
     @extend_schema(request=None, responses=ApplicationSerializer)
     @action(detail=True, methods=["post"])

@@ -343,20 +343,25 @@ def _dlq_resend(user, payload: dict) -> Prepared:
     )
 
 
-class ReconsumeSerializer(serializers.Serializer):
-    """A time span whose messages a consumer gets again (copied into its retry store); a
-    broadcast consumer's one client (a fan-out queue's one member), or without
-    ``client_id`` every client (member)."""
+class TimeSpanSerializer(serializers.Serializer):
+    """``[from_ms, to_ms)``, epoch milliseconds, not empty."""
 
-    consumer = serializers.CharField(max_length=255)
     from_ms = serializers.IntegerField(min_value=0, max_value=2**53)
     to_ms = serializers.IntegerField(min_value=0, max_value=2**53)
-    client_id = serializers.CharField(required=False, max_length=128)
 
     def validate(self, attrs: dict) -> dict:
         if attrs["to_ms"] <= attrs["from_ms"]:
             raise serializers.ValidationError({"to_ms": "The span must end after it starts."})
         return attrs
+
+
+class ReconsumeSerializer(TimeSpanSerializer):
+    """A time span whose messages a consumer gets again (copied into its retry store); a
+    broadcast consumer's one client (a fan-out queue's one member), or without
+    ``client_id`` every client (member)."""
+
+    consumer = serializers.CharField(max_length=255)
+    client_id = serializers.CharField(required=False, max_length=128)
 
 
 def _reconsume(user, payload: dict) -> Prepared:
@@ -456,6 +461,27 @@ def _traffic_rule_delete(user, payload: dict) -> Prepared:
     )
 
 
+class MessageExportSerializer(TimeSpanSerializer):
+    """A time span of one of the team's topics whose messages are exported to a file."""
+
+    topic = serializers.CharField(max_length=TOPIC_CODE_MAX)
+
+
+def _message_export(user, payload: dict) -> Prepared:
+    from mqcloud.exports import start_export
+
+    ser = MessageExportSerializer(data=payload)
+    ser.is_valid(raise_exception=True)
+    data = ser.validated_data
+    topic = _owned(Topic.objects.select_related("team"), user, "team", code=data["topic"])
+    return Prepared(
+        f"topic:{topic.code}:export",
+        topic.team,
+        {"topic": topic.code, "from_ms": data["from_ms"], "to_ms": data["to_ms"]},
+        lambda: start_export(topic.code, data["from_ms"], data["to_ms"]),
+    )
+
+
 PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.TOPIC_CREATE: _topic_create,
     Kind.TOPIC_UPDATE: _topic_update,
@@ -494,6 +520,7 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.ZBUS_CLOSE: _zbus_close,
     Kind.TRAFFIC_RULE_ADD: _traffic_rule_add,
     Kind.TRAFFIC_RULE_DELETE: _traffic_rule_delete,
+    Kind.MESSAGE_EXPORT: _message_export,
 }
 
 
@@ -587,6 +614,13 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
         {"code": "orders", "operand": "count_5m", "operator": "lt", "threshold": 1},
     ),
     Kind.TRAFFIC_RULE_DELETE: ("{code, rule}: the rule's id", {"code": "orders", "rule": 3}),
+    Kind.MESSAGE_EXPORT: (
+        "{topic, from_ms, to_ms}: the messages stored in [from_ms, to_ms) are written to a"
+        " gzipped JSON Lines file on a worker (at most MESSAGE_EXPORT_MAX, 1,000,000 by"
+        " default, or the application fails with nothing written); see"
+        " /applications/{id}/progress/, then download it from /applications/{id}/export/",
+        {"topic": "orders", "from_ms": 1735689600000, "to_ms": 1735693200000},
+    ),
 }
 
 

@@ -34,6 +34,7 @@ class Kind(models.TextChoices):
     ZBUS_CLOSE = "zbus_close", "Close zbus access: zbus clients need an app token"
     TRAFFIC_RULE_ADD = "traffic_rule_add", "Add a topic traffic alert rule"
     TRAFFIC_RULE_DELETE = "traffic_rule_delete", "Delete a topic traffic alert rule"
+    MESSAGE_EXPORT = "message_export", "Export a topic's messages of a time span"
 
 
 class Status(models.TextChoices):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -19,6 +19,7 @@ from mqcloud.console import access
 from mqcloud.console.forms import FORMS, add_service_errors, error_text, initial_for
 from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.console.topics import team_choices
+from mqcloud.exports import download, file_of
 from mqcloud.operations import progress as operation_progress
 
 PAGE = 25
@@ -137,6 +138,8 @@ def application_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "reject_form": RejectForm(),
             "progress": _progress(application),
             "frozen": ApprovalSettings.current().frozen,
+            "export_ready": application.kind == Kind.MESSAGE_EXPORT
+            and file_of(application.result) is not None,
         },
     )
 
@@ -151,6 +154,17 @@ def _progress(application: Application) -> dict | None:
     state = info["state"]
     percent = 100 if state == "SUCCESS" else (done * 100 // total if total else 0)
     return {**info, "percent": percent, "finished": state in ("SUCCESS", "FAILURE", "REVOKED")}
+
+
+@login_required
+def application_export(request: HttpRequest, pk: int) -> FileResponse:
+    """The file an approved message export wrote, to the topic's team and platform
+    admins; 404 while it is being written and once it was removed."""
+    application = _get(request.user, pk)
+    response = download(application.kind, application.result, application.payload)
+    if response is None:
+        raise Http404("No export file: not written yet, or removed (kept for a week).")
+    return response
 
 
 @login_required

@@ -291,6 +291,39 @@ class ZbusCloseForm(_ZbusAccessForm):
     )
 
 
+class TimeSpanForm(ApplicationForm):
+    """A kind that takes a time span: ``start`` and ``end`` (not included), UTC."""
+
+    start = UtcTimeField(label="From")
+    end = UtcTimeField(label="To (not included)")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        start, end = data.get("start"), data.get("end")
+        if start is not None and end is not None and end <= start:
+            self.add_error("end", "The span must end after it starts.")
+        return data
+
+
+class MessageExportForm(TimeSpanForm):
+    kind = Kind.MESSAGE_EXPORT
+    title = "Export a topic's messages of a time span"
+    help = (
+        "Every message stored in the span, with its properties and body, is written to a"
+        " gzipped JSON Lines file on a worker after approval; the application page then"
+        " offers it for download to the topic's team, for a week."
+    )
+    topic = forms.ChoiceField(label="Topic")
+    field_order = ["topic", "start", "end"]
+
+    def setup(self) -> None:
+        self.choose("topic", _topic_choices(self.user, own=True), "code")
+
+    def payload(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        return {"topic": d["topic"], "from_ms": d["start"], "to_ms": d["end"]}
+
+
 class TrafficRuleAddForm(ApplicationForm):
     kind = Kind.TRAFFIC_RULE_ADD
     title = "Add a traffic alert rule to a topic"
@@ -422,8 +455,9 @@ class RateLimitForm(ConsumerForm):
         }
 
 
-class ReconsumeForm(ConsumerForm):
+class ReconsumeForm(ConsumerForm, TimeSpanForm):
     kind = Kind.RECONSUME
+    field_order = ["consumer", "start", "end", "client_id"]
     title = "Re-consume a time span"
     help = (
         "What was stored in the span is delivered to the consumer again, over whatever"
@@ -431,18 +465,9 @@ class ReconsumeForm(ConsumerForm):
         " client gets it, or each of its clients when none is named. At most 100,000"
         " messages in all: for more, reset the offsets. Runs on a worker after approval."
     )
-    start = UtcTimeField(label="From")
-    end = UtcTimeField(label="To (not included)")
     client_id = forms.CharField(
         max_length=128, required=False, help_text="Broadcast consumers: one client only."
     )
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        start, end = data.get("start"), data.get("end")
-        if start is not None and end is not None and end <= start:
-            self.add_error("end", "The span must end after it starts.")
-        return data
 
     def payload(self) -> dict[str, Any]:
         d = self.cleaned_data
@@ -654,6 +679,7 @@ FORMS: dict[str, type[ApplicationForm]] = {
         ZbusCloseForm,
         TrafficRuleAddForm,
         TrafficRuleDeleteForm,
+        MessageExportForm,
     )
 }
 

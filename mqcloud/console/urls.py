@@ -64,6 +64,11 @@ urlpatterns = [
     ),
     path("applications/<int:pk>/", applications.application_detail, name="application"),
     path(
+        "applications/<int:pk>/export/",
+        applications.application_export,
+        name="application-export",
+    ),
+    path(
         "applications/<int:pk>/progress/",
         applications.application_progress,
         name="application-progress",

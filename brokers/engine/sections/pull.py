@@ -450,6 +450,20 @@ class PullSection(EngineBase):
                 return [None, *members] if group_too or not members else members
         return [client_id]
 
+    async def stored_spans(
+        self, topic: str, *, from_ms: int, to_ms: int
+    ) -> dict[int, tuple[int, int]]:
+        """Per partition, the indexes ``[first, end)`` of the messages stored in the time
+        span ``[from_ms, to_ms)`` (partitions with none left out), in one round trip."""
+        info = self.topic(topic)
+        if to_ms <= from_ms:
+            raise InvalidMessage("the span ends before it starts")
+        parts = range(info.partitions)
+        found = await indexes_at_times(self.redis, topic, parts, (from_ms, to_ms))
+        return {
+            p: (first, end) for p, (first, end) in zip(parts, found, strict=True) if end > first
+        }
+
     async def reconsume_spans(
         self, topic: str, app: str, *, from_ms: int, to_ms: int, clients: int = 1
     ) -> dict[int, tuple[int, int]]:
@@ -458,15 +472,8 @@ class PullSection(EngineBase):
         left out). SpanTooLarge, before anything is copied, when that is more than
         :data:`RECONSUME_MAX` messages for the number of ``clients`` it is copied for
         (:meth:`reconsumers`; an offset reset re-delivers any number)."""
-        info = self.topic(topic)
         self._consumer(topic, app)
-        if to_ms <= from_ms:
-            raise InvalidMessage("the span ends before it starts")
-        parts = range(info.partitions)
-        found = await indexes_at_times(self.redis, topic, parts, (from_ms, to_ms))
-        spans = {
-            p: (first, end) for p, (first, end) in zip(parts, found, strict=True) if end > first
-        }
+        spans = await self.stored_spans(topic, from_ms=from_ms, to_ms=to_ms)
         total = sum(end - first for first, end in spans.values()) * max(1, clients)
         if total > RECONSUME_MAX:
             raise SpanTooLarge(
