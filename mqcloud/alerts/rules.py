@@ -69,7 +69,8 @@ def active_at(rule: TrafficRule, moment: time) -> bool:
 def due_rules(now: datetime) -> list[TrafficRule]:
     """The rules to check now: never checked, or last checked ``every_minutes`` ago or
     more (a few seconds' slack, so a rule every minute is not skipped by beat's jitter),
-    and within their daily window."""
+    within their daily window, on a topic older than what they measure (a day's count
+    of a topic created an hour ago says nothing of a day)."""
     rules = (
         TrafficRule.objects.select_related("topic", "topic__team")
         .filter(Q(checked_at__isnull=True) | Q(checked_at__lte=now - timedelta(seconds=55)))
@@ -84,6 +85,7 @@ def due_rules(now: datetime) -> list[TrafficRule]:
             or r.checked_at <= now - timedelta(minutes=r.every_minutes, seconds=-5)
         )
         and active_at(r, moment)
+        and r.topic.created_at <= now - timedelta(minutes=span_of(r) * (2 if is_change(r) else 1))
     ]
 
 

@@ -22,9 +22,13 @@ from tests.engine_calls import engine_call
 pytestmark = pytest.mark.django_db
 
 
+LONG_AGO = datetime(2026, 1, 1, tzinfo=UTC)
+
+
 @pytest.fixture
 def feeds(traffic_topics):
-    """See ``traffic_topics``."""
+    """``traffic_topics``, created long ago."""
+    Topic.objects.update(created_at=LONG_AGO)
 
 
 def produce(topic: str, n: int) -> None:
@@ -100,6 +104,18 @@ def test_interval_and_window_decide_when_a_rule_is_checked(feeds):
     check_rules(now.replace(hour=23))
     assert TrafficRule.objects.get(pk=night.pk).checked_at == now.replace(hour=23)
     assert not AlertEvent.objects.exists()  # they matched, but nobody is to hear of it
+
+
+def test_a_topic_younger_than_what_a_rule_measures_waits(feeds):
+    now = datetime.now(UTC)
+    Topic.objects.filter(code="feed").update(created_at=now - timedelta(hours=1))
+    day = rule(operand="count_1d", operator="lt", threshold=1)
+    hour = rule(operand="count_1h", operator="lt", threshold=1)
+    change = rule(operand="ratio_1h", operator="lt", threshold=0)
+    (event,) = check_rules(now)  # the hour's count only: an hour old, silent all along
+    assert event.detail["rule"] == hour.pk
+    assert TrafficRule.objects.get(pk=day.pk).checked_at is None
+    assert TrafficRule.objects.get(pk=change.pk).checked_at is None  # needs two hours
 
 
 def _apply(client, **fields):
