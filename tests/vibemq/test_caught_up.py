@@ -146,6 +146,18 @@ async def _until(counter: LeaseCounter, at_least: int) -> None:
         await asyncio.sleep(0.02)
 
 
+async def _settled(engine, quiet_s: float = 0.3, within_s: float = 5.0) -> None:
+    """Wait until ``engine`` made no lease for ``quiet_s``: what the queues' creation and
+    subscription set off (catalog versions reaching the dispatchers, first leases) is done
+    — on a loaded machine that takes longer than on a quiet one."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while asyncio.get_running_loop().time() < deadline:
+        probe = LeaseCounter(engine)
+        await asyncio.sleep(quiet_s)
+        if probe.count == 0:
+            return
+
+
 async def test_idle_subscribed_queues_do_not_wake_at_every_tick(catalog, redis_url, monkeypatch):
     """Every timer tick made each caught-up consumer lease again (an idle subscribed queue
     cost an empty lease a second, for ever), and then still woke its dispatcher (5,000 idle
@@ -170,7 +182,7 @@ async def test_idle_subscribed_queues_do_not_wake_at_every_tick(catalog, redis_u
             await c.create_queue(f"idle{i}")
             await c.subscribe(f"idle{i}")
         await c.ping()
-        await asyncio.sleep(0.5)
+        await _settled(b.engine)
         leases = LeaseCounter(b.engine)
         rounds["n"] = 0
         await asyncio.sleep(0.8)  # 8 ticks of 10 dispatchers

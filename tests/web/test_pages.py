@@ -82,6 +82,7 @@ def test_admin_add_topic_lays_out_groups(client):
             "max_retry_attempts": 3,
             "zbus_mode": 1,
             "surge_alert_receiver": "producer",
+            "silence_alert_minutes": 0,
         },
     )
     assert response.status_code == 302, response.context["adminform"].form.errors
