@@ -284,6 +284,23 @@ def writable_partitions(snapshot: CatalogSnapshot, topic: TopicInfo) -> list[int
     return [p for p in range(topic.partitions) if _leader_ok(snapshot, topic, p)]
 
 
+def weighted_partitions(
+    snapshot: CatalogSnapshot, topic: TopicInfo, policy: ProducerPolicyInfo | None
+) -> list[tuple[int, int]]:
+    """(partition, weight > 0) of the writable partitions: the producer policy's weight for
+    the partition's leader broker, else the broker's own."""
+    pairs = []
+    for p in writable_partitions(snapshot, topic):
+        leader = topic.leader_of(p)
+        broker = snapshot.brokers.get(leader) if leader is not None else None
+        weight = broker.weight if broker is not None else 1
+        if policy is not None and leader is not None and policy.weights:
+            weight = policy.weights.get(leader, policy.weights.get(str(leader), weight))  # type: ignore[call-overload]
+        if int(weight) > 0:
+            pairs.append((p, int(weight)))
+    return pairs
+
+
 def choose_partition(
     snapshot: CatalogSnapshot,
     topic: TopicInfo,
@@ -310,20 +327,16 @@ def choose_partition(
         if not _leader_ok(snapshot, topic, chosen):
             raise BrokerNotWritable(f"leader of {topic.code}/{chosen} is not writable")
         return chosen
-    candidates = writable_partitions(snapshot, topic)
-    weights: list[int] = []
-    for p in candidates:
-        leader = topic.leader_of(p)
-        broker = snapshot.brokers.get(leader) if leader is not None else None
-        weight = broker.weight if broker is not None else 1
-        if policy is not None and leader is not None and policy.weights:
-            weight = policy.weights.get(leader, policy.weights.get(str(leader), weight))  # type: ignore[call-overload]
-        weights.append(max(0, int(weight)))
-    pairs = [(p, w) for p, w in zip(candidates, weights, strict=True) if w > 0]
+    if turns is not None:
+        chosen = turns.next(
+            topic.code, app, snapshot, lambda: weighted_partitions(snapshot, topic, policy)
+        )
+        if chosen < 0:
+            raise NoWritablePartition(f"{topic.code} has no writable partition")
+        return chosen
+    pairs = weighted_partitions(snapshot, topic, policy)
     if not pairs:
         raise NoWritablePartition(f"{topic.code} has no writable partition")
-    if turns is not None:
-        return turns.next(topic.code, app, pairs)
     pick = (rng or random).random() * sum(w for _, w in pairs)
     for p, w in pairs:
         pick -= w

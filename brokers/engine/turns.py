@@ -8,8 +8,9 @@ HTTP-MQ's spec (§2.1) and a user spreading load expect. Smooth weighted round-r
 nginx does) interleaves the heavier partitions rather than sending them runs.
 
 One :class:`PartitionTurns` per engine (so per process) keeps the turn of each
-(topic, producer app); a change in the writable partitions or their weights starts that
-turn anew. Each new turn starts at a random partition, so processes started together do
+(topic, producer app), and the weighted partitions it turns over for as long as the
+catalog snapshot is the same (working them out is most of a choice's cost); a change in
+the writable partitions or their weights starts that turn anew. Each new turn starts at a random partition, so processes started together do
 not all begin with partition 0. A turn is a few integers per (topic, app) a process
 produced to.
 """
@@ -17,16 +18,21 @@ produced to.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
 
 Weighted = Sequence[tuple[int, int]]
 """(partition, weight > 0) in partition order."""
 
 
 class _Turn:
-    __slots__ = ("current", "pairs", "total")
+    __slots__ = ("current", "pairs", "snapshot", "total")
 
     def __init__(self, pairs: list[tuple[int, int]], rng: random.Random) -> None:
+        self.snapshot: weakref.ref[Any] | None = None
+        """The catalog snapshot ``pairs`` were worked out from (weakly: an old catalog is
+        not kept alive by a topic produced to no more)."""
         start = rng.randrange(len(pairs))
         self.pairs = pairs
         # ties go to the earliest; one extra point makes `start` the first pick (the
@@ -43,13 +49,26 @@ class PartitionTurns:
         self._rng = rng or random.Random()
         self._turns: dict[tuple[str, str], _Turn] = {}
 
-    def next(self, topic: str, app: str, pairs: list[tuple[int, int]]) -> int:
-        """The partition whose turn it is among ``pairs`` (not empty)."""
+    def next(
+        self,
+        topic: str,
+        app: str,
+        snapshot: Any,
+        weighted: Callable[[], list[tuple[int, int]]],
+    ) -> int:
+        """The partition whose turn it is; -1 when none is writable. ``weighted()`` gives
+        (partition, weight > 0) in partition order; it is asked again only when the
+        catalog ``snapshot`` changed."""
         key = (topic, app)
         turn = self._turns.get(key)
-        if turn is None or turn.pairs != pairs:
-            turn = self._turns[key] = _Turn(pairs, self._rng)
-        current = turn.current
+        if turn is None or turn.snapshot is None or turn.snapshot() is not snapshot:
+            pairs = weighted()
+            if not pairs:
+                return -1
+            if turn is None or turn.pairs != pairs:
+                turn = self._turns[key] = _Turn(pairs, self._rng)
+            turn.snapshot = weakref.ref(snapshot)
+        pairs, current = turn.pairs, turn.current
         best = 0
         for i, (_, weight) in enumerate(pairs):
             current[i] += weight

@@ -20,6 +20,13 @@ TWO_BROKERS = (
 )
 """Partitions 0 and 1 led by broker 1, 2 and 3 by broker 2."""
 
+
+class Snapshot:
+    """Stands for a catalog snapshot: turns tell them apart by identity."""
+
+
+SNAP = Snapshot()
+
 weights = st.lists(st.integers(1, 7), min_size=1, max_size=8)
 
 
@@ -29,18 +36,25 @@ def test_every_cycle_gives_each_partition_its_weight(ws, seed, cycles):
     turns = PartitionTurns(random.Random(seed))
     total = sum(ws)
     for _ in range(cycles):
-        got = collections.Counter(turns.next("t", "a", pairs) for _ in range(total))
+        got = collections.Counter(turns.next("t", "a", SNAP, lambda: pairs) for _ in range(total))
         assert got == dict(pairs)
 
 
 def test_turns_are_kept_per_topic_and_app_and_restart_on_a_change():
     turns = PartitionTurns(random.Random(1))
     pairs = [(0, 1), (1, 1), (2, 1)]
-    a = [turns.next("t", "a", pairs) for _ in range(3)]
-    b = [turns.next("t", "b", pairs) for _ in range(3)]
+    a = [turns.next("t", "a", SNAP, lambda: pairs) for _ in range(3)]
+    b = [turns.next("t", "b", SNAP, lambda: pairs) for _ in range(3)]
     assert sorted(a) == sorted(b) == [0, 1, 2]
     fewer = [(0, 1), (2, 1)]
-    assert sorted(turns.next("t", "a", fewer) for _ in range(4)) == [0, 0, 2, 2]
+    # the same catalog: the partitions are not worked out again
+    asked = []
+    assert turns.next("t", "a", SNAP, lambda: asked.append(1) or fewer) in (0, 1, 2)
+    assert asked == []
+    # a new catalog with a partition less: a new turn over what is left
+    changed = Snapshot()
+    assert sorted(turns.next("t", "a", changed, lambda: fewer) for _ in range(4)) == [0, 0, 2, 2]
+    assert turns.next("t", "a", Snapshot(), list) == -1  # nothing writable
 
 
 async def test_appends_without_a_partition_take_turns_by_weight(make_engine):
