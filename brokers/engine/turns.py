@@ -10,20 +10,17 @@ nginx does) interleaves the heavier partitions rather than sending them runs.
 One :class:`PartitionTurns` per engine (so per process) keeps the turn of each
 (topic, producer app), and the weighted partitions it turns over for as long as the
 catalog snapshot is the same (working them out is most of a choice's cost); a change in
-the writable partitions or their weights starts that turn anew. Each new turn starts at a random partition, so processes started together do
-not all begin with partition 0. A turn is a few integers per (topic, app) a process
-produced to.
+the writable partitions or their weights starts that turn anew. Each new turn starts at
+a random partition, so processes started together do not all begin with partition 0. A
+turn is a few integers per (topic, app) a process produced to.
 """
 
 from __future__ import annotations
 
 import random
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
-
-Weighted = Sequence[tuple[int, int]]
-"""(partition, weight > 0) in partition order."""
 
 
 class _Turn:

@@ -16,11 +16,12 @@ from brokers.engine.access import (
     dead_letter_queue,
     is_dead_letter_queue,
 )
-from brokers.engine.append import append_records
+from brokers.engine.append import append_records, choose_partition
 from brokers.engine.catalog import (
     CatalogSnapshot,
     ConsumerPolicyInfo,
     PartitionGroupInfo,
+    ProducerPolicyInfo,
     QueueSettings,
     TopicInfo,
 )
@@ -44,6 +45,7 @@ from brokers.engine.model import (
     QoS,
 )
 from brokers.engine.notify import Notifier
+from brokers.engine.priority import band_of, is_prioritized
 from brokers.engine.record import (
     Message,
     decode_record,
@@ -122,6 +124,32 @@ class EngineBase:
         if info is None:
             raise TopicNotFound(f"topic {code} does not exist")
         return info
+
+    def _choose_partition(
+        self,
+        snap: CatalogSnapshot,
+        info: TopicInfo,
+        policy: ProducerPolicyInfo | None,
+        app: str,
+        partition: int | None,
+        head: Message | bytes | None,
+        business_id: str,
+    ) -> int:
+        """The partition an append of ``app``'s messages goes to: ``partition`` when
+        given, else a prioritized topic's band of ``head`` (the first message, or the
+        wire records), else by :func:`~brokers.engine.append.choose_partition` (the
+        businessId's hash on a sequential topic, the producer's turn otherwise)."""
+        if (partition is None or partition < 0) and is_prioritized(info):
+            partition = band_of(info, head)  # type: ignore[arg-type]
+        return choose_partition(
+            snap,
+            info,
+            policy,
+            partition=partition,
+            business_id=business_id,
+            turns=self._turns,
+            app=app,
+        )
 
     def _partition(self, topic: TopicInfo, partition: int) -> None:
         if not 0 <= partition < topic.partitions:

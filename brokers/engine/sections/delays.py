@@ -5,7 +5,6 @@ A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its s
 
 from __future__ import annotations
 
-from brokers.engine.append import choose_partition
 from brokers.engine.catalog import ProducerPolicyInfo, TopicInfo
 from brokers.engine.delay import (
     DELAY_ID,
@@ -28,7 +27,6 @@ from brokers.engine.errors import (
 from brokers.engine.model import (
     QoS,
 )
-from brokers.engine.priority import band_of, is_prioritized
 from brokers.engine.record import (
     Message,
 )
@@ -90,14 +88,8 @@ class DelaySection(EngineBase):
         """The partition :meth:`append` would choose for ``message`` now; None when no
         partition is writable now (the message is held all the same)."""
         try:
-            return choose_partition(
-                self._catalog(),
-                info,
-                policy,
-                partition=band_of(info, message) if is_prioritized(info) else None,
-                business_id=message.business_id,
-                turns=self._turns,
-                app=policy.app,
+            return self._choose_partition(
+                self._catalog(), info, policy, policy.app, None, message, message.business_id
             )
         except (NoWritablePartition, BrokerNotWritable):
             return None

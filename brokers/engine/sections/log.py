@@ -25,7 +25,7 @@ from brokers.engine.model import (
     StoredEntry,
 )
 from brokers.engine.overflow import FULL, REDIRECT, append_bounded
-from brokers.engine.priority import band_of, band_partition, is_prioritized
+from brokers.engine.priority import band_partition, is_prioritized
 from brokers.engine.read import (
     bounds,
     index_at_time,
@@ -107,19 +107,16 @@ class LogSection(EngineBase):
         snap = self._catalog()
         info = self.topic(topic)
         policy = snap.producer(topic, app)
-        first = None if isinstance(messages, WireRecords | WireBlob) else messages[0]
-        business_id = first.business_id if isinstance(first, Message) else ""
-        if (partition is None or partition < 0) and is_prioritized(info):
-            head = messages.blob if isinstance(messages, WireRecords | WireBlob) else first
-            partition = band_of(info, head)  # type: ignore[arg-type]
-        chosen = choose_partition(
+        wire = isinstance(messages, WireRecords | WireBlob)
+        first = None if wire else messages[0]  # type: ignore[index]
+        chosen = self._choose_partition(
             snap,
             info,
             policy,
-            partition=partition,
-            business_id=business_id,
-            turns=self._turns,
-            app=app,
+            app,
+            partition,
+            messages.blob if wire else first,  # type: ignore[union-attr]
+            first.business_id if isinstance(first, Message) else "",
         )
         now = self.now_ms()
         slot = (topic, chosen)
