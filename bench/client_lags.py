@@ -9,8 +9,8 @@ a console or API page of consumers and each backlog-check batch costs — for a 
 consumers and for all of them, ``Engine.forget_idle_clients`` with nobody idle (the
 hourly sweep's usual cost), and the progress of all clustering consumers (what the
 blocked-consumer check reads every 30 s) read one consumer per round trip and with
-``Engine.groups_progress``, 500 per round trip as the check does. The raw Redis baseline (pipelined XADD) of the same run is
-printed first, as in every benchmark here.
+``Engine.groups_progress``, 500 per round trip as the check does. The raw Redis baseline
+(pipelined XADD) of the same run is printed first, as in every benchmark here.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 Starts its own PostgreSQL and Redis on free ports (scripts/localservices), migrates,
 creates ``--topics`` topics with a silence alert (a mix of 10, 30 and 60 minutes), each
-produced to by one app, and publishes the catalog, then produces one message to every other topic through the
-engine (so its produce counters hold this minute's traffic). It times what every
-one-minute check runs before alerting — :func:`mqcloud.alerts.silence.watched_topics`
-and :func:`~mqcloud.alerts.silence.silent_topics` — and checks that exactly the topics
+produced to by one app, and publishes the catalog, then produces one message to every
+other topic through the engine (so its produce counters hold this minute's traffic). It
+times what every one-minute check runs before alerting —
+:func:`mqcloud.alerts.silence.watched_topics` and
+:func:`~mqcloud.alerts.silence.silent_topics` — and checks that exactly the topics
 without traffic were found. Then it gives every topic one traffic rule (count in 5
 minutes, change against the hour before, count in a day, in turn) and times what the
 rules check reads — :func:`mqcloud.alerts.rules.due_rules` and

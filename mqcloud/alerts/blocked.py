@@ -7,9 +7,10 @@ partition with messages waiting, its ack index has not moved for CONSUMER_BLOCKE
 consumer that stopped fetching is not blocked, it is down — the backlog alert's case).
 
 Checked every 30 seconds for the consumers with their alerts on (``backlog_alert_enabled``,
-the consumer's alert switch), their progress read in one round trip per 500 consumers. Where each partition's ack index stood, and since when, is
-kept in one Redis hash between checks; an alert key fires at most once per
-ALERT_THROTTLE_SECONDS, as the other alerts do.
+the consumer's alert switch), their progress read in one round trip per 500 consumers.
+Where each partition's ack index stood, and since when, is kept in one Redis hash between
+checks; an alert key fires at most once per ALERT_THROTTLE_SECONDS, as the other alerts
+do.
 """
 
 from __future__ import annotations

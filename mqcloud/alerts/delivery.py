@@ -5,6 +5,8 @@ at most once per ``ALERT_THROTTLE_SECONDS``, shared by every worker through Redi
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import httpx
 import redis
@@ -88,21 +90,36 @@ def traffic_recipients(topic: Topic) -> list[str] | None:
     return sorted({e for team in teams for e in team_emails(team)})
 
 
-def alert_traffic(
-    client: redis.Redis, kind: str, topic: Topic, key: str, message: str, detail: dict
-) -> AlertEvent | None:
-    """Fire a traffic alert of ``topic`` (surge, silence, a rule) to its traffic-alert
-    receiver, unless that is nobody or alert ``key`` fired within the throttle window;
-    the event, or None."""
-    recipients = traffic_recipients(topic)
-    if recipients is None or not first_in_window(client, key):
-        return None
-    event = AlertEvent.objects.create(
-        kind=kind,
-        target=f"topic:{topic.code}",
-        team=topic.team,
-        message=message,
-        detail={**detail, "receiver": topic.surge_alert_receiver},
-    )
-    deliver(event, recipients)
-    return event
+class TrafficAlert(NamedTuple):
+    """A traffic alert of a topic (surge, silence, a rule) that is to fire."""
+
+    kind: str
+    topic: Topic
+    key: str
+    """Its throttle key (see :func:`first_in_window`)."""
+    message: str
+    detail: dict
+
+
+def fire_traffic_alerts(alerts: Iterable[TrafficAlert]) -> list[AlertEvent]:
+    """Fire each of ``alerts`` to its topic's traffic-alert receiver, unless that is
+    nobody or its key fired within the throttle window; the events that fired."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    fired: list[AlertEvent] = []
+    try:
+        for alert in alerts:
+            recipients = traffic_recipients(alert.topic)
+            if recipients is None or not first_in_window(client, alert.key):
+                continue
+            event = AlertEvent.objects.create(
+                kind=alert.kind,
+                target=f"topic:{alert.topic.code}",
+                team=alert.topic.team,
+                message=alert.message,
+                detail={**alert.detail, "receiver": alert.topic.surge_alert_receiver},
+            )
+            deliver(event, recipients)
+            fired.append(event)
+    finally:
+        client.close()
+    return fired

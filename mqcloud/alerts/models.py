@@ -88,6 +88,11 @@ MAX_RULES_PER_TOPIC = 20
 """The most traffic rules one topic has."""
 
 
+def measures_change(operand: str) -> bool:
+    """Whether a traffic rule's operand is a change in percent (``ratio_*``), not a count."""
+    return operand.startswith("ratio")
+
+
 class TrafficRule(models.Model):
     """A topic's own traffic alert rule (:mod:`mqcloud.alerts.rules`): a count of the
     messages produced over a window, or its change against the window before, compared
@@ -131,9 +136,13 @@ class TrafficRule(models.Model):
     def __str__(self) -> str:
         return self.describe()
 
+    @property
+    def is_change(self) -> bool:
+        return measures_change(self.operand)
+
     def describe(self) -> str:
         """The rule as a sentence: ``messages in 5 minutes < 10, every 5 min``."""
-        unit = "%" if self.operand.startswith("ratio") else ""
+        unit = "%" if self.is_change else ""
         text = (
             f"{self.get_operand_display()} {self.get_operator_display()} "
             f"{self.threshold:g}{unit}, every {self.every_minutes} min"

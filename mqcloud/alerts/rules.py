@@ -29,11 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 
-import redis
-from django.conf import settings
 from django.db.models import Q
 
-from mqcloud.alerts.delivery import alert_traffic
+from mqcloud.alerts.delivery import TrafficAlert, fire_traffic_alerts
 from mqcloud.alerts.models import AlertEvent, TrafficRule
 from mqcloud.engine_access import run_in_session
 
@@ -50,10 +48,6 @@ COMPARE: dict[str, Callable[[float, float], bool]] = {
 def span_of(rule: TrafficRule) -> int:
     """The rule's span in minutes."""
     return SPAN_MINUTES[rule.operand.rsplit("_", 1)[1]]
-
-
-def is_change(rule: TrafficRule) -> bool:
-    return rule.operand.startswith("ratio")
 
 
 def active_at(rule: TrafficRule, moment: time) -> bool:
@@ -85,7 +79,7 @@ def due_rules(now: datetime) -> list[TrafficRule]:
             or r.checked_at <= now - timedelta(minutes=r.every_minutes, seconds=-5)
         )
         and active_at(r, moment)
-        and r.topic.created_at <= now - timedelta(minutes=span_of(r) * (2 if is_change(r) else 1))
+        and r.topic.created_at <= now - timedelta(minutes=span_of(r) * (2 if r.is_change else 1))
     ]
 
 
@@ -107,7 +101,7 @@ def measure(rules: list[TrafficRule], now_ms: int) -> list[Match]:
     doubled: dict[int, set[str]] = {}
     for rule in rules:
         spans.setdefault(span_of(rule), set()).add(rule.topic.code)
-        if is_change(rule):
+        if rule.is_change:
             doubled.setdefault(span_of(rule), set()).add(rule.topic.code)
 
     async def read(engine) -> dict[tuple[int, str], int]:
@@ -128,7 +122,7 @@ def measure(rules: list[TrafficRule], now_ms: int) -> list[Match]:
             continue
         before = None
         value: float = count
-        if is_change(rule):
+        if rule.is_change:
             before = counts[(2 * minutes, code)] - count
             if before <= 0:
                 continue  # no percentage of nothing
@@ -140,7 +134,7 @@ def measure(rules: list[TrafficRule], now_ms: int) -> list[Match]:
 
 def _message(match: Match) -> str:
     rule = match.rule
-    shown = f"{match.value:+.0f}%" if is_change(rule) else f"{match.count}"
+    shown = f"{match.value:+.0f}%" if rule.is_change else f"{match.count}"
     return f"Traffic rule on {rule.topic.code}: {rule.describe()} matched ({shown})"
 
 
@@ -152,31 +146,21 @@ def check_rules(now: datetime | None = None) -> list[AlertEvent]:
         return []
     matches = measure(rules, int(now.timestamp() * 1000))
     TrafficRule.objects.filter(pk__in=[r.pk for r in rules]).update(checked_at=now)
-    if not matches:
-        return []
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    fired: list[AlertEvent] = []
-    try:
-        for match in matches:
-            rule = match.rule
-            event = alert_traffic(
-                client,
-                AlertEvent.Kind.TRAFFIC_RULE,
-                rule.topic,
-                f"rule:{rule.pk}",
-                _message(match),
-                {
-                    "rule": rule.pk,
-                    "operand": rule.operand,
-                    "operator": rule.operator,
-                    "threshold": rule.threshold,
-                    "value": round(match.value, 2),
-                    "count": match.count,
-                    "before": match.before,
-                },
-            )
-            if event is not None:
-                fired.append(event)
-    finally:
-        client.close()
-    return fired
+    return fire_traffic_alerts(
+        TrafficAlert(
+            AlertEvent.Kind.TRAFFIC_RULE,
+            m.rule.topic,
+            f"rule:{m.rule.pk}",
+            _message(m),
+            {
+                "rule": m.rule.pk,
+                "operand": m.rule.operand,
+                "operator": m.rule.operator,
+                "threshold": m.rule.threshold,
+                "value": round(m.value, 2),
+                "count": m.count,
+                "before": m.before,
+            },
+        )
+        for m in matches
+    )

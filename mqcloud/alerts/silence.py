@@ -17,11 +17,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import redis
-from django.conf import settings
-
 from brokers.models import Topic
-from mqcloud.alerts.delivery import alert_traffic
+from mqcloud.alerts.delivery import TrafficAlert, fire_traffic_alerts
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.engine_access import run_in_session
 
@@ -58,23 +55,14 @@ def check_silence(now: datetime | None = None) -> list[AlertEvent]:
     """Fire an alert for every opted-in topic nothing was produced to for its silence."""
     now = now or datetime.now(UTC)
     silent = silent_topics(watched_topics(now), int(now.timestamp() * 1000))
-    if not silent:
-        return []
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    fired: list[AlertEvent] = []
-    try:
-        for topic in silent:
-            minutes = topic.silence_alert_minutes
-            event = alert_traffic(
-                client,
-                AlertEvent.Kind.TRAFFIC_SILENCE,
-                topic,
-                f"silence:{topic.code}",
-                f"Traffic stopped on {topic.code}: nothing produced in {minutes} min",
-                {"minutes": minutes},
-            )
-            if event is not None:
-                fired.append(event)
-    finally:
-        client.close()
-    return fired
+    return fire_traffic_alerts(
+        TrafficAlert(
+            AlertEvent.Kind.TRAFFIC_SILENCE,
+            topic,
+            f"silence:{topic.code}",
+            f"Traffic stopped on {topic.code}: nothing produced in"
+            f" {topic.silence_alert_minutes} min",
+            {"minutes": topic.silence_alert_minutes},
+        )
+        for topic in silent
+    )

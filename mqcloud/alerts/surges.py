@@ -21,13 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-import redis
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Avg, Count, Max
 
 from brokers.models import Topic
-from mqcloud.alerts.delivery import alert_traffic
+from mqcloud.alerts.delivery import TrafficAlert, fire_traffic_alerts
 from mqcloud.alerts.models import AlertEvent, TopicDailyPeak
 from pipeline.models import TrafficMinute
 
@@ -148,34 +146,25 @@ def check_surges(now: datetime | None = None) -> list[AlertEvent]:
     topics = Topic.objects.select_related("team").in_bulk(
         [s.topic for s in surges], field_name="code"
     )
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    fired: list[AlertEvent] = []
-    try:
-        for surge in surges:
-            topic = topics.get(surge.topic)
-            if topic is None:  # deleted since its traffic was rolled up
-                continue
-            event = alert_traffic(
-                client,
-                AlertEvent.Kind.TRAFFIC_SURGE,
-                topic,
-                f"surge:{topic.code}",
-                (
-                    f"Traffic surge on {topic.code}: {surge.messages} messages in the minute"
-                    f" {surge.minute:%Y-%m-%d %H:%M} UTC, over {surge.threshold:.0f} (its"
-                    f" {surge.days}-day average peak {surge.average_peak:.0f}, highest"
-                    f" {surge.highest_peak})"
-                ),
-                {
-                    "messages": surge.messages,
-                    "minute": surge.minute.isoformat(),
-                    "average_peak": surge.average_peak,
-                    "highest_peak": surge.highest_peak,
-                    "days": surge.days,
-                },
-            )
-            if event is not None:
-                fired.append(event)
-    finally:
-        client.close()
-    return fired
+    return fire_traffic_alerts(
+        TrafficAlert(
+            AlertEvent.Kind.TRAFFIC_SURGE,
+            topic,
+            f"surge:{topic.code}",
+            (
+                f"Traffic surge on {topic.code}: {surge.messages} messages in the minute"
+                f" {surge.minute:%Y-%m-%d %H:%M} UTC, over {surge.threshold:.0f} (its"
+                f" {surge.days}-day average peak {surge.average_peak:.0f}, highest"
+                f" {surge.highest_peak})"
+            ),
+            {
+                "messages": surge.messages,
+                "minute": surge.minute.isoformat(),
+                "average_peak": surge.average_peak,
+                "highest_peak": surge.highest_peak,
+                "days": surge.days,
+            },
+        )
+        for surge in surges
+        if (topic := topics.get(surge.topic)) is not None  # not deleted since rolled up
+    )

@@ -27,7 +27,7 @@ from brokers.models import (
 )
 from brokers.topology import create_partition_groups
 from brokers.validators import validate_broker_weights, validate_ip_list
-from mqcloud.alerts.models import TrafficRule
+from mqcloud.alerts.models import TrafficRule, measures_change
 from mqcloud.api.fields import (
     StrictCharField,
     StrictIntegerField,
@@ -482,12 +482,13 @@ class TrafficRuleSerializer(StrictModelSerializer):
         fields = [*read_only_fields[:2], *TRAFFIC_RULE_FIELDS, *read_only_fields[2:]]
 
     def validate(self, attrs: dict) -> dict:
-        operand, threshold = attrs.get("operand", ""), attrs.get("threshold", 0.0)
-        if operand.startswith("ratio") and threshold < -100:
+        change = measures_change(attrs.get("operand", ""))
+        threshold = attrs.get("threshold", 0.0)
+        if change and threshold < -100:
             raise serializers.ValidationError(
                 {"threshold": "A change is −100 % (it stopped) or more."}
             )
-        if not operand.startswith("ratio") and threshold < 0:
+        if not change and threshold < 0:
             raise serializers.ValidationError({"threshold": "A count is 0 or more."})
         if (attrs.get("active_from") is None) != (attrs.get("active_to") is None):
             raise serializers.ValidationError(

@@ -205,3 +205,23 @@ def test_the_api_lists_rules_and_refuses_bad_ones(feeds):
     services.approve(application, factories.user("chief", admin=True))
     application.refresh_from_db()
     assert application.status == Status.FAILED and "20 rules" in application.error
+
+
+def test_a_rule_id_beyond_any_stored_one_is_refused_not_a_500(feeds, client):
+    """Ids no rule can have (past PostgreSQL's bigint, not positive, not a JSON number)
+    get the application's own error, not a database error."""
+    rita = Team.objects.get(name="red").members.get(username="rita")
+    api = APIClient()
+    api.force_authenticate(rita)
+    for rule_id in (2**63, 10**30, -1, 0, "3", True):
+        refused = api.post(
+            "/api/v1/applications/",
+            {"kind": "traffic_rule_delete", "payload": {"code": "feed", "rule": rule_id}},
+            format="json",
+        )
+        assert refused.status_code == 400, (rule_id, refused.content)
+        assert b"rule" in refused.content
+    client.force_login(rita)
+    page = _apply(client, kind="traffic_rule_delete", code="feed", rule=str(2**63))
+    assert page.status_code == 200 and "rule" in page.context["form"].errors
+    assert not Application.objects.exists()
