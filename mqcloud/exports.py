@@ -30,9 +30,10 @@ from django.conf import settings
 from django.http import FileResponse
 
 from brokers.engine import SpanTooLarge, one_by_one
+from mqcloud.approvals.models import Application, Kind
 from mqcloud.console.message_properties import message_properties, producing_protocol
 from mqcloud.engine_access import run_in_session
-from mqcloud.operations import _partition_by_partition
+from mqcloud.operations import partition_by_partition
 
 if TYPE_CHECKING:
     from brokers.engine import Delivery, Engine
@@ -47,11 +48,14 @@ def export_dir() -> Path:
     return Path(settings.EXPORT_DIR)
 
 
-def file_of(result: object) -> Path | None:
-    """The finished export file an application's result names, or None (none named, a
-    name that is not an export's, not written yet, or removed)."""
+def export_file(application: Application) -> Path | None:
+    """The finished file of a ``message_export`` application; None for another kind, a
+    result that names no export file, or one not written yet or removed."""
+    result = application.result
     name = result.get("file") if isinstance(result, dict) else None
-    if not isinstance(name, str) or not FILE_NAME.match(name):
+    if application.kind != Kind.MESSAGE_EXPORT or not isinstance(name, str):
+        return None
+    if not FILE_NAME.match(name):
         return None
     path = export_dir() / name
     return path if path.is_file() else None
@@ -64,16 +68,16 @@ def download_name(payload: object) -> str:
     return f"{payload.get('topic')}-{payload.get('from_ms')}-{payload.get('to_ms')}.jsonl.gz"
 
 
-def download(kind: str, result: object, payload: object) -> FileResponse | None:
+def download(application: Application) -> FileResponse | None:
     """The finished file of a ``message_export`` application as an attachment; None when
-    the application is of another kind, or its file is not written yet or was removed."""
-    path = file_of(result) if kind == "message_export" else None
+    :func:`export_file` has none."""
+    path = export_file(application)
     if path is None:
         return None
     return FileResponse(
         path.open("rb"),
         as_attachment=True,
-        filename=download_name(payload),
+        filename=download_name(application.payload),
         content_type="application/gzip",
     )
 
@@ -157,7 +161,7 @@ def export_messages(self, topic: str, plan: dict[str, list[int]]) -> dict[str, A
         async def step(engine: Engine, p: int) -> int:
             return await write_span(engine, out, topic, p, plan[str(p)])
 
-        outcome = _partition_by_partition(self, lambda _: [int(p) for p in plan], step, "written")
+        outcome = partition_by_partition(self, lambda _: [int(p) for p in plan], step, "written")
     partial.rename(final)
     return {**outcome, "file": final.name, "bytes": final.stat().st_size}
 

@@ -37,7 +37,7 @@ def start_offset_reset(topic: str, app: str, spec: dict[str, Any], *, skip_backl
     return {"task_id": task.id, "operation": "offset_reset", "spec": spec}
 
 
-def _partition_by_partition(
+def partition_by_partition(
     task: Any,
     parts: Callable[[Engine], list[int]],
     step: Callable[[Engine, int], Awaitable[int]],
@@ -86,7 +86,7 @@ def reset_offsets(self, topic: str, app: str, spec: dict[str, Any]) -> dict[str,
         )
         return result[p]
 
-    return _partition_by_partition(self, parts, reset, "positions")
+    return partition_by_partition(self, parts, reset, "positions")
 
 
 def start_reconsume(
@@ -133,7 +133,7 @@ def reconsume(
             copied += await engine.reconsume(topic, app, p, first, end, client_id=client)
         return copied
 
-    return _partition_by_partition(self, lambda _: [int(p) for p in plan], copy, "copied")
+    return partition_by_partition(self, lambda _: [int(p) for p in plan], copy, "copied")
 
 
 def progress(task_id: str) -> dict[str, Any]:

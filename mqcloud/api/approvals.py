@@ -207,7 +207,7 @@ class ApplicationViewSet(
         message a line); 404 while it is written and once removed (after
         MESSAGE_EXPORT_RETENTION_DAYS)."""
         app = self.get_object()
-        response = download(app.kind, app.result, app.payload)
+        response = download(app)
         if response is None:
             raise NotFound("No export file: not written yet, or removed.")
         return response

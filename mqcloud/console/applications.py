@@ -19,7 +19,7 @@ from mqcloud.console import access
 from mqcloud.console.forms import FORMS, add_service_errors, error_text, initial_for
 from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.console.topics import team_choices
-from mqcloud.exports import download, file_of
+from mqcloud.exports import download, export_file
 from mqcloud.operations import progress as operation_progress
 
 PAGE = 25
@@ -138,8 +138,7 @@ def application_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "reject_form": RejectForm(),
             "progress": _progress(application),
             "frozen": ApprovalSettings.current().frozen,
-            "export_ready": application.kind == Kind.MESSAGE_EXPORT
-            and file_of(application.result) is not None,
+            "export_ready": export_file(application) is not None,
         },
     )
 
@@ -161,7 +160,7 @@ def application_export(request: HttpRequest, pk: int) -> FileResponse:
     """The file an approved message export wrote, to the topic's team and platform
     admins; 404 while it is being written and once it was removed."""
     application = _get(request.user, pk)
-    response = download(application.kind, application.result, application.payload)
+    response = download(application)
     if response is None:
         raise Http404("No export file: not written yet, or removed (kept for a week).")
     return response
