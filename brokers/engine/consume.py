@@ -6,9 +6,10 @@ State per (app, topic, partition) — per clientId for broadcast — is the hash
 runs out is counted as failed by the next fetch, once),
 ``lk`` (last token issued), ``t`` (last access ms) and ``ip`` (last client address).
 
-One Lua script per attempt checks the lock, initialises the ack index on first use,
-reads from ``max(ack, min)`` and takes the lock only if it found messages — so a fetch is
-a single round trip on the partition's slot. Tokens are ms timestamps made strictly
+One Lua script per attempt checks the lock, initialises the ack index on first use
+(an ack index retention overtook moves up to ``min``), reads from it and takes the lock
+only if it found messages — so a fetch is a single round trip on the partition's slot.
+Tokens are ms timestamps made strictly
 increasing per partition, which is what HTTP-MQ's ``lockTime`` needs.
 """
 
@@ -65,6 +66,13 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
     -- committed past the end (an HTTP-MQ forceAck or nextOffset beyond it): corrected to
     -- the end (http-mq.md OFFSET_ILLEGAL), or what is appended up to there is never read
     ack = nxt
+    redis.call('HSET', state, 'ack', s(ack))
+  elseif ack < mn then
+    -- retention took messages before this consumer acked them (counted as its losses
+    -- then, retention.py): nobody can ack them now, so its position moves to the first
+    -- message kept, and what it reads from there commits (HTTP-MQ) and acks (JMQ4) as
+    -- any batch does; left behind, an index ack would wait for them for ever
+    ack = mn
     redis.call('HSET', state, 'ack', s(ack))
   end
   if addr ~= '' then redis.call('HSET', state, 't', s(now), 'ip', addr)

@@ -8,6 +8,8 @@
 * ``{g:<topic>:<app>}`` — consumer group bookkeeping (broadcast registry, resend list,
   rate-limit bucket).
 * ``{c:<minute>}``-free counters live under ``mq:cnt:…`` (plain keys, no script).
+* ``mq:lost`` — messages retention took before a consumer group read them, not yet
+  reported (:mod:`.retention`; a plain key).
 * ``{pr:<space>:<room>}`` — the members present in one room (:mod:`.presence`).
 * ``{mb:<space>:<name>}`` — the owner of one named mailbox (:mod:`.mailbox`).
 * ``{o:<topic>}`` — the partition counter of a topic's produce in turn (:mod:`.rotation`).

@@ -183,23 +183,30 @@ return out
 """
 )
 
+FIND_TIME_FN = """
+-- index_at_time(stream, lo, hi, ts): the first index in [lo, hi) whose store time is at or
+-- after ts (hi when none): a binary search over the stream's entries.
+local function index_at_time(stream, lo, hi, ts)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local e = redis.call('XREVRANGE', stream, s(mid) .. '-18446744073709551615', '-', 'COUNT', 1)[1]
+    if not e then hi = mid else
+      local fi, c = first_of(e[1])
+      local rec = e[2][2]
+      local st = struct.unpack('>i8', rec, 40) + struct.unpack('>i4', rec, 48)
+      if st >= ts then hi = fi else lo = fi + c end
+    end
+  end
+  return lo
+end
+"""
+
 FIND_TIME = Script(
-    """
+    FIND_TIME_FN
+    + """
 -- KEYS: stream, meta. ARGV: timestamp ms. First index whose store time >= ts.
 local m = redis.call('HMGET', KEYS[2], 'min', 'next')
-local lo, hi = tonumber(m[1] or '0'), tonumber(m[2] or '0')
-local ts = tonumber(ARGV[1])
-while lo < hi do
-  local mid = math.floor((lo + hi) / 2)
-  local e = redis.call('XREVRANGE', KEYS[1], s(mid) .. '-18446744073709551615', '-', 'COUNT', 1)[1]
-  if not e then hi = mid else
-    local fi, c = first_of(e[1])
-    local rec = e[2][2]
-    local st = struct.unpack('>i8', rec, 40) + struct.unpack('>i4', rec, 48)
-    if st >= ts then hi = fi else lo = fi + c end
-  end
-end
-return s(lo)
+return s(index_at_time(KEYS[1], tonumber(m[1] or '0'), tonumber(m[2] or '0'), tonumber(ARGV[1])))
 """
 )
 

@@ -62,6 +62,7 @@ EDGES = tuple(
     + [f"priority.{c}" for c in ("zbus", "vibemq-tcp")]
     + [f"retried.{c}" for c in ("zbus", "vibemq-tcp", "vibemq-ws")]
     + [f"zbus-name.{c}" for c in ("jmq4", "zbus", "vibemq-tcp", "vibemq-ws", "httpmq")]
+    + [f"retention.{c}" for c in ("jmq4", "zbus", "vibemq-tcp", "vibemq-ws", "httpmq")]
 )
 """Topics ``x.edge.<name>`` of the edge cases (:mod:`.test_edges`), made like the pairs'."""
 
@@ -151,6 +152,7 @@ def build_catalog(redis_url: str) -> Catalog:
         )
         for code, name in ZBUS_NAMES.items():
             Topic.objects.filter(code=code).update(zbus_name=name)
+        Topic.objects.filter(code__startswith="x.edge.retention.").update(retention_max_count=2)
         Topic.objects.filter(code="x.edge.max-size").update(
             max_queue_size=2, overflow_policy=Topic.Overflow.BLOCK_PUBLISHER
         )

@@ -22,6 +22,9 @@
 * and the other way round, the group's **retries** (a message copied into its retry store,
   as a JMQ4 consumer's retry or an operator's resend of dead letters does) reach its zbus
   and VibeMQ consumers, and leave the store once they ack;
+* **retention** that overtakes a consumer is counted against it whatever protocol it
+  consumes by: the messages trimmed that it was never handed (not the one it read), and
+  it goes on from the first message kept;
 * an MQ whose **zbus name** cannot be a topic code (``订单:…``): produced over zbus by that
   name, it is consumed over every other protocol by the topic's code, and produced over
   JMQ4 by the code, it is consumed over zbus by the name.
@@ -41,7 +44,7 @@ from brokers.protocols.jmq4 import (
     ProduceTopic,
 )
 from tests.access.conftest import until
-from tests.crossproto.conftest import ZBUS_NAMES, World
+from tests.crossproto.conftest import PROTOCOLS, ZBUS_NAMES, World
 from tests.crossproto.wire import (
     BINARY,
     CONSUME,
@@ -407,3 +410,44 @@ async def test_an_mq_called_by_its_zbus_name_is_the_topic_every_protocol_uses(
     problems += compare(consumer, producer, sent, got, topic)
     problems += await settled_everywhere(world, topic, consumer, nothing_more, counts, len(sent))
     assert not problems, f"{producer} -> {consumer} on {topic} ({name}):\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("consumer", PROTOCOLS)
+async def test_retention_counts_what_each_protocols_consumer_never_read(
+    consumer: str, world: World, conns: Conns
+):
+    topic = f"x.edge.retention.{consumer}"  # keeps the last 2 messages
+
+    async def produce(*bodies: bytes) -> None:
+        if consumer == "jmq4":  # over another protocol than the consumer's
+            for body in bodies:
+                r = await world.mq.post(
+                    "/mq/produce",
+                    data={"producer": world.consumer_name(topic), "message": body.decode()},
+                    headers=bearer(world.token),
+                )
+                assert r.status_code == 200, r.text
+        else:  # one request each: retention keeps one request's messages together
+            for body in bodies:
+                await produce_jmq4(world, topic, conns, message(body))
+
+    await produce(b"m0")
+    first, _ = await CONSUME[consumer](world, topic, 1, conns)
+    assert len(first) == 1, first
+    await until(lambda: _backlog(world, topic), within=10, what=f"m0 acked over {consumer}")
+    for conn in conns:  # the consumer goes away: what comes next waits for it
+        await conn.close()
+    conns.clear()
+    await produce(b"m1", b"m2", b"m3", b"m4")
+    assert await world.engine.trim(topic) == {0: 3}
+    losses = await world.engine.retention_losses()
+    assert losses.get((topic, world.owner)) == 2, losses  # m1 and m2, not m0
+    again, _ = await CONSUME[consumer](world, topic, 1, conns)
+    bodies = [g.get("payload", g.get("message", g.get("body"))) for g in again]
+    assert bodies and bodies[0] in ("m3", b"m3"), again
+
+    async def m3_acked() -> bool:  # as any batch: its position moved past it
+        (row,) = await world.engine.progress(topic, world.owner)
+        return row.ack_index >= 4
+
+    await until(m3_acked, within=10, what=f"m3 acked over {consumer}")

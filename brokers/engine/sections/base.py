@@ -10,6 +10,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
+from brokers.engine import offsets as offsets_mod
 from brokers.engine.access import (
     Gate,
     dead_letter_parent,
@@ -39,6 +40,7 @@ from brokers.engine.errors import (
     TopicNotFound,
 )
 from brokers.engine.fetch import Fetcher
+from brokers.engine.groups import members_of_groups
 from brokers.engine.holders import Holders
 from brokers.engine.model import (
     Delivery,
@@ -59,6 +61,10 @@ from brokers.engine.turns import PartitionTurns
 from brokers.engine.wire import WireBlob, WireRecords
 
 DEFAULT_RETRY = RetryPolicy()
+ACTIVE_CLIENT_MS = 600_000
+"""A broadcast client seen within this many milliseconds is active: its lag counts (see
+:meth:`PullSection.client_lags`), and so do the messages retention takes before it
+read them (:meth:`LogSection.trim`)."""
 
 
 def refusal_kind(exc: BaseException) -> str | None:
@@ -235,6 +241,38 @@ class EngineBase:
                 raise ClientIdRequired(f"{policy.name} consumes by broadcast: clientId required")
         elif client_id:
             raise ClientIdNotAllowed(f"{policy.name} consumes by clustering: no clientId")
+
+    async def _progress_clients(
+        self, known: Sequence[tuple[str, str, TopicInfo]]
+    ) -> dict[tuple[str, str], list[str]]:
+        """The clients whose progress stands for each consumer group ``(topic, app,
+        topic's info)``: a broadcast consumer's clients seen in the last
+        ``ACTIVE_CLIENT_MS`` (every registered one when none was,
+        :func:`offsets.lag_clients`), a fan-out queue's members. Groups consuming as one
+        are left out (their progress is the group's own). One round trip for the
+        broadcast consumers, two for the fan-out queues, none without."""
+        policies = {(t, a): self.catalog.consumer(t, a) for t, a, _ in known}
+        broadcast = [
+            (t, a)
+            for t, a, info in known
+            if (policy := policies[(t, a)]) is not None and self._by_broadcast(info, policy)
+        ]
+        fan_out = [
+            (t, a)
+            for t, a, info in known
+            if (policy := policies[(t, a)]) is not None and self._by_members(info, policy)
+        ]
+        since = self.now_ms() - ACTIVE_CLIENT_MS
+        return {
+            **dict(
+                zip(
+                    broadcast,
+                    await offsets_mod.lag_clients(self.redis, broadcast, since),
+                    strict=True,
+                )
+            ),
+            **dict(zip(fan_out, await members_of_groups(self.redis, fan_out), strict=True)),
+        }
 
     def readable_partitions(self, topic: TopicInfo) -> tuple[int, ...]:
         """This broker's partitions of ``topic`` (all of them without a broker id)."""

@@ -39,7 +39,12 @@ from brokers.engine.record import (
     encode_record,
     split_blob,
 )
-from brokers.engine.retention import trim_partition
+from brokers.engine.retention import (
+    record_losses,
+    settle_losses,
+    trim_topics,
+    unsettled_losses,
+)
 from brokers.engine.sections.base import EngineBase, how_many
 from brokers.engine.wire import WireBlob, WireRecords, check_wire, stamp_wire, wire_records
 
@@ -461,15 +466,50 @@ class LogSection(EngineBase):
         return await indexes_at_times(self.redis, topic, partitions, times_ms)
 
     async def trim(self, topic: str) -> dict[int, int]:
-        """Apply the topic's retention to every partition; the new min index of each."""
-        info = self.topic(topic)
-        now = self.now_ms()
-        return {p: await trim_partition(self.redis, info, p, now) for p in range(info.partitions)}
+        """Apply the topic's retention to every partition; the new min index of each.
+        What it took that a consumer had not read is recorded (:meth:`retention_losses`)."""
+        return (await self._trim([self.topic(topic)]))[topic]
 
     async def trim_all(self) -> dict[str, dict[int, int]]:
-        """Apply retention to every topic that has a limit."""
-        return {
-            code: await self.trim(code)
-            for code, info in self._catalog().topics.items()
-            if info.retention_max_age_s is not None or info.retention_max_count is not None
-        }
+        """Apply retention to every topic that has a limit (a thousand partitions per
+        round trip)."""
+        return await self._trim(
+            [
+                info
+                for info in self._catalog().topics.values()
+                if info.retention_max_age_s is not None or info.retention_max_count is not None
+            ]
+        )
+
+    async def _trim(self, infos: Sequence[TopicInfo]) -> dict[str, dict[int, int]]:
+        """Trim ``infos`` measuring what each consumer lost (each progress as its lag is
+        measured: a broadcast consumer's active clients, a fan-out queue's members), and
+        record the losses."""
+        snap = self._catalog()
+        known = [(i.code, c.app, i) for i in infos for c in snap.consumers_of(i.code)]
+        clients = await self._progress_clients(known)
+        progresses: dict[str, dict[str, list[str | None]]] = {i.code: {} for i in infos}
+        for topic, app, _ in known:
+            progresses[topic][app] = list(clients.get((topic, app)) or (None,))
+        done = await trim_topics(
+            self.redis, [(i, progresses[i.code]) for i in infos], self.now_ms()
+        )
+        await record_losses(
+            self.redis,
+            {
+                (i.code, app): n
+                for i, d in zip(infos, done, strict=True)
+                for app, n in d.lost.items()
+            },
+        )
+        return {i.code: d.mins for i, d in zip(infos, done, strict=True)}
+
+    async def retention_losses(self) -> dict[tuple[str, str], int]:
+        """Messages retention took before a consumer group ``(topic, app)`` read them,
+        recorded by :meth:`trim` and not yet settled (groups without any left out)."""
+        return await unsettled_losses(self.redis)
+
+    async def settle_retention_losses(self, losses: dict[tuple[str, str], int]) -> None:
+        """Take ``losses`` (what :meth:`retention_losses` returned, or part of it) off the
+        recorded ones; what was recorded since stays."""
+        await settle_losses(self.redis, losses)

@@ -31,7 +31,6 @@ from brokers.engine.errors import (
 )
 from brokers.engine.fetch import FetchRequest, Piggyback
 from brokers.engine.groups import members as group_members
-from brokers.engine.groups import members_of_groups
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import (
     AckResult,
@@ -48,12 +47,9 @@ from brokers.engine.model import (
 from brokers.engine.notify import announce
 from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.read import indexes_at_times, read_range
-from brokers.engine.sections.base import EngineBase
+from brokers.engine.sections.base import ACTIVE_CLIENT_MS, EngineBase
 from brokers.engine.unbatch import one_by_one
 
-ACTIVE_CLIENT_MS = 600_000
-"""A broadcast client seen within this many milliseconds is active: its lag counts (see
-:meth:`PullSection.client_lags`)."""
 IDLE_CLIENTS_BATCH = 1_000
 """Most idle broadcast clients of one consumer forgotten per call."""
 RECONSUME_MAX = 100_000
@@ -760,28 +756,7 @@ class PullSection(EngineBase):
         known = [
             (t, a, info) for t, a in groups if (info := self.catalog.topics.get(t)) is not None
         ]
-        policies = {(t, a): self.catalog.consumer(t, a) for t, a, _ in known}
-        broadcast = [
-            (t, a)
-            for t, a, info in known
-            if (policy := policies[(t, a)]) is not None and self._by_broadcast(info, policy)
-        ]
-        fan_out = [
-            (t, a)
-            for t, a, info in known
-            if (policy := policies[(t, a)]) is not None and self._by_members(info, policy)
-        ]
-        since = self.now_ms() - ACTIVE_CLIENT_MS
-        clients: dict[tuple[str, str], list[str]] = {
-            **dict(
-                zip(
-                    broadcast,
-                    await offsets_mod.lag_clients(self.redis, broadcast, since),
-                    strict=True,
-                )
-            ),
-            **dict(zip(fan_out, await members_of_groups(self.redis, fan_out), strict=True)),
-        }
+        clients = await self._progress_clients(known)
         refs = [
             overview.GroupRef(topic, app, info.partitions, client_id=client)
             for topic, app, info in known
