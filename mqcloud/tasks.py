@@ -254,6 +254,15 @@ def check_dead_letter_alerts() -> int:
 
 
 @shared_task
+def check_retention_loss_alerts() -> int:
+    """Fire an alert for every consumer that lost messages to retention before reading
+    them (beat: every minute); returns how many fired."""
+    from mqcloud.alerts.retention_losses import check_retention_losses
+
+    return len(check_retention_losses())
+
+
+@shared_task
 def check_consume_failure_alerts() -> int:
     """Fire consume-failure alerts for consumers that failed too many messages in the last
     hour (beat: every minute); returns how many fired."""

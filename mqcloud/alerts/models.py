@@ -22,6 +22,7 @@ class AlertEvent(models.Model):
         TRAFFIC_SURGE = "traffic_surge", "Traffic surge"
         TRAFFIC_SILENCE = "traffic_silence", "Traffic stopped"
         TRAFFIC_RULE = "traffic_rule", "Traffic rule"
+        RETENTION_LOSS = "retention_loss", "Messages lost to retention"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     target = models.CharField(max_length=300, help_text="e.g. consumer:app.topic")
