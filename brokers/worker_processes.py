@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brokers.engine.exits import how_it_ended
+
 log = logging.getLogger("mqcloud.broker")
 
 STABLE_AFTER_S = 10.0
@@ -103,9 +105,11 @@ class WorkerProcesses:
     def _backoff(self, worker: Worker) -> float:
         return 0.0 if worker.failures <= 1 else min(MAX_BACKOFF_S, 2.0 ** (worker.failures - 1))
 
-    def supervise(self) -> None:
-        """Start again the workers that exited (called every heartbeat)."""
+    def supervise(self) -> list[dict[str, object]]:
+        """Start again the workers that exited (called every heartbeat); what ended, for
+        the record (:func:`brokers.engine.record_exit`)."""
         now = time.monotonic()
+        ended: list[dict[str, object]] = []
         for worker in self.workers:
             proc = worker.process
             if proc is not None:
@@ -124,8 +128,18 @@ class WorkerProcesses:
                     self.broker_id,
                     worker.number,
                     proc.pid,
-                    _how_it_ended(code),
+                    how_it_ended(code),
                     f" in {worker.start_after - now:.0f} s" if worker.start_after > now else "",
+                )
+                ended.append(
+                    {
+                        "service": f"broker {self.broker_id}",
+                        "process": worker.number,
+                        "pid": proc.pid,
+                        "how": how_it_ended(code),
+                        "at": time.time(),
+                        "failures_in_a_row": worker.failures,
+                    }
                 )
             if now >= worker.start_after:
                 self._spawn(worker)
@@ -136,6 +150,7 @@ class WorkerProcesses:
                         worker.number,
                         worker.process.pid,
                     )
+        return ended
 
     def pids(self) -> list[int]:
         return [w.process.pid for w in self.workers if w.process is not None]
@@ -181,16 +196,6 @@ def parse_ports(text: str) -> dict[str, int | None]:
         else:
             raise ValueError(f"not a port: {value!r}")
     return ports
-
-
-def _how_it_ended(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return f"was killed by {name}"
-    return f"exited with code {code}"
 
 
 def die_with_parent() -> None:

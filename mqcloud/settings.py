@@ -239,6 +239,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_dead_letter_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "process-alerts": {
+        "task": "mqcloud.tasks.check_process_alerts",
+        "schedule": timedelta(minutes=1),
+    },
     "retention-loss-alerts": {
         "task": "mqcloud.tasks.check_retention_loss_alerts",
         "schedule": timedelta(minutes=1),

@@ -254,6 +254,16 @@ def check_dead_letter_alerts() -> int:
 
 
 @shared_task
+def check_process_alerts() -> int:
+    """Alert the platform admins of processes that died (and were started again) and of
+    HTTP-MQ proxy processes that stopped reporting (beat: every minute); returns how many
+    fired."""
+    from mqcloud.alerts.processes import check_processes
+
+    return len(check_processes())
+
+
+@shared_task
 def check_retention_loss_alerts() -> int:
     """Fire an alert for every consumer that lost messages to retention before reading
     them (beat: every minute); returns how many fired."""

@@ -64,6 +64,7 @@ from brokers.engine.errors import (
     TransactionNotFound,
     WriteTimeout,
 )
+from brokers.engine.exits import how_it_ended, record_exit, take_exits
 from brokers.engine.groups import GroupStats
 from brokers.engine.groups import seed as seed_group
 from brokers.engine.keys import RETRY_PARTITION
@@ -114,7 +115,12 @@ from brokers.engine.record import (
     split_attribute_text,
 )
 from brokers.engine.redisio import AnyRedis, broker_client, engine_client
-from brokers.engine.reports import publish_report, read_reports, withdraw_report
+from brokers.engine.reports import (
+    publish_report,
+    read_reports,
+    take_lapsed_reports,
+    withdraw_report,
+)
 from brokers.engine.retry import RetryPolicy
 from brokers.engine.sections.pull import ACTIVE_CLIENT_MS
 from brokers.engine.shared import Lease, QueueRetry
@@ -226,6 +232,7 @@ __all__ = [
     "encode_record",
     "engine_client",
     "hash_token",
+    "how_it_ended",
     "java_hash",
     "leader_records",
     "load_snapshot",
@@ -236,10 +243,13 @@ __all__ = [
     "publish_snapshot",
     "read_attribute_line",
     "read_reports",
+    "record_exit",
     "record_parts",
     "record_store_time",
     "seed_group",
     "split_attribute_text",
+    "take_exits",
+    "take_lapsed_reports",
     "withdraw_report",
     "worst_lag",
 ]

@@ -10,6 +10,9 @@
 * ``{c:<minute>}``-free counters live under ``mq:cnt:…`` (plain keys, no script).
 * ``mq:lost`` — messages retention took before a consumer group read them, not yet
   reported (:mod:`.retention`; a plain key).
+* ``mq:exits`` — process exits a supervisor recorded for the alerts (:mod:`.exits`);
+  ``mq:reports`` and ``mq:reports:<board>`` — what processes report about themselves
+  (:mod:`.reports`). Plain keys.
 * ``{pr:<space>:<room>}`` — the members present in one room (:mod:`.presence`).
 * ``{mb:<space>:<name>}`` — the owner of one named mailbox (:mod:`.mailbox`).
 * ``{o:<topic>}`` — the partition counter of a topic's produce in turn (:mod:`.rotation`).

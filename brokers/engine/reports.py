@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from brokers.engine.keys import PREFIX
-from brokers.engine.redisio import AnyRedis
+from brokers.engine.redisio import AnyRedis, Script
 
 REPORTS_KEY = f"{PREFIX}:reports"
 
@@ -72,4 +72,44 @@ async def read_reports(
         if isinstance(doc, dict) and doc.get("valid_until", 0) >= now:
             label = name.decode() if isinstance(name, bytes) else str(name)
             found[label] = doc
+    return found
+
+
+TAKE_LAPSED = Script(
+    """
+-- KEYS: a board. ARGV: now (s). The reports past their time, as name, report pairs,
+-- taken off the board (a report renewed meanwhile is valid, so it stays).
+local out = {}
+local all = redis.call('HGETALL', KEYS[1])
+local now = tonumber(ARGV[1])
+for i = 1, #all, 2 do
+  local ok, doc = pcall(cjson.decode, all[i + 1])
+  local til = ok and type(doc) == 'table' and tonumber(doc['valid_until'])
+  if not til or til < now then
+    redis.call('HDEL', KEYS[1], all[i])
+    out[#out + 1] = all[i]
+    out[#out + 1] = all[i + 1]
+  end
+end
+return out
+"""
+)
+
+
+async def take_lapsed_reports(client: AnyRedis, *, board: str | None = None) -> dict[str, dict]:
+    """The reports on ``board`` past their time — processes that stopped without
+    withdrawing theirs: dead, or frozen for longer than their report was valid — by name,
+    each without its ``valid_until``, taken off the board so each is reported once (an
+    unreadable one counts as lapsed and comes back empty)."""
+    found: dict[str, dict] = {}
+    pairs = await TAKE_LAPSED(client, (board_key(board),), (time.time(),))
+    for name, raw in zip(pairs[::2], pairs[1::2], strict=True):
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            doc = {}
+        if not isinstance(doc, dict):
+            doc = {}
+        doc.pop("valid_until", None)
+        found[name.decode() if isinstance(name, bytes) else str(name)] = doc
     return found

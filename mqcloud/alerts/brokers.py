@@ -7,7 +7,7 @@ no live writable broker to take them (their partitions take no writes until one 
 from __future__ import annotations
 
 from brokers.models import Broker, PartitionGroup
-from mqcloud.alerts.delivery import deliver, platform_admin_emails
+from mqcloud.alerts.delivery import alert_admins, platform_admin_emails
 from mqcloud.alerts.models import AlertEvent
 
 NAMED_TOPICS = 10
@@ -28,22 +28,19 @@ def alert_brokers_down(broker_ids: list[int], moved: dict[int, int]) -> list[Ale
         named = ", ".join(stranded[:NAMED_TOPICS]) + ("…" if len(stranded) > NAMED_TOPICS else "")
         left = f"; no live writable broker took the groups of {named}" if stranded else ""
         heartbeat = broker.last_heartbeat.isoformat() if broker.last_heartbeat else None
-        event = AlertEvent.objects.create(
-            kind=AlertEvent.Kind.BROKER_DOWN,
-            target=f"broker:{broker.id}",
-            team=None,
-            message=(
-                f"Broker {broker.id} ({broker.host}) is down: no heartbeat since {heartbeat};"
-                f" {moved.get(broker.id, 0)} partition groups moved to other leaders{left}"
-            )[:1000],
-            detail={
+        event = alert_admins(
+            AlertEvent.Kind.BROKER_DOWN,
+            f"broker:{broker.id}",
+            f"Broker {broker.id} ({broker.host}) is down: no heartbeat since {heartbeat};"
+            f" {moved.get(broker.id, 0)} partition groups moved to other leaders{left}",
+            {
                 "broker": broker.id,
                 "host": broker.host,
                 "last_heartbeat": heartbeat,
                 "groups_moved": moved.get(broker.id, 0),
                 "topics_without_leader": stranded,
             },
+            recipients,
         )
-        deliver(event, recipients)
         fired.append(event)
     return fired

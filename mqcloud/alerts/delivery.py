@@ -69,6 +69,18 @@ def alert_team(kind: str, target: str, team: Team, message: str, detail: dict) -
     return event
 
 
+def alert_admins(
+    kind: str, target: str, message: str, detail: dict, recipients: list[str]
+) -> AlertEvent:
+    """Record an alert of no team's (the platform's) and deliver it to ``recipients`` (the
+    platform admins' addresses, read once per check) and the webhook."""
+    event = AlertEvent.objects.create(
+        kind=kind, target=target[:300], team=None, message=message[:1000], detail=detail
+    )
+    deliver(event, recipients)
+    return event
+
+
 def platform_admin_emails() -> list[str]:
     """The addresses of the platform admins (staff and superusers) who have one."""
     admins = get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True))

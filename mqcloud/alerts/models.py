@@ -23,6 +23,8 @@ class AlertEvent(models.Model):
         TRAFFIC_SILENCE = "traffic_silence", "Traffic stopped"
         TRAFFIC_RULE = "traffic_rule", "Traffic rule"
         RETENTION_LOSS = "retention_loss", "Messages lost to retention"
+        PROCESS_EXIT = "process_exit", "Process died and restarted"
+        PROXY_DOWN = "proxy_down", "HTTP-MQ proxy down"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     target = models.CharField(max_length=300, help_text="e.g. consumer:app.topic")

@@ -1,8 +1,13 @@
 """Clusters and brokers: status, heartbeat, partition groups led, weights, permissions;
-platform admins can give every group back to its preferred leader now."""
+platform admins can give every group back to its preferred leader now. And the HTTP-MQ
+proxy processes running now, from their reports (:mod:`proxy.httpmq.report`)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -10,8 +15,11 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
+from redis.exceptions import RedisError
 
+from brokers.engine import engine_client, read_reports
 from brokers.models import Broker, Cluster, PartitionGroup
+from mqcloud.alerts.processes import PROXY_BOARD
 from mqcloud.console import access
 from mqcloud.console.listing import ListSpec, paginate
 from mqcloud.tasks import elect_preferred_leaders
@@ -22,6 +30,40 @@ GROUPS_LED = ListSpec(
     search=("topic__code",),
     search_label="Search topic",
 )
+
+
+async def _proxy_reports() -> dict[str, dict[str, Any]]:
+    client = engine_client(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return await read_reports(client, board=PROXY_BOARD)
+    finally:
+        await client.aclose()
+
+
+def proxy_processes() -> list[dict[str, Any]] | None:
+    """The HTTP-MQ serving processes whose reports are valid, by name (None: Redis does
+    not answer)."""
+    try:
+        reports = async_to_sync(_proxy_reports)()
+    except (RedisError, OSError):
+        return None
+    rows = []
+    for name, doc in sorted(reports.items()):
+        since = doc.get("since")
+        rows.append(
+            {
+                "name": name,
+                "host": doc.get("host", ""),
+                "port": doc.get("port", ""),
+                "process": doc.get("process", ""),
+                "pid": doc.get("pid", ""),
+                "since": datetime.fromtimestamp(since, UTC)
+                if isinstance(since, int | float)
+                else None,
+                "catalog_version": doc.get("catalog_version", ""),
+            }
+        )
+    return rows
 
 
 @login_required
@@ -38,6 +80,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         {
             "clusters": clusters,
             "preferred_healthy_seconds": int(settings.PREFERRED_LEADER_HEALTHY_SECONDS),
+            "proxies": proxy_processes(),
         },
     )
 

@@ -21,6 +21,7 @@ from proxy.httpmq.envelope import CORS, ProxyError, Reply, envelope, too_large
 from proxy.httpmq.handlers import ROUTES, engine_error
 from proxy.httpmq.metrics import Metrics
 from proxy.httpmq.relay import ConsoleRelay, is_console_path
+from proxy.httpmq.report import ProcessReport
 from proxy.httpmq.request import from_scope
 from proxy.httpmq.runtime import Runtime
 
@@ -72,10 +73,12 @@ async def read_body(receive: Any, headers: dict[bytes, bytes], limit: int) -> by
 class HttpMqApp:
     """The ASGI application of one serving process; its engine starts with the lifespan."""
 
-    def __init__(self, config: ProxyConfig, metrics: Metrics | None = None) -> None:
+    def __init__(self, config: ProxyConfig, metrics: Metrics | None = None, index: int = 0) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
+        self.index = index  # this serving process's number
         self.runtime: Runtime | None = None
+        self.report: ProcessReport | None = None
         self.relay: ConsoleRelay | None = None
         self.access_log = config.access_log
 
@@ -85,10 +88,17 @@ class HttpMqApp:
         """Connect to Redis and load the catalog (the lifespan's start)."""
         self.runtime = await Runtime.start(self.config)
         self.relay = ConsoleRelay(self.config.console_url)
+        config = self.config
+        self.report = ProcessReport(
+            self.runtime.engine, config.host, config.port, self.index, config.report_seconds
+        )
+        self.report.start()
         tune_gc()  # as runbroker does: fewer, smaller collections per request
 
     async def shutdown(self) -> None:
-        """Close the engine and the relay (the lifespan's end)."""
+        """Withdraw the report, close the engine and the relay (the lifespan's end)."""
+        if self.report is not None:
+            await self.report.stop()
         if self.relay is not None:
             await self.relay.close()
         if self.runtime is not None:

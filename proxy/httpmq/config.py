@@ -33,6 +33,7 @@ class ProxyConfig:
     max_connections: int = 10_000  # per process; past it the longest-idle one is closed
     access_log: bool = False
     redis_connections: int = 64
+    report_seconds: float = 5.0  # each process's report is renewed this often
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> ProxyConfig:
@@ -62,6 +63,7 @@ class ProxyConfig:
             "max_connections": int(get("HTTPMQ_MAX_CONNECTIONS", d.max_connections)),
             "access_log": _bool(get("HTTPMQ_ACCESS_LOG", "false")),
             "redis_connections": int(get("HTTPMQ_REDIS_CONNECTIONS", d.redis_connections)),
+            "report_seconds": float(get("HTTPMQ_REPORT_SECONDS", d.report_seconds)),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ idle-connection eviction.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import multiprocessing
@@ -30,11 +31,14 @@ from multiprocessing.connection import wait
 from typing import Any
 
 import uvicorn
+from redis.exceptions import RedisError
 
+from brokers.engine import engine_client, how_it_ended, record_exit
 from proxy.httpmq.app import HttpMqApp
 from proxy.httpmq.config import ProxyConfig
 from proxy.httpmq.metrics import MULTIPROC_ENV, Metrics
 from proxy.httpmq.protocol import protocol_class
+from proxy.httpmq.report import report_name
 
 log = logging.getLogger("mqcloud.httpmq")
 
@@ -58,10 +62,11 @@ def raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def uvicorn_server(config: ProxyConfig) -> uvicorn.Server:
-    """The uvicorn server of one process, with this service's protocol and application."""
+def uvicorn_server(config: ProxyConfig, index: int = 0) -> uvicorn.Server:
+    """The uvicorn server of serving process ``index``, with this service's protocol and
+    application."""
     metrics = Metrics()
-    app = HttpMqApp(config, metrics)
+    app = HttpMqApp(config, metrics, index)
     settings = uvicorn.Config(
         app,
         loop="uvloop",
@@ -89,7 +94,7 @@ def serve_process(config: ProxyConfig, index: int = 0) -> None:
     )
     raise_open_files_limit()
     sock = listen_socket(config.host, config.port)
-    uvicorn_server(config).run(sockets=[sock])
+    uvicorn_server(config, index).run(sockets=[sock])
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -152,6 +157,7 @@ class Supervisor:
                             "HTTP-MQ process %d exited (%s); restarting", index, child.exitcode
                         )
                         _mark_dead(child.pid)
+                        _record_exit(self.config, index, child.pid, child.exitcode)
                         time.sleep(self.RESTART_DELAY)
                         self._start(index)
         finally:
@@ -166,6 +172,28 @@ class Supervisor:
                     child.join()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _record_exit(config: ProxyConfig, index: int, pid: int | None, code: int | None) -> None:
+    """Record a serving process's death for the alerts (:func:`brokers.engine.record_exit`);
+    a Redis outage loses only the record."""
+    doc = {
+        "service": f"HTTP-MQ {report_name(config.port, index).rsplit('/', 1)[0]}",
+        "process": index,
+        "pid": pid,
+        "how": how_it_ended(code if code is not None else 0),
+        "at": time.time(),
+    }
+
+    async def record() -> None:
+        client = engine_client(config.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            await record_exit(client, doc)
+        finally:
+            await client.aclose()
+
+    with contextlib.suppress(RedisError, OSError):
+        asyncio.run(record())
 
 
 def _mark_dead(pid: int | None) -> None:

@@ -1,6 +1,6 @@
 """A worker process of ``runbroker --processes 2`` killed (kill -9, as the OOM killer does):
-the first process starts it again within seconds, says so in its log, and serves
-meanwhile; stopping the broker stops the new worker too."""
+the first process starts it again within seconds, says so in its log and in the exits
+the process alerts read, and serves meanwhile; stopping the broker stops the new worker too."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 import pytest
 
 from brokers.clients.jmq4.connection import Jmq4Error
+from brokers.engine import engine_client, take_exits
 from tests.jmq4.conftest import build_catalog
 from tests.recovery.processes import ROOT, BrokerProcesses, round_trip
 from tests.web.test_processes import _alive, _listening_pids
@@ -40,6 +41,14 @@ def _reconnecting(runner: asyncio.Runner, port: int, token: str, body: bytes) ->
                 raise
             time.sleep(0.2)
     raise AssertionError("unreachable")
+
+
+async def _exits(redis_url: str) -> list[dict]:
+    client = engine_client(redis_url)
+    try:
+        return await take_exits(client)
+    finally:
+        await client.aclose()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -69,6 +78,11 @@ def test_a_killed_worker_process_is_started_again(redis_url, tmp_path):
             log = brokers.log(1)
             assert f"worker 1 (pid {old}) was killed by SIGKILL; starting it again" in log
             assert "worker 1 started again (pid " in log
+            # recorded for the process alerts (mqcloud.alerts.processes)
+            exits = runner.run(_exits(redis_url))
+            assert [(e["service"], e["process"], e["how"]) for e in exits if e["pid"] == old] == [
+                ("broker 1", 1, "was killed by SIGKILL")
+            ]
         finally:
             codes = brokers.stop_all()
     assert codes == {1: 0}, brokers.log(1)[-3000:]

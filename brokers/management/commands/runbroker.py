@@ -53,6 +53,7 @@ from brokers.engine import (
     Engine,
     StoreUnavailable,
     publish_report,
+    record_exit,
     withdraw_report,
 )
 from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher
@@ -437,7 +438,9 @@ async def run(
                 log.warning("broker %s is in the catalog again: serving", broker_id)
             await report.publish(client, settings.BROKER_HEARTBEAT_SECONDS)
             if workers is not None:
-                workers.supervise()
+                for ended in workers.supervise():  # for the alerts; a Redis outage skips it
+                    with contextlib.suppress(StoreUnavailable, RedisError, OSError):
+                        await record_exit(client, ended)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), settings.BROKER_HEARTBEAT_SECONDS)
     finally:

@@ -1,0 +1,69 @@
+"""This serving process's report on the ``httpmq`` board (:func:`brokers.engine.publish_report`):
+who it is — host, port, process number, pid, since when — and the catalog version it
+serves, renewed every ``report_seconds`` and valid for three of them. The console lists
+the processes from the board; a report left past its time (a process killed, a host that
+went away) is what the proxy-down alert finds. A stopping process withdraws its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+
+from redis.exceptions import RedisError
+
+from brokers.engine import Engine, StoreUnavailable, publish_report, withdraw_report
+
+BOARD = "httpmq"
+log = logging.getLogger(__name__)
+
+
+def report_name(port: int, index: int) -> str:
+    """``<host name>:<port>/<process number>``: one per serving process of the fleet."""
+    return f"{socket.gethostname()}:{port}/{index}"
+
+
+class ProcessReport:
+    """Publishes and withdraws one serving process's report."""
+
+    def __init__(self, engine: Engine, bind: str, port: int, index: int, every_s: float) -> None:
+        self.engine, self.every_s = engine, every_s
+        self.name = report_name(port, index)
+        self.doc: dict[str, object] = {
+            "host": socket.gethostname(),
+            "bind": bind,
+            "port": port,
+            "process": index,
+            "pid": os.getpid(),
+            "since": time.time(),
+        }
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self.publish()
+            await asyncio.sleep(self.every_s)
+
+    async def publish(self) -> None:
+        """Publish now, valid for three periods (a Redis outage only skips this one)."""
+        self.doc["catalog_version"] = self.engine.catalog.version
+        with contextlib.suppress(StoreUnavailable, RedisError, OSError):
+            await publish_report(
+                self.engine.redis, self.name, self.doc, valid_for_s=3 * self.every_s, board=BOARD
+            )
+
+    async def stop(self) -> None:
+        """Stop publishing and withdraw the report (a stop on purpose is no outage)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(StoreUnavailable, RedisError, OSError):
+            await withdraw_report(self.engine.redis, self.name, board=BOARD)
