@@ -63,6 +63,7 @@ EDGES = tuple(
     + [f"retried.{c}" for c in ("zbus", "vibemq-tcp", "vibemq-ws")]
     + [f"zbus-name.{c}" for c in ("jmq4", "zbus", "vibemq-tcp", "vibemq-ws", "httpmq")]
     + [f"retention.{c}" for c in ("jmq4", "zbus", "vibemq-tcp", "vibemq-ws", "httpmq")]
+    + [f"spread.{p}" for p in ("zbus", "vibemq-tcp", "vibemq-ws")]
 )
 """Topics ``x.edge.<name>`` of the edge cases (:mod:`.test_edges`), made like the pairs'."""
 
@@ -136,7 +137,8 @@ def build_catalog(redis_url: str) -> Catalog:
         codes = [topic_for(p, c) for p, c in PAIRS] + [f"x.edge.{e}" for e in EDGES]
         for code in codes:
             bands = code.startswith("x.edge.priority.")  # PriorityBased: 4 bands
-            topic = factories.topic(code, cluster, team, partitions=4 if bands else 1, groups=1)
+            many = bands or code.startswith("x.edge.spread.")
+            topic = factories.topic(code, cluster, team, partitions=4 if many else 1, groups=1)
             PartitionGroup.objects.filter(topic=topic).update(leader_id=1)
             ProducerPolicy.objects.create(topic=topic, app=owner, http_enabled=True)
             ConsumerPolicy.objects.create(

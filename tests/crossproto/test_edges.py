@@ -22,6 +22,8 @@
 * and the other way round, the group's **retries** (a message copied into its retry store,
   as a JMQ4 consumer's retry or an operator's resend of dead letters does) reach its zbus
   and VibeMQ consumers, and leave the store once they ack;
+* messages produced over zbus or VibeMQ (which name no partition) **take turns** over a
+  topic's 4 partitions: 4 rounds of a producer's messages leave each partition as many;
 * **retention** that overtakes a consumer is counted against it whatever protocol it
   consumes by: the messages trimmed that it was never handed (not the one it read), and
   it goes on from the first message kept;
@@ -49,6 +51,7 @@ from tests.crossproto.wire import (
     BINARY,
     CONSUME,
     NO_PAYLOAD,
+    PRODUCE,
     VIEW,
     Conns,
     Counts,
@@ -451,3 +454,15 @@ async def test_retention_counts_what_each_protocols_consumer_never_read(
         return row.ack_index >= 4
 
     await until(m3_acked, within=10, what=f"m3 acked over {consumer}")
+
+
+@pytest.mark.parametrize("producer", ["zbus", "vibemq-tcp", "vibemq-ws"])
+async def test_produces_without_a_partition_take_turns_over_the_partitions(
+    producer: str, world: World, conns: Conns
+):
+    topic = f"x.edge.spread.{producer}"  # 4 partitions, equal weights
+    sent: list[Sent] = []
+    for _ in range(4):
+        sent += await PRODUCE[producer](world, topic, conns)
+    stored = [(await world.engine.bounds(topic, p))[1] for p in range(4)]
+    assert stored == [len(sent) // 4] * 4, stored  # weighted random would rarely be even
