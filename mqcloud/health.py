@@ -3,8 +3,8 @@
 Both also show what each running broker process reports about itself
 (:func:`brokers.engine.read_reports`): whether it serves, and if not why (a broker removed
 from the catalog waits to be added back), and — in ``/metrics``, per process of a broker
-run with ``--processes`` — its protocol error counts, read-ahead and notification
-wake-ups.
+run with ``--processes`` — its protocol error counts, read-ahead, notification
+wake-ups and store write times of the last minute.
 """
 
 from __future__ import annotations
@@ -138,7 +138,24 @@ class _ReportCollector:
             " handed back to every process, and notification connections lost",
             labels=["broker", "process", "kind"],
         )
+        store = GaugeMetricFamily(
+            "mqcloud_broker_store_write_ms",
+            "A broker process's store writes (appends) in the last minute, as the engine"
+            " timed them: the 99th percentile (a bucket's bound) and the slowest, in ms",
+            labels=["broker", "process", "kind"],
+        )
+        writes = GaugeMetricFamily(
+            "mqcloud_broker_store_writes_last_minute",
+            "Store writes (appends) a broker process made in the last minute",
+            labels=["broker", "process"],
+        )
         for (bid, process), doc in sorted(self.reports.items()):
+            timed = doc.get("store_writes")
+            if isinstance(timed, dict) and isinstance(timed.get("count"), int):
+                writes.add_metric([bid, process], timed["count"])
+                for kind in ("p99", "max"):
+                    if isinstance(timed.get(f"{kind}_ms"), int | float):
+                        store.add_metric([bid, process, kind], timed[f"{kind}_ms"])
             if process == "0":
                 serving.add_metric([bid], 1 if doc.get("state") == "serving" else 0)
             protocol_errors = doc.get("protocol_errors")
@@ -165,6 +182,8 @@ class _ReportCollector:
         yield read_ahead
         yield refused
         yield wakeups
+        yield store
+        yield writes
 
 
 @require_GET

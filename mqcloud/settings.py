@@ -243,6 +243,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_process_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "store-latency-alerts": {
+        "task": "mqcloud.tasks.check_store_latency_alerts",
+        "schedule": timedelta(minutes=1),
+    },
     "retention-loss-alerts": {
         "task": "mqcloud.tasks.check_retention_loss_alerts",
         "schedule": timedelta(minutes=1),
@@ -351,6 +355,10 @@ PRODUCE_REFUSAL_ALERT_PER_HOUR = env.int("PRODUCE_REFUSAL_ALERT_PER_HOUR", defau
 # A sequential consumer whose ack index has not moved for this many seconds, on a
 # partition with messages waiting, while it kept fetching alerts its team (0: never).
 CONSUMER_BLOCKED_ALERT_S = env.float("CONSUMER_BLOCKED_ALERT_S", default=60)
+# A broker or HTTP-MQ process whose store writes in the last minute took more than this
+# at most, or at the 99th percentile, alerts the platform admins (0: that test off).
+STORE_SLOW_MAX_MS = env.int("STORE_SLOW_MAX_MS", default=500)
+STORE_SLOW_P99_MS = env.int("STORE_SLOW_P99_MS", default=400)
 # A broadcast client that has not fetched for this many days is forgotten with its
 # progress and own retries (0: kept for ever); fetching again, it starts anew.
 BROADCAST_CLIENT_RETENTION_DAYS = env.float("BROADCAST_CLIENT_RETENTION_DAYS", default=30)

@@ -264,6 +264,15 @@ def check_process_alerts() -> int:
 
 
 @shared_task
+def check_store_latency_alerts() -> int:
+    """Alert the platform admins of processes whose store writes were slow in the last
+    minute (beat: every minute); returns how many fired."""
+    from mqcloud.alerts.store import check_store_latency
+
+    return len(check_store_latency())
+
+
+@shared_task
 def check_retention_loss_alerts() -> int:
     """Fire an alert for every consumer that lost messages to retention before reading
     them (beat: every minute); returns how many fired."""

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -24,6 +25,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from brokers.engine.coalesce import coalescer
 from brokers.engine.errors import WriteTimeout
+from brokers.engine.latency import LatencyWindow
 from brokers.engine.model import QoS
 from brokers.engine.multiplex import send_first
 
@@ -177,6 +179,8 @@ class Durability:
         self._replicas = replicas
         self._caps: dict[str, dict[str, Any]] = {}
         self._warned = False
+        self.latency = LatencyWindow()
+        """How long this process's writes took over the last minute (:mod:`.latency`)."""
 
     @property
     def is_cluster(self) -> bool:
@@ -242,32 +246,38 @@ class Durability:
         return wait
 
     async def run(self, script: Script, keys: Sequence[str], args: Sequence[Any], qos: QoS) -> Any:
-        """Run ``script`` and wait for the durability ``qos`` asks for."""
-        if qos <= QoS.RECEIVED:
-            return await script(self._client, keys, args)
-        node = self._client.get_node_from_key(keys[0]) if self.is_cluster else None  # type: ignore[union-attr]
-        wait = self._wait_command(qos, await self._probe(node))
-        if wait is None:
-            return await script(self._client, keys, args)
-        for _attempt in range(2):
-            result, acked = await self._pipeline(node, script, keys, args, wait)
-            if isinstance(result, NoScriptError):
-                if node is not None:
-                    await self._client.script_load(script.source, target_nodes=node)  # type: ignore[call-arg]
-                else:
-                    await self._client.script_load(script.source)
-                continue
-            if isinstance(result, Exception):
-                raise result
-            if isinstance(acked, Exception):
-                raise acked
-            if wait[0] == "WAITAOF":
-                if int(acked[0]) < 1:
-                    raise WriteTimeout("AOF fsync not confirmed in time")
-            elif int(acked) < wait[1]:
-                raise WriteTimeout(f"{acked} of {wait[1]} replicas confirmed in time")
-            return result
-        raise WriteTimeout("script could not be loaded")  # pragma: no cover
+        """Run ``script`` and wait for the durability ``qos`` asks for; how long it took
+        (failed or not) counts in :attr:`latency` (no coroutine more per write)."""
+        started = perf_counter()
+        try:
+            if qos <= QoS.RECEIVED:
+                return await script(self._client, keys, args)
+            node = self._client.get_node_from_key(keys[0]) if self.is_cluster else None  # type: ignore[union-attr]
+            wait = self._wait_command(qos, await self._probe(node))
+            if wait is None:
+                return await script(self._client, keys, args)
+            for _attempt in range(2):
+                result, acked = await self._pipeline(node, script, keys, args, wait)
+                if isinstance(result, NoScriptError):
+                    if node is not None:
+                        await self._client.script_load(script.source, target_nodes=node)  # type: ignore[call-arg]
+                    else:
+                        await self._client.script_load(script.source)
+                    continue
+                if isinstance(result, Exception):
+                    raise result
+                if isinstance(acked, Exception):
+                    raise acked
+                if wait[0] == "WAITAOF":
+                    if int(acked[0]) < 1:
+                        raise WriteTimeout("AOF fsync not confirmed in time")
+                elif int(acked) < wait[1]:
+                    raise WriteTimeout(f"{acked} of {wait[1]} replicas confirmed in time")
+                return result
+            raise WriteTimeout("script could not be loaded")  # pragma: no cover
+        finally:
+            ended = perf_counter()
+            self.latency.add(ended - started, ended)
 
     async def _pipeline(
         self,

@@ -25,6 +25,7 @@ class AlertEvent(models.Model):
         RETENTION_LOSS = "retention_loss", "Messages lost to retention"
         PROCESS_EXIT = "process_exit", "Process died and restarted"
         PROXY_DOWN = "proxy_down", "HTTP-MQ proxy down"
+        STORE_SLOW = "store_slow", "Store writes slow"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     target = models.CharField(max_length=300, help_text="e.g. consumer:app.topic")

@@ -1,6 +1,6 @@
 """This serving process's report on the ``httpmq`` board (:func:`brokers.engine.publish_report`):
-who it is — host, port, process number, pid, since when — and the catalog version it
-serves, renewed every ``report_seconds`` and valid for three of them. The console lists
+who it is — host, port, process number, pid, since when —, the catalog version it
+serves and how long its store writes took in the last minute (``store_writes``), renewed every ``report_seconds`` and valid for three of them. The console lists
 the processes from the board; a report left past its time (a process killed, a host that
 went away) is what the proxy-down alert finds. A stopping process withdraws its own.
 """
@@ -54,6 +54,7 @@ class ProcessReport:
     async def publish(self) -> None:
         """Publish now, valid for three periods (a Redis outage only skips this one)."""
         self.doc["catalog_version"] = self.engine.catalog.version
+        self.doc["store_writes"] = self.engine.durability.latency.summary()
         with contextlib.suppress(StoreUnavailable, RedisError, OSError):
             await publish_report(
                 self.engine.redis, self.name, self.doc, valid_for_s=3 * self.every_s, board=BOARD

@@ -62,6 +62,7 @@ def test_broker_reports_show_in_healthz_and_metrics(client, redis_url):
             "process": 2,
             "protocol_errors": {"vibemq": {"bad_frame": 4}},
             "wakeups": {"claimed": 7, "deferred": 9, "handed_back": 2, "reconnects": 1},
+            "store_writes": {"count": 1200, "p99_ms": 5.0, "max_ms": 12.5},
         }
         asyncio.run(report(worker, "broker:57:2"))
         assert client.get("/healthz").json()["brokers"]["57"] == doc | {"processes": 2}
@@ -79,8 +80,16 @@ def test_broker_reports_show_in_healthz_and_metrics(client, redis_url):
         assert (
             'mqcloud_broker_wakeups_total{broker="57",kind="handed_back",process="2"} 2.0' in text
         )
+        assert 'mqcloud_broker_store_write_ms{broker="57",kind="p99",process="2"} 5.0' in text
+        assert 'mqcloud_broker_store_write_ms{broker="57",kind="max",process="2"} 12.5' in text
+        assert 'mqcloud_broker_store_writes_last_minute{broker="57",process="2"} 1200.0' in text
         # a malformed report is left out, not a 500
-        asyncio.run(report({"protocol_errors": {"zbus": 3}, "wakeups": "x"}, "broker:57:3"))
+        asyncio.run(
+            report(
+                {"protocol_errors": {"zbus": 3}, "wakeups": "x", "store_writes": [1]},
+                "broker:57:3",
+            )
+        )
         assert client.get("/metrics").status_code == 200
     finally:
         for name in ("broker:57", "broker:57:2", "broker:57:3"):

@@ -157,6 +157,7 @@ def _run_once(attempt: int, env: dict, base: str, log: Path, pg_dir: Path) -> No
             'mqcloud_broker_read_ahead_bytes{broker="1",kind="limit",process="0"} 6.7108864e+07'
             in metrics
         )
+        assert 'mqcloud_broker_store_writes_last_minute{broker="1",process="0"}' in metrics
         topic = console.get("/topics/demo/").text
         assert "<td>0, 1</td>" in topic and "<td>2, 3</td>" in topic
         # Stop only a fully started set: Ctrl-C while Celery is still forking its pool

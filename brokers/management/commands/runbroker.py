@@ -22,7 +22,8 @@ exit on its own: under a process manager that would be a crash, and the restarte
 would register itself again.
 
 Every heartbeat each process also publishes its report (state, why it does not serve,
-protocol error counts, read-ahead, notification wake-ups; :func:`brokers.engine.publish_report`):
+protocol error counts, read-ahead, notification wake-ups, store write times of the last
+minute; :func:`brokers.engine.publish_report`):
 ``broker:<id>`` for the first process, ``broker:<id>:<n>`` for worker n, which the console
 shows in ``/healthz`` (the first process's state, and how many processes report) and
 ``/metrics`` (per process). Before, only the first process reported: what clients of the
@@ -496,6 +497,7 @@ class Report:
                 "refused": budget.refused,
             }
         if self.engine is not None:
+            self.doc["store_writes"] = self.engine.durability.latency.summary()
             notifier = self.engine.notifier
             self.doc["wakeups"] = {
                 "claimed": notifier.claims_made,
