@@ -247,6 +247,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_store_latency_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "replica-lag-alerts": {
+        "task": "mqcloud.tasks.check_replica_lag_alerts",
+        "schedule": timedelta(minutes=1),
+    },
     "retention-loss-alerts": {
         "task": "mqcloud.tasks.check_retention_loss_alerts",
         "schedule": timedelta(minutes=1),
@@ -359,6 +363,9 @@ CONSUMER_BLOCKED_ALERT_S = env.float("CONSUMER_BLOCKED_ALERT_S", default=60)
 # at most, or at the 99th percentile, alerts the platform admins (0: that test off).
 STORE_SLOW_MAX_MS = env.int("STORE_SLOW_MAX_MS", default=500)
 STORE_SLOW_P99_MS = env.int("STORE_SLOW_P99_MS", default=400)
+# A store replica more than this many bytes of the replication stream behind its master,
+# or not online, alerts the platform admins (0: never).
+REPLICA_LAG_ALERT_BYTES = env.int("REPLICA_LAG_ALERT_BYTES", default=10 * 1024 * 1024)
 # A broadcast client that has not fetched for this many days is forgotten with its
 # progress and own retries (0: kept for ever); fetching again, it starts anew.
 BROADCAST_CLIENT_RETENTION_DAYS = env.float("BROADCAST_CLIENT_RETENTION_DAYS", default=30)

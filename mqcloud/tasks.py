@@ -273,6 +273,15 @@ def check_store_latency_alerts() -> int:
 
 
 @shared_task
+def check_replica_lag_alerts() -> int:
+    """Alert the platform admins of store replicas too far behind or not online (beat:
+    every minute); returns how many fired."""
+    from mqcloud.alerts.replicas import check_replica_lag
+
+    return len(check_replica_lag())
+
+
+@shared_task
 def check_retention_loss_alerts() -> int:
     """Fire an alert for every consumer that lost messages to retention before reading
     them (beat: every minute); returns how many fired."""

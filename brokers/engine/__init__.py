@@ -115,6 +115,7 @@ from brokers.engine.record import (
     split_attribute_text,
 )
 from brokers.engine.redisio import AnyRedis, broker_client, engine_client
+from brokers.engine.replicas import ReplicaLag
 from brokers.engine.reports import (
     publish_report,
     read_reports,
@@ -194,6 +195,7 @@ __all__ = [
     "QueueSettings",
     "RateLimited",
     "RecordParts",
+    "ReplicaLag",
     "RetryPolicy",
     "RetryRecord",
     "RetryType",

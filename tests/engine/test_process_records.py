@@ -44,3 +44,8 @@ async def test_lapsed_reports_are_taken_once_and_valid_ones_stay(store):
     assert await take_lapsed_reports(store, board="b") == {"dead": {"pid": 2}, "garbled": {}}
     assert await take_lapsed_reports(store, board="b") == {}
     assert set(await store.hkeys(board_key("b"))) == {b"alive"}
+
+
+async def test_a_store_without_replicas_has_no_lags(make_engine):
+    """Single Redis and every master of a Redis Cluster are asked (none has replicas)."""
+    assert await make_engine().replica_lags() == []

@@ -1,6 +1,6 @@
 """What the processes of a cluster share besides messages: presence of members, named
-mailboxes, reports on a board, partitions in turn, partition-group assignment, and whether
-the store answers. Front-ends keep no Redis data of their own; they use these.
+mailboxes, reports on a board, partitions in turn, partition-group assignment, whether
+the store answers and how far its replicas are behind. Front-ends keep no Redis data of their own; they use these.
 
 A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
 """
@@ -14,6 +14,7 @@ from typing import Any
 from brokers.engine.assignment import GroupAssigner
 from brokers.engine.mailbox import Mailboxes
 from brokers.engine.presence import Presence
+from brokers.engine.replicas import ReplicaLag, replica_lags
 from brokers.engine.reports import publish_report, read_reports, withdraw_report
 from brokers.engine.rotation import next_in_turn
 from brokers.engine.sections.base import EngineBase
@@ -76,6 +77,10 @@ class ClusterSection(EngineBase):
         return await self.assigner.assign(
             topic, app, member, group_ids, session_timeout_ms=session_timeout_ms, now_ms=now_ms
         )
+
+    async def replica_lags(self) -> list[ReplicaLag]:
+        """How far behind its master each replica of the store is (:mod:`.replicas`)."""
+        return await replica_lags(self.redis)
 
     async def ping(self) -> str | None:
         """None when the store answers within :data:`PING_TIMEOUT` seconds, else what went
