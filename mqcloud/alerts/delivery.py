@@ -21,9 +21,19 @@ from mqcloud.alerts.models import AlertEvent
 log = logging.getLogger(__name__)
 
 
+def copy_emails() -> list[str]:
+    """The addresses of the platform admins copied on every alert (:class:`AlertCopy`)."""
+    admins = get_user_model().objects.filter(
+        Q(is_staff=True) | Q(is_superuser=True), is_active=True, alert_copy__isnull=False
+    )
+    return sorted({u.email for u in admins if u.email})
+
+
 def deliver(event: AlertEvent, recipients: list[str]) -> None:
-    """E-mail ``recipients`` and post to ``ALERT_WEBHOOK_URL`` (when set); what reached
-    where is saved on the event. A failure of either leaves the event in the history."""
+    """E-mail ``recipients`` and the admins copied on every alert, and post to
+    ``ALERT_WEBHOOK_URL`` (when set); what reached where is saved on the event. A failure
+    of either leaves the event in the history."""
+    recipients = sorted({*recipients, *copy_emails()})
     if recipients:
         try:
             send_mail(

@@ -1,8 +1,9 @@
 """Alert history: every alert that fired, where it was delivered; the latest measured lag;
-topics' own traffic rules."""
+topics' own traffic rules; the platform admins copied on every alert."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from brokers.models import ConsumerPolicy, Team, Topic
@@ -155,3 +156,17 @@ class TrafficRule(models.Model):
         if self.active_from is not None and self.active_to is not None:
             text += f", {self.active_from:%H:%M}–{self.active_to:%H:%M} UTC"
         return text
+
+
+class AlertCopy(models.Model):
+    """A platform admin copied on every alert, whoever it is for (console-features "Alert
+    copies"). Only platform admins are copied: a row left by one who is no longer an
+    admin is ignored."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="alert_copy"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return str(self.user)

@@ -1,17 +1,22 @@
 """In-console notifications, the audit trail, and alerts (rules and history) — each list
-searched, filtered, sorted and paged on the server (:mod:`mqcloud.console.listing`)."""
+searched, filtered, sorted and paged on the server (:mod:`mqcloud.console.listing`) —
+and the platform admins' choice to be copied on every alert."""
 
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from mqcloud.alerts.models import AlertEvent
+from mqcloud.alerts.delivery import copy_emails
+from mqcloud.alerts.models import AlertCopy, AlertEvent
 from mqcloud.approvals.models import AuditEvent, Notification
+from mqcloud.approvals.services import record
 from mqcloud.console import access
 from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.console.topics import team_choices
@@ -106,6 +111,29 @@ def audit(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_POST
+def alert_copies(request: HttpRequest) -> HttpResponse:
+    """A platform admin asks to be copied on every alert, or no longer (``copy``: on or
+    off); audited."""
+    access.require_platform_admin(request.user)
+    wanted = request.POST.get("copy") == "on"
+    if wanted:
+        AlertCopy.objects.get_or_create(user=request.user)
+    else:
+        AlertCopy.objects.filter(user=request.user).delete()
+    record(
+        request.user,
+        "alert-copies-on" if wanted else "alert-copies-off",
+        f"user:{request.user.get_username()}",
+    )
+    messages.success(
+        request,
+        "You are copied on every alert." if wanted else "You are no longer copied on alerts.",
+    )
+    return redirect(f"{reverse('console:alerts')}#platform-alerts")
+
+
+@login_required
 def alerts(request: HttpRequest) -> HttpResponse:
     """Alert rules of the user's consumers, and the alerts that fired."""
     history = AlertEvent.objects.select_related("team")
@@ -129,5 +157,10 @@ def alerts(request: HttpRequest) -> HttpResponse:
             .filter(traffic_rules__isnull=False)
             .distinct()
             .count(),
+            "is_admin": access.is_platform_admin(request.user),
+            "copied": AlertCopy.objects.filter(user=request.user).exists(),
+            "copied_admins": copy_emails(),
+            "store_slow": (settings.STORE_SLOW_MAX_MS, settings.STORE_SLOW_P99_MS),
+            "replica_lag_bytes": settings.REPLICA_LAG_ALERT_BYTES,
         },
     )

@@ -88,6 +88,7 @@ urlpatterns = [
     path("notifications/read/", notices.notifications_read, name="notifications-read"),
     path("audit/", notices.audit, name="audit"),
     path("alerts/", notices.alerts, name="alerts"),
+    path("alerts/copies/", notices.alert_copies, name="alert-copies"),
     path("pipeline/", pipeline.jobs, name="pipeline"),
     path("pipeline/trace/", pipeline.trace_new, name="trace"),
     path("pipeline/trace/<int:pk>/", pipeline.trace_result, name="trace-result"),
