@@ -40,6 +40,7 @@ class AlertEvent(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["target", "-created_at"], name="alert_target_recent")]
 
     def __str__(self) -> str:
         return self.message

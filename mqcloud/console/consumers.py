@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from brokers.engine import ACTIVE_CLIENT_MS
 from brokers.models import ConsumerPolicy
 from mqcloud.alerts.failures import threshold_of as failure_threshold_of
+from mqcloud.alerts.models import AlertEvent
 from mqcloud.approvals.models import Application, Kind
 from mqcloud.approvals.services import record
 from mqcloud.console import access, engine_calls, lag, listing, rollups, topics
@@ -28,6 +29,8 @@ from mqcloud.console.listing import Filter, ListSpec
 PROGRESS_POLL_S = 2
 RETRY_PAGE = 50
 LIST_PAGE = 50
+RECENT_ALERTS = 10
+"""Alerts of a consumer shown on its page (the rest on the alerts page)."""
 ACTIONS = {
     "retry-resend": "resent now",
     "retry-skip": "skipped",
@@ -186,6 +189,9 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
     open_apps = Application.objects.filter(
         target=f"consumer:{consumer.name}", status__in=["pending", "executing"]
     )
+    recent_alerts = AlertEvent.objects.filter(target=f"consumer:{consumer.name}").order_by(
+        "-created_at", "-id"
+    )[:RECENT_ALERTS]
     context.update(
         {
             "clients": clients,
@@ -198,6 +204,7 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
             "ranges": list(topics.RANGES),
             "failure_threshold": failure_threshold_of(consumer),
             "failures": failures,
+            "recent_alerts": recent_alerts,
         }
     )
     return render(request, "console/consumer_detail.html", context)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
 from django.core import mail
 
 from brokers.catalog_loader import publish
@@ -81,7 +82,7 @@ def trim() -> None:
     engine_call(lambda engine: engine.trim_all())
 
 
-def test_consumers_overtaken_by_retention_alert_their_team(kept):
+def test_consumers_overtaken_by_retention_alert_their_team(kept, client):
     produce(10)
     for app in ("puller", "pusher", "silent"):
         consume(app, 1)  # started: each stands at 1
@@ -100,6 +101,13 @@ def test_consumers_overtaken_by_retention_alert_their_team(kept):
     assert "lost 4 messages of kept" in event.message
     assert "the last 5 messages per partition" in event.message
     assert mail.outbox[-1].to == ["keeper@example.test"]
+    client.force_login(
+        get_user_model().objects.get(username="keeper")
+    )  # on the consumer's page too
+    page = client.get("/consumers/puller.kept/").content.decode()
+    recent = page[page.index('id="recent-alerts"') :]
+    assert "Messages lost to retention" in recent and "lost 4 messages of kept" in recent
+    assert "No alerts fired" in client.get("/consumers/pusher.kept/").content.decode()
     assert check_retention_losses() == []  # reported: settled
     assert engine_call(lambda engine: engine.retention_losses()) == {}  # silent's too
 
