@@ -160,6 +160,18 @@ def resend_dead_letters(topic: str, app: str, ids: list[int]) -> int:
     return run_in_session(lambda engine: engine.resend_dead_letters(topic, app, ids))
 
 
+def skip_retries_before(
+    topic: str, app: str, before_ms: int, business_id: str | None, client_id: str | None
+) -> int:
+    """Delete a consumer's retries that came into its store before ``before_ms`` (of
+    ``business_id``'s messages only, when given; ``client_id``'s own, when given)."""
+    return run_in_session(
+        lambda engine: engine.skip_retries_before(
+            topic, app, before_ms, business_id=business_id, client_id=client_id
+        )
+    )
+
+
 def cancel_delayed(topic: str, ids: list[int]) -> list[int]:
     """Cancel held delayed or timer messages of ``topic``; the ids that were still held."""
     return run_in_session(lambda engine: engine.cancel_delayed(topic, ids))

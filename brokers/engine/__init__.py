@@ -94,6 +94,7 @@ from brokers.engine.overview import worst as worst_lag
 from brokers.engine.presence import Presence
 from brokers.engine.priority import PRIORITY_BANDS, PRIORITY_MODE, band_of, band_partition
 from brokers.engine.record import (
+    MAX_BUSINESS_ID,
     BatchItem,
     Message,
     MessageView,
@@ -133,6 +134,7 @@ __all__ = [
     "DELAY_ID",
     "DELAY_LEVELS",
     "DLQ_SUFFIX",
+    "MAX_BUSINESS_ID",
     "PRIORITY_BANDS",
     "PRIORITY_MODE",
     "RECORD_LEADER_LUA",

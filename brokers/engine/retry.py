@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from brokers.engine.keys import RetryKeys, consumer_id, notify_channel
 from brokers.engine.model import RetryRecord
+from brokers.engine.record import decode_record
 from brokers.engine.redisio import AnyRedis, Script
 from brokers.engine.unbatch import split_batches
 
@@ -253,6 +254,13 @@ def _keys(k: RetryKeys) -> tuple[str, ...]:
     return (k.due, k.data, k.meta, k.seq, k.dlq, k.dlq_data, k.dlq_meta)
 
 
+def _created_ms(meta: bytes | str) -> int:
+    """When a retry came into the store, from its meta (``attempts|partition|index|
+    created|count|reason``)."""
+    text = meta.decode() if isinstance(meta, bytes) else meta
+    return int(text.split("|", 4)[3])
+
+
 def _record(rid: int, meta: bytes | str, data: bytes, score: float) -> RetryRecord:
     text = meta.decode() if isinstance(meta, bytes) else meta
     attempts, partition, index, created, _count, reason = text.split("|", 5)
@@ -477,6 +485,29 @@ class RetryStore:
         if due:
             await self._wake_fetchers()
         return due
+
+    async def remove_created_before(
+        self, before_ms: int, business_id: str | None = None, *, scan_count: int = 1_000
+    ) -> int:
+        """Delete the retries that came into the store before ``before_ms`` (with
+        ``business_id``: only those of messages with that business id), as consumed. The
+        store is scanned ``scan_count`` records at a time (HSCAN), so a store of any size
+        never blocks Redis for long; a retry that comes in during the scan may stay."""
+        removed, cursor = 0, 0
+        while True:
+            cursor, metas = await self._client.hscan(self.keys.meta, cursor, count=scan_count)
+            chosen = [rid for rid, meta in metas.items() if _created_ms(meta) < before_ms]
+            if chosen and business_id is not None:
+                datas = await self._client.hmget(self.keys.data, chosen)
+                chosen = [
+                    rid
+                    for rid, data in zip(chosen, datas, strict=True)
+                    if data is not None and decode_record(data).business_id == business_id
+                ]
+            if chosen:
+                removed += await self.remove("retry", [int(rid) for rid in chosen])
+            if not cursor:
+                return removed
 
     async def remove(
         self, which: str, ids: Sequence[int] = (), *, before_ms: int | None = None

@@ -18,6 +18,7 @@ from rest_framework import serializers
 
 from brokers import anonymous
 from brokers.anonymous import has_anonymous_policy
+from brokers.engine import MAX_BUSINESS_ID
 from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from brokers.topic_codes import TOPIC_CODE_MAX
@@ -343,6 +344,54 @@ def _dlq_resend(user, payload: dict) -> Prepared:
     )
 
 
+class RetrySkipSerializer(serializers.Serializer):
+    """A consumer's retries that came into its store before ``before_ms`` are deleted, as
+    consumed: only those of messages with ``business_id`` when given; a broadcast
+    consumer's ``client_id``'s own when given, else the group's."""
+
+    consumer = serializers.CharField(max_length=255)
+    before_ms = serializers.IntegerField(min_value=0, max_value=2**53)
+    business_id = serializers.CharField(
+        required=False, max_length=MAX_BUSINESS_ID, allow_blank=False, trim_whitespace=False
+    )
+    client_id = serializers.CharField(required=False, max_length=128)
+
+
+def _consumer_and_client(user, data: dict, why: str) -> tuple[ConsumerPolicy, str | None]:
+    """The team's consumer ``data`` names, and its ``client_id`` — refused (``why``) for
+    a consumer whose clients share one progress."""
+    policy = _owned(
+        ConsumerPolicy.objects.select_related("app", "topic"),
+        user,
+        "app__team",
+        name=data["consumer"],
+    )
+    client_id = data.get("client_id")
+    if client_id is not None and not policy.per_client:
+        raise serializers.ValidationError({"client_id": f"This consumer consumes by {why}"})
+    return policy, client_id
+
+
+def _retry_skip(user, payload: dict) -> Prepared:
+    from mqcloud.operations import skip_retries_before
+
+    ser = RetrySkipSerializer(data=payload)
+    ser.is_valid(raise_exception=True)
+    data = ser.validated_data
+    policy, client_id = _consumer_and_client(user, data, "clustering: its retries are the group's.")
+    business_id = data.get("business_id")
+    return Prepared(
+        f"consumer:{policy.name}",
+        policy.app.team,
+        dict(data),
+        lambda: {
+            "skipped": skip_retries_before(
+                policy.topic.code, policy.app.code, data["before_ms"], business_id, client_id
+            )
+        },
+    )
+
+
 class TimeSpanSerializer(serializers.Serializer):
     """``[from_ms, to_ms)``, epoch milliseconds, not empty."""
 
@@ -370,17 +419,9 @@ def _reconsume(user, payload: dict) -> Prepared:
     ser = ReconsumeSerializer(data=payload)
     ser.is_valid(raise_exception=True)
     data = ser.validated_data
-    policy = _owned(
-        ConsumerPolicy.objects.select_related("app", "topic"),
-        user,
-        "app__team",
-        name=data["consumer"],
+    policy, client_id = _consumer_and_client(
+        user, data, "clustering: its clients share one progress."
     )
-    client_id = data.get("client_id")
-    if client_id is not None and not policy.per_client:
-        raise serializers.ValidationError(
-            {"client_id": "This consumer consumes by clustering: its clients share one progress."}
-        )
     return Prepared(
         f"consumer:{policy.name}",
         policy.app.team,
@@ -521,6 +562,7 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.TRAFFIC_RULE_ADD: _traffic_rule_add,
     Kind.TRAFFIC_RULE_DELETE: _traffic_rule_delete,
     Kind.MESSAGE_EXPORT: _message_export,
+    Kind.RETRY_SKIP: _retry_skip,
 }
 
 
@@ -620,6 +662,13 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
         " default, or the application fails with nothing written); see"
         " /applications/{id}/progress/, then download it from /applications/{id}/export/",
         {"topic": "orders", "from_ms": 1735689600000, "to_ms": 1735693200000},
+    ),
+    Kind.RETRY_SKIP: (
+        "{consumer, before_ms, business_id, client_id}: the consumer's retries that came"
+        " into its retry store before before_ms are deleted, as consumed — only those of"
+        " messages with business_id (the key) when given; a broadcast consumer's client_id's"
+        " own retries when given, else the group's",
+        {"consumer": "shop.orders", "before_ms": 1735689600000, "business_id": "order-17"},
     ),
 }
 

@@ -35,6 +35,7 @@ class Kind(models.TextChoices):
     TRAFFIC_RULE_ADD = "traffic_rule_add", "Add a topic traffic alert rule"
     TRAFFIC_RULE_DELETE = "traffic_rule_delete", "Delete a topic traffic alert rule"
     MESSAGE_EXPORT = "message_export", "Export a topic's messages of a time span"
+    RETRY_SKIP = "retry_skip", "Skip a consumer's retry messages older than a time"
 
 
 class Status(models.TextChoices):

@@ -538,6 +538,31 @@ class DeadLetterResendForm(ConsumerForm):
         return out
 
 
+class RetrySkipForm(ConsumerForm):
+    kind = Kind.RETRY_SKIP
+    title = "Skip a consumer's retry messages older than a time"
+    help = (
+        "The consumer's retries that came into its retry store before the time are deleted,"
+        " as consumed: only those of messages with the key, when given. A broadcast"
+        " consumer's client: that client's own retries; none named: the consumer's."
+    )
+    before = UtcTimeField(label="Came in before")
+    business_id = forms.CharField(
+        max_length=100, required=False, label="Key", help_text="The messages' business id."
+    )
+    client_id = forms.CharField(
+        max_length=128, required=False, help_text="Broadcast consumers: one client's own."
+    )
+
+    def payload(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        out: dict[str, Any] = {"consumer": d["consumer"], "before_ms": d["before"]}
+        for name in ("business_id", "client_id"):
+            if d.get(name):
+                out[name] = d[name]
+        return out
+
+
 class TimerCancelForm(ApplicationForm):
     kind = Kind.TIMER_CANCEL
     title = "Cancel delayed or timer messages"
@@ -674,6 +699,7 @@ FORMS: dict[str, type[ApplicationForm]] = {
         SkipBacklogForm,
         ReconsumeForm,
         DeadLetterResendForm,
+        RetrySkipForm,
         TimerCancelForm,
         ZbusOpenForm,
         ZbusCloseForm,

@@ -189,6 +189,57 @@ def test_dead_letter_resend_application():
     assert engine_call(lambda e: e.retry_counts("dlq-topic", "dlq-app")) == (1, 0)
 
 
+def test_retry_skip_application_skips_retries_older_than_a_time_by_key():
+    team = Team.objects.create(name="skips")
+    topic = factories.topic("skip-topic", factories.cluster_with_brokers("sk"), team, 1, 1)
+    app, _ = factories.app("skip-app", team)
+    ProducerPolicy.objects.create(topic=topic, app=app)
+    ConsumerPolicy.objects.create(topic=topic, app=app, start_position="earliest")
+    publish()
+
+    async def retries(engine: Engine) -> int:
+        for key in ("order-1", "order-2", "order-1"):
+            msg = Message(b"x", business_id=key)
+            await engine.append("skip-topic", "skip-app", [msg], partition=0)
+        await engine.retry("skip-topic", "skip-app", 0, [0, 1, 2])
+        return engine.now_ms() + 1
+
+    before = engine_call(retries)
+    member = APIClient()
+    member.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {factories.token_for(factories.user('sm', team=team))}"
+    )
+    admin = APIClient()
+    admin.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {factories.token_for(factories.user('sa', admin=True))}"
+    )
+    consumer = "skip-app.skip-topic"
+    for payload, field in (
+        ({"consumer": consumer, "before_ms": -1}, "before_ms"),
+        ({"consumer": consumer, "before_ms": "soon"}, "before_ms"),
+        ({"consumer": consumer}, "before_ms"),
+        ({"consumer": consumer, "before_ms": 1, "business_id": "k" * 101}, "business_id"),
+        ({"consumer": consumer, "before_ms": 1, "client_id": "c1"}, "client_id"),
+    ):
+        bad = member.post(
+            "/api/v1/applications/", {"kind": "retry_skip", "payload": payload}, format="json"
+        )
+        assert bad.status_code == 400 and field in bad.json()["fields"], bad.json()
+    created = member.post(
+        "/api/v1/applications/",
+        {
+            "kind": "retry_skip",
+            "payload": {"consumer": consumer, "before_ms": before, "business_id": "order-1"},
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    result = admin.post(f"/api/v1/applications/{created.json()['id']}/approve/").json()
+    assert result["status"] == "approved" and result["result"] == {"skipped": 2}
+    left = engine_call(lambda e: e.retries("skip-topic", "skip-app"))
+    assert [r.message.business_id for r in left] == ["order-2"]
+
+
 def _reconsumed(member: APIClient, admin: APIClient, payload: dict) -> tuple[dict, dict]:
     """File a reconsume application, approve it and wait for its worker: (the approved
     application's result, the operation's final progress)."""

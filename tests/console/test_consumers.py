@@ -181,6 +181,36 @@ def test_dead_letter_resend_is_an_application(client, world):
     assert app.payload == {"consumer": "shop.orders", "ids": [4, 5]} and app.status == "pending"
 
 
+def test_skipping_retries_older_than_a_time_is_an_application(client, world):
+    _retries(1)
+    client.force_login(world.alice)
+    page = client.get("/consumers/shop.orders/retry/").content.decode()
+    assert "kind=retry_skip&amp;consumer=shop.orders" in page
+    form = client.get("/applications/new/?kind=retry_skip&consumer=shop.orders")
+    assert form.context["form"].initial["consumer"] == "shop.orders"
+    wrong = client.post(
+        "/applications/new/",
+        {"kind": "retry_skip", "consumer": "shop.orders", "before": "yesterday"},
+    )
+    assert wrong.status_code == 200 and "before" in wrong.context["form"].errors
+    filed = client.post(
+        "/applications/new/",
+        {
+            "kind": "retry_skip",
+            "consumer": "shop.orders",
+            "before": "2026-01-31 23:59:00.000",
+            "business_id": "order-17",
+        },
+    )
+    app = Application.objects.get(kind="retry_skip")
+    assert filed["Location"] == f"/applications/{app.pk}/"
+    assert app.payload == {
+        "consumer": "shop.orders",
+        "before_ms": 1769903940000,
+        "business_id": "order-17",
+    }
+
+
 def test_dead_letter_list_and_purge_by_team_admin(client, world):
     world.consumer.err_times = 1
     world.consumer.save()

@@ -104,6 +104,22 @@ class RetrySection(EngineBase):
             return 0
         return await self.retry_store(topic, app, client_id).remove("retry", ids)
 
+    async def skip_retries_before(
+        self,
+        topic: str,
+        app: str,
+        before_ms: int,
+        *,
+        business_id: str | None = None,
+        client_id: str | None = None,
+    ) -> int:
+        """Delete the retries (the group's, or ``client_id``'s own) that came into the
+        store before ``before_ms`` — only those of messages with ``business_id``, when
+        given — as consumed (console-features "skip retry messages older than a time,
+        optionally by key")."""
+        store = self.retry_store(topic, app, client_id)
+        return await store.remove_created_before(before_ms, business_id)
+
     async def purge_retries(self, topic: str, app: str, *, client_id: str | None = None) -> int:
         """Delete every retry of the consumer group (of ``client_id``)."""
         return await self.retry_store(topic, app, client_id).remove("retry")
