@@ -48,7 +48,10 @@ class ProcessReport:
 
     async def _run(self) -> None:
         while True:
-            await self.publish()
+            try:
+                await self.publish()
+            except Exception:  # a report skipped must not stop the ones after it
+                log.exception("HTTP-MQ could not publish its report")
             await asyncio.sleep(self.every_s)
 
     async def publish(self) -> None:
