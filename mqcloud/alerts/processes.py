@@ -5,7 +5,8 @@ supervisor, its host gone, or frozen): what the reference console calls "proxy d
 
 Every minute the check takes the exits the supervisors recorded
 (:func:`brokers.engine.take_exits`) and the lapsed reports of the ``httpmq`` board
-(:func:`brokers.engine.take_lapsed_reports`); each is taken once, so each alerts once.
+(:func:`brokers.engine.take_lapsed_reports`); each is taken once, so each alerts once —
+exits one alert per process and check, at most once per throttle window.
 A proxy process whose report lapsed and that comes back publishes a new one and shows
 in the console again.
 """
@@ -15,11 +16,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import redis
 from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from brokers.engine import engine_client, take_exits, take_lapsed_reports
-from mqcloud.alerts.delivery import alert_admins, platform_admin_emails
+from mqcloud.alerts.delivery import alert_admins, first_in_window, platform_admin_emails
 from mqcloud.alerts.models import AlertEvent
 
 PROXY_BOARD = "httpmq"
@@ -29,7 +31,10 @@ PROXY_BOARD = "httpmq"
 def _when(seconds: object) -> str:
     if not isinstance(seconds, int | float):
         return "an unknown time"
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError):
+        return "an unknown time"
 
 
 async def _take() -> tuple[list[dict[str, Any]], dict[str, dict]]:
@@ -41,18 +46,38 @@ async def _take() -> tuple[list[dict[str, Any]], dict[str, dict]]:
 
 
 def check_processes() -> list[AlertEvent]:
-    """Alert the platform admins of every recorded process exit and lapsed proxy report."""
+    """Alert the platform admins of the processes that died since the last check (one
+    alert per process, with how often; at most once per ALERT_THROTTLE_SECONDS each, so a
+    process dying in a loop does not flood them) and of every lapsed proxy report."""
     exits, lapsed = async_to_sync(_take)()
     fired: list[AlertEvent] = []
-    recipients = platform_admin_emails() if exits or lapsed else []
+    if not exits and not lapsed:
+        return fired
+    recipients = platform_admin_emails()
+    by_process: dict[str, list[dict[str, Any]]] = {}
     for doc in exits:
-        service, process = str(doc.get("service", "?")), doc.get("process", "?")
-        message = (
-            f"{service}: process {process} (pid {doc.get('pid', '?')}) "
-            f"{doc.get('how', 'ended')} at {_when(doc.get('at'))}; it was started again"
-        )
-        target = f"process:{service}/{process}"
-        fired.append(alert_admins(AlertEvent.Kind.PROCESS_EXIT, target, message, doc, recipients))
+        key = f"{doc.get('service', '?')}/{doc.get('process', '?')}"
+        by_process.setdefault(key, []).append(doc)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        for key, docs in by_process.items():
+            if not first_in_window(client, f"process-exit:{key}"):
+                continue
+            last = docs[-1]
+            times = f" (and {len(docs) - 1} more times since the last check)" if docs[1:] else ""
+            message = (
+                f"{last.get('service', '?')}: process {last.get('process', '?')} (pid"
+                f" {last.get('pid', '?')}) {last.get('how', 'ended')} at"
+                f" {_when(last.get('at'))}{times}; it was started again"
+            )
+            detail = {**last, "exits": len(docs)}
+            fired.append(
+                alert_admins(
+                    AlertEvent.Kind.PROCESS_EXIT, f"process:{key}", message, detail, recipients
+                )
+            )
+    finally:
+        client.close()
     for name, doc in sorted(lapsed.items()):
         message = (
             f"HTTP-MQ proxy process {name} (pid {doc.get('pid', '?')}) stopped reporting:"
