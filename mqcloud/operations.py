@@ -164,7 +164,8 @@ def skip_retries_before(
     topic: str, app: str, before_ms: int, business_id: str | None, client_id: str | None
 ) -> int:
     """Delete a consumer's retries that came into its store before ``before_ms`` (of
-    ``business_id``'s messages only, when given; ``client_id``'s own, when given)."""
+    ``business_id``'s messages only, when given; ``client_id``'s own when given, else the
+    group's and every client's)."""
     return run_in_session(
         lambda engine: engine.skip_retries_before(
             topic, app, before_ms, business_id=business_id, client_id=client_id

@@ -347,7 +347,7 @@ def _dlq_resend(user, payload: dict) -> Prepared:
 class RetrySkipSerializer(serializers.Serializer):
     """A consumer's retries that came into its store before ``before_ms`` are deleted, as
     consumed: only those of messages with ``business_id`` when given; a broadcast
-    consumer's ``client_id``'s own when given, else the group's."""
+    consumer's ``client_id``'s own when given, else the group's and every client's."""
 
     consumer = serializers.CharField(max_length=255)
     before_ms = serializers.IntegerField(min_value=0, max_value=2**53)
@@ -667,7 +667,8 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
         "{consumer, before_ms, business_id, client_id}: the consumer's retries that came"
         " into its retry store before before_ms are deleted, as consumed — only those of"
         " messages with business_id (the key) when given; a broadcast consumer's client_id's"
-        " own retries when given, else the group's",
+        " own retries when given, else the group's and every client's (a fan-out queue's"
+        " members')",
         {"consumer": "shop.orders", "before_ms": 1735689600000, "business_id": "order-17"},
     ),
 }

@@ -544,7 +544,8 @@ class RetrySkipForm(ConsumerForm):
     help = (
         "The consumer's retries that came into its retry store before the time are deleted,"
         " as consumed: only those of messages with the key, when given. A broadcast"
-        " consumer's client: that client's own retries; none named: the consumer's."
+        " consumer's client: that client's own retries; none named: the consumer's and"
+        " every client's."
     )
     before = UtcTimeField(label="Came in before")
     business_id = forms.CharField(

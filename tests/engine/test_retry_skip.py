@@ -35,27 +35,36 @@ async def test_retries_older_than_a_time_are_skipped(make_engine, clock):
     assert await engine.skip_retries_before("t", "a", cut) == 0
 
 
-async def test_a_broadcast_clients_own_retries_are_skipped_apart(make_engine, clock):
-    engine = make_engine(_broadcast())
-    await engine.append("t", "a", [Message(b"x")] * 3, partition=0)
-    await engine.retry("t", "a", 0, [0, 1, 2])  # the group's
-    got = await engine.fetch("t", "a", count=3, client_id="c1", start_position="earliest")
+async def _fail_all(engine, client_id: str) -> None:
+    """``client_id`` fetches every message and fails them: its own retries."""
+    got = await engine.fetch("t", "a", count=3, client_id=client_id, start_position="earliest")
     await engine.ack(
         "t",
         "a",
         0,
         [d.index for d in got.messages],
-        client_id="c1",
+        client_id=client_id,
         token=got.lock_token,
         retry_type=RetryType.EXCEPTION,
-    )  # c1 failed them: its own retries
+    )
+
+
+async def test_a_broadcast_clients_own_retries_are_skipped_apart(make_engine, clock):
+    engine = make_engine(_broadcast())
+    await engine.append("t", "a", [Message(b"x")] * 3, partition=0)
+    await engine.retry("t", "a", 0, [0, 1, 2])  # the group's
+    for client_id in ("c1", "c2"):
+        await _fail_all(engine, client_id)
     clock.advance(1)
     cut = engine.now_ms()
-    own = (await engine.retry_counts("t", "a", client_id="c1"))[0]
-    assert own > 0
-    assert await engine.skip_retries_before("t", "a", cut, client_id="c1") == own
-    assert (await engine.retry_counts("t", "a"))[0] == 3  # the group's stay
-    assert await engine.skip_retries_before("t", "a", cut) == 3
+    own = {c: (await engine.retry_counts("t", "a", client_id=c))[0] for c in ("c1", "c2")}
+    assert own["c1"] > 0 and own["c2"] > 0
+    assert await engine.skip_retries_before("t", "a", cut, client_id="c1") == own["c1"]
+    assert (await engine.retry_counts("t", "a"))[0] == 3  # the group's stay, and c2's
+    assert (await engine.retry_counts("t", "a", client_id="c2"))[0] == own["c2"]
+    # no client named: the group's and every client's
+    assert await engine.skip_retries_before("t", "a", cut) == 3 + own["c2"]
+    assert (await engine.retry_counts("t", "a", client_id="c2"))[0] == 0
 
 
 async def test_a_large_store_is_skipped_a_chunk_at_a_time(make_engine, clock):

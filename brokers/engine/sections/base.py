@@ -40,6 +40,7 @@ from brokers.engine.errors import (
     TopicNotFound,
 )
 from brokers.engine.fetch import Fetcher
+from brokers.engine.groups import members as group_members
 from brokers.engine.groups import members_of_groups
 from brokers.engine.holders import Holders
 from brokers.engine.model import (
@@ -273,6 +274,29 @@ class EngineBase:
             ),
             **dict(zip(fan_out, await members_of_groups(self.redis, fan_out), strict=True)),
         }
+
+    async def _each_client(
+        self,
+        info: TopicInfo,
+        policy: ConsumerPolicyInfo,
+        client_id: str | None,
+        *,
+        group_too: bool = True,
+    ) -> list[str | None]:
+        """Whose progress an operation on the consumer moves: ``client_id`` — for a
+        broadcast consumer without one, every registered client (one idle past
+        the retention is forgotten: :meth:`forget_idle_clients`); on a fan-out
+        queue, each member and (``group_too``, or while there is no member) the group,
+        which its pull consumers read."""
+        if client_id is None:
+            if self._by_broadcast(info, policy):
+                return list(await offsets_mod.clients(self.redis, info.code, policy.app, None))
+            if self._by_members(info, policy):
+                members: list[str | None] = list(
+                    await group_members(self.redis, info.code, policy.app)
+                )
+                return [None, *members] if group_too or not members else members
+        return [client_id]
 
     def readable_partitions(self, topic: TopicInfo) -> tuple[int, ...]:
         """This broker's partitions of ``topic`` (all of them without a broker id)."""

@@ -421,31 +421,6 @@ class PullSection(EngineBase):
             raise InvalidMessage(f"{policy.name} consumes by broadcast and has no client yet")
         return clients
 
-    async def _each_client(
-        self,
-        info: TopicInfo,
-        policy: ConsumerPolicyInfo,
-        client_id: str | None,
-        *,
-        group_too: bool = True,
-    ) -> list[str | None]:
-        """Whose progress an operation on the consumer moves: ``client_id`` — for a
-        broadcast consumer without one, every registered client (one idle past
-        the retention is forgotten: :meth:`forget_idle_clients`); on a fan-out
-        queue, each member and (``group_too``, or while there is no member) the group,
-        which its pull consumers read."""
-        if client_id is None:
-            if self._by_broadcast(info, policy):
-                return list(
-                    await self.broadcast_clients(info.code, policy.app, active_within_ms=None)
-                )
-            if self._by_members(info, policy):
-                members: list[str | None] = list(
-                    await group_members(self.redis, info.code, policy.app)
-                )
-                return [None, *members] if group_too or not members else members
-        return [client_id]
-
     async def stored_spans(
         self, topic: str, *, from_ms: int, to_ms: int
     ) -> dict[int, tuple[int, int]]:

@@ -113,12 +113,24 @@ class RetrySection(EngineBase):
         business_id: str | None = None,
         client_id: str | None = None,
     ) -> int:
-        """Delete the retries (the group's, or ``client_id``'s own) that came into the
-        store before ``before_ms`` — only those of messages with ``business_id``, when
-        given — as consumed (console-features "skip retry messages older than a time,
-        optionally by key")."""
-        store = self.retry_store(topic, app, client_id)
-        return await store.remove_created_before(before_ms, business_id)
+        """Delete the retries that came into the store before ``before_ms`` — only those
+        of messages with ``business_id``, when given — as consumed (console-features
+        "skip retry messages older than a time, optionally by key"): ``client_id``'s own,
+        or without one the group's and every client's (a broadcast consumer's registered
+        clients, a fan-out queue's members), as re-consume reaches them."""
+        info = self.topic(topic)
+        if client_id is not None:
+            owners: list[str | None] = [client_id]
+        else:
+            owners = [
+                None,
+                *(c for c in await self._each_client(info, self._consumer(topic, app), None) if c),
+            ]
+        skipped = 0
+        for owner in owners:
+            store = self._retries_of(topic, app, owner)
+            skipped += await store.remove_created_before(before_ms, business_id)
+        return skipped
 
     async def purge_retries(self, topic: str, app: str, *, client_id: str | None = None) -> int:
         """Delete every retry of the consumer group (of ``client_id``)."""
