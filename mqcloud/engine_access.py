@@ -1,4 +1,5 @@
-"""Short engine sessions for the console and its API (through the engine's public API).
+"""Short engine sessions for the console and its API (through the engine's public API),
+and short store clients for what needs no catalog (:func:`run_on_store`).
 
 Each session opens a Redis client and brings this process's catalog up to date — one
 read of the catalog log, which is empty when nothing changed — and closes the client
@@ -18,7 +19,7 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from brokers.catalog_loader import process_catalog
-from brokers.engine import Engine, catch_up
+from brokers.engine import AnyRedis, Engine, catch_up, engine_client
 
 T = TypeVar("T")
 
@@ -46,5 +47,22 @@ def run_in_session(fn: Callable[[Engine], Awaitable[T]]) -> T:
     async def call() -> T:
         async with engine_session() as engine:
             return await fn(engine)
+
+    return async_to_sync(call)()
+
+
+def run_on_store(fn: Callable[[AnyRedis], Awaitable[T]], *, timeout_s: float = 5) -> T:
+    """``fn(client)`` on a short-lived Redis client with ``timeout_s`` socket timeouts,
+    without a catalog: for what processes share about themselves (reports, exits), which
+    needs no engine session."""
+
+    async def call() -> T:
+        client = engine_client(
+            settings.REDIS_URL, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+        try:
+            return await fn(client)
+        finally:
+            await client.aclose()
 
     return async_to_sync(call)()

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import redis
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -25,8 +24,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import RedisError
 
-from brokers.engine import engine_client, read_reports
+from brokers.engine import read_reports
 from brokers.models import App, Broker, ConsumerPolicy, ProducerPolicy, Topic
+from mqcloud.engine_access import run_on_store
 
 
 def _check_postgres() -> tuple[bool, str]:
@@ -54,15 +54,8 @@ def _broker_reports() -> dict[tuple[str, str], dict[str, Any]]:
     """The broker processes' reports by (broker id, process number) ({} when Redis does
     not answer): ``broker:<id>`` is process 0, ``broker:<id>:<n>`` worker n."""
 
-    async def read() -> dict[str, dict[str, Any]]:
-        client = engine_client(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-        try:
-            return await read_reports(client)
-        finally:
-            await client.aclose()
-
     try:
-        reports = async_to_sync(read)()
+        reports = run_on_store(read_reports, timeout_s=2)
     except (RedisError, OSError):
         return {}
     found: dict[tuple[str, str], dict[str, Any]] = {}

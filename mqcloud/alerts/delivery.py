@@ -5,7 +5,7 @@ at most once per ``ALERT_THROTTLE_SECONDS``, shared by every worker through Redi
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import httpx
@@ -89,6 +89,34 @@ def alert_admins(
     )
     deliver(event, recipients)
     return event
+
+
+class AdminAlert(NamedTuple):
+    """A platform alert (no team's) that is to fire."""
+
+    kind: str
+    target: str
+    message: str
+    detail: dict
+    key: str | None = None
+    """Its throttle key (see :func:`first_in_window`); None: it fires whenever found."""
+
+
+def fire_admin_alerts(alerts: Sequence[AdminAlert]) -> list[AlertEvent]:
+    """Fire each of ``alerts`` to the platform admins (their addresses read once), unless
+    its key fired within the throttle window; the events that fired."""
+    if not alerts:
+        return []
+    recipients = platform_admin_emails()
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    fired: list[AlertEvent] = []
+    try:
+        for a in alerts:
+            if a.key is None or first_in_window(client, a.key):
+                fired.append(alert_admins(a.kind, a.target, a.message, a.detail, recipients))
+    finally:
+        client.close()
+    return fired
 
 
 def platform_admin_emails() -> list[str]:

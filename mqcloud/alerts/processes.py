@@ -16,13 +16,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import redis
-from asgiref.sync import async_to_sync
-from django.conf import settings
-
-from brokers.engine import engine_client, take_exits, take_lapsed_reports
-from mqcloud.alerts.delivery import alert_admins, first_in_window, platform_admin_emails
+from brokers.engine import AnyRedis, take_exits, take_lapsed_reports
+from mqcloud.alerts.delivery import AdminAlert, fire_admin_alerts
 from mqcloud.alerts.models import AlertEvent
+from mqcloud.engine_access import run_on_store
 
 PROXY_BOARD = "httpmq"
 """The board HTTP-MQ serving processes report on (:mod:`proxy.httpmq.report`)."""
@@ -37,54 +34,43 @@ def _when(seconds: object) -> str:
         return "an unknown time"
 
 
-async def _take() -> tuple[list[dict[str, Any]], dict[str, dict]]:
-    client = engine_client(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    try:
-        return await take_exits(client), await take_lapsed_reports(client, board=PROXY_BOARD)
-    finally:
-        await client.aclose()
+async def _take(client: AnyRedis) -> tuple[list[dict[str, Any]], dict[str, dict]]:
+    return await take_exits(client), await take_lapsed_reports(client, board=PROXY_BOARD)
 
 
 def check_processes() -> list[AlertEvent]:
     """Alert the platform admins of the processes that died since the last check (one
     alert per process, with how often; at most once per ALERT_THROTTLE_SECONDS each, so a
     process dying in a loop does not flood them) and of every lapsed proxy report."""
-    exits, lapsed = async_to_sync(_take)()
-    fired: list[AlertEvent] = []
-    if not exits and not lapsed:
-        return fired
-    recipients = platform_admin_emails()
+    exits, lapsed = run_on_store(_take)
     by_process: dict[str, list[dict[str, Any]]] = {}
     for doc in exits:
         key = f"{doc.get('service', '?')}/{doc.get('process', '?')}"
         by_process.setdefault(key, []).append(doc)
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    try:
-        for key, docs in by_process.items():
-            if not first_in_window(client, f"process-exit:{key}"):
-                continue
-            last = docs[-1]
-            times = f" (and {len(docs) - 1} more times since the last check)" if docs[1:] else ""
-            message = (
-                f"{last.get('service', '?')}: process {last.get('process', '?')} (pid"
-                f" {last.get('pid', '?')}) {last.get('how', 'ended')} at"
-                f" {_when(last.get('at'))}{times}; it was started again"
-            )
-            detail = {**last, "exits": len(docs)}
-            fired.append(
-                alert_admins(
-                    AlertEvent.Kind.PROCESS_EXIT, f"process:{key}", message, detail, recipients
-                )
-            )
-    finally:
-        client.close()
-    for name, doc in sorted(lapsed.items()):
-        message = (
+    alerts = [_exit_alert(key, docs) for key, docs in by_process.items()]
+    alerts += [
+        AdminAlert(
+            AlertEvent.Kind.PROXY_DOWN,
+            f"httpmq:{name}",
             f"HTTP-MQ proxy process {name} (pid {doc.get('pid', '?')}) stopped reporting:"
-            f" down, its host gone, or frozen (up since {_when(doc.get('since'))})"
+            f" down, its host gone, or frozen (up since {_when(doc.get('since'))})",
+            {"name": name, **doc},
         )
-        detail = {"name": name, **doc}
-        fired.append(
-            alert_admins(AlertEvent.Kind.PROXY_DOWN, f"httpmq:{name}", message, detail, recipients)
-        )
-    return fired
+        for name, doc in sorted(lapsed.items())
+    ]
+    return fire_admin_alerts(alerts)
+
+
+def _exit_alert(key: str, docs: list[dict[str, Any]]) -> AdminAlert:
+    """The alert of process ``key``'s exits since the last check (the last one told)."""
+    last = docs[-1]
+    times = f" (and {len(docs) - 1} more times since the last check)" if docs[1:] else ""
+    return AdminAlert(
+        AlertEvent.Kind.PROCESS_EXIT,
+        f"process:{key}",
+        f"{last.get('service', '?')}: process {last.get('process', '?')} (pid"
+        f" {last.get('pid', '?')}) {last.get('how', 'ended')} at"
+        f" {_when(last.get('at'))}{times}; it was started again",
+        {**last, "exits": len(docs)},
+        f"process-exit:{key}",
+    )

@@ -9,11 +9,10 @@ most once per ALERT_THROTTLE_SECONDS. ``REPLICA_LAG_ALERT_BYTES`` at 0 turns it 
 
 from __future__ import annotations
 
-import redis
 from django.conf import settings
 
 from brokers.engine import ReplicaLag
-from mqcloud.alerts.delivery import alert_admins, first_in_window, platform_admin_emails
+from mqcloud.alerts.delivery import AdminAlert, fire_admin_alerts
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.engine_access import run_in_session
 
@@ -32,32 +31,21 @@ def check_replica_lag() -> list[AlertEvent]:
     if not settings.REPLICA_LAG_ALERT_BYTES:
         return []
     lags = run_in_session(lambda engine: engine.replica_lags())
-    found = [(lag, why) for lag in lags if (why := behind(lag))]
-    if not found:
-        return []
-    fired: list[AlertEvent] = []
-    recipients = platform_admin_emails()
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    try:
-        for lag, why in found:
-            if not first_in_window(client, f"replica-lag:{lag.replica}"):
-                continue
-            message = f"Store replica {lag.replica} of {lag.master} {why}"
-            detail = {
-                "master": lag.master,
-                "replica": lag.replica,
-                "state": lag.state,
-                "lag_bytes": lag.lag_bytes,
-            }
-            fired.append(
-                alert_admins(
-                    AlertEvent.Kind.REPLICA_LAG,
-                    f"replica:{lag.replica}",
-                    message,
-                    detail,
-                    recipients,
-                )
+    return fire_admin_alerts(
+        [
+            AdminAlert(
+                AlertEvent.Kind.REPLICA_LAG,
+                f"replica:{lag.replica}",
+                f"Store replica {lag.replica} of {lag.master} {why}",
+                {
+                    "master": lag.master,
+                    "replica": lag.replica,
+                    "state": lag.state,
+                    "lag_bytes": lag.lag_bytes,
+                },
+                f"replica-lag:{lag.replica}",
             )
-    finally:
-        client.close()
-    return fired
+            for lag in lags
+            if (why := behind(lag))
+        ]
+    )

@@ -11,23 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
-from asgiref.sync import async_to_sync
 from django.conf import settings
 
-from brokers.engine import engine_client, read_reports
-from mqcloud.alerts.delivery import alert_admins, first_in_window, platform_admin_emails
+from brokers.engine import AnyRedis, read_reports
+from mqcloud.alerts.delivery import AdminAlert, fire_admin_alerts
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.alerts.processes import PROXY_BOARD
+from mqcloud.engine_access import run_on_store
 
 
-async def _reports() -> dict[str, dict[str, Any]]:
-    client = engine_client(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    try:
-        brokers = await read_reports(client)
-        proxies = await read_reports(client, board=PROXY_BOARD)
-    finally:
-        await client.aclose()
+async def _reports(client: AnyRedis) -> dict[str, dict[str, Any]]:
+    brokers = await read_reports(client)
+    proxies = await read_reports(client, board=PROXY_BOARD)
     return {**brokers, **{f"httpmq:{name}": doc for name, doc in proxies.items()}}
 
 
@@ -47,28 +42,17 @@ def slow(writes: object) -> str | None:
 def check_store_latency() -> list[AlertEvent]:
     """Alert the platform admins of every reporting process whose store writes were slow
     in the last minute (each at most once per throttle window)."""
-    found = [(name, doc, why) for name, doc in sorted(async_to_sync(_reports)().items())
-             if (why := slow(doc.get("store_writes")))]  # fmt: skip
-    if not found:
-        return []
-    fired: list[AlertEvent] = []
-    recipients = platform_admin_emails()
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    try:
-        for name, doc, why in found:
-            if not first_in_window(client, f"store-slow:{name}"):
-                continue
-            writes = doc["store_writes"]
-            message = (
+    return fire_admin_alerts(
+        [
+            AdminAlert(
+                AlertEvent.Kind.STORE_SLOW,
+                f"store:{name}",
                 f"Store writes of {name} (pid {doc.get('pid', '?')}) were slow in the last "
-                f"minute: {why}, over {writes['count']:,} writes"
+                f"minute: {why}, over {doc['store_writes']['count']:,} writes",
+                {"process": name, "pid": doc.get("pid"), "store_writes": doc["store_writes"]},
+                f"store-slow:{name}",
             )
-            detail = {"process": name, "pid": doc.get("pid"), "store_writes": writes}
-            fired.append(
-                alert_admins(
-                    AlertEvent.Kind.STORE_SLOW, f"store:{name}", message, detail, recipients
-                )
-            )
-    finally:
-        client.close()
-    return fired
+            for name, doc in sorted(run_on_store(_reports).items())
+            if (why := slow(doc.get("store_writes")))
+        ]
+    )

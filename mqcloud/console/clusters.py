@@ -5,9 +5,9 @@ proxy processes running now, from their reports (:mod:`proxy.httpmq.report`)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -17,11 +17,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from redis.exceptions import RedisError
 
-from brokers.engine import engine_client, read_reports
+from brokers.engine import read_reports
 from brokers.models import Broker, Cluster, PartitionGroup
 from mqcloud.alerts.processes import PROXY_BOARD
 from mqcloud.console import access
 from mqcloud.console.listing import ListSpec, paginate
+from mqcloud.engine_access import run_on_store
 from mqcloud.tasks import elect_preferred_leaders
 
 GROUPS_LED = ListSpec(
@@ -32,19 +33,11 @@ GROUPS_LED = ListSpec(
 )
 
 
-async def _proxy_reports() -> dict[str, dict[str, Any]]:
-    client = engine_client(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        return await read_reports(client, board=PROXY_BOARD)
-    finally:
-        await client.aclose()
-
-
 def proxy_processes() -> list[dict[str, Any]] | None:
     """The HTTP-MQ serving processes whose reports are valid, by name (None: Redis does
     not answer)."""
     try:
-        reports = async_to_sync(_proxy_reports)()
+        reports = run_on_store(partial(read_reports, board=PROXY_BOARD), timeout_s=2)
     except (RedisError, OSError):
         return None
     rows = []
