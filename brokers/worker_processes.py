@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from brokers.engine.exits import how_it_ended
+from brokers.engine import how_it_ended
 
 log = logging.getLogger("mqcloud.broker")
 

@@ -20,9 +20,7 @@ from brokers.engine import AnyRedis, take_exits, take_lapsed_reports
 from mqcloud.alerts.delivery import AdminAlert, fire_admin_alerts
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.engine_access import run_on_store
-
-PROXY_BOARD = "httpmq"
-"""The board HTTP-MQ serving processes report on (:mod:`proxy.httpmq.report`)."""
+from proxy.httpmq.report import BOARD as PROXY_BOARD
 
 
 def _when(seconds: object) -> str:

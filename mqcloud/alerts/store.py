@@ -16,8 +16,8 @@ from django.conf import settings
 from brokers.engine import AnyRedis, read_reports
 from mqcloud.alerts.delivery import AdminAlert, fire_admin_alerts
 from mqcloud.alerts.models import AlertEvent
-from mqcloud.alerts.processes import PROXY_BOARD
 from mqcloud.engine_access import run_on_store
+from proxy.httpmq.report import BOARD as PROXY_BOARD
 
 
 async def _reports(client: AnyRedis) -> dict[str, dict[str, Any]]:

@@ -19,11 +19,11 @@ from redis.exceptions import RedisError
 
 from brokers.engine import read_reports
 from brokers.models import Broker, Cluster, PartitionGroup
-from mqcloud.alerts.processes import PROXY_BOARD
 from mqcloud.console import access
 from mqcloud.console.listing import ListSpec, paginate
 from mqcloud.engine_access import run_on_store
 from mqcloud.tasks import elect_preferred_leaders
+from proxy.httpmq.report import BOARD as PROXY_BOARD
 
 GROUPS_LED = ListSpec(
     sorts={"topic": ["topic__code", "group_id"]},

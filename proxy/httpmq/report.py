@@ -1,8 +1,10 @@
-"""This serving process's report on the ``httpmq`` board (:func:`brokers.engine.publish_report`):
-who it is — host, port, process number, pid, since when —, the catalog version it
-serves and how long its store writes took in the last minute (``store_writes``), renewed every ``report_seconds`` and valid for three of them. The console lists
-the processes from the board; a report left past its time (a process killed, a host that
-went away) is what the proxy-down alert finds. A stopping process withdraws its own.
+"""This serving process's report on the ``httpmq`` board
+(:func:`brokers.engine.publish_report`): who it is — host, port, process number, pid,
+since when —, the catalog version it serves and how long its store writes took in the
+last minute (``store_writes``), renewed every ``report_seconds`` and valid for three of
+them. The console lists the processes from the board; a report left past its time (a
+process killed, a host that went away) is what the proxy-down alert finds. A stopping
+process withdraws its own.
 """
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ from redis.exceptions import RedisError
 from brokers.engine import Engine, StoreUnavailable, publish_report, withdraw_report
 
 BOARD = "httpmq"
+"""The board HTTP-MQ serving processes report on (the console and alerts read it)."""
 log = logging.getLogger(__name__)
 
 
+def service_name(port: int) -> str:
+    """``<host name>:<port>``: one HTTP-MQ service of the fleet."""
+    return f"{socket.gethostname()}:{port}"
+
+
 def report_name(port: int, index: int) -> str:
-    """``<host name>:<port>/<process number>``: one per serving process of the fleet."""
-    return f"{socket.gethostname()}:{port}/{index}"
+    """``<host name>:<port>/<process number>``: one serving process of the fleet."""
+    return f"{service_name(port)}/{index}"
 
 
 class ProcessReport:

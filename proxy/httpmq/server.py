@@ -38,7 +38,7 @@ from proxy.httpmq.app import HttpMqApp
 from proxy.httpmq.config import ProxyConfig
 from proxy.httpmq.metrics import MULTIPROC_ENV, Metrics
 from proxy.httpmq.protocol import protocol_class
-from proxy.httpmq.report import report_name
+from proxy.httpmq.report import service_name
 
 log = logging.getLogger("mqcloud.httpmq")
 
@@ -178,7 +178,7 @@ def _record_exit(config: ProxyConfig, index: int, pid: int | None, code: int | N
     """Record a serving process's death for the alerts (:func:`brokers.engine.record_exit`);
     a Redis outage loses only the record."""
     doc = {
-        "service": f"HTTP-MQ {report_name(config.port, index).rsplit('/', 1)[0]}",
+        "service": f"HTTP-MQ {service_name(config.port)}",
         "process": index,
         "pid": pid,
         "how": how_it_ended(code if code is not None else 0),

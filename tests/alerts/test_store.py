@@ -11,8 +11,8 @@ from django.core import mail
 
 from brokers.engine import publish_report
 from mqcloud.alerts.models import AlertEvent
-from mqcloud.alerts.processes import PROXY_BOARD
 from mqcloud.alerts.store import check_store_latency
+from proxy.httpmq.report import BOARD as PROXY_BOARD
 from tests import factories
 from tests.engine_calls import engine_call
 

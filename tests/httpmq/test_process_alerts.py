@@ -21,7 +21,8 @@ from django.core import mail
 
 from brokers.engine import engine_client, read_reports
 from mqcloud.alerts.models import AlertEvent
-from mqcloud.alerts.processes import PROXY_BOARD, check_processes
+from mqcloud.alerts.processes import check_processes
+from proxy.httpmq.report import BOARD as PROXY_BOARD
 from tests import factories
 from tests.httpmq.conftest import ROOT, start_proxy, stop
 from tests.scripts_path import free_port, wait_for_port
