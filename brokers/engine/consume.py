@@ -9,8 +9,8 @@ runs out is counted as failed by the next fetch, once),
 One Lua script per attempt checks the lock, initialises the ack index on first use
 (an ack index retention overtook moves up to ``min``), reads from it and takes the lock
 only if it found messages — so a fetch is a single round trip on the partition's slot.
-Tokens are ms timestamps made strictly
-increasing per partition, which is what HTTP-MQ's ``lockTime`` needs.
+Tokens are ms timestamps made strictly increasing per partition, which is what HTTP-MQ's
+``lockTime`` needs.
 """
 
 from __future__ import annotations

@@ -116,7 +116,12 @@ def alert_copies(request: HttpRequest) -> HttpResponse:
     """A platform admin asks to be copied on every alert, or no longer (``copy``: on or
     off); audited."""
     access.require_platform_admin(request.user)
-    wanted = request.POST.get("copy") == "on"
+    back = f"{reverse('console:alerts')}#platform-alerts"
+    choice = request.POST.get("copy")
+    if choice not in ("on", "off"):
+        messages.error(request, "Choose on or off.")
+        return redirect(back)
+    wanted = choice == "on"
     if wanted:
         AlertCopy.objects.get_or_create(user=request.user)
     else:
@@ -130,14 +135,15 @@ def alert_copies(request: HttpRequest) -> HttpResponse:
         request,
         "You are copied on every alert." if wanted else "You are no longer copied on alerts.",
     )
-    return redirect(f"{reverse('console:alerts')}#platform-alerts")
+    return redirect(back)
 
 
 @login_required
 def alerts(request: HttpRequest) -> HttpResponse:
     """Alert rules of the user's consumers, and the alerts that fired."""
+    is_admin = access.is_platform_admin(request.user)
     history = AlertEvent.objects.select_related("team")
-    if not access.is_platform_admin(request.user):
+    if not is_admin:
         history = history.filter(team__in=access.user_teams(request.user))
     teams = {"team": team_choices(request.user)}
     rules = paginate(request, access.consumers_for(request.user), RULES, choices=teams)
@@ -157,9 +163,9 @@ def alerts(request: HttpRequest) -> HttpResponse:
             .filter(traffic_rules__isnull=False)
             .distinct()
             .count(),
-            "is_admin": access.is_platform_admin(request.user),
-            "copied": AlertCopy.objects.filter(user=request.user).exists(),
-            "copied_admins": copy_emails(),
+            "is_admin": is_admin,
+            "copied": is_admin and AlertCopy.objects.filter(user=request.user).exists(),
+            "copied_admins": copy_emails() if is_admin else [],
             "store_slow": (settings.STORE_SLOW_MAX_MS, settings.STORE_SLOW_P99_MS),
             "replica_lag_bytes": settings.REPLICA_LAG_ALERT_BYTES,
         },

@@ -30,6 +30,10 @@ def test_an_admin_is_copied_on_every_alert_until_they_stop(client):
     client.force_login(root)
     page = client.get("/alerts/").content.decode()
     assert 'id="platform-alerts"' in page and "Copy me on every alert" in page
+    for wrong in ({"copy": "yes"}, {}):  # neither on nor off: refused, nothing changes
+        refused = client.post("/alerts/copies/", wrong, follow=True)
+        assert "Choose on or off." in refused.content.decode()
+    assert not AlertCopy.objects.exists()
     reply = client.post("/alerts/copies/", {"copy": "on"})
     assert reply.status_code == 302 and reply["Location"].endswith("/alerts/#platform-alerts")
     assert fire(team) == ["member@example.test", "root@example.test"]
