@@ -8,12 +8,16 @@ up to one call's messages more than ``max_count``; ``min`` becomes the first ind
 stored. A consumer whose ack index falls below ``min`` continues from ``min``: its next
 fetch moves the ack index there (:mod:`.consume`), a lease its cursor (:mod:`.groups`).
 
-The messages a trim takes that a consumer was never handed are lost to it (the
-reference console's "offset illegal" alert: a position outside the queue). The trim
-script measures them for the progresses it is given, in the same step as the trim, so
-nothing is counted twice however often retention runs: a progress is where the consumer
-stands — the furthest of its ack index, its delivery cursor (shared leases) and the end
-of a batch it holds locked. A progress never started (no ack index) has lost nothing. The losses add up per consumer group in the hash
+The messages a trim takes that a consumer had neither settled nor in hand are lost to
+it (the reference console's "offset illegal" alert: a position outside the queue). The
+trim script measures them for the progresses it is given, in the same step as the trim,
+so nothing is counted twice however often retention runs: above the ack index, what is
+past the delivery cursor (shared leases) and not in a batch a pull consumer holds
+locked, and what of the ranges below the cursor nobody holds — handed back unread, due
+again after a failed or released delivery, or dead and waiting for the dead-letter
+queue — less the parts already settled. A range still leased is in a consumer's hands,
+expired or not (it may still be acked), as is a locked batch. A progress never started
+(no ack index) has lost nothing. The losses add up per consumer group in the hash
 ``LOSSES`` until the alert check settles them (:func:`settle_losses`).
 """
 
@@ -37,10 +41,10 @@ TRIM_CHUNK = 1_000
 TRIM = Script(
     FIND_TIME_FN
     + """
--- KEYS: stream, meta, then consumer states. ARGV: the most messages kept ('' no limit),
+-- KEYS: stream, meta, then per consumer its state, range starts and ranges. ARGV: the most messages kept ('' no limit),
 -- the store time messages must have to stay ('' no limit).
--- Returns {the new min, then per state the messages this trim took that it was never
--- handed}.
+-- Returns {the new min, then per consumer the messages this trim took that it had
+-- neither settled nor held}.
 local m = redis.call('HMGET', KEYS[2], 'min', 'next')
 local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
 local cut = 0
@@ -62,20 +66,44 @@ if cut > mn then
   end
 end
 if keep <= mn then
-  for i = 3, #KEYS do out[#out + 1] = '0' end
+  for i = 3, #KEYS, 3 do out[#out + 1] = '0' end
   return out
 end
 redis.call('XTRIM', KEYS[1], 'MINID', s(keep) .. '-0')
 redis.call('HSET', KEYS[2], 'min', s(keep))
 out[1] = s(keep)
-for i = 3, #KEYS do
+for i = 3, #KEYS, 3 do
   local st = redis.call('HMGET', KEYS[i], 'ack', 'cur', 'lo', 'lend')
   local lost = 0
   local ack = tonumber(st[1])
-  if ack then
-    local at = math.max(ack, tonumber(st[2]) or ack)
+  if ack and math.max(ack, mn) < keep then
+    local from = math.max(ack, mn)
+    -- leased ranges cover [ack, cur): what of them is neither settled nor held is lost
+    local cur = math.max(from, tonumber(st[2]) or from)
+    local upto = math.min(cur, keep)
+    if upto > from then
+      for _, start in ipairs(redis.call('ZRANGEBYSCORE', KEYS[i + 1], '-inf', '(' .. s(upto))) do
+        local f = {}
+        for part in string.gmatch((redis.call('HGET', KEYS[i + 2], start) or '') .. '|', '([^|]*)|') do
+          f[#f + 1] = part
+        end
+        local owner = f[4] or ''
+        if owner == '' or owner == '!' then  -- due again or dead: nobody holds it
+          local a, b = math.max(tonumber(start), from), math.min(tonumber(f[1]) or 0, upto)
+          local pos = a
+          for x, y in string.gmatch(f[6] or '', '(%d+)%-(%d+)') do
+            x, y = tonumber(x), tonumber(y)
+            if x > pos and pos < b then lost = lost + math.min(x, b) - pos end
+            if y > pos then pos = y end
+          end
+          if pos < b then lost = lost + b - pos end
+        end
+      end
+    end
+    -- beyond the cursor: never handed, unless a pull consumer holds it locked
+    local at = cur
     if st[3] then at = math.max(at, tonumber(st[4]) or at) end
-    if at < keep then lost = keep - math.max(at, mn) end
+    if at < keep then lost = lost + keep - at end
   end
   out[#out + 1] = s(lost)
 end
@@ -117,7 +145,18 @@ async def trim_topics(
         for p in range(info.partitions):
             keys = PartitionKeys(info.code, p)
             calls.append(
-                ((keys.stream, keys.meta, *(keys.state(c) for _, c in mine)), (count, before))
+                (
+                    (
+                        keys.stream,
+                        keys.meta,
+                        *(
+                            k
+                            for _, c in mine
+                            for k in (keys.state(c), keys.range_starts(c), keys.ranges(c))
+                        ),
+                    ),
+                    (count, before),
+                )
             )
     replies: list[list[bytes]] = []
     for at in range(0, len(calls), TRIM_CHUNK):

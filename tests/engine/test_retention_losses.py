@@ -69,6 +69,38 @@ async def test_what_was_handed_out_or_never_started_is_not_lost(make_engine):
     assert await engine.retention_losses() == {}
 
 
+async def test_what_a_lease_handed_back_unsettled_is_lost_when_trimmed(make_engine):
+    """Below the delivery cursor, what nobody holds any more — handed back unread, due
+    again after a consumer went away or failed it — is lost to a trim; the part
+    settled before is not, nor is a lease still held."""
+    consumers = [{"topic": "t", "app": app} for app in ("a", "b", "c")]
+    engine = make_engine(_kept(2, consumers))
+    await _produce(engine, 10)
+    # a: 0..5 leased; 0 and 2 acked; the connection goes away (0..5 due again)
+    lease = await engine.lease("t", "a", count=6, owner="conn-a")
+    assert len(lease.deliveries) == 6
+    await engine.settle("t", "a", 0, [0, 2])
+    await engine.release_owner("t", "a", "conn-a")
+    # b: 0..3 read ahead and handed back unread, 4 failed (due after its backoff)
+    ahead = await engine.lease("t", "b", count=5, owner="conn-b")
+    await engine.return_unread("t", "b", ahead.deliveries[:4])
+    await engine.fail("t", "b", 0, [4])
+    # c: 0..6 leased and held; 0 acked
+    held = await engine.lease("t", "c", count=7, owner="conn-c")
+    assert len(held.deliveries) == 7
+    await engine.settle("t", "c", 0, [0])
+    assert await engine.trim("t") == {0: 8}
+    assert await engine.retention_losses() == {
+        ("t", "a"): 6,  # 1, 3, 4, 5 handed back, 6 and 7 never handed
+        ("t", "b"): 8,  # 0..4 nobody holds, 5..7 never handed
+        ("t", "c"): 1,  # 7 never handed; 1..6 are in its hands
+    }
+    assert await engine.trim("t") == {0: 8}  # nothing counted twice
+    assert len(await engine.retention_losses()) == 3
+    again = await engine.lease("t", "a", count=10, owner="conn-a2")
+    assert sorted(d.index for d in again.deliveries) == [8, 9]
+
+
 async def test_a_broadcast_consumer_counts_its_worst_active_client(make_engine):
     consumers = [{"topic": "t", "app": "a", "broadcast": True}]
     engine = make_engine(_kept(4, consumers))
@@ -227,3 +259,75 @@ async def test_an_overtaken_push_consumer_settles_what_it_reads_next(make_engine
     assert await _acked_through(engine, 10)
     stats = await engine.group_stats("t", "a")
     assert (stats.backlog, stats.in_flight) == (0, 0)
+
+
+_LEASE_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("produce"), st.integers(1, 5)),
+        st.tuples(st.just("lease"), st.integers(1, 6)),
+        st.tuples(st.just("settle"), st.integers(1, 4)),
+        st.tuples(st.just("unread"), st.integers(1, 4)),
+        st.tuples(st.just("fail"), st.integers(1, 4)),
+        st.tuples(st.just("release"), st.just(0)),
+        st.tuples(st.just("trim"), st.integers(0, 8)),
+    ),
+    max_size=30,
+)
+
+
+async def _run_leases(redis_url: str, ops: list[tuple[str, int]]) -> None:
+    """Run ``ops`` on one streaming consumer (zbus, VibeMQ) with a model of what it has
+    in hand: the deliveries its connection leased and neither settled, returned, failed
+    nor released."""
+    client = aioredis.from_url(redis_url)
+    await client.flushdb()
+    holder = {"snap": _kept(100)}
+    engine = Engine(client, lambda: holder["snap"], clock=FakeClock())
+    acked: set[int] = set()
+    in_hand_trimmed: set[int] = set()
+    held: list = []  # deliveries in hand, oldest first
+
+    async def trim(keep: int) -> int:
+        holder["snap"] = _kept(keep)
+        low = (await engine.trim("t"))[0]
+        in_hand_trimmed.update(d.index for d in held if d.index < low)
+        return low
+
+    try:
+        await engine.register_consumer("t", "a", start="earliest")
+        for op, n in ops:
+            if op == "produce":
+                await _produce(engine, n)
+            elif op == "lease":
+                held += (await engine.lease("t", "a", count=n, owner="w")).deliveries
+            elif op == "settle":
+                done, held = held[:n], held[n:]
+                await engine.settle("t", "a", 0, [d.index for d in done])
+                acked.update(d.index for d in done)
+            elif op == "unread":
+                done, held = held[:n], held[n:]
+                await engine.return_unread("t", "a", done)
+            elif op == "fail":
+                done, held = held[:n], held[n:]
+                await engine.fail("t", "a", 0, [d.index for d in done])
+            elif op == "release":
+                await engine.release_owner("t", "a", "w")
+                held = []
+            elif op == "trim":
+                await trim(n)
+        end = await trim(0)
+        lost = (await engine.retention_losses()).get(("t", "a"), 0)
+        # every message retention took was settled, in the consumer's hands, or counted
+        # lost — and none counted twice
+        assert lost + len(acked | in_hand_trimmed) == end, ops
+    finally:
+        await engine.close()
+        await client.aclose()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=_LEASE_OPS)
+def test_every_trimmed_lease_message_was_settled_held_or_counted_lost_once(redis_url, ops):
+    asyncio.run(_run_leases(redis_url, ops))
