@@ -1,6 +1,6 @@
 """Retention-loss alerts (the reference console's "offset illegal"): a consumer that
-retention overtook — messages it had neither acked nor in hand expired from its topic — alerts its
-team with how many it lost. Nothing else tells it: the consumer goes on from the first
+retention overtook — messages it had neither acked nor in hand expired from its topic —
+alerts its team with how many it lost. Nothing else tells it: the consumer goes on from the first
 message kept, its backlog shrinks and no error is raised.
 
 The engine counts the losses when it trims (:meth:`Engine.trim`), over every protocol;
