@@ -26,6 +26,7 @@ from brokers.engine.catalog import (
     publish_delta,
     publish_snapshot,
 )
+from brokers.engine.clients import ClientRow, InventoryRow
 from brokers.engine.counters import MinuteTraffic
 from brokers.engine.delay import (
     DELAY_ID,
@@ -157,6 +158,7 @@ __all__ = [
     "ClientIdNotAllowed",
     "ClientIdRequired",
     "ClientNotAllowed",
+    "ClientRow",
     "CommitRequest",
     "CommitResult",
     "CommitStatus",
@@ -177,6 +179,7 @@ __all__ = [
     "HeldMessage",
     "IndexOutOfRange",
     "InvalidMessage",
+    "InventoryRow",
     "Lease",
     "Mailboxes",
     "Message",

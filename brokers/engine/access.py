@@ -131,7 +131,8 @@ class Gate:
     """Checks an app against its policies on a topic (see the module docstring).
 
     ``catalog`` returns the current snapshot; ``limiter`` holds the rate-limit buckets;
-    ``now_ms`` is the engine's clock.
+    ``now_ms`` is the engine's clock; ``seen`` hears every produce and consume let
+    through for a client address: ``(app, address, topic, role)`` (:mod:`.clients`).
     """
 
     def __init__(
@@ -139,10 +140,12 @@ class Gate:
         catalog: Callable[[], CatalogSnapshot],
         limiter: RateLimiter,
         now_ms: Callable[[], int],
+        seen: Callable[[str, str, str, str], None] | None = None,
     ) -> None:
         self._catalog = catalog
         self._limiter = limiter
         self._now_ms = now_ms
+        self._seen = seen
 
     def _topic(self, snapshot: CatalogSnapshot, topic: str, app: str) -> str:
         """The topic whose policies govern ``topic``: itself, or for the dead-letter queue
@@ -171,6 +174,8 @@ class Gate:
             raise ProducerNotFound(f"app {app or '(none)'} may not produce to {topic}")
         if blacklisted(address, policy.blacklist):
             raise ClientNotAllowed(f"client {host_of(address or '')} may not produce to {topic}")
+        if address and self._seen is not None:
+            self._seen(app, address, topic, PRODUCE)
         return policy
 
     async def admit_produce(self, policy: ProducerPolicyInfo, count: int) -> None:
@@ -244,6 +249,8 @@ class Gate:
             raise ConsumerClientNotAllowed(
                 f"client {host_of(address or '')} may not consume {topic}"
             )
+        if address and self._seen is not None:
+            self._seen(app, address, topic, CONSUME)
         return policy
 
     async def admit_consume(self, policy: ConsumerPolicyInfo, count: int) -> int:

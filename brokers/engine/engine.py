@@ -16,6 +16,7 @@ from collections.abc import Callable
 from brokers.engine.access import Gate
 from brokers.engine.assignment import GroupAssigner
 from brokers.engine.catalog import CatalogSnapshot
+from brokers.engine.clients import Clients
 from brokers.engine.counters import Counters, MinuteTraffic
 from brokers.engine.errors import TopicNotFound
 from brokers.engine.fetch import Fetcher
@@ -88,7 +89,11 @@ class Engine(
         self.durability = Durability(redis, timeout_ms=durability_timeout_ms, replicas=replicas)
         self.notifier = Notifier(redis)
         self.counters = Counters(redis, clock)
-        self.gate = Gate(catalog, RateLimiter(redis), self.now_ms)
+        self.holders = Holders(
+            redis, self._release_held, leave=self._leave_for_dead, ttl_ms=holder_ttl_ms
+        )
+        self.clients = Clients(redis, lambda: self.holders.id, self.holders.start)
+        self.gate = Gate(catalog, RateLimiter(redis), self.now_ms, self.clients.seen)
         self._next_guess: dict[tuple[str, int], int] = {}
         self.retry_presence = RetryPresence(self.notifier, self.now_ms)
         self._fetcher = Fetcher(
@@ -96,14 +101,12 @@ class Engine(
         )
         self.shared = SharedDelivery(redis, self.now_ms, self._dead_letter, queue_retry)
         self.assigner = GroupAssigner(redis)
-        self.holders = Holders(
-            redis, self._release_held, leave=self._leave_for_dead, ttl_ms=holder_ttl_ms
-        )
         self._expire_due = {}  # topic → (its groups, ms before which its sweep skips it)
 
     async def close(self) -> None:
         """Hand on the group leases still held, flush counters and stop the notification
         listener."""
+        await self.clients.close()
         await self.holders.close()
         await self.counters.close()
         await self.notifier.close()

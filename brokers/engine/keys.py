@@ -13,6 +13,8 @@
 * ``mq:exits`` — process exits a supervisor recorded for the alerts (:mod:`.exits`);
   ``mq:reports`` and ``mq:reports:<board>`` — what processes report about themselves
   (:mod:`.reports`). Plain keys.
+* ``mq:cl:<app>`` — an app's client hosts: connections and last produce or consume per
+  topic; ``mq:cl:apps`` — the apps that have some (:mod:`.clients`). Plain keys.
 * ``{pr:<space>:<room>}`` — the members present in one room (:mod:`.presence`).
 * ``{mb:<space>:<name>}`` — the owner of one named mailbox (:mod:`.mailbox`).
 * ``{o:<topic>}`` — the partition counter of a topic's produce in turn (:mod:`.rotation`).

@@ -1,5 +1,5 @@
 """What the processes of a cluster share besides messages: presence of members, named
-mailboxes, reports on a board, partitions in turn, partition-group assignment, whether
+mailboxes, reports on a board, the clients connected to them, partitions in turn, partition-group assignment, whether
 the store answers and how far its replicas are behind. Front-ends keep no Redis data of their own; they use these.
 
 A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from brokers.engine.assignment import GroupAssigner
+from brokers.engine.clients import ClientRow, Clients, InventoryRow
 from brokers.engine.mailbox import Mailboxes
 from brokers.engine.presence import Presence
 from brokers.engine.replicas import ReplicaLag, replica_lags
@@ -27,6 +28,38 @@ class ClusterSection(EngineBase):
     """State the processes of a cluster share about themselves."""
 
     assigner: GroupAssigner
+    clients: Clients
+
+    def client_connected(
+        self, address: str, app: str, protocol: str, language: str = "", version: str = ""
+    ) -> None:
+        """A connection of ``app``'s client from ``address`` said who it is (protocol,
+        and the language and version the client stated): counted as live until
+        :meth:`client_disconnected` or this process's end (:mod:`brokers.engine.clients`)."""
+        self.clients.connected(address, app, protocol, language, version)
+
+    def client_disconnected(self, address: str) -> None:
+        """The connection from ``address`` closed."""
+        self.clients.disconnected(address)
+
+    def client_described(
+        self, address: str, app: str, protocol: str, language: str = "", version: str = ""
+    ) -> None:
+        """A client of ``app`` that keeps no connection (one request) from ``address``
+        said what it is; its produces and consumes are listed under that."""
+        self.clients.described(address, app, protocol, language, version)
+
+    async def clients_of(self, apps: Sequence[str]) -> dict[str, list[ClientRow]]:
+        """Each app's client hosts by kind of client: live connections across every
+        process, and the topics each produced to or consumed from lately."""
+        await self.clients.flush()
+        return await self.clients.of_apps(apps)
+
+    async def client_inventory(self) -> list[InventoryRow]:
+        """Every kind of client on the platform (protocol, language, version) with its
+        apps, hosts and live connections."""
+        await self.clients.flush()
+        return await self.clients.inventory()
 
     def presence(self, space: str, owner: str, ttl_ms: int) -> Presence:
         """``owner``'s (this process's) entries in the rooms of ``space``, each counting
