@@ -193,6 +193,8 @@ class VibeMQConsumer(AsyncWebsocketConsumer):
 class WebSocketTransport:
     """The session's view of a consumer (see :class:`~brokers.servers.vibemq.Transport`)."""
 
+    client_protocol = "vibemq-ws"
+
     def __init__(self, consumer: VibeMQConsumer) -> None:
         self._consumer = consumer
 

@@ -89,7 +89,15 @@ def producer_for(rt: Runtime, request: Request) -> ProducerPolicyInfo:
     if policy is None or not policy.http_enabled:
         raise ProxyError(404, "PRODUCER_NOT_FOUND", f"producer {name} is not registered for HTTP")
     authorize(owner, policy.app)
+    describe_client(rt, request, policy.app)
     return policy
+
+
+def describe_client(rt: Runtime, request: Request, app: str) -> None:
+    """List the requests of ``app``'s client under HTTP-MQ and its User-Agent."""
+    rt.engine.client_described(
+        request.peer_address, app, "http-mq", version=request.header(b"user-agent")
+    )
 
 
 def consumer_for(rt: Runtime, request: Request) -> ConsumerPolicyInfo:
@@ -104,6 +112,7 @@ def consumer_for(rt: Runtime, request: Request) -> ConsumerPolicyInfo:
     if policy is None or not policy.http_enabled:
         raise ProxyError(404, "CONSUMER_NOT_FOUND", f"consumer {name} is not registered for HTTP")
     authorize(owner, policy.app)
+    describe_client(rt, request, policy.app)
     if topic != policy.topic:
         raise bad_parameter(
             f"consumer {name} consumes {policy.topic}, not {topic}", "TOPIC_MISMATCH"

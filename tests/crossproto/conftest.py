@@ -64,6 +64,7 @@ EDGES = tuple(
     + [f"zbus-name.{c}" for c in ("jmq4", "zbus", "vibemq-tcp", "vibemq-ws", "httpmq")]
     + [f"retention.{c}" for c in ("jmq4", "zbus", "vibemq-tcp", "vibemq-ws", "httpmq")]
     + [f"spread.{p}" for p in ("zbus", "vibemq-tcp", "vibemq-ws")]
+    + [f"clients.{p}" for p in PROTOCOLS]
 )
 """Topics ``x.edge.<name>`` of the edge cases (:mod:`.test_edges`), made like the pairs'."""
 

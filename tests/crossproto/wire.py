@@ -373,6 +373,10 @@ class VibeWs(VibeConn):
             await self.ws.close()
 
 
+VIBEMQ_CLIENT_VERSION = "xproto-vibemq/1.2"
+"""What the VibeMQ clients of these tests say they are."""
+
+
 async def vibemq_session(world: World, transport: str, conns: Conns) -> VibeConn:
     """An authenticated VibeMQ connection of the owner over ``tcp`` or ``ws``."""
     if transport == "tcp":
@@ -383,7 +387,11 @@ async def vibemq_session(world: World, transport: str, conns: Conns) -> VibeConn
         conn = VibeWs(await websockets.connect(url, subprotocols=["vibemq"]))
     conns.append(conn)
     reply = await conn.call(
-        {"id": "hello", "type": "connect", "headers": {"authToken": world.token}}
+        {
+            "id": "hello",
+            "type": "connect",
+            "headers": {"authToken": world.token, "clientVersion": VIBEMQ_CLIENT_VERSION},
+        }
     )
     assert reply["type"] == "connectAck", reply
     return conn

@@ -51,6 +51,7 @@ async def add_connection(
             )
         return response_frame(header, AddConnectionResponse(connection_id=session.connection_id))
     connection_id = session.establish(req.app, req.region, ctx.broker_id)
+    ctx.engine.client_connected(session.address, req.app, "jmq4", req.language.name, req.version)
     return response_frame(header, AddConnectionResponse(connection_id=connection_id))
 
 
@@ -61,6 +62,7 @@ async def remove_connection(
     if not session.established:
         raise Reject(Code.FW_CONNECTION_NOT_EXISTS, "connection not exists")
     await release_locks(ctx, session)
+    ctx.engine.client_disconnected(session.address)
     session.reset()
     return boolean_ack(header)
 

@@ -63,6 +63,7 @@ class Jmq4Protocol(FlowControlled):
         its locks until then)."""
         self._connections.discard(self)
         self._transport = None
+        self.ctx.engine.client_disconnected(self.session.address)
         running = set(self._tasks)
         self._cancel_tasks()
         if running or self.session.locks or self.session.retries:

@@ -37,6 +37,8 @@ log = logging.getLogger("mqcloud.vibemq")
 class VibeMQProtocol(asyncio.Protocol):
     """One VibeMQ TCP connection."""
 
+    client_protocol = "vibemq"
+
     def __init__(self, ctx: ServerContext, hub: Hub, connections: set[VibeMQProtocol]) -> None:
         self.ctx, self.hub = ctx, hub
         self._connections = connections

@@ -42,6 +42,10 @@ F = TypeVar("F", Ack, Publish)
 class Transport(Protocol):
     """What a session needs of its connection."""
 
+    client_protocol: str
+    """How its clients are listed (:meth:`Engine.client_connected`): ``vibemq`` over
+    TCP, ``vibemq-ws`` over WebSocket."""
+
     def send(self, frame: Frame) -> None:
         """Write one frame (never blocks; the transport buffers)."""
 
@@ -516,6 +520,7 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        self.ctx.engine.client_disconnected(self.address)
         self._settled.set()
         self.hub.sessions.discard(self)
         if self._task is not None and self._task is not asyncio.current_task():

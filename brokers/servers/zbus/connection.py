@@ -43,6 +43,9 @@ class Connection:
         """The peer does not read what was written (the transport's buffer is over its
         high-water mark): deliveries wait (see :meth:`when_writable`)."""
         self._on_writable: dict[object, Callable[[], None]] = {}
+        self.client_app = ""
+        """The app this connection's client is listed under (:func:`.produce.note_client`):
+        the last one a request acted as."""
         self.consuming: tuple[Any, ...] | None = None
         """(weak reference to the catalog snapshot, MQ, token, queue, acting app, gate's
         answer) of this connection's last consume done at once (see

@@ -59,6 +59,7 @@ def authorize(
         return consumer_gate(ctx, conn, mq, token)[0]
     app = acting_app(ctx.snapshot, mq, token)
     if mq.topic is not None:
+        note_client(ctx, conn, app)
         ctx.engine.authorize_producer(mq.code, app, conn.remote_addr)
     return app
 
@@ -72,7 +73,20 @@ def consumer_gate(
     app = acting_app(ctx.snapshot, mq, token)
     if mq.topic is None:
         return app, True
+    note_client(ctx, conn, app)
     return app, ctx.engine.authorize_consumer(mq.code, app, conn.remote_addr)
+
+
+def note_client(ctx: ServerContext, conn: Connection, app: str) -> None:
+    """List the connection as a zbus client of ``app`` (the app its requests act as: a
+    zbus client states neither language nor version) until it closes."""
+    if conn.client_app == app or not app:
+        return
+    first, conn.client_app = not conn.client_app, app
+    ctx.engine.client_connected(conn.remote_addr, app, "zbus")
+    if first:  # after: a connection closed already withdraws it at once
+        address = conn.remote_addr
+        conn.on_close(lambda: ctx.engine.client_disconnected(address))
 
 
 async def store(ctx: ServerContext, conn: Connection, mq: MqRef, app: str, msg: Message) -> None:

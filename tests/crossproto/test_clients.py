@@ -1,0 +1,64 @@
+"""The clients of an app, listed the same way whatever protocol they speak: a client
+that produced and consumed over one protocol shows under that protocol with the
+language and version it stated (JMQ4 ADD_CONNECTION, VibeMQ ``clientVersion``, the
+HTTP-MQ User-Agent), its live connections while it is connected, and both topics'
+roles; closed, it is still listed with what it did, and no connection."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from brokers.engine import ClientRow
+from tests.access.conftest import until
+from tests.crossproto.conftest import PROTOCOLS, World
+from tests.crossproto.wire import CONSUME, PRODUCE, VIBEMQ_CLIENT_VERSION, Conns
+
+pytestmark = [pytest.mark.asyncio(loop_scope="package"), pytest.mark.django_db]
+
+KIND = {
+    "jmq4": ("jmq4", "JAVA", ""),
+    "zbus": ("zbus", "", ""),
+    "vibemq-tcp": ("vibemq", "", VIBEMQ_CLIENT_VERSION),
+    "vibemq-ws": ("vibemq-ws", "", VIBEMQ_CLIENT_VERSION),
+    "httpmq": ("http-mq", "", f"python-httpx/{httpx.__version__}"),
+}
+CONNECTED = {"jmq4", "zbus", "vibemq-tcp", "vibemq-ws"}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_client_is_listed_by_its_protocol_with_what_it_did(
+    protocol: str, world: World, conns: Conns
+):
+    topic = f"x.edge.clients.{protocol}"
+    kind = KIND[protocol]
+    sent = await PRODUCE[protocol](world, topic, conns)
+    got, _ = await CONSUME[protocol](world, topic, len(sent), conns)
+    assert len(got) == len(sent), got
+
+    async def row() -> ClientRow | None:
+        wanted = {(topic, "produce"), (topic, "consume")}
+        for r in (await world.engine.clients_of([world.owner]))[world.owner]:
+            did = {(t, role) for t, role, _ in r.topics}
+            if (r.protocol, r.language, r.version) == kind and did >= wanted:
+                return r
+        return None
+
+    async def listed() -> bool:
+        r = await row()
+        return r is not None and (r.connections > 0 or protocol not in CONNECTED)
+
+    await until(listed, within=10, what=f"{protocol} client listed with {kind}")
+    for conn in conns:
+        await conn.close()
+    conns.clear()
+
+    async def disconnected() -> bool:
+        r = await row()
+        return r is not None and r.connections == 0
+
+    await until(disconnected, within=10, what=f"{protocol} connections withdrawn")
+    inventory = {
+        (i.protocol, i.language, i.version): i for i in await world.engine.client_inventory()
+    }
+    assert world.owner in inventory[kind].apps
