@@ -26,10 +26,11 @@ LOCKED, EMPTY, FOUND = -1, 0, 1
 
 FETCH_FN = """
 -- Lock-and-read one partition. now is a number; the other arguments are ARGV strings.
--- Returns {-1, lock expiry} | {0, ack, next, min, blocked store time or 0, lapsed} |
--- {1, ack, next, min, token, expiry, first, lapsed, entries...}; `lapsed`: how many
--- messages of the batch handed out under a lock that ran out were not acked (the
--- consumer failed them: each lapsed lock is counted once).
+-- Returns {-1, lock expiry} | {0, ack, next, min, blocked store time or 0, lapsed,
+-- corrected} | {1, ack, next, min, token, expiry, first, lapsed, corrected, entries...};
+-- `lapsed`: how many messages of the batch handed out under a lock that ran out were not
+-- acked (the consumer failed them: each lapsed lock is counted once); `corrected`: the
+-- ack index this call found outside the partition and moved (-1: none).
 -- `ranges` are the partition's shared-lease keys {rs, rd, rh} (see groups.py).
 local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, want, addr, init,
                          max_store)
@@ -57,7 +58,7 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
   local m = redis.call('HMGET', meta, 'min', 'next')
   local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
   local ack = tonumber(st[1])
-  local first = 0
+  local first, corrected = 0, -1
   if not ack then
     first = 1
     if init == 'latest' then ack = nxt else ack = mn end
@@ -65,26 +66,28 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
   elseif ack > nxt then
     -- committed past the end (an HTTP-MQ forceAck or nextOffset beyond it): corrected to
     -- the end (http-mq.md OFFSET_ILLEGAL), or what is appended up to there is never read
-    ack = nxt
+    corrected, ack = ack, nxt
     redis.call('HSET', state, 'ack', s(ack))
   elseif ack < mn then
     -- retention took messages before this consumer acked them (counted as its losses
     -- then, retention.py): nobody can ack them now, so its position moves to the first
     -- message kept, and what it reads from there commits (HTTP-MQ) and acks (JMQ4) as
     -- any batch does; left behind, an index ack would wait for them for ever
-    ack = mn
+    corrected, ack = ack, mn
     redis.call('HSET', state, 'ack', s(ack))
   end
   if addr ~= '' then redis.call('HSET', state, 't', s(now), 'ip', addr)
   else redis.call('HSET', state, 't', s(now)) end
   local start = ack
   if start < mn then start = mn end
-  if start >= nxt then return {0, s(ack), s(nxt), s(mn), '0', lapsed} end
+  if start >= nxt then return {0, s(ack), s(nxt), s(mn), '0', lapsed, s(corrected)} end
   local limit = nil
   if max_store ~= '' then limit = tonumber(max_store) end
   local out = {}
   local items, blocked = read_span(stream, start, tonumber(want), out, limit)
-  if items == 0 then return {0, s(ack), s(nxt), s(mn), s(blocked or 0), lapsed} end
+  if items == 0 then
+    return {0, s(ack), s(nxt), s(mn), s(blocked or 0), lapsed, s(corrected)}
+  end
   local token = now
   local lk = tonumber(st[3])
   if lk and token <= lk then token = lk + 1 end
@@ -92,7 +95,7 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
   local lend = tonumber(out[#out - 2]) + tonumber(out[#out - 1])
   redis.call('HSET', state, 'lo', owner, 'lt', s(token), 'le', s(exp), 'ls', s(start),
     'lend', s(lend), 'lk', s(token))
-  local res = {1, s(ack), s(nxt), s(mn), s(token), s(exp), first, lapsed}
+  local res = {1, s(ack), s(nxt), s(mn), s(token), s(exp), first, lapsed, s(corrected)}
   for _, v in ipairs(out) do res[#res + 1] = v end
   return res
 end
@@ -180,6 +183,7 @@ class Attempt:
     __slots__ = (
         "ack",
         "blocked",
+        "corrected",
         "deliveries",
         "expires",
         "first",
@@ -197,6 +201,7 @@ class Attempt:
         self.first = False
         self.blocked = 0  # store time of the first message held back by a delay
         self.lapsed = 0  # messages a lock that ran out left unacked
+        self.corrected = -1  # the ack index found outside the partition, moved to ack
         self.ack = self.max = self.min = -1
         if self.status == LOCKED:
             self.expires = int(raw[1])
@@ -204,10 +209,11 @@ class Attempt:
         self.ack, self.max, self.min = int(raw[1]), int(raw[2]), int(raw[3])
         if self.status == EMPTY:
             self.blocked, self.lapsed = int(raw[4]), int(raw[5])
+            self.corrected = int(raw[6])
             return
         self.token, self.expires, self.first = int(raw[4]), int(raw[5]), bool(int(raw[6]))
-        self.lapsed = int(raw[7])
-        self.deliveries = parse_spans(partition, raw, 8)
+        self.lapsed, self.corrected = int(raw[7]), int(raw[8])
+        self.deliveries = parse_spans(partition, raw, 9)
 
 
 async def try_partition(

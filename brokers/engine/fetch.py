@@ -178,6 +178,7 @@ class Fetcher:
             max_index=att.max,
             accessed_ms=now,
             lapsed=att.lapsed,
+            corrected_from=att.corrected,
         )
 
     @staticmethod

@@ -127,6 +127,10 @@ class FetchResult:
     lapsed: int = 0
     """Messages of an earlier batch whose lock ran out before they were acked, found by
     this fetch taking the partition over: the consumer failed them (counted once)."""
+    corrected_from: int = -1
+    """The consumer's ack index when this fetch found it outside the partition — below
+    its min (retention took messages it had not acked) or past its end — and moved it to
+    ``ack_index`` (HTTP-MQ OFFSET_ILLEGAL); -1 when it was inside."""
 
     @property
     def found(self) -> bool:

@@ -472,8 +472,9 @@ async def message(request: Request, rt: Runtime) -> Reply:
         raise ProxyError(403, "FORBIDDEN", f"client {peer} may not consume {policy.name}")
     if fetched.status in (FetchStatus.PAUSED, FetchStatus.RATE_LIMITED):
         return _fetch_reply(request, result | {"status": fetched.status.value}, None)
-    msg_list = deliveries_to_list(policy.topic, fetched.messages)
-    result["status"] = fetched.status.value
+    illegal = fetched.found and fetched.corrected_from >= 0
+    msg_list = [] if illegal else deliveries_to_list(policy.topic, fetched.messages)
+    result["status"] = "OFFSET_ILLEGAL" if illegal else fetched.status.value
     if msg_list:
         result["msgList"] = msg_list
         result["msgListSize"] = len(msg_list)
@@ -485,12 +486,17 @@ async def message(request: Request, rt: Runtime) -> Reply:
         result["retryMsgListSize"] = len(result["retryMsgList"])
     new_rid = None
     if fetched.partition >= 0 and fetched.lock_token:
+        # OFFSET_ILLEGAL (§3.2): the committed offset was outside the queue (retention
+        # took what it had not acked); the engine moved it to the first message kept. The
+        # batch read from there is not handed out: the forceAck requestId commits the
+        # corrected position and the next fetch reads it.
         new_rid = RequestId(
             broker_name(info, fetched.partition),
             fetched.partition,
-            fetched.start,
-            fetched.end,
+            fetched.corrected_from if illegal else fetched.start,
+            fetched.start if illegal else fetched.end,
             fetched.lock_token,
+            force_ack=illegal,
         ).encode()
         result["requestId"] = new_rid
     return _fetch_reply(request, result, new_rid)

@@ -517,3 +517,32 @@ def test_forwarded_client_address_only_from_trusted_proxies(mq_urls):
                 headers=forwarded,
             )
     assert seen == ["127.0.0.1", "10.1.2.3"]
+
+
+def test_an_offset_retention_overtook_is_offset_illegal_then_corrected(mq):
+    """§3.2 OFFSET_ILLEGAL: retention took messages the consumer had not acked. The fetch
+    says so with no messages and a forceAck requestId from the committed offset to the
+    first message kept; acked with the next fetch, that one reads from there."""
+    from brokers.models import Topic
+
+    s = make_catalog(partitions=1)
+    Topic.objects.filter(code=s.topic).update(retention_max_count=2)
+    publish()
+    wait_known(mq, s)
+    produce(mq, s, "a")
+    produce(mq, s, "b")
+    got = RequestId.decode(fetch(mq, s).json()["result"]["requestId"])
+    only_a = RequestId(got.broker, got.queue, got.offset, 1, got.lock_time)  # a, not b
+    assert ack(mq, s, only_a).json()["message"].startswith("ok ")
+    for text in ("c", "d", "e"):
+        produce(mq, s, text)
+    assert engine_call(lambda e: e.trim(s.topic)) == {0: 3}  # b and c taken unread
+    illegal = fetch(mq, s).json()["result"]
+    assert illegal["status"] == "OFFSET_ILLEGAL", illegal
+    assert (illegal["msgListSize"], illegal.get("msgList")) == (0, None), illegal
+    assert illegal["queueInfo"]["committedOffset"] == 3, illegal
+    rid = RequestId.decode(illegal["requestId"])
+    assert (rid.offset, rid.next_offset, rid.force_ack) == (1, 3, True), rid
+    after = fetch(mq, s, requestId=illegal["requestId"]).json()["result"]
+    assert after["ackInfo"]["status"] == 200 and after["status"] == "FOUND", after
+    assert [m["message"] for m in after["msgList"]] == ["d", "e"], after
