@@ -366,6 +366,9 @@ STORE_SLOW_P99_MS = env.int("STORE_SLOW_P99_MS", default=400)
 # A store replica more than this many bytes of the replication stream behind its master,
 # or not online, alerts the platform admins (0: never).
 REPLICA_LAG_ALERT_BYTES = env.int("REPLICA_LAG_ALERT_BYTES", default=10 * 1024 * 1024)
+# A consumer whose unconsumed messages come to about this many bytes (its lag times its
+# topic's average message size) alerts its team (0: never).
+LAG_BYTES_ALERT_BYTES = env.int("LAG_BYTES_ALERT_BYTES", default=1024 * 1024 * 1024)
 # A broadcast client that has not fetched for this many days is forgotten with its
 # progress and own retries (0: kept for ever); fetching again, it starts anew.
 BROADCAST_CLIENT_RETENTION_DAYS = env.float("BROADCAST_CLIENT_RETENTION_DAYS", default=30)

@@ -24,6 +24,7 @@ from django.conf import settings
 from brokers.engine import GroupLag, worst_lag
 from brokers.models import ConsumerPolicy
 from mqcloud.alerts.delivery import alert_team, first_in_window
+from mqcloud.alerts.lag_bytes import check_lag_bytes
 from mqcloud.alerts.models import AlertEvent, LatestLag
 from mqcloud.engine_access import engine_session
 
@@ -102,15 +103,15 @@ def record_lags(lags: dict[int, tuple[int, float | None]]) -> None:
 
 
 def check_backlogs() -> list[AlertEvent]:
-    """Measure every consumer and record its lag; fire the new (unthrottled) alerts of
-    those with backlog alerts on."""
+    """Measure every consumer and record its lag; fire the new (unthrottled) backlog and
+    lag-bytes alerts (:mod:`.lag_bytes`) of those with backlog alerts on."""
     policies = list(ConsumerPolicy.objects.select_related("topic", "app__team"))
     scan = async_to_sync(_find)(policies)
     record_lags(scan.lags)
+    fired = check_lag_bytes(policies, scan.lags)
     backlogs = scan.backlogs
     by_name = {p.name: p for p in policies}
     client = redis.Redis.from_url(settings.REDIS_URL)
-    fired: list[AlertEvent] = []
     try:
         for b in backlogs:
             if not first_in_window(client, f"backlog:{b.consumer}:{b.client_id or ''}"):

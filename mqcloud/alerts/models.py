@@ -28,6 +28,7 @@ class AlertEvent(models.Model):
         PROXY_DOWN = "proxy_down", "HTTP-MQ proxy down"
         STORE_SLOW = "store_slow", "Store writes slow"
         REPLICA_LAG = "replica_lag", "Store replica behind"
+        LAG_BYTES = "lag_bytes", "Consumer behind by bytes"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     target = models.CharField(max_length=300, help_text="e.g. consumer:app.topic")
