@@ -252,7 +252,8 @@ async def main(args: argparse.Namespace) -> None:
                 jmq4_port, topic="bench", app="bench", token=TOKEN, total=500_000
             )
         consume = consumed.rate
-        by_client = await client_consume(jmq4_port, "bench", 100_000)
+        # the batch topic: the load consumer may have emptied the other
+        by_client = await client_consume(jmq4_port, "batch", 100_000)
         with recorded("latency"):
             timed = await jmq4_load.latency(
                 jmq4_port, topic="latency", app="bench", token=TOKEN, partitions=PARTITIONS
