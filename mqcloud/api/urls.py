@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from mqcloud.api import approvals, operations, token_views, views
+from mqcloud.api import approvals, clients, operations, token_views, views
 
 router = DefaultRouter()
 router.register("teams", views.TeamViewSet, basename="team")
@@ -19,6 +19,7 @@ router.register("audit-events", approvals.AuditEventViewSet, basename="auditeven
 router.register("notifications", approvals.NotificationViewSet, basename="notification")
 router.register("consumers", operations.ConsumerOperationsViewSet, basename="consumer")
 router.register("api-tokens", token_views.ApiTokenViewSet, basename="apitoken")
+router.register("clients", clients.ClientInventoryViewSet, basename="client")
 
 approval_settings = approvals.ApprovalSettingsView.as_view(
     {"get": "retrieve", "put": "update", "patch": "partial_update"}

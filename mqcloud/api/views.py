@@ -22,6 +22,7 @@ from mqcloud.alerts.models import TrafficRule
 from mqcloud.api import filters, history, timers
 from mqcloud.api import messages as stored  # the class body's `messages` is an action
 from mqcloud.api import serializers as s
+from mqcloud.api.clients import ClientSerializer, client_rows
 from mqcloud.api.errors import EngineUnavailableError, error_responses
 from mqcloud.api.query import validated_query
 from mqcloud.api.scoping import (
@@ -369,6 +370,22 @@ class AppViewSet(UpdateSerializerMixin, TeamScopedViewSet):
             raise EngineUnavailableError(str(exc)) from None
         data = [{"topic": r.topic, "refused": r.refused, "by_reason": r.by_reason} for r in rows]
         return Response(s.RefusalSerializer(data, many=True).data)
+
+    @extend_schema(
+        responses={200: ClientSerializer(many=True), **error_responses(401, 403, 404, 503)}
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def clients(self, request: Request, code: str | None = None) -> Response:
+        """The app's client hosts, over any protocol: each kind of client a host runs
+        (protocol, and the language and version it stated), its live connections across
+        every broker, and the topics it produced to or consumed from with when it last
+        did — connected now or active in the last week."""
+        app = self.get_object()
+        try:
+            rows = engine_calls.clients_of([app.code]).get(app.code, [])
+        except engine_calls.EngineUnavailable as exc:
+            raise EngineUnavailableError(str(exc)) from None
+        return Response(ClientSerializer(client_rows(rows), many=True).data)
 
     @extend_schema(
         request=None,

@@ -20,6 +20,7 @@ from brokers.validators import APP_CODE_MAX, name_validator
 from mqcloud.alerts.refusals import describe
 from mqcloud.approvals.services import record
 from mqcloud.console import access, engine_calls
+from mqcloud.console.clients import app_client_rows
 from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.console.topics import team_choices
 
@@ -111,6 +112,7 @@ def _detail(request: HttpRequest, app: App, token: str = "", status: int = 200) 
     refusals = [
         {"topic": r.topic, "refused": r.refused, "why": describe(r.by_reason)} for r in found
     ]
+    client_rows, clients_error = app_client_rows(app.code)
     return render(
         request,
         "console/app_detail.html",
@@ -131,6 +133,8 @@ def _detail(request: HttpRequest, app: App, token: str = "", status: int = 200) 
             "can_admin": access.admin_teams(request.user).filter(pk=app.team_id).exists(),
             "refusals": refusals,
             "refusals_error": refusals_error,
+            "clients": client_rows,
+            "clients_error": clients_error,
         },
         status=status,
     )

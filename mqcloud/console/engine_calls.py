@@ -14,10 +14,12 @@ from typing import Any, TypeVar
 import redis
 
 from brokers.engine import (
+    ClientRow,
     Delivery,
     Engine,
     EngineError,
     GroupLag,
+    InventoryRow,
     MinuteTraffic,
     PartitionProgress,
     RetryRecord,
@@ -123,6 +125,16 @@ def to_row(delivery: Delivery) -> MessageRow:
 def traffic(dimension: str, name: str, start_ms: int, end_ms: int) -> list[MinuteTraffic]:
     """Per-minute produce/consume counters of a topic, app or broker."""
     return run(lambda e: e.traffic(dimension, name, start_ms, end_ms))
+
+
+def clients_of(apps: Sequence[str]) -> dict[str, list[ClientRow]]:
+    """Each app's client hosts by kind of client (:meth:`Engine.clients_of`)."""
+    return run(lambda engine: engine.clients_of(list(apps)))
+
+
+def client_inventory() -> list[InventoryRow]:
+    """Every kind of client on the platform (:meth:`Engine.client_inventory`)."""
+    return run(lambda engine: engine.client_inventory())
 
 
 def bounds(topic: str, partitions: int) -> list[tuple[int, int, int]]:

@@ -17,6 +17,7 @@ from brokers.anonymous import has_anonymous_policy, with_open_flag
 from brokers.models import Cluster, ConsumerPolicy, ProducerPolicy, Topic
 from mqcloud.alerts.models import TrafficRule
 from mqcloud.console import access, engine_calls, lag, rollups
+from mqcloud.console.clients import attach_live_producers
 from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.zbus_access import CLOSED_LABEL, OPEN_LABEL
 
@@ -102,6 +103,12 @@ def topic_detail(request: HttpRequest, code: str) -> HttpResponse:
         bounds, engine_error = engine_calls.bounds(topic.code, topic.partitions), ""
     except engine_calls.EngineUnavailable as exc:
         bounds, engine_error = [], str(exc)
+    producers = paginate(
+        request,
+        ProducerPolicy.objects.filter(topic=topic).select_related("app"),
+        TOPIC_PRODUCERS,
+    )
+    clients_error = attach_live_producers(topic.code, producers.rows)  # verify producer
     partitions = [
         {
             "partition": p,
@@ -120,11 +127,8 @@ def topic_detail(request: HttpRequest, code: str) -> HttpResponse:
             "groups": groups,
             "partitions": partitions,
             "engine_error": engine_error,
-            "producers": paginate(
-                request,
-                ProducerPolicy.objects.filter(topic=topic).select_related("app"),
-                TOPIC_PRODUCERS,
-            ),
+            "producers": producers,
+            "clients_error": clients_error,
             "consumers": paginate(
                 request,
                 ConsumerPolicy.objects.filter(topic=topic).select_related("app"),

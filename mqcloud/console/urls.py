@@ -6,6 +6,7 @@ from mqcloud.console import (
     applications,
     approval_settings,
     appviews,
+    clients,
     clusters,
     consumers,
     dashboard,
@@ -44,6 +45,7 @@ urlpatterns = [
         name="retry-action",
     ),
     path("clusters/", clusters.cluster_list, name="clusters"),
+    path("clients/", clients.client_inventory, name="clients"),
     path(
         "clusters/<int:pk>/elect-preferred-leaders/",
         clusters.cluster_elect_preferred,
