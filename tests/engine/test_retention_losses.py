@@ -139,6 +139,17 @@ _OPS = st.lists(
 )
 
 
+async def _all_accounted(
+    engine: Engine, trim, acked: set[int], in_hand: set[int], ops: list
+) -> None:
+    """Trim everything (``trim`` adds what the consumer holds to ``in_hand``): each
+    message retention took was settled, in the consumer's hands, or counted lost — and
+    none counted twice."""
+    end = await trim(0)
+    lost = (await engine.retention_losses()).get(("t", "a"), 0)
+    assert lost + len(acked | in_hand) == end, ops
+
+
 async def _run(redis_url: str, ops: list[tuple[str, int]]) -> None:
     """Run ``ops`` on one consumer with a model of what it has: the indexes it committed,
     and its batch in hand (fetched, not committed, until a later fetch replaces it or,
@@ -188,11 +199,7 @@ async def _run(redis_url: str, ops: list[tuple[str, int]]) -> None:
                 if done.status == "ok":
                     acked.update(range(held.start, held.end))
                 held = None
-        end = await trim(0)
-        lost = (await engine.retention_losses()).get(("t", "a"), 0)
-        # every message retention took was committed, in the consumer's hands, or counted
-        # lost — and none counted twice
-        assert lost + len(acked | in_hand_trimmed) == end, ops
+        await _all_accounted(engine, trim, acked, in_hand_trimmed, ops)
     finally:
         await engine.close()
         await client.aclose()
@@ -315,11 +322,7 @@ async def _run_leases(redis_url: str, ops: list[tuple[str, int]]) -> None:
                 held = []
             elif op == "trim":
                 await trim(n)
-        end = await trim(0)
-        lost = (await engine.retention_losses()).get(("t", "a"), 0)
-        # every message retention took was settled, in the consumer's hands, or counted
-        # lost — and none counted twice
-        assert lost + len(acked | in_hand_trimmed) == end, ops
+        await _all_accounted(engine, trim, acked, in_hand_trimmed, ops)
     finally:
         await engine.close()
         await client.aclose()
