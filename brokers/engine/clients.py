@@ -10,10 +10,9 @@ Two sources, both in process memory until a flush:
 * the gate (:mod:`.access`) notes every produce or consume it lets through for a client
   address — ``(app, address, topic, role)`` in a set, no clock read, no I/O;
 * a front-end describes a client (per app and host: the newest description wins) when it
-  connects (:meth:`Clients.connected`: protocol,
-  language and version as the client stated them, counted as a live connection until
-  :meth:`Clients.disconnected`) or, for a protocol without connections, with each
-  request (:meth:`Clients.described`).
+  connects (:meth:`Clients.connected`: protocol, language and version as the client
+  stated them, counted as a live connection until :meth:`Clients.disconnected`) or, for
+  a protocol without connections, with each request (:meth:`Clients.described`).
 
 A flush (at most every ``interval_s``, started by the first change after the last one)
 writes one hash per app, ``mq:cl:<app>`` (a plain key, kept a week after its last
@@ -61,12 +60,17 @@ WRITE_CHUNK = 500
 """Apps written per pipelined round trip."""
 KINDS_MAX = 20_000
 """What clients said they are, per app and host, remembered per process (the newest)."""
-PRODUCE, CONSUME = "produce", "consume"
 
 
 def app_key(app: str) -> str:
     """Hash of ``app``'s client rows."""
     return f"{PREFIX}:cl:{app}"
+
+
+def host(address: str) -> str:
+    """The host a row names for a client ``address`` (``host``, ``host:port`` or
+    ``[v6]:port``; a forwarded address is cleaned as what clients state is)."""
+    return clean(host_of(address))
 
 
 def clean(text: str | None) -> str:
@@ -167,7 +171,7 @@ class Clients:
             self._schedule()
 
     def _know(self, app: str, address: str, kind: Kind) -> None:
-        key = (app, host_of(address))
+        key = (app, host(address))
         self._kinds.pop(key, None)
         self._kinds[key] = kind  # the newest last
         if len(self._kinds) > KINDS_MAX:
@@ -198,7 +202,7 @@ class Clients:
         """A client of ``app`` without a connection (one request) from ``address`` said
         what it is."""
         kind = Kind(clean(protocol), clean(language), clean(version))
-        if self._kinds.get((app, host_of(address))) != kind:
+        if self._kinds.get((app, host(address))) != kind:
             self._know(app, address, kind)
 
     # ------------------------------------------------------------------ flushing
@@ -217,7 +221,7 @@ class Clients:
     def _connection_counts(self) -> dict[tuple[str, str, Kind], int]:
         counts: dict[tuple[str, str, Kind], int] = defaultdict(int)
         for address, (app, kind) in self._connections.items():
-            counts[(app, host_of(address), kind)] += 1
+            counts[(app, host(address), kind)] += 1
         return counts
 
     async def flush(self) -> None:
@@ -248,8 +252,8 @@ class Clients:
         counts = self._connection_counts() if dirty else self._counted
         if dirty:
             for key in set(self._counted) | set(counts):
-                app, host, kind = key
-                name = f"c|{holder}|{host}|{kind.protocol}|{kind.language}|{kind.version}"
+                app, where, kind = key
+                name = f"c|{holder}|{where}|{kind.protocol}|{kind.language}|{kind.version}"
                 n = counts.get(key, 0)
                 if n:
                     sets[app][name] = n
@@ -258,9 +262,9 @@ class Clients:
         rows: dict[tuple[str, str], int] = {}
         fresh = now - ACTIVITY_REFRESH_MS
         for app, address, topic, role in active:
-            host = host_of(address)
-            kind = self._kinds.get((app, host), UNSAID)
-            name = f"a|{host}|{kind.protocol}|{kind.language}|{kind.version}|{topic}|{role}"
+            where = host(address)
+            kind = self._kinds.get((app, where), UNSAID)
+            name = f"a|{where}|{kind.protocol}|{kind.language}|{kind.version}|{topic}|{role}"
             if self._written.get((app, name), fresh) <= fresh:
                 rows[(app, name)] = now
                 sets[app][name] = now
@@ -330,19 +334,19 @@ class Clients:
                     if parts[1] not in live:
                         stale.append((app, f))
                         continue
-                    _, _, host, proto, lang, ver = parts
+                    _, _, where, proto, lang, ver = parts
                     row = rows.setdefault(
-                        (host, proto, lang, ver), ClientRow(host, proto, lang, ver)
+                        (where, proto, lang, ver), ClientRow(where, proto, lang, ver)
                     )
                     row.connections += int(v)
                 elif parts[0] == "a" and len(parts) == 7:
-                    _, host, proto, lang, ver, topic, role = parts
+                    _, where, proto, lang, ver, topic, role = parts
                     at = int(v)
                     if at < now - KEEP_MS:
                         stale.append((app, f))
                         continue
                     row = rows.setdefault(
-                        (host, proto, lang, ver), ClientRow(host, proto, lang, ver)
+                        (where, proto, lang, ver), ClientRow(where, proto, lang, ver)
                     )
                     row.topics.append((topic, role, at))
                 else:

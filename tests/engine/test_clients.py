@@ -126,3 +126,12 @@ async def test_activity_a_week_old_is_forgotten(make_engine, store):
     assert await store.exists(app_key("a")) == 0
     assert await engine.client_inventory() == []
     assert await store.smembers("mq:cl:apps") == set()
+
+
+async def test_a_forwarded_address_is_cleaned_as_what_clients_state(make_engine):
+    engine = make_engine(_two_apps())
+    odd = "10.0.0.5|x\x01" + "y" * 100  # what a trusted proxy's header may say
+    engine.client_described(odd, "a", "http-mq", version="v")
+    await _produce(engine, "t", "a", odd)
+    (row,) = (await engine.clients_of(["a"]))["a"]
+    assert row.host == ("10.0.0.5x" + "y" * 100)[:64] and row.protocol == "http-mq"
