@@ -19,7 +19,8 @@ from mqcloud.console import access, engine_calls
 LIVE_MS = 60_000
 """A client that produced this recently counts as live even without a connection (an
 HTTP-MQ producer keeps none)."""
-PROTOCOL_MAX = 32
+UNKNOWN = "unknown"
+"""The protocol filter's value (and label) for clients whose protocol nobody stated."""
 
 
 def ago(ms: int, now_ms: int) -> str:
@@ -115,10 +116,10 @@ def client_inventory(request: HttpRequest) -> HttpResponse:
         rows, error = engine_calls.client_inventory(), ""
     except engine_calls.EngineUnavailable as exc:
         rows, error = [], str(exc)
-    protocols = sorted({r.protocol for r in rows})
-    wanted = request.GET.get("protocol", "")[:PROTOCOL_MAX]
-    if wanted not in protocols:
-        wanted = ""  # an unknown protocol narrows nothing
+    choices = {r.protocol or UNKNOWN: r.protocol for r in rows}  # filter value → protocol
+    wanted = request.GET.get("protocol", "")
+    if wanted not in choices:
+        wanted = ""  # a protocol no client uses narrows nothing
     now = int(time.time() * 1000)
     kinds = [
         {
@@ -131,10 +132,10 @@ def client_inventory(request: HttpRequest) -> HttpResponse:
             "last": ago(r.last_ms, now),
         }
         for r in rows
-        if not wanted or r.protocol == wanted
+        if not wanted or r.protocol == choices[wanted]
     ]
     return render(
         request,
         "console/clients.html",
-        {"kinds": kinds, "protocols": protocols, "protocol": wanted, "engine_error": error},
+        {"kinds": kinds, "protocols": sorted(choices), "protocol": wanted, "engine_error": error},
     )

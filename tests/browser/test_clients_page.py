@@ -4,41 +4,25 @@ follows the app's link to its hosts."""
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import redis
-from django.conf import settings
 from playwright.sync_api import Page, expect
 
 from brokers.catalog_loader import publish
-from brokers.engine import Engine, Message
-from brokers.engine.keys import holders_key
 from brokers.models import ProducerPolicy, Team
 from tests import factories
-from tests.engine_calls import engine_call
+from tests.client_rows import put_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PASSWORD = "pw-Secret-123"
 
 
 def connected(address: str, *kind: str) -> None:
-    """A client of 'shop' says what it is and produces to 'orders', from an engine that
-    stays live after the call (as a broker process does)."""
-
-    async def run(engine: Engine) -> str:
-        engine.client_connected(address, "shop", *kind)
-        await engine.append("orders", "shop", [Message(b"x")], partition=0, client_address=address)
-        await engine.clients.flush()
-        engine.clients._connections.clear()
-        return engine.holders.id
-
-    with ThreadPoolExecutor(1) as pool:  # Playwright holds this thread's loop
-        holder = pool.submit(engine_call, run).result()
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.zadd(holders_key(), {holder: int(time.time() * 1000) + 120_000})
-    client.close()
+    """A connected client of 'shop' that produced to 'orders' (in a thread of its own:
+    Playwright holds this thread's loop)."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(put_client, address, "shop", "orders", kind).result()
 
 
 def test_an_admin_finds_a_client_kind_and_its_app(page: Page, console_url, settings):

@@ -31,6 +31,11 @@ class World:
 
 @pytest.fixture
 def world(db, redis_url) -> World:
+    return build_world(redis_url)
+
+
+def build_world(redis_url: str) -> World:
+    """The catalog (published) on a flushed Redis; for a test with database access."""
     asyncio.run(_flush(redis_url))
     red, blue = Team.objects.create(name="red"), Team.objects.create(name="blue")
     cluster = factories.cluster_with_brokers()

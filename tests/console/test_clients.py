@@ -3,37 +3,16 @@ and each producer's live clients on its topic's page ("verify producer")."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-import redis
-from django.conf import settings
 
-from brokers.engine import Engine, Message
-from brokers.engine.keys import holders_key
-from tests.engine_calls import engine_call
+from tests.client_rows import put_client
 
 pytestmark = pytest.mark.django_db
 
 
 def connect_and_produce(address: str, *kind: str, produce: bool = True) -> None:
-    """A client of 'shop' from ``address`` says what it is (and produces to 'orders'),
-    from an engine that stays live after the call, as a broker process would."""
-
-    async def run(engine: Engine) -> str:
-        engine.client_connected(address, "shop", *kind)
-        if produce:
-            await engine.append(
-                "orders", "shop", [Message(b"x")], partition=0, client_address=address
-            )
-        await engine.clients.flush()
-        engine.clients._connections.clear()  # the process lives on: close withdraws nothing
-        return engine.holders.id
-
-    holder = engine_call(run)
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.zadd(holders_key(), {holder: int(time.time() * 1000) + 60_000})
-    client.close()
+    """A connected client of 'shop' from ``address`` (and its produce to 'orders')."""
+    put_client(address, "shop", kind=kind, produce=produce)
 
 
 def test_only_platform_admins_see_the_inventory(client, world):
