@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from statistics import median
 
@@ -64,32 +66,35 @@ def catalog(apps: int, topics: int) -> CatalogSnapshot:
     )
 
 
+@contextlib.contextmanager
+def listing_on(engine: Engine, listing: bool) -> Iterator[None]:
+    """The gate notes clients (``listing``) or not, for the duration."""
+    saved = engine.gate._seen
+    engine.gate._seen = saved if listing else None
+    try:
+        yield
+    finally:
+        engine.gate._seen = saved
+
+
 def per_call_ns(engine: Engine, listing: bool) -> float:
     """Nanoseconds per gate producer check with a client address."""
-    gate = engine.gate
-    saved = gate._seen
-    gate._seen = saved if listing else None
-    try:
+    with listing_on(engine, listing):
         started = time.perf_counter_ns()
         for i in range(CHECKS):
-            gate.producer("t0.0", "a0", f"10.0.{i % 4}.1:5000")
-        return (time.perf_counter_ns() - started) / CHECKS
-    finally:
-        gate._seen = saved
-        engine.clients._active.clear()
+            engine.gate.producer("t0.0", "a0", f"10.0.{i % 4}.1:5000")
+        spent = time.perf_counter_ns() - started
+    engine.clients._active.clear()
+    return spent / CHECKS
 
 
 async def appends_per_s(engine: Engine, listing: bool) -> float:
-    gate = engine.gate
-    saved = gate._seen
-    gate._seen = saved if listing else None
-    try:
+    """Appends of one message a second, one after the other, with a client address."""
+    with listing_on(engine, listing):
         started = time.perf_counter()
         for i in range(APPENDS):
             await engine.append("t0.0", "a0", [Message(b"x")], client_address=f"10.1.0.{i % 8}:1")
         return APPENDS / (time.perf_counter() - started)
-    finally:
-        gate._seen = saved
 
 
 async def main(port: int, args: argparse.Namespace) -> None:

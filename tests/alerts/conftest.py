@@ -11,6 +11,14 @@ from brokers.models import ConsumerPolicy, ProducerPolicy, Team
 from tests import factories
 
 
+def forget_alert_throttles() -> None:
+    """No alert key is throttled from an earlier test (the store outlives its database)."""
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    for key in client.scan_iter("mqcloud:alert:*"):
+        client.delete(key)
+    client.close()
+
+
 @pytest.fixture
 def traffic_topics() -> None:
     """Topics 'feed' and 'other' of team red, produced by red's app 'maker' and consumed

@@ -17,6 +17,7 @@ from brokers.models import ConsumerPolicy, ProducerPolicy, Team
 from mqcloud.alerts.backlog import check_backlogs
 from mqcloud.alerts.models import AlertEvent
 from tests import factories
+from tests.alerts.conftest import forget_alert_throttles
 from tests.engine_calls import engine_call
 
 pytestmark = pytest.mark.django_db
@@ -48,10 +49,7 @@ def webhook(settings):
 @pytest.fixture
 def backlog_consumer():
     """A consumer with low thresholds (3 messages, 1 s), and no throttle left from before."""
-    client = redis.Redis.from_url(django_settings.REDIS_URL)
-    for key in client.scan_iter("mqcloud:alert:*"):
-        client.delete(key)
-    client.close()
+    forget_alert_throttles()
     team = Team.objects.create(name="alerting")
     factories.user("watcher", team=team)
     topic = factories.topic("busy", factories.cluster_with_brokers("ac"), team, 2, 1)

@@ -8,8 +8,6 @@ import itertools
 import time
 
 import pytest
-import redis
-from django.conf import settings as django_settings
 
 from brokers.catalog_loader import publish
 from brokers.engine import Message
@@ -17,6 +15,7 @@ from brokers.models import ConsumerPolicy, ProducerPolicy, Team
 from mqcloud.alerts.backlog import check_backlogs
 from mqcloud.alerts.models import AlertEvent
 from tests import factories
+from tests.alerts.conftest import forget_alert_throttles
 from tests.engine_calls import engine_call
 
 pytestmark = pytest.mark.django_db
@@ -27,10 +26,7 @@ _names = itertools.count(int(time.time()))
 def consumer(settings):
     """A consumer of 'large' whose backlog-count alert stays quiet; 10 kB is too much."""
     settings.LAG_BYTES_ALERT_BYTES = 10_000
-    client = redis.Redis.from_url(django_settings.REDIS_URL)
-    for key in client.scan_iter("mqcloud:alert:*"):
-        client.delete(key)
-    client.close()
+    forget_alert_throttles()
     team = Team.objects.create(name="bytes")
     factories.user("bytes-watcher", team=team)
     n = next(_names)  # the store outlives each test's database: names of its own

@@ -15,6 +15,7 @@ from mqcloud.alerts import surges
 from mqcloud.alerts.models import AlertEvent, TopicDailyPeak
 from pipeline.models import TrafficMinute
 from tests import factories
+from tests.alerts.conftest import forget_alert_throttles
 from tests.alerts.test_backlog import webhook  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -27,10 +28,7 @@ TODAY = NOW.date()
 def topics():
     """'steady' (produced by team red, consumed by team blue) and 'quiet', both with
     alerts not throttled from before."""
-    client = redis.Redis.from_url(django_settings.REDIS_URL)
-    for key in client.scan_iter("mqcloud:alert:*"):
-        client.delete(key)
-    client.close()
+    forget_alert_throttles()
     red, blue = Team.objects.create(name="red"), Team.objects.create(name="blue")
     factories.user("rita", team=red)
     factories.user("bert", team=blue)

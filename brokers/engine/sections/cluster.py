@@ -1,6 +1,7 @@
 """What the processes of a cluster share besides messages: presence of members, named
-mailboxes, reports on a board, the clients connected to them, partitions in turn, partition-group assignment, whether
-the store answers and how far its replicas are behind. Front-ends keep no Redis data of their own; they use these.
+mailboxes, reports on a board, the clients connected to them, partitions in turn,
+partition-group assignment, whether the store answers and how far its replicas are
+behind. Front-ends keep no Redis data of their own; they use these.
 
 A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
 """
