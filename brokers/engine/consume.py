@@ -30,10 +30,13 @@ FETCH_FN = """
 -- corrected} | {1, ack, next, min, token, expiry, first, lapsed, corrected, entries...};
 -- `lapsed`: how many messages of the batch handed out under a lock that ran out were not
 -- acked (the consumer failed them: each lapsed lock is counted once); `corrected`: the
--- ack index this call found outside the partition and moved (-1: none).
+-- ack index this call found outside the partition and moved (-1: none). With `report` '1'
+-- a moved ack index is reported instead of read past: the lock is taken over the empty
+-- range at the new index ({1, ..., corrected} with no entries), so the caller can hand
+-- out a token that confirms the move and nothing counts as read or lapsed.
 -- `ranges` are the partition's shared-lease keys {rs, rd, rh} (see groups.py).
 local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, want, addr, init,
-                         max_store)
+                         max_store, report)
   local st = redis.call('HMGET', state, 'ack', 'le', 'lk', 'sh', 'lo', 'ls', 'lend')
   local le = tonumber(st[2])
   if le and le > now then return {-1, s(le)} end
@@ -78,6 +81,16 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
   end
   if addr ~= '' then redis.call('HSET', state, 't', s(now), 'ip', addr)
   else redis.call('HSET', state, 't', s(now)) end
+  local function lock(lend)
+    local token = now
+    local lk = tonumber(st[3])
+    if lk and token <= lk then token = lk + 1 end
+    local exp = now + tonumber(timeout_ms)
+    redis.call('HSET', state, 'lo', owner, 'lt', s(token), 'le', s(exp), 'ls', s(ack),
+      'lend', s(lend), 'lk', s(token))
+    return {1, s(ack), s(nxt), s(mn), s(token), s(exp), first, lapsed, s(corrected)}
+  end
+  if corrected >= 0 and report == '1' then return lock(ack) end
   local start = ack
   if start < mn then start = mn end
   if start >= nxt then return {0, s(ack), s(nxt), s(mn), '0', lapsed, s(corrected)} end
@@ -88,14 +101,7 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
   if items == 0 then
     return {0, s(ack), s(nxt), s(mn), s(blocked or 0), lapsed, s(corrected)}
   end
-  local token = now
-  local lk = tonumber(st[3])
-  if lk and token <= lk then token = lk + 1 end
-  local exp = now + tonumber(timeout_ms)
-  local lend = tonumber(out[#out - 2]) + tonumber(out[#out - 1])
-  redis.call('HSET', state, 'lo', owner, 'lt', s(token), 'le', s(exp), 'ls', s(start),
-    'lend', s(lend), 'lk', s(token))
-  local res = {1, s(ack), s(nxt), s(mn), s(token), s(exp), first, lapsed, s(corrected)}
+  local res = lock(tonumber(out[#out - 2]) + tonumber(out[#out - 1]))
   for _, v in ipairs(out) do res[#res + 1] = v end
   return res
 end
@@ -106,9 +112,9 @@ FETCH = Script(
     + FETCH_FN
     + """
 -- KEYS: stream, meta, state, range starts, range deadlines, ranges.
--- ARGV: owner, now, timeout_ms, want, addr, init, max_store
+-- ARGV: owner, now, timeout_ms, want, addr, init, max_store, report
 return fetch_one(KEYS[1], KEYS[2], KEYS[3], {KEYS[4], KEYS[5], KEYS[6]}, ARGV[1],
-  tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
 """
 )
 
@@ -229,8 +235,10 @@ async def try_partition(
     address: str,
     init: str,
     max_store_ms: int | None,
+    report_correction: bool = False,
 ) -> Attempt:
-    """Run the lock-and-read script on one partition."""
+    """Run the lock-and-read script on one partition; with ``report_correction`` an ack
+    index found outside the partition is moved and locked over nothing, not read past."""
     keys = PartitionKeys(topic, partition)
     raw = await FETCH(
         client,
@@ -243,6 +251,7 @@ async def try_partition(
             address,
             init,
             "" if max_store_ms is None else max_store_ms,
+            1 if report_correction else 0,
         ),
     )
     return Attempt(partition, raw)

@@ -44,6 +44,8 @@ from brokers.engine.retry import RetryPolicy, retry_stores
 from brokers.engine.retry_presence import RetryPresence, lease_first_due
 from brokers.engine.scan import ScanOutcome, fetch_any
 
+OUTSIDE = 2**53
+"""The backlog a partition whose ack index lies outside it sorts as (reported first)."""
 MAX_PARKED = 10_000
 PARK_FACTOR = 8
 """Long polls parked per (topic, app) on one process: up to this many per partition the
@@ -89,6 +91,9 @@ class FetchRequest:
     holder: str | None = None
     """The lease holder retries leased for a connection are recorded under (None: a
     stateless client's, which only their lease's end hands on)."""
+    report_correction: bool = False
+    """An ack index found outside a partition is reported (CORRECTED, locked over
+    nothing) rather than moved silently and read past."""
 
 
 class Fetcher:
@@ -145,7 +150,7 @@ class Fetcher:
                     result, more = await self._look_at(req, hinted)
                     if result.retry_after_ms is not None:
                         timer = min(timer or result.retry_after_ms, result.retry_after_ms)
-                if result.found:
+                if result.found or result.status is FetchStatus.CORRECTED:
                     self._notifier.pass_on(topic, event, more, taken=result.partition)
                     return result
                 remaining = deadline - loop.time()
@@ -164,6 +169,24 @@ class Fetcher:
                     hinted = None
 
     def _found(self, req: FetchRequest, p: int, att: Attempt, now: int) -> FetchResult:
+        """The result of a partition locked for ``req``: a batch, or (nothing read) a
+        reported correction."""
+        if not att.deliveries:
+            return FetchResult(
+                status=FetchStatus.CORRECTED,
+                topic=req.topic.code,
+                partition=p,
+                lock_token=att.token,
+                lock_expires_ms=att.expires,
+                start=att.ack,
+                end=att.ack,
+                first_consume=att.first,
+                ack_index=att.ack,
+                max_index=att.max,
+                accessed_ms=now,
+                lapsed=att.lapsed,
+                corrected_from=att.corrected,
+            )
         return FetchResult(
             status=FetchStatus.FOUND,
             topic=req.topic.code,
@@ -193,6 +216,7 @@ class Fetcher:
             "address": req.address,
             "init": req.init,
             "max_store_ms": now - delay if delay > 0 else None,
+            "report_correction": req.report_correction,
         }
 
     async def _try(self, req: FetchRequest, p: int, cid: str, now: int) -> Attempt:
@@ -318,6 +342,9 @@ class Fetcher:
                 held += 1
             ack = int(st["ack"]) if st["ack"] is not None else mn
             backlog = nxt - max(ack, mn)
+            if req.report_correction and not mn <= ack <= nxt and not locked:
+                candidates.append((OUTSIDE, p))  # reported before any backlog
+                continue
             if ack > nxt and not locked:  # committed past the end: fetch_one corrects it
                 candidates.append((0, p))
                 continue

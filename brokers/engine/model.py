@@ -36,6 +36,11 @@ class FetchStatus(enum.StrEnum):
     PAUSED = "PAUSED"
     BLACKLISTED = "BLACKLISTED"
     RATE_LIMITED = "RATE_LIMITED"
+    CORRECTED = "CORRECTED"
+    """The consumer's ack index lay outside the partition (retention took what it had not
+    acked, or it was committed past the end) and was moved to ``ack_index``; the
+    partition is locked over nothing so the client can confirm the move (only for fetches
+    that asked for it, :meth:`~brokers.engine.Engine.commit_and_fetch`)."""
 
 
 @dataclass(slots=True)

@@ -26,19 +26,21 @@ from brokers.engine.redisio import AnyRedis, Script
 FETCH_ANY_FN = """
 -- fetch_any(K, kb, n, A, ab): choose, lock and read one of n partitions. K[kb + 1 ..
 -- kb + 6n] are the six keys of fetch_keys() for each partition; A[ab + 1 ..] are owner,
--- now, timeout_ms, want, addr, init, max_store, turn, max_partition_num, then the n
--- partition numbers in key order.
+-- now, timeout_ms, want, addr, init, max_store, turn, max_partition_num, report, then the
+-- n partition numbers in key order. With report '1' a partition whose ack index lies
+-- outside it comes first and is locked over nothing (fetch_one's report).
 -- Returns {1, partition, k, k untried partitions with a backlog, FETCH's reply...} or
 -- {0, earliest lock expiry or 0, earliest blocked store time or 0, locked (0/1),
 --  maxPartitionNum reached (0/1)}.
+local OUTSIDE = 2 ^ 53  -- the sort key of a partition whose ack index lies outside it
 local function fetch_any(K, kb, n, A, ab)
   local owner, now, init = A[ab + 1], tonumber(A[ab + 2]), A[ab + 6]
-  local turn, maxp = tonumber(A[ab + 8]), tonumber(A[ab + 9])
+  local turn, maxp, report = tonumber(A[ab + 8]), tonumber(A[ab + 9]), A[ab + 10]
   local held, locked_any, lock_hint, blocked_hint = 0, 0, 0, 0
   local cands = {}
   for i = 1, n do
     local meta, state = K[kb + 6 * i - 4], K[kb + 6 * i - 3]
-    local p = tonumber(A[ab + 9 + i])
+    local p = tonumber(A[ab + 10 + i])
     local m = redis.call('HMGET', meta, 'min', 'next')
     local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
     local st = redis.call('HMGET', state, 'ack', 'lo', 'le')
@@ -49,7 +51,8 @@ local function fetch_any(K, kb, n, A, ab)
       redis.call('HSET', state, 'ack', s(ack))
     end
     if not ack then ack = mn end
-    if ack > nxt then
+    local outside = report == '1' and (ack > nxt or ack < mn)
+    if ack > nxt and not outside then
       -- committed past the end: corrected to it, as fetch_one does (else nothing up to
       -- there would ever count as a backlog)
       ack = nxt
@@ -60,7 +63,9 @@ local function fetch_any(K, kb, n, A, ab)
     if locked and st[2] == owner then held = held + 1 end
     local from = ack
     if from < mn then from = mn end
-    if nxt - from > 0 then
+    if outside and not locked then
+      cands[#cands + 1] = {OUTSIDE, (p - turn) % n, i, p}  -- reported before any backlog
+    elseif nxt - from > 0 then
       if locked then
         locked_any = 1
         if lock_hint == 0 or le < lock_hint then lock_hint = le end
@@ -78,7 +83,7 @@ local function fetch_any(K, kb, n, A, ab)
   for j, c in ipairs(cands) do
     local b = kb + 6 * (c[3] - 1)
     local res = fetch_one(K[b + 1], K[b + 2], K[b + 3], {K[b + 4], K[b + 5], K[b + 6]},
-      owner, now, A[ab + 3], A[ab + 4], A[ab + 5], init, A[ab + 7])
+      owner, now, A[ab + 3], A[ab + 4], A[ab + 5], init, A[ab + 7], report)
     if res[1] == 1 then
       local out = {1, c[4], #cands - j}
       for k = j + 1, #cands do out[#out + 1] = cands[k][4] end
@@ -180,12 +185,14 @@ async def fetch_any(
     max_store_ms: int | None,
     turn: int,
     max_partition_num: int,
+    report_correction: bool = False,
     commit: CommitCall | None = None,
     resends: tuple[str, int] | None = None,
 ) -> ScanOutcome:
     """Run :data:`FETCH_ANY` over ``partitions`` (a single Redis only). With ``commit``
     (run first) or ``resends`` (the resend list's key and how many to pop, after), the
-    three run as ONE script call: :data:`COMMIT_FETCH_ANY`."""
+    three run as ONE script call: :data:`COMMIT_FETCH_ANY`. ``report_correction``: see
+    :func:`brokers.engine.consume.try_partition`."""
     keys = list(scan_keys(topic, tuple(partitions), cid))
     if commit is not None:
         keys[:0] = commit.keys
@@ -199,6 +206,7 @@ async def fetch_any(
         "" if max_store_ms is None else max_store_ms,
         turn,
         max_partition_num,
+        1 if report_correction else 0,
         *partitions,
     ]
     committed: CommitResult | None = None

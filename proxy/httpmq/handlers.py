@@ -472,8 +472,8 @@ async def message(request: Request, rt: Runtime) -> Reply:
         raise ProxyError(403, "FORBIDDEN", f"client {peer} may not consume {policy.name}")
     if fetched.status in (FetchStatus.PAUSED, FetchStatus.RATE_LIMITED):
         return _fetch_reply(request, result | {"status": fetched.status.value}, None)
-    illegal = fetched.found and fetched.corrected_from >= 0
-    msg_list = [] if illegal else deliveries_to_list(policy.topic, fetched.messages)
+    illegal = fetched.status is FetchStatus.CORRECTED
+    msg_list = deliveries_to_list(policy.topic, fetched.messages)
     result["status"] = "OFFSET_ILLEGAL" if illegal else fetched.status.value
     if msg_list:
         result["msgList"] = msg_list
@@ -487,9 +487,9 @@ async def message(request: Request, rt: Runtime) -> Reply:
     new_rid = None
     if fetched.partition >= 0 and fetched.lock_token:
         # OFFSET_ILLEGAL (§3.2): the committed offset was outside the queue (retention
-        # took what it had not acked); the engine moved it to the first message kept. The
-        # batch read from there is not handed out: the forceAck requestId commits the
-        # corrected position and the next fetch reads it.
+        # took what it had not acked, or past its end); the engine moved it and locked
+        # the partition over nothing: the forceAck requestId commits the corrected
+        # position and the next fetch reads from there.
         new_rid = RequestId(
             broker_name(info, fetched.partition),
             fetched.partition,

@@ -295,7 +295,8 @@ async def test_http_commit_rules(make_engine, clock):
 async def test_an_offset_past_the_end_is_corrected(make_engine, store):
     """A commit past the partition's end commits the end (http-mq.md OFFSET_ILLEGAL: what
     is appended next is read, not skipped up to the bogus offset); an offset stored past
-    it before (by an older version) is corrected by the next fetch, single or scanning."""
+    it before (by an older version) is corrected by the next fetch: a plain one (JMQ4)
+    silently, HTTP-MQ's reports it (CORRECTED, confirmed by a forceAck commit)."""
     engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
     await produce(engine, 0, 2)
     r = await engine.fetch("t", "a", count=2)
@@ -310,9 +311,15 @@ async def test_an_offset_past_the_end_is_corrected(make_engine, store):
         await produce(engine, 0, 1)
         if scanning:  # HTTP-MQ's path: the partitions with a backlog are looked for first
             got = (await engine.commit_and_fetch("t", "a", commit=None)).fetched
+            assert (got.status, got.corrected_from) == (FetchStatus.CORRECTED, 500)
+            confirmed = await engine.commit(
+                "t", "a", 0, offset=500, next_offset=got.ack_index,
+                lock_time=got.lock_token, force=True,
+            )  # fmt: skip
+            assert confirmed.status is CommitStatus.OK
         else:
             got = await engine.fetch("t", "a")
-        assert got.status is FetchStatus.NO_NEW_MSG  # resumed at the end, not stuck at 500
+            assert got.status is FetchStatus.NO_NEW_MSG  # resumed at the end, not at 500
         await produce(engine, 0, 1)
         assert len((await engine.fetch("t", "a")).messages) == 1
 

@@ -56,6 +56,8 @@ RECONSUME_MAX = 100_000
 """Most messages one re-consume of a time span copies into a group's retry store."""
 RECONSUME_CHUNK = 1_000
 """Messages read and copied per round trip of a re-consume."""
+_RESENDS_WITH = (FetchStatus.FOUND, FetchStatus.NO_NEW_MSG, FetchStatus.CORRECTED)
+"""Fetch outcomes a combined request hands queued resends out with."""
 
 
 class PullSection(EngineBase):
@@ -160,6 +162,10 @@ class PullSection(EngineBase):
         :meth:`fetch` (the policy's batch size and ack timeout), then :meth:`take_resends`
         (up to ``resends``) unless the fetch was refused or found every partition with
         messages locked (NO_PARTITION). On a single Redis the three are ONE script call.
+        An ack index the fetch finds outside its partition (retention took what it had not
+        acked) is moved and reported: CORRECTED, with the partition locked over nothing
+        (``corrected_from`` → ``ack_index``, http-mq.md OFFSET_ILLEGAL) — no batch is
+        read under that lock, so none counts as consumed, or as failed if never acked.
 
         A commit naming no partition of the topic or illegal offsets is not run: its
         reason is the result's ``commit_error`` and the fetch goes on (http-mq.md §7). A
@@ -185,12 +191,13 @@ class PullSection(EngineBase):
             start_position=start_position,
             reported_address=reported_address,
             extra=extra,
+            report_correction=True,
         )
         await extra.commit_alone(self.redis)  # the gate refused the fetch: it did not run
         taken: list[Delivery] = []
         if extra.popped is not None:  # popped entries are handed out whatever happened
             taken = await resend_mod.read_popped(self.redis, topic, extra.popped)
-        elif resends > 0 and fetched.status in (FetchStatus.FOUND, FetchStatus.NO_NEW_MSG):
+        elif resends > 0 and fetched.status in _RESENDS_WITH:
             taken = await resend_mod.take(self.redis, topic, app, client_id, resends)
         return PullResult(extra.committed, fetched, tuple(taken), rejected)
 
@@ -209,8 +216,10 @@ class PullSection(EngineBase):
         reported_address: str | None,
         extra: Piggyback | None = None,
         held: bool = False,
+        report_correction: bool = False,
     ) -> FetchResult:
-        """:meth:`fetch` past the gate, with ``extra`` riding on the first look."""
+        """:meth:`fetch` past the gate, with ``extra`` riding on the first look;
+        ``report_correction``: :attr:`FetchRequest.report_correction`."""
         info = self.topic(topic)
         try:
             policy = self.gate.consumer(topic, app, address)
@@ -242,6 +251,7 @@ class PullSection(EngineBase):
             start_position,
             extra,
             holder=self.holders.id if held else None,
+            report_correction=report_correction,
         )
         await self.gate.charge_consume(policy, consumed)
         return result
@@ -260,6 +270,7 @@ class PullSection(EngineBase):
         extra: Piggyback | None = None,
         *,
         holder: str | None = None,
+        report_correction: bool = False,
     ) -> tuple[FetchResult, int]:
         """The fetch, and the messages it took (what the gate charges); retries it
         leases are recorded under ``holder``."""
@@ -279,6 +290,7 @@ class PullSection(EngineBase):
             sequential=info.type == "sequential" or policy.sequential,
             init=start_position or (policy.start_position if client_id else "earliest"),
             holder=holder,
+            report_correction=report_correction,
         )
         result = await self._fetcher.fetch(req, long_poll_ms, extra)
         if result.lapsed:  # an earlier batch's lock ran out unacked: failed, like a nack
