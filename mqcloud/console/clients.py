@@ -1,7 +1,8 @@
 """The console's view of the clients the engine lists (:mod:`brokers.engine.clients`):
-the platform's client inventory for the admins, an app's clients on its page, and each
+the platform's client inventory for the admins, an app's clients on its page, each
 producer's live clients on its topic's page ("verify producer": before a producer is
-retired or its topic moved, does any client still use it?)."""
+retired or its topic moved, does any client still use it?) and a consumer's on its own
+page (the same question before it is paused, reset or removed)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def kind_label(protocol: str, language: str, version: str) -> str:
 
 @dataclass(frozen=True)
 class LiveClient:
-    """One host of a producer's app that produced to its topic and is live."""
+    """One host of an app that produced to (or consumed) a topic and is live."""
 
     host: str
     kind: str
@@ -52,12 +53,15 @@ class LiveClient:
     last: str
 
 
-def live_producers(topic: str, rows: Sequence[ClientRow], now_ms: int) -> list[LiveClient]:
-    """The hosts in ``rows`` (one app's clients) live as producers of ``topic``: they
-    produced to it within ``LIVE_MS``, or produced to it once and are connected now."""
+def live_clients(
+    topic: str, rows: Sequence[ClientRow], now_ms: int, role: str = "produce"
+) -> list[LiveClient]:
+    """The hosts in ``rows`` (one app's clients) live in ``role`` ('produce' or
+    'consume') on ``topic``: they did it within ``LIVE_MS``, or did it once and are
+    connected now."""
     out = []
     for r in rows:
-        last = max((at for t, role, at in r.topics if t == topic and role == "produce"), default=0)
+        last = max((at for t, did, at in r.topics if t == topic and did == role), default=0)
         if last and (r.connections > 0 or now_ms - last <= LIVE_MS):
             out.append(
                 LiveClient(
@@ -82,8 +86,18 @@ def attach_live_producers(topic: str, producers: Iterable) -> str:
         return str(exc)
     now = int(time.time() * 1000)
     for p in producers:
-        p.live_clients = live_producers(topic, rows.get(p.app.code, []), now)
+        p.live_clients = live_clients(topic, rows.get(p.app.code, []), now)
     return ""
+
+
+def live_consumers(topic: str, app: str) -> tuple[list[LiveClient] | None, str]:
+    """The live clients of ``app``'s consumer of ``topic``, and the engine's error or ''
+    (then None: not known, which is not "none")."""
+    try:
+        rows = engine_calls.clients_of([app]).get(app, [])
+    except engine_calls.EngineUnavailable as exc:
+        return None, str(exc)
+    return live_clients(topic, rows, int(time.time() * 1000), "consume"), ""
 
 
 def app_client_rows(app: str) -> tuple[list[dict], str]:

@@ -24,6 +24,7 @@ from mqcloud.alerts.models import AlertEvent
 from mqcloud.approvals.models import Application, Kind
 from mqcloud.approvals.services import record
 from mqcloud.console import access, engine_calls, lag, listing, rollups, topics
+from mqcloud.console.clients import live_consumers
 from mqcloud.console.listing import Filter, ListSpec
 
 PROGRESS_POLL_S = 2
@@ -186,6 +187,7 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
         failures = engine_calls.consume_failures(consumer.topic.code, consumer.app.code)
     except engine_calls.EngineUnavailable:
         retries = dead = failures = None
+    live, live_error = live_consumers(consumer.topic.code, consumer.app.code)
     open_apps = Application.objects.filter(
         target=f"consumer:{consumer.name}", status__in=["pending", "executing"]
     )
@@ -195,6 +197,8 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
     context.update(
         {
             "clients": clients,
+            "live_clients": live,
+            "live_clients_error": live_error,
             "retries": retries,
             "dead": dead,
             "owns": _owns(request.user, consumer),

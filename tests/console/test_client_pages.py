@@ -1,6 +1,7 @@
 """The client pages beyond the happy path: what counts as a producer's live client over
 time, "none" on the page, one engine read for a page of producers, the inventory's
-"unknown" protocol, the navigation, and a store that does not answer."""
+"unknown" protocol, the navigation, a consumer's live clients, and a store that does not
+answer."""
 
 from __future__ import annotations
 
@@ -126,3 +127,32 @@ def test_a_store_outage_is_a_notice_on_every_page(client, world, settings):
     assert '<td class="live-clients"><span class="muted">unknown</span></td>' in (
         topic.content.decode()
     )
+
+
+def test_the_consumer_page_lists_its_live_clients(client, world, monkeypatch):
+    """Verify consumer: the hosts of the consumer's app that consumed its topic in the
+    last minute, or consumed it and are connected; producing alone does not count."""
+    url = f"/consumers/{world.consumer.name}/"
+    client.force_login(world.alice)
+    page = client.get(url)
+    assert page.context["live_clients"] == []
+    assert "None: no client consumes it now." in page.content.decode()
+    put_client("10.3.0.1:4000", "shop", produce=False, consume=True, how="connected")
+    put_client("10.3.0.2:4000", "shop", produce=False, consume=True, how="disconnected")
+    put_client("10.3.0.3:4000", "shop", produce=True, how="connected")
+    assert sorted(c.host for c in client.get(url).context["live_clients"]) == [
+        "10.3.0.1",
+        "10.3.0.2",
+    ]
+    later(monkeypatch, 120)
+    page = client.get(url)
+    assert [c.host for c in page.context["live_clients"]] == ["10.3.0.1"]
+    assert "10.3.0.1" in page.content.decode() and "10.3.0.2" not in page.content.decode()
+
+
+def test_the_consumer_page_says_when_the_listing_does_not_answer(client, world, settings):
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    client.force_login(world.alice)
+    page = client.get(f"/consumers/{world.consumer.name}/")
+    assert page.status_code == 200 and page.context["live_clients"] is None
+    assert "The client listing did not answer" in page.content.decode()
