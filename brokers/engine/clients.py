@@ -32,7 +32,6 @@ cut to printable text without ``|``, at most ``TEXT_MAX`` characters.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -43,6 +42,7 @@ from dataclasses import dataclass, field
 from redis.exceptions import RedisError
 
 from brokers.engine.access import host_of
+from brokers.engine.flush_timer import FlushTimer
 from brokers.engine.keys import PREFIX, holders_key
 from brokers.engine.redisio import AnyRedis
 
@@ -143,7 +143,6 @@ class Clients:
         self._holder_id = holder_id
         self._start_holder = start_holder
         self._clock = clock
-        self._interval = interval_s
         self._active: set[tuple[str, str, str, str]] = set()
         """(app, address, topic, role) let through since the last flush."""
         self._kinds: dict[tuple[str, str], Kind] = {}
@@ -155,8 +154,7 @@ class Clients:
         self._written: dict[tuple[str, str], int] = {}
         """(app, activity field) → when this process last wrote it."""
         self._dirty = False
-        self._timer: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._flusher = FlushTimer(self.flush, interval_s)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -167,8 +165,7 @@ class Clients:
         """The gate let ``app``'s client at ``address`` produce to or consume from
         ``topic`` (``role``) now."""
         self._active.add((app, address, topic, role))
-        if self._timer is None:
-            self._schedule()
+        self._flusher.request()
 
     def _know(self, app: str, address: str, kind: Kind) -> None:
         key = (app, host(address))
@@ -188,13 +185,13 @@ class Clients:
         self._know(app, address, kind)
         self._dirty = True
         self._start_holder()
-        self._schedule()
+        self._flusher.request()
 
     def disconnected(self, address: str) -> None:
         """The connection from ``address`` closed (nothing if it never said who it is)."""
         if self._connections.pop(address, None) is not None:
             self._dirty = True
-            self._schedule()
+            self._flusher.request()
 
     def described(
         self, address: str, app: str, protocol: str, language: str = "", version: str = ""
@@ -206,17 +203,6 @@ class Clients:
             self._know(app, address, kind)
 
     # ------------------------------------------------------------------ flushing
-
-    def _schedule(self) -> None:
-        if self._timer is not None or (self._task is not None and not self._task.done()):
-            return
-        with contextlib.suppress(RuntimeError):  # no running loop: the next flush() does it
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self._interval, self._flush_when_due)
-
-    def _flush_when_due(self) -> None:
-        self._timer = None
-        self._task = asyncio.get_running_loop().create_task(self.flush())
 
     def _connection_counts(self) -> dict[tuple[str, str, Kind], int]:
         counts: dict[tuple[str, str, Kind], int] = defaultdict(int)
@@ -236,10 +222,8 @@ class Clients:
             log.info("client rows not written, retrying: %s", exc)
             self._active |= active
             self._dirty = self._dirty or dirty
-        if (self._active or self._dirty) and self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(
-                self._interval, self._flush_when_due
-            )
+        if self._active or self._dirty:
+            self._flusher.retry()
 
     async def _write(self, active: set[tuple[str, str, str, str]], dirty: bool) -> None:
         """Per app one HSET of its changed fields, one HDEL of its withdrawn ones and one
@@ -287,12 +271,7 @@ class Clients:
 
     async def close(self) -> None:
         """Withdraw this process's connections (they end with it) and flush the rest."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await self._task
+        await self._flusher.close()
         if self._connections:
             self._connections.clear()
             self._dirty = True

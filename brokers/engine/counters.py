@@ -22,15 +22,14 @@ A crash loses at most the last interval of counts; messages are unaffected.
 
 from __future__ import annotations
 
-import asyncio
 import calendar
-import contextlib
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from brokers.engine.flush_timer import FlushTimer
 from brokers.engine.keys import counter_key
 from brokers.engine.redisio import AnyRedis
 
@@ -67,15 +66,15 @@ class Counters:
     ) -> None:
         self._client = client
         self._clock = clock
-        self._interval = interval_s
         self._pending: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         self._failed: dict[tuple[str, int], int] = defaultdict(int)
         """(group name, minute) → failures not yet flushed."""
         self._refused: dict[tuple[str, int, str], int] = defaultdict(int)
         """(producer name, minute, kind) → refused messages not yet flushed."""
-        self._last_flush = time.monotonic()
-        self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._flusher = FlushTimer(self.flush, interval_s, eager=True)
+        """Flushes now if the last flush is an interval old, else once it is: counts
+        recorded just after a flush, with nothing after them, land within the interval
+        too (they waited for the next count, which might never come)."""
 
     def record(
         self,
@@ -99,42 +98,23 @@ class Counters:
             row[1] += produced_bytes
             row[2] += consumed
             row[3] += consumed_bytes
-        self._flush_soon()
+        self._flusher.request()
 
     def failed(self, *, topic: str, app: str, count: int) -> None:
         """Count ``count`` messages that ``app``'s consumers failed on ``topic`` now."""
         if count > 0:
             self._failed[(_group(topic, app), int(self._clock() // 60))] += count
-            self._flush_soon()
+            self._flusher.request()
 
     def refused(self, *, topic: str, app: str, kind: str, count: int = 1) -> None:
         """Count ``count`` messages of ``app`` refused on ``topic`` now, for ``kind``
         (one of :data:`REFUSALS`)."""
         if count > 0:
             self._refused[(_group(topic, app), int(self._clock() // 60), kind)] += count
-            self._flush_soon()
-
-    def _flush_soon(self) -> None:
-        """Flush now if the last flush is ``interval_s`` old, else once it is: counts
-        recorded just after a flush, with nothing after them, land within the interval
-        too (they waited for the next count, which might never come)."""
-        if self._timer is not None or (self._task is not None and not self._task.done()):
-            return
-        wait = self._interval - (time.monotonic() - self._last_flush)
-        loop = asyncio.get_running_loop()
-        if wait <= 0:
-            self._task = loop.create_task(self.flush())
-        else:
-            self._timer = loop.call_later(wait, self._flush_when_due)
-
-    def _flush_when_due(self) -> None:
-        self._timer = None
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self.flush())
+            self._flusher.request()
 
     async def flush(self) -> None:
         """Write buffered counts to Redis."""
-        self._last_flush = time.monotonic()
         if not self._pending and not self._failed and not self._refused:
             return
         pending, self._pending = self._pending, defaultdict(lambda: [0, 0, 0, 0])
@@ -174,18 +154,10 @@ class Counters:
                 self._failed[fk] += value
             for rk, value in refused.items():
                 self._refused[rk] += value
-            if self._timer is None:  # try again then, whether or not more is counted
-                self._timer = asyncio.get_running_loop().call_later(
-                    self._interval, self._flush_when_due
-                )
+            self._flusher.retry()
 
     async def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await self._task
+        await self._flusher.close()
         await self.flush()
 
     async def traffic(
