@@ -235,6 +235,7 @@ class Fetcher:
         for i, p in enumerate(ours):
             att = await self._try(req, p, cid, now)
             if att.status == FOUND:
+                att.lapsed += lapsed
                 return self._found(req, p, att, now), ours[i + 1 :]
             if att.status == LOCKED:
                 hints.append(att.expires)
@@ -315,7 +316,10 @@ class Fetcher:
             else FetchStatus.NO_NEW_MSG
         )
         result = FetchResult(
-            status=status, topic=topic, retry_after_ms=min(hints) if hints else None
+            status=status,
+            topic=topic,
+            retry_after_ms=min(hints) if hints else None,
+            lapsed=outcome.lapsed,
         )
         return result, []
 
@@ -326,7 +330,7 @@ class Fetcher:
         one pipeline, then the lock-and-read script partition by partition."""
         topic = req.topic.code
         states = await read_states(self._client, topic, req.partitions, cid)
-        lock_hint = blocked = 0
+        lock_hint = blocked = lapsed = 0
         held = 0
         any_locked = False
         candidates: list[tuple[int, int]] = []
@@ -362,14 +366,17 @@ class Fetcher:
         for i, (_backlog, p) in enumerate(candidates):
             att = await self._try(req, p, cid, now)
             if att.status == FOUND:
+                att.lapsed += lapsed
                 untried = tuple(c[1] for c in candidates[i + 1 :])
                 return ScanOutcome(partition=p, attempt=att, untried=untried)
             if att.status == LOCKED:
                 lock_hint = min(lock_hint or att.expires, att.expires)
                 any_locked = True
-            elif att.status == EMPTY and att.blocked:
-                blocked = min(blocked or att.blocked, att.blocked)
-        return ScanOutcome(lock_expiry=lock_hint, blocked=blocked, locked=any_locked)
+            elif att.status == EMPTY:
+                lapsed += att.lapsed
+                if att.blocked:
+                    blocked = min(blocked or att.blocked, att.blocked)
+        return ScanOutcome(lock_expiry=lock_hint, blocked=blocked, locked=any_locked, lapsed=lapsed)
 
     async def _fetch_retry(
         self, req: FetchRequest, now: int

@@ -31,12 +31,14 @@ FETCH_ANY_FN = """
 -- outside it comes first and is locked over nothing (fetch_one's report).
 -- Returns {1, partition, k, k untried partitions with a backlog, FETCH's reply...} or
 -- {0, earliest lock expiry or 0, earliest blocked store time or 0, locked (0/1),
---  maxPartitionNum reached (0/1)}.
+--  maxPartitionNum reached (0/1), lapsed}; a lapsed lock found on a partition that then
+-- yielded nothing (a delay held its messages back) is counted in FETCH's reply of the
+-- partition that won, or in `lapsed`.
 local OUTSIDE = 2 ^ 53  -- the sort key of a partition whose ack index lies outside it
 local function fetch_any(K, kb, n, A, ab)
   local owner, now, init = A[ab + 1], tonumber(A[ab + 2]), A[ab + 6]
   local turn, maxp, report = tonumber(A[ab + 8]), tonumber(A[ab + 9]), A[ab + 10]
-  local held, locked_any, lock_hint, blocked_hint = 0, 0, 0, 0
+  local held, locked_any, lock_hint, blocked_hint, lapsed = 0, 0, 0, 0, 0
   local cands = {}
   for i = 1, n do
     local meta, state = K[kb + 6 * i - 4], K[kb + 6 * i - 3]
@@ -74,7 +76,7 @@ local function fetch_any(K, kb, n, A, ab)
       end
     end
   end
-  if maxp > 0 and held >= maxp then return {0, s(lock_hint), '0', locked_any, 1} end
+  if maxp > 0 and held >= maxp then return {0, s(lock_hint), '0', locked_any, 1, 0} end
   table.sort(cands, function(a, b)
     if a[1] ~= b[1] then return a[1] > b[1] end
     if a[2] ~= b[2] then return a[2] < b[2] end
@@ -85,6 +87,7 @@ local function fetch_any(K, kb, n, A, ab)
     local res = fetch_one(K[b + 1], K[b + 2], K[b + 3], {K[b + 4], K[b + 5], K[b + 6]},
       owner, now, A[ab + 3], A[ab + 4], A[ab + 5], init, A[ab + 7], report)
     if res[1] == 1 then
+      res[8] = s(tonumber(res[8]) + lapsed)
       local out = {1, c[4], #cands - j}
       for k = j + 1, #cands do out[#out + 1] = cands[k][4] end
       for _, v in ipairs(res) do out[#out + 1] = v end
@@ -96,9 +99,10 @@ local function fetch_any(K, kb, n, A, ab)
     else
       local bl = tonumber(res[5])
       if bl > 0 and (blocked_hint == 0 or bl < blocked_hint) then blocked_hint = bl end
+      lapsed = lapsed + tonumber(res[6])
     end
   end
-  return {0, s(lock_hint), s(blocked_hint), locked_any, 0}
+  return {0, s(lock_hint), s(blocked_hint), locked_any, 0, lapsed}
 end
 """
 
@@ -166,6 +170,7 @@ class ScanOutcome:
     blocked: int = 0  # earliest store time held back by a consumer delay (0: none)
     locked: bool = False
     at_max_partitions: bool = False
+    lapsed: int = 0  # what lapsed locks left unacked on partitions that yielded nothing
     commit: CommitResult | None = None
     resends: list[bytes] | None = None  # popped resend entries; None: not asked or not popped
 
@@ -228,6 +233,7 @@ async def fetch_any(
             blocked=int(raw[2]),
             locked=bool(int(raw[3])),
             at_max_partitions=bool(int(raw[4])),
+            lapsed=int(raw[5]),
             commit=committed,
             resends=popped,
         )
