@@ -86,13 +86,9 @@ def _connect(session: Session, frame: Connect) -> None:
     session.authenticated = True
     if not session.subscriptions:  # a subscribed member's identity never changes
         session.client_id = client_id
-    if session.app is not None:  # an anonymous client acts as each queue's own app
-        session.ctx.engine.client_connected(
-            session.address,
-            session.app.code,
-            session.transport.client_protocol,
-            version=frame.client_version or "",
-        )
+    session.client_version = frame.client_version or ""
+    if session.app is not None:  # an anonymous client is listed as it acts (acting_app)
+        session.list_as(session.app.code)
     session.send(
         connect_ack(
             frame,

@@ -108,6 +108,11 @@ class Session:
         self.app: AppInfo | None = None
         self.client_id: str | None = None
         """``headers.clientId`` of connect: names a durable fan-out subscriber."""
+        self.client_version = ""
+        """``headers.clientVersion`` of connect, for the client listing."""
+        self.listed_as = ""
+        """The app this connection is listed under (:meth:`Engine.client_connected`): its
+        token's, or for an anonymous client the anonymous app it last acted as."""
         self.authenticated = False
         self.subscriptions: set[str] = set()
         self.joined: set[str] = set()
@@ -144,7 +149,18 @@ class Session:
         is the engine's decision."""
         if self.app is not None:
             return self.app.code
-        return self.ctx.anonymous_app(queue)
+        app = self.ctx.anonymous_app(queue)
+        if app != self.listed_as and app and not self.closed:
+            self.list_as(app)
+        return app
+
+    def list_as(self, app: str) -> None:
+        """List this connection as a client of ``app`` (its kind: the transport's
+        protocol and the version it stated) until it closes."""
+        self.listed_as = app
+        self.ctx.engine.client_connected(
+            self.address, app, self.transport.client_protocol, version=self.client_version
+        )
 
     def member_id(self, queue: str) -> str:
         """This subscriber's member id in a fan-out queue's group: its ``clientId``
