@@ -171,31 +171,17 @@ class Fetcher:
     def _found(self, req: FetchRequest, p: int, att: Attempt, now: int) -> FetchResult:
         """The result of a partition locked for ``req``: a batch, or (nothing read) a
         reported correction."""
-        if not att.deliveries:
-            return FetchResult(
-                status=FetchStatus.CORRECTED,
-                topic=req.topic.code,
-                partition=p,
-                lock_token=att.token,
-                lock_expires_ms=att.expires,
-                start=att.ack,
-                end=att.ack,
-                first_consume=att.first,
-                ack_index=att.ack,
-                max_index=att.max,
-                accessed_ms=now,
-                lapsed=att.lapsed,
-                corrected_from=att.corrected,
-            )
+        found = bool(att.deliveries)
+        start = max(att.ack, att.min)
         return FetchResult(
-            status=FetchStatus.FOUND,
+            status=FetchStatus.FOUND if found else FetchStatus.CORRECTED,
             topic=req.topic.code,
             partition=p,
             messages=tuple(att.deliveries),
             lock_token=att.token,
             lock_expires_ms=att.expires,
-            start=max(att.ack, att.min),
-            end=att.deliveries[-1].end,
+            start=start,
+            end=att.deliveries[-1].end if found else start,
             first_consume=att.first,
             ack_index=att.ack,
             max_index=att.max,
