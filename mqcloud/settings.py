@@ -259,6 +259,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.check_consume_failure_alerts",
         "schedule": timedelta(minutes=1),
     },
+    "offset-move-alerts": {
+        "task": "mqcloud.tasks.check_offset_move_alerts",
+        "schedule": timedelta(minutes=1),
+    },
     "blocked-consumer-alerts": {
         "task": "mqcloud.tasks.check_blocked_consumer_alerts",
         "schedule": timedelta(seconds=30),
@@ -353,6 +357,10 @@ ALERT_WEBHOOK_URL = env.str("ALERT_WEBHOOK_URL", default="")
 ALERT_THROTTLE_SECONDS = env.int("ALERT_THROTTLE_SECONDS", default=3600)
 # A consumer that failed this many messages in the last hour alerts its team (0: never).
 CONSUME_FAILURE_ALERT_PER_HOUR = env.int("CONSUME_FAILURE_ALERT_PER_HOUR", default=10)
+# A consumer whose committed offset moved this many times in the last hour other than by
+# consuming (a client's forceAck rewound or skipped it, or committed past the end) alerts
+# its team (0: never).
+OFFSET_MOVE_ALERT_PER_HOUR = env.int("OFFSET_MOVE_ALERT_PER_HOUR", default=1)
 # An app whose messages the engine refused this many times on a topic in the last hour
 # (rate limit, too large, invalid, not allowed, queue full) alerts its team (0: never).
 PRODUCE_REFUSAL_ALERT_PER_HOUR = env.int("PRODUCE_REFUSAL_ALERT_PER_HOUR", default=10)

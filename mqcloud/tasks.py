@@ -300,6 +300,15 @@ def check_consume_failure_alerts() -> int:
 
 
 @shared_task
+def check_offset_move_alerts() -> int:
+    """Fire offset-move alerts for consumers whose committed offset a client moved in the
+    last hour (beat: every minute); returns how many fired."""
+    from mqcloud.alerts.offset_moves import check_offset_moves
+
+    return len(check_offset_moves())
+
+
+@shared_task
 def check_blocked_consumer_alerts() -> int:
     """Fire blocked-consumer alerts for sequential consumers stuck on a message (beat:
     every 30 seconds); returns how many fired."""

@@ -118,7 +118,10 @@ return {status, s(ack)}
 COMMIT_FN = """
 -- commit_one(state, oo, meta, A, ab): http-mq.md §7 on one partition's state, with
 -- A[ab + 1 .. ab + 7] = offset, next, lockTime, force ('0'/'1'), now, channel, partition
--- (the arguments of CommitCall). Returns {status, committed, stored lock, expired, anomaly}.
+-- (the arguments of CommitCall). Returns {status, committed, stored lock, expired, anomaly,
+-- moved from}: `moved from` is the committed offset a forceAck moved away from other than
+-- by a batch's progress (from the committed offset forward): the client rewound or
+-- skipped by itself; else -1.
 -- A nextOffset past the partition's end commits the end (http-mq.md OFFSET_ILLEGAL: a
 -- position outside the queue is corrected), or what is appended up to it is never read.
 local function commit_one(state, oo, meta, A, ab)
@@ -129,23 +132,27 @@ local function commit_one(state, oo, meta, A, ab)
   local cmt = tonumber(st[1])
   local cmts = '-1'
   if cmt then cmts = s(cmt) end
-  if not lt then return {'lock not exist', cmts, '0', 0, 0} end
-  local expired, anomaly = 0, 0
+  if not lt then return {'lock not exist', cmts, '0', 0, 0, -1} end
+  local expired, anomaly, moved = 0, 0, -1
   if le <= now then expired = 1
-  elseif token < lt then return {'ack lockTime small than', cmts, s(lt), 0, 0}
+  elseif token < lt then return {'ack lockTime small than', cmts, s(lt), 0, 0, -1}
   elseif token > lt then anomaly = 1 end
   local status
   if (not cmt) or force == '1' or (cmt == off and nxt > cmt) then
+    local before = cmt
     if force == '1' or not cmt then redis.call('DEL', oo) end
     local last = tonumber(redis.call('HGET', meta, 'next') or '0')
     if nxt > last then nxt = last end
     cmt = merge(oo, nxt)
     redis.call('HSET', state, 'ack', s(cmt))
+    if before and cmt ~= before and not (off == before and cmt > before) then
+      moved = before  -- not a batch's progress: a forceAck that rewound or skipped
+    end
     status = 'ok'
   elseif cmt == nxt then status = 'offset has committed'
   else status = 'committedOffset not equal' end
   unlock(state, channel, partition)
-  return {status, s(cmt), s(lt), expired, anomaly}
+  return {status, s(cmt), s(lt), expired, anomaly, moved}
 end
 """
 
@@ -201,9 +208,14 @@ class CommitCall:
 
 def commit_result(raw: list) -> CommitResult:
     """The commit script's reply (``commit_one``'s) as a :class:`CommitResult`."""
-    status, cmt, lt, expired, anomaly = raw
+    status, cmt, lt, expired, anomaly, moved = raw
     return CommitResult(
-        CommitStatus(status.decode()), int(cmt), int(lt), bool(expired), bool(anomaly)
+        CommitStatus(status.decode()),
+        int(cmt),
+        int(lt),
+        bool(expired),
+        bool(anomaly),
+        int(moved),
     )
 
 

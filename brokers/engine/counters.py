@@ -10,8 +10,10 @@ Storage: one hash per (dimension, name, UTC day), expiring after 30 days:
 * traffic: dimensions ``topic``, ``app`` and ``broker``, fields
   ``<minute of day>:<p|pb|c|cb>``;
 * a group's failures (a message a consumer failed: a nack, a JMQ4 retry ack, a failed
-  retry, a lapsed fetch lock): dimension ``group``, name ``<topic>:<app>`` (neither holds
-  a ``:``), fields ``<minute of day>:f``;
+  retry, a lapsed fetch lock) and offset moves (a client's forceAck rewound or skipped
+  its committed offset, or a fetch found it outside its partition): dimension ``group``,
+  name ``<topic>:<app>`` (neither holds a ``:``), fields ``<minute of day>:f`` and
+  ``<minute of day>:m``;
 * a producer's refused messages (:data:`REFUSALS`: over its rate limit, too large,
   invalid, not allowed, its queue full): dimension ``producer``, name ``<topic>:<app>``,
   fields ``<minute of day>:x:<kind>``; the producers with refusals on a day are kept in
@@ -36,6 +38,8 @@ from brokers.engine.redisio import AnyRedis
 log = logging.getLogger(__name__)
 RETENTION_S = 30 * 24 * 3600
 FIELDS = ("p", "pb", "c", "cb")
+FAILED, MOVED = "f", "m"
+"""The fields of a group's counts: messages failed, offset moves."""
 REFUSALS = ("rate_limited", "too_large", "invalid", "not_allowed", "queue_full")
 """Why the engine refused a producer's message: what the producer can change."""
 
@@ -67,7 +71,8 @@ class Counters:
         self._client = client
         self._clock = clock
         self._pending: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-        self._failed: dict[tuple[str, int], int] = defaultdict(int)
+        self._grouped: dict[tuple[str, int, str], int] = defaultdict(int)
+        """(group name, minute, FAILED or MOVED) → events not yet flushed."""
         """(group name, minute) → failures not yet flushed."""
         self._refused: dict[tuple[str, int, str], int] = defaultdict(int)
         """(producer name, minute, kind) → refused messages not yet flushed."""
@@ -103,7 +108,13 @@ class Counters:
     def failed(self, *, topic: str, app: str, count: int) -> None:
         """Count ``count`` messages that ``app``'s consumers failed on ``topic`` now."""
         if count > 0:
-            self._failed[(_group(topic, app), int(self._clock() // 60))] += count
+            self._grouped[(_group(topic, app), int(self._clock() // 60), FAILED)] += count
+            self._flusher.request()
+
+    def moved(self, *, topic: str, app: str, count: int = 1) -> None:
+        """Count ``count`` offset moves of ``app``'s consumer of ``topic`` now."""
+        if count > 0:
+            self._grouped[(_group(topic, app), int(self._clock() // 60), MOVED)] += count
             self._flusher.request()
 
     def refused(self, *, topic: str, app: str, kind: str, count: int = 1) -> None:
@@ -115,10 +126,10 @@ class Counters:
 
     async def flush(self) -> None:
         """Write buffered counts to Redis."""
-        if not self._pending and not self._failed and not self._refused:
+        if not self._pending and not self._grouped and not self._refused:
             return
         pending, self._pending = self._pending, defaultdict(lambda: [0, 0, 0, 0])
-        failed, self._failed = self._failed, defaultdict(int)
+        grouped, self._grouped = self._grouped, defaultdict(int)
         refused, self._refused = self._refused, defaultdict(int)
         pipe = self._client.pipeline(transaction=False)
         keys: set[str] = set()
@@ -129,10 +140,10 @@ class Counters:
             listed = refused_producers_key(_day(minute))
             keys.add(listed)
             pipe.sadd(listed, name)
-        for (name, minute), value in failed.items():
+        for (name, minute, what), value in grouped.items():
             key = counter_key("group", name, _day(minute))
             keys.add(key)
-            pipe.hincrby(key, f"{minute % 1440}:f", value)
+            pipe.hincrby(key, f"{minute % 1440}:{what}", value)
         for (dim, name, minute), row in pending.items():
             key = counter_key(dim, name, _day(minute))
             keys.add(key)
@@ -150,8 +161,8 @@ class Counters:
                 cur = self._pending[k]
                 for i in range(4):
                     cur[i] += row[i]
-            for fk, value in failed.items():
-                self._failed[fk] += value
+            for gk, value in grouped.items():
+                self._grouped[gk] += value
             for rk, value in refused.items():
                 self._refused[rk] += value
             self._flusher.retry()
@@ -183,8 +194,16 @@ class Counters:
         self, groups: Sequence[tuple[str, str]], *, start_ms: int, end_ms: int
     ) -> dict[tuple[str, str], int]:
         """Failures of each consumer group ``(topic, app)`` in the whole minutes of
-        ``[start_ms, end_ms)`` (groups without any left out): one pipelined round trip,
-        each group's minutes read by name (HMGET), whatever the number of groups."""
+        ``[start_ms, end_ms)`` (groups without any left out)."""
+        return await self.grouped(groups, FAILED, start_ms=start_ms, end_ms=end_ms)
+
+    async def grouped(
+        self, groups: Sequence[tuple[str, str]], what: str, *, start_ms: int, end_ms: int
+    ) -> dict[tuple[str, str], int]:
+        """The ``what`` (FAILED, MOVED) of each consumer group ``(topic, app)`` in the
+        whole minutes of ``[start_ms, end_ms)`` (groups without any left out): one
+        pipelined round trip, each group's minutes read by name (HMGET), whatever the
+        number of groups."""
         first, last = start_ms // 60_000, (end_ms - 1) // 60_000
         if last < first or not groups:
             return {}
@@ -194,7 +213,8 @@ class Counters:
         pipe = self._client.pipeline(transaction=False)
         for topic, app in groups:
             for day, slots in by_day.items():
-                pipe.hmget(counter_key("group", _group(topic, app), day), [f"{s}:f" for s in slots])
+                fields = [f"{s}:{what}" for s in slots]
+                pipe.hmget(counter_key("group", _group(topic, app), day), fields)
         replies = iter(await pipe.execute())
         out: dict[tuple[str, str], int] = {}
         for pair in groups:

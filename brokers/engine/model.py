@@ -202,6 +202,9 @@ class CommitResult:
     stored_lock: int = 0  # lock token found (HTTP-MQ lockTime)
     lock_expired: bool = False
     anomaly: bool = False  # request carried a newer lock than stored
+    moved_from: int = -1
+    """The committed offset a forceAck moved away from other than by a batch's progress
+    (from the committed offset forward): the client rewound or skipped; -1: none."""
 
     @property
     def applied(self) -> bool:

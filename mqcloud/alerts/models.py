@@ -29,6 +29,7 @@ class AlertEvent(models.Model):
         STORE_SLOW = "store_slow", "Store writes slow"
         REPLICA_LAG = "replica_lag", "Store replica behind"
         LAG_BYTES = "lag_bytes", "Consumer behind by bytes"
+        OFFSET_MOVED = "offset_moved", "Consumer offset moved"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     target = models.CharField(max_length=300, help_text="e.g. consumer:app.topic")

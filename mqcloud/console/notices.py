@@ -156,6 +156,7 @@ def alerts(request: HttpRequest) -> HttpResponse:
             "failure_default": settings.CONSUME_FAILURE_ALERT_PER_HOUR,
             "blocked_s": f"{settings.CONSUMER_BLOCKED_ALERT_S:g}",
             "refusal_threshold": settings.PRODUCE_REFUSAL_ALERT_PER_HOUR,
+            "offset_moves": settings.OFFSET_MOVE_ALERT_PER_HOUR,
             "silence_watched": access.topics_for(request.user)
             .filter(silence_alert_minutes__gt=0)
             .count(),

@@ -109,3 +109,58 @@ async def test_an_offset_past_the_end_or_in_a_drained_partition_is_reported(
     assert (got.status, got.corrected_from, got.ack_index) == (FetchStatus.CORRECTED, 1, 2)
     clock.advance(400)  # past the ack timeout
     assert (await engine.fetch("t", "a", owner="o")).status is FetchStatus.NO_NEW_MSG
+
+
+async def moves(engine) -> int:
+    return (await engine.offset_moves([("t", "a")])).get(("t", "a"), 0)
+
+
+async def test_offset_moves_are_counted_once_each_and_only_moves(make_engine, store):
+    """A client's forceAck naming another offset than the committed one and leaving the
+    commit elsewhere (a rewind, a skip) is a move; so is an offset found past the end.
+    Consuming, a forceAck of the committed offset (NO_MATCHED_MSG's), confirming a
+    correction, and what retention overtook (a retention loss) are not."""
+    engine = make_engine(catalog())
+    await produce(engine, 2)  # 0, 1 (retention keeps 2)
+    got = await engine.fetch("t", "a", count=1, owner="o")
+    await engine.commit("t", "a", 0, offset=0, next_offset=1, lock_time=got.lock_token)
+    got = await engine.fetch("t", "a", count=1, owner="o")
+    await engine.commit(
+        "t", "a", 0, offset=1, next_offset=2, lock_time=got.lock_token, force=True
+    )  # forceAck of the committed offset: consuming
+    assert await moves(engine) == 0
+    await produce(engine, 1)  # 2
+    got = await engine.fetch("t", "a", count=1, owner="o")
+    rewind = await engine.commit(
+        "t", "a", 0, offset=0, next_offset=1, lock_time=got.lock_token, force=True
+    )
+    assert (rewind.committed, rewind.moved_from) == (1, 2)
+    assert await moves(engine) == 1
+    got = await engine.fetch("t", "a", count=1, owner="o")
+    skip = CommitRequest(0, 7, 3, got.lock_token, force=True)  # another offset, to the end
+    pulled = await engine.commit_and_fetch("t", "a", commit=skip, owner="o")
+    assert pulled.commit is not None and pulled.commit.moved_from == 1
+    assert await moves(engine) == 2
+    await produce(engine, 1)  # 3
+    got = await engine.fetch("t", "a", count=1, owner="o")
+    back = await engine.commit(
+        "t", "a", 0, offset=3, next_offset=2, lock_time=got.lock_token, force=True
+    )  # from the committed offset, backwards
+    assert (back.committed, back.moved_from) == (2, 3) and await moves(engine) == 3
+    state = PartitionKeys("t", 0).state(consumer_id("a", None))
+    await store.hset(state, "ack", 9)
+    await produce(engine, 1)  # 4
+    corrected = (await engine.commit_and_fetch("t", "a", commit=None, owner="o")).fetched
+    assert corrected.status is FetchStatus.CORRECTED and await moves(engine) == 4
+    confirm = CommitRequest(0, 9, corrected.ack_index, corrected.lock_token, force=True)
+    done = await engine.commit_and_fetch("t", "a", commit=confirm, owner="o")
+    assert done.commit is not None and done.commit.moved_from == -1
+
+
+async def test_what_retention_overtook_is_no_move(make_engine):
+    engine = make_engine(catalog())
+    await overtaken(engine)
+    assert (await engine.commit_and_fetch("t", "a", commit=None, owner="o")).fetched.status is (
+        FetchStatus.CORRECTED
+    )
+    assert await moves(engine) == 0

@@ -19,6 +19,7 @@ from brokers.engine.catalog import (
     TopicInfo,
 )
 from brokers.engine.consume import release, release_held
+from brokers.engine.counters import MOVED
 from brokers.engine.erase import erase_clients
 from brokers.engine.errors import (
     ConsumerClientNotAllowed,
@@ -194,6 +195,7 @@ class PullSection(EngineBase):
             report_correction=True,
         )
         await extra.commit_alone(self.redis)  # the gate refused the fetch: it did not run
+        self._count_move(topic, app, extra.committed)
         taken: list[Delivery] = []
         if extra.popped is not None:  # popped entries are handed out whatever happened
             taken = await resend_mod.read_popped(self.redis, topic, extra.popped)
@@ -295,6 +297,8 @@ class PullSection(EngineBase):
         result = await self._fetcher.fetch(req, long_poll_ms, extra)
         if result.lapsed:  # an earlier batch's lock ran out unacked: failed, like a nack
             self.counters.failed(topic=topic, app=app, count=result.lapsed)
+        if result.status is FetchStatus.CORRECTED and result.corrected_from > result.ack_index:
+            self.counters.moved(topic=topic, app=app)  # reported past the partition's end
         consumed = 0
         if result.found:
             size = 0
@@ -548,7 +552,14 @@ class PullSection(EngineBase):
         policy = self._consumer(topic, app)
         self._broadcast(info, policy, client_id)
         request = CommitRequest(partition, offset, next_offset, lock_time, force)
-        return await self._commit_call(info, app, request, client_id).run(self.redis)
+        result = await self._commit_call(info, app, request, client_id).run(self.redis)
+        self._count_move(topic, app, result)
+        return result
+
+    def _count_move(self, topic: str, app: str, result: CommitResult | None) -> None:
+        """Count a commit that moved the consumer's offset by a client's forceAck."""
+        if result is not None and result.moved_from >= 0:
+            self.counters.moved(topic=topic, app=app)
 
     def _commit_call(
         self, info: TopicInfo, app: str, commit: CommitRequest, client_id: str | None
@@ -766,6 +777,22 @@ class PullSection(EngineBase):
         now = self.now_ms()
         return await self.counters.failures(
             groups, start_ms=(now // 60_000 - minutes) * 60_000, end_ms=now + 1
+        )
+
+    async def offset_moves(
+        self, groups: Sequence[tuple[str, str]], *, minutes: int = 60
+    ) -> dict[tuple[str, str], int]:
+        """How often each consumer group ``(topic, app)``'s committed offset moved in the
+        last ``minutes`` whole minutes and the current one, not by consuming: a client's
+        forceAck rewound or skipped it, or :meth:`commit_and_fetch` reported it past the
+        partition's end (HTTP-MQ: the client committed or was handed an offset the
+        partition does not have); what retention overtook is a retention loss, counted
+        by :meth:`retention_losses`, and a JMQ4 client cannot commit past the end. Groups
+        without a move left out; one pipelined round trip whatever their number."""
+        await self.counters.flush()
+        now = self.now_ms()
+        return await self.counters.grouped(
+            groups, MOVED, start_ms=(now // 60_000 - minutes) * 60_000, end_ms=now + 1
         )
 
     async def produce_rates(
