@@ -24,6 +24,7 @@ from mqcloud.api.query import IdFilter, StrictFilterSet
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.approvals import kinds, services
 from mqcloud.approvals.models import (
+    AUTO_APPROVABLE,
     Application,
     ApprovalSettings,
     AuditEvent,
@@ -315,7 +316,9 @@ class IsPlatformAdmin(permissions.BasePermission):
 
 class ApprovalSettingsSerializer(StrictModelSerializer):
     auto_approve = serializers.ListField(
-        child=serializers.ChoiceField(choices=Kind.choices), allow_empty=True
+        child=serializers.ChoiceField(choices=AUTO_APPROVABLE),
+        allow_empty=True,
+        help_text="Kinds approved as they are filed (become_admin never is).",
     )
 
     class Meta:

@@ -20,7 +20,7 @@ from brokers import anonymous
 from brokers.anonymous import has_anonymous_policy
 from brokers.engine import MAX_BUSINESS_ID
 from brokers.erasure import erase_group_data, erase_topic_data
-from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
+from brokers.models import ConsumerPolicy, ProducerPolicy, Team, TeamMembership, Topic
 from brokers.topic_codes import TOPIC_CODE_MAX
 from mqcloud.alerts.models import MAX_RULES_PER_TOPIC, TrafficRule
 from mqcloud.api.scoping import is_platform_admin, user_teams
@@ -176,6 +176,49 @@ def _zbus_close(user, payload: dict) -> Prepared:
         return {"topic": topic.code, "zbus_open": False}
 
     return Prepared(f"topic:{topic.code}", topic.team, {"code": topic.code}, execute)
+
+
+def _become_admin(user, payload: dict) -> Prepared:
+    """The applicant becomes an admin of one of its teams (``{team}``: it manages the
+    team's apps, tokens and members' work) or of the platform (``{platform: true}``: it
+    decides applications and sees every team). Never approved automatically
+    (:data:`~mqcloud.approvals.models.NEVER_AUTO_APPROVED`)."""
+    extra = set(payload) - {"team", "platform"}
+    if extra:
+        raise serializers.ValidationError({sorted(extra)[0]: "Unknown field."})
+    platform = payload.get("platform", False)
+    if not isinstance(platform, bool):
+        raise serializers.ValidationError({"platform": "Must be true or false."})
+    if platform == ("team" in payload):
+        raise serializers.ValidationError(
+            {"team": "Name one of your teams, or set platform to true (not both)."}
+        )
+    memberships = TeamMembership.objects.filter(user=user).select_related("team")
+    if platform:
+        if is_platform_admin(user):
+            raise serializers.ValidationError({"platform": "You are a platform admin already."})
+        first = memberships.order_by("team__name").first()
+        if first is None:
+            raise serializers.ValidationError({"platform": "Join a team first."})
+        team, target, shown = first.team, f"user:{user.pk}:admin:platform", {"platform": True}
+    else:
+        name = _text(payload, "team")
+        membership = memberships.filter(team__name=name).first()
+        if membership is None:
+            raise serializers.ValidationError({"team": f"You are not a member of {name!r}."})
+        if membership.role == TeamMembership.Role.ADMIN:
+            raise serializers.ValidationError({"team": f"You are an admin of {name} already."})
+        team, target, shown = membership.team, f"user:{user.pk}:admin:{name}", {"team": name}
+
+    def execute() -> dict:
+        if platform:
+            user.is_staff = True
+            user.save(update_fields=["is_staff"])
+            return {"user": user.get_username(), "platform_admin": True}
+        TeamMembership.objects.filter(user=user, team=team).update(role=TeamMembership.Role.ADMIN)
+        return {"user": user.get_username(), "team_admin": team.name}
+
+    return Prepared(target, team, shown, execute)
 
 
 def _policy_create(serializer_class: type, prefix: str) -> Callable:
@@ -563,6 +606,7 @@ PREPARERS: dict[str, Callable[[AbstractBaseUser, dict], Prepared]] = {
     Kind.TRAFFIC_RULE_DELETE: _traffic_rule_delete,
     Kind.MESSAGE_EXPORT: _message_export,
     Kind.RETRY_SKIP: _retry_skip,
+    Kind.BECOME_ADMIN: _become_admin,
 }
 
 
@@ -670,6 +714,12 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
         " own retries when given, else the group's and every client's (a fan-out queue's"
         " members')",
         {"consumer": "shop.orders", "before_ms": 1735689600000, "business_id": "order-17"},
+    ),
+    Kind.BECOME_ADMIN: (
+        "{team} or {platform: true}: the applicant becomes an admin of one of its teams (it"
+        " changes the team's apps and tokens) or a platform admin (it decides applications"
+        " and sees every team); always decided by a platform admin, never automatically",
+        {"team": "red"},
     ),
 }
 

@@ -36,6 +36,13 @@ class Kind(models.TextChoices):
     TRAFFIC_RULE_DELETE = "traffic_rule_delete", "Delete a topic traffic alert rule"
     MESSAGE_EXPORT = "message_export", "Export a topic's messages of a time span"
     RETRY_SKIP = "retry_skip", "Skip a consumer's retry messages older than a time"
+    BECOME_ADMIN = "become_admin", "Become an admin of a team or of the platform"
+
+
+NEVER_AUTO_APPROVED = frozenset({Kind.BECOME_ADMIN})
+"""Kinds a platform admin always decides: a rule that approved them automatically would
+let anyone make themselves an admin."""
+AUTO_APPROVABLE = [(k, label) for k, label in Kind.choices if k not in NEVER_AUTO_APPROVED]
 
 
 class Status(models.TextChoices):
@@ -181,7 +188,8 @@ class ApprovalSettings(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
+        allowed = [k for k, _ in AUTO_APPROVABLE]
         if not isinstance(self.auto_approve, list) or any(
-            k not in Kind.values for k in self.auto_approve
+            k not in allowed for k in self.auto_approve
         ):
-            raise ValidationError({"auto_approve": f"Choose among: {', '.join(Kind.values)}."})
+            raise ValidationError({"auto_approve": f"Choose among: {', '.join(allowed)}."})

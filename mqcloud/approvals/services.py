@@ -23,6 +23,7 @@ from brokers.models import Team
 from mqcloud.api.scoping import is_platform_admin
 from mqcloud.approvals import kinds
 from mqcloud.approvals.models import (
+    NEVER_AUTO_APPROVED,
     Application,
     ApprovalSettings,
     AuditEvent,
@@ -101,7 +102,7 @@ def submit(user: AbstractBaseUser, kind: str, payload: object) -> Application:
             {"target": f"{prepared.target} already has an open application; wait for it."}
         ) from None
     approval = ApprovalSettings.current()
-    if kind in approval.auto_approve and not approval.frozen:
+    if kind in approval.auto_approve and kind not in NEVER_AUTO_APPROVED and not approval.frozen:
         return approve(application, None)
     return application
 

@@ -12,14 +12,14 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from mqcloud.approvals.models import ApprovalSettings, Kind
+from mqcloud.approvals.models import AUTO_APPROVABLE, ApprovalSettings, Kind
 from mqcloud.approvals.services import record
 from mqcloud.console import access
 
 
 class ApprovalSettingsForm(forms.Form):
     auto_approve = forms.MultipleChoiceField(
-        choices=Kind.choices,
+        choices=AUTO_APPROVABLE,
         required=False,
         widget=forms.CheckboxSelectMultiple,
         label="Approved automatically",

@@ -20,6 +20,7 @@ from brokers.models import (
     Cluster,
     ConsumerPolicy,
     ProducerPolicy,
+    TeamMembership,
     Topic,
 )
 from brokers.topic_codes import TOPIC_CODE_MAX
@@ -681,6 +682,32 @@ class ConsumerUpdateForm(ApplicationForm):
         }
 
 
+class BecomeAdminForm(ApplicationForm):
+    kind = Kind.BECOME_ADMIN
+    title = "Become an admin"
+    help = (
+        "A team admin changes the team's apps and tokens; a platform admin decides"
+        " applications and sees every team. A platform admin decides this application:"
+        " it is never approved automatically."
+    )
+    admin_of = forms.ChoiceField(label="Admin of")
+
+    def setup(self) -> None:
+        member_of = TeamMembership.objects.filter(
+            user=self.user, role=TeamMembership.Role.MEMBER
+        ).order_by("team__name")
+        choices = [(f"team:{m.team.name}", f"the team {m.team.name}") for m in member_of]
+        if not access.is_platform_admin(self.user):
+            choices.append(("platform", "the platform"))
+        self.fields["admin_of"].choices = choices
+
+    def payload(self) -> dict[str, Any]:
+        chosen = self.cleaned_data["admin_of"]
+        if chosen == "platform":
+            return {"platform": True}
+        return {"team": chosen.removeprefix("team:")}
+
+
 FORMS: dict[str, type[ApplicationForm]] = {
     f.kind: f
     for f in (
@@ -707,6 +734,7 @@ FORMS: dict[str, type[ApplicationForm]] = {
         TrafficRuleAddForm,
         TrafficRuleDeleteForm,
         MessageExportForm,
+        BecomeAdminForm,
     )
 }
 
