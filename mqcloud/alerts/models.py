@@ -131,10 +131,15 @@ class TrafficRule(models.Model):
         default=5, help_text="How often the rule is checked (1–1440 minutes)."
     )
     active_from = models.TimeField(
-        null=True, blank=True, help_text="Checked only from this time of day (UTC)…"
+        null=True, blank=True, help_text="Checked only from this time of day…"
     )
     active_to = models.TimeField(
         null=True, blank=True, help_text="…until this one; past midnight when earlier."
+    )
+    time_zone = models.CharField(
+        max_length=64,
+        default="UTC",
+        help_text="The IANA time zone the daily window is in (e.g. Asia/Shanghai).",
     )
     checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -157,7 +162,7 @@ class TrafficRule(models.Model):
             f"{self.threshold:g}{unit}, every {self.every_minutes} min"
         )
         if self.active_from is not None and self.active_to is not None:
-            text += f", {self.active_from:%H:%M}–{self.active_to:%H:%M} UTC"
+            text += f", {self.active_from:%H:%M}–{self.active_to:%H:%M} {self.time_zone}"
         return text
 
 

@@ -14,8 +14,8 @@ A rule compares an operand with a threshold (``>``, ``≥``, ``<``, ``≤``):
 Counts come from the engine's per-minute produce counters (every protocol and broker
 together, kept 30 days), so a rule sees the traffic of a minute ago, not the pipeline's
 rollup of several minutes ago. A rule is checked every ``every_minutes`` (1–1440), and
-only between ``active_from`` and ``active_to`` (UTC, past midnight when the end is
-earlier) when it has them. Any matching rule alerts; each rule at most once per
+only between ``active_from`` and ``active_to`` (times of day in the rule's
+``time_zone``, UTC by default; past midnight when the end is earlier) when it has them. Any matching rule alerts; each rule at most once per
 ``ALERT_THROTTLE_SECONDS``, as the other alerts.
 
 The beat task runs every minute and checks the rules due: one engine call per span for
@@ -27,7 +27,8 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db.models import Q
 
@@ -50,11 +51,17 @@ def span_of(rule: TrafficRule) -> int:
     return SPAN_MINUTES[rule.operand.rsplit("_", 1)[1]]
 
 
-def active_at(rule: TrafficRule, moment: time) -> bool:
-    """Whether ``moment`` (UTC time of day) is within the rule's daily window."""
+def active_at(rule: TrafficRule, now: datetime) -> bool:
+    """Whether ``now`` (an aware datetime) falls within the rule's daily window, in its
+    time zone (a zone the system no longer knows counts as UTC)."""
     start, end = rule.active_from, rule.active_to
     if start is None or end is None:
         return True
+    try:
+        zone: tzinfo = ZoneInfo(rule.time_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        zone = UTC
+    moment = now.astimezone(zone).time().replace(tzinfo=None)
     if start <= end:
         return start <= moment <= end
     return moment >= start or moment <= end  # past midnight
@@ -70,7 +77,6 @@ def due_rules(now: datetime) -> list[TrafficRule]:
         .filter(Q(checked_at__isnull=True) | Q(checked_at__lte=now - timedelta(seconds=55)))
         .order_by("id")
     )
-    moment = now.time()
     return [
         r
         for r in rules
@@ -78,7 +84,7 @@ def due_rules(now: datetime) -> list[TrafficRule]:
             r.checked_at is None
             or r.checked_at <= now - timedelta(minutes=r.every_minutes, seconds=-5)
         )
-        and active_at(r, moment)
+        and active_at(r, now)
         and r.topic.created_at <= now - timedelta(minutes=span_of(r) * (2 if r.is_change else 1))
     ]
 

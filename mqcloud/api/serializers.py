@@ -9,6 +9,9 @@ sent there is ignored, as DRF ignores every read-only field.
 
 from __future__ import annotations
 
+import functools
+import zoneinfo
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from drf_spectacular.utils import extend_schema_field
@@ -458,6 +461,12 @@ class RefusalSerializer(serializers.Serializer):
     )
 
 
+@functools.cache
+def time_zones() -> frozenset[str]:
+    """The IANA time zone names this system knows (read from disk once)."""
+    return frozenset(zoneinfo.available_timezones())
+
+
 TRAFFIC_RULE_FIELDS = (
     "operand",
     "operator",
@@ -465,6 +474,7 @@ TRAFFIC_RULE_FIELDS = (
     "every_minutes",
     "active_from",
     "active_to",
+    "time_zone",
 )
 """What an application sets of a traffic rule (the rest is the rule's own)."""
 
@@ -495,3 +505,10 @@ class TrafficRuleSerializer(StrictModelSerializer):
                 {"active_to": "Give both ends of the daily window, or neither."}
             )
         return attrs
+
+    def validate_time_zone(self, value: str) -> str:
+        if value not in time_zones():
+            raise serializers.ValidationError(
+                f"Not a time zone: {value!r}; use an IANA name, e.g. UTC or Asia/Shanghai."
+            )
+        return value

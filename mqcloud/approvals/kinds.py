@@ -508,7 +508,7 @@ def _timer_cancel(user, payload: dict) -> Prepared:
 
 def _traffic_rule_add(user, payload: dict) -> Prepared:
     """A rule for one of the team's topics: ``{code, operand, operator, threshold,
-    every_minutes, active_from, active_to}``."""
+    every_minutes, active_from, active_to, time_zone}``."""
     topic = _owned(Topic.objects.select_related("team"), user, "team", code=_text(payload, "code"))
     rule = {k: v for k, v in payload.items() if k != "code"}
     unknown = sorted(set(rule) - set(TRAFFIC_RULE_FIELDS))
@@ -695,9 +695,18 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
     Kind.TRAFFIC_RULE_ADD: (
         "{code, operand: count_5m|count_1h|count_1d|ratio_5m|ratio_1h|ratio_1d, operator:"
         " gt|gte|lt|lte, threshold (messages; percent change for ratio_*), every_minutes"
-        " (1-1440, default 5), active_from, active_to (HH:MM UTC, both or neither)}: the"
-        " topic's traffic-alert receiver is alerted when it matches (at most 20 per topic)",
-        {"code": "orders", "operand": "count_5m", "operator": "lt", "threshold": 1},
+        " (1-1440, default 5), active_from, active_to (HH:MM, both or neither), time_zone"
+        " (of that window, an IANA name, default UTC)}: the topic's traffic-alert receiver"
+        " is alerted when it matches (at most 20 per topic)",
+        {
+            "code": "orders",
+            "operand": "count_5m",
+            "operator": "lt",
+            "threshold": 1,
+            "active_from": "09:00",
+            "active_to": "18:00",
+            "time_zone": "Asia/Shanghai",
+        },
     ),
     Kind.TRAFFIC_RULE_DELETE: ("{code, rule}: the rule's id", {"code": "orders", "rule": 3}),
     Kind.MESSAGE_EXPORT: (

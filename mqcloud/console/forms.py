@@ -340,8 +340,14 @@ class TrafficRuleAddForm(ApplicationForm):
     every_minutes = forms.IntegerField(
         min_value=1, max_value=1440, initial=5, label="Check every (minutes)"
     )
-    active_from = forms.TimeField(required=False, help_text="HH:MM UTC; empty: all day.")
-    active_to = forms.TimeField(required=False, help_text="HH:MM UTC; earlier: past midnight.")
+    active_from = forms.TimeField(required=False, help_text="HH:MM; empty: all day.")
+    active_to = forms.TimeField(required=False, help_text="HH:MM; earlier: past midnight.")
+    time_zone = forms.CharField(
+        max_length=64,
+        initial="UTC",
+        required=False,
+        help_text="Of the daily window: an IANA name, e.g. UTC or Asia/Shanghai.",
+    )
 
     def setup(self) -> None:
         self.choose("code", _topic_choices(self.user, own=True), "code")
@@ -352,6 +358,8 @@ class TrafficRuleAddForm(ApplicationForm):
         for end in ("active_from", "active_to"):
             if d.get(end) is not None:
                 out[end] = d[end].strftime("%H:%M")
+        if d.get("time_zone"):
+            out["time_zone"] = d["time_zone"]
         return out
 
 

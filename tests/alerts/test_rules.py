@@ -39,14 +39,36 @@ def rule(code: str = "feed", **fields) -> TrafficRule:
     return TrafficRule.objects.create(topic=Topic.objects.get(code=code), **fields)
 
 
+def at(hour: int, minute: int = 0) -> datetime:
+    """That UTC time of a day."""
+    return datetime(2026, 6, 1, hour, minute, tzinfo=UTC)
+
+
 def test_the_daily_window_and_past_midnight():
     r = TrafficRule(active_from=time(9), active_to=time(18))
-    assert active_at(r, time(9)) and active_at(r, time(12)) and active_at(r, time(18))
-    assert not active_at(r, time(8, 59)) and not active_at(r, time(18, 1))
+    assert active_at(r, at(9)) and active_at(r, at(12)) and active_at(r, at(18))
+    assert not active_at(r, at(8, 59)) and not active_at(r, at(18, 1))
     night = TrafficRule(active_from=time(22), active_to=time(6))
-    assert active_at(night, time(23)) and active_at(night, time(2))
-    assert not active_at(night, time(12))
-    assert active_at(TrafficRule(), time(3))  # no window: all day
+    assert active_at(night, at(23)) and active_at(night, at(2))
+    assert not active_at(night, at(12))
+    assert active_at(TrafficRule(), at(3))  # no window: all day
+
+
+def test_the_window_is_in_the_rules_time_zone():
+    """09:00–18:00 in Shanghai (UTC+8) is 01:00–10:00 UTC; in New York it follows the
+    daylight-saving change (EDT in June: 13:00–22:00 UTC); a zone the system lost counts
+    as UTC."""
+    shanghai = TrafficRule(active_from=time(9), active_to=time(18), time_zone="Asia/Shanghai")
+    assert active_at(shanghai, at(1)) and active_at(shanghai, at(10))
+    assert not active_at(shanghai, at(0, 59)) and not active_at(shanghai, at(12))
+    new_york = TrafficRule(active_from=time(9), active_to=time(18), time_zone="America/New_York")
+    assert active_at(new_york, at(13)) and not active_at(new_york, at(12, 59))
+    winter = datetime(2026, 1, 15, 13, 30, tzinfo=UTC)  # EST: 08:30 there
+    assert not active_at(new_york, winter)
+    lost = TrafficRule(active_from=time(9), active_to=time(18), time_zone="Mars/Olympus")
+    assert active_at(lost, at(12)) and not active_at(lost, at(8))
+    shanghai.operand, shanghai.operator, shanghai.threshold = "count_5m", "lt", 1
+    assert shanghai.describe().endswith("09:00–18:00 Asia/Shanghai")
 
 
 def test_counts_match_over_whole_minutes_and_alert_the_receiver_once(feeds):
@@ -135,6 +157,10 @@ def test_rules_are_added_and_deleted_by_application(feeds, client):
         ({"threshold": "10", "active_from": "09:00"}, "active_to"),  # one end only
         ({"threshold": "10", "active_from": "25:00", "active_to": "06:00"}, "active_from"),
         ({"threshold": "-101", "operand": "ratio_1h"}, "threshold"),
+        (
+            {"threshold": "1", "active_from": "9:00", "active_to": "18:00", "time_zone": "Mars/X"},
+            "time_zone",
+        ),
     ):
         page = _apply(client, **{**good, "every_minutes": "5", **bad})
         assert page.status_code == 200, bad
@@ -194,14 +220,25 @@ def test_the_api_lists_rules_and_refuses_bad_ones(feeds):
         {**base, "active_from": "09:00"},
         {**base, "colour": "red"},
         {**base, "code": "nope"},
+        {**base, "time_zone": "Nowhere/City"},
+        {**base, "time_zone": 8},
+        {**base, "time_zone": "x" * 65},
     ):
         assert apply(bad).status_code in (400, 404), bad
+    local = apply({**base, "active_from": "09:00", "active_to": "18:00", "time_zone": "Asia/Tokyo"})
+    assert local.status_code == 201, local.json()
+    services.approve(
+        Application.objects.get(pk=local.json()["id"]), factories.user("tz", admin=True)
+    )
+    tokyo = TrafficRule.objects.get(time_zone="Asia/Tokyo")
+    assert tokyo.describe().endswith("09:00–18:00 Asia/Tokyo")
+    tokyo.delete()
     refused = apply(base, user=bert)  # not his team's topic: as for every kind
     assert refused.status_code == 400 and b"code" in refused.content, refused.content
     assert apply(base).status_code == 201
     for n in range(MAX_RULES_PER_TOPIC - 1):
         rule(operand="count_5m", operator="gt", threshold=n)
-    application = Application.objects.get(kind="traffic_rule_add")
+    application = Application.objects.get(kind="traffic_rule_add", status=Status.PENDING)
     services.approve(application, factories.user("chief", admin=True))
     application.refresh_from_db()
     assert application.status == Status.FAILED and "20 rules" in application.error
