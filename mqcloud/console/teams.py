@@ -1,0 +1,182 @@
+"""Teams and their members (console-features "Users, teams, roles"): every user sees its
+teams and who is in them; a team's admins (and the platform admins) add an existing user
+to it, change a member's role and remove members, each change in the audit trail.
+
+A team keeps at least one admin: the last one can neither leave nor be made a member (a
+team without one could only be managed by the platform admins). Becoming an admin
+oneself is an application (kind ``become_admin``), not a change made here.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Q
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from brokers.models import Team, TeamMembership
+from mqcloud.approvals.services import record
+from mqcloud.console import access
+
+Role = TeamMembership.Role
+
+
+class AddMemberForm(forms.Form):
+    username = forms.CharField(max_length=150, label="Username")
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def clean_username(self) -> str:
+        name = self.cleaned_data["username"].strip()
+        if "\x00" in name:
+            raise forms.ValidationError("Null characters are not allowed.")
+        return name
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+def _team(request: HttpRequest, name: str) -> Team:
+    """One of the user's teams (any team for a platform admin), or 404."""
+    team = access.user_teams(request.user).filter(name=name).first()
+    if team is None:
+        raise Http404("No such team.")
+    return team
+
+
+def _manages(request: HttpRequest, team: Team) -> bool:
+    return access.admin_teams(request.user).filter(pk=team.pk).exists()
+
+
+@login_required
+def team_list(request: HttpRequest) -> HttpResponse:
+    """The user's teams (every team for a platform admin), with their sizes and the
+    user's role in each."""
+    teams = (
+        access.user_teams(request.user)
+        .annotate(
+            members_count=Count("memberships", distinct=True),
+            admins_count=Count("memberships", filter=Q(memberships__role=Role.ADMIN)),
+        )
+        .order_by("name")
+    )
+    roles = dict(TeamMembership.objects.filter(user=request.user).values_list("team_id", "role"))
+    rows = [{"team": t, "role": roles.get(t.pk, "")} for t in teams]
+    return render(request, "console/teams.html", {"rows": rows})
+
+
+@login_required
+def team_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """A team's members; the forms to change them for those who manage it."""
+    team = _team(request, name)
+    members = team.memberships.select_related("user").order_by("-role", "user__username")
+    return render(
+        request,
+        "console/team_detail.html",
+        {
+            "team": team,
+            "members": members,
+            "manages": _manages(request, team),
+            "add_form": AddMemberForm(),
+            "roles": Role.choices,
+        },
+    )
+
+
+def _require_manager(request: HttpRequest, team: Team) -> None:
+    if not _manages(request, team):
+        messages.error(request, "Only the team's admins change its members.")
+        raise _Refused
+
+
+class _Refused(Exception):
+    """The change was refused; the message says why."""
+
+
+def _admins_left(team: Team, without: TeamMembership) -> int:
+    return team.memberships.filter(role=Role.ADMIN).exclude(pk=without.pk).count()
+
+
+@login_required
+@require_POST
+def member_add(request: HttpRequest, name: str) -> HttpResponse:
+    """Add an existing user to the team with a role."""
+    team = _team(request, name)
+    try:
+        _require_manager(request, team)
+        form = AddMemberForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, "; ".join(e for errs in form.errors.values() for e in errs))
+            raise _Refused
+        username, role = form.cleaned_data["username"], form.cleaned_data["role"]
+        user = get_user_model().objects.filter(username=username, is_active=True).first()
+        if user is None:
+            messages.error(request, f"No active user {username!r}.")
+            raise _Refused
+        try:
+            with transaction.atomic():
+                TeamMembership.objects.create(team=team, user=user, role=role)
+        except IntegrityError:
+            messages.error(request, f"{username} is a member of {team.name} already.")
+            raise _Refused from None
+        record(
+            request.user,
+            "team-member-added",
+            f"team:{team.name}",
+            team=team,
+            detail={"user": username, "role": role},
+        )
+        messages.success(request, f"{username} joined {team.name} as {Role(role).label}.")
+    except _Refused:
+        pass
+    return redirect("console:team", name=team.name)
+
+
+@login_required
+@require_POST
+def member_change(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    """Change a member's role, or (``remove``) take it out of the team."""
+    team = _team(request, name)
+    membership = team.memberships.select_related("user").filter(pk=pk).first()
+    if membership is None:
+        raise Http404("No such member.")
+    username = membership.user.get_username()
+    try:
+        _require_manager(request, team)
+        with transaction.atomic():
+            locked = team.memberships.select_for_update().filter(role=Role.ADMIN)
+            list(locked)  # two admins demoting each other at once keep one of them
+            if "remove" in request.POST:
+                if membership.role == Role.ADMIN and _admins_left(team, membership) == 0:
+                    messages.error(request, f"{username} is the team's last admin.")
+                    raise _Refused
+                membership.delete()
+                action, detail = "team-member-removed", {"user": username}
+                done = f"{username} left {team.name}."
+            else:
+                form = RoleForm(request.POST)
+                if not form.is_valid():
+                    return HttpResponseBadRequest("role must be member or admin")
+                role = form.cleaned_data["role"]
+                if role == membership.role:
+                    messages.info(request, "Nothing changed.")
+                    raise _Refused
+                if role == Role.MEMBER and _admins_left(team, membership) == 0:
+                    messages.error(request, f"{username} is the team's last admin.")
+                    raise _Refused
+                membership.role = role
+                membership.save(update_fields=["role"])
+                action, detail = "team-member-role", {"user": username, "role": role}
+                done = f"{username} is now {Role(role).label} of {team.name}."
+            record(request.user, action, f"team:{team.name}", team=team, detail=detail)
+        messages.success(request, done)
+    except _Refused:
+        pass
+    if not access.user_teams(request.user).filter(pk=team.pk).exists():
+        return redirect("console:teams")  # left the team
+    return redirect("console:team", name=team.name)
