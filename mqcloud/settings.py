@@ -78,6 +78,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "mqcloud.console.context_processors.httpmq",
+                "mqcloud.console.context_processors.accounts",
             ],
         },
     },
@@ -127,6 +128,9 @@ AXES_IPWARE_META_PRECEDENCE_ORDER = (
     ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
 )
 
+# Anyone may register an account (console-features "Accounts": on by default); it belongs
+# to no team until a team's admin adds it. Off: only platform admins add accounts.
+SELF_REGISTRATION = env.bool("SELF_REGISTRATION", default=True)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:dashboard"
 LOGOUT_REDIRECT_URL = "login"

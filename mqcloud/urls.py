@@ -13,6 +13,12 @@ urlpatterns = [
     path("", include("mqcloud.console.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path(
+        "password/done/",
+        auth_views.PasswordChangeDoneView.as_view(),
+        name="password_change_done",
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/", include("mqcloud.api.urls")),
     # HTTP-MQ's console-token endpoints; the HTTP-MQ service relays /mq/… here.

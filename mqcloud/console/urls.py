@@ -18,6 +18,7 @@ from mqcloud.console import (
     timers,
     tokens,
     topics,
+    users,
     vibemq,
 )
 
@@ -100,6 +101,10 @@ urlpatterns = [
     path("teams/<str:name>/", teams.team_detail, name="team"),
     path("teams/<str:name>/members/", teams.member_add, name="team-member-add"),
     path("teams/<str:name>/members/<int:pk>/", teams.member_change, name="team-member"),
+    path("users/", users.user_list, name="users"),
+    path("users/new/", users.user_add, name="user-add"),
+    path("users/<int:pk>/", users.user_change, name="user"),
+    path("signup/", users.signup, name="signup"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("lockouts/", lockouts.lockout_list, name="lockouts"),
     path("lockouts/<int:pk>/unlock/", lockouts.lockout_unlock, name="lockout-unlock"),
