@@ -11,13 +11,11 @@ alerts do.
 
 from __future__ import annotations
 
-import redis
 from django.conf import settings
 
 from brokers.models import ConsumerPolicy
-from mqcloud.alerts.delivery import alert_team, first_in_window
 from mqcloud.alerts.models import AlertEvent
-from mqcloud.alerts.watched import per_consumer, watched_consumers
+from mqcloud.alerts.watched import alert_over, per_consumer, watched_consumers
 
 WINDOW_MINUTES = 60
 
@@ -38,23 +36,18 @@ def check_consume_failures() -> list[AlertEvent]:
     failures = per_consumer(
         policies, lambda engine, groups: engine.consume_failures(groups, minutes=WINDOW_MINUTES)
     )
-    by_name = {p.name: p for p in policies}
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    fired: list[AlertEvent] = []
-    try:
-        for name, count in sorted(failures.items()):
-            policy = by_name[name]
-            threshold = threshold_of(policy)
-            if count < threshold or not first_in_window(client, f"consume-failures:{name}"):
-                continue
-            event = alert_team(
-                AlertEvent.Kind.CONSUME_FAILURES,
-                f"consumer:{name}",
-                policy.app.team,
-                f"Consume failures of {name}: {count} in the last hour",
-                {"failures": count, "threshold": threshold, "minutes": WINDOW_MINUTES},
-            )
-            fired.append(event)
-    finally:
-        client.close()
-    return fired
+
+    def describe(policy: ConsumerPolicy, count: int, threshold: int) -> tuple[str, dict]:
+        return (
+            f"Consume failures of {policy.name}: {count} in the last hour",
+            {"failures": count, "threshold": threshold, "minutes": WINDOW_MINUTES},
+        )
+
+    return alert_over(
+        policies,
+        failures,
+        kind=AlertEvent.Kind.CONSUME_FAILURES,
+        key="consume-failures",
+        threshold=threshold_of,
+        describe=describe,
+    )

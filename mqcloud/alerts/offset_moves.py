@@ -14,12 +14,11 @@ at most once per ALERT_THROTTLE_SECONDS.
 
 from __future__ import annotations
 
-import redis
 from django.conf import settings
 
-from mqcloud.alerts.delivery import alert_team, first_in_window
+from brokers.models import ConsumerPolicy
 from mqcloud.alerts.models import AlertEvent
-from mqcloud.alerts.watched import per_consumer, watched_consumers
+from mqcloud.alerts.watched import alert_over, per_consumer, watched_consumers
 
 WINDOW_MINUTES = 60
 
@@ -27,8 +26,8 @@ WINDOW_MINUTES = 60
 def check_offset_moves() -> list[AlertEvent]:
     """Fire an alert for every checked consumer whose offset moved at least the
     threshold's times in the last hour."""
-    threshold = settings.OFFSET_MOVE_ALERT_PER_HOUR
-    if threshold <= 0:
+    limit = settings.OFFSET_MOVE_ALERT_PER_HOUR
+    if limit <= 0:
         return []
     policies = watched_consumers()
     if not policies:
@@ -36,25 +35,20 @@ def check_offset_moves() -> list[AlertEvent]:
     moves = per_consumer(
         policies, lambda engine, groups: engine.offset_moves(groups, minutes=WINDOW_MINUTES)
     )
-    by_name = {p.name: p for p in policies}
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    fired: list[AlertEvent] = []
-    try:
-        for name, count in sorted(moves.items()):
-            if count < threshold or not first_in_window(client, f"offset-moves:{name}"):
-                continue
-            policy = by_name[name]
-            fired.append(
-                alert_team(
-                    AlertEvent.Kind.OFFSET_MOVED,
-                    f"consumer:{name}",
-                    policy.app.team,
-                    f"The committed offset of {name} moved {count} time"
-                    f"{'' if count == 1 else 's'} in the last hour other than by consuming: "
-                    "a client rewound or skipped it (forceAck), or committed past the end",
-                    {"moves": count, "threshold": threshold, "minutes": WINDOW_MINUTES},
-                )
-            )
-    finally:
-        client.close()
-    return fired
+
+    def describe(policy: ConsumerPolicy, count: int, threshold: int) -> tuple[str, dict]:
+        return (
+            f"The committed offset of {policy.name} moved {count} time"
+            f"{'' if count == 1 else 's'} in the last hour other than by consuming: "
+            "a client rewound or skipped it (forceAck), or committed past the end",
+            {"moves": count, "threshold": threshold, "minutes": WINDOW_MINUTES},
+        )
+
+    return alert_over(
+        policies,
+        moves,
+        kind=AlertEvent.Kind.OFFSET_MOVED,
+        key="offset-moves",
+        threshold=lambda policy: limit,
+        describe=describe,
+    )

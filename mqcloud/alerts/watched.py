@@ -1,15 +1,20 @@
-"""The consumers the per-consumer alerts watch, and one number per consumer read from the
-engine in batches: what the dead-letter and consume-failure checks share."""
+"""The consumers the per-consumer alerts watch, one number per consumer read from the
+engine in batches, and alerting those over a threshold: what the dead-letter,
+consume-failure and offset-move checks share."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
+import redis
 from asgiref.sync import async_to_sync
+from django.conf import settings
 
 from brokers.engine import Engine
 from brokers.models import ConsumerPolicy
 from mqcloud.alerts.backlog import LAG_BATCH
+from mqcloud.alerts.delivery import alert_team, first_in_window
+from mqcloud.alerts.models import AlertEvent
 from mqcloud.engine_access import engine_session
 
 Measure = Callable[[Engine, Sequence[tuple[str, str]]], Awaitable[dict[tuple[str, str], int]]]
@@ -42,3 +47,32 @@ def per_consumer(policies: list[ConsumerPolicy], measure: Measure) -> dict[str, 
         return found
 
     return async_to_sync(run)()
+
+
+def alert_over(
+    policies: list[ConsumerPolicy],
+    counts: dict[str, int],
+    *,
+    kind: str,
+    key: str,
+    threshold: Callable[[ConsumerPolicy], int],
+    describe: Callable[[ConsumerPolicy, int, int], tuple[str, dict]],
+) -> list[AlertEvent]:
+    """Alert the team of every consumer of ``policies`` whose count (by consumer name) is
+    at least its ``threshold``, at most once per ALERT_THROTTLE_SECONDS per
+    ``key:<consumer>``; ``describe(policy, count, threshold)`` gives the message and
+    detail."""
+    by_name = {p.name: p for p in policies}
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    fired: list[AlertEvent] = []
+    try:
+        for name, count in sorted(counts.items()):
+            policy = by_name[name]
+            limit = threshold(policy)
+            if count < limit or not first_in_window(client, f"{key}:{name}"):
+                continue
+            message, detail = describe(policy, count, limit)
+            fired.append(alert_team(kind, f"consumer:{name}", policy.app.team, message, detail))
+    finally:
+        client.close()
+    return fired
