@@ -1,4 +1,4 @@
-"""Fixtures shared by the traffic alert tests (silence, rules)."""
+"""Fixtures shared by the alert tests."""
 
 from __future__ import annotations
 
@@ -38,3 +38,23 @@ def traffic_topics() -> None:
         ProducerPolicy.objects.create(topic=topic, app=maker)
         ConsumerPolicy.objects.create(topic=topic, app=taker)
     publish()
+
+
+def watched_and_quiet(team_name: str, name: str, app: str, quiet: str):
+    """An empty Redis, and topic ``name`` of team ``team_name`` (with a user) produced by
+    ``app`` and consumed by ``app`` (alerts on) and ``quiet`` (alerts off); published."""
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    client.flushall()  # earlier tests' counts and throttle keys
+    client.close()
+    team = Team.objects.create(name=team_name)
+    factories.user(f"{team_name}-watcher", team=team)
+    topic = factories.topic(name, factories.cluster_with_brokers(name[:2]), team, 1, 1)
+    loud, _ = factories.app(app, team)
+    silent, _ = factories.app(quiet, team)
+    ProducerPolicy.objects.create(topic=topic, app=loud)
+    ConsumerPolicy.objects.create(topic=topic, app=loud, start_position="earliest")
+    ConsumerPolicy.objects.create(
+        topic=topic, app=silent, start_position="earliest", backlog_alert_enabled=False
+    )
+    publish()
+    return topic

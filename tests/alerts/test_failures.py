@@ -9,10 +9,11 @@ from django.conf import settings as django_settings
 
 from brokers.catalog_loader import publish
 from brokers.engine import Message
-from brokers.models import ConsumerPolicy, ProducerPolicy, Team
+from brokers.models import ConsumerPolicy
 from mqcloud.alerts.failures import check_consume_failures
 from mqcloud.alerts.models import AlertEvent
 from tests import factories
+from tests.alerts.conftest import watched_and_quiet
 from tests.engine_calls import engine_call
 
 pytestmark = pytest.mark.django_db
@@ -21,21 +22,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def failing():
     """Topic ``flaky`` with consumers ``fail-app`` (alerts on) and ``quiet-app`` (off)."""
-    client = redis.Redis.from_url(django_settings.REDIS_URL)
-    client.flushall()  # earlier tests' counts and throttle keys
-    client.close()
-    team = Team.objects.create(name="failing")
-    factories.user("watcher", team=team)
-    topic = factories.topic("flaky", factories.cluster_with_brokers("fl"), team, 1, 1)
-    app, _ = factories.app("fail-app", team)
-    quiet, _ = factories.app("quiet-app", team)
-    ProducerPolicy.objects.create(topic=topic, app=app)
-    ConsumerPolicy.objects.create(topic=topic, app=app, start_position="earliest")
-    ConsumerPolicy.objects.create(
-        topic=topic, app=quiet, start_position="earliest", backlog_alert_enabled=False
-    )
-    publish()
-    return topic
+    return watched_and_quiet("failing", "flaky", "fail-app", "quiet-app")
 
 
 def fail(app: str, n: int) -> None:

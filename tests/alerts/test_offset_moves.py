@@ -5,15 +5,13 @@ alerts off, or a zero threshold does not."""
 from __future__ import annotations
 
 import pytest
-import redis
-from django.conf import settings as django_settings
 
-from brokers.catalog_loader import publish
 from brokers.engine import Message
-from brokers.models import ConsumerPolicy, ProducerPolicy, Team
+from brokers.models import Team
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.alerts.offset_moves import check_offset_moves
 from tests import factories
+from tests.alerts.conftest import watched_and_quiet
 from tests.engine_calls import engine_call
 
 pytestmark = pytest.mark.django_db
@@ -22,21 +20,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def moving():
     """Topic ``moved`` with consumers ``mover`` (alerts on) and ``mover-quiet`` (off)."""
-    client = redis.Redis.from_url(django_settings.REDIS_URL)
-    client.flushall()  # earlier tests' counts and throttle keys
-    client.close()
-    team = Team.objects.create(name="moving")
-    factories.user("mover-watcher", team=team)
-    topic = factories.topic("moved", factories.cluster_with_brokers("mv"), team, 1, 1)
-    app, _ = factories.app("mover", team)
-    quiet, _ = factories.app("mover-quiet", team)
-    ProducerPolicy.objects.create(topic=topic, app=app)
-    ConsumerPolicy.objects.create(topic=topic, app=app, start_position="earliest")
-    ConsumerPolicy.objects.create(
-        topic=topic, app=quiet, start_position="earliest", backlog_alert_enabled=False
-    )
-    publish()
-    return topic
+    return watched_and_quiet("moving", "moved", "mover", "mover-quiet")
 
 
 def consume_then(app: str, *, rewind: bool) -> None:
