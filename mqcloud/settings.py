@@ -359,6 +359,11 @@ vars().update(EMAIL_URL)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="mqcloud@localhost")
 ALERT_WEBHOOK_URL = env.str("ALERT_WEBHOOK_URL", default="")
 ALERT_THROTTLE_SECONDS = env.int("ALERT_THROTTLE_SECONDS", default=3600)
+# Text messages for the users who opted in (their phone number, on the alerts page): an
+# HTTP gateway taking POST {"to": [numbers], "text": ...}; empty: no text messages. The
+# token, when set, goes as "Authorization: Bearer <token>" (keep it in the environment).
+SMS_GATEWAY_URL = env.str("SMS_GATEWAY_URL", default="")
+SMS_GATEWAY_TOKEN = env.str("SMS_GATEWAY_TOKEN", default="")
 # A consumer that failed this many messages in the last hour alerts its team (0: never).
 CONSUME_FAILURE_ALERT_PER_HOUR = env.int("CONSUME_FAILURE_ALERT_PER_HOUR", default=10)
 # A consumer whose committed offset moved this many times in the last hour other than by

@@ -1,6 +1,12 @@
-"""Where a fired alert goes — e-mail to its recipients and the ``ALERT_WEBHOOK_URL`` — who
-they are (a team's members, the platform admins), and how often one fires: an alert key
-at most once per ``ALERT_THROTTLE_SECONDS``, shared by every worker through Redis."""
+"""Where a fired alert goes — e-mail to its recipients, text messages to those of them who
+opted in (:class:`SmsSubscription`, through ``SMS_GATEWAY_URL``) and the
+``ALERT_WEBHOOK_URL`` — who they are (a team's members, the platform admins), and how
+often one fires: an alert key at most once per ``ALERT_THROTTLE_SECONDS``, shared by
+every worker through Redis.
+
+The SMS gateway is any HTTP service that takes ``POST {"to": [numbers], "text": …}``
+(JSON; ``Authorization: Bearer SMS_GATEWAY_TOKEN`` when that is set) — a provider's API
+or a small relay in front of one; a 2xx answer counts as sent."""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from django.core.mail import send_mail
 from django.db.models import Q
 
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
-from mqcloud.alerts.models import AlertEvent
+from mqcloud.alerts.models import AlertEvent, SmsSubscription
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +35,47 @@ def copy_emails() -> list[str]:
     return sorted({u.email for u in admins if u.email})
 
 
-def deliver(event: AlertEvent, recipients: list[str]) -> None:
-    """E-mail ``recipients`` and the admins copied on every alert, and post to
-    ``ALERT_WEBHOOK_URL`` (when set); what reached where is saved on the event. A failure
-    of either leaves the event in the history."""
+SMS_TEXT_MAX = 300
+"""The longest text sent (a message longer than that is cut, with an ellipsis)."""
+
+
+def sms_numbers(users: Iterable[object]) -> list[str]:
+    """The numbers of those of ``users`` (active) who opted in to text messages."""
+    ids = [u.pk for u in users if getattr(u, "is_active", False)]
+    rows = SmsSubscription.objects.filter(user_id__in=ids).values_list("phone", flat=True)
+    return sorted(set(rows))
+
+
+def send_sms(numbers: Sequence[str], text: str) -> str:
+    """Post ``text`` for ``numbers`` to the SMS gateway; what it answered, for the event
+    ('' when there is no gateway or nobody to text)."""
+    if not settings.SMS_GATEWAY_URL or not numbers:
+        return ""
+    if len(text) > SMS_TEXT_MAX:
+        text = text[: SMS_TEXT_MAX - 1] + "…"
+    headers = {}
+    if settings.SMS_GATEWAY_TOKEN:
+        headers["Authorization"] = f"Bearer {settings.SMS_GATEWAY_TOKEN}"
+    try:
+        response = httpx.post(
+            settings.SMS_GATEWAY_URL,
+            json={"to": list(numbers), "text": text},
+            headers=headers,
+            timeout=5,
+        )
+    except httpx.HTTPError as exc:
+        log.warning("SMS gateway unreachable: %s", type(exc).__name__)
+        return type(exc).__name__
+    if response.is_success:
+        return f"sent to {len(numbers)}"
+    log.warning("SMS gateway answered %s", response.status_code)
+    return str(response.status_code)
+
+
+def deliver(event: AlertEvent, recipients: list[str], texted: Sequence[str] = ()) -> None:
+    """E-mail ``recipients`` and the admins copied on every alert, text ``texted``
+    (numbers) and post to ``ALERT_WEBHOOK_URL`` (when set); what reached where is saved on
+    the event. A failure of any leaves the event in the history."""
     recipients = sorted({*recipients, *copy_emails()})
     if recipients:
         try:
@@ -55,7 +98,8 @@ def deliver(event: AlertEvent, recipients: list[str]) -> None:
             event.webhook_status = str(response.status_code)
         except httpx.HTTPError as exc:
             event.webhook_status = type(exc).__name__
-    event.save(update_fields=["emailed", "webhook_status"])
+    event.sms_status = send_sms(texted, f"[mqcloud] {event.message}")
+    event.save(update_fields=["emailed", "webhook_status", "sms_status"])
 
 
 def first_in_window(client: redis.Redis, key: str) -> bool:
@@ -75,7 +119,7 @@ def alert_team(kind: str, target: str, team: Team, message: str, detail: dict) -
     event = AlertEvent.objects.create(
         kind=kind, target=target, team=team, message=message, detail=detail
     )
-    deliver(event, team_emails(team))
+    deliver(event, team_emails(team), sms_numbers(team.members.all()))
     return event
 
 
@@ -87,7 +131,8 @@ def alert_admins(
     event = AlertEvent.objects.create(
         kind=kind, target=target[:300], team=None, message=message[:1000], detail=detail
     )
-    deliver(event, recipients)
+    admins = get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True))
+    deliver(event, recipients, sms_numbers(admins))
     return event
 
 
@@ -125,19 +170,19 @@ def platform_admin_emails() -> list[str]:
     return sorted({u.email for u in admins.filter(is_active=True) if u.email})
 
 
-def traffic_recipients(topic: Topic) -> list[str] | None:
-    """Who ``topic``'s traffic alerts (surge, silence) go to, as its
-    ``surge_alert_receiver`` says; None: nobody (no alert)."""
+def traffic_receivers(topic: Topic) -> list | None:
+    """The users ``topic``'s traffic alerts go to (active ones); None: nobody."""
     receiver = topic.surge_alert_receiver
     if receiver == Topic.SurgeReceiver.NOBODY:
         return None
     if receiver == Topic.SurgeReceiver.ADMIN:
-        return platform_admin_emails()
+        admins = get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True))
+        return list(admins.filter(is_active=True))
     policies = ProducerPolicy if receiver == Topic.SurgeReceiver.PRODUCER else ConsumerPolicy
     teams = Team.objects.filter(
         pk__in=policies.objects.filter(topic=topic).values("app__team")
     ).prefetch_related("members")
-    return sorted({e for team in teams for e in team_emails(team)})
+    return list({u.pk: u for team in teams for u in team.members.all()}.values())
 
 
 class TrafficAlert(NamedTuple):
@@ -158,8 +203,8 @@ def fire_traffic_alerts(alerts: Iterable[TrafficAlert]) -> list[AlertEvent]:
     fired: list[AlertEvent] = []
     try:
         for alert in alerts:
-            recipients = traffic_recipients(alert.topic)
-            if recipients is None or not first_in_window(client, alert.key):
+            users = traffic_receivers(alert.topic)
+            if users is None or not first_in_window(client, alert.key):
                 continue
             event = AlertEvent.objects.create(
                 kind=alert.kind,
@@ -168,7 +213,8 @@ def fire_traffic_alerts(alerts: Iterable[TrafficAlert]) -> list[AlertEvent]:
                 message=alert.message,
                 detail={**alert.detail, "receiver": alert.topic.surge_alert_receiver},
             )
-            deliver(event, recipients)
+            emails = sorted({u.email for u in users if u.email and u.is_active})
+            deliver(event, emails, sms_numbers(users))
             fired.append(event)
     finally:
         client.close()

@@ -4,6 +4,7 @@ topics' own traffic rules; the platform admins copied on every alert."""
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 
 from brokers.models import ConsumerPolicy, Team, Topic
@@ -38,6 +39,9 @@ class AlertEvent(models.Model):
     detail = models.JSONField(default=dict, blank=True)
     emailed = models.BooleanField(default=False)
     webhook_status = models.CharField(max_length=100, blank=True)
+    sms_status = models.CharField(
+        max_length=100, blank=True, help_text="What the SMS gateway answered ('': not sent)."
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
@@ -178,3 +182,28 @@ class AlertCopy(models.Model):
 
     def __str__(self) -> str:
         return str(self.user)
+
+
+PHONE = RegexValidator(
+    r"^\+[1-9][0-9]{6,14}$", "An international number: + and 7 to 15 digits, e.g. +8613800138000."
+)
+
+
+class SmsSubscription(models.Model):
+    """A user who wants its alerts as text messages too (console-features "Alert
+    channels": SMS, per-user opt-in), at ``phone``: the alerts of its teams, and for a
+    platform admin the platform's. Sent through ``SMS_GATEWAY_URL`` when it is set."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sms_subscription"
+    )
+    phone = models.CharField(max_length=16, validators=[PHONE])
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.masked})"
+
+    @property
+    def masked(self) -> str:
+        """The number as pages show it: its last 4 digits."""
+        return f"…{self.phone[-4:]}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -14,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from mqcloud.alerts.delivery import copy_emails
-from mqcloud.alerts.models import AlertCopy, AlertEvent
+from mqcloud.alerts.models import PHONE, AlertCopy, AlertEvent, SmsSubscription
 from mqcloud.approvals.models import AuditEvent, Notification
 from mqcloud.approvals.services import record
 from mqcloud.console import access
@@ -139,6 +140,29 @@ def alert_copies(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_POST
+def alert_sms(request: HttpRequest) -> HttpResponse:
+    """The user's own text-message opt-in: a number (``phone``) to text its alerts to, or
+    none (empty: opted out); audited without the number."""
+    back = f"{reverse('console:alerts')}#sms-alerts"
+    phone = request.POST.get("phone", "").strip().replace(" ", "")
+    if not phone:
+        SmsSubscription.objects.filter(user=request.user).delete()
+        record(request.user, "sms-alerts-off", f"user:{request.user.get_username()}")
+        messages.success(request, "Your alerts are no longer texted to you.")
+        return redirect(back)
+    try:
+        PHONE(phone)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect(back)
+    SmsSubscription.objects.update_or_create(user=request.user, defaults={"phone": phone})
+    record(request.user, "sms-alerts-on", f"user:{request.user.get_username()}")
+    messages.success(request, f"Your alerts are texted to …{phone[-4:]}.")
+    return redirect(back)
+
+
+@login_required
 def alerts(request: HttpRequest) -> HttpResponse:
     """Alert rules of the user's consumers, and the alerts that fired."""
     is_admin = access.is_platform_admin(request.user)
@@ -169,5 +193,7 @@ def alerts(request: HttpRequest) -> HttpResponse:
             "copied_admins": copy_emails() if is_admin else [],
             "store_slow": (settings.STORE_SLOW_MAX_MS, settings.STORE_SLOW_P99_MS),
             "replica_lag_bytes": settings.REPLICA_LAG_ALERT_BYTES,
+            "sms_gateway": bool(settings.SMS_GATEWAY_URL),
+            "sms": SmsSubscription.objects.filter(user=request.user).first(),
         },
     )

@@ -93,6 +93,7 @@ urlpatterns = [
     path("audit/", notices.audit, name="audit"),
     path("alerts/", notices.alerts, name="alerts"),
     path("alerts/copies/", notices.alert_copies, name="alert-copies"),
+    path("alerts/sms/", notices.alert_sms, name="alert-sms"),
     path("pipeline/", pipeline.jobs, name="pipeline"),
     path("pipeline/trace/", pipeline.trace_new, name="trace"),
     path("pipeline/trace/<int:pk>/", pipeline.trace_result, name="trace-result"),
