@@ -19,7 +19,7 @@ import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
 from mqcloud.alerts.models import AlertEvent, SmsSubscription
@@ -27,23 +27,25 @@ from mqcloud.alerts.models import AlertEvent, SmsSubscription
 log = logging.getLogger(__name__)
 
 
+def platform_admins() -> QuerySet:
+    """The platform admins (staff and superusers) whose accounts are on."""
+    return get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True), is_active=True)
+
+
 def copy_emails() -> list[str]:
     """The addresses of the platform admins copied on every alert (:class:`AlertCopy`)."""
-    admins = get_user_model().objects.filter(
-        Q(is_staff=True) | Q(is_superuser=True), is_active=True, alert_copy__isnull=False
-    )
-    return sorted({u.email for u in admins if u.email})
+    return sorted({u.email for u in platform_admins().filter(alert_copy__isnull=False) if u.email})
 
 
 SMS_TEXT_MAX = 300
 """The longest text sent (a message longer than that is cut, with an ellipsis)."""
 
 
-def sms_numbers(users: Iterable[object]) -> list[str]:
-    """The numbers of those of ``users`` (active) who opted in to text messages."""
-    ids = [u.pk for u in users if getattr(u, "is_active", False)]
-    rows = SmsSubscription.objects.filter(user_id__in=ids).values_list("phone", flat=True)
-    return sorted(set(rows))
+def sms_numbers(users: QuerySet | Iterable[object]) -> list[str]:
+    """The numbers of those of ``users`` (a queryset or users) who opted in to text
+    messages and whose accounts are on: one query."""
+    rows = SmsSubscription.objects.filter(user__in=users, user__is_active=True)
+    return sorted(set(rows.values_list("phone", flat=True)))
 
 
 def send_sms(numbers: Sequence[str], text: str) -> str:
@@ -131,8 +133,7 @@ def alert_admins(
     event = AlertEvent.objects.create(
         kind=kind, target=target[:300], team=None, message=message[:1000], detail=detail
     )
-    admins = get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True))
-    deliver(event, recipients, sms_numbers(admins))
+    deliver(event, recipients, sms_numbers(platform_admins()))
     return event
 
 
@@ -166,8 +167,7 @@ def fire_admin_alerts(alerts: Sequence[AdminAlert]) -> list[AlertEvent]:
 
 def platform_admin_emails() -> list[str]:
     """The addresses of the platform admins (staff and superusers) who have one."""
-    admins = get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True))
-    return sorted({u.email for u in admins.filter(is_active=True) if u.email})
+    return sorted({u.email for u in platform_admins() if u.email})
 
 
 def traffic_receivers(topic: Topic) -> list | None:
@@ -176,13 +176,10 @@ def traffic_receivers(topic: Topic) -> list | None:
     if receiver == Topic.SurgeReceiver.NOBODY:
         return None
     if receiver == Topic.SurgeReceiver.ADMIN:
-        admins = get_user_model().objects.filter(Q(is_staff=True) | Q(is_superuser=True))
-        return list(admins.filter(is_active=True))
+        return list(platform_admins())
     policies = ProducerPolicy if receiver == Topic.SurgeReceiver.PRODUCER else ConsumerPolicy
-    teams = Team.objects.filter(
-        pk__in=policies.objects.filter(topic=topic).values("app__team")
-    ).prefetch_related("members")
-    return list({u.pk: u for team in teams for u in team.members.all()}.values())
+    teams = policies.objects.filter(topic=topic).values("app__team")
+    return list(get_user_model().objects.filter(teams__in=teams, is_active=True).distinct())
 
 
 class TrafficAlert(NamedTuple):
@@ -213,7 +210,7 @@ def fire_traffic_alerts(alerts: Iterable[TrafficAlert]) -> list[AlertEvent]:
                 message=alert.message,
                 detail={**alert.detail, "receiver": alert.topic.surge_alert_receiver},
             )
-            emails = sorted({u.email for u in users if u.email and u.is_active})
+            emails = sorted({u.email for u in users if u.email})
             deliver(event, emails, sms_numbers(users))
             fired.append(event)
     finally:
