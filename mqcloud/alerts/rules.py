@@ -14,9 +14,9 @@ A rule compares an operand with a threshold (``>``, ``≥``, ``<``, ``≤``):
 Counts come from the engine's per-minute produce counters (every protocol and broker
 together, kept 30 days), so a rule sees the traffic of a minute ago, not the pipeline's
 rollup of several minutes ago. A rule is checked every ``every_minutes`` (1–1440), and
-only between ``active_from`` and ``active_to`` (times of day in the rule's
-``time_zone``, UTC by default; past midnight when the end is earlier) when it has them. Any matching rule alerts; each rule at most once per
-``ALERT_THROTTLE_SECONDS``, as the other alerts.
+only between ``active_from`` and ``active_to`` (times of day in the rule's ``time_zone``,
+UTC by default; past midnight when the end is earlier) when it has them. Any matching
+rule alerts; each rule at most once per ``ALERT_THROTTLE_SECONDS``, as the other alerts.
 
 The beat task runs every minute and checks the rules due: one engine call per span for
 all their topics (two for the changes: the span and twice it).

@@ -88,14 +88,7 @@ def team_detail(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
-def _require_manager(request: HttpRequest, team: Team) -> None:
-    if not _manages(request, team):
-        messages.error(request, "Only the team's admins change its members.")
-        raise _Refused
-
-
-class _Refused(Exception):
-    """The change was refused; the message says why."""
+MANAGERS_ONLY = "Only the team's admins change its members."
 
 
 def _admins_left(team: Team, without: TeamMembership) -> int:
@@ -107,34 +100,37 @@ def _admins_left(team: Team, without: TeamMembership) -> int:
 def member_add(request: HttpRequest, name: str) -> HttpResponse:
     """Add an existing user to the team with a role."""
     team = _team(request, name)
-    try:
-        _require_manager(request, team)
-        form = AddMemberForm(request.POST)
-        if not form.is_valid():
-            messages.error(request, "; ".join(e for errs in form.errors.values() for e in errs))
-            raise _Refused
-        username, role = form.cleaned_data["username"], form.cleaned_data["role"]
-        user = get_user_model().objects.filter(username=username, is_active=True).first()
-        if user is None:
-            messages.error(request, f"No active user {username!r}.")
-            raise _Refused
-        try:
-            with transaction.atomic():
-                TeamMembership.objects.create(team=team, user=user, role=role)
-        except IntegrityError:
-            messages.error(request, f"{username} is a member of {team.name} already.")
-            raise _Refused from None
-        record(
-            request.user,
-            "team-member-added",
-            f"team:{team.name}",
-            team=team,
-            detail={"user": username, "role": role},
-        )
-        messages.success(request, f"{username} joined {team.name} as {Role(role).label}.")
-    except _Refused:
-        pass
+    refusal = _add(request, team)
+    if refusal:
+        messages.error(request, refusal)
     return redirect("console:team", name=team.name)
+
+
+def _add(request: HttpRequest, team: Team) -> str:
+    """Add the member the form names; why not ('' when added)."""
+    if not _manages(request, team):
+        return MANAGERS_ONLY
+    form = AddMemberForm(request.POST)
+    if not form.is_valid():
+        return "; ".join(e for errs in form.errors.values() for e in errs)
+    username, role = form.cleaned_data["username"], form.cleaned_data["role"]
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None:
+        return f"No active user {username!r}."
+    try:
+        with transaction.atomic():
+            TeamMembership.objects.create(team=team, user=user, role=role)
+    except IntegrityError:
+        return f"{username} is a member of {team.name} already."
+    record(
+        request.user,
+        "team-member-added",
+        f"team:{team.name}",
+        team=team,
+        detail={"user": username, "role": role},
+    )
+    messages.success(request, f"{username} joined {team.name} as {Role(role).label}.")
+    return ""
 
 
 @login_required
@@ -145,38 +141,47 @@ def member_change(request: HttpRequest, name: str, pk: int) -> HttpResponse:
     membership = team.memberships.select_related("user").filter(pk=pk).first()
     if membership is None:
         raise Http404("No such member.")
-    username = membership.user.get_username()
-    try:
-        _require_manager(request, team)
+    remove = "remove" in request.POST
+    form = RoleForm(request.POST)
+    if not _manages(request, team):
+        messages.error(request, MANAGERS_ONLY)
+    elif not remove and not form.is_valid():
+        return HttpResponseBadRequest("role must be member or admin")
+    else:
         with transaction.atomic():
-            locked = team.memberships.select_for_update().filter(role=Role.ADMIN)
-            list(locked)  # two admins demoting each other at once keep one of them
-            if "remove" in request.POST:
-                if membership.role == Role.ADMIN and _admins_left(team, membership) == 0:
-                    messages.error(request, f"{username} is the team's last admin.")
-                    raise _Refused
-                membership.delete()
-                action, detail = "team-member-removed", {"user": username}
-                done = f"{username} left {team.name}."
-            else:
-                form = RoleForm(request.POST)
-                if not form.is_valid():
-                    return HttpResponseBadRequest("role must be member or admin")
-                role = form.cleaned_data["role"]
-                if role == membership.role:
-                    messages.info(request, "Nothing changed.")
-                    raise _Refused
-                if role == Role.MEMBER and _admins_left(team, membership) == 0:
-                    messages.error(request, f"{username} is the team's last admin.")
-                    raise _Refused
-                membership.role = role
-                membership.save(update_fields=["role"])
-                action, detail = "team-member-role", {"user": username, "role": role}
-                done = f"{username} is now {Role(role).label} of {team.name}."
-            record(request.user, action, f"team:{team.name}", team=team, detail=detail)
-        messages.success(request, done)
-    except _Refused:
-        pass
+            list(team.memberships.select_for_update().filter(role=Role.ADMIN))  # two admins
+            # demoting each other at once keep one of them
+            refusal = _change(request, team, membership, None if remove else form)
+        if refusal:
+            messages.error(request, refusal)
     if not access.user_teams(request.user).filter(pk=team.pk).exists():
         return redirect("console:teams")  # left the team
     return redirect("console:team", name=team.name)
+
+
+def _change(
+    request: HttpRequest, team: Team, membership: TeamMembership, form: RoleForm | None
+) -> str:
+    """Remove ``membership`` (``form`` None) or give it the form's role, keeping the
+    team's last admin; why not ('' when done or nothing to do)."""
+    username = membership.user.get_username()
+    if form is None:
+        if membership.role == Role.ADMIN and _admins_left(team, membership) == 0:
+            return f"{username} is the team's last admin."
+        membership.delete()
+        action, detail = "team-member-removed", {"user": username}
+        done = f"{username} left {team.name}."
+    else:
+        role = form.cleaned_data["role"]
+        if role == membership.role:
+            messages.info(request, "Nothing changed.")
+            return ""
+        if role == Role.MEMBER and _admins_left(team, membership) == 0:
+            return f"{username} is the team's last admin."
+        membership.role = role
+        membership.save(update_fields=["role"])
+        action, detail = "team-member-role", {"user": username, "role": role}
+        done = f"{username} is now {Role(role).label} of {team.name}."
+    record(request.user, action, f"team:{team.name}", team=team, detail=detail)
+    messages.success(request, done)
+    return ""
