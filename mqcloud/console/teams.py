@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 from brokers.models import Team, TeamMembership
 from mqcloud.approvals.services import record
 from mqcloud.console import access
+from mqcloud.console.listing import ListSpec, paginate
 
 Role = TeamMembership.Role
 
@@ -53,28 +54,43 @@ def _manages(request: HttpRequest, team: Team) -> bool:
     return access.admin_teams(request.user).filter(pk=team.pk).exists()
 
 
+TEAMS = ListSpec(
+    sorts={"name": ["name"], "members": ["members_count"]},
+    default_sort="name",
+    search=("name", "description"),
+    search_label="Search teams",
+)
+MEMBERS = ListSpec(
+    sorts={"user": ["user__username"], "role": ["role"]},
+    default_sort="-role",
+    search=("user__username", "user__email"),
+    search_label="Search members",
+)
+
+
 @login_required
 def team_list(request: HttpRequest) -> HttpResponse:
-    """The user's teams (every team for a platform admin), with their sizes and the
-    user's role in each."""
-    teams = (
-        access.user_teams(request.user)
-        .annotate(
-            members_count=Count("memberships", distinct=True),
-            admins_count=Count("memberships", filter=Q(memberships__role=Role.ADMIN)),
-        )
-        .order_by("name")
+    """The user's teams (every team for a platform admin, paged), with their sizes and
+    the user's role in each."""
+    teams = access.user_teams(request.user).annotate(
+        members_count=Count("memberships", distinct=True),
+        admins_count=Count("memberships", filter=Q(memberships__role=Role.ADMIN)),
     )
-    roles = dict(TeamMembership.objects.filter(user=request.user).values_list("team_id", "role"))
-    rows = [{"team": t, "role": roles.get(t.pk, "")} for t in teams]
-    return render(request, "console/teams.html", {"rows": rows})
+    listing = paginate(request, teams, TEAMS)
+    roles = dict(
+        TeamMembership.objects.filter(
+            user=request.user, team__in=[t.pk for t in listing.rows]
+        ).values_list("team_id", "role")
+    )
+    rows = [{"team": t, "role": roles.get(t.pk, "")} for t in listing.rows]
+    return render(request, "console/teams.html", {"rows": rows, "listing": listing})
 
 
 @login_required
 def team_detail(request: HttpRequest, name: str) -> HttpResponse:
-    """A team's members; the forms to change them for those who manage it."""
+    """A team's members (paged); the forms to change them for those who manage it."""
     team = _team(request, name)
-    members = team.memberships.select_related("user").order_by("-role", "user__username")
+    members = paginate(request, team.memberships.select_related("user"), MEMBERS)
     return render(
         request,
         "console/team_detail.html",

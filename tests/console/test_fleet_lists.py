@@ -49,7 +49,15 @@ def test_every_list_page_is_bounded_at_fleet_size(client, django_assert_max_num_
         assert len(response.content) <= MAX_BYTES, (url, len(response.content))
         report.append(f"{url:45} {len(response.content) / 1000:7.1f} kB {elapsed * 1000:6.0f} ms")
     print("\n" + "\n".join(report))  # figures for the record, not assertions
-    for url in ["/topics/", "/consumers/", "/apps/fleet/", "/alerts/", "/audit/"]:
+    for url in [
+        "/topics/",
+        "/consumers/",
+        "/apps/fleet/",
+        "/alerts/",
+        "/audit/",
+        "/teams/",
+        "/users/",
+    ]:
         for query in HOSTILE:
             response = client.get(f"{url}?{query}")
             assert response.status_code == 200, (url, query)
