@@ -701,9 +701,11 @@ class BecomeAdminForm(ApplicationForm):
     admin_of = forms.ChoiceField(label="Admin of")
 
     def setup(self) -> None:
-        member_of = TeamMembership.objects.filter(
-            user=self.user, role=TeamMembership.Role.MEMBER
-        ).order_by("team__name")
+        member_of = (
+            TeamMembership.objects.filter(user=self.user, role=TeamMembership.Role.MEMBER)
+            .select_related("team")
+            .order_by("team__name")
+        )
         choices = [(f"team:{m.team.name}", f"the team {m.team.name}") for m in member_of]
         if not access.is_platform_admin(self.user):
             choices.append(("platform", "the platform"))
