@@ -235,6 +235,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.sweep_transactions",
         "schedule": timedelta(minutes=1),
     },
+    "alert-delivery-retries": {
+        "task": "mqcloud.tasks.retry_alert_deliveries",
+        "schedule": timedelta(minutes=1),
+    },
     "backlog-alerts": {
         "task": "mqcloud.tasks.check_backlog_alerts",
         "schedule": timedelta(minutes=1),
@@ -356,9 +360,15 @@ MESSAGE_EXPORT_RETENTION_DAYS = env.float("MESSAGE_EXPORT_RETENTION_DAYS", defau
 # Alerts.
 EMAIL_URL = env.email_url("EMAIL_URL", default="consolemail://")
 vars().update(EMAIL_URL)
+# an SMTP server that accepts and never answers must not hold an alert check for ever
+EMAIL_TIMEOUT = env.float("EMAIL_TIMEOUT", default=10.0)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="mqcloud@localhost")
 ALERT_WEBHOOK_URL = env.str("ALERT_WEBHOOK_URL", default="")
 ALERT_THROTTLE_SECONDS = env.int("ALERT_THROTTLE_SECONDS", default=3600)
+# A channel (SMTP, webhook, SMS gateway) that failed is not tried for this long; what it
+# was to carry is sent again (every minute, for ALERT_RETRY_HOURS) once it is over.
+ALERT_CHANNEL_PAUSE_SECONDS = env.int("ALERT_CHANNEL_PAUSE_SECONDS", default=60)
+ALERT_RETRY_HOURS = env.float("ALERT_RETRY_HOURS", default=24)
 # Text messages for the users who opted in (their phone number, on the alerts page): an
 # HTTP gateway taking POST {"to": [numbers], "text": ...}; empty: no text messages. The
 # token, when set, goes as "Authorization: Bearer <token>" (keep it in the environment).

@@ -236,6 +236,15 @@ def release_delayed_messages() -> int:
 
 
 @shared_task
+def retry_alert_deliveries() -> int:
+    """Send again what fired alerts could not send because a channel failed (beat: every
+    minute); returns how many events were tried."""
+    from mqcloud.alerts.delivery import retry_pending
+
+    return retry_pending()
+
+
+@shared_task
 def check_backlog_alerts() -> int:
     """Record every consumer's lag and fire backlog alerts (beat: every minute); returns
     how many fired."""

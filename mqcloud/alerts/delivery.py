@@ -4,6 +4,10 @@ opted in (:class:`SmsSubscription`, through ``SMS_GATEWAY_URL``) and the
 often one fires: an alert key at most once per ``ALERT_THROTTLE_SECONDS``, shared by
 every worker through Redis.
 
+What a channel could not carry (it failed, or is paused after failing:
+:mod:`~mqcloud.alerts.channels`) stays on the event and is sent again every minute by
+:func:`retry_pending` for ``ALERT_RETRY_HOURS``.
+
 The SMS gateway is any HTTP service that takes ``POST {"to": [numbers], "text": …}``
 (JSON; ``Authorization: Bearer SMS_GATEWAY_TOKEN`` when that is set) — a provider's API
 or a small relay in front of one; a 2xx answer counts as sent."""
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import NamedTuple
 
 import httpx
@@ -19,9 +24,12 @@ import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
+from django.db import transaction
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
+from mqcloud.alerts import channels
 from mqcloud.alerts.models import AlertEvent, SmsSubscription
 
 log = logging.getLogger(__name__)
@@ -48,46 +56,89 @@ def sms_numbers(users: QuerySet | Iterable[object]) -> list[str]:
     return sorted(set(rows.values_list("phone", flat=True)))
 
 
-def send_sms(numbers: Sequence[str], text: str) -> str:
-    """Post ``text`` for ``numbers`` to the SMS gateway; what it answered, for the event
+RETRY_BATCH = 200
+"""The most events one run of :func:`retry_pending` sends again."""
+
+
+class Sent(NamedTuple):
+    """What one channel did with an alert: its status for the event, and whether it is
+    to be tried again (the channel failed, or was paused)."""
+
+    status: str
+    retry: bool
+
+
+def _transient(status_code: int) -> bool:
+    return status_code >= 500 or status_code in (408, 429)
+
+
+def _post(channel: str, url: str, payload: dict, headers: dict[str, str]) -> Sent:
+    """POST ``payload`` to ``url``, unless ``channel`` is paused; a failure that may pass
+    (unreachable, timeout, 5xx, 408, 429) pauses it and asks for a retry, another answer
+    (a 4xx: the request itself is wrong) is final."""
+    if channels.paused(channel, url):
+        return Sent("deferred: failing recently", True)
+    try:
+        response = httpx.post(url, json=payload, headers=headers, timeout=5)
+    except httpx.HTTPError as exc:
+        log.warning("alert %s unreachable: %s", channel, type(exc).__name__)
+        channels.pause(channel, url)
+        return Sent(type(exc).__name__, True)
+    if response.is_success:
+        return Sent(str(response.status_code), False)
+    log.warning("alert %s answered %s", channel, response.status_code)
+    if _transient(response.status_code):
+        channels.pause(channel, url)
+        return Sent(str(response.status_code), True)
+    return Sent(str(response.status_code), False)
+
+
+def send_sms(numbers: Sequence[str], text: str) -> Sent:
+    """Post ``text`` for ``numbers`` to the SMS gateway: what it answered, for the event
     ('' when there is no gateway or nobody to text)."""
     if not settings.SMS_GATEWAY_URL or not numbers:
-        return ""
+        return Sent("", False)
     if len(text) > SMS_TEXT_MAX:
         text = text[: SMS_TEXT_MAX - 1] + "…"
     headers = {}
     if settings.SMS_GATEWAY_TOKEN:
         headers["Authorization"] = f"Bearer {settings.SMS_GATEWAY_TOKEN}"
+    sent = _post("sms", settings.SMS_GATEWAY_URL, {"to": list(numbers), "text": text}, headers)
+    if sent.status.isdigit() and not sent.retry and 200 <= int(sent.status) < 300:
+        return Sent(f"sent to {len(numbers)}", False)
+    return sent
+
+
+def _mail_address() -> str:
+    return f"{settings.EMAIL_BACKEND} {settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
+
+
+def _send_mail(event: AlertEvent, recipients: list[str]) -> bool:
+    """E-mail ``event`` to ``recipients``; False when it is to be tried again."""
+    address = _mail_address()
+    if channels.paused("mail", address):
+        return False
     try:
-        response = httpx.post(
-            settings.SMS_GATEWAY_URL,
-            json={"to": list(numbers), "text": text},
-            headers=headers,
-            timeout=5,
+        send_mail(
+            f"[mqcloud] {event.message}", event.message, settings.DEFAULT_FROM_EMAIL, recipients
         )
-    except httpx.HTTPError as exc:
-        log.warning("SMS gateway unreachable: %s", type(exc).__name__)
-        return type(exc).__name__
-    if response.is_success:
-        return f"sent to {len(numbers)}"
-    log.warning("SMS gateway answered %s", response.status_code)
-    return str(response.status_code)
+    except Exception:  # the alert stays in the history even when mail is down
+        log.exception("could not e-mail alert %s", event.pk)
+        channels.pause("mail", address)
+        return False
+    return True
 
 
-def deliver(event: AlertEvent, recipients: list[str], texted: Sequence[str] = ()) -> None:
-    """E-mail ``recipients`` and the admins copied on every alert, text ``texted``
-    (numbers) and post to ``ALERT_WEBHOOK_URL`` (when set); what reached where is saved on
-    the event. A failure of any leaves the event in the history."""
-    recipients = sorted({*recipients, *copy_emails()})
-    if recipients:
-        try:
-            send_mail(
-                f"[mqcloud] {event.message}", event.message, settings.DEFAULT_FROM_EMAIL, recipients
-            )
+def _send(event: AlertEvent, emails: list[str], numbers: list[str], webhook: bool) -> None:
+    """Send ``event`` to ``emails``, ``numbers`` and (``webhook``) the webhook; what
+    failed, or waits for its channel's pause to end, is left in ``event.pending``."""
+    pending: dict = {}
+    if emails:
+        if _send_mail(event, emails):
             event.emailed = True
-        except Exception:  # the alert stays in the history even when mail is down
-            log.exception("could not e-mail alert %s", event.pk)
-    if settings.ALERT_WEBHOOK_URL:
+        else:
+            pending["emails"] = emails
+    if webhook and settings.ALERT_WEBHOOK_URL:
         payload = {
             "kind": event.kind,
             "target": event.target,
@@ -95,13 +146,55 @@ def deliver(event: AlertEvent, recipients: list[str], texted: Sequence[str] = ()
             "detail": event.detail,
             "at": event.created_at.isoformat(),
         }
-        try:
-            response = httpx.post(settings.ALERT_WEBHOOK_URL, json=payload, timeout=5)
-            event.webhook_status = str(response.status_code)
-        except httpx.HTTPError as exc:
-            event.webhook_status = type(exc).__name__
-    event.sms_status = send_sms(texted, f"[mqcloud] {event.message}")
-    event.save(update_fields=["emailed", "webhook_status", "sms_status"])
+        sent = _post("webhook", settings.ALERT_WEBHOOK_URL, payload, {})
+        event.webhook_status = sent.status[:100]
+        if sent.retry:
+            pending["webhook"] = True
+    if numbers:
+        sent = send_sms(numbers, f"[mqcloud] {event.message}")
+        event.sms_status = sent.status[:100]
+        if sent.retry:
+            pending["numbers"] = numbers
+    event.pending = pending
+
+
+def deliver(event: AlertEvent, recipients: list[str], texted: Sequence[str] = ()) -> None:
+    """E-mail ``recipients`` and the admins copied on every alert, text ``texted``
+    (numbers) and post to ``ALERT_WEBHOOK_URL`` (when set); what reached where is saved on
+    the event, and what could not (its channel failed or is paused,
+    :mod:`~mqcloud.alerts.channels`) is kept in ``event.pending`` for
+    :func:`retry_pending`. A failure of any leaves the event in the history."""
+    recipients = sorted({*recipients, *copy_emails()})
+    _send(event, recipients, sorted(set(texted)), webhook=True)
+    event.save(update_fields=["emailed", "webhook_status", "sms_status", "pending"])
+
+
+def retry_pending(limit: int = RETRY_BATCH) -> int:
+    """Send again what alerts could not send (oldest first, at most ``limit``; each
+    event locked while it is sent, so two runs never send it twice); an event still
+    pending after ``ALERT_RETRY_HOURS`` is given up (its statuses say so). How many
+    events were tried."""
+    cutoff = timezone.now() - timedelta(hours=settings.ALERT_RETRY_HOURS)
+    expired = AlertEvent.objects.exclude(pending={}).filter(created_at__lt=cutoff)
+    gave_up = f"gave up after {settings.ALERT_RETRY_HOURS:g} h"
+    with transaction.atomic():  # three statements, however many gave up
+        expired.filter(pending__webhook=True).update(webhook_status=gave_up)
+        expired.filter(pending__has_key="numbers").update(sms_status=gave_up)
+        expired.update(pending={})
+    waiting = AlertEvent.objects.exclude(pending={}).select_for_update(skip_locked=True)
+    tried = 0
+    with transaction.atomic():
+        for event in waiting.filter(created_at__gte=cutoff).order_by("created_at")[:limit]:
+            was = event.pending
+            _send(
+                event,
+                list(was.get("emails", [])),
+                list(was.get("numbers", [])),
+                webhook=bool(was.get("webhook")),
+            )
+            event.save(update_fields=["emailed", "webhook_status", "sms_status", "pending"])
+            tried += 1
+    return tried
 
 
 def first_in_window(client: redis.Redis, key: str) -> bool:

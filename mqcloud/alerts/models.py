@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models import Q
 
 from brokers.models import ConsumerPolicy, Team, Topic
 from brokers.topic_codes import STORED_TOPIC_MAX
@@ -42,11 +43,21 @@ class AlertEvent(models.Model):
     sms_status = models.CharField(
         max_length=100, blank=True, help_text="What the SMS gateway answered ('': not sent)."
     )
+    pending = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What is still to be sent, because its channel failed or was paused: "
+        '{"emails": [...], "numbers": [...], "webhook": true} (empty: nothing).',
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["target", "-created_at"], name="alert_target_recent")]
+        indexes = [
+            models.Index(fields=["target", "-created_at"], name="alert_target_recent"),
+            # the retry task's scan: the few events with something still to send
+            models.Index(fields=["created_at"], condition=~Q(pending={}), name="alert_pending"),
+        ]
 
     def __str__(self) -> str:
         return self.message

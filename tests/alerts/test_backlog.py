@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import redis
@@ -19,6 +16,7 @@ from mqcloud.alerts.models import AlertEvent
 from tests import factories
 from tests.alerts.conftest import forget_alert_throttles
 from tests.engine_calls import engine_call
+from tests.http_sink import http_sink
 
 pytestmark = pytest.mark.django_db
 
@@ -26,24 +24,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def webhook(settings):
     """A local HTTP server that records the alerts posted to it."""
-    received: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers["Content-Length"])
-            received.append(json.loads(self.rfile.read(length)))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    settings.ALERT_WEBHOOK_URL = f"http://127.0.0.1:{server.server_port}/hook"
-    yield received
-    server.shutdown()
+    with http_sink(204) as sink:
+        settings.ALERT_WEBHOOK_URL = f"{sink.url}/hook"
+        yield sink.sent
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ gateway nothing is sent and the page says so."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -17,6 +15,7 @@ from mqcloud.alerts.delivery import alert_admins, alert_team, platform_admin_ema
 from mqcloud.alerts.models import AlertEvent, SmsSubscription
 from mqcloud.approvals.models import AuditEvent
 from tests import factories
+from tests.http_sink import http_sink
 
 pytestmark = pytest.mark.django_db
 
@@ -25,25 +24,10 @@ pytestmark = pytest.mark.django_db
 def gateway(settings):
     """A local SMS gateway recording what it is asked to send (and with which token);
     ``status`` is what it answers."""
-    got: dict = {"sent": [], "auth": [], "status": 200}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers["Content-Length"])
-            got["sent"].append(json.loads(self.rfile.read(length)))
-            got["auth"].append(self.headers.get("Authorization"))
-            self.send_response(got["status"])
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    settings.SMS_GATEWAY_URL = f"http://127.0.0.1:{server.server_port}/sms"
-    settings.SMS_GATEWAY_TOKEN = "gw-secret"
-    yield got
-    server.shutdown()
+    with http_sink() as sink:
+        settings.SMS_GATEWAY_URL = f"{sink.url}/sms"
+        settings.SMS_GATEWAY_TOKEN = "gw-secret"
+        yield sink
 
 
 def fire(team: Team, message: str = "dead letters") -> AlertEvent:
@@ -66,15 +50,15 @@ def test_a_member_opts_in_and_gets_its_teams_alerts(client, gateway):
     assert "…8000" in client.get("/alerts/").content.decode()
     event = fire(team, "x" * 400)
     assert event.sms_status == "sent to 1"
-    (sent,) = gateway["sent"]
+    (sent,) = gateway.sent
     assert sent["to"] == ["+8613800138000"] and len(sent["text"]) == 300
-    assert gateway["auth"] == ["Bearer gw-secret"]
+    assert gateway.auth == ["Bearer gw-secret"]
     events = AuditEvent.objects.filter(actor=member).values_list("action", "detail")
     assert [a for a, _ in events] == ["sms-alerts-on"]
     assert "8000" not in json.dumps([d for _, d in events])
     client.post("/alerts/sms/", {"phone": ""})
     assert not SmsSubscription.objects.exists()
-    assert fire(team).sms_status == "" and len(gateway["sent"]) == 1
+    assert fire(team).sms_status == "" and len(gateway.sent) == 1
 
 
 def test_platform_alerts_reach_the_admins_who_opted_in(gateway):
@@ -83,13 +67,13 @@ def test_platform_alerts_reach_the_admins_who_opted_in(gateway):
     event = alert_admins(
         AlertEvent.Kind.BROKER_DOWN, "broker:1", "down", {}, platform_admin_emails()
     )
-    assert event.sms_status == "sent to 1" and gateway["sent"][0]["to"] == ["+4915112345678"]
+    assert event.sms_status == "sent to 1" and gateway.sent[0]["to"] == ["+4915112345678"]
 
 
 def test_a_failing_gateway_leaves_the_alert_in_the_history(gateway, settings):
     team = Team.objects.create(name="texted")
     SmsSubscription.objects.create(user=factories.user("m", team=team), phone="+12025550123")
-    gateway["status"] = 503
+    gateway.status = 503
     assert fire(team).sms_status == "503"
     settings.SMS_GATEWAY_URL = "http://127.0.0.1:9/sms"  # nothing listens there
     event = fire(team)
