@@ -20,6 +20,7 @@ from mqcloud.console import (
     topics,
     users,
     vibemq,
+    view_as,
 )
 
 app_name = "console"
@@ -105,6 +106,8 @@ urlpatterns = [
     path("users/", users.user_list, name="users"),
     path("users/new/", users.user_add, name="user-add"),
     path("users/<int:pk>/", users.user_change, name="user"),
+    path("users/<int:pk>/view-as/", view_as.start, name="view-as"),
+    path("view-as/stop/", view_as.stop, name="view-as-stop"),
     path("signup/", users.signup, name="signup"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("lockouts/", lockouts.lockout_list, name="lockouts"),
