@@ -18,9 +18,11 @@ from brokers.engine.redisio import AnyRedis, Script, run_pipelined
 
 SET_ACK = Script(
     """
--- KEYS: state, oo, meta, rs, rd, rh. ARGV: index | 'earliest' | 'latest', only_if_missing
-if ARGV[2] == '1' and redis.call('HEXISTS', KEYS[1], 'ack') == 1 then
-  return redis.call('HGET', KEYS[1], 'ack')
+-- KEYS: state, oo, meta, rs, rd, rh. ARGV: index | 'earliest' | 'latest', only_if_missing,
+-- with_previous. Returns the new ack index; with with_previous '1', {new, previous or ''}.
+local before = redis.call('HGET', KEYS[1], 'ack')
+if ARGV[2] == '1' and before then
+  return before
 end
 local m = redis.call('HMGET', KEYS[3], 'min', 'next')
 local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
@@ -32,6 +34,7 @@ if idx > nxt then idx = nxt end
 redis.call('HSET', KEYS[1], 'ack', s(idx), 'cur', s(idx))
 redis.call('HDEL', KEYS[1], 'ls', 'lend', 'sh')
 redis.call('DEL', KEYS[2], KEYS[4], KEYS[5], KEYS[6])
+if ARGV[3] == '1' then return {s(idx), before or ''} end
 return s(idx)
 """
 )
@@ -62,7 +65,7 @@ async def set_ack(
     result = await SET_ACK(
         client,
         _set_ack_keys(topic, partition, cid),
-        (position, 1 if only_if_missing else 0),
+        (position, 1 if only_if_missing else 0, 0),
     )
     return int(result)
 
@@ -77,10 +80,25 @@ async def set_acks(
     pipelined round trip; the resulting ack indexes in order."""
     flag = 1 if only_if_missing else 0
     calls = [
-        (_set_ack_keys(topic, partition, cid), (position, flag))
+        (_set_ack_keys(topic, partition, cid), (position, flag, 0))
         for topic, partition, cid, position in pins
     ]
     return [int(r) for r in await run_pipelined(client, SET_ACK, calls)]
+
+
+async def move_acks(
+    client: AnyRedis, pins: Sequence[tuple[str, int, str, int | str]]
+) -> list[tuple[int, int | None]]:
+    """:func:`set_acks`, also answering each ack index it replaced (None: there was
+    none), in one pipelined round trip: ``(new, previous)`` in order."""
+    calls = [
+        (_set_ack_keys(topic, partition, cid), (position, 0, 1))
+        for topic, partition, cid, position in pins
+    ]
+    return [
+        (int(new), int(before) if before not in (b"", "") else None)
+        for new, before in await run_pipelined(client, SET_ACK, calls)
+    ]
 
 
 async def set_acks_if_missing(

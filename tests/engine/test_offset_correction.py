@@ -164,3 +164,21 @@ async def test_what_retention_overtook_is_no_move(make_engine):
         FetchStatus.CORRECTED
     )
     assert await moves(engine) == 0
+
+
+async def test_a_clients_own_ack_index_commit_is_a_move_and_an_operation_is_not(make_engine):
+    """``reset_offsets(by_client=True)`` (JMQ4 COMMIT_ACK_INDEX) counts each partition it
+    moved; setting the index where it is, a first position, and an approved reset (the
+    console's, the default) do not count."""
+    engine = make_engine(catalog())
+    await produce(engine, 2)  # 0, 1
+    await engine.reset_offsets("t", "a", position=0, by_client=True)  # no index before
+    assert await moves(engine) == 0
+    assert await engine.reset_offsets("t", "a", position="latest", by_client=True) == {0: 2}
+    assert await moves(engine) == 1
+    await engine.reset_offsets("t", "a", position=2, by_client=True)  # where it is
+    assert await moves(engine) == 1
+    await engine.reset_offsets("t", "a", position="earliest")  # an approved reset
+    assert await moves(engine) == 1
+    await engine.reset_offsets("t", "a", position=99, by_client=True)  # clamped to 2: a move
+    assert await moves(engine) == 2

@@ -273,6 +273,11 @@ async def test_partition_fetch_index_and_commit_ack_index(catalog, brokers):
     assert await indexes() == (0, 0, 4)
     await ack_index(3)
     assert await indexes() == (3, 0, 4)
+    await ack_index(3)  # where it is: no move
+    # the client's own commits moved the committed offset (4 → 0 → 3): offset moves, as
+    # an HTTP-MQ forceAck's are (the console's offset-move alert)
+    engine = brokers[1].engine
+    assert (await engine.offset_moves([("local", "app1")])) == {("local", "app1"): 2}
     bad = await raw.call(
         CommitAckIndexRequest(
             topics=(

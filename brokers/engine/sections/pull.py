@@ -623,12 +623,17 @@ class PullSection(EngineBase):
         timestamp_ms: int | None = None,
         partition: int | None = None,
         client_id: str | None = None,
+        by_client: bool = False,
     ) -> dict[int, int]:
         """Set the ack index: ``position`` 'earliest' | 'latest' | an index, or the first
         message stored at/after ``timestamp_ms``; one partition or all. For a broadcast
         consumer without ``client_id`` every registered client is reset; on a fan-out
         queue the group and each member. Returns the new ack index per partition (of the
-        last client reset)."""
+        last client reset).
+
+        ``by_client``: the consumer's own client set it (JMQ4 COMMIT_ACK_INDEX), not an
+        approved operation: each partition whose ack index it changed counts as an
+        offset move (the console's offset-move alert), whatever the protocol."""
         info = self.topic(topic)
         policy = self._consumer(topic, app)
         parts = list(range(info.partitions)) if partition is None else [partition]
@@ -654,7 +659,13 @@ class PullSection(EngineBase):
         for cid_client in clients:  # each client's partitions in one round trip
             cid = consumer_id(app, cid_client)
             pins = [(topic, p, cid, target) for p, target in zip(parts, targets, strict=True)]
-            acks = await offsets_mod.set_acks(self.redis, pins)
+            if by_client:
+                moves = await offsets_mod.move_acks(self.redis, pins)
+                acks = [new for new, _ in moves]
+                changed = sum(1 for new, before in moves if before is not None and new != before)
+                self.counters.moved(topic=topic, app=app, count=changed)
+            else:
+                acks = await offsets_mod.set_acks(self.redis, pins)
             result.update(zip(parts, acks, strict=True))
         # a rewind makes messages servable: consumers that found nothing look again now,
         # not at their timer (one announcement for a topic's every partition)
@@ -784,10 +795,11 @@ class PullSection(EngineBase):
     ) -> dict[tuple[str, str], int]:
         """How often each consumer group ``(topic, app)``'s committed offset moved in the
         last ``minutes`` whole minutes and the current one, not by consuming: a client's
-        forceAck rewound or skipped it, or :meth:`commit_and_fetch` reported it past the
-        partition's end (HTTP-MQ: the client committed or was handed an offset the
-        partition does not have); what retention overtook is a retention loss, counted
-        by :meth:`retention_losses`, and a JMQ4 client cannot commit past the end. Groups
+        forceAck rewound or skipped it, a client set it elsewhere itself
+        (:meth:`reset_offsets` ``by_client``: JMQ4 COMMIT_ACK_INDEX), or
+        :meth:`commit_and_fetch` reported it past the partition's end (HTTP-MQ: the
+        client committed or was handed an offset the partition does not have); what
+        retention overtook is a retention loss, counted by :meth:`retention_losses`. Groups
         without a move left out; one pipelined round trip whatever their number."""
         await self.counters.flush()
         now = self.now_ms()

@@ -263,7 +263,12 @@ async def commit_ack_index(
             try:
                 cid = consumer_client_id(ctx, topic, req.app, session) if topic else None
                 await ctx.engine.reset_offsets(
-                    entry.topic, req.app, position=position, partition=p.partition, client_id=cid
+                    entry.topic,
+                    req.app,
+                    position=position,
+                    partition=p.partition,
+                    client_id=cid,
+                    by_client=True,
                 )
             except EngineError as exc:
                 failed.append(PartitionCode(partition=p.partition, code=engine_code(exc)))
