@@ -133,6 +133,8 @@ AXES_IPWARE_META_PRECEDENCE_ORDER = (
 # Anyone may register an account (console-features "Accounts": on by default); it belongs
 # to no team until a team's admin adds it. Off: only platform admins add accounts.
 SELF_REGISTRATION = env.bool("SELF_REGISTRATION", default=True)
+# accounts one client address may register per hour (0: no limit)
+SIGNUP_LIMIT_PER_HOUR = env.int("SIGNUP_LIMIT_PER_HOUR", default=5)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:dashboard"
 LOGOUT_REDIRECT_URL = "login"

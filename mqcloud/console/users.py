@@ -5,13 +5,17 @@ every user's own password change.
 A password an admin sets is a random one shown once, on the page that made it, for the
 admin to hand over: it is never stored readable, logged or put in the audit trail (which
 records that it was reset, by whom). A new account belongs to no team until a team's admin
-adds it (:mod:`mqcloud.console.teams`).
+adds it (:mod:`mqcloud.console.teams`). Registration is limited per client address
+(``SIGNUP_LIMIT_PER_HOUR``), counted from the audit trail so that every web process
+shares the count.
 """
 
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 
+from axes.helpers import get_client_ip_address
 from django import forms
 from django.conf import settings
 from django.contrib import messages
@@ -21,8 +25,10 @@ from django.contrib.auth.forms import UserCreationForm
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from mqcloud.approvals.models import AuditEvent
 from mqcloud.approvals.services import record
 from mqcloud.console import access
 from mqcloud.console.listing import Filter, ListSpec, paginate
@@ -149,10 +155,32 @@ def signup(request: HttpRequest) -> HttpResponse:
     if request.user.is_authenticated:
         return redirect("console:dashboard")
     form = SignupForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        user = form.save()
-        record(user, "user-registered", f"user:{user.username}")
-        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        messages.success(request, "Welcome. Ask a team's admin to add you to the team.")
-        return redirect("console:teams")
+    if request.method == "POST":
+        address = get_client_ip_address(request) or ""
+        if _signups_exhausted(address):
+            form.add_error(
+                None,
+                "Too many accounts were registered from your address in the last hour: "
+                "try again later, or ask a platform admin for an account.",
+            )
+            return render(request, "registration/signup.html", {"form": form}, status=429)
+        if form.is_valid():
+            user = form.save()
+            record(user, "user-registered", f"user:{user.username}", detail={"address": address})
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            messages.success(request, "Welcome. Ask a team's admin to add you to the team.")
+            return redirect("console:teams")
     return render(request, "registration/signup.html", {"form": form})
+
+
+def _signups_exhausted(address: str) -> bool:
+    """Whether ``address`` registered ``SIGNUP_LIMIT_PER_HOUR`` accounts in the last hour
+    (0: no limit)."""
+    limit = settings.SIGNUP_LIMIT_PER_HOUR
+    if limit <= 0:
+        return False
+    since = timezone.now() - timedelta(hours=1)
+    recent = AuditEvent.objects.filter(
+        action="user-registered", created_at__gte=since, detail__address=address
+    )
+    return recent.count() >= limit

@@ -5,9 +5,11 @@ self-registration is on; every user changes its own password."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from mqcloud.approvals.models import AuditEvent
 
@@ -106,6 +108,32 @@ def test_self_registration_and_its_switch(client, world, settings):
     settings.SELF_REGISTRATION = False
     assert client.get("/signup/").status_code == 404
     assert 'href="/signup/"' not in client.get("/login/").content.decode()
+
+
+def test_registration_is_limited_per_address(client, world, settings):
+    """A script registering accounts from one address is stopped at the hourly limit,
+    with the form's own message and 429; another address still registers; 0 lifts it."""
+    settings.SELF_REGISTRATION, settings.SIGNUP_LIMIT_PER_HOUR = True, 2
+
+    def register(name: str, address: str = "203.0.113.7"):
+        client.logout()
+        form = {"username": name, "email": "", "password1": "long-Secret-789"}
+        form["password2"] = form["password1"]
+        return client.post("/signup/", form, REMOTE_ADDR=address)
+
+    assert register("bot1").status_code == 302
+    assert register("bot2").status_code == 302
+    refused = register("bot3")
+    assert refused.status_code == 429
+    assert "Too many accounts" in refused.content.decode()
+    assert not get_user_model().objects.filter(username="bot3").exists()
+    assert register("bot3", "198.51.100.9").status_code == 302
+    AuditEvent.objects.filter(detail__address="203.0.113.7").update(
+        created_at=timezone.now() - timedelta(hours=2)
+    )  # an hour later
+    assert register("bot4").status_code == 302
+    settings.SIGNUP_LIMIT_PER_HOUR = 0
+    assert register("bot5").status_code == 302 and register("bot6").status_code == 302
 
 
 def test_a_user_changes_its_own_password(client, world):
