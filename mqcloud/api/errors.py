@@ -160,6 +160,7 @@ ERROR_DESCRIPTIONS = {
     409: "The request conflicts with the current state: dependents block a delete, or a"
     " unique value (a name, code or id) is already taken (`fields` names it).",
     415: "The body is not JSON (`Content-Type: application/json`).",
+    429: "Too many requests of this kind in a while: `message` says when to try again.",
     503: "The message store did not answer.",
 }
 

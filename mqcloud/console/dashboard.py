@@ -1,5 +1,5 @@
-"""The dashboard: cluster health, brokers up/down, the top topics by traffic and the
-consumers furthest behind, open alerts — each a fixed number of indexed queries, whatever
+"""The dashboard: the user's favorite topics with their produce rates, cluster health,
+brokers up/down, the top topics by traffic and the consumers furthest behind, open alerts — each a fixed number of indexed queries, whatever
 the fleet's size, with links to the full (paged) lists."""
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from brokers.models import Broker, Cluster
 from mqcloud.alerts.models import AlertEvent
 from mqcloud.approvals.models import Application, Status
 from mqcloud.console import access, lag
+from mqcloud.console.favorites import starred_topics
 from pipeline.models import TrafficMinute
 
 TOP_WINDOW_MIN = 10  # MQCloud ranks by 10-minute sums
 TOP_N = 10
 OPEN_ALERT_HOURS = 24
+FAVORITES_SHOWN = 20
 
 
 def top_topics(user: object, n: int = TOP_N, minutes: int = TOP_WINDOW_MIN) -> dict:
@@ -72,6 +74,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         alerts = alerts.filter(team__in=access.user_teams(user))
         applications = applications.filter(team__in=access.user_teams(user))
     traffic = top_topics(user)
+    starred = list(starred_topics(user)[: FAVORITES_SHOWN + 1])
+    favorites, favorites_error = lag.with_rates(starred[:FAVORITES_SHOWN])
     return render(
         request,
         "console/dashboard.html",
@@ -93,5 +97,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "alerts": alerts[:20],
             "alert_hours": OPEN_ALERT_HOURS,
             "pending": applications.count(),
+            "favorites": favorites,
+            "favorites_more": len(starred) > FAVORITES_SHOWN,
+            "favorites_error": favorites_error,
+            "rate_minutes": lag.RATE_MINUTES,
         },
     )

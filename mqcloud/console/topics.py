@@ -18,7 +18,9 @@ from brokers.models import Cluster, ConsumerPolicy, ProducerPolicy, Topic
 from mqcloud.alerts.models import TrafficRule
 from mqcloud.console import access, engine_calls, lag, rollups
 from mqcloud.console.clients import attach_live_producers
+from mqcloud.console.favorites import with_starred
 from mqcloud.console.listing import Filter, ListSpec, paginate
+from mqcloud.console.models import FavoriteTopic
 from mqcloud.zbus_access import CLOSED_LABEL, OPEN_LABEL
 
 RANGES = {"1h": 60, "6h": 360, "24h": 1440}
@@ -40,6 +42,7 @@ TOPICS = ListSpec(
         TEAM,
         Filter("cluster", "Cluster", lookup="cluster__name"),
         Filter("type", "Type", lookup="type", choices=tuple(Topic.Type.choices)),
+        Filter("starred", "Favorites", states={"starred": Q(starred=True)}),
     ),
     per_page=LIST_PAGE,
     search_label="Search code or description",
@@ -76,7 +79,9 @@ def team_choices(user: object) -> list[tuple[str, str]]:
 def topic_list(request: HttpRequest) -> HttpResponse:
     """The user's topics, searched, filtered, sorted and paged on the server, each with
     its produce rate over the last minutes (one batched engine call for the page)."""
-    topics = with_open_flag(access.topics_for(request.user)).prefetch_related("groups")
+    topics = with_starred(
+        with_open_flag(access.topics_for(request.user)), request.user
+    ).prefetch_related("groups")
     clusters = [(n, n) for n in Cluster.objects.values_list("name", flat=True)]
     listing = paginate(
         request, topics, TOPICS, choices={"team": team_choices(request.user), "cluster": clusters}
@@ -138,6 +143,7 @@ def topic_detail(request: HttpRequest, code: str) -> HttpResponse:
             "can_manage": access.user_teams(request.user).filter(pk=topic.team_id).exists(),
             "zbus": zbus_access(topic),
             "traffic_rules": list(TrafficRule.objects.filter(topic=topic)),
+            "starred": FavoriteTopic.objects.filter(user_id=request.user.pk, topic=topic).exists(),
         },
     )
 

@@ -1,0 +1,75 @@
+"""The console's own records about its users (console-features "Favorites, notices,
+feedback"): the topics a user starred, and the feedback users send the platform admins
+with the answer they got. The catalog itself lives in :mod:`brokers.models`."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+FAVORITES_MAX = 500
+"""The most topics one user may star."""
+FEEDBACK_TEXT_MAX = 4000
+FEEDBACK_ANSWER_MAX = 4000
+FEEDBACK_PER_HOUR = 10
+"""Feedback one user may send in an hour."""
+
+
+class FavoriteTopic(models.Model):
+    """A topic a user starred: listed first on its dashboard and filterable on the topic
+    list. Shown only while the user may still see the topic."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="favorite_topics"
+    )
+    topic = models.ForeignKey(
+        "brokers.Topic", on_delete=models.CASCADE, related_name="favorited_by"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["topic__code", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "topic"], name="favorite_topic_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} ★ {self.topic}"
+
+
+class Feedback(models.Model):
+    """What a user told the platform admins, and the answer one of them gave."""
+
+    class State(models.TextChoices):
+        OPEN = "open", "Open"
+        ANSWERED = "answered", "Answered"
+
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="feedback",
+    )
+    text = models.TextField(max_length=FEEDBACK_TEXT_MAX)
+    page = models.CharField(
+        max_length=300, blank=True, help_text="The console page it was sent from, if any."
+    )
+    state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
+    answer = models.TextField(max_length=FEEDBACK_ANSWER_MAX, blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="answered_feedback",
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        verbose_name_plural = "feedback"
+
+    def __str__(self) -> str:
+        return f"feedback #{self.pk} by {self.author}"
