@@ -81,6 +81,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "mqcloud.console.context_processors.httpmq",
                 "mqcloud.console.context_processors.accounts",
+                "mqcloud.console.context_processors.announcements",
             ],
         },
     },

@@ -3,7 +3,16 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from mqcloud.api import approvals, clients, favorites, feedback, operations, token_views, views
+from mqcloud.api import (
+    announcements,
+    approvals,
+    clients,
+    favorites,
+    feedback,
+    operations,
+    token_views,
+    views,
+)
 
 router = DefaultRouter()
 router.register("teams", views.TeamViewSet, basename="team")
@@ -22,6 +31,7 @@ router.register("api-tokens", token_views.ApiTokenViewSet, basename="apitoken")
 router.register("clients", clients.ClientInventoryViewSet, basename="client")
 router.register("favorites", favorites.FavoriteViewSet, basename="favorite")
 router.register("feedback", feedback.FeedbackViewSet, basename="feedback")
+router.register("announcements", announcements.AnnouncementViewSet, basename="announcement")
 
 approval_settings = approvals.ApprovalSettingsView.as_view(
     {"get": "retrieve", "put": "update", "patch": "partial_update"}

@@ -15,7 +15,7 @@ Several lists on one page (the app page's producers and consumers) take a ``pref
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from operator import or_
@@ -40,14 +40,15 @@ class Filter:
 
     ``lookup``: the field matched exactly by a free value (``team__name``); ``choices``:
     the allowed values and their labels (a value outside them means no filter);
-    ``states``: values mapped to conditions (``state=paused`` → ``Q(paused=True)``).
+    ``states``: values mapped to conditions (``state=paused`` → ``Q(paused=True)``), or to
+    functions making the condition when the list is read (one that depends on the time).
     """
 
     param: str
     label: str
     lookup: str = ""
     choices: tuple[tuple[str, str], ...] = ()
-    states: Mapping[str, Q] = field(default_factory=dict)
+    states: Mapping[str, Q | Callable[[], Q]] = field(default_factory=dict)
 
     def allowed(self, value: str, choices: Sequence[tuple[str, str]]) -> bool:
         if self.states:
@@ -58,7 +59,8 @@ class Filter:
 
     def condition(self, value: str) -> Q:
         if self.states:
-            return self.states[value]
+            condition = self.states[value]
+            return condition if isinstance(condition, Q) else condition()
         return Q(**{self.lookup: value})
 
 

@@ -1,6 +1,7 @@
 """The console's own records about its users (console-features "Favorites, notices,
-feedback"): the topics a user starred, and the feedback users send the platform admins
-with the answer they got. The catalog itself lives in :mod:`brokers.models`."""
+feedback"): the topics a user starred, the feedback users send the platform admins with
+the answer they got, and the platform admins' announcements to everyone. The catalog
+itself lives in :mod:`brokers.models`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ FEEDBACK_TEXT_MAX = 4000
 FEEDBACK_ANSWER_MAX = 4000
 FEEDBACK_PER_HOUR = 10
 """Feedback one user may send in an hour."""
+ANNOUNCEMENT_TEXT_MAX = 1000
 
 
 class FavoriteTopic(models.Model):
@@ -73,3 +75,40 @@ class Feedback(models.Model):
 
     def __str__(self) -> str:
         return f"feedback #{self.pk} by {self.author}"
+
+
+class Announcement(models.Model):
+    """A platform admins' notice to every console user (maintenance, an upgrade): a banner
+    on every page from ``starts_at`` until ``ends_at`` (none: until withdrawn) or until
+    it is withdrawn."""
+
+    class Level(models.TextChoices):
+        INFO = "info", "Information"
+        WARNING = "warning", "Warning"
+
+    text = models.CharField(max_length=ANNOUNCEMENT_TEXT_MAX)
+    level = models.CharField(max_length=10, choices=Level.choices, default=Level.INFO)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField(null=True, blank=True)
+    withdrawn_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="announcements",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-starts_at", "-pk"]
+        indexes = [
+            models.Index(
+                fields=["starts_at"],
+                name="announcement_live",
+                condition=models.Q(withdrawn_at__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"announcement #{self.pk}"

@@ -3,6 +3,7 @@
 from django.urls import path
 
 from mqcloud.console import (
+    announcements,
     applications,
     approval_settings,
     appviews,
@@ -95,6 +96,13 @@ urlpatterns = [
     path("notifications/", notices.notifications, name="notifications"),
     path("notifications/read/", notices.notifications_read, name="notifications-read"),
     path("feedback/", feedback.feedback_list, name="feedback"),
+    path("announcements/", announcements.announcement_list, name="announcements"),
+    path(
+        "announcements/<int:pk>/withdraw/",
+        announcements.announcement_withdraw,
+        name="announcement-withdraw",
+    ),
+    path("announcements/<int:pk>/hide/", announcements.announcement_hide, name="announcement-hide"),
     path("feedback/<int:pk>/answer/", feedback.feedback_answer, name="feedback-answer"),
     path("audit/", notices.audit, name="audit"),
     path("alerts/", notices.alerts, name="alerts"),
