@@ -79,14 +79,23 @@ class ConsumerListQuery(serializers.Serializer):
         " 500 consumers a lag sort orders by the lag the periodic backlog check last recorded"
         " (the rows still show the live lag).",
     )
+    # Taken as given (not trimmed): a value of blanks is a value the schema allows, and
+    # it matches what it says, not "no filter" nor a 400.
     search = serializers.CharField(
-        required=False, max_length=200, help_text="Part of the consumer's name."
+        required=False,
+        max_length=200,
+        trim_whitespace=False,
+        help_text="Part of the consumer's name.",
     )
-    team = serializers.CharField(required=False, max_length=100, help_text="The app's team.")
+    team = serializers.CharField(
+        required=False, max_length=100, trim_whitespace=False, help_text="The app's team."
+    )
     topic = serializers.CharField(
-        required=False, max_length=TOPIC_CODE_MAX, help_text="Topic code."
+        required=False, max_length=TOPIC_CODE_MAX, trim_whitespace=False, help_text="Topic code."
     )
-    app = serializers.CharField(required=False, max_length=255, help_text="App code.")
+    app = serializers.CharField(
+        required=False, max_length=255, trim_whitespace=False, help_text="App code."
+    )
     state = serializers.ChoiceField(
         choices=["running", "paused"], required=False, help_text="running or paused."
     )

@@ -63,6 +63,10 @@ def test_topic_app_and_consumer_list_filters(api):
     assert names(api, "/api/v1/consumers/?state=paused") == ["bank.demo"]
     assert names(api, "/api/v1/consumers/?team=red&topic=demo") == ["bank.demo", "shop.demo"]
     assert api.get("/api/v1/consumers/?state=maybe").status_code == 400
+    # values of blanks are values (the schema allows them): they match what they say
+    assert names(api, "/api/v1/consumers/?search=%0C") == []
+    assert names(api, "/api/v1/consumers/?team=%20") == []
+    assert names(api, "/api/v1/consumers/?search=%20&app=shop") == []
 
 
 def test_the_schema_documents_the_filters():
