@@ -308,6 +308,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mqcloud.tasks.forget_idle_broadcast_clients",
         "schedule": timedelta(hours=1),
     },
+    "capacity-report": {
+        "task": "mqcloud.tasks.make_capacity_report",
+        "schedule": timedelta(hours=1),
+    },
     "catalog-republish": {
         "task": "mqcloud.tasks.republish_catalog",
         "schedule": timedelta(minutes=1),

@@ -127,6 +127,7 @@ from brokers.engine.reports import (
 from brokers.engine.retry import RetryPolicy
 from brokers.engine.sections.pull import ACTIVE_CLIENT_MS
 from brokers.engine.shared import Lease, QueueRetry
+from brokers.engine.store_usage import StoreNode
 from brokers.engine.unbatch import one_by_one
 from brokers.engine.wire import WireBlob, WireRecords
 
@@ -205,6 +206,7 @@ __all__ = [
     "RetryRecord",
     "RetryType",
     "SpanTooLarge",
+    "StoreNode",
     "StoreUnavailable",
     "StoredEntry",
     "StoredMessage",

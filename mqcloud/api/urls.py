@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 from mqcloud.api import (
     announcements,
     approvals,
+    capacity,
     clients,
     favorites,
     feedback,
@@ -31,6 +32,7 @@ router.register("api-tokens", token_views.ApiTokenViewSet, basename="apitoken")
 router.register("clients", clients.ClientInventoryViewSet, basename="client")
 router.register("favorites", favorites.FavoriteViewSet, basename="favorite")
 router.register("feedback", feedback.FeedbackViewSet, basename="feedback")
+router.register("capacity-reports", capacity.CapacityReportViewSet, basename="capacityreport")
 router.register("announcements", announcements.AnnouncementViewSet, basename="announcement")
 
 approval_settings = approvals.ApprovalSettingsView.as_view(

@@ -1,7 +1,7 @@
-"""The console's own records about its users (console-features "Favorites, notices,
-feedback"): the topics a user starred, the feedback users send the platform admins with
-the answer they got, and the platform admins' announcements to everyone. The catalog
-itself lives in :mod:`brokers.models`."""
+"""The console's own records (console-features "Favorites, notices, feedback" and "daily
+capacity report"): the topics a user starred, the feedback users send the platform admins
+with the answer they got, the platform admins' announcements to everyone, and the daily
+capacity reports. The catalog itself lives in :mod:`brokers.models`."""
 
 from __future__ import annotations
 
@@ -112,3 +112,29 @@ class Announcement(models.Model):
 
     def __str__(self) -> str:
         return f"announcement #{self.pk}"
+
+
+class CapacityReport(models.Model):
+    """The platform's capacity on one UTC day (:mod:`mqcloud.console.capacity`): the
+    store's memory per master node, and per cluster its topics, partitions, messages
+    stored and the day's produced messages and bytes; made after the day ends (or, for
+    the current day, on demand: then ``partial``)."""
+
+    day = models.DateField(unique=True)
+    partial = models.BooleanField(default=False, help_text="Made before the day ended.")
+    store = models.JSONField(default=list, help_text="[{name, used_bytes, max_bytes, keys}]")
+    clusters = models.JSONField(
+        default=list,
+        help_text="[{cluster, topics, partitions, stored_messages, produced_messages, "
+        "produced_bytes}]",
+    )
+    top_topics = models.JSONField(
+        default=list, help_text="The topics storing the most messages: [{code, cluster, stored}]"
+    )
+    created_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-day"]
+
+    def __str__(self) -> str:
+        return f"capacity {self.day}"

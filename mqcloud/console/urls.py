@@ -7,6 +7,7 @@ from mqcloud.console import (
     applications,
     approval_settings,
     appviews,
+    capacity,
     clients,
     clusters,
     consumers,
@@ -96,6 +97,8 @@ urlpatterns = [
     path("notifications/", notices.notifications, name="notifications"),
     path("notifications/read/", notices.notifications_read, name="notifications-read"),
     path("feedback/", feedback.feedback_list, name="feedback"),
+    path("capacity/", capacity.capacity, name="capacity"),
+    path("capacity/now/", capacity.capacity_now, name="capacity-now"),
     path("announcements/", announcements.announcement_list, name="announcements"),
     path(
         "announcements/<int:pk>/withdraw/",

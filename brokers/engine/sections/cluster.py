@@ -1,7 +1,7 @@
 """What the processes of a cluster share besides messages: presence of members, named
 mailboxes, reports on a board, the clients connected to them, partitions in turn,
-partition-group assignment, whether the store answers and how far its replicas are
-behind. Front-ends keep no Redis data of their own; they use these.
+partition-group assignment, whether the store answers, how far its replicas are behind
+and how full it is. Front-ends keep no Redis data of their own; they use these.
 
 A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its shared state).
 """
@@ -20,6 +20,7 @@ from brokers.engine.replicas import ReplicaLag, replica_lags
 from brokers.engine.reports import publish_report, read_reports, withdraw_report
 from brokers.engine.rotation import next_in_turn
 from brokers.engine.sections.base import EngineBase
+from brokers.engine.store_usage import StoreNode, store_nodes, stored_messages
 
 PING_TIMEOUT = 2.0
 """Seconds :meth:`ClusterSection.ping` waits for the store."""
@@ -115,6 +116,16 @@ class ClusterSection(EngineBase):
     async def replica_lags(self) -> list[ReplicaLag]:
         """How far behind its master each replica of the store is (:mod:`.replicas`)."""
         return await replica_lags(self.redis)
+
+    async def store_nodes(self) -> list[StoreNode]:
+        """Each master of the store with its memory in use, its limit and its keys
+        (:mod:`.store_usage`)."""
+        return await store_nodes(self.redis)
+
+    async def stored_messages(self, topics: Sequence[tuple[str, int]]) -> dict[str, int]:
+        """Messages stored now per topic of ``(topic, partitions)``: a few pipelined
+        round trips for a whole fleet (:mod:`.store_usage`)."""
+        return await stored_messages(self.redis, topics)
 
     async def ping(self) -> str | None:
         """None when the store answers within :data:`PING_TIMEOUT` seconds, else what went
