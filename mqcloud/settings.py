@@ -57,6 +57,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # LOGIN_HEADER: the user a trusted single-sign-on proxy names is logged in.
+    "mqcloud.console.header_login.HeaderLoginMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     # A platform admin viewing as a user: answered as that user, read-only.
     "mqcloud.console.view_as.ViewAsMiddleware",
@@ -113,7 +115,18 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: a locked-out login never gets further
     "django.contrib.auth.backends.ModelBackend",
+    # answers only HeaderLoginMiddleware (LOGIN_HEADER), never a password login
+    "mqcloud.console.header_login.HeaderUserBackend",
 ]
+# Login through an external identity provider: a single-sign-on proxy in front of the
+# web process names the user in LOGIN_HEADER (mqcloud/console/header_login.py); believed
+# only from LOGIN_HEADER_TRUSTED_PROXIES. Empty: local accounts only.
+LOGIN_HEADER = env.str("LOGIN_HEADER", default="")
+LOGIN_HEADER_TRUSTED_PROXIES = env.list(
+    "LOGIN_HEADER_TRUSTED_PROXIES", default=["127.0.0.1", "::1"]
+)
+LOGIN_HEADER_EMAIL = env.str("LOGIN_HEADER_EMAIL", default="")
+LOGIN_HEADER_CREATE_USERS = env.bool("LOGIN_HEADER_CREATE_USERS", default=True)
 # Failed logins are throttled per username and per client address (django-axes, its
 # state in PostgreSQL, shared by every web process): LOGIN_FAILURE_LIMIT failures lock
 # that username, or that address, for LOGIN_LOCKOUT_MINUTES; the audit trail records each
@@ -138,7 +151,8 @@ SELF_REGISTRATION = env.bool("SELF_REGISTRATION", default=True)
 SIGNUP_LIMIT_PER_HOUR = env.int("SIGNUP_LIMIT_PER_HOUR", default=5)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:dashboard"
-LOGOUT_REDIRECT_URL = "login"
+# behind a single-sign-on proxy, its sign-out URL (else the proxy logs the user in again)
+LOGOUT_REDIRECT_URL = env.str("LOGIN_HEADER_LOGOUT_URL", default="login")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
