@@ -200,6 +200,14 @@ class Topic(models.Model):
         validators=[MinValueValidator(1)],
         help_text="At most this many messages per partition are kept (empty: no limit).",
     )
+    send_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
+        help_text="Messages per second the topic takes from all its producers together, "
+        "across the cluster and every protocol (empty: unlimited; each producer's own rate "
+        "limit applies as well).",
+    )
     # VibeMQ queue settings.
     delivery_mode = models.CharField(
         max_length=20, choices=DeliveryMode.choices, default=DeliveryMode.ROUND_ROBIN

@@ -39,6 +39,8 @@ from brokers.engine.errors import (
 from brokers.engine.ratelimit import RateLimiter
 
 PRODUCE, CONSUME = "produce", "consume"
+TOPIC_SEND = "send"
+"""The bucket of a topic's send limit (all producers together)."""
 DLQ_SUFFIX = ".dlq"
 NAME_MAX = 255
 
@@ -178,43 +180,80 @@ class Gate:
             self._seen(app, address, topic, PRODUCE)
         return policy
 
-    async def admit_produce(self, policy: ProducerPolicyInfo, count: int) -> None:
-        """Take ``count`` permits of the producer's rate limit, all or none."""
-        if not policy.rate_limit or count <= 0:
-            return
-        permit = await self._limiter.acquire(
-            PRODUCE,
-            policy.topic,
-            policy.app,
-            rate=policy.rate_limit,
-            cost=count,
-            now_ms=self._now_ms(),
-        )
-        if not permit.granted:
-            raise RateLimited(
-                f"producer {policy.name} is over its {policy.rate_limit}/s limit",
-                permit.retry_after_ms,
+    def send_limit(self, policy: ProducerPolicyInfo) -> int | None:
+        """The topic-wide send limit of the topic ``policy`` produces to (None: none)."""
+        info = self._catalog().topics.get(policy.topic)
+        return info.send_limit if info is not None else None
+
+    def limits_produce(self, policy: ProducerPolicyInfo) -> bool:
+        """Whether a produce under ``policy`` must take permits: the producer's own rate
+        limit, or its topic's send limit (all producers together)."""
+        return bool(policy.rate_limit) or bool(self.send_limit(policy))
+
+    def over_limit(self, policy: ProducerPolicyInfo) -> str:
+        """What to tell a producer whose messages its limits cut short."""
+        limit = self.send_limit(policy)
+        if policy.rate_limit and limit:
+            return (
+                f"producer {policy.name} is over its {policy.rate_limit}/s limit or topic "
+                f"{policy.topic} over its {limit}/s send limit"
             )
+        if limit:
+            return f"topic {policy.topic} is over its {limit}/s send limit"
+        return f"producer {policy.name} is over its {policy.rate_limit}/s limit"
+
+    async def admit_produce(self, policy: ProducerPolicyInfo, count: int) -> None:
+        """Take ``count`` permits of the producer's rate limit and of its topic's send
+        limit, all or none."""
+        await self._admit(policy, count, up_to=False)
 
     async def admit_produce_up_to(self, policy: ProducerPolicyInfo, count: int) -> int:
-        """Take up to ``count`` permits (messages stored one by one may be cut short);
-        how many were granted. RateLimited when not even one is there."""
-        if not policy.rate_limit or count <= 0:
+        """Take up to ``count`` permits of both limits (messages stored one by one may be
+        cut short); how many were granted. RateLimited when not even one is there."""
+        return await self._admit(policy, count, up_to=True)
+
+    async def _admit(self, policy: ProducerPolicyInfo, count: int, *, up_to: bool) -> int:
+        """The producer's permits first, then as many of the topic's; what the topic does
+        not let through goes back to the producer."""
+        if count <= 0:
             return count
-        permit = await self._limiter.acquire_up_to(
-            PRODUCE,
-            policy.topic,
-            policy.app,
-            rate=policy.rate_limit,
-            cost=count,
-            now_ms=self._now_ms(),
-        )
-        if not permit.granted:
-            raise RateLimited(
-                f"producer {policy.name} is over its {policy.rate_limit}/s limit",
-                permit.retry_after_ms,
+        acquire = self._limiter.acquire_up_to if up_to else self._limiter.acquire
+
+        async def take(kind: str, app: str, rate: int, cost: int, now: int) -> tuple[int, int]:
+            permit = await acquire(kind, policy.topic, app, rate=rate, cost=cost, now_ms=now)
+            got = permit.count if up_to else (cost if permit.granted else 0)
+            return got, permit.retry_after_ms
+
+        granted = count
+        if policy.rate_limit:
+            granted, wait = await take(
+                PRODUCE, policy.app, policy.rate_limit, count, self._now_ms()
             )
-        return permit.count
+            if not granted:
+                raise RateLimited(
+                    f"producer {policy.name} is over its {policy.rate_limit}/s limit", wait
+                )
+        limit = self.send_limit(policy)
+        if not limit:
+            return granted
+        now = self._now_ms()
+        admitted, wait = await take(TOPIC_SEND, "", limit, granted, now)
+        await self._refund(policy, granted - admitted, now)
+        if not admitted:
+            raise RateLimited(f"topic {policy.topic} is over its {limit}/s send limit", wait)
+        return admitted
+
+    async def _refund(self, policy: ProducerPolicyInfo, count: int, now_ms: int) -> None:
+        """Give the producer back ``count`` permits its topic's limit did not let through."""
+        if policy.rate_limit and count > 0:
+            await self._limiter.charge(
+                PRODUCE,
+                policy.topic,
+                policy.app,
+                rate=policy.rate_limit,
+                cost=-count,
+                now_ms=now_ms,
+            )
 
     async def produce(
         self, topic: str, app: str, address: str | None, count: int

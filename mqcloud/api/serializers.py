@@ -182,6 +182,7 @@ class TopicSerializer(ModelCleanMixin, StrictModelSerializer):
             "groups",
             "retention_max_age_s",
             "retention_max_count",
+            "send_limit",
             "delivery_mode",
             "max_queue_size",
             "overflow_policy",

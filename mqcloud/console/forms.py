@@ -200,6 +200,13 @@ class TopicCreateForm(ApplicationForm):
     retention_max_count = forms.IntegerField(
         min_value=1, required=False, label="Retention: max messages per partition"
     )
+    send_limit = forms.IntegerField(
+        min_value=1,
+        max_value=1_000_000,
+        required=False,
+        label="Send limit (messages/s, all producers together)",
+        help_text="Empty: unlimited; each producer's own limit applies as well.",
+    )
     description = forms.CharField(max_length=500, required=False, help_text="Purpose.")
     surge_alert_receiver = forms.ChoiceField(
         choices=Topic.SurgeReceiver.choices,
@@ -221,6 +228,13 @@ class TopicUpdateForm(ApplicationForm):
     description = forms.CharField(max_length=500, required=False)
     retention_max_age_s = forms.IntegerField(min_value=60, required=False)
     retention_max_count = forms.IntegerField(min_value=1, required=False)
+    send_limit = forms.IntegerField(
+        min_value=1,
+        max_value=1_000_000,
+        required=False,
+        label="Send limit (messages/s, all producers together)",
+        help_text="Empty: unchanged. Applied within a second of approval.",
+    )
     surge_alert_receiver = forms.ChoiceField(
         choices=[("", "(unchanged)"), *Topic.SurgeReceiver.choices],
         required=False,
@@ -243,6 +257,7 @@ class TopicUpdateForm(ApplicationForm):
             "description",
             "retention_max_age_s",
             "retention_max_count",
+            "send_limit",
             "surge_alert_receiver",
             "silence_alert_minutes",
         )

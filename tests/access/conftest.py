@@ -40,7 +40,15 @@ from django.db import connection, transaction
 from brokers.anonymous import open_topic
 from brokers.catalog_loader import publish
 from brokers.engine import CatalogWatcher, Engine
-from brokers.models import App, Broker, ConsumerPolicy, PartitionGroup, ProducerPolicy, Team
+from brokers.models import (
+    App,
+    Broker,
+    ConsumerPolicy,
+    PartitionGroup,
+    ProducerPolicy,
+    Team,
+    Topic,
+)
 from tests import factories
 from tests.scripts_path import free_port
 
@@ -177,8 +185,16 @@ def seen_by(watcher: CatalogWatcher) -> Seen:
 # ---------------------------------------------------------------------- policy changes
 
 
-def _apply(catalog: Catalog, producer: dict[str, Any], consumer: dict[str, Any]) -> str:
+def _apply(
+    catalog: Catalog, producer: dict[str, Any], consumer: dict[str, Any], topic: dict[str, Any]
+) -> str:
     try:
+        if topic:
+            row = Topic.objects.get(code=catalog.topic)
+            for key, value in topic.items():
+                setattr(row, key, value)
+            row.full_clean()
+            row.save()  # the post_save signal publishes the catalog
         if producer:
             policy = ProducerPolicy.objects.get(topic__code=catalog.topic, app__code=catalog.owner)
             for key, value in producer.items():
@@ -196,16 +212,25 @@ def _apply(catalog: Catalog, producer: dict[str, Any], consumer: dict[str, Any])
         connection.close()  # this ran in an executor thread with its own connection
 
 
+LIMITS = pytest.mark.parametrize(
+    "limit",
+    [{"producer": {"rate_limit": 2}}, {"topic": {"send_limit": 2}}],
+    ids=["producer-rate-limit", "topic-send-limit"],
+)
+"""A producer's own rate limit, and its topic's send limit (all producers together)."""
+
+
 async def change(
     catalog: Catalog,
     seen: Seen,
     *,
     producer: dict[str, Any] | None = None,
     consumer: dict[str, Any] | None = None,
+    topic: dict[str, Any] | None = None,
 ) -> None:
-    """Change the owner's producer and/or consumer policy on the topic through the models
-    and wait until the server under test has the new catalog."""
-    marker = await sync_to_async(_apply)(catalog, producer or {}, consumer or {})
+    """Change the owner's producer and/or consumer policy on the topic, and/or the topic,
+    through the models and wait until the server under test has the new catalog."""
+    marker = await sync_to_async(_apply)(catalog, producer or {}, consumer or {}, topic or {})
     await seen(marker)
 
 

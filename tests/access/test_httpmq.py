@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.access.conftest import (
+    LIMITS,
     LOOPBACK_HOST,
     LOOPBACK_NET,
     WRONG_TOKEN,
@@ -241,10 +242,11 @@ async def test_blacklisted_client_cannot_claim_another_address(
 # ---------------------------------------------------------------------- 7: rate limit
 
 
+@LIMITS
 async def test_rate_limited_producer_gets_429_and_only_acknowledged_messages_are_stored(
-    mq: httpx.AsyncClient, mq_seen: Seen, catalog: Catalog, store: Store
+    mq: httpx.AsyncClient, mq_seen: Seen, catalog: Catalog, store: Store, limit: dict
 ):
-    await change(catalog, mq_seen, producer={"rate_limit": 2})
+    await change(catalog, mq_seen, **limit)
     texts = [f"burst-{i}" for i in range(8)]
     responses = [await produce(mq, catalog, text, catalog.owner_token) for text in texts]
     codes = [r.status_code for r in responses]

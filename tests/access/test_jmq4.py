@@ -34,6 +34,7 @@ from brokers.protocols.jmq4 import (
 )
 from brokers.servers.jmq4 import ServerConfig
 from tests.access.conftest import (
+    LIMITS,
     LOOPBACK_HOST,
     LOOPBACK_NET,
     WRONG_TOKEN,
@@ -310,11 +311,12 @@ async def test_blacklisted_client_may_neither_produce_nor_consume(
 # ---------------------------------------------------------------------- 7: rate limit
 
 
+@LIMITS
 async def test_rate_limited_producer_gets_74_and_only_acknowledged_messages_are_stored(
-    catalog: Catalog, broker, conns, store: Store, seen: Seen
+    catalog: Catalog, broker, conns, store: Store, seen: Seen, limit: dict
 ):
     raw = await owner(catalog, conns)
-    await change(catalog, seen, producer={"rate_limit": 2})
+    await change(catalog, seen, **limit)
     bodies = [f"burst-{i}".encode() for i in range(8)]
     for i, body in enumerate(bodies):  # pipelined: all sent before any reply is read
         raw.send(frame_bytes(produce(catalog.topic, catalog.owner, body), 100 + i))

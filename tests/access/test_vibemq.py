@@ -22,6 +22,7 @@ import pytest
 import websockets
 
 from tests.access.conftest import (
+    LIMITS,
     LOOPBACK_HOST,
     LOOPBACK_NET,
     WRONG_TOKEN,
@@ -313,10 +314,11 @@ async def test_blacklisted_client_may_neither_publish_nor_subscribe(
 # ---------------------------------------------------------------------- 7: rate limit
 
 
+@LIMITS
 async def test_rate_limited_producer_gets_rate_limited_and_only_acked_messages_are_stored(
-    vibemq: Endpoint, catalog: Catalog, store: Store
+    vibemq: Endpoint, catalog: Catalog, store: Store, limit: dict
 ):
-    await change(catalog, vibemq.seen, producer={"rate_limit": 2})
+    await change(catalog, vibemq.seen, **limit)
     owner = await session(vibemq, catalog.owner_token)
     ids = [f"m{i}" for i in range(8)]
     for msg_id in ids:  # pipelined: all sent before any reply is read

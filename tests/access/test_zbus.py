@@ -16,6 +16,7 @@ import pytest
 
 from brokers.protocols.zbus import Message
 from tests.access.conftest import (
+    LIMITS,
     LOOPBACK_HOST,
     LOOPBACK_NET,
     WRONG_TOKEN,
@@ -209,10 +210,11 @@ async def test_blacklisted_client_may_neither_produce_nor_consume(
 # ---------------------------------------------------------------------- 7: rate limit
 
 
+@LIMITS
 async def test_rate_limited_producer_gets_403_and_only_acknowledged_messages_are_stored(
-    catalog: Catalog, conn, store: Store, seen: Seen
+    catalog: Catalog, conn, store: Store, seen: Seen, limit: dict
 ):
-    await change(catalog, seen, producer={"rate_limit": 2})
+    await change(catalog, seen, **limit)
     owner = await conn()
     bodies = {f"p{i}": f"burst-{i}".encode() for i in range(8)}
     await owner.send(

@@ -80,6 +80,9 @@ class TopicInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, g
     groups: tuple[PartitionGroupInfo, ...] = ()
     retention_max_age_s: int | None = None
     retention_max_count: int | None = None
+    send_limit: int | None = None
+    """Messages per second the topic takes from all its producers together (None: no
+    topic-wide limit)."""
     queue: QueueSettings = QueueSettings()
     zbus_mode: int = 0
     zbus_token_hash: str = ""

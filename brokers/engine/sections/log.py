@@ -87,7 +87,7 @@ class LogSection(EngineBase):
                 partition=partition,
                 qos=qos,
                 client_address=client_address,
-                rate_limited=policy.rate_limit is not None,
+                rate_limited=self.gate.limits_produce(policy),
                 as_leader=as_leader,
             )
         except EngineError as exc:
@@ -212,7 +212,8 @@ class LogSection(EngineBase):
                 info, app, messages, qos=qos, client_address=client_address
             )
         admitted = len(messages)
-        if policy.rate_limit:
+        limited = self.gate.limits_produce(policy)
+        if limited:
             admitted = await self.gate.admit_produce_up_to(policy, len(messages))
             cut = len(messages) - admitted
             self.counters.refused(topic=topic, app=app, kind="rate_limited", count=cut)
@@ -220,8 +221,8 @@ class LogSection(EngineBase):
         args = {"partition": partition, "qos": qos, "client_address": client_address}
         if info.queue.max_queue_size is not None:
             out = await self._append_many_bounded(info, app, messages[:admitted], **args)
-            if policy.rate_limit:
-                refused = RateLimited(f"producer {policy.name} is over its rate limit")
+            if limited:
+                refused = RateLimited(self.gate.over_limit(policy))
                 out.extend(refused for _ in messages[admitted:])
             return out
         try:
@@ -237,7 +238,7 @@ class LogSection(EngineBase):
                 except InvalidMessage as exc:
                     self._refused(topic, app, exc)
                     out.append(exc)
-        refused = RateLimited(f"producer {policy.name} is over its {policy.rate_limit}/s limit")
+        refused = RateLimited(self.gate.over_limit(policy))
         out.extend(refused for _ in messages[admitted:])
         return out
 
