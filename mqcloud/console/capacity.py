@@ -14,7 +14,6 @@ how many days remain until a node with a memory limit is full, and the last 30 d
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -59,13 +58,10 @@ def build(day: date, *, partial: bool = False) -> CapacityReport:
         .values("name")
         .annotate(messages=Sum("messages"), bytes=Sum("bytes"))
     }
-    per_cluster: dict[str, dict[str, int]] = defaultdict(
-        lambda: dict.fromkeys(
-            ("topics", "partitions", "stored_messages", "produced_messages", "produced_bytes"), 0
-        )
-    )
-    for name in Cluster.objects.values_list("name", flat=True):
-        per_cluster[name]  # every cluster, even an empty one
+    fields = ("topics", "partitions", "stored_messages", "produced_messages", "produced_bytes")
+    per_cluster: dict[str, dict[str, int]] = {  # every cluster, even an empty one
+        name: dict.fromkeys(fields, 0) for name in Cluster.objects.values_list("name", flat=True)
+    }
     for code, partitions, cluster in topics:
         row = per_cluster[cluster]
         row["topics"] += 1
