@@ -217,17 +217,10 @@ class Gate:
         not let through goes back to the producer."""
         if count <= 0:
             return count
-        acquire = self._limiter.acquire_up_to if up_to else self._limiter.acquire
-
-        async def take(kind: str, app: str, rate: int, cost: int, now: int) -> tuple[int, int]:
-            permit = await acquire(kind, policy.topic, app, rate=rate, cost=cost, now_ms=now)
-            got = permit.count if up_to else (cost if permit.granted else 0)
-            return got, permit.retry_after_ms
-
         granted = count
         if policy.rate_limit:
-            granted, wait = await take(
-                PRODUCE, policy.app, policy.rate_limit, count, self._now_ms()
+            granted, wait = await self._take(
+                PRODUCE, policy.topic, policy.app, policy.rate_limit, count, up_to
             )
             if not granted:
                 raise RateLimited(
@@ -236,14 +229,22 @@ class Gate:
         limit = self.send_limit(policy)
         if not limit:
             return granted
-        now = self._now_ms()
-        admitted, wait = await take(TOPIC_SEND, "", limit, granted, now)
-        await self._refund(policy, granted - admitted, now)
+        admitted, wait = await self._take(TOPIC_SEND, policy.topic, "", limit, granted, up_to)
+        await self._refund(policy, granted - admitted)
         if not admitted:
             raise RateLimited(f"topic {policy.topic} is over its {limit}/s send limit", wait)
         return admitted
 
-    async def _refund(self, policy: ProducerPolicyInfo, count: int, now_ms: int) -> None:
+    async def _take(
+        self, kind: str, topic: str, app: str, rate: int, cost: int, up_to: bool
+    ) -> tuple[int, int]:
+        """(permits granted, ms to wait when none) of one bucket: up to ``cost``, or all
+        ``cost`` or none."""
+        acquire = self._limiter.acquire_up_to if up_to else self._limiter.acquire
+        permit = await acquire(kind, topic, app, rate=rate, cost=cost, now_ms=self._now_ms())
+        return (permit.count if up_to else (cost if permit.granted else 0)), permit.retry_after_ms
+
+    async def _refund(self, policy: ProducerPolicyInfo, count: int) -> None:
         """Give the producer back ``count`` permits its topic's limit did not let through."""
         if policy.rate_limit and count > 0:
             await self._limiter.charge(
@@ -252,7 +253,7 @@ class Gate:
                 policy.app,
                 rate=policy.rate_limit,
                 cost=-count,
-                now_ms=now_ms,
+                now_ms=self._now_ms(),
             )
 
     async def produce(
