@@ -24,9 +24,9 @@ from django.views.decorators.http import require_POST
 
 from mqcloud.approvals.services import record
 from mqcloud.console import access
-from mqcloud.console.feedback import clean_message, console_path
 from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.console.models import ANNOUNCEMENT_TEXT_MAX, Announcement
+from mqcloud.console.user_input import clean_message, console_path
 
 SHOWN = 5
 """The most banners a page shows (the newest running ones)."""

@@ -14,12 +14,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from brokers.models import Topic
 from mqcloud.console import access
 from mqcloud.console.models import FAVORITES_MAX, FavoriteTopic
+from mqcloud.console.user_input import console_path
 
 
 class FavoritesFull(Exception):
@@ -82,16 +82,10 @@ def toggle(request: HttpRequest, code: str) -> HttpResponse:
                 "topic": topic,
                 "starred": starred,
                 "star_error": error,
-                "next": _console_path(request.POST.get("next", "")),
+                "next": console_path(request.POST.get("next", "")),
             },
         )
     if error:
         messages.error(request, error.capitalize() + ".")
-    target = _console_path(request.POST.get("next", ""))
+    target = console_path(request.POST.get("next", ""))
     return redirect(target) if target else redirect("console:topic", code=topic.code)
-
-
-def _console_path(target: str) -> str:
-    """``target`` if it is a path on this console, else ''."""
-    ok = target.startswith("/") and url_has_allowed_host_and_scheme(target, allowed_hosts=None)
-    return target if ok else ""

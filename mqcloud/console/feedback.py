@@ -22,7 +22,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from mqcloud.alerts.delivery import platform_admins
@@ -36,9 +35,11 @@ from mqcloud.console.models import (
     FEEDBACK_TEXT_MAX,
     Feedback,
 )
+from mqcloud.console.user_input import clean_message, console_path
 
 NOTICE_EXCERPT = 200
 """How much of a text a notification quotes."""
+PAGE_MAX = Feedback._meta.get_field("page").max_length
 FEEDBACK = ListSpec(
     sorts={"created": ["created_at"], "author": ["author__username"], "state": ["state"]},
     default_sort="-created",
@@ -59,26 +60,10 @@ def visible_to(user: AbstractBaseUser) -> QuerySet[Feedback]:
     return rows if access.is_platform_admin(user) else rows.filter(author_id=user.pk)
 
 
-def clean_message(raw: object, limit: int, what: str) -> str:
-    """A feedback text or answer: a non-empty string of at most ``limit`` characters
-    without NUL; ValidationError otherwise."""
-    if not isinstance(raw, str):
-        raise ValidationError(f"The {what} must be text.")
-    text = raw.strip()
-    if not text:
-        raise ValidationError(f"Write the {what}.")
-    if len(text) > limit:
-        raise ValidationError(f"The {what} is at most {limit} characters (it has {len(text)}).")
-    if "\x00" in text:
-        raise ValidationError(f"The {what} cannot contain NUL characters.")
-    return text
-
-
-def console_path(raw: object) -> str:
-    """The console page a feedback was sent from: a path on this site, else ''."""
-    if not isinstance(raw, str) or not raw.startswith("/") or len(raw) > 300 or "\x00" in raw:
-        return ""
-    return raw if url_has_allowed_host_and_scheme(raw, allowed_hosts=None) else ""
+def source_page(raw: object) -> str:
+    """The console page a feedback was sent from, if it is one that fits, else ''."""
+    page = console_path(raw)
+    return page if len(page) <= PAGE_MAX else ""
 
 
 def _excerpt(text: str) -> str:
@@ -101,7 +86,7 @@ def send(user: AbstractBaseUser, text: object, page: object = "") -> Feedback:
             "please wait before sending more."
         )
     with transaction.atomic():
-        item = Feedback.objects.create(author=user, text=clean, page=console_path(page))
+        item = Feedback.objects.create(author=user, text=clean, page=source_page(page))
         record(user, "feedback-sent", f"feedback:{item.pk}")
         notice = f"Feedback #{item.pk} from {user.get_username()}: {_excerpt(clean)}"
         Notification.objects.bulk_create(
@@ -150,7 +135,7 @@ def feedback_list(request: HttpRequest) -> HttpResponse:
     """The user's feedback (everyone's for platform admins) and the form to send more;
     ``?from=`` names the page the user came from."""
     form = FeedbackForm(
-        request.POST or None, initial={"page": console_path(request.GET.get("from"))}
+        request.POST or None, initial={"page": source_page(request.GET.get("from"))}
     )
     status = 200
     if request.method == "POST" and form.is_valid():
