@@ -206,9 +206,15 @@ async def append_blob(
     expected_first: int = -1,
     leader: int | None = None,
     notice: str | None = None,
+    seen_next: int | None = None,
 ) -> int:
     """Append records already concatenated in ``blob`` (taking ``total`` indexes, carrying
     indexes from ``max(0, expected_first)`` on) atomically to one partition; the first index.
+
+    ``seen_next``: the partition's next index as the caller last saw it stored (default
+    ``expected_first``) — the lowest first index this call can get, which a repeat passes
+    to the script. It differs from ``expected_first`` when the caller guesses past
+    appends still in flight (see :meth:`brokers.engine.sections.log.LogSection._append`).
 
     With ``leader``, only while Redis records that broker as the partition's leader (or
     none): else :class:`BrokerNotLeader` and nothing is stored. ``notice``: what to
@@ -229,7 +235,7 @@ async def append_blob(
         script_keys,
         args,
         qos,
-        expected_first,
+        expected_first if seen_next is None else seen_next,
         fence,
         leader,
         f"{topic}/{partition}",
@@ -242,15 +248,15 @@ async def _append_attempt(
     script_keys: tuple[str, str, str],
     args: tuple[object, ...],
     qos: QoS,
-    expected_first: int,
+    seen_next: int,
     fence: str,
     leader: int | None,
     where: str,
     repeat: bool,
 ) -> int:
     """One try of :func:`append_blob`'s script (``repeat``: the script checks whether
-    the try before was stored after all)."""
-    floor = fmt_int(expected_first) if repeat else ""
+    the try before was stored after all, back to ``seen_next``)."""
+    floor = fmt_int(seen_next) if repeat else ""
     first = int(await durability.run(APPEND, script_keys, (*args, floor, REMEMBERED, fence), qos))
     if first == -2:
         raise BrokerNotLeader(f"broker {leader} no longer leads {where}: the write was refused")

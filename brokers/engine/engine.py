@@ -94,7 +94,8 @@ class Engine(
         )
         self.clients = Clients(redis, lambda: self.holders.id, self.holders.start)
         self.gate = Gate(catalog, RateLimiter(redis), self.now_ms, self.clients.seen)
-        self._next_guess: dict[tuple[str, int], int] = {}
+        self._next_guess: dict[tuple[str, int], int] = {}  # past the appends in flight
+        self._next_seen: dict[tuple[str, int], int] = {}  # as the last append returned
         self.retry_presence = RetryPresence(self.notifier, self.now_ms)
         self._fetcher = Fetcher(
             redis, self.notifier, self.now_ms, self._retry_for, self._rng, self.retry_presence

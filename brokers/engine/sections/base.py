@@ -115,6 +115,7 @@ class EngineBase:
     _rng: random.Random
     _turns: PartitionTurns
     _next_guess: dict[tuple[str, int], int]
+    _next_seen: dict[tuple[str, int], int]
     _fetcher: Fetcher
     retry_presence: RetryPresence
 

@@ -125,7 +125,10 @@ class LogSection(EngineBase):
         )
         now = self.now_ms()
         slot = (topic, chosen)
+        seen = self._next_seen.get(slot, -1)
         guess = self._next_guess.get(slot, -1)
+        if guess < seen:
+            guess = seen
         counts: Sequence[int]
         if isinstance(messages, WireBlob):
             blob, counts, total = stamp_wire(
@@ -147,29 +150,38 @@ class LogSection(EngineBase):
             blob = pack_records(records, max(0, guess))
             counts = [count for _, count in records]
             total = sum(counts)
-        if rate_limited and policy is not None:
-            await self.gate.admit_produce(policy, total)
-        if info.queue.max_queue_size is not None:  # a bounded topic: the overflow policy
-            [verdict] = await self._append_bounded(info, chosen, [(blob, total)], qos)
-            if not isinstance(verdict, int):
-                return await self._overflowed(info, app, chosen, blob, verdict, now, qos)
-            first_index = verdict
-        else:
-            first_index = await append_blob(
-                self.redis,
-                self.durability,
-                topic,
-                chosen,
-                blob,
-                total,
-                qos,
-                expected_first=guess,
-                leader=as_leader,
-                notice=self.notifier.claim(
-                    topic, chosen, total, early=self.durability.pipelined(qos)
-                ),
-            )
+        if guess >= 0:  # the next call guesses past this one while it is in flight
+            self._next_guess[slot] = guess + total
+        try:
+            if rate_limited and policy is not None:
+                await self.gate.admit_produce(policy, total)
+            if info.queue.max_queue_size is not None:  # a bounded topic: the overflow policy
+                [verdict] = await self._append_bounded(info, chosen, [(blob, total)], qos)
+                if not isinstance(verdict, int):
+                    self._next_guess.pop(slot, None)  # nothing appended: guess from the seen
+                    return await self._overflowed(info, app, chosen, blob, verdict, now, qos)
+                first_index = verdict
+            else:
+                first_index = await append_blob(
+                    self.redis,
+                    self.durability,
+                    topic,
+                    chosen,
+                    blob,
+                    total,
+                    qos,
+                    expected_first=guess,
+                    leader=as_leader,
+                    notice=self.notifier.claim(
+                        topic, chosen, total, early=self.durability.pipelined(qos)
+                    ),
+                    seen_next=seen,
+                )
+        except BaseException:
+            self._next_guess.pop(slot, None)  # its indexes were not taken: guess from the seen
+            raise
         end = first_index + total
+        self._saw_append(slot, seen, guess, first_index, end)
         if total == len(counts):
             indexes = tuple(range(first_index, end))
         else:
@@ -177,11 +189,32 @@ class LogSection(EngineBase):
             for count in counts:
                 indexes.append(pos)
                 pos += count
-        self._next_guess[slot] = end
         self.counters.record(
             topic=topic, app=app, broker=self.broker_id, produced=total, produced_bytes=len(blob)
         )
         return AppendResult(topic, chosen, first_index, tuple(indexes), total, now)
+
+    def _saw_append(
+        self, slot: tuple[str, int], seen: int, guess: int, first: int, end: int
+    ) -> None:
+        """Remember what an append of ``slot`` got (``first`` .. ``end``), having guessed
+        ``guess`` when the partition's next index last seen stored was ``seen``.
+
+        Concurrent appends to one partition each guess past the ones still in flight
+        (``_next_guess``), so the script finds its records already carrying their indexes
+        and does not rewrite them in Lua (93 of its 100 µs per call of 32 when every
+        concurrent call guessed the same index). A wrong guess (Redis ran them in another
+        order, another process appended, a call in flight failed) moves the guess to the
+        end of what is known to be taken; a first index below the one seen (the partition
+        was emptied and begun again) starts both over from the truth."""
+        if first < seen:
+            self._next_seen[slot] = end
+            self._next_guess[slot] = end
+            return
+        if end > self._next_seen.get(slot, -1):
+            self._next_seen[slot] = end
+        if first != guess and end > self._next_guess.get(slot, -1):
+            self._next_guess[slot] = end
 
     async def append_many(
         self,
