@@ -392,6 +392,10 @@ ALERT_THROTTLE_SECONDS = env.int("ALERT_THROTTLE_SECONDS", default=3600)
 # was to carry is sent again (every minute, for ALERT_RETRY_HOURS) once it is over.
 ALERT_CHANNEL_PAUSE_SECONDS = env.int("ALERT_CHANNEL_PAUSE_SECONDS", default=60)
 ALERT_RETRY_HOURS = env.float("ALERT_RETRY_HOURS", default=24)
+# The daily capacity report is e-mailed to the platform admins; its link to /capacity/
+# needs the console's address as users reach it (empty: no link).
+CAPACITY_REPORT_MAIL = env.bool("CAPACITY_REPORT_MAIL", default=True)
+CONSOLE_PUBLIC_URL = env.str("CONSOLE_PUBLIC_URL", default="")
 # Text messages for the users who opted in (their phone number, on the alerts page): an
 # HTTP gateway taking POST {"to": [numbers], "text": ...}; empty: no text messages. The
 # token, when set, goes as "Authorization: Bearer <token>" (keep it in the environment).

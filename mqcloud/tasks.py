@@ -237,11 +237,15 @@ def release_delayed_messages() -> int:
 
 @shared_task
 def make_capacity_report() -> bool:
-    """Make yesterday's capacity report unless it exists (beat: hourly, so a beat that
-    was down at midnight catches up); whether it made one."""
+    """Make yesterday's capacity report unless it exists, and e-mail it to the platform
+    admins unless it was (beat: hourly, so a beat that was down at midnight, or mail
+    that was, catches up); whether it made one."""
     from mqcloud.console.capacity import make_missing_report
+    from mqcloud.console.capacity_mail import mail_latest_report
 
-    return make_missing_report()
+    made = make_missing_report()
+    mail_latest_report()
+    return made
 
 
 @shared_task

@@ -113,20 +113,24 @@ def _mail_address() -> str:
     return f"{settings.EMAIL_BACKEND} {settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
 
 
-def _send_mail(event: AlertEvent, recipients: list[str]) -> bool:
-    """E-mail ``event`` to ``recipients``; False when it is to be tried again."""
+def mail(subject: str, body: str, recipients: Sequence[str]) -> bool:
+    """E-mail ``body`` to ``recipients`` unless the mail channel is paused; False when it
+    is to be tried again (paused, or it failed now: then it is paused, for every worker)."""
     address = _mail_address()
     if channels.paused("mail", address):
         return False
     try:
-        send_mail(
-            f"[mqcloud] {event.message}", event.message, settings.DEFAULT_FROM_EMAIL, recipients
-        )
-    except Exception:  # the alert stays in the history even when mail is down
-        log.exception("could not e-mail alert %s", event.pk)
+        send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, list(recipients))
+    except Exception:  # what was to be sent stays where it was, to be tried again
+        log.exception("could not e-mail %r", subject)
         channels.pause("mail", address)
         return False
     return True
+
+
+def _send_mail(event: AlertEvent, recipients: list[str]) -> bool:
+    """E-mail ``event`` to ``recipients``; False when it is to be tried again."""
+    return mail(f"[mqcloud] {event.message}", event.message, recipients)
 
 
 def _send(event: AlertEvent, emails: list[str], numbers: list[str], webhook: bool) -> None:

@@ -47,7 +47,7 @@ class CapacityReportSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = CapacityReport
-        fields = ["day", "partial", "store", "clusters", "top_topics", "created_at"]
+        fields = ["day", "partial", "store", "clusters", "top_topics", "created_at", "emailed_at"]
         read_only_fields = fields
 
 

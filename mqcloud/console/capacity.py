@@ -10,6 +10,7 @@ the ten topics storing the most. An hourly beat task makes the previous day's re
 it is missing; a platform admin may make the current day's (marked partial) at any time.
 ``/capacity/`` shows the latest report, the store's growth per day over the last week and
 how many days remain until a node with a memory limit is full, and the last 30 days.
+Each day's report is e-mailed to the platform admins (:mod:`.capacity_mail`).
 """
 
 from __future__ import annotations

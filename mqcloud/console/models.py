@@ -132,6 +132,9 @@ class CapacityReport(models.Model):
         default=list, help_text="The topics storing the most messages: [{code, cluster, stored}]"
     )
     created_at = models.DateTimeField(auto_now=True)
+    emailed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When it was e-mailed to the platform admins."
+    )
 
     class Meta:
         ordering = ["-day"]

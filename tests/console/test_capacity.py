@@ -5,16 +5,22 @@ the page shows each node's growth and days until full, and only platform admins 
 
 from __future__ import annotations
 
+import smtplib
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
+from django.core import mail
+from django.core.mail.backends.base import BaseEmailBackend
+from django.test import Client
 from django.utils import timezone
 
 from brokers.engine import Engine, Message
+from mqcloud import tasks
 from mqcloud.approvals.models import AuditEvent
 from mqcloud.console import capacity
 from mqcloud.console.models import CapacityReport
 from pipeline.models import TrafficMinute
+from tests import factories
 from tests.engine_calls import engine_call
 
 pytestmark = pytest.mark.django_db
@@ -129,3 +135,60 @@ def test_the_api_lists_reads_and_makes_reports(client, world):
     assert client.get(f"{api}{day}/").json()["store"][0]["used_bytes"] > 0
     assert client.get(f"{api}2001-02-30/").status_code == 404
     assert client.get(f"{api}1999-01-01/").status_code == 404
+
+
+class DownBackend(BaseEmailBackend):
+    """An e-mail backend whose SMTP server refuses every message."""
+
+    def send_messages(self, messages: list) -> int:
+        raise smtplib.SMTPServerDisconnected("connection unexpectedly closed")
+
+
+def test_the_days_report_is_e_mailed_to_the_admins_once(world, settings):
+    settings.CONSOLE_PUBLIC_URL = "https://mq.example.test/"
+    factories.user("ops", admin=True)
+    gone = factories.user("gone", admin=True)
+    gone.is_active = False
+    gone.save()
+    produce("orders", "shop", {0: 2})
+    today = timezone.now().date()
+    yesterday = today - timedelta(days=1)
+    (store_node,) = capacity.build(today, partial=True).store  # on demand: never e-mailed
+    CapacityReport.objects.create(  # the growth is measured against it
+        day=yesterday - timedelta(days=6), store=[{**store_node, "used_bytes": 1}]
+    )
+    mail.outbox.clear()
+    assert tasks.make_capacity_report() is True
+    (sent,) = mail.outbox
+    assert sorted(sent.to) == ["ops@example.test", "root@example.test"]
+    assert sent.subject.startswith(f"[mqcloud] capacity report {yesterday.isoformat()}")
+    assert f"{world.topic.cluster.name}: 2 topics" in sent.body
+    assert "orders (" in sent.body and ": 2\n" in sent.body  # the topic storing the most
+    assert "a day" in sent.body  # the node's growth against the report of a week before
+    assert "https://mq.example.test/capacity/" in sent.body
+    assert CapacityReport.objects.get(day=yesterday).emailed_at is not None
+    assert tasks.make_capacity_report() is False
+    assert len(mail.outbox) == 1  # once
+    page = Client()
+    page.force_login(world.root)
+    # the history says which day's report went out
+    assert "e-mailed to the platform admins" in page.get("/capacity/").content.decode()
+
+
+def test_a_report_mail_that_fails_is_sent_by_the_next_run(world, settings):
+    settings.EMAIL_BACKEND = f"{__name__}.DownBackend"
+    assert tasks.make_capacity_report() is True
+    yesterday = timezone.now().date() - timedelta(days=1)
+    assert CapacityReport.objects.get(day=yesterday).emailed_at is None
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    mail.outbox.clear()
+    assert tasks.make_capacity_report() is False  # made before: only e-mailed now
+    assert len(mail.outbox) == 1
+    assert CapacityReport.objects.get(day=yesterday).emailed_at is not None
+
+
+def test_report_mail_can_be_turned_off(world, settings):
+    settings.CAPACITY_REPORT_MAIL = False
+    mail.outbox.clear()
+    assert tasks.make_capacity_report() is True
+    assert mail.outbox == []
