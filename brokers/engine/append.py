@@ -176,6 +176,20 @@ def pack_records(records: Sequence[tuple[bytes, int]], first: int) -> bytes:
     return bytes(blob)
 
 
+def guess_indexes(units: Sequence[tuple[bytes, int]], first: int) -> list[tuple[bytes, int]]:
+    """``(record, count)`` units of ONE record each, stored one after the other from
+    ``first``: each record with the index it gets when all are stored. (A unit of several
+    records must carry consecutive indexes in all of them, as :func:`pack_records`
+    writes: the bounded append's script checks only a unit's first record.)"""
+    out, index = [], first
+    for record, count in units:
+        stamped = bytearray(record)
+        _I64.pack_into(stamped, 6, index)
+        out.append((bytes(stamped), count))
+        index += count
+    return out
+
+
 async def append_records(
     client: AnyRedis,
     durability: Durability,

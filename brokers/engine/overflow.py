@@ -52,7 +52,8 @@ local function count_at(idx)
   return fi + c - idx
 end
 -- the records of one unit (a message, or an atomic batch of records) get their indexes
--- with stamp() (append.STAMP_LUA)
+-- with stamp() (append.STAMP_LUA), unless the caller guessed them right: its first
+-- record's index field (bytes 7-14) already holds the index the unit is stored at
 local out, stored = {}, 0
 for i = 5, #ARGV, 2 do
   local floor = math.max(mn, fan)  -- without groups: what no fan-out member was handed yet
@@ -103,7 +104,9 @@ for i = 5, #ARGV, 2 do
     if verdict == 'dropped' then redis.call('HINCRBY', meta, 'dropped', 1) end
     out[#out + 1] = verdict
   else
-    redis.call('XADD', stream, s(nxt) .. '-' .. ARGV[i], 'm', stamp(ARGV[i + 1], nxt))
+    local unit = ARGV[i + 1]
+    if struct.unpack('>i8', unit, 7) ~= nxt then unit = stamp(unit, nxt) end
+    redis.call('XADD', stream, s(nxt) .. '-' .. ARGV[i], 'm', unit)
     out[#out + 1] = s(nxt)
     nxt = nxt + tonumber(ARGV[i]); stored = stored + 1
   end
@@ -132,7 +135,9 @@ async def append_bounded(
     notice: str | None = None,
 ) -> list[int | str]:
     """Store ``(records, count)`` units one by one under the bound (a unit is one message,
-    or an atomic append's records concatenated); per unit the index it got or its verdict (:data:`DROPPED`, :data:`FULL`, :data:`REDIRECT`)."""
+    or an atomic append's records concatenated); per unit the index it got or its verdict
+    (:data:`DROPPED`, :data:`FULL`, :data:`REDIRECT`). Units whose records already carry
+    the indexes they get are stored as they are; the others are rewritten in Lua."""
     keys = PartitionKeys(topic, partition)
     said = partition if notice is None else notice  # see Notifier.claim
     args: list[object] = [notify_channel(topic), said, max_size, policy]

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-from brokers.engine import Message, QoS, StoreUnavailable
+from brokers.engine import Message, QoS, QueueSettings, StoreUnavailable
 from brokers.engine import append as append_mod
+from brokers.engine.append import guess_indexes, pack_records
 from brokers.engine.keys import PartitionKeys
-from brokers.engine.record import record_index
+from brokers.engine.overflow import append_bounded
+from brokers.engine.record import encode_record, record_index
 from brokers.engine.sections import log as log_section
 from tests.engine.conftest import snapshot
 
@@ -133,3 +135,62 @@ async def test_a_repeat_asks_back_to_the_index_last_seen_not_the_guess():
     assert first == 12
     floor = durability.args[0][6]
     assert floor == "4"  # the call guessed 12, but could have landed at 4 (others in flight)
+
+
+def _spy_on_bounded(monkeypatch) -> list[list[int | str]]:
+    """The verdicts of every bounded append call from now on."""
+    calls: list[list[int | str]] = []
+    real = log_section.append_bounded
+
+    async def spied(*args, **kwargs):
+        verdicts = await real(*args, **kwargs)
+        calls.append(verdicts)
+        return verdicts
+
+    monkeypatch.setattr(log_section, "append_bounded", spied)
+    return calls
+
+
+def _bounded(max_size: int, policy: str):
+    return snapshot(
+        topics={
+            "q": {
+                "partitions": 1,
+                "queue": QueueSettings(max_queue_size=max_size, overflow_policy=policy),
+            }
+        }
+    )
+
+
+async def test_bounded_appends_guess_too_and_a_drop_moves_the_rest(make_engine):
+    """A bounded topic's appends carry their guessed indexes; the units after one the
+    bound dropped are stored at the index they really get."""
+    engine = make_engine(_bounded(10, "DropNewest"))
+    await engine.append("q", "a", [Message(b"first")])
+    await asyncio.gather(*(engine.append("q", "a", [Message(b"%d" % n)] * 2) for n in range(4)))
+    assert engine._next_guess[("q", 0)] == engine._next_seen[("q", 0)] == 9
+    # one pipelined call of 3: the second fits (backlog 9 < 10), the third is dropped
+    results = await engine.append_many("q", "a", [Message(b"a"), Message(b"b"), Message(b"c")])
+    assert [r.indexes for r in results] == [(9,), (), ()]  # 10 stored: "b" and "c" dropped
+    assert [r.dropped for r in results] == [False, True, True]
+    assert await _stored_indexes(engine, "q", 0) == [(i, i) for i in range(10)]
+    # what was reserved for the dropped ones is given back: the next call guesses 10
+    assert engine._next_guess.get(("q", 0), 10) == engine._next_seen[("q", 0)] == 10
+
+
+async def test_a_bounded_unit_guessed_wrong_is_stamped_where_it_lands(make_engine, store):
+    """The bounded script trusts a unit's first index field only when it is the index the
+    unit lands at (a unit is guessed wrong when a call before it in flight dropped some)."""
+    engine = make_engine(_bounded(100, "DropNewest"))
+    await engine.append("q", "a", [Message(b"first")])
+    right = guess_indexes([encode_record(Message(b"right"), app="a", now_ms=1)], 1)[0]
+    wrong = guess_indexes([encode_record(Message(b"wrong"), app="a", now_ms=1)], 7)[0]
+    batch = pack_records(
+        [encode_record(Message(b"b%d" % n), app="a", now_ms=1) for n in range(3)], 40
+    )
+    verdicts = await append_bounded(
+        store, engine.durability, "q", 0, [], [right, wrong, (batch, 3)], max_size=100,
+        policy="DropNewest", qos=QoS.RECEIVED,
+    )  # fmt: skip
+    assert verdicts == [1, 2, 3]
+    assert await _stored_indexes(engine, "q", 0) == [(i, i) for i in range(6)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from brokers.engine.append import append_blob, choose_partition, pack_records
+from brokers.engine.append import append_blob, choose_partition, guess_indexes, pack_records
 from brokers.engine.catalog import (
     TopicInfo,
 )
@@ -384,7 +384,26 @@ class LogSection(EngineBase):
                 results[pos] = exc
                 continue
             positions.append(pos)
-        verdicts = await self._append_bounded(info, chosen, units, qos) if units else []
+        if not units:
+            return [r for r in results if r is not None]
+        slot = (info.code, chosen)
+        seen = self._next_seen.get(slot, -1)
+        guess = max(seen, self._next_guess.get(slot, -1))
+        if guess >= 0:  # each unit carries the index it gets if none is dropped before it
+            units = guess_indexes(units, guess)
+            self._next_guess[slot] = guess + sum(count for _, count in units)
+        try:
+            verdicts = await self._append_bounded(info, chosen, units, qos)
+        except BaseException:
+            self._next_guess.pop(slot, None)
+            raise
+        stored = [
+            (v, count) for v, (_, count) in zip(verdicts, units, strict=True) if isinstance(v, int)
+        ]
+        if stored:
+            self._saw_append(slot, seen, guess, stored[0][0], stored[-1][0] + stored[-1][1])
+        if len(stored) < len(units):  # what was guessed for those not stored was not taken
+            self._next_guess.pop(slot, None)
         produced = size = 0
         for pos, (record, count), verdict in zip(positions, units, verdicts, strict=True):
             if isinstance(verdict, int):
