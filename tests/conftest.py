@@ -2,9 +2,10 @@
 
 import pytest
 
+from tests.mail_backends import smtp_down
 from tests.redis_fixtures import redis_client, redis_url, require_test_session
 
-__all__ = ["redis_client", "redis_url"]
+__all__ = ["redis_client", "redis_url", "smtp_down"]
 
 
 @pytest.fixture(scope="session")

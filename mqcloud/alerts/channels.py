@@ -8,13 +8,18 @@ gateway that hangs cost every alert its timeout: a check that fired 2,000 backlo
 in an outage held its Celery worker for hours, and the checks piling up behind it took
 every worker slot from offset resets and pauses. A channel is known by its name and its
 address, so another gateway configured meanwhile is tried at once.
+
+Platform admins see each configured channel's state on the alerts page (:func:`states`)
+and may end a pause there once the channel is fixed (:func:`resume`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+from dataclasses import dataclass
 from functools import lru_cache
+from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
@@ -48,6 +53,58 @@ def pause(channel: str, address: str) -> None:
 
 
 def resume(channel: str, address: str) -> None:
-    """Forget a pause of ``channel`` at ``address`` (from a shell, once it is fixed)."""
+    """Forget a pause of ``channel`` at ``address`` (once it is fixed)."""
     with contextlib.suppress(redis.RedisError):
         _client(settings.REDIS_URL).delete(_key(channel, address))
+
+
+def mail_address() -> str:
+    """The mail channel's address: the e-mail backend and its SMTP server."""
+    return f"{settings.EMAIL_BACKEND} {settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
+
+
+@dataclass(frozen=True)
+class ChannelState:
+    """A configured channel as the alerts page shows it."""
+
+    name: str  # mail | webhook | sms
+    label: str
+    shown_address: str  # where it goes, without the secrets a URL may carry
+    address: str
+    paused_seconds: int | None  # None: not paused (or Redis cannot tell)
+
+
+def _shown_url(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+
+
+def configured() -> list[tuple[str, str, str, str]]:
+    """(name, label, address shown, address) of each channel configured now."""
+    out = [
+        (
+            "mail",
+            "E-mail",
+            f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}",
+            mail_address(),
+        )
+    ]
+    if settings.ALERT_WEBHOOK_URL:
+        url = settings.ALERT_WEBHOOK_URL
+        out.append(("webhook", "Webhook", _shown_url(url), url))
+    if settings.SMS_GATEWAY_URL:
+        url = settings.SMS_GATEWAY_URL
+        out.append(("sms", "Text messages", _shown_url(url), url))
+    return out
+
+
+def states() -> list[ChannelState]:
+    """Each configured channel with the seconds left of its pause."""
+    out = []
+    for name, label, shown, address in configured():
+        left = None
+        with contextlib.suppress(redis.RedisError):
+            ttl = _client(settings.REDIS_URL).ttl(_key(name, address))
+            left = max(1, int(ttl)) if ttl is not None and ttl >= 0 else None
+        out.append(ChannelState(name, label, shown, address, left))
+    return out

@@ -109,14 +109,10 @@ def send_sms(numbers: Sequence[str], text: str) -> Sent:
     return sent
 
 
-def _mail_address() -> str:
-    return f"{settings.EMAIL_BACKEND} {settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
-
-
 def mail(subject: str, body: str, recipients: Sequence[str]) -> bool:
     """E-mail ``body`` to ``recipients`` unless the mail channel is paused; False when it
     is to be tried again (paused, or it failed now: then it is paused, for every worker)."""
-    address = _mail_address()
+    address = channels.mail_address()
     if channels.paused("mail", address):
         return False
     try:

@@ -1,6 +1,7 @@
 """In-console notifications, the audit trail, and alerts (rules and history) — each list
 searched, filtered, sorted and paged on the server (:mod:`mqcloud.console.listing`) —
-and the platform admins' choice to be copied on every alert."""
+the platform admins' choice to be copied on every alert, and the alert channels' state
+(paused after a failure, what waits for them) with the admins' "resume now"."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from mqcloud.alerts import channels
 from mqcloud.alerts.delivery import copy_emails
 from mqcloud.alerts.models import PHONE, AlertCopy, AlertEvent, SmsSubscription
 from mqcloud.approvals.models import AuditEvent, Notification
@@ -23,6 +25,8 @@ from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.console.topics import team_choices
 
 PAGE = 50
+PENDING_KEYS = {"mail": "emails", "webhook": "webhook", "sms": "numbers"}
+"""Each channel's key in :attr:`AlertEvent.pending`."""
 NOTIFICATIONS = ListSpec(
     sorts={"created": ["created_at"]},
     default_sort="-created",
@@ -195,5 +199,37 @@ def alerts(request: HttpRequest) -> HttpResponse:
             "replica_lag_bytes": settings.REPLICA_LAG_ALERT_BYTES,
             "sms_gateway": bool(settings.SMS_GATEWAY_URL),
             "sms": SmsSubscription.objects.filter(user=request.user).first(),
+            "channels": channel_states() if is_admin else [],
+            "channel_pause_s": settings.ALERT_CHANNEL_PAUSE_SECONDS,
         },
     )
+
+
+def channel_states() -> list[dict]:
+    """Each configured alert channel: its pause and how many alerts wait for it (one
+    query, on the index of the alerts that wait)."""
+    waiting = AlertEvent.objects.exclude(pending={}).aggregate(
+        **{name: Count("pk", filter=Q(pending__has_key=key)) for name, key in PENDING_KEYS.items()}
+    )
+    return [{"state": state, "waiting": waiting[state.name]} for state in channels.states()]
+
+
+@login_required
+@require_POST
+def alert_channel_resume(request: HttpRequest) -> HttpResponse:
+    """A platform admin ends a channel's pause (it is fixed): what waits for it is sent by
+    the next minute's retry run; audited."""
+    access.require_platform_admin(request.user)
+    back = f"{reverse('console:alerts')}#alert-channels"
+    name = request.POST.get("channel", "")
+    found = [c for c in channels.configured() if c[0] == name]
+    if not found:
+        messages.error(request, "Choose one of the configured alert channels.")
+        return redirect(back)
+    _, label, shown, address = found[0]
+    channels.resume(name, address)
+    record(request.user, "alert-channel-resumed", f"alert-channel:{name}")
+    messages.success(
+        request, f"{label} ({shown}) is tried again: what waits for it goes within a minute."
+    )
+    return redirect(back)

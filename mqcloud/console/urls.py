@@ -111,6 +111,7 @@ urlpatterns = [
     path("alerts/", notices.alerts, name="alerts"),
     path("alerts/copies/", notices.alert_copies, name="alert-copies"),
     path("alerts/sms/", notices.alert_sms, name="alert-sms"),
+    path("alerts/channels/resume/", notices.alert_channel_resume, name="alert-channel-resume"),
     path("pipeline/", pipeline.jobs, name="pipeline"),
     path("pipeline/trace/", pipeline.trace_new, name="trace"),
     path("pipeline/trace/<int:pk>/", pipeline.trace_result, name="trace-result"),

@@ -6,13 +6,11 @@ after ``ALERT_RETRY_HOURS`` the event gives up."""
 
 from __future__ import annotations
 
-import smtplib
 from datetime import timedelta
 
 import pytest
 from django.conf import settings as django_settings
 from django.core import mail
-from django.core.mail.backends.base import BaseEmailBackend
 from django.utils import timezone
 
 from brokers.models import Team
@@ -24,13 +22,6 @@ from tests import factories
 from tests.http_sink import http_sink
 
 pytestmark = pytest.mark.django_db
-
-
-class DownBackend(BaseEmailBackend):
-    """An e-mail backend whose SMTP server refuses every message."""
-
-    def send_messages(self, messages: list) -> int:
-        raise smtplib.SMTPServerDisconnected("connection unexpectedly closed")
 
 
 @pytest.fixture
@@ -96,9 +87,8 @@ def test_a_refusal_is_final_and_pauses_nothing(endpoint, team):
     assert tasks.retry_alert_deliveries() == 0
 
 
-def test_mail_that_fails_is_sent_again_when_smtp_is_back(settings, team):
+def test_mail_that_fails_is_sent_again_when_smtp_is_back(settings, team, smtp_down):
     settings.ALERT_WEBHOOK_URL = settings.SMS_GATEWAY_URL = ""
-    settings.EMAIL_BACKEND = f"{__name__}.DownBackend"
     event = fire(team, "mail down")
     assert not event.emailed and event.pending == {"emails": ["pat@example.test"]}
     assert not fire(team, "still down").emailed  # paused: DownBackend not asked again
