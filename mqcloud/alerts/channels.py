@@ -98,6 +98,11 @@ def configured() -> list[tuple[str, str, str, str]]:
     return out
 
 
+def find(name: str) -> tuple[str, str, str, str] | None:
+    """The configured channel called ``name`` (see :func:`configured`), or None."""
+    return next((c for c in configured() if c[0] == name), None)
+
+
 def states() -> list[ChannelState]:
     """Each configured channel with the seconds left of its pause."""
     out = []

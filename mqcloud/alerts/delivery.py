@@ -25,7 +25,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, Topic
@@ -54,6 +54,18 @@ def sms_numbers(users: QuerySet | Iterable[object]) -> list[str]:
     messages and whose accounts are on: one query."""
     rows = SmsSubscription.objects.filter(user__in=users, user__is_active=True)
     return sorted(set(rows.values_list("phone", flat=True)))
+
+
+PENDING_KEYS = {"mail": "emails", "webhook": "webhook", "sms": "numbers"}
+"""Each channel's key in :attr:`AlertEvent.pending`."""
+
+
+def waiting_counts() -> dict[str, int]:
+    """How many alerts wait for each channel (one query, on the index of the alerts that
+    wait)."""
+    return AlertEvent.objects.exclude(pending={}).aggregate(
+        **{name: Count("pk", filter=Q(pending__has_key=key)) for name, key in PENDING_KEYS.items()}
+    )
 
 
 RETRY_BATCH = 200

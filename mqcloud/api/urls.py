@@ -4,6 +4,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from mqcloud.api import (
+    alert_channels,
     announcements,
     approvals,
     capacity,
@@ -34,6 +35,7 @@ router.register("favorites", favorites.FavoriteViewSet, basename="favorite")
 router.register("feedback", feedback.FeedbackViewSet, basename="feedback")
 router.register("capacity-reports", capacity.CapacityReportViewSet, basename="capacityreport")
 router.register("announcements", announcements.AnnouncementViewSet, basename="announcement")
+router.register("alert-channels", alert_channels.AlertChannelViewSet, basename="alertchannel")
 
 approval_settings = approvals.ApprovalSettingsView.as_view(
     {"get": "retrieve", "put": "update", "patch": "partial_update"}

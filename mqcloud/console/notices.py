@@ -9,14 +9,14 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Q
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from mqcloud.alerts import channels
-from mqcloud.alerts.delivery import copy_emails
+from mqcloud.alerts.delivery import copy_emails, waiting_counts
 from mqcloud.alerts.models import PHONE, AlertCopy, AlertEvent, SmsSubscription
 from mqcloud.approvals.models import AuditEvent, Notification
 from mqcloud.approvals.services import record
@@ -25,8 +25,6 @@ from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.console.topics import team_choices
 
 PAGE = 50
-PENDING_KEYS = {"mail": "emails", "webhook": "webhook", "sms": "numbers"}
-"""Each channel's key in :attr:`AlertEvent.pending`."""
 NOTIFICATIONS = ListSpec(
     sorts={"created": ["created_at"]},
     default_sort="-created",
@@ -206,11 +204,8 @@ def alerts(request: HttpRequest) -> HttpResponse:
 
 
 def channel_states() -> list[dict]:
-    """Each configured alert channel: its pause and how many alerts wait for it (one
-    query, on the index of the alerts that wait)."""
-    waiting = AlertEvent.objects.exclude(pending={}).aggregate(
-        **{name: Count("pk", filter=Q(pending__has_key=key)) for name, key in PENDING_KEYS.items()}
-    )
+    """Each configured alert channel: its pause and how many alerts wait for it."""
+    waiting = waiting_counts()
     return [{"state": state, "waiting": waiting[state.name]} for state in channels.states()]
 
 
@@ -222,11 +217,11 @@ def alert_channel_resume(request: HttpRequest) -> HttpResponse:
     access.require_platform_admin(request.user)
     back = f"{reverse('console:alerts')}#alert-channels"
     name = request.POST.get("channel", "")
-    found = [c for c in channels.configured() if c[0] == name]
-    if not found:
+    found = channels.find(name)
+    if found is None:
         messages.error(request, "Choose one of the configured alert channels.")
         return redirect(back)
-    _, label, shown, address = found[0]
+    _, label, shown, address = found
     channels.resume(name, address)
     record(request.user, "alert-channel-resumed", f"alert-channel:{name}")
     messages.success(

@@ -73,3 +73,30 @@ def test_an_unknown_channel_resumes_nothing(client, settings):
         assert not AuditEvent.objects.filter(action="alert-channel-resumed").exists()
     finally:
         channels.resume("sms", "http://gateway.example.test/")
+
+
+def test_the_api_lists_reads_and_resumes_channels(client, down_mail, settings):
+    team = Team.objects.create(name="paged")
+    factories.user("pat", team=team)
+    api = "/api/v1/alert-channels/"
+    client.force_login(factories.user("alice"))
+    assert client.get(api).status_code == 403
+    assert client.post(f"{api}mail/resume/").status_code == 403
+    client.force_login(factories.user("root", admin=True))
+    assert client.get(api).json() == [
+        {
+            "name": "mail",
+            "label": "E-mail",
+            "address": f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}",
+            "paused_seconds": None,
+            "waiting": 0,
+        }
+    ]
+    alert_team(AlertEvent.Kind.DEAD_LETTERS, "consumer:a.t", team, "mail down", {})
+    row = client.get(f"{api}mail/").json()
+    assert row["paused_seconds"] > 0 and row["waiting"] == 1
+    resumed = client.post(f"{api}mail/resume/")
+    assert resumed.status_code == 200 and resumed.json()["paused_seconds"] is None
+    assert AuditEvent.objects.filter(action="alert-channel-resumed").count() == 1
+    assert client.get(f"{api}webhook/").status_code == 404  # not configured here
+    assert client.post(f"{api}nope/resume/").status_code == 404
