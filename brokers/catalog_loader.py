@@ -99,6 +99,7 @@ def topic_info(t: Topic, *, archived: bool, anonymous_app: str) -> TopicInfo:
         retention_max_age_s=t.retention_max_age_s,
         retention_max_count=t.retention_max_count,
         send_limit=t.send_limit,
+        send_back_limit=t.send_back_limit,
         queue=QueueSettings(
             delivery_mode=t.delivery_mode,
             max_queue_size=t.max_queue_size,

@@ -208,6 +208,15 @@ class Topic(models.Model):
         "across the cluster and every protocol (empty: unlimited; each producer's own rate "
         "limit applies as well).",
     )
+    send_back_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
+        help_text="Failed messages per second the topic's consumers together may send back "
+        "for a retry (copies into their retry store: JMQ4 acks with a retry type); past it "
+        "a failed run is not copied but delivered again, as on a sequential topic (empty: "
+        "unlimited).",
+    )
     # VibeMQ queue settings.
     delivery_mode = models.CharField(
         max_length=20, choices=DeliveryMode.choices, default=DeliveryMode.ROUND_ROBIN

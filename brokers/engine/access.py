@@ -41,6 +41,9 @@ from brokers.engine.ratelimit import RateLimiter
 PRODUCE, CONSUME = "produce", "consume"
 TOPIC_SEND = "send"
 """The bucket of a topic's send limit (all producers together)."""
+TOPIC_SEND_BACK = "send-back"
+"""The bucket of a topic's send-back limit (failed messages its consumers copy for a
+retry, all together)."""
 DLQ_SUFFIX = ".dlq"
 NAME_MAX = 255
 
@@ -234,6 +237,17 @@ class Gate:
         if not admitted:
             raise RateLimited(f"topic {policy.topic} is over its {limit}/s send limit", wait)
         return admitted
+
+    async def admit_send_back(self, topic: str, count: int) -> bool:
+        """Take ``count`` permits of the topic's send-back limit, all or none (a run over
+        the limit passes on a full bucket and leaves a debt); whether they were taken
+        (True on a topic without that limit)."""
+        info = self._catalog().topics.get(topic)
+        limit = info.send_back_limit if info is not None else None
+        if not limit or count <= 0:
+            return True
+        admitted, _ = await self._take(TOPIC_SEND_BACK, topic, "", limit, count, False)
+        return admitted == count
 
     async def _take(
         self, kind: str, topic: str, app: str, rate: int, cost: int, up_to: bool

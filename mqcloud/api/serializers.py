@@ -183,6 +183,7 @@ class TopicSerializer(ModelCleanMixin, StrictModelSerializer):
             "retention_max_age_s",
             "retention_max_count",
             "send_limit",
+            "send_back_limit",
             "delivery_mode",
             "max_queue_size",
             "overflow_policy",

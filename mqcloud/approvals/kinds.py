@@ -617,8 +617,8 @@ PAYLOADS: dict[str, tuple[str, dict]] = {
         {"code": "orders", "cluster": "c1", "team": "red", "partitions": 4},
     ),
     Kind.TOPIC_UPDATE: (
-        "{code, changes}: changes are topic fields (description, retention, queue settings,"
-        " surge_alert_receiver, silence_alert_minutes)",
+        "{code, changes}: changes are topic fields (description, retention, send_limit,"
+        " send_back_limit, queue settings, surge_alert_receiver, silence_alert_minutes)",
         {"code": "orders", "changes": {"retention_max_age_s": 86400}},
     ),
     Kind.TOPIC_DELETE: ("{code}; its producers and consumers go first", {"code": "orders"}),

@@ -179,6 +179,19 @@ def _silence_field(help_text: str) -> forms.IntegerField:
     )
 
 
+SEND_LIMIT_LABEL = "Send limit (messages/s, all producers together)"
+SEND_BACK_LIMIT_LABEL = (
+    "Send-back limit (failed messages/s copied for a retry, all consumers together)"
+)
+
+
+def _per_second_field(label: str, help_text: str) -> forms.IntegerField:
+    """A topic's send or send-back limit (1 to 1,000,000 a second; empty: none)."""
+    return forms.IntegerField(
+        min_value=1, max_value=1_000_000, required=False, label=label, help_text=help_text
+    )
+
+
 class TopicCreateForm(ApplicationForm):
     kind = Kind.TOPIC_CREATE
     title = "Apply for a topic"
@@ -200,12 +213,11 @@ class TopicCreateForm(ApplicationForm):
     retention_max_count = forms.IntegerField(
         min_value=1, required=False, label="Retention: max messages per partition"
     )
-    send_limit = forms.IntegerField(
-        min_value=1,
-        max_value=1_000_000,
-        required=False,
-        label="Send limit (messages/s, all producers together)",
-        help_text="Empty: unlimited; each producer's own limit applies as well.",
+    send_limit = _per_second_field(
+        SEND_LIMIT_LABEL, "Empty: unlimited; each producer's own limit applies as well."
+    )
+    send_back_limit = _per_second_field(
+        SEND_BACK_LIMIT_LABEL, "Empty: unlimited. Past it a failed run is delivered again instead."
     )
     description = forms.CharField(max_length=500, required=False, help_text="Purpose.")
     surge_alert_receiver = forms.ChoiceField(
@@ -228,12 +240,11 @@ class TopicUpdateForm(ApplicationForm):
     description = forms.CharField(max_length=500, required=False)
     retention_max_age_s = forms.IntegerField(min_value=60, required=False)
     retention_max_count = forms.IntegerField(min_value=1, required=False)
-    send_limit = forms.IntegerField(
-        min_value=1,
-        max_value=1_000_000,
-        required=False,
-        label="Send limit (messages/s, all producers together)",
-        help_text="Empty: unchanged. Applied within a second of approval.",
+    send_limit = _per_second_field(
+        SEND_LIMIT_LABEL, "Empty: unchanged. Applied within a second of approval."
+    )
+    send_back_limit = _per_second_field(
+        SEND_BACK_LIMIT_LABEL, "Empty: unchanged. Applied within a second of approval."
     )
     surge_alert_receiver = forms.ChoiceField(
         choices=[("", "(unchanged)"), *Topic.SurgeReceiver.choices],
@@ -258,6 +269,7 @@ class TopicUpdateForm(ApplicationForm):
             "retention_max_age_s",
             "retention_max_count",
             "send_limit",
+            "send_back_limit",
             "surge_alert_receiver",
             "silence_alert_minutes",
         )

@@ -244,23 +244,24 @@ def test_the_migration_seals_stored_tokens_and_redacts_the_trail(world):
     assert event.detail == {"payload": {"zbus_token": "(set)"}}
 
 
-def test_a_topics_send_limit_is_set_and_changed_by_application(world):
-    """console-features "broker-side per-topic send limit … edited live": set when the
-    topic is applied for, changed by a topic_update, and in the catalog the engine reads."""
+@pytest.mark.parametrize("field", ["send_limit", "send_back_limit"])
+def test_a_topics_limits_are_set_and_changed_by_application(world, field):
+    """console-features "broker-side per-topic send limit, and … for consumer send-back,
+    edited live": set when the topic is applied for, changed by a topic_update, and in
+    the catalog the engine reads."""
     from brokers.catalog_loader import build_snapshot
 
     alice, root = client_for(world["alice"]), client_for(world["root"])
-    made = apply(alice, "topic_create", {**TOPIC, "send_limit": 2000})
+    made = apply(alice, "topic_create", {**TOPIC, field: 2000})
     root.post(f"/api/v1/applications/{made.json()['id']}/approve/")
-    assert Topic.objects.get(code="orders").send_limit == 2000
+    assert getattr(Topic.objects.get(code="orders"), field) == 2000
     assert (
-        apply(alice, "topic_update", {"code": "orders", "changes": {"send_limit": 0}}).status_code
-        == 400
+        apply(alice, "topic_update", {"code": "orders", "changes": {field: 0}}).status_code == 400
     )
-    changed = apply(alice, "topic_update", {"code": "orders", "changes": {"send_limit": 150}})
+    changed = apply(alice, "topic_update", {"code": "orders", "changes": {field: 150}})
     root.post(f"/api/v1/applications/{changed.json()['id']}/approve/")
-    assert Topic.objects.get(code="orders").send_limit == 150
-    assert build_snapshot().topics["orders"].send_limit == 150
-    lifted = apply(alice, "topic_update", {"code": "orders", "changes": {"send_limit": None}})
+    assert getattr(Topic.objects.get(code="orders"), field) == 150
+    assert getattr(build_snapshot().topics["orders"], field) == 150
+    lifted = apply(alice, "topic_update", {"code": "orders", "changes": {field: None}})
     root.post(f"/api/v1/applications/{lifted.json()['id']}/approve/")
-    assert build_snapshot().topics["orders"].send_limit is None
+    assert getattr(build_snapshot().topics["orders"], field) is None

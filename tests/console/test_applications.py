@@ -44,7 +44,7 @@ def test_apply_approve_and_see_the_topic(client, world):
     filed = client.post(
         "/applications/new/",
         {"kind": "topic_create", "code": "payments", "team": "red", "cluster": "c1",
-         "type": "normal", "partitions": 2},
+         "type": "normal", "partitions": 2, "send_back_limit": 100},
     )  # fmt: skip
     app = Application.objects.get()
     assert filed["Location"] == f"/applications/{app.pk}/"
@@ -59,6 +59,8 @@ def test_apply_approve_and_see_the_topic(client, world):
     assert app.status == "approved" and app.decided_by == world.root
     client.force_login(world.alice)
     assert "payments" in client.get("/topics/").content.decode()
+    page = client.get("/topics/payments/").content.decode()
+    assert 'data-send-back-limit="100"' in page and "no send limit" in page
     assert Notification.objects.filter(user=world.alice, read=False).count() == 1
     assert "Notices <mark>1</mark>" in client.get("/").content.decode()
     client.post("/notifications/read/")

@@ -9,7 +9,9 @@ import time
 
 import pytest
 
+from brokers.catalog_loader import publish
 from brokers.clients.jmq4 import Jmq4Client, Jmq4Error, OutgoingMessage, build_message
+from brokers.models import Topic
 from brokers.protocols.jmq4 import (
     AckEntry,
     AckIndexTopic,
@@ -469,3 +471,30 @@ async def test_a_client_asks_the_cluster_again_after_its_leader_went_unreachable
             await c.transaction("local")
         tx = await c.transaction("local")
         await tx.rollback()
+
+
+@pytest.fixture
+def send_back_catalog(catalog):
+    """The catalog with ``local`` sending back at most 2 failed messages a second (before
+    the brokers start, so they load it)."""
+    Topic.objects.filter(code="local").update(send_back_limit=2)
+    publish()
+    return catalog
+
+
+async def test_a_retry_ack_past_the_send_back_limit_is_delivered_again(send_back_catalog, brokers):
+    async with client(send_back_catalog) as c:
+        await c.produce("local", [b"a", b"b", b"c", b"d", b"e"], partition=0)
+        first = await c.fetch("local", count=2)
+        assert await c.ack(first, RetryType.EXCEPTION) == {0: 0}  # 2 copied for a retry
+        rest = await c.fetch("local", count=3)
+        assert [m.body for m in rest] == [b"c", b"d", b"e"]
+        assert await c.ack(rest, RetryType.EXCEPTION) == {0: 0}  # past the limit
+        again = await c.fetch("local", count=3)  # not copied: the same run again
+        assert [(m.partition, m.body) for m in again] == [(0, b"c"), (0, b"d"), (0, b"e")]
+        assert await c.ack(again) == {0: 0}
+        retried = []
+        deadline = time.monotonic() + 5
+        while len(retried) < 2 and time.monotonic() < deadline:
+            retried += await c.fetch("local", long_poll_ms=1500)
+        assert sorted((m.partition, m.body) for m in retried) == [(32767, b"a"), (32767, b"b")]

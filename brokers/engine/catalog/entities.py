@@ -83,6 +83,9 @@ class TopicInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, g
     send_limit: int | None = None
     """Messages per second the topic takes from all its producers together (None: no
     topic-wide limit)."""
+    send_back_limit: int | None = None
+    """Failed messages per second its consumers together may copy into their retry
+    stores (None: no limit)."""
     queue: QueueSettings = QueueSettings()
     zbus_mode: int = 0
     zbus_token_hash: str = ""

@@ -344,8 +344,9 @@ class PullSection(EngineBase):
         """JMQ4 COMMIT_ACK of a contiguous run of indexes on one partition.
 
         Partition 32767 acks retry ids. A ``retry_type`` other than NONE copies the
-        messages to the retry store and still acks (a sequential topic, or a policy with
-        retry off and no force-ack, only releases the lock: the run is delivered again).
+        messages to the retry store and still acks (a sequential topic, a policy with retry
+        off and no force-ack, or a run the topic's send-back limit does not let through
+        only releases the lock: the run is delivered again).
         ``held`` as the fetch that took the lock had it.
         """
         owner = self._held_owner(owner, held)
@@ -365,7 +366,12 @@ class PullSection(EngineBase):
         retry_ids: tuple[int, ...] = ()
         if retry_type is not RetryType.NONE:
             sequential = info.type == "sequential" or policy.sequential
-            if sequential or not (policy.retry or self.force_ack):
+            over = (
+                not sequential
+                and policy.retry
+                and not await self.gate.admit_send_back(topic, end - start)
+            )
+            if sequential or over or not (policy.retry or self.force_ack):
                 await release(self.redis, topic, partition, cid, token, owner)
                 ack = await offsets_mod.ack_index(self.redis, topic, partition, cid)
                 return AckResult(AckStatus.REDELIVER, ack)
