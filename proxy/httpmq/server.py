@@ -34,6 +34,7 @@ import uvicorn
 from redis.exceptions import RedisError
 
 from brokers.engine import engine_client, how_it_ended, record_exit
+from brokers.worker_processes import follow_parent
 from proxy.httpmq.app import HttpMqApp
 from proxy.httpmq.config import ProxyConfig
 from proxy.httpmq.metrics import MULTIPROC_ENV, Metrics
@@ -86,8 +87,12 @@ def uvicorn_server(config: ProxyConfig, index: int = 0) -> uvicorn.Server:
     return uvicorn.Server(settings)
 
 
-def serve_process(config: ProxyConfig, index: int = 0) -> None:
-    """Run one serving process until SIGINT/SIGTERM (the target of each child)."""
+def serve_process(config: ProxyConfig, index: int = 0, parent: int | None = None) -> None:
+    """Run one serving process until SIGINT/SIGTERM (the target of each child). A child
+    of the supervisor ``parent`` stops with it, even when it is killed with SIGKILL: a
+    serving process left behind would hold the port and keep reporting itself."""
+    if parent is not None and not follow_parent(parent):
+        return  # the supervisor died while it started this process
     logging.basicConfig(
         level=os.environ.get("LOG_LEVEL", "INFO"),
         format=f"%(asctime)s httpmq[{index}] %(levelname)s %(name)s: %(message)s",
@@ -135,7 +140,9 @@ class Supervisor:
 
     def _start(self, index: int) -> None:
         child = self.context.Process(
-            target=serve_process, args=(self.config, index), name=f"httpmq-{index}"
+            target=serve_process,
+            args=(self.config, index, os.getpid()),
+            name=f"httpmq-{index}",
         )
         child.start()
         self.children[index] = child

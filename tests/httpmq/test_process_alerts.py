@@ -103,6 +103,44 @@ def test_a_killed_serving_process_is_restarted_and_alerts_the_admins(admin, tmp_
     assert alerts_of(port) == []
 
 
+def test_serving_processes_stop_with_a_killed_supervisor(admin, tmp_path):
+    """A supervisor killed with SIGKILL (the OOM killer, a hung stop's last resort) takes
+    its serving processes with it: none is left holding the port and reporting."""
+    port = free_port()
+    env = {**os.environ, "DEBUG": "false", "HTTPMQ_REPORT_SECONDS": REPORT_S}
+    with (tmp_path / "proxy.log").open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "runproxy", "--port", str(port), "--processes", "2"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for_port(port, timeout=30)
+        reports = until(lambda: len(r := proxy_reports(port)) == 2 and r, "two reports")
+        children = [d["pid"] for d in reports.values()]
+        proc.kill()
+        proc.wait()
+        until(lambda: proxy_reports(port) == {}, "every serving process gone")
+
+        def gone() -> bool:
+            for pid in children:
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        state = f.read().rsplit(")", 1)[1].split()[0]
+                except FileNotFoundError:
+                    continue
+                if state != "Z":  # exited, not reaped yet: gone too
+                    return False
+            return True
+
+        until(gone, "the serving processes to exit")
+    finally:
+        if proc.poll() is None:
+            stop(proc)
+
+
 def test_a_proxy_that_stops_reporting_alerts_once(admin, tmp_path, client):
     port = free_port()
     proc = start_proxy(port, tmp_path / "proxy.log", HTTPMQ_REPORT_SECONDS=REPORT_S)
