@@ -77,9 +77,12 @@ def start_daphne(port: int, log: Path, **extra_env: str) -> subprocess.Popen:
     return proc
 
 
-def start_proxy(port: int, log: Path, console_url: str = "", **extra_env: str) -> subprocess.Popen:
-    """``manage.py runproxy`` (one process) on ``port``; ``HTTPMQ_*`` settings in
-    ``extra_env``; returns once it accepts connections (its catalog is loaded by then)."""
+def start_proxy(
+    port: int, log: Path, console_url: str = "", *, processes: int = 1, **extra_env: str
+) -> subprocess.Popen:
+    """``manage.py runproxy`` on ``port`` with ``processes`` serving processes (more than
+    one: under its supervisor); ``HTTPMQ_*`` settings in ``extra_env``; returns once it
+    accepts connections (its catalog is loaded by then)."""
     env = {
         **os.environ,
         "DEBUG": "false",
@@ -88,7 +91,15 @@ def start_proxy(port: int, log: Path, console_url: str = "", **extra_env: str) -
     }
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runproxy", "--port", str(port), "--processes", "1"],
+            [
+                sys.executable,
+                "manage.py",
+                "runproxy",
+                "--port",
+                str(port),
+                "--processes",
+                str(processes),
+            ],
             cwd=ROOT,
             env=env,
             stdout=out,

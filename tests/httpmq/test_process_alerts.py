@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,8 +22,8 @@ from mqcloud.alerts.models import AlertEvent
 from mqcloud.alerts.processes import check_processes
 from proxy.httpmq.report import BOARD as PROXY_BOARD
 from tests import factories
-from tests.httpmq.conftest import ROOT, start_proxy, stop
-from tests.scripts_path import free_port, wait_for_port
+from tests.httpmq.conftest import start_proxy, stop
+from tests.scripts_path import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -66,17 +64,8 @@ def admin():
 
 def test_a_killed_serving_process_is_restarted_and_alerts_the_admins(admin, tmp_path):
     port = free_port()
-    env = {**os.environ, "DEBUG": "false", "HTTPMQ_REPORT_SECONDS": REPORT_S}
-    with (tmp_path / "proxy.log").open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runproxy", "--port", str(port), "--processes", "2"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = start_proxy(port, tmp_path / "proxy.log", processes=2, HTTPMQ_REPORT_SECONDS=REPORT_S)
     try:
-        wait_for_port(port, timeout=30)
         reports = until(lambda: len(r := proxy_reports(port)) == 2 and r, "two reports")
         assert {d["process"] for d in reports.values()} == {0, 1}
         victim = next(d for d in reports.values() if d["process"] == 1)
@@ -107,17 +96,8 @@ def test_serving_processes_stop_with_a_killed_supervisor(admin, tmp_path):
     """A supervisor killed with SIGKILL (the OOM killer, a hung stop's last resort) takes
     its serving processes with it: none is left holding the port and reporting."""
     port = free_port()
-    env = {**os.environ, "DEBUG": "false", "HTTPMQ_REPORT_SECONDS": REPORT_S}
-    with (tmp_path / "proxy.log").open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runproxy", "--port", str(port), "--processes", "2"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = start_proxy(port, tmp_path / "proxy.log", processes=2, HTTPMQ_REPORT_SECONDS=REPORT_S)
     try:
-        wait_for_port(port, timeout=30)
         reports = until(lambda: len(r := proxy_reports(port)) == 2 and r, "two reports")
         children = [d["pid"] for d in reports.values()]
         proc.kill()
