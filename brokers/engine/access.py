@@ -233,7 +233,7 @@ class Gate:
         if not limit:
             return granted
         admitted, wait = await self._take(TOPIC_SEND, policy.topic, "", limit, granted, up_to)
-        await self._refund(policy, granted - admitted)
+        await self._give_back(PRODUCE, policy, granted - admitted)  # the topic's refusal
         if not admitted:
             raise RateLimited(f"topic {policy.topic} is over its {limit}/s send limit", wait)
         return admitted
@@ -258,11 +258,13 @@ class Gate:
         permit = await acquire(kind, topic, app, rate=rate, cost=cost, now_ms=self._now_ms())
         return (permit.count if up_to else (cost if permit.granted else 0)), permit.retry_after_ms
 
-    async def _refund(self, policy: ProducerPolicyInfo, count: int) -> None:
-        """Give the producer back ``count`` permits its topic's limit did not let through."""
+    async def _give_back(
+        self, kind: str, policy: ProducerPolicyInfo | ConsumerPolicyInfo, count: int
+    ) -> None:
+        """Return ``count`` permits to the bucket of ``policy``'s own rate limit."""
         if policy.rate_limit and count > 0:
             await self._limiter.charge(
-                PRODUCE,
+                kind,
                 policy.topic,
                 policy.app,
                 rate=policy.rate_limit,
@@ -357,12 +359,4 @@ class Gate:
 
     async def refund_consume(self, policy: ConsumerPolicyInfo, unused: int) -> None:
         """Give back permits taken by :meth:`admit_consume` for messages not delivered."""
-        if policy.rate_limit and unused > 0:
-            await self._limiter.charge(
-                CONSUME,
-                policy.topic,
-                policy.app,
-                rate=policy.rate_limit,
-                cost=-unused,
-                now_ms=self._now_ms(),
-            )
+        await self._give_back(CONSUME, policy, unused)
