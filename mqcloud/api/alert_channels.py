@@ -14,8 +14,8 @@ from rest_framework.response import Response
 
 from mqcloud.alerts import channels
 from mqcloud.alerts.delivery import waiting_counts
-from mqcloud.api.capacity import IsPlatformAdmin
 from mqcloud.api.errors import error_responses
+from mqcloud.api.scoping import PlatformAdminsOnly
 from mqcloud.approvals.services import record
 
 
@@ -57,7 +57,7 @@ class AlertChannelViewSet(viewsets.ViewSet):
     serializer_class = AlertChannelSerializer
 
     def get_permissions(self) -> list:
-        return [*super().get_permissions(), IsPlatformAdmin()]
+        return [*super().get_permissions(), PlatformAdminsOnly()]
 
     @extend_schema(responses={200: AlertChannelSerializer(many=True), **error_responses(401, 403)})
     def list(self, request: Request) -> Response:

@@ -7,14 +7,15 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import exceptions, permissions, serializers, viewsets
+from rest_framework import exceptions, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from mqcloud.api.errors import EngineUnavailableError, error_responses
+from mqcloud.api.scoping import PlatformAdminsOnly
 from mqcloud.approvals.services import record
-from mqcloud.console import access, capacity, engine_calls
+from mqcloud.console import capacity, engine_calls
 from mqcloud.console.models import CapacityReport
 
 
@@ -51,15 +52,6 @@ class CapacityReportSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class IsPlatformAdmin(permissions.BasePermission):
-    """Platform admins only (the console's capacity page is theirs)."""
-
-    message = "Only platform admins read capacity reports."
-
-    def has_permission(self, request: Request, view: object) -> bool:
-        return access.is_platform_admin(request.user)
-
-
 @extend_schema_view(
     list=extend_schema(
         responses={200: CapacityReportSerializer(many=True), **error_responses(400, 401, 403)}
@@ -77,7 +69,7 @@ class CapacityReportViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["day"]
 
     def get_permissions(self) -> list:
-        return [*super().get_permissions(), IsPlatformAdmin()]
+        return [*super().get_permissions(), PlatformAdminsOnly()]
 
     def get_queryset(self) -> QuerySet[CapacityReport]:
         return CapacityReport.objects.order_by("-day")

@@ -49,3 +49,12 @@ class AdminWritesOnly(permissions.BasePermission):
 
     def has_permission(self, request, view) -> bool:
         return request.method in permissions.SAFE_METHODS or is_platform_admin(request.user)
+
+
+class PlatformAdminsOnly(permissions.BasePermission):
+    """Only platform admins, to read as to change (capacity reports, alert channels)."""
+
+    message = "Only platform admins may use this."
+
+    def has_permission(self, request, view) -> bool:
+        return is_platform_admin(request.user)
