@@ -12,37 +12,24 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from mqcloud.alerts import channels
-from mqcloud.alerts.delivery import waiting_counts
 from mqcloud.api.errors import error_responses
 from mqcloud.api.scoping import PlatformAdminsOnly
-from mqcloud.approvals.services import record
+from mqcloud.console import alert_channels
 
 
 class AlertChannelSerializer(serializers.Serializer):
-    name = serializers.ChoiceField(choices=["mail", "webhook", "sms"])
-    label = serializers.CharField()
+    name = serializers.ChoiceField(choices=["mail", "webhook", "sms"], source="state.name")
+    label = serializers.CharField(source="state.label")
     address = serializers.CharField(
-        help_text="Where it goes: the SMTP server, or a URL without its path and query."
+        source="state.shown_address",
+        help_text="Where it goes: the SMTP server, or a URL without its path and query.",
     )
     paused_seconds = serializers.IntegerField(
-        allow_null=True, help_text="Seconds left of its pause after a failure; null: working."
+        source="state.paused_seconds",
+        allow_null=True,
+        help_text="Seconds left of its pause after a failure; null: working.",
     )
     waiting = serializers.IntegerField(help_text="Alerts waiting to be sent through it.")
-
-
-def _rows() -> list[dict]:
-    waiting = waiting_counts()
-    return [
-        {
-            "name": s.name,
-            "label": s.label,
-            "address": s.shown_address,
-            "paused_seconds": s.paused_seconds,
-            "waiting": waiting[s.name],
-        }
-        for s in channels.states()
-    ]
 
 
 NAME = OpenApiParameter(
@@ -61,7 +48,7 @@ class AlertChannelViewSet(viewsets.ViewSet):
 
     @extend_schema(responses={200: AlertChannelSerializer(many=True), **error_responses(401, 403)})
     def list(self, request: Request) -> Response:
-        return Response(AlertChannelSerializer(_rows(), many=True).data)
+        return Response(AlertChannelSerializer(alert_channels.rows(), many=True).data)
 
     @extend_schema(
         parameters=[NAME],
@@ -78,16 +65,13 @@ class AlertChannelViewSet(viewsets.ViewSet):
     )
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, name: str = "") -> Response:
-        found = channels.find(name)
-        if found is None:
+        if alert_channels.resume(request.user, name) is None:
             raise exceptions.NotFound("No such alert channel is configured.")
-        channels.resume(name, found[3])
-        record(request.user, "alert-channel-resumed", f"alert-channel:{name}")
         return Response(AlertChannelSerializer(self._row(name)).data)
 
     @staticmethod
-    def _row(name: str) -> dict:
-        row = next((r for r in _rows() if r["name"] == name), None)
+    def _row(name: str) -> alert_channels.ChannelRow:
+        row = next((r for r in alert_channels.rows() if r.state.name == name), None)
         if row is None:
             raise exceptions.NotFound("No such alert channel is configured.")
         return row

@@ -15,12 +15,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from mqcloud.alerts import channels
-from mqcloud.alerts.delivery import copy_emails, waiting_counts
+from mqcloud.alerts.delivery import copy_emails
 from mqcloud.alerts.models import PHONE, AlertCopy, AlertEvent, SmsSubscription
 from mqcloud.approvals.models import AuditEvent, Notification
 from mqcloud.approvals.services import record
-from mqcloud.console import access
+from mqcloud.console import access, alert_channels
 from mqcloud.console.listing import Filter, ListSpec, paginate
 from mqcloud.console.topics import team_choices
 
@@ -197,16 +196,10 @@ def alerts(request: HttpRequest) -> HttpResponse:
             "replica_lag_bytes": settings.REPLICA_LAG_ALERT_BYTES,
             "sms_gateway": bool(settings.SMS_GATEWAY_URL),
             "sms": SmsSubscription.objects.filter(user=request.user).first(),
-            "channels": channel_states() if is_admin else [],
+            "channels": alert_channels.rows() if is_admin else [],
             "channel_pause_s": settings.ALERT_CHANNEL_PAUSE_SECONDS,
         },
     )
-
-
-def channel_states() -> list[dict]:
-    """Each configured alert channel: its pause and how many alerts wait for it."""
-    waiting = waiting_counts()
-    return [{"state": state, "waiting": waiting[state.name]} for state in channels.states()]
 
 
 @login_required
@@ -216,14 +209,11 @@ def alert_channel_resume(request: HttpRequest) -> HttpResponse:
     the next minute's retry run; audited."""
     access.require_platform_admin(request.user)
     back = f"{reverse('console:alerts')}#alert-channels"
-    name = request.POST.get("channel", "")
-    found = channels.find(name)
+    found = alert_channels.resume(request.user, request.POST.get("channel", ""))
     if found is None:
         messages.error(request, "Choose one of the configured alert channels.")
         return redirect(back)
-    _, label, shown, address = found
-    channels.resume(name, address)
-    record(request.user, "alert-channel-resumed", f"alert-channel:{name}")
+    _, label, shown, _ = found
     messages.success(
         request, f"{label} ({shown}) is tried again: what waits for it goes within a minute."
     )

@@ -31,12 +31,12 @@ def test_a_paused_channel_is_shown_with_what_waits_and_resumed(client, down_mail
     client.force_login(root)
     page = client.get("/alerts/")
     (mail_row,) = page.context["channels"]
-    assert mail_row["state"].name == "mail" and mail_row["state"].paused_seconds is None
+    assert mail_row.state.name == "mail" and mail_row.state.paused_seconds is None
     assert "working" in page.content.decode()
     alert_team(AlertEvent.Kind.DEAD_LETTERS, "consumer:a.t", team, "mail down", {})
     (mail_row,) = client.get("/alerts/").context["channels"]
-    assert 0 < mail_row["state"].paused_seconds <= settings.ALERT_CHANNEL_PAUSE_SECONDS
-    assert mail_row["waiting"] == 1
+    assert 0 < mail_row.state.paused_seconds <= settings.ALERT_CHANNEL_PAUSE_SECONDS
+    assert mail_row.waiting == 1
     resumed = client.post("/alerts/channels/resume/", {"channel": "mail"})
     assert resumed.status_code == 302 and resumed["Location"] == "/alerts/#alert-channels"
     assert not channels.paused("mail", channels.mail_address())
@@ -48,7 +48,7 @@ def test_a_paused_channel_is_shown_with_what_waits_and_resumed(client, down_mail
     assert tasks.retry_alert_deliveries() == 1
     assert mail.outbox[0].to == [member.email]
     (mail_row,) = client.get("/alerts/").context["channels"]
-    assert mail_row["waiting"] == 0
+    assert mail_row.waiting == 0
 
 
 def test_only_admins_see_and_resume_channels(client, settings):
