@@ -10,10 +10,11 @@ Storage: one hash per (dimension, name, UTC day), expiring after 30 days:
 * traffic: dimensions ``topic``, ``app`` and ``broker``, fields
   ``<minute of day>:<p|pb|c|cb>``;
 * a group's failures (a message a consumer failed: a nack, a JMQ4 retry ack, a failed
-  retry, a lapsed fetch lock) and offset moves (a client's forceAck rewound or skipped
-  its committed offset, or a fetch found it outside its partition): dimension ``group``,
-  name ``<topic>:<app>`` (neither holds a ``:``), fields ``<minute of day>:f`` and
-  ``<minute of day>:m``;
+  retry, a lapsed fetch lock), offset moves (a client's forceAck rewound or skipped
+  its committed offset, or a fetch found it outside its partition) and held-back
+  send-backs (failed messages its topic's send-back limit kept out of the retry store:
+  delivered again instead): dimension ``group``, name ``<topic>:<app>`` (neither holds
+  a ``:``), fields ``<minute of day>:f``, ``<minute of day>:m`` and ``<minute of day>:s``;
 * a producer's refused messages (:data:`REFUSALS`: over its rate limit, too large,
   invalid, not allowed, its queue full): dimension ``producer``, name ``<topic>:<app>``,
   fields ``<minute of day>:x:<kind>``; the producers with refusals on a day are kept in
@@ -38,8 +39,8 @@ from brokers.engine.redisio import AnyRedis
 log = logging.getLogger(__name__)
 RETENTION_S = 30 * 24 * 3600
 FIELDS = ("p", "pb", "c", "cb")
-FAILED, MOVED = "f", "m"
-"""The fields of a group's counts: messages failed, offset moves."""
+FAILED, MOVED, HELD_BACK = "f", "m", "s"
+"""The fields of a group's counts: messages failed, offset moves, send-backs held back."""
 REFUSALS = ("rate_limited", "too_large", "invalid", "not_allowed", "queue_full")
 """Why the engine refused a producer's message: what the producer can change."""
 
@@ -72,8 +73,7 @@ class Counters:
         self._clock = clock
         self._pending: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         self._grouped: dict[tuple[str, int, str], int] = defaultdict(int)
-        """(group name, minute, FAILED or MOVED) → events not yet flushed."""
-        """(group name, minute) → failures not yet flushed."""
+        """(group name, minute, FAILED, MOVED or HELD_BACK) → events not yet flushed."""
         self._refused: dict[tuple[str, int, str], int] = defaultdict(int)
         """(producer name, minute, kind) → refused messages not yet flushed."""
         self._flusher = FlushTimer(self.flush, interval_s, eager=True)
@@ -107,14 +107,20 @@ class Counters:
 
     def failed(self, *, topic: str, app: str, count: int) -> None:
         """Count ``count`` messages that ``app``'s consumers failed on ``topic`` now."""
-        if count > 0:
-            self._grouped[(_group(topic, app), int(self._clock() // 60), FAILED)] += count
-            self._flusher.request()
+        self._count_group(topic, app, FAILED, count)
 
     def moved(self, *, topic: str, app: str, count: int = 1) -> None:
         """Count ``count`` offset moves of ``app``'s consumer of ``topic`` now."""
+        self._count_group(topic, app, MOVED, count)
+
+    def held_back(self, *, topic: str, app: str, count: int) -> None:
+        """Count ``count`` failed messages of ``app``'s consumer of ``topic`` that the
+        topic's send-back limit kept out of the retry store now (delivered again)."""
+        self._count_group(topic, app, HELD_BACK, count)
+
+    def _count_group(self, topic: str, app: str, what: str, count: int) -> None:
         if count > 0:
-            self._grouped[(_group(topic, app), int(self._clock() // 60), MOVED)] += count
+            self._grouped[(_group(topic, app), int(self._clock() // 60), what)] += count
             self._flusher.request()
 
     def refused(self, *, topic: str, app: str, kind: str, count: int = 1) -> None:
@@ -190,17 +196,10 @@ class Counters:
                     rows[minute][FIELDS.index(kind)] += int(value)
         return [MinuteTraffic(m * 60_000, *rows[m]) for m in sorted(rows)]
 
-    async def failures(
-        self, groups: Sequence[tuple[str, str]], *, start_ms: int, end_ms: int
-    ) -> dict[tuple[str, str], int]:
-        """Failures of each consumer group ``(topic, app)`` in the whole minutes of
-        ``[start_ms, end_ms)`` (groups without any left out)."""
-        return await self.grouped(groups, FAILED, start_ms=start_ms, end_ms=end_ms)
-
     async def grouped(
         self, groups: Sequence[tuple[str, str]], what: str, *, start_ms: int, end_ms: int
     ) -> dict[tuple[str, str], int]:
-        """The ``what`` (FAILED, MOVED) of each consumer group ``(topic, app)`` in the
+        """The ``what`` (FAILED, MOVED, HELD_BACK) of each consumer group ``(topic, app)`` in the
         whole minutes of ``[start_ms, end_ms)`` (groups without any left out): one
         pipelined round trip, each group's minutes read by name (HMGET), whatever the
         number of groups."""

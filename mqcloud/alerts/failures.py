@@ -6,7 +6,9 @@ else CONSUME_FAILURE_ALERT_PER_HOUR (0: never). Consumers with their alerts swit
 (``backlog_alert_enabled``, the consumer's alert switch) are not checked. The engine counts
 failures per group and minute (``Engine.consume_failures``: one Redis round trip per
 LAG_BATCH groups); an alert key fires at most once per ALERT_THROTTLE_SECONDS, as backlog
-alerts do.
+alerts do. An alert says how many of the failures its topic's send-back limit kept out of
+the retry store (delivered again at once instead: ``Engine.held_back_send_backs``, asked
+only for the consumers over their threshold).
 """
 
 from __future__ import annotations
@@ -37,10 +39,27 @@ def check_consume_failures() -> list[AlertEvent]:
         policies, lambda engine, groups: engine.consume_failures(groups, minutes=WINDOW_MINUTES)
     )
 
+    over = [p for p in policies if failures.get(p.name, 0) >= threshold_of(p)]
+    held = (
+        per_consumer(
+            over,
+            lambda engine, groups: engine.held_back_send_backs(groups, minutes=WINDOW_MINUTES),
+        )
+        if over
+        else {}
+    )
+
     def describe(policy: ConsumerPolicy, count: int, threshold: int) -> tuple[str, dict]:
+        held_back = held.get(policy.name, 0)
+        note = f" ({held_back} held back by the topic's send-back limit)" if held_back else ""
         return (
-            f"Consume failures of {policy.name}: {count} in the last hour",
-            {"failures": count, "threshold": threshold, "minutes": WINDOW_MINUTES},
+            f"Consume failures of {policy.name}: {count} in the last hour{note}",
+            {
+                "failures": count,
+                "threshold": threshold,
+                "minutes": WINDOW_MINUTES,
+                "held_back": held_back,
+            },
         )
 
     return alert_over(

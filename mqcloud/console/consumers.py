@@ -184,9 +184,9 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
             clients = []
     try:
         retries, dead = engine_calls.retry_counts(consumer.topic.code, consumer.app.code, client_id)
-        failures = engine_calls.consume_failures(consumer.topic.code, consumer.app.code)
+        failures, held_back = engine_calls.consume_failures(consumer.topic.code, consumer.app.code)
     except engine_calls.EngineUnavailable:
-        retries = dead = failures = None
+        retries = dead = failures = held_back = None
     live, live_error = live_consumers(consumer.topic.code, consumer.app.code)
     open_apps = Application.objects.filter(
         target=f"consumer:{consumer.name}", status__in=["pending", "executing"]
@@ -208,6 +208,7 @@ def consumer_detail(request: HttpRequest, name: str) -> HttpResponse:
             "ranges": list(topics.RANGES),
             "failure_threshold": failure_threshold_of(consumer),
             "failures": failures,
+            "held_back": held_back,
             "recent_alerts": recent_alerts,
         }
     )

@@ -337,12 +337,16 @@ def retry_counts(topic: str, app: str, client_id: str | None = None) -> tuple[in
     return run(lambda e: e.retry_counts(topic, app, client_id=client_id))
 
 
-def consume_failures(topic: str, app: str, minutes: int = 60) -> int:
-    """Messages the consumer group failed in the last ``minutes`` (every client's)."""
+def consume_failures(topic: str, app: str, minutes: int = 60) -> tuple[int, int]:
+    """Messages the consumer group failed in the last ``minutes`` (every client's), and
+    how many of them its topic's send-back limit held back (delivered again at once
+    instead of waiting in the retry store)."""
 
-    async def call(engine: Engine) -> int:
-        found = await engine.consume_failures([(topic, app)], minutes=minutes)
-        return found.get((topic, app), 0)
+    async def call(engine: Engine) -> tuple[int, int]:
+        group = [(topic, app)]
+        failed = await engine.consume_failures(group, minutes=minutes)
+        held = await engine.held_back_send_backs(group, minutes=minutes)
+        return failed.get((topic, app), 0), held.get((topic, app), 0)
 
     return run(call)
 

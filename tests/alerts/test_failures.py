@@ -87,3 +87,34 @@ def test_a_consumers_own_threshold_wins_over_the_default(failing, settings, clie
     assert len(check_consume_failures()) == 1
     page = client.get("/consumers/fail-app.flaky/").content.decode()
     assert "≥ 1 failures in an hour" in page and "the platform's default" in page
+
+
+def test_failures_held_back_by_the_send_back_limit_are_named(failing, settings, client):
+    """A JMQ4 consumer acking failures with a retry type past its topic's send-back limit
+    has them delivered again, not copied to its retry store: its page and its alert say
+    how many, so its team knows why they came back at once."""
+    from brokers.engine import RetryType
+
+    settings.CONSUME_FAILURE_ALERT_PER_HOUR = 5
+    failing.send_back_limit = 2
+    failing.save()
+    publish()
+
+    async def run(engine) -> None:
+        await engine.append_many("flaky", "fail-app", [Message(b"x")] * 6)
+        for count in (2, 4):  # the bucket's 2 permits, then 4 more at once: held back
+            got = await engine.fetch("flaky", "fail-app", count=count, owner="w")
+            await engine.ack(
+                "flaky", "fail-app", 0, [m.index for m in got.messages],
+                retry_type=RetryType.EXCEPTION, owner="w", token=got.lock_token,
+            )  # fmt: skip
+
+    engine_call(run)
+    [event] = check_consume_failures()
+    assert event.detail["failures"] == 6 and event.detail["held_back"] == 4
+    assert "(4 held back by the topic's send-back limit)" in event.message
+    client.force_login(factories.user("flaky-root", admin=True))
+    page = client.get("/consumers/fail-app.flaky/").content.decode()
+    assert '<p id="consume-failures">6 messages failed in the last hour' in page
+    assert '<span id="held-back">, 4 of them delivered again at once' in page
+    assert "(2 a second) was reached" in page

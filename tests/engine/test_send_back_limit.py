@@ -39,6 +39,10 @@ async def test_send_back_past_the_limit_is_delivered_again_not_copied(make_engin
     redelivered = await engine.fetch("t", "b", count=3, owner="c-b")
     assert [m.index for m in redelivered.messages] == again
     assert await engine.retry_counts("t", "b") == (0, 0)  # (waiting, dead)
+    # counted, per consumer group, beside its failures: an operator sees why
+    held = await engine.held_back_send_backs([("t", "a"), ("t", "b")])
+    assert held == {("t", "b"): 3}
+    assert await engine.consume_failures([("t", "b")]) == {("t", "b"): 3}
     clock.advance(1.1)  # refilled, and the 1 s block is over
     copied = await engine.ack(
         "t", "b", 0, again, retry_type=RetryType.EXCEPTION, owner="c-b",
@@ -46,6 +50,9 @@ async def test_send_back_past_the_limit_is_delivered_again_not_copied(make_engin
     )  # fmt: skip
     assert copied.status is AckStatus.OK and len(copied.retry_ids) == 3
     assert await engine.retry_counts("t", "b") == (3, 0)
+    assert await engine.held_back_send_backs([("t", "b")]) == {("t", "b"): 3}  # not again
+    clock.advance(61 * 60)
+    assert await engine.held_back_send_backs([("t", "b")]) == {}  # past the hour's window
 
 
 async def test_without_a_limit_every_failure_is_copied(make_engine):
@@ -53,6 +60,7 @@ async def test_without_a_limit_every_failure_is_copied(make_engine):
     await engine.append("t", "a", [Message(b"m%d" % i) for i in range(300)], partition=0)
     _, copied = await fail_next(engine, "a", 300)
     assert copied.status is AckStatus.OK and len(copied.retry_ids) == 300
+    assert await engine.held_back_send_backs([("t", "a")]) == {}
 
 
 async def test_a_limit_set_later_applies_at_once(make_engine):

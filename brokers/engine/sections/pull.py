@@ -19,7 +19,7 @@ from brokers.engine.catalog import (
     TopicInfo,
 )
 from brokers.engine.consume import release, release_held
-from brokers.engine.counters import MOVED
+from brokers.engine.counters import FAILED, HELD_BACK, MOVED
 from brokers.engine.erase import erase_clients
 from brokers.engine.errors import (
     ConsumerClientNotAllowed,
@@ -371,6 +371,8 @@ class PullSection(EngineBase):
                 and policy.retry
                 and not await self.gate.admit_send_back(topic, end - start)
             )
+            if over:
+                self.counters.held_back(topic=topic, app=app, count=min(end - start, 10_000))
             if sequential or over or not (policy.retry or self.force_ack):
                 await release(self.redis, topic, partition, cid, token, owner)
                 ack = await offsets_mod.ack_index(self.redis, topic, partition, cid)
@@ -790,11 +792,7 @@ class PullSection(EngineBase):
         VibeMQ ack timeout, a pull batch whose lock ran out unacked, over any protocol,
         on any broker (groups without a failure left out): one pipelined round trip
         whatever their number."""
-        await self.counters.flush()
-        now = self.now_ms()
-        return await self.counters.failures(
-            groups, start_ms=(now // 60_000 - minutes) * 60_000, end_ms=now + 1
-        )
+        return await self._recent(groups, FAILED, minutes)
 
     async def offset_moves(
         self, groups: Sequence[tuple[str, str]], *, minutes: int = 60
@@ -807,10 +805,26 @@ class PullSection(EngineBase):
         client committed or was handed an offset the partition does not have); what
         retention overtook is a retention loss, counted by :meth:`retention_losses`. Groups
         without a move left out; one pipelined round trip whatever their number."""
+        return await self._recent(groups, MOVED, minutes)
+
+    async def held_back_send_backs(
+        self, groups: Sequence[tuple[str, str]], *, minutes: int = 60
+    ) -> dict[tuple[str, str], int]:
+        """Failed messages of each consumer group ``(topic, app)`` that its topic's
+        send-back limit (``TopicInfo.send_back_limit``) kept out of the retry store in the
+        last ``minutes`` whole minutes and the current one: released and delivered again
+        instead (each is a consume failure too). Groups without any left out; one
+        pipelined round trip whatever their number."""
+        return await self._recent(groups, HELD_BACK, minutes)
+
+    async def _recent(
+        self, groups: Sequence[tuple[str, str]], what: str, minutes: int
+    ) -> dict[tuple[str, str], int]:
+        """The group counts ``what`` of ``groups`` over the last ``minutes`` and this one."""
         await self.counters.flush()
         now = self.now_ms()
         return await self.counters.grouped(
-            groups, MOVED, start_ms=(now // 60_000 - minutes) * 60_000, end_ms=now + 1
+            groups, what, start_ms=(now // 60_000 - minutes) * 60_000, end_ms=now + 1
         )
 
     async def produce_rates(
