@@ -8,14 +8,13 @@ from collections.abc import Iterable
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import permissions, serializers, viewsets
-from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from brokers.engine import ClientRow, InventoryRow
 from mqcloud.api.errors import EngineUnavailableError, error_responses
 from mqcloud.api.query import validated_query
-from mqcloud.api.scoping import is_platform_admin
+from mqcloud.api.scoping import PlatformAdminsOnly
 from mqcloud.console import engine_calls
 
 
@@ -89,7 +88,7 @@ def kind_rows(rows: Iterable[InventoryRow]) -> list[dict]:
 class ClientInventoryViewSet(viewsets.ViewSet):
     """The platform's client inventory (platform admins)."""
 
-    permission_classes = [permissions.IsAuthenticated]
+    permission_classes = [permissions.IsAuthenticated, PlatformAdminsOnly]
 
     @extend_schema(
         parameters=[InventoryQuery],
@@ -99,8 +98,6 @@ class ClientInventoryViewSet(viewsets.ViewSet):
         """Every kind of client (protocol, language, version) connected or active in the
         last week, with its apps and hosts, live connections and last activity; the most
         connected first. ``protocol`` narrows it to one."""
-        if not is_platform_admin(request.user):
-            raise PermissionDenied("Only platform admins see the client inventory.")
         query = validated_query(InventoryQuery, request)
         try:
             rows = engine_calls.client_inventory()
