@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -26,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import django_services, timed_calls  # noqa: E402
+from bench.harness import django_ready, django_services, timed_calls  # noqa: E402
 
 PARTITIONS = 4
 
@@ -79,18 +78,13 @@ def fill_rollup(topics: int, day: datetime) -> int:
 
 
 def run(topics: int, runs: int) -> None:
-    import django
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mqcloud.settings")
-    django.setup()
-    from django.core.management import call_command
+    django_ready()
     from django.db import connection
 
     from brokers.models import Topic
     from mqcloud.console import capacity, engine_calls
     from tests.fleet import build_fleet
 
-    call_command("migrate", verbosity=0)
     started = time.perf_counter()
     build_fleet(topics)
     Topic.objects.update(partitions=PARTITIONS)

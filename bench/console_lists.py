@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import statistics
 import sys
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import django_services  # noqa: E402
+from bench.harness import django_ready, django_services  # noqa: E402
 
 TARGET_BYTES = 300_000
 TARGET_MS = 300
@@ -48,11 +47,7 @@ def measure(client: object, url: str, runs: int) -> tuple[int, float]:
 
 
 def run(topics: int, runs: int) -> None:
-    import django
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mqcloud.settings")
-    django.setup()
-    from django.core.management import call_command
+    django_ready()
     from django.db import connection
     from django.test import Client
     from django.test.utils import setup_test_environment
@@ -64,7 +59,6 @@ def run(topics: int, runs: int) -> None:
     setup_test_environment()
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("brokers").setLevel(logging.WARNING)
-    call_command("migrate", verbosity=0)
     started = time.perf_counter()
     build_fleet(topics)
     print(f"fleet of {topics} topics built in {time.perf_counter() - started:.1f} s")

@@ -373,6 +373,19 @@ def django_services(baseline_requests: int = 200_000) -> Iterator[None]:
         yield
 
 
+def django_ready() -> None:
+    """Django set up in this process on the services of :func:`django_services` (the
+    project's settings), its database migrated: what a benchmark of console or alert
+    code does before it builds its fleet."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mqcloud.settings")
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
 @contextlib.contextmanager
 def redis_server() -> Iterator[int]:
     """A throw-away redis-server (:func:`start_redis`): yields its port; stopped and its

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -26,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import django_services, timed_calls  # noqa: E402
+from bench.harness import django_ready, django_services, timed_calls  # noqa: E402
 
 SURGING_EVERY = 100  # one topic in this many surges
 
@@ -74,16 +73,11 @@ def fill(topics: int, days: int, now: datetime) -> None:
 
 
 def run(topics: int, days: int, runs: int) -> None:
-    import django
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mqcloud.settings")
-    django.setup()
-    from django.core.management import call_command
+    django_ready()
     from django.db import connection
 
     from mqcloud.alerts import surges
 
-    call_command("migrate", verbosity=0)
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     started = time.perf_counter()
     fill(topics, days, now)

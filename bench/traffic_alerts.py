@@ -19,7 +19,6 @@ raw Redis baseline (pipelined XADD) is printed first, as in every benchmark here
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -28,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import django_services, timed_calls  # noqa: E402
+from bench.harness import django_ready, django_services, timed_calls  # noqa: E402
 
 WINDOWS = (10, 30, 60)
 
@@ -84,15 +83,10 @@ def produce_to_every_other(topics: int) -> None:
 
 
 def run(topics: int, runs: int) -> None:
-    import django
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mqcloud.settings")
-    django.setup()
-    from django.core.management import call_command
+    django_ready()
 
     from mqcloud.alerts import silence
 
-    call_command("migrate", verbosity=0)
     started = time.perf_counter()
     fill(topics)
     produce_to_every_other(topics)
