@@ -7,7 +7,10 @@ refusal) or to another (an RPC reply to its caller) — is written when the read
 (:func:`hold` / :func:`release` around the protocol's ``data_received``), not a loop turn
 later: left to the end of the turn it waited for another poll of the sockets and the
 handling of whatever they brought, and a client that waits for each answer before it
-asks again (a long poller, an RPC caller) waited with it."""
+asks again (a long poller, an RPC caller) waited with it. A read handled in the loop's
+I/O phase (uvloop calls ``data_received`` there) may instead leave what it wrote to the
+end of that phase (:func:`release_after_reads`): the answers to the reads that were
+ready together are written together, before the sockets are polled again."""
 
 from __future__ import annotations
 
@@ -31,6 +34,34 @@ def release(enclosing: list[TurnWriter] | None) -> None:
     writers, _held = _held, enclosing
     for writer in writers or ():
         writer.listed = False
+        writer.flush()
+
+
+_reads_done: list[TurnWriter] = []
+"""Writers that reads of this I/O phase wrote to, flushed once the phase is over."""
+
+
+def release_after_reads(enclosing: list[TurnWriter] | None) -> None:
+    """:func:`release` for a read handled in the event loop's I/O phase: what it caused
+    is written once every read of the phase is handled (a callback of the loop's next
+    turn runs before it polls the sockets again), each connection in one write. A burst
+    of reads ready together then has its answers written together: the peer woken by
+    the first finds the others waiting, instead of sleeping again between them."""
+    global _held
+    writers, _held = _held, enclosing
+    if not writers:
+        return
+    if not _reads_done:
+        asyncio.get_running_loop().call_soon(_flush_reads_done)
+    for writer in writers:
+        writer.listed = False
+        _reads_done.append(writer)
+
+
+def _flush_reads_done() -> None:
+    writers = _reads_done[:]
+    _reads_done.clear()
+    for writer in writers:
         writer.flush()
 
 

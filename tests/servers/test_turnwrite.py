@@ -80,3 +80,37 @@ async def test_a_hold_inside_a_hold_releases_only_its_own_writers() -> None:
     assert inner_t.writes == [b"i"] and outer_t.writes == []
     turnwrite.release(outer)
     assert outer_t.writes == [b"o"]
+
+
+async def test_what_reads_of_one_io_phase_write_leaves_after_all_of_them() -> None:
+    """``release_after_reads``: the answers of reads handled together go out once every
+    one of them is handled — before the loop polls again, each connection in one write,
+    in the order written — so a peer woken by the first finds the rest waiting."""
+    (a, a_t), (b, b_t) = _writer(), _writer()
+    for writer, data in ((a, b"1"), (b, b"2"), (a, b"3")):  # three reads, one after another
+        held = turnwrite.hold()
+        writer.write(data)
+        turnwrite.release_after_reads(held)
+        assert a_t.writes == [] and b_t.writes == []
+    a.write(b"4")  # outside a read, after them: in the same write
+    await asyncio.sleep(0)
+    assert a_t.writes == [b"134"] and b_t.writes == [b"2"]
+    await asyncio.sleep(0)
+    assert a_t.writes == [b"134"] and b_t.writes == [b"2"]  # nothing twice
+    held = turnwrite.hold()
+    turnwrite.release_after_reads(held)  # a read that wrote nothing schedules nothing
+    b.write(b"5")
+    await asyncio.sleep(0)
+    assert b_t.writes == [b"2", b"5"]
+
+
+async def test_a_connection_closed_before_the_phase_ends_writes_its_answer_first() -> None:
+    """A close flushes (the protocols' ``close``): the deferred flush finds nothing."""
+    out, transport = _writer()
+    held = turnwrite.hold()
+    out.write(b"bye")
+    turnwrite.release_after_reads(held)
+    out.flush()  # what a protocol's close does before closing its transport
+    assert transport.writes == [b"bye"]
+    await asyncio.sleep(0)
+    assert transport.writes == [b"bye"]

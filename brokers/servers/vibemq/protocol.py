@@ -85,12 +85,12 @@ class VibeMQProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.session is None or self._decoder.closed:
             return
-        held = turnwrite.hold()  # what the frames cause at once leaves when they are handled
-        try:
+        held = turnwrite.hold()  # what the frames cause at once leaves once the reads
+        try:  # ready with this one are handled too (turnwrite.release_after_reads)
             for event, size in self._decoder.feed_sized(data):
                 self.session.feed(event, size)
         finally:
-            turnwrite.release(held)
+            turnwrite.release_after_reads(held)
         self._update_reading()
 
     def eof_received(self) -> bool | None:

@@ -81,14 +81,16 @@ class ZbusProtocol(FlowControlled):
 
     def data_received(self, data: bytes) -> None:
         """Feed the decoder and start what the messages ask for (:meth:`_start`); what
-        that sends at once leaves in one write when they are started."""
+        that sends at once leaves in one write per connection once the reads ready with
+        this one are handled too (:func:`turnwrite.release_after_reads`: long pollers
+        and RPC callers answered together)."""
         if self._decoder.closed:
             return
         held = turnwrite.hold()
         try:
             self._received(data)
         finally:
-            turnwrite.release(held)
+            turnwrite.release_after_reads(held)
 
     def _received(self, data: bytes) -> None:
         messages: list[Message] = []
