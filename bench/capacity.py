@@ -4,11 +4,14 @@ Starts its own PostgreSQL and Redis on free ports (scripts/localservices), migra
 builds a fleet of ``--topics`` topics of 4 partitions (``tests/fleet.py``), gives every
 partition stored bounds in Redis (as if messages had been produced and partly trimmed),
 and fills the pipeline's rollup with one full UTC day of per-minute traffic per topic
-(1,440 rows each, COPY). Then it times :func:`mqcloud.console.capacity.build` for that
-day — the store's memory, the messages stored per topic (pipelined bounds reads) and the
-day's traffic per cluster (one SQL aggregate) — and, apart, the engine's
-``stored_messages`` alone, and checks the totals against what was planted. The raw Redis
-baseline (pipelined XADD) is printed first, as in every benchmark here.
+(1,440 rows each, COPY), and the engine's day totals of the same traffic (the
+``day:<field>`` counters the engine keeps as it counts). Then it times
+:func:`mqcloud.console.capacity.build` for that day — the store's memory, the messages
+stored per topic (pipelined bounds reads) and the day's traffic per cluster (the engine's
+day totals) — and, apart, the engine's ``stored_messages`` and ``day_traffic`` alone and
+the rollups' SQL aggregate (what the report reads for a day without engine totals), and
+checks the totals against what was planted. The raw Redis baseline (pipelined XADD) is
+printed first, as in every benchmark here.
 
     .venv/bin/python bench/capacity.py [--topics 5000] [--runs 5]
 """
@@ -45,6 +48,27 @@ def plant_bounds(topics: int) -> int:
             lo, hi = t % 7, t % 7 + 10 + p
             total += hi - lo
             pipe.hset(PartitionKeys(f"t{t:05d}", p).meta, mapping={"min": lo, "next": hi})
+        if t % 1000 == 999:
+            pipe.execute()
+    pipe.execute()
+    return total
+
+
+def plant_day_totals(topics: int, day: datetime) -> int:
+    """The engine's day totals of :func:`fill_rollup`'s traffic; the total of messages."""
+    import redis
+    from django.conf import settings
+
+    from brokers.engine.keys import counter_key
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    total = 0
+    pipe = client.pipeline(transaction=False)
+    for t in range(topics):
+        n = sum(1 + (t + m) % 5 for m in range(1440))
+        total += n
+        key = counter_key("topic", f"t{t:05d}", f"{day:%Y%m%d}")
+        pipe.hset(key, mapping={"day:p": n, "day:pb": n * 100})
         if t % 1000 == 999:
             pipe.execute()
     pipe.execute()
@@ -91,6 +115,7 @@ def run(topics: int, runs: int) -> None:
     stored = plant_bounds(topics)
     day = (datetime.now(UTC) - timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
     produced = fill_rollup(topics, day)
+    assert plant_day_totals(topics, day) == produced
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     print(f"{topics:,} topics × {PARTITIONS} partitions and {topics * 1440:,} rollup rows "
@@ -101,6 +126,17 @@ def run(topics: int, runs: int) -> None:
     )
     assert sum(counted.values()) == stored, (sum(counted.values()), stored)
     print(f"engine stored_messages, {topics * PARTITIONS:,} partitions: {ms:,.0f} ms "
+          f"(median of {runs})")  # fmt: skip
+    codes = [code for code, _ in pairs]
+    key = f"{day:%Y%m%d}"
+    ms, totals = timed_calls(
+        lambda: engine_calls.run(lambda engine: engine.day_traffic("topic", codes, key)), runs
+    )
+    assert sum(t.produced for t in totals.values()) == produced
+    print(f"engine day_traffic, {topics:,} topics: {ms:,.0f} ms (median of {runs})")
+    ms, rolled = timed_calls(lambda: capacity._rolled_up(day.date()), runs)
+    assert sum(n for n, _ in rolled.values()) == produced
+    print(f"rollup aggregate (a day without engine totals), {topics:,} topics: {ms:,.0f} ms "
           f"(median of {runs})")  # fmt: skip
     ms, report = timed_calls(lambda: capacity.build(day.date()), runs)
     got = sum(c["stored_messages"] for c in report.clusters)

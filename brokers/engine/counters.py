@@ -8,7 +8,8 @@ per ``interval_s`` — and at the latest ``interval_s`` after they were counted 
 Storage: one hash per (dimension, name, UTC day), expiring after 30 days:
 
 * traffic: dimensions ``topic``, ``app`` and ``broker``, fields
-  ``<minute of day>:<p|pb|c|cb>``;
+  ``<minute of day>:<p|pb|c|cb>``, and the day's totals ``day:<p|pb|c|cb>`` (a day's
+  traffic of thousands of topics is then one field each, not 1,440);
 * a group's failures (a message a consumer failed: a nack, a JMQ4 retry ack, a failed
   retry, a lapsed fetch lock), offset moves (a client's forceAck rewound or skipped
   its committed offset, or a fetch found it outside its partition) and held-back
@@ -39,6 +40,10 @@ from brokers.engine.redisio import AnyRedis
 log = logging.getLogger(__name__)
 RETENTION_S = 30 * 24 * 3600
 FIELDS = ("p", "pb", "c", "cb")
+DAY = "day"
+"""The slot of a traffic hash's day totals (``day:<field>``), beside its minutes."""
+TOTALS_BATCH = 500
+"""Names whose day totals one pipeline reads (:meth:`Counters.day_totals`)."""
 FAILED, MOVED, HELD_BACK = "f", "m", "s"
 """The fields of a group's counts: messages failed, offset moves, send-backs held back."""
 REFUSALS = ("rate_limited", "too_large", "invalid", "not_allowed", "queue_full")
@@ -157,6 +162,7 @@ class Counters:
             for field, value in zip(FIELDS, row, strict=True):
                 if value:
                     pipe.hincrby(key, f"{slot}:{field}", value)
+                    pipe.hincrby(key, f"{DAY}:{field}", value)
         for key in keys:
             pipe.expire(key, RETENTION_S)
         try:
@@ -191,10 +197,33 @@ class Counters:
             base = calendar.timegm(time.strptime(day, "%Y%m%d"))
             for field, value in data.items():
                 slot, kind = field.decode().split(":")
+                if slot == DAY:
+                    continue
                 minute = base // 60 + int(slot)
                 if first <= minute <= last:
                     rows[minute][FIELDS.index(kind)] += int(value)
         return [MinuteTraffic(m * 60_000, *rows[m]) for m in sorted(rows)]
+
+    async def day_totals(
+        self, dimension: str, names: Sequence[str], day: str
+    ) -> dict[str, MinuteTraffic]:
+        """The traffic of each of ``names`` (of ``dimension``) on UTC ``day``
+        (``YYYYMMDD``), from the day's totals: one field read per count and name,
+        pipelined :data:`TOTALS_BATCH` names at a time (names without traffic left out).
+        ``minute_ms`` is the day's start."""
+        start_ms = calendar.timegm(time.strptime(day, "%Y%m%d")) * 1000
+        fields = [f"{DAY}:{f}" for f in FIELDS]
+        out: dict[str, MinuteTraffic] = {}
+        for first in range(0, len(names), TOTALS_BATCH):
+            batch = names[first : first + TOTALS_BATCH]
+            pipe = self._client.pipeline(transaction=False)
+            for name in batch:
+                pipe.hmget(counter_key(dimension, name, day), fields)
+            for name, values in zip(batch, await pipe.execute(), strict=True):
+                counts = [int(v) if v is not None else 0 for v in values]
+                if any(counts):
+                    out[name] = MinuteTraffic(start_ms, *counts)
+        return out
 
     async def grouped(
         self, groups: Sequence[tuple[str, str]], what: str, *, start_ms: int, end_ms: int

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from brokers.engine.access import Gate
 from brokers.engine.assignment import GroupAssigner
@@ -131,6 +131,16 @@ class Engine(
         """Per-minute produce/consume counts and bytes of a 'topic', 'app' or 'broker'."""
         await self.counters.flush()
         return await self.counters.traffic(dimension, name, start_ms, end_ms)
+
+    async def day_traffic(
+        self, dimension: str, names: Sequence[str], day: str
+    ) -> dict[str, MinuteTraffic]:
+        """The produce/consume counts and bytes of each 'topic', 'app' or 'broker' of
+        ``names`` on UTC ``day`` (``YYYYMMDD``), whatever the protocol (names without
+        traffic left out): a field per count and name, so thousands of topics cost a few
+        pipelined round trips."""
+        await self.counters.flush()
+        return await self.counters.day_totals(dimension, names, day)
 
 
 # Every public coroutine of the facade reports an unreachable Redis as StoreUnavailable.

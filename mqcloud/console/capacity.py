@@ -5,8 +5,9 @@ plan memory before the store fills.
 Each UTC day gets one :class:`~mqcloud.console.models.CapacityReport`: the store's memory
 per master node (``INFO memory``), per cluster its topics, partitions and messages stored
 now (from the partitions' bounds: a few pipelined round trips for thousands of topics)
-and the day's produced messages and bytes (the pipeline's per-minute topic rollups), and
-the ten topics storing the most. An hourly beat task makes the previous day's report once
+and the day's produced messages and bytes (the engine's day totals per topic, counted
+whatever the protocol and whether or not the pipeline runs; the pipeline's per-minute
+topic rollups for a day the engine has no totals of), and the ten topics storing the most. An hourly beat task makes the previous day's report once
 it is missing; a platform admin may make the current day's (marked partial) at any time.
 ``/capacity/`` shows the latest report, the store's growth per day over the last week and
 how many days remain until a node with a memory limit is full, and the last 30 days.
@@ -43,22 +44,16 @@ def build(day: date, *, partial: bool = False) -> CapacityReport:
     topics = list(Topic.objects.values_list("code", "partitions", "cluster__name"))
 
     async def measure(engine):
-        return await engine.store_nodes(), await engine.stored_messages(
-            [(code, partitions) for code, partitions, _ in topics]
+        return (
+            await engine.store_nodes(),
+            await engine.stored_messages([(code, partitions) for code, partitions, _ in topics]),
+            await engine.day_traffic("topic", [code for code, _, _ in topics], f"{day:%Y%m%d}"),
         )
 
-    nodes, stored = engine_calls.run(measure)
-    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    produced = {
-        row["name"]: (row["messages"] or 0, row["bytes"] or 0)
-        for row in TrafficMinute.objects.filter(
-            dimension=TrafficMinute.Dimension.TOPIC,
-            minute__gte=start,
-            minute__lt=start + timedelta(days=1),
-        )
-        .values("name")
-        .annotate(messages=Sum("messages"), bytes=Sum("bytes"))
-    }
+    nodes, stored, traffic = engine_calls.run(measure)
+    produced = {code: (t.produced, t.produced_bytes) for code, t in traffic.items()}
+    if not produced:  # a day before the engine kept day totals, or one they expired from
+        produced = _rolled_up(day)
     fields = ("topics", "partitions", "stored_messages", "produced_messages", "produced_bytes")
     per_cluster: dict[str, dict[str, int]] = {  # every cluster, even an empty one
         name: dict.fromkeys(fields, 0) for name in Cluster.objects.values_list("name", flat=True)
@@ -93,6 +88,21 @@ def build(day: date, *, partial: bool = False) -> CapacityReport:
         },
     )
     return report
+
+
+def _rolled_up(day: date) -> dict[str, tuple[int, int]]:
+    """Topic → (messages, bytes) produced on ``day`` by the pipeline's per-minute rollups."""
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return {
+        row["name"]: (row["messages"] or 0, row["bytes"] or 0)
+        for row in TrafficMinute.objects.filter(
+            dimension=TrafficMinute.Dimension.TOPIC,
+            minute__gte=start,
+            minute__lt=start + timedelta(days=1),
+        )
+        .values("name")
+        .annotate(messages=Sum("messages"), bytes=Sum("bytes"))
+    }
 
 
 def make_missing_report(today: date | None = None) -> bool:

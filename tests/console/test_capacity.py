@@ -1,5 +1,6 @@
 """The daily capacity report (console-features "daily capacity report"): what the store
-holds per node and per cluster, the day's traffic from the rollups, the topics storing
+holds per node and per cluster, the day's traffic (the engine's day totals, else the
+rollups), the topics storing
 the most; made once a day by beat (catching up a missed day), or for today on demand;
 the page shows each node's growth and days until full, and only platform admins see it."""
 
@@ -70,6 +71,25 @@ def test_a_report_counts_what_is_stored_and_produced(world):
     (node,) = report.store
     assert node["used_bytes"] > 0 and node["keys"] > 0
     assert capacity.make_missing_report() is False  # made once
+
+
+def test_the_days_traffic_comes_from_the_engine_without_the_pipeline(world):
+    """Where the pipeline never ran (no rollups), the engine's day totals give the day's
+    traffic, whatever protocol produced it; they win over rollups where both exist."""
+    produce("orders", "shop", {0: 3, 1: 2})
+    today = timezone.now().date()
+
+    async def minutes(engine: Engine):  # the topic page's per-minute view of the same day
+        start = int(datetime(today.year, today.month, today.day, tzinfo=UTC).timestamp())
+        return await engine.traffic("topic", "orders", start * 1000, (start + 86_400) * 1000)
+
+    stored_bytes = sum(m.produced_bytes for m in engine_call(minutes))
+    assert stored_bytes > 5 * 10  # the stored records, bodies and their properties
+    (cluster,) = capacity.build(today, partial=True).clusters
+    assert (cluster["produced_messages"], cluster["produced_bytes"]) == (5, stored_bytes)
+    rollup("orders", today, 0, 40, 4000)  # the pipeline, late or partial: not added
+    (cluster,) = capacity.build(today, partial=True).clusters
+    assert (cluster["produced_messages"], cluster["produced_bytes"]) == (5, stored_bytes)
 
 
 def test_a_partial_report_is_replaced_after_its_day(world):

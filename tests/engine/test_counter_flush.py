@@ -23,10 +23,9 @@ async def test_a_last_count_lands_within_the_interval(store):
     counters.refused(topic="t", app="a", kind="too_large")
     counters.failed(topic="t", app="b", count=3)
     await asyncio.sleep(0.3)
-    produced = sum(
-        int(v) for k, v in (await stored(store, "topic", "t")).items() if k.endswith(b":p")
-    )
-    assert produced == 3
+    fields = await stored(store, "topic", "t")
+    produced = sum(int(v) for k, v in fields.items() if k.endswith(b":p") and k != b"day:p")
+    assert produced == 3 and fields[b"day:p"] == b"3"  # the minutes, and the day's total
     assert list((await stored(store, "producer", "t:a")).values()) == [b"1"]
     assert list((await stored(store, "group", "t:b")).values()) == [b"3"]
     await counters.close()
@@ -53,4 +52,29 @@ async def test_a_failed_flush_is_tried_again(store, monkeypatch):
     broken["on"] = False
     await asyncio.sleep(0.2)
     assert list((await stored(store, "group", "t:c")).values()) == [b"2"]
+    await counters.close()
+
+
+async def test_a_days_totals_add_up_its_minutes_and_stay_out_of_them(store):
+    """``day:<field>`` totals grow with every flush; the per-minute view never shows them;
+    thousands of names are read a batch of fields at a time."""
+    now = [1_700_000_000.0 - 1_700_000_000.0 % 86_400 + 3600]  # 01:00 UTC
+    counters = Counters(store, lambda: now[0], interval_s=60)
+    counters.record(topic="t", app="a", broker=1, produced=2, produced_bytes=20)
+    await counters.flush()
+    now[0] += 120  # two minutes later, the same day
+    counters.record(topic="t", app="a", broker=1, produced=3, produced_bytes=30, consumed=4)
+    counters.record(topic="u", app="a", broker=1, consumed=1, consumed_bytes=7)
+    await counters.flush()
+    day = _day(int(now[0] // 60))
+    names = ["t", "u", "never"] + [f"x{i}" for i in range(1200)]  # past one batch
+    totals = await counters.day_totals("topic", names, day)
+    assert sorted(totals) == ["t", "u"]
+    t = totals["t"]
+    assert (t.produced, t.produced_bytes, t.consumed, t.consumed_bytes) == (5, 50, 4, 0)
+    assert t.minute_ms == (now[0] - now[0] % 86_400) * 1000  # the day's start
+    assert (await counters.day_totals("app", ["a"], day))["a"].produced == 5
+    start_ms = int(now[0] - 600) * 1000
+    minutes = await counters.traffic("topic", "t", start_ms, start_ms + 1_200_000)
+    assert [(m.produced, m.consumed) for m in minutes] == [(2, 0), (3, 4)]
     await counters.close()
