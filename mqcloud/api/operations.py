@@ -3,7 +3,8 @@ consumer's messages.
 
 ``/api/v1/consumers/``: the caller's consumers with total lag, oldest unacked age and
 state, sortable by lag (the console's consumer list). ``/api/v1/consumers/{name}/``: the
-same for one, per-partition progress, the retry and dead-letter lists, and retry-now, skip
+same for one, per-partition progress, the failures of the last hour (and how many the
+topic's send-back limit held back), the retry and dead-letter lists, and retry-now, skip
 and purge (team admins, audited) — what the consumer and retry pages offer.
 Resending dead letters and moving offsets change the cluster, so they are applications
 (kinds ``dlq_resend``, ``offset_reset``, ``skip_backlog``).
@@ -174,6 +175,30 @@ class PagingQuery(serializers.Serializer):
     )
 
 
+class FailuresQuery(serializers.Serializer):
+    minutes = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1440,
+        default=60,
+        help_text="Whole minutes before the current one to count (the current one too).",
+    )
+
+
+class FailuresSerializer(serializers.Serializer):
+    """What a consumer failed lately, whatever the protocol and broker."""
+
+    minutes = serializers.IntegerField(help_text="The window counted, in whole minutes.")
+    failures = serializers.IntegerField(
+        help_text="Messages failed: nacks, JMQ4 retry acks, failed retries, VibeMQ ack "
+        "timeouts, fetch locks that ran out unacked."
+    )
+    held_back = serializers.IntegerField(
+        help_text="Of them, those the topic's send-back limit kept out of the retry store: "
+        "delivered again at once instead."
+    )
+
+
 class ProgressQuery(serializers.Serializer):
     client_id = serializers.CharField(
         required=False, max_length=128, help_text="A broadcast consumer's client."
@@ -340,6 +365,22 @@ class ConsumerOperationsViewSet(viewsets.GenericViewSet):
             if client is not None
         ]
         return Response(ClientLagSerializer(rows, many=True).data)
+
+    @extend_schema(parameters=[FailuresQuery], responses=FailuresSerializer)
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def failures(self, request: Request, name: str | None = None) -> Response:
+        """Messages the consumer failed in the last ``minutes`` (60 by default) and the
+        current minute, every client's, and how many of them the topic's send-back limit
+        held back — what its consume-failure alert counts."""
+        consumer = self.get_object()
+        minutes = validated_query(FailuresQuery, request)["minutes"]
+        failures, held_back = _engine(
+            lambda: engine_calls.consume_failures(
+                consumer.topic.code, consumer.app.code, minutes=minutes
+            )
+        )
+        data = {"minutes": minutes, "failures": failures, "held_back": held_back}
+        return Response(FailuresSerializer(data).data)
 
     @extend_schema(
         parameters=[history.WindowQuery], responses={200: history.ConsumerLagHistorySerializer}

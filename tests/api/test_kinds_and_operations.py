@@ -194,6 +194,7 @@ def test_schema_documents_every_kind_action_and_operation(world):
     consumer = "/api/v1/consumers/{name}/"
     for tail in (
         "progress/",
+        "failures/",
         "retries/",
         "retries/retry-now/",
         "retries/skip/",
@@ -219,6 +220,36 @@ async def _fail_three(engine: Engine) -> None:
         token=got.lock_token,
     )
     assert len(acked.retry_ids) == 3
+
+
+def test_a_consumers_failures_and_those_its_send_back_limit_held_back(world):
+    """What its consume-failure alert counts, for a monitoring job with an API token: the
+    failures of a window and how many the topic's send-back limit held back."""
+    base = "/api/v1/consumers/shop.orders/failures/"
+    assert world["alice"].get(base).json() == {"minutes": 60, "failures": 0, "held_back": 0}
+    engine_call(_fail_three)
+    assert world["alice"].get(base).json() == {"minutes": 60, "failures": 3, "held_back": 0}
+    Topic.objects.filter(code="orders").update(send_back_limit=1)
+    publish()
+
+    async def fail_more(engine: Engine) -> None:
+        await engine.append("orders", "shop", [Message(b"x")] * 6, partition=0)
+        for _ in range(2):  # a full bucket lets the first run by, owing; the next is held
+            got = await engine.fetch("orders", "shop", count=3, owner="c")
+            await engine.ack(
+                "orders", "shop", 0, [d.index for d in got.messages],
+                retry_type=RetryType.EXCEPTION, owner="c", token=got.lock_token,
+            )  # fmt: skip
+
+    engine_call(fail_more)
+    assert world["alice"].get(base).json() == {"minutes": 60, "failures": 9, "held_back": 3}
+    now = world["alice"].get(base, {"minutes": "0"}).json()  # the current minute only
+    assert now["minutes"] == 0 and now["held_back"] in (0, 3) and now["failures"] <= 9
+    for bad in ("-1", "1441", "x", ""):
+        assert world["alice"].get(base, {"minutes": bad}).status_code == 400, bad
+    assert world["alice"].get(base, {"since": "1"}).status_code == 400  # not a parameter
+    assert world["bob"].get(base).status_code == 404  # another team's consumer
+    assert world["alice"].get("/api/v1/consumers/none.orders/failures/").status_code == 404
 
 
 def test_retries_and_dead_letters_listed_and_acted_on(world):
