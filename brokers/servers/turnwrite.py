@@ -39,6 +39,8 @@ def release(enclosing: list[TurnWriter] | None) -> None:
 
 _reads_done: list[TurnWriter] = []
 """Writers that reads of this I/O phase wrote to, flushed once the phase is over."""
+_flush_loop: asyncio.AbstractEventLoop | None = None
+"""The loop a flush of :data:`_reads_done` is scheduled on, None when none is."""
 
 
 def release_after_reads(enclosing: list[TurnWriter] | None) -> None:
@@ -47,18 +49,24 @@ def release_after_reads(enclosing: list[TurnWriter] | None) -> None:
     turn runs before it polls the sockets again), each connection in one write. A burst
     of reads ready together then has its answers written together: the peer woken by
     the first finds the others waiting, instead of sleeping again between them."""
-    global _held
+    global _held, _flush_loop
     writers, _held = _held, enclosing
     if not writers:
         return
-    if not _reads_done:
-        asyncio.get_running_loop().call_soon(_flush_reads_done)
+    loop = asyncio.get_running_loop()
+    if _flush_loop is not loop:
+        if _flush_loop is not None:  # a loop that stopped before its flush: its
+            _reads_done.clear()  # connections went with it
+        _flush_loop = loop
+        loop.call_soon(_flush_reads_done)
     for writer in writers:
         writer.listed = False
         _reads_done.append(writer)
 
 
 def _flush_reads_done() -> None:
+    global _flush_loop
+    _flush_loop = None
     writers = _reads_done[:]
     _reads_done.clear()
     for writer in writers:

@@ -114,3 +114,29 @@ async def test_a_connection_closed_before_the_phase_ends_writes_its_answer_first
     assert transport.writes == [b"bye"]
     await asyncio.sleep(0)
     assert transport.writes == [b"bye"]
+
+
+def test_a_loop_that_stopped_before_its_flush_does_not_hold_up_the_next() -> None:
+    """The flush is scheduled per loop: one left unrun by a loop that stopped (a test's,
+    a server's at shutdown) neither blocks the next loop's nor writes the old writers'."""
+    (old, old_t), (new, new_t) = _writer(), _writer()
+
+    def read(writer: TurnWriter, data: bytes) -> None:
+        held = turnwrite.hold()
+        writer.write(data)
+        turnwrite.release_after_reads(held)
+
+    async def read_then_stop() -> None:
+        read(old, b"lost")
+        asyncio.get_running_loop().stop()  # it stops after this turn, its flush unrun
+
+    stopped = asyncio.new_event_loop()
+    stopped.run_until_complete(read_then_stop())
+    stopped.close()
+
+    async def read_and_turn() -> None:
+        read(new, b"sent")
+        await asyncio.sleep(0)
+
+    asyncio.run(read_and_turn())
+    assert new_t.writes == [b"sent"] and old_t.writes == []
