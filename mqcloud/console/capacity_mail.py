@@ -17,15 +17,10 @@ from datetime import date, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from mqcloud.alerts.delivery import mail, platform_admins
+from mqcloud.alerts.delivery import mail, platform_admin_emails
 from mqcloud.alerts.lag_bytes import human_bytes
 from mqcloud.console.capacity import GROWTH_DAYS, NodeOutlook, outlook
 from mqcloud.console.models import CapacityReport
-
-
-def recipients() -> list[str]:
-    """The platform admins' addresses (accounts that are on, with an address)."""
-    return sorted({email for email in platform_admins().values_list("email", flat=True) if email})
 
 
 def _node_line(node: NodeOutlook) -> str:
@@ -84,7 +79,7 @@ def mail_latest_report(today: date | None = None) -> bool:
     ).first()
     if report is None:
         return False
-    to = recipients()
+    to = platform_admin_emails()
     if not to:
         return False
     history = list(CapacityReport.objects.filter(day__lte=report.day)[: GROWTH_DAYS + 1])
