@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import redis
@@ -63,6 +64,15 @@ def mail_address() -> str:
     return f"{settings.EMAIL_BACKEND} {settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
 
 
+class Channel(NamedTuple):
+    """A configured channel."""
+
+    name: str  # mail | webhook | sms
+    label: str
+    shown_address: str  # where it goes, without the secrets a URL may carry
+    address: str  # what its pause is kept under
+
+
 @dataclass(frozen=True)
 class ChannelState:
     """A configured channel as the alerts page shows it."""
@@ -79,37 +89,32 @@ def _shown_url(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
 
 
-def configured() -> list[tuple[str, str, str, str]]:
-    """(name, label, address shown, address) of each channel configured now."""
+def configured() -> list[Channel]:
+    """Each channel configured now."""
     out = [
-        (
-            "mail",
-            "E-mail",
-            f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}",
-            mail_address(),
-        )
+        Channel("mail", "E-mail", f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}", mail_address())
     ]
     if settings.ALERT_WEBHOOK_URL:
         url = settings.ALERT_WEBHOOK_URL
-        out.append(("webhook", "Webhook", _shown_url(url), url))
+        out.append(Channel("webhook", "Webhook", _shown_url(url), url))
     if settings.SMS_GATEWAY_URL:
         url = settings.SMS_GATEWAY_URL
-        out.append(("sms", "Text messages", _shown_url(url), url))
+        out.append(Channel("sms", "Text messages", _shown_url(url), url))
     return out
 
 
-def find(name: str) -> tuple[str, str, str, str] | None:
+def find(name: str) -> Channel | None:
     """The configured channel called ``name`` (see :func:`configured`), or None."""
-    return next((c for c in configured() if c[0] == name), None)
+    return next((c for c in configured() if c.name == name), None)
 
 
 def states() -> list[ChannelState]:
     """Each configured channel with the seconds left of its pause."""
     out = []
-    for name, label, shown, address in configured():
+    for channel in configured():
         left = None
         with contextlib.suppress(redis.RedisError):
-            ttl = _client(settings.REDIS_URL).ttl(_key(name, address))
+            ttl = _client(settings.REDIS_URL).ttl(_key(channel.name, channel.address))
             left = max(1, int(ttl)) if ttl is not None and ttl >= 0 else None
-        out.append(ChannelState(name, label, shown, address, left))
+        out.append(ChannelState(*channel, left))
     return out

@@ -27,11 +27,11 @@ def rows() -> list[ChannelRow]:
     return [ChannelRow(state, waiting[state.name]) for state in channels.states()]
 
 
-def resume(user: object, name: str) -> tuple[str, str, str, str] | None:
+def resume(user: object, name: str) -> channels.Channel | None:
     """End the pause of the configured channel ``name`` as ``user`` (audited); the channel
     (see :func:`mqcloud.alerts.channels.configured`), or None when none is called so."""
     found = channels.find(name)
     if found is not None:
-        channels.resume(name, found[3])
+        channels.resume(name, found.address)
         record(user, "alert-channel-resumed", f"alert-channel:{name}")
     return found

@@ -213,8 +213,9 @@ def alert_channel_resume(request: HttpRequest) -> HttpResponse:
     if found is None:
         messages.error(request, "Choose one of the configured alert channels.")
         return redirect(back)
-    _, label, shown, _ = found
     messages.success(
-        request, f"{label} ({shown}) is tried again: what waits for it goes within a minute."
+        request,
+        f"{found.label} ({found.shown_address}) is tried again: what waits for it goes "
+        "within a minute.",
     )
     return redirect(back)
