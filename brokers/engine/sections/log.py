@@ -125,10 +125,7 @@ class LogSection(EngineBase):
         )
         now = self.now_ms()
         slot = (topic, chosen)
-        seen = self._next_seen.get(slot, -1)
-        guess = self._next_guess.get(slot, -1)
-        if guess < seen:
-            guess = seen
+        seen, guess = self._guess(slot)
         counts: Sequence[int]
         if isinstance(messages, WireBlob):
             blob, counts, total = stamp_wire(
@@ -193,6 +190,14 @@ class LogSection(EngineBase):
             topic=topic, app=app, broker=self.broker_id, produced=total, produced_bytes=len(blob)
         )
         return AppendResult(topic, chosen, first_index, tuple(indexes), total, now)
+
+    def _guess(self, slot: tuple[str, int]) -> tuple[int, int]:
+        """(the next index last seen stored in ``slot``, the index the next append there
+        guesses it gets): past the appends still in flight, never below the one seen;
+        −1 when nothing is known yet."""
+        seen = self._next_seen.get(slot, -1)
+        guess = self._next_guess.get(slot, -1)
+        return seen, guess if guess > seen else seen
 
     def _saw_append(
         self, slot: tuple[str, int], seen: int, guess: int, first: int, end: int
@@ -387,8 +392,7 @@ class LogSection(EngineBase):
         if not units:
             return [r for r in results if r is not None]
         slot = (info.code, chosen)
-        seen = self._next_seen.get(slot, -1)
-        guess = max(seen, self._next_guess.get(slot, -1))
+        seen, guess = self._guess(slot)
         if guess >= 0:  # each unit carries the index it gets if none is dropped before it
             units = guess_indexes(units, guess)
             self._next_guess[slot] = guess + sum(count for _, count in units)
