@@ -150,6 +150,21 @@ class Broker(models.Model):
             raise ValidationError("The JMQ4, zbus and VibeMQ ports must differ.")
 
 
+PER_SECOND_LIMIT_MAX = 1_000_000
+"""The highest per-second limit a topic takes (send, send-back)."""
+
+
+def per_second_limit(help_text: str) -> models.PositiveIntegerField:
+    """A topic's optional limit of messages a second, 1 to :data:`PER_SECOND_LIMIT_MAX`
+    (empty: none)."""
+    return models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(PER_SECOND_LIMIT_MAX)],
+        help_text=help_text,
+    )
+
+
 class Topic(models.Model):
     """A topic: partitions in partition groups, retention and per-protocol settings."""
 
@@ -200,22 +215,16 @@ class Topic(models.Model):
         validators=[MinValueValidator(1)],
         help_text="At most this many messages per partition are kept (empty: no limit).",
     )
-    send_limit = models.PositiveIntegerField(
-        null=True,
-        blank=True,
-        validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
-        help_text="Messages per second the topic takes from all its producers together, "
+    send_limit = per_second_limit(
+        "Messages per second the topic takes from all its producers together, "
         "across the cluster and every protocol (empty: unlimited; each producer's own rate "
-        "limit applies as well).",
+        "limit applies as well)."
     )
-    send_back_limit = models.PositiveIntegerField(
-        null=True,
-        blank=True,
-        validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
-        help_text="Failed messages per second the topic's consumers together may send back "
+    send_back_limit = per_second_limit(
+        "Failed messages per second the topic's consumers together may send back "
         "for a retry (copies into their retry store: JMQ4 acks with a retry type); past it "
         "a failed run is not copied but delivered again, as on a sequential topic (empty: "
-        "unlimited).",
+        "unlimited)."
     )
     # VibeMQ queue settings.
     delivery_mode = models.CharField(

@@ -15,6 +15,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
 from brokers.models import (
+    PER_SECOND_LIMIT_MAX,
     SILENCE_ALERT_MAX_MINUTES,
     Broker,
     Cluster,
@@ -186,9 +187,13 @@ SEND_BACK_LIMIT_LABEL = (
 
 
 def _per_second_field(label: str, help_text: str) -> forms.IntegerField:
-    """A topic's send or send-back limit (1 to 1,000,000 a second; empty: none)."""
+    """A topic's send or send-back limit (1 to PER_SECOND_LIMIT_MAX a second; empty: none)."""
     return forms.IntegerField(
-        min_value=1, max_value=1_000_000, required=False, label=label, help_text=help_text
+        min_value=1,
+        max_value=PER_SECOND_LIMIT_MAX,
+        required=False,
+        label=label,
+        help_text=help_text,
     )
 
 
