@@ -59,6 +59,7 @@ def plant_day_totals(topics: int, day: datetime) -> int:
     import redis
     from django.conf import settings
 
+    from brokers.engine.counters import DAY
     from brokers.engine.keys import counter_key
 
     client = redis.Redis.from_url(settings.REDIS_URL)
@@ -68,7 +69,7 @@ def plant_day_totals(topics: int, day: datetime) -> int:
         n = sum(1 + (t + m) % 5 for m in range(1440))
         total += n
         key = counter_key("topic", f"t{t:05d}", f"{day:%Y%m%d}")
-        pipe.hset(key, mapping={"day:p": n, "day:pb": n * 100})
+        pipe.hset(key, mapping={f"{DAY}:p": n, f"{DAY}:pb": n * 100})
         if t % 1000 == 999:
             pipe.execute()
     pipe.execute()
@@ -134,7 +135,7 @@ def run(topics: int, runs: int) -> None:
     )
     assert sum(t.produced for t in totals.values()) == produced
     print(f"engine day_traffic, {topics:,} topics: {ms:,.0f} ms (median of {runs})")
-    ms, rolled = timed_calls(lambda: capacity._rolled_up(day.date()), runs)
+    ms, rolled = timed_calls(lambda: capacity.rolled_up_traffic(day.date()), runs)
     assert sum(n for n, _ in rolled.values()) == produced
     print(f"rollup aggregate (a day without engine totals), {topics:,} topics: {ms:,.0f} ms "
           f"(median of {runs})")  # fmt: skip

@@ -7,8 +7,9 @@ per master node (``INFO memory``), per cluster its topics, partitions and messag
 now (from the partitions' bounds: a few pipelined round trips for thousands of topics)
 and the day's produced messages and bytes (the engine's day totals per topic, counted
 whatever the protocol and whether or not the pipeline runs; the pipeline's per-minute
-topic rollups for a day the engine has no totals of), and the ten topics storing the most. An hourly beat task makes the previous day's report once
-it is missing; a platform admin may make the current day's (marked partial) at any time.
+topic rollups for a day the engine has no totals of), and the ten topics storing the
+most. An hourly beat task makes the previous day's report once it is missing; a platform
+admin may make the current day's (marked partial) at any time.
 ``/capacity/`` shows the latest report, the store's growth per day over the last week and
 how many days remain until a node with a memory limit is full, and the last 30 days.
 Each day's report is e-mailed to the platform admins (:mod:`.capacity_mail`).
@@ -53,7 +54,7 @@ def build(day: date, *, partial: bool = False) -> CapacityReport:
     nodes, stored, traffic = engine_calls.run(measure)
     produced = {code: (t.produced, t.produced_bytes) for code, t in traffic.items()}
     if not produced:  # a day before the engine kept day totals, or one they expired from
-        produced = _rolled_up(day)
+        produced = rolled_up_traffic(day)
     fields = ("topics", "partitions", "stored_messages", "produced_messages", "produced_bytes")
     per_cluster: dict[str, dict[str, int]] = {  # every cluster, even an empty one
         name: dict.fromkeys(fields, 0) for name in Cluster.objects.values_list("name", flat=True)
@@ -90,7 +91,7 @@ def build(day: date, *, partial: bool = False) -> CapacityReport:
     return report
 
 
-def _rolled_up(day: date) -> dict[str, tuple[int, int]]:
+def rolled_up_traffic(day: date) -> dict[str, tuple[int, int]]:
     """Topic → (messages, bytes) produced on ``day`` by the pipeline's per-minute rollups."""
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
     return {
