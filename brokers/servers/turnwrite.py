@@ -28,6 +28,12 @@ def hold() -> list[TurnWriter] | None:
     return enclosing
 
 
+def holding() -> bool:
+    """Whether a read is being handled (a :func:`hold` is open): what is written now
+    leaves with that read's answers."""
+    return _held is not None
+
+
 def release(enclosing: list[TurnWriter] | None) -> None:
     """The read is handled: write what it caused, one write per connection."""
     global _held

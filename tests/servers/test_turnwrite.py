@@ -140,3 +140,14 @@ def test_a_loop_that_stopped_before_its_flush_does_not_hold_up_the_next() -> Non
 
     asyncio.run(read_and_turn())
     assert new_t.writes == [b"sent"] and old_t.writes == []
+
+
+async def test_holding_says_whether_a_read_is_being_handled() -> None:
+    assert not turnwrite.holding()
+    outer = turnwrite.hold()
+    assert turnwrite.holding()
+    inner = turnwrite.hold()
+    turnwrite.release(inner)
+    assert turnwrite.holding()  # the read's own hold is still open
+    turnwrite.release(outer)
+    assert not turnwrite.holding()

@@ -700,12 +700,16 @@ class QueueMq:
         try:
             self._deal(deliveries, consumer, now, unsent, undealt, corked)
         finally:
-            held = turnwrite.hold()  # written now, not after the loop's next poll
-            try:
+            if turnwrite.holding():  # inside a read: leaves with the read's answers
                 for conn in corked:  # each connection's share of the batch in one write
                     conn.uncork()
-            finally:
-                turnwrite.release(held)
+            else:
+                held = turnwrite.hold()  # written now, not after the loop's next poll
+                try:
+                    for conn in corked:
+                        conn.uncork()
+                finally:
+                    turnwrite.release(held)
         self._paces.took(consumer, len(deliveries) - len(undealt))
         if undealt:  # for the consumer's next sessions (see the module docstring)
             self._keep_ahead(consumer, undealt, leased_at)
