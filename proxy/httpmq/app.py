@@ -20,7 +20,7 @@ from proxy.httpmq.config import ProxyConfig
 from proxy.httpmq.envelope import CORS, ProxyError, Reply, envelope, too_large
 from proxy.httpmq.handlers import ROUTES, engine_error
 from proxy.httpmq.metrics import Metrics
-from proxy.httpmq.relay import ConsoleRelay, is_console_path
+from proxy.httpmq.relay import ConsoleRelay, is_console_path, refuse_app_token
 from proxy.httpmq.report import ProcessReport
 from proxy.httpmq.request import from_scope
 from proxy.httpmq.runtime import Runtime
@@ -175,6 +175,7 @@ class HttpMqApp:
             if runtime is None or self.relay is None:
                 raise ProxyError(503, "UNAVAILABLE", "starting", {"Retry-After": "1"})
             if handler is None:
+                refuse_app_token(runtime.catalog, headers)
                 client = scope.get("client")
                 return await self.relay.forward(
                     method,

@@ -103,8 +103,14 @@ def test_console_endpoints_need_a_console_token(mq):
     s = make_catalog(partitions=1)
     outsider = factories.token_for(factories.user("outsider"))
     assert mq.get(f"/mq/config/{s.consumer}").status_code == 401
-    app_token = mq.get(f"/mq/config/{s.consumer}", headers=app_headers(s))
-    assert app_token.status_code == 401  # an app token is not a console token
+    # a valid app token is not a console token: 403 FORBIDDEN, not 401 (http-mq.md §1)
+    for path in (f"/mq/config/{s.consumer}", "/mq/clustering/queue/offset", "/mq/unregister"):
+        app_token = mq.get(path, headers=app_headers(s))
+        assert app_token.status_code == 403, path
+        assert app_token.json()["error"] == "FORBIDDEN"
+        assert "console token" in app_token.json()["message"]
+    wrong = mq.get(f"/mq/config/{s.consumer}", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.json()["error"] == "UNAUTHENTICATED"
     r = mq.get(f"/mq/config/{s.consumer}", headers={"Authorization": f"Bearer {outsider}"})
     assert r.status_code == 403
     admin = factories.token_for(factories.user("boss", admin=True))
