@@ -52,8 +52,7 @@ def refuse_app_token(snapshot: CatalogSnapshot, headers: dict[bytes, bytes]) -> 
         raise ProxyError(
             403,
             "FORBIDDEN",
-            "this endpoint needs the console token (a console user's API token),"
-            " not an app token",
+            "this endpoint needs the console token (a console user's API token), not an app token",
         )
 
 
