@@ -307,6 +307,35 @@ async def test_long_poll_is_woken_by_a_produce(catalog, brokers):
         assert 0.35 < time.monotonic() - empty_started < 2.0
 
 
+async def test_long_polls_beyond_the_led_partitions_are_answered_at_once(catalog, brokers):
+    """jmq4.md §6.2: at most as many parked fetches per (topic, app) as the broker leads
+    partitions of the topic (``local``: 2); beyond, the empty result comes at once."""
+    async with (
+        client(catalog) as a,
+        client(catalog) as b,
+        client(catalog) as c,
+        client(catalog) as producer,
+    ):
+        for consumer in (a, b, c):
+            await consumer.fetch("local")  # registers the consumer
+        waiting = [asyncio.create_task(x.fetch("local", long_poll_ms=5000)) for x in (a, b)]
+        await asyncio.sleep(0.3)
+        assert brokers[1].server.ctx.long_polls.waiting("local", "app1") == 2
+        started = time.monotonic()
+        assert await c.fetch("local", long_poll_ms=5000) == []
+        assert time.monotonic() - started < 1.0
+        assert not any(task.done() for task in waiting)
+        await producer.produce("local", [b"one"], partition=0)
+        await producer.produce("local", [b"two"], partition=1)
+        got = await asyncio.wait_for(asyncio.gather(*waiting), 5)
+        assert sorted(m.body for batch in got for m in batch) == [b"one", b"two"]
+        assert brokers[1].server.ctx.long_polls.waiting("local", "app1") == 0
+        # the slots are free again: a long poll waits its time once more
+        started = time.monotonic()
+        assert await c.fetch("local", long_poll_ms=400) == []
+        assert time.monotonic() - started > 0.35
+
+
 async def test_client_follows_leaders_across_brokers(catalog, brokers):
     async with client(catalog) as c:
         for partition in range(4):

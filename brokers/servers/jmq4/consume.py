@@ -86,8 +86,29 @@ async def _fetch_topic(
         return TopicMessages(topic=entry.topic, code=missing_topic_code(entry.topic))
     if (entry.topic, req.app) not in session.consumers:
         return TopicMessages(topic=entry.topic, code=Code.FW_CONSUMER_NOT_EXISTS)
-    if not local_partitions(topic, ctx.broker_id):
+    led = local_partitions(topic, ctx.broker_id)
+    if not led:
         return TopicMessages(topic=entry.topic, code=Code.FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER)
+    client_id = consumer_client_id(ctx, topic, req.app, session)
+    # §6.2: beyond the waiting limits the fetch looks once and answers at once. A
+    # broadcast client has progress of its own: its polls compete with no other client's.
+    group = req.app if client_id is None else f"{req.app}\n{client_id}"
+    parked = long_poll_ms > 0 and ctx.long_polls.take(entry.topic, group, len(led))
+    try:
+        return await _fetch(ctx, session, req, entry, client_id, long_poll_ms if parked else 0)
+    finally:
+        if parked:
+            ctx.long_polls.give_back(entry.topic, group)
+
+
+async def _fetch(
+    ctx: ServerContext,
+    session: Session,
+    req: FetchTopicMessageRequest,
+    entry: TopicFetch,
+    client_id: str | None,
+    long_poll_ms: int,
+) -> TopicMessages:
     owner = session.connection_id
     try:
         result: FetchResult = await ctx.engine.fetch(
@@ -97,7 +118,7 @@ async def _fetch_topic(
             ack_timeout_ms=req.ack_timeout,
             long_poll_ms=long_poll_ms,
             owner=owner,
-            client_id=consumer_client_id(ctx, topic, req.app, session),
+            client_id=client_id,
             address=session.address,
             held=True,  # the connection's lock: handed on if this process dies
         )

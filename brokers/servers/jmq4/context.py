@@ -9,6 +9,7 @@ from typing import Any
 
 from brokers.engine import CatalogSnapshot, Engine
 from brokers.protocols.jmq4 import DEFAULT_MAX_FRAME_SIZE
+from brokers.servers.jmq4.parking import MAX_PARKED, LongPollSlots
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,9 @@ class ServerConfig:
     shutdown_grace: float = 5.0
     """How long a graceful stop waits for in-flight requests (long polls included)."""
     max_long_poll_ms: int = 60_000
+    max_parked: int = MAX_PARKED
+    """Long polls waiting at once in this process (jmq4.md §6.2: 10,000); per (topic, app)
+    the limit is the topic's partitions this broker leads."""
     request_timeout_ms: int = 30_000
     """A request whose header sendTime is older than this is refused with code 22 (request
     timeout) and not executed: its client has given up on it (a broker that was paused
@@ -45,6 +49,11 @@ class ServerContext:
     config: ServerConfig = field(default_factory=ServerConfig)
     cleanups: set[asyncio.Task[None]] = field(default_factory=set)
     """Work left by closed connections (lock releases); a graceful stop waits for it."""
+    long_polls: LongPollSlots = field(init=False)
+    """The FETCH_TOPIC_MESSAGE long polls waiting now (:mod:`.parking`)."""
+
+    def __post_init__(self) -> None:
+        self.long_polls = LongPollSlots(self.config.max_parked)
 
     def clean_up(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` after a connection is gone, kept until it ends."""
