@@ -272,6 +272,17 @@ async def release(
     return bool(await RELEASE(client, (keys.state(cid),), args))
 
 
+async def record_access(
+    client: AnyRedis, topic: str, partition: int, cid: str, now_ms: int, address: str
+) -> None:
+    """Record consumer ``cid``'s access to ``partition`` (time, and address when known)
+    as the lock-and-read script does: a fetch that found nothing looked there."""
+    fields: dict[str, str | int] = {"t": now_ms}
+    if address:
+        fields["ip"] = address
+    await client.hset(PartitionKeys(topic, partition).state(cid), mapping=fields)
+
+
 async def read_states(
     client: AnyRedis, topic: str, partitions: Sequence[int], cid: str
 ) -> list[tuple[int, int, dict[str, bytes | None]]]:

@@ -33,7 +33,15 @@ from redis.asyncio.cluster import RedisCluster
 
 from brokers.engine.ack import CommitCall
 from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
-from brokers.engine.consume import EMPTY, FOUND, LOCKED, Attempt, read_states, try_partition
+from brokers.engine.consume import (
+    EMPTY,
+    FOUND,
+    LOCKED,
+    Attempt,
+    read_states,
+    record_access,
+    try_partition,
+)
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import CommitResult, Delivery, FetchResult, FetchStatus
 from brokers.engine.notify import Notifier, waiter_group
@@ -42,7 +50,7 @@ from brokers.engine.record import with_position
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryPolicy, retry_stores
 from brokers.engine.retry_presence import RetryPresence, lease_first_due
-from brokers.engine.scan import ScanOutcome, fetch_any
+from brokers.engine.scan import Looked, ScanOutcome, fetch_any
 
 OUTSIDE = 2**53
 """The backlog a partition whose ack index lies outside it sorts as (reported first)."""
@@ -301,12 +309,26 @@ class Fetcher:
             if outcome.locked or outcome.at_max_partitions
             else FetchStatus.NO_NEW_MSG
         )
-        result = FetchResult(
-            status=status,
-            topic=topic,
-            retry_after_ms=min(hints) if hints else None,
-            lapsed=outcome.lapsed,
-        )
+        looked = outcome.looked if status is FetchStatus.NO_NEW_MSG else None
+        if looked is None:
+            result = FetchResult(
+                status=status,
+                topic=topic,
+                retry_after_ms=min(hints) if hints else None,
+                lapsed=outcome.lapsed,
+            )
+        else:  # where it looked, as it stood (http-mq.md §3.1 queueInfo)
+            result = FetchResult(
+                status=status,
+                topic=topic,
+                partition=looked.partition,
+                retry_after_ms=min(hints) if hints else None,
+                first_consume=looked.first_consume,
+                ack_index=looked.ack_index,
+                max_index=looked.max_index,
+                accessed_ms=now,
+                lapsed=outcome.lapsed,
+            )
         return result, []
 
     async def _scan_pipelined(
@@ -320,7 +342,10 @@ class Fetcher:
         held = 0
         any_locked = False
         candidates: list[tuple[int, int]] = []
+        n = len(req.partitions) or 1
+        looked: Looked | None = None
         for p, (mn, nxt, st) in zip(req.partitions, states, strict=True):
+            first = st["ack"] is None
             if st["ack"] is None and req.init == "latest":
                 # pin 'latest' at the first access, or later messages would be skipped too
                 st["ack"] = str(
@@ -331,6 +356,8 @@ class Fetcher:
             if locked and st["lo"] is not None and st["lo"].decode() == req.owner:
                 held += 1
             ack = int(st["ack"]) if st["ack"] is not None else mn
+            if not locked and (looked is None or (p - turn) % n < (looked.partition - turn) % n):
+                looked = Looked(p, min(ack, nxt), nxt, first)
             backlog = nxt - max(ack, mn)
             if req.report_correction and not mn <= ack <= nxt and not locked:
                 candidates.append((OUTSIDE, p))  # reported before any backlog
@@ -347,7 +374,6 @@ class Fetcher:
             candidates.append((backlog, p))
         if req.policy.max_partition_num > 0 and held >= req.policy.max_partition_num:
             return ScanOutcome(lock_expiry=lock_hint, locked=any_locked, at_max_partitions=True)
-        n = len(req.partitions) or 1
         candidates.sort(key=lambda c: (-c[0], (c[1] - turn) % n))
         for i, (_backlog, p) in enumerate(candidates):
             att = await self._try(req, p, cid, now)
@@ -362,7 +388,11 @@ class Fetcher:
                 lapsed += att.lapsed
                 if att.blocked:
                     blocked = min(blocked or att.blocked, att.blocked)
-        return ScanOutcome(lock_expiry=lock_hint, blocked=blocked, locked=any_locked, lapsed=lapsed)
+        if looked is not None:  # fetch_any's record of where it looked (a slot of its own)
+            await record_access(self._client, topic, looked.partition, cid, now, req.address)
+        return ScanOutcome(
+            lock_expiry=lock_hint, blocked=blocked, locked=any_locked, lapsed=lapsed, looked=looked
+        )
 
     async def _fetch_retry(
         self, req: FetchRequest, now: int

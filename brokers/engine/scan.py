@@ -31,7 +31,9 @@ FETCH_ANY_FN = """
 -- outside it comes first and is locked over nothing (fetch_one's report).
 -- Returns {1, partition, k, k untried partitions with a backlog, FETCH's reply...} or
 -- {0, earliest lock expiry or 0, earliest blocked store time or 0, locked (0/1),
---  maxPartitionNum reached (0/1), lapsed}; a lapsed lock found on a partition that then
+--  maxPartitionNum reached (0/1), lapsed[, partition looked at, its ack index, its next
+--  index, first access (0/1)]} (the last four when a partition was free: the first in
+--  turn, whose access time and address are recorded); a lapsed lock found on a partition that then
 -- yielded nothing (a delay held its messages back) is counted in FETCH's reply of the
 -- partition that won, or in `lapsed`.
 local OUTSIDE = 2 ^ 53  -- the sort key of a partition whose ack index lies outside it
@@ -40,6 +42,7 @@ local function fetch_any(K, kb, n, A, ab)
   local turn, maxp, report = tonumber(A[ab + 8]), tonumber(A[ab + 9]), A[ab + 10]
   local held, locked_any, lock_hint, blocked_hint, lapsed = 0, 0, 0, 0, 0
   local cands = {}
+  local look = nil  -- the first free partition in turn: where a fetch of nothing looked
   for i = 1, n do
     local meta, state = K[kb + 6 * i - 4], K[kb + 6 * i - 3]
     local p = tonumber(A[ab + 10 + i])
@@ -47,6 +50,8 @@ local function fetch_any(K, kb, n, A, ab)
     local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
     local st = redis.call('HMGET', state, 'ack', 'lo', 'le')
     local ack = tonumber(st[1])
+    local first = 0
+    if not ack then first = 1 end
     if not ack and init == 'latest' then
       -- pin 'latest' at the first access, or later messages would be skipped too
       ack = nxt
@@ -63,6 +68,10 @@ local function fetch_any(K, kb, n, A, ab)
     local le = tonumber(st[3] or '0')
     local locked = le > now
     if locked and st[2] == owner then held = held + 1 end
+    local rot = (p - turn) % n
+    if not locked and (look == nil or rot < look[1]) then
+      look = {rot, state, p, ack, nxt, first}
+    end
     local from = ack
     if from < mn then from = mn end
     if outside and not locked then
@@ -102,7 +111,14 @@ local function fetch_any(K, kb, n, A, ab)
       lapsed = lapsed + tonumber(res[6])
     end
   end
-  return {0, s(lock_hint), s(blocked_hint), locked_any, 0, lapsed}
+  if look == nil then return {0, s(lock_hint), s(blocked_hint), locked_any, 0, lapsed} end
+  -- nothing found: the access is recorded where the fetch looked first (http-mq.md §9
+  -- step 8: t and ip also on NO_NEW_MSG), and that partition's position reported
+  local addr = A[ab + 5]
+  if addr ~= '' then redis.call('HSET', look[2], 't', s(now), 'ip', addr)
+  else redis.call('HSET', look[2], 't', s(now)) end
+  return {0, s(lock_hint), s(blocked_hint), locked_any, 0, lapsed,
+    look[3], s(look[4]), s(look[5]), look[6]}
 end
 """
 
@@ -159,6 +175,17 @@ def scan_keys(topic: str, partitions: tuple[int, ...], cid: str) -> tuple[str, .
 
 
 @dataclass(frozen=True, slots=True)
+class Looked:
+    """Where a fetch that found nothing looked first (the first free partition in turn),
+    as it stood: its access was recorded there."""
+
+    partition: int
+    ack_index: int
+    max_index: int
+    first_consume: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ScanOutcome:
     """What :func:`fetch_any` found: a locked partition with messages, or why not; with
     the outcome of the commit it ran first and the resends it popped, when asked to."""
@@ -173,6 +200,7 @@ class ScanOutcome:
     lapsed: int = 0  # what lapsed locks left unacked on partitions that yielded nothing
     commit: CommitResult | None = None
     resends: list[bytes] | None = None  # popped resend entries; None: not asked or not popped
+    looked: Looked | None = None  # nothing found: where it looked first (None: all locked)
 
 
 async def fetch_any(
@@ -236,6 +264,9 @@ async def fetch_any(
             lapsed=int(raw[5]),
             commit=committed,
             resends=popped,
+            looked=Looked(int(raw[6]), int(raw[7]), int(raw[8]), bool(int(raw[9])))
+            if len(raw) > 6
+            else None,
         )
     partition, k = int(raw[1]), int(raw[2])
     untried = tuple(int(x) for x in raw[3 : 3 + k])

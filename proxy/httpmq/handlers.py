@@ -408,8 +408,9 @@ def _client_id(params: dict[str, str]) -> str | None:
 
 
 def _queue_info(info: TopicInfo, fetched: FetchResult, address: str) -> dict[str, Any]:
-    """The queue offset record (§5) of the partition just locked, as the fetch saw it:
-    the lock-and-read script returns the partition's position, so no second read."""
+    """The queue offset record (§5) of the partition just locked (or, for NO_NEW_MSG,
+    looked at: lockTimestamp 0), as the fetch saw it: the lock-and-read script returns the
+    partition's position, so no second read."""
     return {
         "messageQueue": {
             "topic": info.code,
@@ -479,7 +480,10 @@ async def message(request: Request, rt: Runtime) -> Reply:
         result["msgList"] = msg_list
         result["msgListSize"] = len(msg_list)
     info = rt.engine.topic(policy.topic)
-    if fetched.lock_token:  # a partition's batch (retries hold no partition lock)
+    looked = fetched.status is FetchStatus.NO_NEW_MSG and fetched.partition >= 0
+    if fetched.lock_token or looked:
+        # a partition's batch (retries hold no partition lock), or the partition a fetch
+        # of nothing looked at first (§3.1, §9 step 8): its record as the fetch left it
         result["queueInfo"] = _queue_info(info, fetched, address)
     if pulled.resends:
         result["retryMsgList"] = deliveries_to_list(policy.topic, pulled.resends)

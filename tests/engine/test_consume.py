@@ -121,6 +121,27 @@ async def test_partition_choice_by_backlog_and_round_robin(make_engine):
     assert sorted(seen) == [0, 1, 2]
 
 
+async def test_a_fetch_of_nothing_records_and_reports_where_it_looked(make_engine):
+    """NO_NEW_MSG names the first free partition in turn and where it stood; the access is
+    recorded there (HTTP-MQ queueInfo, the console's last access of an idle consumer)."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 2}}))
+    looked = []
+    for address in ("10.0.0.1:1", "10.0.0.2:2"):
+        r = await engine.fetch("t", "a", owner="c1", address=address)
+        assert r.status is FetchStatus.NO_NEW_MSG and r.lock_token == 0
+        assert (r.ack_index, r.max_index, r.accessed_ms) == (0, 0, engine.now_ms())
+        looked.append(r.partition)
+    assert sorted(looked) == [0, 1]  # the turn moves on
+    rows = await engine.progress("t", "a")
+    assert {row.partition: row.last_address for row in rows} == {
+        looked[0]: "10.0.0.1:1",
+        looked[1]: "10.0.0.2:2",
+    }
+    await produce(engine, 0, 1)
+    held = await engine.fetch("t", "a", owner="c1", address="10.0.0.1:1")
+    assert held.found and held.partition == 0 and held.lock_token > 0
+
+
 async def test_max_partition_num(make_engine):
     snap = snapshot(
         topics={"t": {"partitions": 3}},

@@ -546,3 +546,29 @@ def test_an_offset_retention_overtook_is_offset_illegal_then_corrected(mq):
     after = fetch(mq, s, requestId=illegal["requestId"]).json()["result"]
     assert after["ackInfo"]["status"] == 200 and after["status"] == "FOUND", after
     assert [m["message"] for m in after["msgList"]] == ["d", "e"], after
+
+
+def test_a_fetch_of_nothing_reports_and_records_the_queue_it_looked_at(mq):
+    """§3.1 and §9 step 8: NO_NEW_MSG still carries queueInfo (no lock: lockTimestamp 0)
+    and records the access time and client address, so an idle consumer that keeps
+    polling is seen as alive."""
+    s = make_catalog(partitions=2)
+    wait_known(mq, s)
+    before = int(time.time() * 1000)
+    body = fetch(mq, s, clientIp="10.9.8.7").json()["result"]
+    assert body["status"] == "NO_NEW_MSG" and "requestId" not in body
+    info = body["queueInfo"]
+    assert info["messageQueue"]["topic"] == s.topic
+    assert info["messageQueue"]["queueId"] in (0, 1) and info["messageQueue"]["brokerName"]
+    assert info["lockTimestamp"] == 0 and info["lastConsumeClientIp"] == "10.9.8.7"
+    assert info["maxOffset"] == info["committedOffset"] == 0
+    assert info["lastConsumeTimestamp"] >= before
+    rows = engine_call(lambda e: e.progress(s.topic, s.app))
+    row = rows[info["messageQueue"]["queueId"]]
+    assert row.last_address == "10.9.8.7" and row.last_access_ms == info["lastConsumeTimestamp"]
+    # the next empty fetch looks at the other queue first (the turn moves on)
+    again = fetch(mq, s, clientIp="10.9.8.8").json()["result"]["queueInfo"]
+    assert again["messageQueue"]["queueId"] != info["messageQueue"]["queueId"]
+    produce(mq, s, "one")
+    found = fetch(mq, s).json()["result"]
+    assert found["status"] == "FOUND" and found["queueInfo"]["lockTimestamp"] > 0
