@@ -142,8 +142,10 @@ def _envelope(data: bytes | str) -> _Envelope:
         raise InvalidUtf8("frame is not valid UTF-8") from None
     try:
         return _DECODER.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except msgspec.DecodeError as exc:
         raise InvalidJson(f"frame is not a JSON object: {exc}") from None
+    except RecursionError:  # valid JSON, perhaps, but past what the decoder may recurse
+        raise InvalidJson("frame nests arrays or objects too deeply (hundreds of levels)") from None
 
 
 def _small(data: bytes | str) -> _Small | None:

@@ -274,3 +274,14 @@ def test_error_for_decode_errors() -> None:
 def test_unencodable_payload(value: object) -> None:
     with pytest.raises(EncodeError):
         encode_json(Publish(id="p", queue="q", payload=value))
+
+
+def test_a_frame_nested_too_deeply_says_so() -> None:
+    """A valid JSON object whose payload nests thousands of levels is refused (the decoder
+    must not recurse without bound), and the error says why: it is a JSON object."""
+    data = b'{"id": "x", "type": "publish", "queue": "q", "payload": ' + b"[" * 5000
+    error = expect(InvalidJson, data + b"]" * 5000 + b"}")
+    assert "too deeply" in str(error) and "not a JSON object" not in str(error)
+    shallow = b'{"id": "x", "type": "publish", "queue": "q", "payload": ' + b"[" * 100
+    frame = decode_json(shallow + b"]" * 100 + b"}")
+    assert type(frame).__name__ == "Publish" and frame.queue == "q"
