@@ -308,25 +308,35 @@ async def produce_batch(request: Request, rt: Runtime) -> Reply:
         else:
             accepted.append((i, Message(body=raw, extension=HTTPMQ_EXTENSION)))
     if accepted:
+        # independent messages (§2.2: a result each, failed ones resent alone): each meets
+        # the topic's bound and the producer's rate limit in turn, in one engine call
         try:
-            stored = await rt.engine.append(
+            outcomes = await rt.engine.append_many(
                 policy.topic,
                 policy.app,
                 [m for _, m in accepted],
                 partition=partition,
                 client_address=request.peer_address,
             )
-        except (AccessDenied, RateLimited):
-            raise  # refused as a whole (403 / 429): nothing was sent, no per-item result
+        except AccessDenied:
+            raise  # refused as a whole (403): nothing was sent, no per-item result
         except EngineError as exc:
-            for i, _ in accepted:
-                results[i] = {"status": ENGINE_STATUS.get(exc.code, 500), "message": str(exc)}
-        else:
-            for (i, _), index in zip(accepted, stored.indexes, strict=True):
+            outcomes = [exc] * len(accepted)
+        if all(isinstance(o, RateLimited) for o in outcomes):
+            raise outcomes[0]  # nothing was sent: 429 with its Retry-After, as one produce
+        for (i, _), outcome in zip(accepted, outcomes, strict=True):
+            if isinstance(outcome, EngineError):
+                code = ENGINE_STATUS.get(outcome.code, 500)
+                results[i] = {"status": code, "message": str(outcome)}
+            else:
                 results[i] = {
                     "status": 200,
                     "result": _send_result(
-                        rt, policy.topic, stored.partition, index, stored.store_time_ms
+                        rt,
+                        policy.topic,
+                        outcome.partition,
+                        outcome.first_index,
+                        outcome.store_time_ms,
                     ),
                 }
     if all(r is not None and r["status"] == 200 for r in results):

@@ -572,3 +572,37 @@ def test_a_fetch_of_nothing_reports_and_records_the_queue_it_looked_at(mq):
     produce(mq, s, "one")
     found = fetch(mq, s).json()["result"]
     assert found["status"] == "FOUND" and found["queueInfo"]["lockTimestamp"] > 0
+
+
+def test_a_batch_meets_the_topics_bound_message_by_message(mq):
+    """§2.2: the elements are independent messages. On a topic of at most 2 unsettled
+    messages that blocks its publishers, a batch of 3 stores 2 and reports the third as
+    failed (resent alone later), rather than storing all 3 past the bound."""
+    from brokers.models import Topic
+
+    s = make_catalog(partitions=1)
+    Topic.objects.filter(code=s.topic).update(
+        max_queue_size=2, overflow_policy=Topic.Overflow.BLOCK_PUBLISHER
+    )
+    version = publish().version
+    deadline = time.monotonic() + 10  # until the service has the bound
+    while mq.get("/healthz").json()["result"]["catalogVersion"] < version:
+        assert time.monotonic() < deadline, "the HTTP-MQ service never saw the bound"
+        time.sleep(0.05)
+    response = mq.post(
+        "/mq/produce/batch",
+        headers=auth(s.token),
+        data={"producer": s.producer, "messages": orjson.dumps(["a", "b", "c"]).decode()},
+    )
+    body = response.json()
+    assert response.status_code == 500 and body["error"] == "BATCH_FAILED", body
+    assert [r["status"] for r in body["result"]] == [200, 200, 500]
+    assert "full" in body["result"][2]["message"]
+    assert [r["result"]["queueOffset"] for r in body["result"][:2]] == [0, 1]
+    assert drain(mq, s) == ["a", "b"]
+    again = mq.post(
+        "/mq/produce/batch",
+        headers=auth(s.token),
+        data={"producer": s.producer, "messages": orjson.dumps(["c"]).decode()},
+    )
+    assert again.status_code == 200 and drain(mq, s) == ["c"]
