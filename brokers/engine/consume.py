@@ -34,7 +34,8 @@ FETCH_FN = """
 -- a moved ack index is reported instead of read past: the lock is taken over the empty
 -- range at the new index ({1, ..., corrected} with no entries), so the caller can hand
 -- out a token that confirms the move and nothing counts as read or lapsed.
--- `ranges` are the partition's shared-lease keys {rs, rd, rh} (see groups.py).
+-- `ranges` are the partition's shared-lease keys {rs, rd, rh} (see groups.py) and the
+-- consumer's out-of-order acks (ack.py).
 local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, want, addr, init,
                          max_store, report)
   local st = redis.call('HMGET', state, 'ack', 'le', 'lk', 'sh', 'lo', 'ls', 'lend')
@@ -44,7 +45,16 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
   if le and st[5] then  -- a lock that ran out: what of its batch was not acked
     local from = math.max(tonumber(st[1] or '0'), tonumber(st[6] or '0'))
     local upto = tonumber(st[7] or '0')
-    if upto > from then lapsed = upto - from end
+    if upto > from then
+      lapsed = upto - from
+      -- what of it was acked out of order is not failed (nor delivered again, below)
+      local acked = redis.call('ZRANGEBYSCORE', ranges[4], s(from), '(' .. s(upto))
+      for _, r in ipairs(acked) do
+        local a, b = string.match(r, '^(%d+):(%d+)$')
+        lapsed = lapsed - (math.min(tonumber(b), upto) - tonumber(a))
+      end
+      if lapsed < 0 then lapsed = 0 end
+    end
     redis.call('HDEL', state, 'lo')
   end
   if st[4] then
@@ -96,8 +106,15 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
   if start >= nxt then return {0, s(ack), s(nxt), s(mn), '0', lapsed, s(corrected)} end
   local limit = nil
   if max_store ~= '' then limit = tonumber(max_store) end
+  want = tonumber(want)
+  -- indexes acked out of order under an earlier lock that ran out (or was released): the
+  -- read stops before the first of them, so they are not delivered again; once what comes
+  -- before is acked, the ack index moves past them (ack.py merge)
+  local pending = redis.call('ZRANGEBYSCORE', ranges[4], '(' .. s(start), '+inf', 'WITHSCORES',
+    'LIMIT', 0, 1)
+  if pending[2] then want = math.min(want, tonumber(pending[2]) - start) end
   local out = {}
-  local items, blocked = read_span(stream, start, tonumber(want), out, limit)
+  local items, blocked = read_span(stream, start, want, out, limit)
   if items == 0 then
     return {0, s(ack), s(nxt), s(mn), s(blocked or 0), lapsed, s(corrected)}
   end
@@ -111,9 +128,9 @@ FETCH = Script(
     READ_FN
     + FETCH_FN
     + """
--- KEYS: stream, meta, state, range starts, range deadlines, ranges.
+-- KEYS: stream, meta, state, range starts, range deadlines, ranges, out-of-order acks.
 -- ARGV: owner, now, timeout_ms, want, addr, init, max_store, report
-return fetch_one(KEYS[1], KEYS[2], KEYS[3], {KEYS[4], KEYS[5], KEYS[6]}, ARGV[1],
+return fetch_one(KEYS[1], KEYS[2], KEYS[3], {KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, ARGV[1],
   tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
 """
 )
@@ -177,6 +194,7 @@ def fetch_keys(keys: PartitionKeys, cid: str) -> tuple[str, ...]:
         keys.range_starts(cid),
         keys.range_due(cid),
         keys.ranges(cid),
+        keys.acked(cid),
     )
 
 

@@ -25,7 +25,7 @@ from brokers.engine.redisio import AnyRedis, Script
 
 FETCH_ANY_FN = """
 -- fetch_any(K, kb, n, A, ab): choose, lock and read one of n partitions. K[kb + 1 ..
--- kb + 6n] are the six keys of fetch_keys() for each partition; A[ab + 1 ..] are owner,
+-- kb + 7n] are the seven keys of fetch_keys() for each partition; A[ab + 1 ..] are owner,
 -- now, timeout_ms, want, addr, init, max_store, turn, max_partition_num, report, then the
 -- n partition numbers in key order. With report '1' a partition whose ack index lies
 -- outside it comes first and is locked over nothing (fetch_one's report).
@@ -44,7 +44,7 @@ local function fetch_any(K, kb, n, A, ab)
   local cands = {}
   local look = nil  -- the first free partition in turn: where a fetch of nothing looked
   for i = 1, n do
-    local meta, state = K[kb + 6 * i - 4], K[kb + 6 * i - 3]
+    local meta, state = K[kb + 7 * i - 5], K[kb + 7 * i - 4]
     local p = tonumber(A[ab + 10 + i])
     local m = redis.call('HMGET', meta, 'min', 'next')
     local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
@@ -92,8 +92,8 @@ local function fetch_any(K, kb, n, A, ab)
     return a[3] < b[3]
   end)
   for j, c in ipairs(cands) do
-    local b = kb + 6 * (c[3] - 1)
-    local res = fetch_one(K[b + 1], K[b + 2], K[b + 3], {K[b + 4], K[b + 5], K[b + 6]},
+    local b = kb + 7 * (c[3] - 1)
+    local res = fetch_one(K[b + 1], K[b + 2], K[b + 3], {K[b + 4], K[b + 5], K[b + 6], K[b + 7]},
       owner, now, A[ab + 3], A[ab + 4], A[ab + 5], init, A[ab + 7], report)
     if res[1] == 1 then
       res[8] = s(tonumber(res[8]) + lapsed)
@@ -127,8 +127,8 @@ FETCH_ANY = Script(
     + FETCH_FN
     + FETCH_ANY_FN
     + """
--- KEYS: the six keys of fetch_keys() for each partition. ARGV: fetch_any's arguments.
-return fetch_any(KEYS, 0, #KEYS / 6, ARGV, 0)
+-- KEYS: the seven keys of fetch_keys() for each partition. ARGV: fetch_any's arguments.
+return fetch_any(KEYS, 0, #KEYS / 7, ARGV, 0)
 """
 )
 
@@ -153,7 +153,7 @@ if commits then
   c = commit_one(KEYS[1], KEYS[2], KEYS[3], ARGV, 2)
   kb, ab = 3, 9
 end
-local n = (#KEYS - kb - (limit > 0 and 1 or 0)) / 6
+local n = (#KEYS - kb - (limit > 0 and 1 or 0)) / 7
 local f = fetch_any(KEYS, kb, n, ARGV, ab)
 local r = false
 if limit > 0 and (f[1] == 1 or (f[4] == 0 and f[5] == 0)) then
@@ -166,8 +166,8 @@ return {c, f, r}
 
 @functools.lru_cache(maxsize=1024)
 def scan_keys(topic: str, partitions: tuple[int, ...], cid: str) -> tuple[str, ...]:
-    """The keys :data:`FETCH_ANY` reads for consumer ``cid`` over ``partitions`` (six per
-    partition), kept for the busiest consumers: a fetch of 8 partitions builds 48."""
+    """The keys :data:`FETCH_ANY` reads for consumer ``cid`` over ``partitions`` (seven per
+    partition), kept for the busiest consumers: a fetch of 8 partitions builds 56."""
     keys: list[str] = []
     for p in partitions:
         keys += fetch_keys(PartitionKeys(topic, p), cid)

@@ -80,6 +80,27 @@ async def test_out_of_order_acks_wait_for_the_prefix(make_engine):
     assert r.lock_token
 
 
+async def test_a_lapsed_batch_comes_back_without_what_was_acked_out_of_order(make_engine, clock):
+    """DESIGN "Progress": an expired lease returns its unacked part only. Acked out of
+    order (a JMQ4 client acking 3–5 of 0–5) and then left to lapse, the batch comes back as
+    0–2: 3–5 are neither delivered again nor counted as failed, and acking 0–2 moves the
+    ack index past them."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await produce(engine, 0, 8)
+    r = await engine.fetch("t", "a", owner="c1", ack_timeout_ms=1000, count=6)
+    assert [d.index for d in r.messages] == [0, 1, 2, 3, 4, 5]
+    pending = await engine.ack("t", "a", 0, range(3, 6), owner="c1", token=r.lock_token)
+    assert pending.status is AckStatus.PENDING
+    clock.advance(1.1)
+    again = await engine.fetch("t", "a", owner="c2", count=10)
+    assert [d.index for d in again.messages] == [0, 1, 2]
+    assert again.lapsed == 3  # 0-2 failed; 3-5 were acked
+    done = await engine.ack("t", "a", 0, range(0, 3), owner="c2", token=again.lock_token)
+    assert (done.status, done.ack_index) == (AckStatus.OK, 6)
+    rest = await engine.fetch("t", "a", owner="c2", count=10)
+    assert [d.index for d in rest.messages] == [6, 7]
+
+
 async def test_ack_beyond_ack_index_without_lock_is_ignored(make_engine):
     engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
     await produce(engine, 0, 4)
