@@ -290,6 +290,17 @@ async def release(
     return bool(await RELEASE(client, (keys.state(cid),), args))
 
 
+ACCESS_EVERY_MS = 1000
+"""A fetch of nothing records its access at most this often per client and partition."""
+
+
+def recent_access(state: dict[str, bytes | None], now_ms: int, address: str) -> bool:
+    """Whether the access a fetch of nothing would record is already there: the same
+    address, recorded less than :data:`ACCESS_EVERY_MS` ago (FETCH_ANY's rule)."""
+    same = not address or (state.get("ip") or b"").decode() == address
+    return same and now_ms - int(state.get("t") or 0) < ACCESS_EVERY_MS
+
+
 async def record_access(
     client: AnyRedis, topic: str, partition: int, cid: str, now_ms: int, address: str
 ) -> None:

@@ -26,7 +26,7 @@ import itertools
 import random
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
@@ -39,6 +39,7 @@ from brokers.engine.consume import (
     LOCKED,
     Attempt,
     read_states,
+    recent_access,
     record_access,
     try_partition,
 )
@@ -326,7 +327,7 @@ class Fetcher:
                 first_consume=looked.first_consume,
                 ack_index=looked.ack_index,
                 max_index=looked.max_index,
-                accessed_ms=now,
+                accessed_ms=looked.accessed_ms,
                 lapsed=outcome.lapsed,
             )
         return result, []
@@ -344,6 +345,7 @@ class Fetcher:
         candidates: list[tuple[int, int]] = []
         n = len(req.partitions) or 1
         looked: Looked | None = None
+        looked_state: dict[str, bytes | None] = {}
         for p, (mn, nxt, st) in zip(req.partitions, states, strict=True):
             first = st["ack"] is None
             if st["ack"] is None and req.init == "latest":
@@ -357,7 +359,8 @@ class Fetcher:
                 held += 1
             ack = int(st["ack"]) if st["ack"] is not None else mn
             if not locked and (looked is None or (p - turn) % n < (looked.partition - turn) % n):
-                looked = Looked(p, min(ack, nxt), nxt, first)
+                looked = Looked(p, min(ack, nxt), nxt, first, now)
+                looked_state = st
             backlog = nxt - max(ack, mn)
             if req.report_correction and not mn <= ack <= nxt and not locked:
                 candidates.append((OUTSIDE, p))  # reported before any backlog
@@ -389,7 +392,10 @@ class Fetcher:
                 if att.blocked:
                     blocked = min(blocked or att.blocked, att.blocked)
         if looked is not None:  # fetch_any's record of where it looked (a slot of its own)
-            await record_access(self._client, topic, looked.partition, cid, now, req.address)
+            if recent_access(looked_state, now, req.address):
+                looked = replace(looked, accessed_ms=int(looked_state["t"] or 0))
+            else:
+                await record_access(self._client, topic, looked.partition, cid, now, req.address)
         return ScanOutcome(
             lock_expiry=lock_hint, blocked=blocked, locked=any_locked, lapsed=lapsed, looked=looked
         )

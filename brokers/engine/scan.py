@@ -32,11 +32,13 @@ FETCH_ANY_FN = """
 -- Returns {1, partition, k, k untried partitions with a backlog, FETCH's reply...} or
 -- {0, earliest lock expiry or 0, earliest blocked store time or 0, locked (0/1),
 --  maxPartitionNum reached (0/1), lapsed[, partition looked at, its ack index, its next
---  index, first access (0/1)]} (the last four when a partition was free: the first in
---  turn, whose access time and address are recorded); a lapsed lock found on a partition that then
+--  index, first access (0/1), its access time]} (the last five when a partition was free:
+--  the first in turn, whose access time and address are recorded, the time at most once a
+--  second for the same address); a lapsed lock found on a partition that then
 -- yielded nothing (a delay held its messages back) is counted in FETCH's reply of the
 -- partition that won, or in `lapsed`.
 local OUTSIDE = 2 ^ 53  -- the sort key of a partition whose ack index lies outside it
+local ACCESS_EVERY = 1000  -- ms between two records of a fetch of nothing's access
 local function fetch_any(K, kb, n, A, ab)
   local owner, now, init = A[ab + 1], tonumber(A[ab + 2]), A[ab + 6]
   local turn, maxp, report = tonumber(A[ab + 8]), tonumber(A[ab + 9]), A[ab + 10]
@@ -48,7 +50,7 @@ local function fetch_any(K, kb, n, A, ab)
     local p = tonumber(A[ab + 10 + i])
     local m = redis.call('HMGET', meta, 'min', 'next')
     local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
-    local st = redis.call('HMGET', state, 'ack', 'lo', 'le')
+    local st = redis.call('HMGET', state, 'ack', 'lo', 'le', 't', 'ip')
     local ack = tonumber(st[1])
     local first = 0
     if not ack then first = 1 end
@@ -70,7 +72,7 @@ local function fetch_any(K, kb, n, A, ab)
     if locked and st[2] == owner then held = held + 1 end
     local rot = (p - turn) % n
     if not locked and (look == nil or rot < look[1]) then
-      look = {rot, state, p, ack, nxt, first}
+      look = {rot, state, p, ack, nxt, first, tonumber(st[4] or '0'), st[5]}
     end
     local from = ack
     if from < mn then from = mn end
@@ -115,10 +117,13 @@ local function fetch_any(K, kb, n, A, ab)
   -- nothing found: the access is recorded where the fetch looked first (http-mq.md §9
   -- step 8: t and ip also on NO_NEW_MSG), and that partition's position reported
   local addr = A[ab + 5]
-  if addr ~= '' then redis.call('HSET', look[2], 't', s(now), 'ip', addr)
-  else redis.call('HSET', look[2], 't', s(now)) end
+  -- (at most once a second per client there: an idle consumer polling fast writes little)
+  local at = now
+  if addr ~= '' and addr ~= look[8] then redis.call('HSET', look[2], 't', s(now), 'ip', addr)
+  elseif now - look[7] >= ACCESS_EVERY then redis.call('HSET', look[2], 't', s(now))
+  else at = look[7] end
   return {0, s(lock_hint), s(blocked_hint), locked_any, 0, lapsed,
-    look[3], s(look[4]), s(look[5]), look[6]}
+    look[3], s(look[4]), s(look[5]), look[6], s(at)}
 end
 """
 
@@ -183,6 +188,7 @@ class Looked:
     ack_index: int
     max_index: int
     first_consume: bool
+    accessed_ms: int  # the access time recorded there (at most a second old: see fetch_any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +270,7 @@ async def fetch_any(
             lapsed=int(raw[5]),
             commit=committed,
             resends=popped,
-            looked=Looked(int(raw[6]), int(raw[7]), int(raw[8]), bool(int(raw[9])))
+            looked=Looked(int(raw[6]), int(raw[7]), int(raw[8]), bool(int(raw[9])), int(raw[10]))
             if len(raw) > 6
             else None,
         )

@@ -142,7 +142,7 @@ async def test_partition_choice_by_backlog_and_round_robin(make_engine):
     assert sorted(seen) == [0, 1, 2]
 
 
-async def test_a_fetch_of_nothing_records_and_reports_where_it_looked(make_engine):
+async def test_a_fetch_of_nothing_records_and_reports_where_it_looked(make_engine, clock):
     """NO_NEW_MSG names the first free partition in turn and where it stood; the access is
     recorded there (HTTP-MQ queueInfo, the console's last access of an idle consumer)."""
     engine = make_engine(snapshot(topics={"t": {"partitions": 2}}))
@@ -158,6 +158,16 @@ async def test_a_fetch_of_nothing_records_and_reports_where_it_looked(make_engin
         looked[0]: "10.0.0.1:1",
         looked[1]: "10.0.0.2:2",
     }
+    # looking again within a second from the same address records (and reports) nothing new
+    first_time = engine.now_ms()
+    clock.advance(0.5)
+    again = await engine.fetch("t", "a", owner="c1", address="10.0.0.1:1")
+    assert again.partition == looked[0] and again.accessed_ms == first_time
+    clock.advance(0.6)
+    later = await engine.fetch("t", "a", owner="c1", address="10.0.0.1:1")
+    assert later.partition == looked[1] and later.accessed_ms == engine.now_ms()
+    rows = await engine.progress("t", "a")
+    assert {row.partition: row.last_address for row in rows}[looked[1]] == "10.0.0.1:1"
     await produce(engine, 0, 1)
     held = await engine.fetch("t", "a", owner="c1", address="10.0.0.1:1")
     assert held.found and held.partition == 0 and held.lock_token > 0
