@@ -700,15 +700,14 @@ class QueueMq:
         try:
             self._deal(deliveries, consumer, now, unsent, undealt, corked)
         finally:
-            if turnwrite.holding():  # inside a read: leaves with the read's answers
+            # written now, not after the loop's next poll; inside a read, with its answers
+            joined = turnwrite.holding()
+            held = None if joined else turnwrite.hold()
+            try:
                 for conn in corked:  # each connection's share of the batch in one write
                     conn.uncork()
-            else:
-                held = turnwrite.hold()  # written now, not after the loop's next poll
-                try:
-                    for conn in corked:
-                        conn.uncork()
-                finally:
+            finally:
+                if not joined:
                     turnwrite.release(held)
         self._paces.took(consumer, len(deliveries) - len(undealt))
         if undealt:  # for the consumer's next sessions (see the module docstring)
