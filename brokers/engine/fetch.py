@@ -310,25 +310,22 @@ class Fetcher:
             if outcome.locked or outcome.at_max_partitions
             else FetchStatus.NO_NEW_MSG
         )
-        looked = outcome.looked if status is FetchStatus.NO_NEW_MSG else None
-        if looked is None:
-            result = FetchResult(
-                status=status,
-                topic=topic,
-                retry_after_ms=min(hints) if hints else None,
-                lapsed=outcome.lapsed,
-            )
-        else:  # where it looked, as it stood (http-mq.md §3.1 queueInfo)
-            result = FetchResult(
-                status=status,
-                topic=topic,
+        result = FetchResult(
+            status=status,
+            topic=topic,
+            retry_after_ms=min(hints) if hints else None,
+            lapsed=outcome.lapsed,
+        )
+        looked = outcome.looked
+        if looked is not None and status is FetchStatus.NO_NEW_MSG:
+            # where it looked, as it stood (http-mq.md §3.1 queueInfo)
+            result = replace(
+                result,
                 partition=looked.partition,
-                retry_after_ms=min(hints) if hints else None,
                 first_consume=looked.first_consume,
                 ack_index=looked.ack_index,
                 max_index=looked.max_index,
                 accessed_ms=looked.accessed_ms,
-                lapsed=outcome.lapsed,
             )
         return result, []
 
