@@ -90,15 +90,13 @@ async def _fetch_topic(
     if not led:
         return TopicMessages(topic=entry.topic, code=Code.FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER)
     client_id = consumer_client_id(ctx, topic, req.app, session)
-    # §6.2: beyond the waiting limits the fetch looks once and answers at once. A
-    # broadcast client has progress of its own: its polls compete with no other client's.
-    group = req.app if client_id is None else f"{req.app}\n{client_id}"
-    parked = long_poll_ms > 0 and ctx.long_polls.take(entry.topic, group, len(led))
+    # §6.2: beyond the waiting limits the fetch looks once and answers at once
+    parked = long_poll_ms > 0 and ctx.long_polls.take(entry.topic, req.app, client_id, len(led))
     try:
         return await _fetch(ctx, session, req, entry, client_id, long_poll_ms if parked else 0)
     finally:
         if parked:
-            ctx.long_polls.give_back(entry.topic, group)
+            ctx.long_polls.give_back(entry.topic, req.app, client_id)
 
 
 async def _fetch(

@@ -13,26 +13,28 @@ MAX_PARKED = 10_000
 
 
 class LongPollSlots:
-    """The long polls waiting now, by (topic, app)."""
+    """The long polls waiting now, by (topic, app, broadcast client or None): a broadcast
+    client has progress of its own, so its polls compete with no other client's."""
 
     def __init__(self, total: int = MAX_PARKED) -> None:
         self.total = total
-        self._waiting: Counter[tuple[str, str]] = Counter()
+        self._waiting: Counter[tuple[str, str, str | None]] = Counter()
         self._all = 0
 
-    def take(self, topic: str, app: str, limit: int) -> bool:
-        """Whether a long poll of ``app`` on ``topic`` may wait (then it holds a slot until
-        :meth:`give_back`); ``limit``: the topic's partitions this broker leads."""
-        key = (topic, app)
+    def take(self, topic: str, app: str, client_id: str | None, limit: int) -> bool:
+        """Whether a long poll of ``app`` (its broadcast client ``client_id``) on ``topic``
+        may wait (then it holds a slot until :meth:`give_back`); ``limit``: the topic's
+        partitions this broker leads."""
+        key = (topic, app, client_id)
         if self._all >= self.total or self._waiting[key] >= limit:
             return False
         self._waiting[key] += 1
         self._all += 1
         return True
 
-    def give_back(self, topic: str, app: str) -> None:
+    def give_back(self, topic: str, app: str, client_id: str | None) -> None:
         """The long poll that held a slot is answered (or cut short)."""
-        key = (topic, app)
+        key = (topic, app, client_id)
         left = self._waiting[key] - 1
         if left > 0:
             self._waiting[key] = left
@@ -40,6 +42,6 @@ class LongPollSlots:
             del self._waiting[key]
         self._all -= 1
 
-    def waiting(self, topic: str, app: str) -> int:
-        """Long polls of ``app`` on ``topic`` holding a slot now."""
-        return self._waiting[(topic, app)]
+    def waiting(self, topic: str, app: str, client_id: str | None = None) -> int:
+        """Long polls of ``app`` (its client ``client_id``) on ``topic`` holding a slot now."""
+        return self._waiting[(topic, app, client_id)]
