@@ -16,11 +16,12 @@ from typing import Any
 
 from brokers.engine import EngineError
 from brokers.servers.runtime import tune_gc
+from proxy.httpmq.auth import refuse_app_token
 from proxy.httpmq.config import ProxyConfig
 from proxy.httpmq.envelope import CORS, ProxyError, Reply, envelope, too_large
 from proxy.httpmq.handlers import ROUTES, engine_error
 from proxy.httpmq.metrics import Metrics
-from proxy.httpmq.relay import ConsoleRelay, is_console_path, refuse_app_token
+from proxy.httpmq.relay import ConsoleRelay, is_console_path
 from proxy.httpmq.report import ProcessReport
 from proxy.httpmq.request import from_scope
 from proxy.httpmq.runtime import Runtime

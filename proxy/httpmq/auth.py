@@ -13,12 +13,31 @@ from proxy.httpmq.envelope import ProxyError
 from proxy.httpmq.request import Request
 
 
+def header_token(authorization: str, schemes: tuple[str, ...] = ("bearer",)) -> str | None:
+    """The token of an ``Authorization`` header value in one of ``schemes``, if any."""
+    scheme, _, value = authorization.partition(" ")
+    token = value.strip()
+    return token if token and scheme.lower() in schemes else None
+
+
 def bearer_token(request: Request) -> str | None:
     """The token the request carries, if any."""
-    scheme, _, value = request.header(b"authorization").partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return request.params.get("token") or None
+    return header_token(request.header(b"authorization")) or request.params.get("token") or None
+
+
+def refuse_app_token(snapshot: CatalogSnapshot, headers: dict[bytes, bytes]) -> None:
+    """403 ``FORBIDDEN`` when the request carries an app's token (valid for produce and
+    consume) where a console token is needed (http-mq.md §1, §13.1): the caller is who
+    they say, the endpoint is not theirs. The web process, which knows only console
+    users (``Bearer`` or ``Token``), would answer 401 as for a wrong token."""
+    authorization = headers.get(b"authorization", b"").decode("latin-1")
+    token = header_token(authorization, ("bearer", "token"))
+    if token and snapshot.app_for_token(token):
+        raise ProxyError(
+            403,
+            "FORBIDDEN",
+            "this endpoint needs the console token (a console user's API token), not an app token",
+        )
 
 
 def authenticate(snapshot: CatalogSnapshot, request: Request) -> AppInfo:

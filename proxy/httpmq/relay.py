@@ -16,7 +16,6 @@ from urllib.parse import quote
 
 import httpx
 
-from brokers.engine import CatalogSnapshot
 from proxy.httpmq.envelope import CORS, JSON, ProxyError, Reply, envelope
 
 log = logging.getLogger(__name__)
@@ -39,21 +38,6 @@ def is_console_path(path: str) -> bool:
         return True
     name = path[len("/mq/config/") :] if path.startswith("/mq/config/") else ""
     return bool(name) and "/" not in name
-
-
-def refuse_app_token(snapshot: CatalogSnapshot, headers: dict[bytes, bytes]) -> None:
-    """403 ``FORBIDDEN`` when the request carries an app's token (valid for produce and
-    consume) where a console token is needed (http-mq.md §1, §13.1): the caller is who
-    they say, the endpoint is not theirs. The web process, which knows only console
-    users, would answer 401 as for a wrong token."""
-    scheme, _, value = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-    token = value.strip()
-    if scheme.lower() in ("bearer", "token") and token and snapshot.app_for_token(token):
-        raise ProxyError(
-            403,
-            "FORBIDDEN",
-            "this endpoint needs the console token (a console user's API token), not an app token",
-        )
 
 
 NON_JSON_ERRORS = {
