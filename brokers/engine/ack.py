@@ -4,9 +4,13 @@ JMQ4 (:func:`ack_range`): the acked indexes of one call form one run ``[start, e
 The ack index moves to ``end`` when the run starts at or before it, then swallows any
 out-of-order runs that now touch it. A run beyond the ack index is kept (sorted set of
 ``start:end``) only when the caller holds the partition's lock and the run lies in the
-range handed out under it; otherwise it is ignored (reference: code 0, no move). The lock
-is released once the ack index passes the locked range. A token older than a still-valid
-lock is rejected as stale.
+range handed out under it; otherwise it is ignored (reference: code 0, no move). The
+holder's ack releases its lock (jmq4.md §6.4: a successful ack releases the partition
+lock) — also one that acks part of the batch, or a run beyond the ack index — so the next
+fetch reads from the ack index again at once, stopping before the first index acked out
+of order; a repeated ack of what is already acked releases it only once the ack index has
+passed the locked range (a late duplicate does not free a newer batch). A token older than
+a still-valid lock is rejected as stale.
 
 HTTP-MQ (:class:`CommitCall`, :data:`COMMIT`): http-mq.md §7 verbatim — no lock → dropped; older lockTime
 than a valid lock → dropped; commit when the stored offset equals the batch start (or
@@ -103,13 +107,10 @@ else
     status = 'IGNORED'
   end
 end
-if holder then
-  local lend = tonumber(st[6])
-  if (not lend) or ack >= lend then
-    -- wake a fetch only when the partition holds more than was just acknowledged
-    local nxt = tonumber(redis.call('HGET', KEYS[3], 'next') or '0')
-    unlock(KEYS[1], ARGV[6], ARGV[7], nxt > ack)
-  end
+if holder and (status ~= 'ALREADY' or (not tonumber(st[6])) or ack >= tonumber(st[6])) then
+  -- wake a fetch only when the partition holds more than was just acknowledged
+  local nxt = tonumber(redis.call('HGET', KEYS[3], 'next') or '0')
+  unlock(KEYS[1], ARGV[6], ARGV[7], nxt > ack)
 end
 return {status, s(ack)}
 """

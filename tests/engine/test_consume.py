@@ -65,39 +65,70 @@ async def test_unacked_messages_come_back_after_lock_expiry(make_engine, clock):
 
 
 async def test_out_of_order_acks_wait_for_the_prefix(make_engine):
+    """jmq4.md §6.4: an ack that does not start at the ack index is code 0 and leaves the
+    ack index where it is, and a successful ack releases the lock — the next fetch reads
+    from the ack index again at once. The run stays recorded (DESIGN "Progress": indexes
+    acked out of order), so that fetch stops before it and the prefix's ack moves past
+    it."""
     engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
     await produce(engine, 0, 6)
     r = await engine.fetch("t", "a", count=6, owner="c1")
-    assert (await engine.ack("t", "a", 0, [4, 5], owner="c1")).status is AckStatus.PENDING
-    assert (await engine.ack("t", "a", 0, range(2, 4), owner="c1")).status is AckStatus.PENDING
+    pending = await engine.ack("t", "a", 0, [4, 5], owner="c1", token=r.lock_token)
+    assert (pending.status, pending.ack_index) == (AckStatus.PENDING, 0)
     [prog] = await engine.progress("t", "a")
-    assert (prog.ack_index, prog.pending_acks, prog.lock_owner) == (0, 4, "c1")
-    done = await engine.ack("t", "a", 0, [0, 1], owner="c1")
+    assert (prog.ack_index, prog.pending_acks, prog.lock_owner) == (0, 2, "")
+    # the lock is gone: a late out-of-order ack of the old batch is not kept
+    late = await engine.ack("t", "a", 0, range(2, 4), owner="c1", token=r.lock_token)
+    assert (late.status, late.ack_index) == (AckStatus.IGNORED, 0)
+    again = await engine.fetch("t", "a", count=10, owner="c2")
+    assert [d.index for d in again.messages] == [0, 1, 2, 3]  # not 4-5: acked
+    head = await engine.ack("t", "a", 0, [0, 1], owner="c2", token=again.lock_token)
+    assert (head.status, head.ack_index) == (AckStatus.OK, 2)
+    [prog] = await engine.progress("t", "a")
+    assert prog.lock_owner == ""  # a partial ack releases the lock too
+    rest = await engine.fetch("t", "a", count=10, owner="c1")
+    assert [d.index for d in rest.messages] == [2, 3]
+    done = await engine.ack("t", "a", 0, [2, 3], owner="c1", token=rest.lock_token)
     assert (done.status, done.ack_index) == (AckStatus.OK, 6)
     [prog] = await engine.progress("t", "a")
-    assert (prog.pending_acks, prog.lock_owner) == (0, "")  # lock released at the end
+    assert (prog.pending_acks, prog.lock_owner) == (0, "")
     assert (await engine.ack("t", "a", 0, [1], owner="c1")).status is AckStatus.ALREADY
-    assert r.lock_token
 
 
-async def test_a_lapsed_batch_comes_back_without_what_was_acked_out_of_order(make_engine, clock):
-    """DESIGN "Progress": an expired lease returns its unacked part only. Acked out of
-    order (a JMQ4 client acking 3–5 of 0–5) and then left to lapse, the batch comes back as
-    0–2: 3–5 are neither delivered again nor counted as failed, and acking 0–2 moves the
-    ack index past them."""
+async def test_a_repeated_ack_does_not_free_a_newer_batch(make_engine):
+    """An ack of what is already acked, sent again by the holder of the next batch, keeps
+    that batch's lock."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await produce(engine, 0, 4)
+    r = await engine.fetch("t", "a", count=2, owner="c1")
+    await engine.ack("t", "a", 0, [0, 1], owner="c1", token=r.lock_token)
+    r2 = await engine.fetch("t", "a", count=2, owner="c1")
+    dup = await engine.ack("t", "a", 0, [0, 1], owner="c1", token=r2.lock_token)
+    assert dup.status is AckStatus.ALREADY
+    [prog] = await engine.progress("t", "a")
+    assert prog.lock_owner == "c1"
+
+
+async def test_a_batch_acked_out_of_order_comes_back_without_the_acked_part(make_engine, clock):
+    """DESIGN "Progress": what comes back is the unacked part only. A JMQ4 client acking
+    3–5 of 0–5 frees the partition (jmq4.md §6.4), and the next fetch gets 0–2 at once: 3–5
+    are neither delivered again nor counted as failed. Left to lapse, 0–2 count as failed
+    (3, not 6), and acking them moves the ack index past 3–5."""
     engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
     await produce(engine, 0, 8)
     r = await engine.fetch("t", "a", owner="c1", ack_timeout_ms=1000, count=6)
     assert [d.index for d in r.messages] == [0, 1, 2, 3, 4, 5]
     pending = await engine.ack("t", "a", 0, range(3, 6), owner="c1", token=r.lock_token)
     assert pending.status is AckStatus.PENDING
+    again = await engine.fetch("t", "a", owner="c2", ack_timeout_ms=1000, count=10)
+    assert [d.index for d in again.messages] == [0, 1, 2] and again.lapsed == 0
     clock.advance(1.1)
-    again = await engine.fetch("t", "a", owner="c2", count=10)
-    assert [d.index for d in again.messages] == [0, 1, 2]
-    assert again.lapsed == 3  # 0-2 failed; 3-5 were acked
-    done = await engine.ack("t", "a", 0, range(0, 3), owner="c2", token=again.lock_token)
+    third = await engine.fetch("t", "a", owner="c3", count=10)
+    assert [d.index for d in third.messages] == [0, 1, 2]
+    assert third.lapsed == 3  # c2 failed 0-2
+    done = await engine.ack("t", "a", 0, range(0, 3), owner="c3", token=third.lock_token)
     assert (done.status, done.ack_index) == (AckStatus.OK, 6)
-    rest = await engine.fetch("t", "a", owner="c2", count=10)
+    rest = await engine.fetch("t", "a", owner="c3", count=10)
     assert [d.index for d in rest.messages] == [6, 7]
 
 

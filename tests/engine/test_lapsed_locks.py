@@ -24,16 +24,19 @@ async def test_what_a_lapsed_lock_left_unacked_counts_as_failed_once(make_engine
     engine = make_engine(catalog())
     await engine.append("t", "a", [Message(b"x")] * 5, partition=0)
     got = await engine.fetch("t", "a", count=3, ack_timeout_ms=1000, owner="c1")
+    # a partial ack releases the lock (jmq4.md §6.4): what is left is no failure
     await engine.ack("t", "a", 0, [got.messages[0].index], owner="c1")
     assert await failures(engine) == 0
-    clock.advance(2)  # the lock runs out with two of the three unacked
-    again = await engine.fetch("t", "a", count=10, ack_timeout_ms=1000, owner="c2")
+    held = await engine.fetch("t", "a", count=2, ack_timeout_ms=1000, owner="c2")
+    assert [d.index for d in held.messages] == [1, 2] and await failures(engine) == 0
+    clock.advance(2)  # c2's lock runs out with both unacked
+    again = await engine.fetch("t", "a", count=10, ack_timeout_ms=1000, owner="c3")
     assert [d.index for d in again.messages] == [1, 2, 3, 4]
     assert await failures(engine) == 2
-    await engine.ack("t", "a", 0, [d.index for d in again.messages], owner="c2")
+    await engine.ack("t", "a", 0, [d.index for d in again.messages], owner="c3")
     clock.advance(2)  # acked in full before it ran out: nothing failed
     await engine.append("t", "a", [Message(b"y")], partition=0)
-    last = await engine.fetch("t", "a", count=10, ack_timeout_ms=1000, owner="c3")
+    last = await engine.fetch("t", "a", count=10, ack_timeout_ms=1000, owner="c4")
     assert [d.index for d in last.messages] == [5]
     assert await failures(engine) == 2
 

@@ -224,6 +224,23 @@ async def test_ack_rules_and_retry_partition(catalog, brokers):
         assert await c.ack(retried) == {32767: 0}
 
 
+async def test_an_ack_not_at_the_ack_index_frees_the_partition(catalog, brokers):
+    """jmq4.md §6.4: an ack that does not start at the ack index is code 0 and releases
+    the lock; the next fetch reads from the ack index at once (§6.2) — here only what was
+    not acked — and acking that moves the ack index past the rest."""
+    async with client(catalog) as c:
+        await c.produce("local", [b"a", b"b", b"c", b"d"], partition=0)
+        got = await c.fetch("local", count=3)
+        assert [m.body for m in got] == [b"a", b"b", b"c"]
+        assert await c.ack(got[1:]) == {0: 0}
+        again = await c.fetch("local", count=10)
+        assert [(m.index, m.body) for m in again] == [(got[0].index, b"a")]
+        assert await c.ack(again) == {0: 0}
+        rest = await c.fetch("local", count=10)
+        assert [m.body for m in rest] == [b"d"]
+        assert await c.ack(rest) == {0: 0}
+
+
 async def test_partition_fetch_index_and_commit_ack_index(catalog, brokers):
     async with client(catalog) as c:
         await c.produce("local", [b"0", b"1", b"2", b"3"], partition=0)
