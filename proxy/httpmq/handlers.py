@@ -65,7 +65,13 @@ ENGINE_STATUS = {
     "MESSAGE_TOO_LARGE": 413,
     "RATE_LIMITED": 429,
     "UNAVAILABLE": 503,
+    "QUEUE_FULL": 503,
 }
+"""Engine refusal code → HTTP status (http-mq.md §1); any other code is a 500."""
+WIRE_ERROR = {"QUEUE_FULL": "UNAVAILABLE"}
+"""Engine codes the spec's table has no row for → the spec code of their status: a full
+BlockPublisher queue takes no write for now, as an unavailable store (503, Retry-After:
+the producer tries again later); the message says which."""
 
 Handler = Callable[[Request, Runtime], Awaitable[Reply]]
 
@@ -77,7 +83,8 @@ def engine_error(exc: EngineError) -> Reply:
     headers = {"Retry-After": "1"} if status == 503 else None
     if isinstance(exc, RateLimited):
         headers = {"Retry-After": str(max(1, -(-exc.retry_after_ms // 1000)))}
-    return envelope(status, message=str(exc), error=exc.code, headers=headers)
+    error = "INTERNAL_ERROR" if status == 500 else WIRE_ERROR.get(exc.code, exc.code)
+    return envelope(status, message=str(exc), error=error, headers=headers)
 
 
 def producer_for(rt: Runtime, request: Request) -> ProducerPolicyInfo:
