@@ -342,7 +342,7 @@ class Fetcher:
         candidates: list[tuple[int, int]] = []
         n = len(req.partitions) or 1
         looked: Looked | None = None
-        looked_state: dict[str, bytes | None] = {}
+        seen: Looked | None = None  # a free partition with this client's recent access
         for p, (mn, nxt, st) in zip(req.partitions, states, strict=True):
             first = st["ack"] is None
             if st["ack"] is None and req.init == "latest":
@@ -355,9 +355,14 @@ class Fetcher:
             if locked and st["lo"] is not None and st["lo"].decode() == req.owner:
                 held += 1
             ack = int(st["ack"]) if st["ack"] is not None else mn
-            if not locked and (looked is None or (p - turn) % n < (looked.partition - turn) % n):
-                looked = Looked(p, min(ack, nxt), nxt, first, now)
-                looked_state = st
+            if not locked:
+                rot = (p - turn) % n
+                if looked is None or rot < (looked.partition - turn) % n:
+                    looked = Looked(p, min(ack, nxt), nxt, first, now)
+                if recent_access(st, now, req.address) and (
+                    seen is None or rot < (seen.partition - turn) % n
+                ):
+                    seen = Looked(p, min(ack, nxt), nxt, first, int(st["t"] or 0))
             backlog = nxt - max(ack, mn)
             if req.report_correction and not mn <= ack <= nxt and not locked:
                 candidates.append((OUTSIDE, p))  # reported before any backlog
@@ -388,11 +393,10 @@ class Fetcher:
                 lapsed += att.lapsed
                 if att.blocked:
                     blocked = min(blocked or att.blocked, att.blocked)
-        if looked is not None:  # fetch_any's record of where it looked (a slot of its own)
-            if recent_access(looked_state, now, req.address):
-                looked = replace(looked, accessed_ms=int(looked_state["t"] or 0))
-            else:
-                await record_access(self._client, topic, looked.partition, cid, now, req.address)
+        if seen is not None:  # fetch_any's rule: at most one record a second per client
+            looked = seen
+        elif looked is not None:  # fetch_any's record of where it looked (a slot of its own)
+            await record_access(self._client, topic, looked.partition, cid, now, req.address)
         return ScanOutcome(
             lock_expiry=lock_hint, blocked=blocked, locked=any_locked, lapsed=lapsed, looked=looked
         )

@@ -33,8 +33,8 @@ FETCH_ANY_FN = """
 -- {0, earliest lock expiry or 0, earliest blocked store time or 0, locked (0/1),
 --  maxPartitionNum reached (0/1), lapsed[, partition looked at, its ack index, its next
 --  index, first access (0/1), its access time]} (the last five when a partition was free:
---  the first in turn, whose access time and address are recorded, the time at most once a
---  second for the same address); a lapsed lock found on a partition that then
+--  the first in turn, whose access time and address are recorded — or, when this client's
+--  access was recorded on a free one less than a second ago, that one, unwritten); a lapsed lock found on a partition that then
 -- yielded nothing (a delay held its messages back) is counted in FETCH's reply of the
 -- partition that won, or in `lapsed`.
 local OUTSIDE = 2 ^ 53  -- the sort key of a partition whose ack index lies outside it
@@ -45,6 +45,8 @@ local function fetch_any(K, kb, n, A, ab)
   local held, locked_any, lock_hint, blocked_hint, lapsed = 0, 0, 0, 0, 0
   local cands = {}
   local look = nil  -- the first free partition in turn: where a fetch of nothing looked
+  local seen = nil  -- the first free one in turn where this client's access is recent
+  local addr = A[ab + 5]
   for i = 1, n do
     local meta, state = K[kb + 7 * i - 5], K[kb + 7 * i - 4]
     local p = tonumber(A[ab + 10 + i])
@@ -71,8 +73,13 @@ local function fetch_any(K, kb, n, A, ab)
     local locked = le > now
     if locked and st[2] == owner then held = held + 1 end
     local rot = (p - turn) % n
-    if not locked and (look == nil or rot < look[1]) then
-      look = {rot, state, p, ack, nxt, first, tonumber(st[4] or '0'), st[5]}
+    if not locked then
+      local t = tonumber(st[4] or '0')
+      if look == nil or rot < look[1] then look = {rot, state, p, ack, nxt, first, t, st[5]} end
+      if now - t < ACCESS_EVERY and (addr == '' or st[5] == addr)
+          and (seen == nil or rot < seen[1]) then
+        seen = {rot, state, p, ack, nxt, first, t, st[5]}
+      end
     end
     local from = ack
     if from < mn then from = mn end
@@ -115,13 +122,15 @@ local function fetch_any(K, kb, n, A, ab)
   end
   if look == nil then return {0, s(lock_hint), s(blocked_hint), locked_any, 0, lapsed} end
   -- nothing found: the access is recorded where the fetch looked first (http-mq.md §9
-  -- step 8: t and ip also on NO_NEW_MSG), and that partition's position reported
-  local addr = A[ab + 5]
-  -- (at most once a second per client there: an idle consumer polling fast writes little)
+  -- step 8: t and ip also on NO_NEW_MSG), and that partition's position reported; at
+  -- most once a second per client over the group's partitions: while one of them holds
+  -- this client's access from less than a second ago, that one is reported and nothing
+  -- is written (an idle consumer polling fast, its turn moving on each time, wrote once
+  -- per poll)
   local at = now
-  if addr ~= '' and addr ~= look[8] then redis.call('HSET', look[2], 't', s(now), 'ip', addr)
-  elseif now - look[7] >= ACCESS_EVERY then redis.call('HSET', look[2], 't', s(now))
-  else at = look[7] end
+  if seen ~= nil then look = seen; at = seen[7]
+  elseif addr ~= '' then redis.call('HSET', look[2], 't', s(now), 'ip', addr)
+  else redis.call('HSET', look[2], 't', s(now)) end
   return {0, s(lock_hint), s(blocked_hint), locked_any, 0, lapsed,
     look[3], s(look[4]), s(look[5]), look[6], s(at)}
 end

@@ -204,6 +204,37 @@ async def test_a_fetch_of_nothing_records_and_reports_where_it_looked(make_engin
     assert held.found and held.partition == 0 and held.lock_token > 0
 
 
+async def test_an_idle_poller_records_its_access_once_a_second_over_all_partitions(
+    make_engine, clock
+):
+    """A consumer polling an empty group fast, its turn moving to another partition each
+    time, records its access once a second in all — not once per poll (an AOF write per
+    empty poll, thousands of idle consumers) — and each poll reports the partition where
+    that record is. Another client's poll records its own."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 4}}))
+
+    async def recorded() -> dict[int, str]:
+        return {
+            r.partition: r.last_address for r in await engine.progress("t", "a") if r.last_address
+        }
+
+    start = engine.now_ms()
+    reported = set()
+    for _ in range(8):
+        r = await engine.fetch("t", "a", owner="c1", address="10.0.0.1:1")
+        assert r.status is FetchStatus.NO_NEW_MSG and r.accessed_ms == start
+        reported.add(r.partition)
+        clock.advance(0.1)
+    assert len(reported) == 1 and await recorded() == {r.partition: "10.0.0.1:1"}
+    other = await engine.fetch("t", "a", owner="c2", address="10.0.0.2:2")
+    assert other.accessed_ms == engine.now_ms()  # not c1's record: its own
+    assert (await recorded())[other.partition] == "10.0.0.2:2"
+    clock.advance(0.3)  # a second after c1's first record
+    later = await engine.fetch("t", "a", owner="c1", address="10.0.0.1:1")
+    assert later.accessed_ms == engine.now_ms()
+    assert (await recorded())[later.partition] == "10.0.0.1:1"
+
+
 async def test_max_partition_num(make_engine):
     snap = snapshot(
         topics={"t": {"partitions": 3}},
