@@ -227,6 +227,8 @@ async def test_queue_management(raw, catalog):
     assert auto["messageCount"] == 1 and auto["deliveryMode"] == "RoundRobin"
     assert auto["maxSize"] == 10000 and auto["overflowStrategy"] == "DropOldest"
     assert auto["messageTtl"] is None or "messageTtl" not in auto
+    # §8: the DLQ is off, and its name is the setting's default all the same
+    assert (auto["enableDeadLetterQueue"], auto["deadLetterQueueName"]) == (False, "auto1.dlq")
     r.send({"id": "d", "type": "deleteQueue", "queue": "auto1"})
     assert await r.recv() == {
         "id": "d",

@@ -183,9 +183,8 @@ async def _info(session: Session, queue: str) -> QueueInfoPayload:
     stats = await ctx.engine.queue_stats(queue)
     topic = ctx.snapshot.topics.get(queue)
     created_ms = topic.created_ms if topic is not None else ctx.engine.now_ms()
-    dlq = None
-    if settings.dead_letter_enabled:
-        dlq = settings.dead_letter_queue or queue + DLQ_SUFFIX
+    # the setting as it stands (§8: default ``<queue>.dlq``), whether the DLQ is on or not
+    dlq = settings.dead_letter_queue or queue + DLQ_SUFFIX
     return QueueInfoPayload(
         name=queue,
         message_count=stats.message_count,
