@@ -326,3 +326,34 @@ async def test_every_delivery_that_times_out_together_is_retried_to_its_connecti
     for m in again:
         a.ack(m.id)
     assert await nothing_more(b, 0.3)
+
+
+async def test_a_message_over_the_frame_limit_fails_instead_of_closing_the_consumer(
+    clients, broker
+):
+    """A message stored by a protocol with larger messages (here 1.1 MiB, as a JMQ4 or
+    HTTP-MQ producer may send) cannot go out in a ``deliver`` frame: a client closes the
+    connection on a frame over 1 MiB (§1), and got it again on every reconnect. It is not
+    written: each attempt fails at once, and past the attempt limit it is dead-lettered;
+    the subscriber goes on with the next messages on the same connection."""
+    from brokers.engine import Message
+
+    c = await clients()
+    await c.create_queue("big", maxRetryAttempts="1", enableDeadLetterQueue="true")
+    await broker.engine.append("big", "app1", [Message(b"x" * (1_100_000))])
+    await c.publish("big", "small", message_id="s1")
+    await c.subscribe("big")
+    got = await c.receive(5)
+    assert (got.id, got.payload) == ("s1", "small")
+    c.ack("s1")
+    for _ in range(100):  # attempt 1, the backoff, attempt 2, then the dead letter
+        dead = await c.queue_info("big.dlq")
+        if dead["messageCount"] == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert dead["messageCount"] == 1
+    info = await c.queue_info("big")
+    assert info["messageCount"] == 0 and info["inFlightCount"] == 0
+    assert broker.server.ctx.counters["oversize"] == 2  # both attempts
+    await c.publish("big", "after", message_id="s2")
+    assert (await c.receive(5)).id == "s2"  # the same connection, still open

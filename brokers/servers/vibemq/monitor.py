@@ -84,6 +84,7 @@ class Monitor:
             "total_messages_acknowledged": c["acknowledged"],
             "total_retries": c["retries"],
             "total_dead_lettered": c["dead_lettered"],
+            "total_oversize_undelivered": c["oversize"],
             "total_errors": c["errors"],
             "total_connections_accepted": self.ctx.gate.accepted,
             "total_connections_rejected": self.ctx.gate.rejected,

@@ -369,10 +369,15 @@ class Session:
         track = self.inflight.add
         retries = latency = 0
         now = self.ctx.engine.now_ms()
+        limit = self.ctx.config.max_frame_size
         frames = []
+        oversize: list[Delivery] = []
         for item in leased:
             delivery = item[0]
             message_id, frame, stored = deliver_json(queue, delivery)  # the record read once
+            if len(frame) > limit:
+                oversize.append(delivery)
+                continue
             track(Tracked(queue, message_id, delivery, item[1], app, member))
             if delivery.attempts > 1:
                 retries += 1
@@ -380,11 +385,34 @@ class Session:
             frames.append(frame)
         self.transport.send_json_many(frames)
         counters = self.ctx.counters
-        counters["delivered"] += len(leased)
+        counters["delivered"] += len(frames)
         counters["delivery_latency_ms"] += latency
         if retries:
             counters["retries"] += retries
+        if oversize:
+            self.hub.spawn(self._fail_oversize(queue, app, member, oversize))
         return len(leased)
+
+    async def _fail_oversize(
+        self, queue: str, app: str, member: str | None, deliveries: list[Delivery]
+    ) -> None:
+        """Messages whose ``deliver`` frame would be over the frame limit (§1: a client
+        closes the connection on such a frame; stored by a protocol with larger messages,
+        JMQ4 or HTTP-MQ) are not written: each is a failed attempt, so the engine delivers
+        it again after its backoff — to a consumer of the group that can take it, a JMQ4
+        one — and past the attempt limit dead-letters it. Never written, never dropped."""
+        self.ctx.counters["oversize"] += len(deliveries)
+        log.warning(
+            "VibeMQ: %d message(s) of %s over the %d-byte frame limit not delivered (failed)",
+            len(deliveries),
+            queue,
+            self.ctx.config.max_frame_size,
+        )
+        for d in deliveries:
+            try:
+                await self.ctx.engine.fail(queue, app, d.partition, [d.index], client_id=member)
+            except EngineError as exc:  # the lease lapses instead: the same outcome, later
+                log.info("VibeMQ oversize failure on %s not applied: %s", queue, exc)
 
     def _delivered(self, stored_ms: int) -> None:
         """Count a delivery and its publish→deliver latency (§15 metrics)."""
@@ -410,6 +438,10 @@ class Session:
         while inbox and not self.closed and self.transport.writable:
             delivery = inbox.popleft()
             _, frame, stored = deliver_json(queue, delivery, attempt=1)
+            if len(frame) > self.ctx.config.max_frame_size:  # no ack, no retry: counted
+                self.ctx.counters["oversize"] += 1
+                log.warning("VibeMQ: a copy of %s over the frame limit not delivered", queue)
+                continue
             self._delivered(stored)
             self.transport.send_json(frame)
 
