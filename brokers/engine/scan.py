@@ -34,9 +34,9 @@ FETCH_ANY_FN = """
 --  maxPartitionNum reached (0/1), lapsed[, partition looked at, its ack index, its next
 --  index, first access (0/1), its access time]} (the last five when a partition was free:
 --  the first in turn, whose access time and address are recorded — or, when this client's
---  access was recorded on a free one less than a second ago, that one, unwritten); a lapsed lock found on a partition that then
--- yielded nothing (a delay held its messages back) is counted in FETCH's reply of the
--- partition that won, or in `lapsed`.
+--  access was recorded on a free one less than a second ago, that one, unwritten); a
+-- lapsed lock found on a partition that then yielded nothing (a delay held its messages
+-- back) is counted in FETCH's reply of the partition that won, or in `lapsed`.
 local OUTSIDE = 2 ^ 53  -- the sort key of a partition whose ack index lies outside it
 local ACCESS_EVERY = 1000  -- ms between two records of a fetch of nothing's access
 local function fetch_any(K, kb, n, A, ab)
