@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import time
 
 import pytest
@@ -239,6 +240,43 @@ async def test_an_ack_not_at_the_ack_index_frees_the_partition(catalog, brokers)
         rest = await c.fetch("local", count=10)
         assert [m.body for m in rest] == [b"d"]
         assert await c.ack(rest) == {0: 0}
+
+
+async def test_a_fetch_response_stays_under_the_frame_maximum(catalog, brokers):
+    """jmq4.md §9: a frame above the receiver's maximum closes its connection. Ten large
+    messages (stored by any protocol, up to the engine's body limit) would not fit one
+    response: a fetch takes what fits, the client's ack of it frees the partition and
+    the next fetch goes on from there; a partition fetch the same."""
+    for b in brokers.values():
+        ctx = b.server.ctx
+        ctx.config = dataclasses.replace(ctx.config, max_frame_size=200 * 1024)
+    body = random.Random(7).randbytes(50_000)  # incompressible; 64 KiB of 200 kept for the rest
+    async with client(catalog) as c:
+        for i in range(5):
+            await c.produce("local", [body + bytes([i])], partition=0)
+        rounds = []
+        while True:
+            got = await c.fetch("local", count=10)
+            if not got:
+                break
+            rounds.append([m.body[-1] for m in got])
+            assert await c.ack(got) == {0: 0}
+        assert rounds == [[0, 1], [2, 3], [4]]
+        raw = await RawClient.open(catalog.ports[1])
+        await raw.login("app1", catalog.token)
+        reply = await raw.call(
+            FetchPartitionMessageRequest(
+                topics=(
+                    PartitionFetchTopic(
+                        topic="local", partitions=(PartitionFetch(partition=0, index=0, count=10),)
+                    ),
+                ),
+                app="app1",
+            )
+        )
+        await raw.close()
+        [part] = reply.payload.topics[0].partitions
+        assert part.code == 0 and len(part.messages) == 2
 
 
 async def test_partition_fetch_index_and_commit_ack_index(catalog, brokers):

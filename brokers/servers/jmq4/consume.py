@@ -4,6 +4,7 @@ COMMIT_ACK, COMMIT_ACK_INDEX and FETCH_INDEX, each mapped onto the engine."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from itertools import groupby
 
 from brokers.engine import (
@@ -48,6 +49,7 @@ from brokers.protocols.jmq4 import (
 )
 from brokers.servers.jmq4.context import ServerContext
 from brokers.servers.jmq4.errors import engine_code
+from brokers.servers.jmq4.frame_budget import FrameBudget
 from brokers.servers.jmq4.partitions import leads, local_partitions
 from brokers.servers.jmq4.session import Session
 from brokers.servers.jmq4.stored import StoredMessage
@@ -79,6 +81,7 @@ async def _fetch_topic(
     req: FetchTopicMessageRequest,
     entry: TopicFetch,
     long_poll_ms: int,
+    budget: FrameBudget,
 ) -> TopicMessages:
     snapshot = ctx.snapshot
     topic = snapshot.topics.get(entry.topic)
@@ -93,7 +96,8 @@ async def _fetch_topic(
     # §6.2: beyond the waiting limits the fetch looks once and answers at once
     parked = long_poll_ms > 0 and ctx.long_polls.take(entry.topic, req.app, client_id, len(led))
     try:
-        return await _fetch(ctx, session, req, entry, client_id, long_poll_ms if parked else 0)
+        wait = long_poll_ms if parked else 0
+        return await _fetch(ctx, session, req, entry, client_id, wait, budget)
     finally:
         if parked:
             ctx.long_polls.give_back(entry.topic, req.app, client_id)
@@ -106,6 +110,7 @@ async def _fetch(
     entry: TopicFetch,
     client_id: str | None,
     long_poll_ms: int,
+    budget: FrameBudget,
 ) -> TopicMessages:
     owner = session.connection_id
     try:
@@ -127,12 +132,45 @@ async def _fetch(
         raise
     if result.status in _STATUS_CODES:
         return TopicMessages(topic=entry.topic, code=_STATUS_CODES[result.status])
+    sent, unsent = budget.take(result.messages)
     if result.found and result.partition == RETRY_PARTITION:
         fetched = session.retries.setdefault((entry.topic, req.app), set())
-        fetched.update(d.index for d in result.messages)
+        fetched.update(d.index for d in sent)
+        if unsent:  # due again at once, not after their lease
+            await _give_back_retries(ctx, entry.topic, req.app, unsent, client_id)
     elif result.found and result.lock_token:
-        session.locks[(entry.topic, req.app, result.partition)] = result.lock_token
-    return TopicMessages(topic=entry.topic, messages=_messages(result.messages))
+        if sent:  # the client's ack of what it got releases the lock (§6.4)
+            session.locks[(entry.topic, req.app, result.partition)] = result.lock_token
+        else:  # no room left in this response: the partition is free again at once
+            await _give_back_partition(ctx, entry.topic, req.app, result, client_id, owner)
+    return TopicMessages(topic=entry.topic, messages=_messages(sent))
+
+
+async def _give_back_retries(
+    ctx: ServerContext, topic: str, app: str, unsent: list[Delivery], client_id: str | None
+) -> None:
+    with contextlib.suppress(EngineError):  # else their lease lapses
+        await ctx.engine.unlock_retries(topic, app, [d.index for d in unsent], client_id=client_id)
+
+
+async def _give_back_partition(
+    ctx: ServerContext,
+    topic: str,
+    app: str,
+    result: FetchResult,
+    client_id: str | None,
+    owner: str,
+) -> None:
+    with contextlib.suppress(EngineError):  # else the lock lapses
+        await ctx.engine.unlock(
+            topic,
+            app,
+            result.partition,
+            token=result.lock_token,
+            client_id=client_id,
+            owner=owner,
+            held=True,
+        )
 
 
 async def fetch_topic_message(
@@ -143,7 +181,10 @@ async def fetch_topic_message(
     long_poll = 0
     if len(req.topics) == 1 and req.long_poll_timeout > 0:
         long_poll = min(req.long_poll_timeout, ctx.config.max_long_poll_ms)
-    topics = tuple([await _fetch_topic(ctx, session, req, e, long_poll) for e in req.topics])
+    budget = FrameBudget(ctx.config.max_frame_size)
+    topics = tuple(
+        [await _fetch_topic(ctx, session, req, e, long_poll, budget) for e in req.topics]
+    )
     return response_frame(header, FetchTopicMessageResponse(topics=topics))
 
 
@@ -157,7 +198,12 @@ async def _start_index(
 
 
 async def _fetch_partition(
-    ctx: ServerContext, session: Session, app: str, topic: TopicInfo, entry: PartitionFetch
+    ctx: ServerContext,
+    session: Session,
+    app: str,
+    topic: TopicInfo,
+    entry: PartitionFetch,
+    budget: FrameBudget,
 ) -> PartitionMessages:
     p = entry.partition
     if not 0 <= p < topic.partitions:
@@ -178,7 +224,8 @@ async def _fetch_partition(
         return PartitionMessages(partition=p, code=Code.FW_FETCH_MESSAGE_INDEX_OUT_OF_RANGE)
     except EngineError as exc:
         return PartitionMessages(partition=p, code=engine_code(exc))
-    return PartitionMessages(partition=p, messages=_messages(deliveries))
+    sent, _ = budget.take(deliveries)  # no lock: the client reads on from what it got
+    return PartitionMessages(partition=p, messages=_messages(sent))
 
 
 async def fetch_partition_message(
@@ -187,6 +234,7 @@ async def fetch_partition_message(
     """Client-managed consumption: no lock, no retry partition."""
     snapshot = ctx.snapshot
     session.authorize(req.app, snapshot)
+    budget = FrameBudget(ctx.config.max_frame_size)
     out = []
     for entry in req.topics:
         topic = snapshot.topics.get(entry.topic)
@@ -197,7 +245,10 @@ async def fetch_partition_message(
             )
         else:
             parts = tuple(
-                [await _fetch_partition(ctx, session, req.app, topic, p) for p in entry.partitions]
+                [
+                    await _fetch_partition(ctx, session, req.app, topic, p, budget)
+                    for p in entry.partitions
+                ]
             )
         out.append(PartitionMessagesTopic(topic=entry.topic, partitions=parts))
     return response_frame(header, FetchPartitionMessageResponse(topics=tuple(out)))

@@ -1,0 +1,51 @@
+"""What one FETCH response may carry: the messages of a response frame stay under the
+receiver's frame maximum (jmq4.md §9: default 16 MiB; a frame above it is malformed and
+closes the connection).
+
+A partition holds messages of up to the engine's body limit, whatever protocol stored
+them (JMQ4 3 MiB, HTTP-MQ and zbus 4 MiB), so a fetch of ten could be a 40 MiB frame: the
+client would drop the connection, its lock lapse, and the next fetch read the same batch
+again — a partition no consumer gets past. A response takes messages in order while they
+fit; the first message of a response always goes (one message never exceeds a frame here:
+the engine's body limit is far below it). What a locked fetch read but does not send is
+read again once the client acks what it got (the ack releases the lock, §6.4) or once the
+lock lapses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from brokers.engine import Delivery
+
+MARGIN = 64 * 1024
+"""Bytes of a frame kept for what is not a record: the header, topic names, codes and
+each message's length prefix."""
+PER_MESSAGE = 16
+"""Wire bytes of a message besides its record (generous)."""
+
+D = TypeVar("D", bound=Delivery)
+
+
+class FrameBudget:
+    """The room left for records in one response frame."""
+
+    __slots__ = ("left", "sent")
+
+    def __init__(self, max_frame_size: int) -> None:
+        self.left = max(0, max_frame_size - MARGIN)
+        self.sent = 0
+
+    def take(self, deliveries: Sequence[D]) -> tuple[list[D], list[D]]:
+        """(the deliveries that fit, in order; the rest) — at least one when this
+        response has sent nothing yet."""
+        kept: list[D] = []
+        for i, d in enumerate(deliveries):
+            size = len(d.record) + PER_MESSAGE
+            if size > self.left and self.sent:
+                return kept, list(deliveries[i:])
+            self.left -= size
+            self.sent += 1
+            kept.append(d)
+        return kept, []
