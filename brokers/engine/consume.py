@@ -114,7 +114,7 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
     'LIMIT', 0, 1)
   if pending[2] then want = math.min(want, tonumber(pending[2]) - start) end
   local out = {}
-  local items, blocked = read_span(stream, start, want, out, limit)
+  local items, blocked = read_span(stream, start, want, out, limit, PULL_READ_BYTES)
   if items == 0 then
     return {0, s(ack), s(nxt), s(mn), s(blocked or 0), lapsed, s(corrected)}
   end

@@ -342,9 +342,9 @@ if #live == 0 then
     local part = {}
     local items
     if ttl > 0 then  -- TTL looks at each record: one triple per record
-      items, blocked = read_from(K.stream, cur, want, part, max_store)
+      items, blocked = read_from(K.stream, cur, want, part, max_store, PULL_READ_BYTES)
     else  -- a run of records as one string (parse_spans splits it)
-      items, blocked = read_span(K.stream, cur, want, part, max_store)
+      items, blocked = read_span(K.stream, cur, want, part, max_store, PULL_READ_BYTES)
     end
     if items == 0 then break end
     local stop = tonumber(part[#part - 2]) + tonumber(part[#part - 1])

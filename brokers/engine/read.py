@@ -23,7 +23,15 @@ from brokers.engine.redisio import AnyRedis, Script, run_pipelined
 # at least `want` items; returns the items added and, when a record stored after
 # `max_store` stopped the read, that record's store time. A stream entry holds one
 # append call: one or more records, each starting with its size (JMQ4 layout).
-READ_FN = """
+PULL_READ_BYTES = 16 * 1024 * 1024
+"""The most record bytes one consumer's fetch or lease reads (at least one record): a
+batch of large messages — up to the engine's body limit each, whatever protocol stored
+them — is not read out of Redis, and handed to one consumer, as one reply of hundreds of
+MiB. What is not read stays for the next fetch (the lock or lease covers what was read)."""
+
+READ_FN = (
+    f"local PULL_READ_BYTES = {PULL_READ_BYTES}\n"
+    + """
 local function rec_count(v, pos)
   if math.floor(struct.unpack('>i2', v, pos + 20) / 4096) % 2 == 1 then
     local c = struct.unpack('>i2', v, pos + 59)
@@ -81,13 +89,21 @@ local function open_entry(e, start, max_store)
   end
   return fi, c, v
 end
-local function read_from(stream, start, want, out, max_store)
-  local items = 0
+-- `cap` (bytes, or nil): a read that holds records already stops before the record that
+-- would take it past `cap` (a pull of many large messages is not one huge reply).
+local function read_from(stream, start, want, out, max_store, cap)
+  local items, bytes, full = 0, 0, false
+  local function fits(n)
+    if cap and items > 0 and bytes + n > cap then full = true; return false end
+    bytes = bytes + n
+    return true
+  end
   local function take(e)
     local fi, c, v, blocked = open_entry(e, start, max_store)
     if not fi then return blocked end
     local size = struct.unpack('>i4', v, 1)
     if size == #v then
+      if not fits(#v) then return nil end
       out[#out + 1] = s(fi); out[#out + 1] = s(c); out[#out + 1] = v
       items = items + c
       return nil
@@ -97,6 +113,7 @@ local function read_from(stream, start, want, out, max_store)
       size = struct.unpack('>i4', v, pos)
       local rc = rec_count(v, pos)
       if idx + rc > start then
+        if not fits(size) then return nil end
         out[#out + 1] = s(idx); out[#out + 1] = s(rc); out[#out + 1] = string.sub(v, pos, pos + size - 1)
         items = items + rc
       end
@@ -105,19 +122,26 @@ local function read_from(stream, start, want, out, max_store)
     end
     return nil
   end
-  local blocked = each_entry(stream, start, want, take, function() return items end)
+  local function taken() if full then return want end return items end
+  local blocked = each_entry(stream, start, want, take, taken)
   return items, blocked  -- items as counted once the walk is done
 end
 -- read_span: read_from's records, but the records taken from consecutive entries go out as
 -- ONE triple (first index, items, the records back to back): a fetch costs one reply
 -- string instead of one per record, in the script and on the wire (:func:`parse_spans`
 -- splits them). Entries' indexes are dense, so what is taken is always one run.
-local function read_span(stream, start, want, out, max_store)
-  local items, buf, first = 0, {}, nil
+local function read_span(stream, start, want, out, max_store, cap)
+  local items, buf, first, bytes, full = 0, {}, nil, 0, false
+  local function fits(n, more)
+    if cap and (items > 0 or more) and bytes + n > cap then full = true; return false end
+    bytes = bytes + n
+    return true
+  end
   local function take(e)
     local fi, c, v, blocked = open_entry(e, start, max_store)
     if not fi then return blocked end
     if fi >= start and items + c <= want then
+      if not fits(#v, false) then return nil end
       if not first then first = fi end
       buf[#buf + 1] = v
       items = items + c
@@ -128,6 +152,7 @@ local function read_span(stream, start, want, out, max_store)
       local size = struct.unpack('>i4', v, pos)
       local rc = rec_count(v, pos)
       if idx + rc > start then
+        if not fits(size, n > 0) then break end
         if not first_pos then
           first_pos = pos
           if not first then first = idx end
@@ -151,6 +176,12 @@ local function read_span(stream, start, want, out, max_store)
     if max_store then return false end
     local fi = first_of(rest[1][1])
     if fi < start or items + run_end - fi > want then return false end
+    if cap then  -- all of it within the cap, or entry by entry
+      local n = 0
+      for i = 1, #rest do n = n + #rest[i][2][2] end
+      if bytes + n > cap then return false end
+      bytes = bytes + n
+    end
     if not first then first = fi end
     for i = 1, #rest do buf[#buf + 1] = rest[i][2][2] end
     items = items + run_end - fi
@@ -165,9 +196,11 @@ local function read_span(stream, start, want, out, max_store)
     end
     return items, blocked
   end
-  return done(each_entry(stream, start, want, take, function() return items end, take_run))
+  local function taken() if full then return want end return items end
+  return done(each_entry(stream, start, want, take, taken, take_run))
 end
 """
+)
 
 READ = Script(
     READ_FN

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 
@@ -19,6 +20,7 @@ from brokers.engine import (
     Message,
 )
 from brokers.engine.keys import PartitionKeys, consumer_id
+from brokers.engine.read import PULL_READ_BYTES
 from tests.engine.conftest import PartitionGroupInfo, snapshot
 
 
@@ -522,3 +524,25 @@ async def test_operator_resends_are_handed_out_once(make_engine):
     assert [d.index for d in await engine.take_resends("t", "a", client_id="x")] == [1]
     assert [d.index for d in await engine.take_resends("t", "a", client_id="y")] == [1]
     assert await engine.take_resends("t", "a", client_id="x") == []
+
+
+async def test_a_pull_reads_at_most_its_byte_budget_of_large_messages(make_engine):
+    """PULL_READ_BYTES: ten messages of 3.5 MiB (any protocol may store up to the body
+    limit) are not read as one 35 MiB reply. A fetch or a lease stops before the record
+    that would pass the budget; the lock or lease covers what was read, and the next one
+    goes on from there."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}, "q": {"partitions": 1}}))
+    big = random.Random(3).randbytes(3_500_000)
+    for topic in ("t", "q"):
+        for i in range(6):
+            await engine.append(topic, "a", [Message(big + bytes([i]))], partition=0)
+    got = await engine.fetch("t", "a", count=10, owner="c1")
+    assert [d.index for d in got.messages] == [0, 1, 2, 3] and (got.start, got.end) == (0, 4)
+    assert sum(len(d.record) for d in got.messages) <= PULL_READ_BYTES
+    await engine.ack("t", "a", 0, range(0, 4), owner="c1", token=got.lock_token)
+    rest = await engine.fetch("t", "a", count=10, owner="c1")
+    assert [d.index for d in rest.messages] == [4, 5]
+    leased = await engine.lease("q", "a", count=10, owner="o")
+    assert [d.index for d in leased.deliveries] == [0, 1, 2, 3]
+    more = await engine.lease("q", "a", count=10, owner="o")
+    assert [d.index for d in more.deliveries] == [4, 5]
