@@ -8,9 +8,10 @@ range handed out under it; otherwise it is ignored (reference: code 0, no move).
 holder's ack releases its lock (jmq4.md §6.4: a successful ack releases the partition
 lock) — also one that acks part of the batch, or a run beyond the ack index — so the next
 fetch reads from the ack index again at once, stopping before the first index acked out
-of order; a repeated ack of what is already acked releases it only once the ack index has
-passed the locked range (a late duplicate does not free a newer batch). A token older than
-a still-valid lock is rejected as stale.
+of order. Two exceptions keep the lock's range: a repeated ack of what is already acked
+(a late duplicate does not free a newer batch), and a partial ack after the lock ran out
+(the next fetch counts the rest as failed, as for any lapsed lock). A token older than a
+still-valid lock is rejected as stale.
 
 HTTP-MQ (:class:`CommitCall`, :data:`COMMIT`): http-mq.md §7 verbatim — no lock → dropped; older lockTime
 than a valid lock → dropped; commit when the stored offset equals the batch start (or
@@ -107,7 +108,11 @@ else
     status = 'IGNORED'
   end
 end
-if holder and (status ~= 'ALREADY' or (not tonumber(st[6])) or ack >= tonumber(st[6])) then
+-- the holder's ack releases its lock (jmq4.md §6.4); one that leaves part of the locked
+-- range unacked only while the lock is still valid: a lock that ran out keeps its range
+-- until the next fetch counts what of it was not acked as failed (consume.py)
+local lend = tonumber(st[6])
+if holder and ((not lend) or ack >= lend or (valid and status ~= 'ALREADY')) then
   -- wake a fetch only when the partition holds more than was just acknowledged
   local nxt = tonumber(redis.call('HGET', KEYS[3], 'next') or '0')
   unlock(KEYS[1], ARGV[6], ARGV[7], nxt > ack)

@@ -134,6 +134,19 @@ async def test_a_batch_acked_out_of_order_comes_back_without_the_acked_part(make
     assert [d.index for d in rest.messages] == [6, 7]
 
 
+async def test_a_late_out_of_order_ack_leaves_the_lapse_counted(make_engine, clock):
+    """The lock ran out before the client acked 3–5 of 0–5: the ack is kept, and the next
+    fetch still counts 0–2 as failed (not 0–5, and not nothing) and reads only them."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await produce(engine, 0, 6)
+    r = await engine.fetch("t", "a", owner="c1", ack_timeout_ms=1000, count=6)
+    clock.advance(1.1)
+    late = await engine.ack("t", "a", 0, range(3, 6), owner="c1", token=r.lock_token)
+    assert late.status is AckStatus.PENDING
+    again = await engine.fetch("t", "a", owner="c2", count=10)
+    assert [d.index for d in again.messages] == [0, 1, 2] and again.lapsed == 3
+
+
 async def test_ack_beyond_ack_index_without_lock_is_ignored(make_engine):
     engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
     await produce(engine, 0, 4)
