@@ -3,9 +3,12 @@ receiver's frame maximum (jmq4.md §9: default 16 MiB; a frame above it is malfo
 closes the connection).
 
 A partition holds messages of up to the engine's body limit, whatever protocol stored
-them (JMQ4 3 MiB, HTTP-MQ and zbus 4 MiB), so a fetch of ten could be a 40 MiB frame: the
-client would drop the connection, its lock lapse, and the next fetch read the same batch
-again — a partition no consumer gets past. A response takes messages in order while they
+them (JMQ4 3 MiB, HTTP-MQ and zbus 4 MiB). The engine reads at most
+:data:`~brokers.engine.read.PULL_READ_BYTES` (16 MiB) of them per fetch, but that is the
+frame's whole maximum, with no room for the rest of the frame, and one response carries
+the fetches of several topics (or partitions): over the maximum, the client would drop the
+connection, its lock lapse, and the next fetch read the same batch again — a partition no
+consumer gets past. A response takes messages in order while they
 fit; the first message of a response always goes (one message never exceeds a frame here:
 the engine's body limit is far below it). What a locked fetch read but does not send is
 read again once the client acks what it got (the ack releases the lock, §6.4) or once the
