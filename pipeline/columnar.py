@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from brokers.engine import Delivery, StoredEntry, decode_attributes, decode_record
+from brokers.engine import MARK_SIZE, Delivery, StoredEntry, decode_attributes, decode_record
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -205,7 +205,7 @@ class Decoded:
             & ~batch
             & (self.bid_len <= 127)
             & (self.attr_len <= 32767)
-            & (ext_len <= 2**31 - 1)
+            & (ext_len <= MARK_SIZE)  # a longer one may carry properties (engine's decoder)
             & (self.app_len <= 127)
             & (self.app_pos + self.app_len == ends)
         )

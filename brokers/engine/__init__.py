@@ -95,6 +95,7 @@ from brokers.engine.overview import worst as worst_lag
 from brokers.engine.presence import Presence
 from brokers.engine.priority import PRIORITY_BANDS, PRIORITY_MODE, band_of, band_partition
 from brokers.engine.record import (
+    MARK_SIZE,
     MAX_BUSINESS_ID,
     BatchItem,
     Message,
@@ -115,6 +116,7 @@ from brokers.engine.record import (
     record_parts,
     record_store_time,
     split_attribute_text,
+    split_extension,
 )
 from brokers.engine.redisio import AnyRedis, broker_client, engine_client
 from brokers.engine.replicas import ReplicaLag
@@ -136,6 +138,7 @@ __all__ = [
     "DELAY_ID",
     "DELAY_LEVELS",
     "DLQ_SUFFIX",
+    "MARK_SIZE",
     "MAX_BUSINESS_ID",
     "PRIORITY_BANDS",
     "PRIORITY_MODE",
@@ -257,6 +260,7 @@ __all__ = [
     "record_store_time",
     "seed_group",
     "split_attribute_text",
+    "split_extension",
     "take_exits",
     "take_lapsed_reports",
     "withdraw_report",

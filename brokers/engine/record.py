@@ -10,6 +10,13 @@ Layout (big-endian; JMQ4 spec §3)::
 A batch message (sysCode bit 12) carries ``flag`` items and takes ``flag`` consecutive
 indexes. The engine stores one record per message (or batch) and patches partition,
 index and storeTime on store, so a JMQ4 fetch copies the stored bytes unchanged.
+
+Properties beyond the attributes field (an S2 string: at most 32,767 bytes; zbus allows a
+64 KiB header block, VibeMQ 50 headers of 4,096 characters) keep the record a valid JMQ4
+message: the whole lines that fit stay in ``attributes``, the rest goes into the extension
+behind :data:`PROPERTIES_TAG` (at its start, or after a front-end's 4-byte mark). Every
+reader here (:func:`decode_record`, :func:`record_parts`, :func:`message_view`) joins the
+two, so only a JMQ4 consumer, which copies records as stored, sees the split.
 """
 
 from __future__ import annotations
@@ -34,6 +41,14 @@ SYS_BATCH = 0x1000
 SYS_DEFAULT = 0x010C  # message version 1, source JOYQUEUE
 MAX_BUSINESS_ID = 100
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
+ATTRIBUTES_MAX = 32767
+"""The attributes field's limit (JMQ4 S2); properties past it go into the extension."""
+MAX_PROPERTIES = 4 * 1024 * 1024
+"""The most properties text a record carries (as much as a body)."""
+PROPERTIES_TAG = b"\0mqcloud:properties\0"
+"""Starts the properties text a record's extension carries past :data:`ATTRIBUTES_MAX`."""
+MARK_SIZE = 4
+"""A front-end's mark at the start of the extension (``zb1\\0``, ``vm1\\0``, ``hm1\\0``)."""
 OFF_PARTITION, OFF_INDEX, OFF_STORE_TIME = 4, 6, 47
 OFF_PRIORITY = 22
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
@@ -443,8 +458,8 @@ def encode_batch_body(items: Sequence[BatchItem]) -> bytes:
     for item in items:
         bid = _s1(item.business_id, "businessId", limit=MAX_BUSINESS_ID)
         attrs = encode_attributes(item.attributes)
-        if len(attrs) > 32767:
-            raise InvalidMessage("attributes over 32767 bytes")
+        if len(attrs) > ATTRIBUTES_MAX:
+            raise InvalidMessage(f"attributes over {ATTRIBUTES_MAX} bytes")
         size = 4 + 1 + 2 + 4 + len(item.body) + 1 + len(bid) + 2 + len(attrs)
         parts.append(_ITEM_HEAD.pack(size, item.priority, item.flag))
         parts.append(_I32.pack(len(item.body)) + item.body)
@@ -578,9 +593,9 @@ class RecordEncoder:
                 else b""
             )
             attrs = encode_attributes(msg.attributes)
-            if len(attrs) > 32767:
-                raise InvalidMessage("attributes over 32767 bytes")
             ext = msg.extension
+            if len(attrs) > ATTRIBUTES_MAX:
+                attrs, ext = _split_properties(attrs, ext)
             tail = b"".join(
                 (
                     _BYTE[len(bid)],
@@ -613,6 +628,36 @@ class RecordEncoder:
             len(body),
         )
         return b"".join((head, body, tail)), count
+
+
+def _split_properties(attrs: bytes, extension: bytes) -> tuple[bytes, bytes]:
+    """(attributes field, extension) of properties text over the attributes field: the
+    whole lines that fit stay, the rest follows :data:`PROPERTIES_TAG` in the extension."""
+    if len(attrs) > MAX_PROPERTIES:
+        raise InvalidMessage(f"properties over {MAX_PROPERTIES} bytes")
+    if len(extension) > MARK_SIZE:
+        raise InvalidMessage(f"attributes over {ATTRIBUTES_MAX} bytes beside an extension")
+    cut = attrs.rfind(b"\n", 0, ATTRIBUTES_MAX + 1)
+    if cut < 0:  # the first line alone is too long: all of it goes to the extension
+        return b"", extension + PROPERTIES_TAG + attrs
+    return attrs[:cut], extension + PROPERTIES_TAG + attrs[cut + 1 :]
+
+
+def split_extension(extension: bytes) -> tuple[bytes, bytes]:
+    """(the extension as its producer gave it, the properties text it carries past the
+    attributes field: empty when none)."""
+    if len(extension) > MARK_SIZE:
+        tag = len(PROPERTIES_TAG)
+        if extension[:tag] == PROPERTIES_TAG:
+            return b"", extension[tag:]
+        if extension[MARK_SIZE : MARK_SIZE + tag] == PROPERTIES_TAG:
+            return extension[:MARK_SIZE], extension[MARK_SIZE + tag :]
+    return extension, b""
+
+
+def _joined(attrs: bytes, more: bytes) -> bytes:
+    """Properties text of the attributes field followed by the extension's."""
+    return attrs + b"\n" + more if attrs else more
 
 
 def encode_record(
@@ -745,6 +790,9 @@ def decode_record(raw: bytes, *, parse_attributes: bool = True) -> StoredMessage
         raise InvalidMessage("message size disagrees with its content")
     if magic != MAGIC:
         raise InvalidMessage("bad magic")
+    ext, more = split_extension(ext)
+    if more:
+        attrs_raw = _joined(attrs_raw, more)
     attrs = decode_attributes(attrs_raw) if parse_attributes else {}
     return StoredMessage(
         size,
@@ -827,13 +875,19 @@ def record_parts(raw: bytes) -> RecordParts | None:
         at = end + 1 + bl  # past the businessId
         business_id = raw[end + 1 : at].decode("utf-8") if bl else ""
         (al,) = _I16.unpack_from(raw, at)
-        if bl > 127 or al < 0 or at + 2 + al > len(raw):
+        ext_at = at + 2 + al
+        if bl > 127 or al < 0 or ext_at > len(raw):
             return None
+        (el,) = _I32.unpack_from(raw, ext_at)
     except (struct.error, IndexError, UnicodeDecodeError):
         return None
     # tuple.__new__ directly: a NamedTuple's own __new__ is a Python function (a quarter
     # of message_view's time, and it runs per message handed out)
-    attrs = raw[at + 2 : at + 2 + al] if al else b""
+    attrs = raw[at + 2 : ext_at] if al else b""
+    if el > MARK_SIZE:  # it may carry properties past the attributes field
+        more = split_extension(raw[ext_at + 4 : ext_at + 4 + el])[1]
+        if more:
+            attrs = _joined(attrs, more)
     return _new_tuple(RecordParts, (send + delta, raw[65:end], business_id, attrs))
 
 

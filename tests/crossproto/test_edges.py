@@ -30,7 +30,11 @@
   it goes on from the first message kept;
 * an MQ whose **zbus name** cannot be a topic code (``订单:…``): produced over zbus by that
   name, it is consumed over every other protocol by the topic's code, and produced over
-  JMQ4 by the code, it is consumed over zbus by the name.
+  JMQ4 by the code, it is consumed over zbus by the name;
+* **properties past JMQ4's attributes field** (32,767 bytes): a zbus header of 40 KiB (its
+  header block may be 64 KiB) and ten VibeMQ headers of 4,096 characters (it allows 50)
+  reach every other protocol whole; a JMQ4 consumer, bound by that field, gets the
+  message and the properties that fit.
 """
 
 from __future__ import annotations
@@ -473,3 +477,68 @@ async def test_produces_without_a_partition_take_turns_over_the_partitions(
         sent += await PRODUCE[producer](world, topic, conns)
     stored = [(await world.engine.bounds(topic, p))[1] for p in range(4)]
     assert stored == [len(sent) // 4] * 4, stored  # weighted random would rarely be even
+
+
+LARGE_PRODUCERS = ("zbus", "vibemq-tcp")
+
+
+async def produce_large(world: World, producer: str, topic: str, conns: Conns) -> dict[str, str]:
+    """One message whose properties pass 32,767 bytes; returns the headers it was sent with."""
+    if producer == "zbus":
+        raw = await ZbusRaw.open(world.zbus_port)
+        conns.append(raw)
+        pad = "a" * (40 * 1024)
+        await raw.send(
+            msg(
+                "cmd: produce",
+                f"mq: {topic}",
+                "msgid: L1",
+                f"token: {world.token}",
+                f"x-pad: {pad}",
+                "x-after: end",
+                body=b"large",
+            )
+        )
+        ack = await raw.recv(5)
+        assert (ack.status, ack.msgid) == (200, "L1"), ack
+        return {"x-pad": pad, "x-after": "end"}
+    conn = await vibemq_session(world, "tcp", conns)
+    headers = {f"k{i}": chr(ord("a") + i) * 4096 for i in range(10)}
+    frame = {"id": "L1", "type": "publish", "queue": topic, "payload": "large", "headers": headers}
+    ack = await conn.call(frame)
+    assert (ack["type"], ack["id"]) == ("publishAck", "L1"), ack
+    return headers
+
+
+@pytest.mark.parametrize(
+    ("producer", "consumer"),
+    [(p, c) for p in LARGE_PRODUCERS for c in PROTOCOLS if c != p],
+)
+async def test_properties_past_the_attributes_field_reach_every_protocol(
+    producer: str, consumer: str, world: World, conns: Conns
+):
+    topic = f"x.edge.large-props.{producer}.{consumer}"
+    headers = await produce_large(world, producer, topic, conns)
+    counts = Counts(world, topic, conns)
+    problems = await waiting(counts, 1)
+
+    got, nothing_more = await CONSUME[consumer](world, topic, 1, conns)
+    assert len(got) == 1, got
+    (view,) = got
+    if consumer == "jmq4":  # bound by the S2 attributes field: the lines that fit
+        assert view["body"] == b"large", view
+        shown = view["attributes"]
+        assert all(headers.get(k, v) == v for k, v in shown.items()), shown
+    else:
+        have = {
+            "zbus": lambda: view["headers"],
+            "httpmq": lambda: view.get("properties", {}),
+        }.get(consumer, lambda: view["headers"])()
+        missing = {k: len(v) for k, v in headers.items() if have.get(k) != v}
+        if missing:
+            problems.append(f"{consumer} lost or changed headers (name: length sent) {missing}")
+        body = view.get("body", view.get("payload", view.get("message")))
+        if body not in (b"large", "large"):
+            problems.append(f"{consumer} got the body {body!r}")
+    problems += await settled_everywhere(world, topic, consumer, nothing_more, counts, 1)
+    assert not problems, f"large properties {producer} -> {consumer}:\n" + "\n".join(problems)

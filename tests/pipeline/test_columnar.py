@@ -80,3 +80,21 @@ def test_empty_appends_take_no_index():
         batch, rest = entries_batch("t", 0, entries, 0, 2)
         assert rest == [] and batch.column("index").to_pylist() == [0, 1]
     assert entries_batch("t", 0, [StoredEntry(0, 0, b"")], 0, 1) == (None, [])
+
+
+def test_properties_past_the_attributes_field_reach_the_archive_whole():
+    """A record whose properties go on in its extension (over 32,767 bytes) is left to the
+    engine's decoder, which joins them; a plain record with a front-end's mark is not."""
+    props = {"messageId": "m1", "pad": "p" * 40_000, "after": "yes"}
+    large = encode_record(
+        Message(b"big", attributes=props, extension=b"zb1\0"), app="a", now_ms=NOW_MS
+    )[0]
+    marked = encode_record(
+        Message(b"small", attributes={"x": "1"}, extension=b"vm1\0"), app="a", now_ms=NOW_MS
+    )[0]
+    batch, rest = entries_batch("t", 0, [StoredEntry(0, 2, marked + large)], 0, 2)
+    assert batch.column("index").to_pylist() == [0]
+    assert batch.column("attributes").to_pylist() == [[("x", "1")]]
+    assert [d.index for d in rest] == [1]
+    (row,) = reported(rest, 0, 2)
+    assert dict(row[5]) == props
