@@ -37,7 +37,7 @@ FETCH_FN = """
 -- `ranges` are the partition's shared-lease keys {rs, rd, rh} (see groups.py) and the
 -- consumer's out-of-order acks (ack.py).
 local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, want, addr, init,
-                         max_store, report)
+                         max_store, report, cap)
   local st = redis.call('HMGET', state, 'ack', 'le', 'lk', 'sh', 'lo', 'ls', 'lend')
   local le = tonumber(st[2])
   if le and le > now then return {-1, s(le)} end
@@ -114,7 +114,12 @@ local function fetch_one(stream, meta, state, ranges, owner, now, timeout_ms, wa
     'LIMIT', 0, 1)
   if pending[2] then want = math.min(want, tonumber(pending[2]) - start) end
   local out = {}
-  local items, blocked = read_span(stream, start, want, out, limit, PULL_READ_BYTES)
+  -- cap: the bytes of records the caller has room for (a JMQ4 response frame), at least
+  -- one record; never more than PULL_READ_BYTES
+  local bytes = PULL_READ_BYTES
+  cap = tonumber(cap or '0') or 0
+  if cap > 0 and cap < bytes then bytes = cap end
+  local items, blocked = read_span(stream, start, want, out, limit, bytes)
   if items == 0 then
     return {0, s(ack), s(nxt), s(mn), s(blocked or 0), lapsed, s(corrected)}
   end
@@ -129,9 +134,9 @@ FETCH = Script(
     + FETCH_FN
     + """
 -- KEYS: stream, meta, state, range starts, range deadlines, ranges, out-of-order acks.
--- ARGV: owner, now, timeout_ms, want, addr, init, max_store, report
+-- ARGV: owner, now, timeout_ms, want, addr, init, max_store, report, cap (bytes; 0: none)
 return fetch_one(KEYS[1], KEYS[2], KEYS[3], {KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, ARGV[1],
-  tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+  tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
 """
 )
 
@@ -254,9 +259,11 @@ async def try_partition(
     init: str,
     max_store_ms: int | None,
     report_correction: bool = False,
+    max_bytes: int = 0,
 ) -> Attempt:
     """Run the lock-and-read script on one partition; with ``report_correction`` an ack
-    index found outside the partition is moved and locked over nothing, not read past."""
+    index found outside the partition is moved and locked over nothing, not read past.
+    ``max_bytes`` > 0 reads records while their bytes stay within it (at least one)."""
     keys = PartitionKeys(topic, partition)
     raw = await FETCH(
         client,
@@ -270,6 +277,7 @@ async def try_partition(
             init,
             "" if max_store_ms is None else max_store_ms,
             1 if report_correction else 0,
+            max_bytes,
         ),
     )
     return Attempt(partition, raw)

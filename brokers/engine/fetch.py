@@ -103,6 +103,9 @@ class FetchRequest:
     report_correction: bool = False
     """An ack index found outside a partition is reported (CORRECTED, locked over
     nothing) rather than moved silently and read past."""
+    max_bytes: int = 0
+    """Records are read while their bytes stay within this (at least one; 0: only the
+    engine's own cap, ``PULL_READ_BYTES``): what the caller's response has room for."""
 
 
 class Fetcher:
@@ -212,6 +215,7 @@ class Fetcher:
             "init": req.init,
             "max_store_ms": now - delay if delay > 0 else None,
             "report_correction": req.report_correction,
+            "max_bytes": req.max_bytes,
         }
 
     async def _try(self, req: FetchRequest, p: int, cid: str, now: int) -> Attempt:

@@ -140,8 +140,10 @@ local function read_span(stream, start, want, out, max_store, cap)
   local function take(e)
     local fi, c, v, blocked = open_entry(e, start, max_store)
     if not fi then return blocked end
-    if fi >= start and items + c <= want then
-      if not fits(#v, false) then return nil end
+    -- a whole entry within the cap goes as it is; else record by record, so an entry of
+    -- several records (one append call) is cut at the cap too
+    if fi >= start and items + c <= want and (not cap or bytes + #v <= cap) then
+      bytes = bytes + #v
       if not first then first = fi end
       buf[#buf + 1] = v
       items = items + c

@@ -26,8 +26,8 @@ from brokers.engine.redisio import AnyRedis, Script
 FETCH_ANY_FN = """
 -- fetch_any(K, kb, n, A, ab): choose, lock and read one of n partitions. K[kb + 1 ..
 -- kb + 7n] are the seven keys of fetch_keys() for each partition; A[ab + 1 ..] are owner,
--- now, timeout_ms, want, addr, init, max_store, turn, max_partition_num, report, then the
--- n partition numbers in key order. With report '1' a partition whose ack index lies
+-- now, timeout_ms, want, addr, init, max_store, turn, max_partition_num, report, cap, then
+-- the n partition numbers in key order. With report '1' a partition whose ack index lies
 -- outside it comes first and is locked over nothing (fetch_one's report).
 -- Returns {1, partition, k, k untried partitions with a backlog, FETCH's reply...} or
 -- {0, earliest lock expiry or 0, earliest blocked store time or 0, locked (0/1),
@@ -49,7 +49,7 @@ local function fetch_any(K, kb, n, A, ab)
   local addr = A[ab + 5]
   for i = 1, n do
     local meta, state = K[kb + 7 * i - 5], K[kb + 7 * i - 4]
-    local p = tonumber(A[ab + 10 + i])
+    local p = tonumber(A[ab + 11 + i])
     local m = redis.call('HMGET', meta, 'min', 'next')
     local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
     local st = redis.call('HMGET', state, 'ack', 'lo', 'le', 't', 'ip')
@@ -103,7 +103,7 @@ local function fetch_any(K, kb, n, A, ab)
   for j, c in ipairs(cands) do
     local b = kb + 7 * (c[3] - 1)
     local res = fetch_one(K[b + 1], K[b + 2], K[b + 3], {K[b + 4], K[b + 5], K[b + 6], K[b + 7]},
-      owner, now, A[ab + 3], A[ab + 4], A[ab + 5], init, A[ab + 7], report)
+      owner, now, A[ab + 3], A[ab + 4], A[ab + 5], init, A[ab + 7], report, A[ab + 11])
     if res[1] == 1 then
       res[8] = s(tonumber(res[8]) + lapsed)
       local out = {1, c[4], #cands - j}
@@ -234,13 +234,14 @@ async def fetch_any(
     turn: int,
     max_partition_num: int,
     report_correction: bool = False,
+    max_bytes: int = 0,
     commit: CommitCall | None = None,
     resends: tuple[str, int] | None = None,
 ) -> ScanOutcome:
     """Run :data:`FETCH_ANY` over ``partitions`` (a single Redis only). With ``commit``
     (run first) or ``resends`` (the resend list's key and how many to pop, after), the
-    three run as ONE script call: :data:`COMMIT_FETCH_ANY`. ``report_correction``: see
-    :func:`brokers.engine.consume.try_partition`."""
+    three run as ONE script call: :data:`COMMIT_FETCH_ANY`. ``report_correction`` and
+    ``max_bytes``: see :func:`brokers.engine.consume.try_partition`."""
     keys = list(scan_keys(topic, tuple(partitions), cid))
     if commit is not None:
         keys[:0] = commit.keys
@@ -255,6 +256,7 @@ async def fetch_any(
         turn,
         max_partition_num,
         1 if report_correction else 0,
+        max_bytes,
         *partitions,
     ]
     committed: CommitResult | None = None

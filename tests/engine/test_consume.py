@@ -559,3 +559,29 @@ async def test_a_pull_reads_at_most_its_byte_budget_of_large_messages(make_engin
     assert [d.index for d in leased.deliveries] == [0, 1, 2, 3]
     more = await engine.lease("q", "a", count=10, owner="o")
     assert [d.index for d in more.deliveries] == [4, 5]
+
+
+async def test_a_fetch_reads_at_most_the_bytes_its_caller_has_room_for(make_engine):
+    """``max_bytes`` (what a JMQ4 response frame has left): the batch stops before the
+    record that would pass it, at least one goes, and only what was read is locked and
+    counted as consumed — on one partition and when the fetch chooses among several."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}, "m": {"partitions": 3}}))
+    start = engine.now_ms()
+    for i in range(5):
+        await engine.append("t", "a", [Message(bytes([i]) * 1000)], partition=0)
+    size = len((await engine.read("t", 0, 0, 1))[0].record)
+    got = await engine.fetch("t", "a", count=10, owner="c1", max_bytes=2 * size + size // 2)
+    assert [d.index for d in got.messages] == [0, 1] and (got.start, got.end) == (0, 2)
+    await engine.ack("t", "a", 0, [0, 1], owner="c1", token=got.lock_token)
+    one = await engine.fetch("t", "a", count=10, owner="c1", max_bytes=1)
+    assert [d.index for d in one.messages] == [2]  # at least one, whatever its size
+    await engine.ack("t", "a", 0, [2], owner="c1", token=one.lock_token)
+    rest = await engine.fetch("t", "a", count=10, owner="c1")
+    assert [d.index for d in rest.messages] == [3, 4]
+    for p in range(3):
+        await engine.append("m", "a", [Message(b"m" * 1000) for _ in range(4)], partition=p)
+    chosen = await engine.fetch("m", "a", count=10, owner="c2", max_bytes=3 * size)
+    assert len(chosen.messages) == 3 and (chosen.start, chosen.end) == (0, 3)
+    await engine.counters.flush()
+    rows = await engine.counters.traffic("app", "a", start, engine.now_ms() + 1)
+    assert sum(r.consumed for r in rows) == 2 + 1 + 2 + 3

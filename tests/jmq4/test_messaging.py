@@ -251,6 +251,7 @@ async def test_a_fetch_response_stays_under_the_frame_maximum(catalog, brokers):
         ctx = b.server.ctx
         ctx.config = dataclasses.replace(ctx.config, max_frame_size=200 * 1024)
     body = random.Random(7).randbytes(50_000)  # incompressible; 64 KiB of 200 kept for the rest
+    start = next(iter(brokers.values())).server.ctx.engine.now_ms()
     async with client(catalog) as c:
         for i in range(5):
             await c.produce("local", [body + bytes([i])], partition=0)
@@ -262,6 +263,14 @@ async def test_a_fetch_response_stays_under_the_frame_maximum(catalog, brokers):
             rounds.append([m.body[-1] for m in got])
             assert await c.ack(got) == {0: 0}
         assert rounds == [[0, 1], [2, 3], [4]]
+        # the engine read what each response had room for: nothing counted twice
+        for b in brokers.values():
+            await b.server.ctx.engine.counters.flush()
+        engine = next(iter(brokers.values())).server.ctx.engine
+        rows = await engine.counters.traffic("app", "app1", start, engine.now_ms() + 1)
+        assert sum(r.consumed for r in rows) == 5
+        stored = await engine.read("local", 0, 0, 10)
+        assert sum(r.consumed_bytes for r in rows) == sum(len(d.record) for d in stored)
         raw = await RawClient.open(catalog.ports[1])
         await raw.login("app1", catalog.token)
         reply = await raw.call(

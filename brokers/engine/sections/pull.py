@@ -106,6 +106,7 @@ class PullSection(EngineBase):
         start_position: str | None = None,
         reported_address: str | None = None,
         held: bool = False,
+        max_bytes: int = 0,
     ) -> FetchResult:
         """Lock a partition and read from its ack index (JMQ4 FETCH_TOPIC_MESSAGE, HTTP-MQ).
 
@@ -131,6 +132,10 @@ class PullSection(EngineBase):
         client that any process may serve next (HTTP-MQ); if the process dies, another
         hands it on (:mod:`brokers.engine.holders`). Pass the same to :meth:`ack` and
         :meth:`unlock`.
+
+        ``max_bytes`` > 0: the batch stops before the record that would take its records
+        past this many bytes (at least one record goes): what the caller's response has
+        room for, so nothing is read, locked and counted that it cannot send.
         """
         return await self._gated_fetch(
             topic,
@@ -144,6 +149,7 @@ class PullSection(EngineBase):
             start_position=start_position,
             reported_address=reported_address,
             held=held,
+            max_bytes=max_bytes,
         )
 
     async def commit_and_fetch(
@@ -219,6 +225,7 @@ class PullSection(EngineBase):
         extra: Piggyback | None = None,
         held: bool = False,
         report_correction: bool = False,
+        max_bytes: int = 0,
     ) -> FetchResult:
         """:meth:`fetch` past the gate, with ``extra`` riding on the first look;
         ``report_correction``: :attr:`FetchRequest.report_correction`."""
@@ -254,6 +261,7 @@ class PullSection(EngineBase):
             extra,
             holder=self.holders.id if held else None,
             report_correction=report_correction,
+            max_bytes=max_bytes,
         )
         await self.gate.charge_consume(policy, consumed)
         return result
@@ -273,6 +281,7 @@ class PullSection(EngineBase):
         *,
         holder: str | None = None,
         report_correction: bool = False,
+        max_bytes: int = 0,
     ) -> tuple[FetchResult, int]:
         """The fetch, and the messages it took (what the gate charges); retries it
         leases are recorded under ``holder``."""
@@ -293,6 +302,7 @@ class PullSection(EngineBase):
             init=start_position or (policy.start_position if client_id else "earliest"),
             holder=holder,
             report_correction=report_correction,
+            max_bytes=max_bytes,
         )
         result = await self._fetcher.fetch(req, long_poll_ms, extra)
         if result.lapsed:  # an earlier batch's lock ran out unacked: failed, like a nack

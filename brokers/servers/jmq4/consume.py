@@ -124,6 +124,7 @@ async def _fetch(
             client_id=client_id,
             address=session.address,
             held=True,  # the connection's lock: handed on if this process dies
+            max_bytes=budget.room(entry.count),
         )
     except EngineError as exc:
         return TopicMessages(topic=entry.topic, code=engine_code(exc))

@@ -8,11 +8,13 @@ them (JMQ4 3 MiB, HTTP-MQ and zbus 4 MiB). The engine reads at most
 frame's whole maximum, with no room for the rest of the frame, and one response carries
 the fetches of several topics (or partitions): over the maximum, the client would drop the
 connection, its lock lapse, and the next fetch read the same batch again — a partition no
-consumer gets past. A response takes messages in order while they
-fit; the first message of a response always goes (one message never exceeds a frame here:
-the engine's body limit is far below it). What a locked fetch read but does not send is
-read again once the client acks what it got (the ack releases the lock, §6.4) or once the
-lock lapses.
+consumer gets past. A locked fetch asks the engine to read no more than the room left
+(:meth:`FrameBudget.room`), so what it locks, counts as consumed and charges to the rate
+limit is what it sends. A response then takes messages in order while they fit (what an
+unlocked read or a retry read past the room); the first message of a response always goes
+(one message never exceeds a frame here: the engine's body limit is far below it). What a
+locked fetch read but does not send is read again once the client acks what it got (the
+ack releases the lock, §6.4) or once the lock lapses.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ MARGIN = 64 * 1024
 each message's length prefix."""
 PER_MESSAGE = 16
 """Wire bytes of a message besides its record (generous)."""
+UNSAID_COUNT = 1024
+"""Messages :meth:`FrameBudget.room` allows for when the fetch names no count."""
 
 D = TypeVar("D", bound=Delivery)
 
@@ -39,6 +43,13 @@ class FrameBudget:
     def __init__(self, max_frame_size: int) -> None:
         self.left = max(0, max_frame_size - MARGIN)
         self.sent = 0
+
+    def room(self, count: int) -> int:
+        """Bytes of records a read of up to ``count`` messages (≤ 0: the policy's batch)
+        may take and still fit; at least 1 (the engine reads one record whatever its
+        size, as :meth:`take` sends one)."""
+        n = count if count > 0 else UNSAID_COUNT
+        return max(1, self.left - PER_MESSAGE * n)
 
     def take(self, deliveries: Sequence[D]) -> tuple[list[D], list[D]]:
         """(the deliveries that fit, in order; the rest) — at least one when this
