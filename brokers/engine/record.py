@@ -40,11 +40,13 @@ SYS_SHORT_ADDRESS = 0x0080
 SYS_BATCH = 0x1000
 SYS_DEFAULT = 0x010C  # message version 1, source JOYQUEUE
 MAX_BUSINESS_ID = 100
-DEFAULT_MAX_BODY = 4 * 1024 * 1024
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+"""The engine's body limit: the largest any protocol allows (zbus §1: 16 MiB); each
+front-end keeps its own below it (JMQ4 3 MiB, HTTP-MQ 4 MiB, VibeMQ's 1 MiB frames)."""
 ATTRIBUTES_MAX = 32767
 """The attributes field's limit (JMQ4 S2); properties past it go into the extension."""
 MAX_PROPERTIES = 4 * 1024 * 1024
-"""The most properties text a record carries (as much as a body)."""
+"""The most properties text a record carries."""
 PROPERTIES_TAG = b"\0mqcloud:properties\0"
 """Starts the properties text a record's extension carries past :data:`ATTRIBUTES_MAX`."""
 MARK_SIZE = 4

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import random
 import time
+import zlib
 
 import pytest
 
@@ -286,6 +287,51 @@ async def test_a_fetch_response_stays_under_the_frame_maximum(catalog, brokers):
         await raw.close()
         [part] = reply.payload.topics[0].partitions
         assert part.code == 0 and len(part.messages) == 2
+
+
+async def test_a_message_larger_than_any_frame_is_failed_not_sent(catalog, brokers):
+    """A message whose record alone is over the frame maximum (a zbus body of up to
+    16 MiB against JMQ4's 16 MiB frame; here a 150 KB one against 200 KiB) can never be
+    sent over JMQ4: the fetch fails it into the group's retries instead of writing a frame
+    the client would drop, keeps the connection, and goes on past it; a partition fetch
+    at it answers code 6."""
+    for b in brokers.values():
+        ctx = b.server.ctx
+        ctx.config = dataclasses.replace(ctx.config, max_frame_size=200 * 1024)
+    big = random.Random(9).randbytes(150_000)
+    engine = next(iter(brokers.values())).server.ctx.engine
+    async with client(catalog) as c:
+        await c.produce("local", [big], partition=0)
+        await c.produce("local", [b"after-1", b"after-2"], partition=0)
+        assert await c.fetch("local", count=10) == []  # the big one failed, nothing sent
+        got = await c.fetch("local", count=10)
+        assert [m.body for m in got] == [b"after-1", b"after-2"]
+        assert await c.ack(got) == {0: 0}
+        [retry] = await engine.retries("local", "app1")
+        assert retry.index == 0  # its body as stored: the client compressed it (zlib)
+        assert zlib.decompress(retry.message.body) == big
+        assert "frame maximum" in retry.reason
+        # due again after its backoff (2 s): fetched from the retries, failed again there
+        deadline = time.monotonic() + 10
+        while (await engine.retries("local", "app1"))[0].attempts < 2:
+            assert time.monotonic() < deadline, await engine.retries("local", "app1")
+            assert await c.fetch("local", count=10) == []
+            await asyncio.sleep(0.2)
+        raw = await RawClient.open(catalog.ports[1])
+        await raw.login("app1", catalog.token)
+        reply = await raw.call(
+            FetchPartitionMessageRequest(
+                topics=(
+                    PartitionFetchTopic(
+                        topic="local", partitions=(PartitionFetch(partition=0, index=0, count=5),)
+                    ),
+                ),
+                app="app1",
+            )
+        )
+        await raw.close()
+        [part] = reply.payload.topics[0].partitions
+        assert (part.code, part.messages) == (6, ())
 
 
 async def test_partition_fetch_index_and_commit_ack_index(catalog, brokers):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from itertools import groupby
 
 from brokers.engine import (
@@ -58,6 +59,8 @@ _STATUS_CODES = {
     FetchStatus.PAUSED: Code.FW_FETCH_TOPIC_MESSAGE_PAUSED,
     FetchStatus.BLACKLISTED: Code.FW_GET_MESSAGE_APP_CLIENT_IP_NOT_READ,
 }
+
+log = logging.getLogger(__name__)
 
 
 def _messages(deliveries: tuple[Delivery, ...] | list[Delivery]) -> tuple[StoredMessage, ...]:
@@ -133,6 +136,9 @@ async def _fetch(
         raise
     if result.status in _STATUS_CODES:
         return TopicMessages(topic=entry.topic, code=_STATUS_CODES[result.status])
+    if result.found and result.messages and budget.too_large(result.messages[0]):
+        await _fail_too_large(ctx, session, entry.topic, req.app, result, client_id, owner)
+        return TopicMessages(topic=entry.topic)  # the next fetch goes on past it
     sent, unsent = budget.take(result.messages)
     if result.found and result.partition == RETRY_PARTITION:
         fetched = session.retries.setdefault((entry.topic, req.app), set())
@@ -145,6 +151,48 @@ async def _fetch(
         else:  # no room left in this response: the partition is free again at once
             await _give_back_partition(ctx, entry.topic, req.app, result, client_id, owner)
     return TopicMessages(topic=entry.topic, messages=_messages(sent))
+
+
+async def _fail_too_large(
+    ctx: ServerContext,
+    session: Session,
+    topic: str,
+    app: str,
+    result: FetchResult,
+    client_id: str | None,
+    owner: str,
+) -> None:
+    """Fail the fetch's first message, larger than any response frame (frame_budget.py),
+    as a consumer's failure (retry, then dead letter) and give back what came after it;
+    the failure's ack releases the lock."""
+    first, rest = result.messages[0], list(result.messages[1:])
+    indexes = range(first.index, first.index + max(1, first.count))
+    log.warning(
+        "JMQ4: %s message %s:%d of %d bytes is over the frame maximum %d: failed for %s",
+        topic,
+        "retry" if result.partition == RETRY_PARTITION else result.partition,
+        first.index,
+        len(first.record),
+        ctx.config.max_frame_size,
+        app,
+    )
+    try:
+        await ctx.engine.ack(
+            topic,
+            app,
+            result.partition,
+            indexes,
+            retry_type=EngineRetryType.OTHER,
+            owner=owner,
+            token=result.lock_token or None,
+            client_id=client_id,
+            reason=f"message over the JMQ4 frame maximum ({ctx.config.max_frame_size} bytes)",
+            held=True,
+        )
+    except EngineError as exc:  # else its lock lapses and the next fetch fails it
+        log.info("JMQ4: failing an oversize message of %s not applied: %s", topic, exc)
+    if result.partition == RETRY_PARTITION and rest:
+        await _give_back_retries(ctx, topic, app, rest, client_id)
 
 
 async def _give_back_retries(
@@ -225,6 +273,8 @@ async def _fetch_partition(
         return PartitionMessages(partition=p, code=Code.FW_FETCH_MESSAGE_INDEX_OUT_OF_RANGE)
     except EngineError as exc:
         return PartitionMessages(partition=p, code=engine_code(exc))
+    if deliveries and budget.too_large(deliveries[0]):  # never fits a frame: said, not sent
+        return PartitionMessages(partition=p, code=Code.CN_PARAM_ERROR)
     sent, _ = budget.take(deliveries)  # no lock: the client reads on from what it got
     return PartitionMessages(partition=p, messages=_messages(sent))
 

@@ -3,7 +3,7 @@ receiver's frame maximum (jmq4.md §9: default 16 MiB; a frame above it is malfo
 closes the connection).
 
 A partition holds messages of up to the engine's body limit, whatever protocol stored
-them (JMQ4 3 MiB, HTTP-MQ and zbus 4 MiB). The engine reads at most
+them (JMQ4 3 MiB, HTTP-MQ 4 MiB, zbus 16 MiB). The engine reads at most
 :data:`~brokers.engine.read.PULL_READ_BYTES` (16 MiB) of them per fetch, but that is the
 frame's whole maximum, with no room for the rest of the frame, and one response carries
 the fetches of several topics (or partitions): over the maximum, the client would drop the
@@ -11,10 +11,14 @@ connection, its lock lapse, and the next fetch read the same batch again — a p
 consumer gets past. A locked fetch asks the engine to read no more than the room left
 (:meth:`FrameBudget.room`), so what it locks, counts as consumed and charges to the rate
 limit is what it sends. A response then takes messages in order while they fit (what an
-unlocked read or a retry read past the room); the first message of a response always goes
-(one message never exceeds a frame here: the engine's body limit is far below it). What a
-locked fetch read but does not send is read again once the client acks what it got (the
-ack releases the lock, §6.4) or once the lock lapses.
+unlocked read or a retry read past the room); the first message of a response always goes.
+What a locked fetch read but does not send is read again once the client acks what it got
+(the ack releases the lock, §6.4) or once the lock lapses.
+
+One message can be larger than a whole frame (a zbus body of up to 16 MiB against a
+16 MiB frame, or a frame maximum set lower): :meth:`FrameBudget.too_large`. It can never
+be sent over JMQ4, so the fetch fails it instead (the group's retries and dead letters
+take it; another protocol's consumer of the group may get it) and goes on past it.
 """
 
 from __future__ import annotations
@@ -38,11 +42,15 @@ D = TypeVar("D", bound=Delivery)
 class FrameBudget:
     """The room left for records in one response frame."""
 
-    __slots__ = ("left", "sent")
+    __slots__ = ("capacity", "left", "sent")
 
     def __init__(self, max_frame_size: int) -> None:
-        self.left = max(0, max_frame_size - MARGIN)
+        self.capacity = self.left = max(0, max_frame_size - MARGIN)
         self.sent = 0
+
+    def too_large(self, delivery: Delivery) -> bool:
+        """Whether ``delivery`` alone is over what any response frame can carry."""
+        return len(delivery.record) + PER_MESSAGE > self.capacity
 
     def room(self, count: int) -> int:
         """Bytes of records a read of up to ``count`` messages (≤ 0: the policy's batch)
