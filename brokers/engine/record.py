@@ -854,7 +854,8 @@ class MessageView(NamedTuple):
 
 
 class RecordParts(NamedTuple):
-    """:class:`MessageView` with the attributes as stored: their Java-Properties bytes."""
+    """:class:`MessageView` with the attributes as stored: their Java-Properties bytes
+    (followed by the lines the extension carries past the attributes field, if any)."""
 
     store_time_ms: int
     body: bytes

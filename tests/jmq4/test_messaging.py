@@ -243,6 +243,25 @@ async def test_an_ack_not_at_the_ack_index_frees_the_partition(catalog, brokers)
         assert await c.ack(rest) == {0: 0}
 
 
+async def fetch_partition_zero(catalog, *, count: int):
+    """A FETCH_PARTITION_MESSAGE of ``local`` partition 0 from index 0 (its one entry)."""
+    raw = await RawClient.open(catalog.ports[1])
+    await raw.login("app1", catalog.token)
+    reply = await raw.call(
+        FetchPartitionMessageRequest(
+            topics=(
+                PartitionFetchTopic(
+                    topic="local", partitions=(PartitionFetch(partition=0, index=0, count=count),)
+                ),
+            ),
+            app="app1",
+        )
+    )
+    await raw.close()
+    [part] = reply.payload.topics[0].partitions
+    return part
+
+
 async def test_a_fetch_response_stays_under_the_frame_maximum(catalog, brokers):
     """jmq4.md §9: a frame above the receiver's maximum closes its connection. Ten large
     messages (stored by any protocol, up to the engine's body limit) would not fit one
@@ -272,20 +291,7 @@ async def test_a_fetch_response_stays_under_the_frame_maximum(catalog, brokers):
         assert sum(r.consumed for r in rows) == 5
         stored = await engine.read("local", 0, 0, 10)
         assert sum(r.consumed_bytes for r in rows) == sum(len(d.record) for d in stored)
-        raw = await RawClient.open(catalog.ports[1])
-        await raw.login("app1", catalog.token)
-        reply = await raw.call(
-            FetchPartitionMessageRequest(
-                topics=(
-                    PartitionFetchTopic(
-                        topic="local", partitions=(PartitionFetch(partition=0, index=0, count=10),)
-                    ),
-                ),
-                app="app1",
-            )
-        )
-        await raw.close()
-        [part] = reply.payload.topics[0].partitions
+        part = await fetch_partition_zero(catalog, count=10)
         assert part.code == 0 and len(part.messages) == 2
 
 
@@ -311,26 +317,13 @@ async def test_a_message_larger_than_any_frame_is_failed_not_sent(catalog, broke
         assert retry.index == 0  # its body as stored: the client compressed it (zlib)
         assert zlib.decompress(retry.message.body) == big
         assert "frame maximum" in retry.reason
-        # due again after its backoff (2 s): fetched from the retries, failed again there
+        # due again after its backoff: fetched from the retries, failed again there
         deadline = time.monotonic() + 10
         while (await engine.retries("local", "app1"))[0].attempts < 2:
             assert time.monotonic() < deadline, await engine.retries("local", "app1")
             assert await c.fetch("local", count=10) == []
             await asyncio.sleep(0.2)
-        raw = await RawClient.open(catalog.ports[1])
-        await raw.login("app1", catalog.token)
-        reply = await raw.call(
-            FetchPartitionMessageRequest(
-                topics=(
-                    PartitionFetchTopic(
-                        topic="local", partitions=(PartitionFetch(partition=0, index=0, count=5),)
-                    ),
-                ),
-                app="app1",
-            )
-        )
-        await raw.close()
-        [part] = reply.payload.topics[0].partitions
+        part = await fetch_partition_zero(catalog, count=5)
         assert (part.code, part.messages) == (6, ())
 
 

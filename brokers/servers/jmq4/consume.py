@@ -137,7 +137,7 @@ async def _fetch(
     if result.status in _STATUS_CODES:
         return TopicMessages(topic=entry.topic, code=_STATUS_CODES[result.status])
     if result.found and result.messages and budget.too_large(result.messages[0]):
-        await _fail_too_large(ctx, session, entry.topic, req.app, result, client_id, owner)
+        await _fail_too_large(ctx, entry.topic, req.app, result, client_id, owner)
         return TopicMessages(topic=entry.topic)  # the next fetch goes on past it
     sent, unsent = budget.take(result.messages)
     if result.found and result.partition == RETRY_PARTITION:
@@ -155,7 +155,6 @@ async def _fetch(
 
 async def _fail_too_large(
     ctx: ServerContext,
-    session: Session,
     topic: str,
     app: str,
     result: FetchResult,
