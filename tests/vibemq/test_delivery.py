@@ -357,3 +357,26 @@ async def test_a_message_over_the_frame_limit_fails_instead_of_closing_the_consu
     assert broker.server.ctx.counters["oversize"] == 2  # both attempts
     await c.publish("big", "after", message_id="s2")
     assert (await c.receive(5)).id == "s2"  # the same connection, still open
+
+
+async def test_oversize_messages_leased_together_all_fail(clients, broker):
+    """Several messages over the frame limit in one lease fail together (one engine call
+    per partition): each is dead-lettered past its attempts, none is written."""
+    from brokers.engine import Message
+
+    c = await clients()
+    await c.create_queue("bigs", maxRetryAttempts="1", enableDeadLetterQueue="true")
+    big = [Message(b"x" * 1_100_000), Message(b"y" * 1_100_000)]
+    await broker.engine.append("bigs", "app1", big, partition=0)
+    await c.subscribe("bigs")
+    for _ in range(100):
+        dead = await c.queue_info("bigs.dlq")
+        if dead["messageCount"] == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert dead["messageCount"] == 2
+    info = await c.queue_info("bigs")
+    assert info["messageCount"] == 0 and info["inFlightCount"] == 0
+    assert broker.server.ctx.counters["oversize"] == 4  # two attempts each
+    await c.publish("bigs", "after", message_id="s3")
+    assert (await c.receive(5)).id == "s3"

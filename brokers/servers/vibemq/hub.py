@@ -93,7 +93,8 @@ def competing_owner(node: str, queue: str) -> str:
     return f"vibemq:{node}:{queue}"
 
 
-def _by_partition(deliveries: Sequence[Delivery]) -> dict[int, list[int]]:
+def by_partition(deliveries: Sequence[Delivery]) -> dict[int, list[int]]:
+    """The indexes of ``deliveries`` by partition (one engine call each)."""
     out: dict[int, list[int]] = {}
     for d in deliveries:
         out.setdefault(d.partition, []).append(d.index)
@@ -492,11 +493,11 @@ class QueueDispatcher:
                 written = sub.deliver_leases(
                     self.queue, key[0], member, [(d, deadline) for d in got]
                 )
-                for partition, indexes in _by_partition(got[written:]).items():  # it left
+                for partition, indexes in by_partition(got[written:]).items():  # it left
                     await engine.release(self.queue, key[0], partition, indexes, client_id=member)
                 continue
             written = [d for d in got if sub.deliver_copy(self.queue, d)]
-            for partition, indexes in _by_partition(got).items():  # no acks: settled once written
+            for partition, indexes in by_partition(got).items():  # no acks: settled once written
                 await engine.settle(self.queue, key[0], partition, indexes, client_id=member)
             dropped = len(got) - len(written)
             if dropped:
@@ -512,7 +513,7 @@ class QueueDispatcher:
         after handing a durable member's leases back for its next connection."""
         if lease is not None and lease.deliveries and sub.durable:
             engine = self.hub.ctx.engine
-            for partition, indexes in _by_partition(lease.deliveries).items():
+            for partition, indexes in by_partition(lease.deliveries).items():
                 with contextlib.suppress(EngineError):
                     await engine.release(self.queue, app, partition, indexes, client_id=member)
         await sub.leave_group(self.queue)

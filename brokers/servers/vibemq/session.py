@@ -29,7 +29,7 @@ from brokers.protocols.vibemq import (
 )
 from brokers.servers.protocol_errors import protocol_errors
 from brokers.servers.vibemq.context import ServerContext
-from brokers.servers.vibemq.hub import FANOUT_MODES, Hub, competing_owner
+from brokers.servers.vibemq.hub import FANOUT_MODES, Hub, by_partition, competing_owner
 from brokers.servers.vibemq.limits import SlidingWindow
 from brokers.servers.vibemq.messages import deliver_json
 from brokers.servers.vibemq.tracking import Inflight, Tracked
@@ -408,9 +408,9 @@ class Session:
             queue,
             self.ctx.config.max_frame_size,
         )
-        for d in deliveries:
+        for partition, indexes in by_partition(deliveries).items():
             try:
-                await self.ctx.engine.fail(queue, app, d.partition, [d.index], client_id=member)
+                await self.ctx.engine.fail(queue, app, partition, indexes, client_id=member)
             except EngineError as exc:  # the lease lapses instead: the same outcome, later
                 log.info("VibeMQ oversize failure on %s not applied: %s", queue, exc)
 
