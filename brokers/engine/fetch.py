@@ -47,6 +47,7 @@ from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import CommitResult, Delivery, FetchResult, FetchStatus
 from brokers.engine.notify import Notifier, waiter_group
 from brokers.engine.offsets import set_ack
+from brokers.engine.read import PULL_READ_BYTES
 from brokers.engine.record import with_position
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryPolicy, retry_stores
@@ -420,6 +421,7 @@ class Fetcher:
             max_items=req.count,
             policy=self._retry_policy(req.policy),
             holder=req.holder,
+            max_bytes=min(req.max_bytes or PULL_READ_BYTES, PULL_READ_BYTES),
         )
         if not leased:
             return None, due

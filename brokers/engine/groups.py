@@ -293,25 +293,30 @@ local blocked = nil
 local leased = {}  -- the runs [start, end) this lease hands out (a due range may start
                    -- or have gaps inside a batch record: its readers deliver those items)
 while candidate and #live == 0 do
-  -- a due range: its unsettled records, up to `want` items; the rest stays due
+  -- a due range: its unsettled records, up to `want` items or PULL_READ_BYTES of them (at
+  -- least one record); the rest stays due
   local r = candidate
-  local out, items, last = {}, 0, r.start
+  local out, items, last, bytes, full = {}, 0, r.start, 0, false
   local runs = {}
   for _, g in ipairs(gaps(r.start, r.stop, r.covered)) do
-    if items >= want then break end
+    if items >= want or full then break end
     local part = {}
-    read_from(K.stream, g[1], want - items, part, nil)
+    local _, _, capped = read_from(K.stream, g[1], math.min(want - items, g[2] - g[1]), part,
+                                   nil, PULL_READ_BYTES - bytes)
+    if capped then full = true end
     for i = 1, #part, 3 do
       local idx, c = tonumber(part[i]), tonumber(part[i + 1])
       if idx >= g[2] or items >= want then break end
       if idx + c > g[1] then
+        local size = #part[i + 2]
+        if items > 0 and bytes + size > PULL_READ_BYTES then full = true; break end
         out[#out + 1] = {idx, c, part[i + 2]}
-        items = items + c; last = idx + c
+        items = items + c; last = idx + c; bytes = bytes + size
       end
     end
     if last > g[1] then runs[#runs + 1] = {g[1], math.min(g[2], last)} end
   end
-  if items >= want and last < r.stop then
+  if (items >= want or full) and last < r.stop then
     store(split(r, last))
   end
   candidate = nil

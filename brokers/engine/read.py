@@ -124,7 +124,8 @@ local function read_from(stream, start, want, out, max_store, cap)
   end
   local function taken() if full then return want end return items end
   local blocked = each_entry(stream, start, want, take, taken)
-  return items, blocked  -- items as counted once the walk is done
+  -- items as counted once the walk is done; full when the cap stopped it
+  return items, blocked, full
 end
 -- read_span: read_from's records, but the records taken from consecutive entries go out as
 -- ONE triple (first index, items, the records back to back): a fetch costs one reply
@@ -207,13 +208,14 @@ end
 READ = Script(
     READ_FN
     + """
--- KEYS: stream, meta. ARGV: start, want. Returns {min, next, ok, flat entries...}
+-- KEYS: stream, meta. ARGV: start, want. Returns {min, next, ok, flat entries...}: at most
+-- PULL_READ_BYTES of records (at least one)
 local m = redis.call('HMGET', KEYS[2], 'min', 'next')
 local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
 local start = tonumber(ARGV[1])
 local out = {s(mn), s(nxt), 1}
 if start < mn or start > nxt then out[3] = 0; return out end
-if start < nxt then read_span(KEYS[1], start, tonumber(ARGV[2]), out, nil) end
+if start < nxt then read_span(KEYS[1], start, tonumber(ARGV[2]), out, nil, PULL_READ_BYTES) end
 return out
 """
 )
@@ -247,33 +249,37 @@ return s(index_at_time(KEYS[1], tonumber(m[1] or '0'), tonumber(m[2] or '0'), to
 
 
 ENTRIES = Script(
-    """
+    f"local PULL_READ_BYTES = {PULL_READ_BYTES}\n"
+    + """
 -- KEYS: stream, meta. ARGV: start, want. Returns {min, next, ok, then first, count, records
 -- of each whole entry}: the entries covering [start, ...) until `want` indexes from start
--- (the first entry may begin before start). No record is split out, so Redis does one
--- reply element per append call, not per message.
+-- (the first entry may begin before start), or PULL_READ_BYTES of them (at least one
+-- entry). No record is split out, so Redis does one reply element per append call, not
+-- per message.
 local m = redis.call('HMGET', KEYS[2], 'min', 'next')
 local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
 local start, want = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out = {s(mn), s(nxt), 1}
 if start < mn or start > nxt then out[3] = 0; return out end
 if start == nxt then return out end
-local items, from = 0, start
+local items, from, bytes = 0, start, 0
 local head = redis.call('XREVRANGE', KEYS[1], s(start) .. '-18446744073709551615', '-', 'COUNT', 1)
 if head[1] then
   local fi, c = first_of(head[1][1])
   if fi + c > start then
     out[#out + 1] = s(fi); out[#out + 1] = s(c); out[#out + 1] = head[1][2][2]
-    items, from = fi + c - start, fi + c
+    items, from, bytes = fi + c - start, fi + c, #head[1][2][2]
   end
 end
-while items < want do
+while items < want and bytes < PULL_READ_BYTES do
   local rest = redis.call('XRANGE', KEYS[1], s(from) .. '-0', '+', 'COUNT', 16)
   if not rest[1] then break end
   for _, e in ipairs(rest) do
     local fi, c = first_of(e[1])
-    out[#out + 1] = s(fi); out[#out + 1] = s(c); out[#out + 1] = e[2][2]
-    items, from = items + c, fi + c
+    local v = e[2][2]
+    if items > 0 and bytes + #v > PULL_READ_BYTES then bytes = PULL_READ_BYTES; break end
+    out[#out + 1] = s(fi); out[#out + 1] = s(c); out[#out + 1] = v
+    items, from, bytes = items + c, fi + c, bytes + #v
     if items >= want then break end
   end
 end
@@ -337,7 +343,9 @@ async def bounds(client: AnyRedis, topic: str, partition: int) -> tuple[int, int
 async def read_range(
     client: AnyRedis, topic: str, partition: int, start: int, count: int
 ) -> list[Delivery]:
-    """Records covering ``start`` onwards, at least ``count`` items unless the end is hit.
+    """Records covering ``start`` onwards, at least ``count`` items unless the end is hit
+    or they reach :data:`PULL_READ_BYTES` (at least one record is read): a caller that
+    wants a range reads again from the end of what it got.
 
     ``start == max`` returns nothing; outside ``[min, max]`` raises IndexOutOfRange.
     """
@@ -352,7 +360,8 @@ async def read_entries(
     client: AnyRedis, topic: str, partition: int, start: int, count: int
 ) -> list[StoredEntry]:
     """Whole stream entries covering ``start`` onwards, at least ``count`` indexes unless
-    the end is hit; ``start == max`` returns nothing, outside ``[min, max]`` raises
+    the end is hit or they reach :data:`PULL_READ_BYTES` (at least one entry); ``start ==
+    max`` returns nothing, outside ``[min, max]`` raises
     IndexOutOfRange."""
     keys = PartitionKeys(topic, partition)
     flat = await ENTRIES(client, (keys.stream, keys.meta), (start, max(1, count)))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from brokers.engine.keys import RetryKeys, consumer_id, notify_channel
 from brokers.engine.model import RetryRecord
+from brokers.engine.read import PULL_READ_BYTES
 from brokers.engine.record import decode_record
 from brokers.engine.redisio import AnyRedis, Script
 from brokers.engine.unbatch import split_batches
@@ -66,13 +67,15 @@ return ids
 LEASE = Script(
     _MOVE_FN
     + """
--- ARGV: now, lease_until, max items, max_age_ms (0 = none). Returns flat (id, meta, record)
--- triples, or (when none is due) the due time of the earliest retry alone, or nothing.
+-- ARGV: now, lease_until, max items, max_age_ms (0 = none), max record bytes (at least one
+-- record is leased). Returns flat (id, meta, record) triples, or (when none is due) the
+-- due time of the earliest retry alone, or nothing.
 -- KEYS[8], when given: the lessee's holder set (RetryKeys.held), which records each lease.
 local now, lease, want, max_age = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local cap = tonumber(ARGV[5])
 local held = KEYS[8]
 local out = {}
-local items = 0
+local items, bytes = 0, 0
 local due = redis.call('ZRANGEBYSCORE', K.due, '-inf', s(now), 'LIMIT', 0, want)
 for _, id in ipairs(due) do
   local meta = redis.call('HGET', K.meta, id)
@@ -80,10 +83,13 @@ for _, id in ipairs(due) do
   if max_age > 0 and created + max_age < now then
     to_dlq(K, id, now, 'Expired')
   elseif meta then
+    local data = redis.call('HGET', K.data, id)
+    local size = data and #data or 0
+    if items > 0 and bytes + size > cap then break end  -- the rest stays due
     redis.call('ZADD', K.due, lease, id)
     if held then redis.call('ZADD', held, lease, id) end
-    out[#out + 1] = id; out[#out + 1] = meta; out[#out + 1] = redis.call('HGET', K.data, id)
-    items = items + 1
+    out[#out + 1] = id; out[#out + 1] = meta; out[#out + 1] = data
+    items, bytes = items + 1, bytes + size
   else
     redis.call('ZREM', K.due, id)
   end
@@ -357,11 +363,21 @@ class RetryStore:
         return [int(x) for x in await DLQ_ADD(self._client, self._k, args)]
 
     async def lease(
-        self, *, now_ms: int, lease_ms: int, max_items: int, policy: RetryPolicy
+        self,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        max_items: int,
+        policy: RetryPolicy,
+        max_bytes: int = PULL_READ_BYTES,
     ) -> list[tuple[int, int, int, int, int, bytes]]:
         """Due retries, leased until ``now + lease_ms``: (id, partition, index, count, attempts, record)."""
         leased, _ = await self.lease_or_next_due(
-            now_ms=now_ms, lease_ms=lease_ms, max_items=max_items, policy=policy
+            now_ms=now_ms,
+            lease_ms=lease_ms,
+            max_items=max_items,
+            policy=policy,
+            max_bytes=max_bytes,
         )
         return leased
 
@@ -376,15 +392,18 @@ class RetryStore:
         max_items: int,
         policy: RetryPolicy,
         holder: str | None = None,
+        max_bytes: int = PULL_READ_BYTES,
     ) -> tuple[list[tuple[int, int, int, int, int, bytes]], int | None]:
         """:meth:`lease`, and when nothing was due, the due time of the earliest retry
         (None if the store is empty) — one round trip for a fetch that finds nothing.
         A lease for a ``holder`` (:mod:`~brokers.engine.holders`) is recorded under it,
-        so that :meth:`release_held` hands it on when the holder is gone."""
+        so that :meth:`release_held` hands it on when the holder is gone. At most
+        ``max_items`` records and ``max_bytes`` of them (at least one record): the rest
+        stays due."""
         flat = await LEASE(
             self._client,
             self._with_held(holder),
-            (now_ms, now_ms + lease_ms, max_items, policy.max_age_ms),
+            (now_ms, now_ms + lease_ms, max_items, policy.max_age_ms, max(1, max_bytes)),
         )
         if len(flat) == 1:
             return [], int(float(flat[0]))

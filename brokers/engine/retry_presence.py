@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from brokers.engine.notify import Notifier
+from brokers.engine.read import PULL_READ_BYTES
 from brokers.engine.retry import RetryPolicy, RetryStore
 
 RECHECK_MS = 1_000
@@ -82,6 +83,7 @@ async def lease_first_due(
     max_items: int,
     policy: RetryPolicy,
     holder: str | None,
+    max_bytes: int = PULL_READ_BYTES,
 ) -> tuple[list[tuple[int, int, int, int, int, bytes]], int | None]:
     """Lease the due retries of the first of ``stores`` (:func:`~.retry.retry_stores`)
     that has some, asking Redis only of those ``presence`` says may hold one due — on
@@ -100,6 +102,7 @@ async def lease_first_due(
                 max_items=max_items,
                 policy=policy,
                 holder=holder,
+                max_bytes=max_bytes,
             )
             presence.learned(topic, store.owner, found=bool(leased), next_due=due)
             if leased:

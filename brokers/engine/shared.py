@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from brokers.engine import groups
@@ -172,7 +172,7 @@ class SharedDelivery:
         for start in got.dead:
             runs = await groups.dead_runs(self._client, topic.code, got.partition, cid, start)
             for first, end in runs:
-                for d in await _records(self._client, topic.code, got.partition, first, end):
+                async for d in _records(self._client, topic.code, got.partition, first, end):
                     copied = await self._dead_letter(
                         topic.code,
                         policy.app,
@@ -317,18 +317,19 @@ class SharedDelivery:
 
 async def _records(
     client: AnyRedis, topic: str, partition: int, first: int, end: int
-) -> list[Delivery]:
-    """The records of ``[first, end)`` still stored (retention may have taken some)."""
-    out: list[Delivery] = []
+) -> AsyncIterator[Delivery]:
+    """The records of ``[first, end)`` still stored (retention may have taken some), one
+    capped read (:func:`read_range`) at a time: a dead range of large messages is never
+    held whole."""
     pos = first
     while pos < end:
         try:
             got = await read_range(client, topic, partition, pos, end - pos)
         except IndexOutOfRange:  # below the partition's min: trimmed by retention
-            return out
+            return
         got = [d for d in got if d.index < end and d.end > pos]
         if not got:
-            return out
-        out += got
+            return
+        for d in got:
+            yield d
         pos = got[-1].end
-    return out

@@ -421,19 +421,24 @@ class PullSection(EngineBase):
         backoff): (their retry ids — a batch record's items each have one, as the store
         keeps them one by one — where the records copied end — a batch record that starts
         before ``end`` is copied whole; ``start`` when none was: nothing stored there any
-        more)."""
-        try:
-            records = await read_range(self.redis, topic, partition, start, end - start)
-        except IndexOutOfRange:
-            return (), start
-        taken = [d for d in records if d.index < end]
-        if not taken:
-            return (), start
-        items = [(partition, d.index, d.count, d.record) for d in taken]
+        more). Read and stored one capped read (:func:`read_range`) at a time, so a range
+        of large messages is never held whole."""
         store = self._retries_of(topic, app, member)
         due = now + self.retry_policy.base_ms if due_ms is None else due_ms
-        ids = await store.add(items, now_ms=now, due_ms=due, reason=reason)
-        return tuple(ids), taken[-1].end
+        ids: list[int] = []
+        pos = start
+        while pos < end:
+            try:
+                records = await read_range(self.redis, topic, partition, pos, end - pos)
+            except IndexOutOfRange:
+                break
+            taken = [d for d in records if d.index < end]
+            if not taken:
+                break
+            items = [(partition, d.index, d.count, d.record) for d in taken]
+            ids += await store.add(items, now_ms=now, due_ms=due, reason=reason)
+            pos = taken[-1].end
+        return tuple(ids), pos
 
     async def reconsumers(
         self, topic: str, app: str, client_id: str | None = None
