@@ -165,6 +165,21 @@ async def test_consumer_rate_limit_costs_a_permit_per_fetch_and_per_message(make
     assert (await engine.fetch("t", "a", count=1)).found
 
 
+async def test_a_fetch_given_back_unsent_is_refunded_and_not_counted(make_engine, clock):
+    """A server that read more than its response could carry gives the lock back with
+    what it did not send: those permits come back, and no traffic is counted for them."""
+    engine = make_engine(gated(rate_limit=3))
+    await engine.append("t", "a", [Message(b"%d" % i) for i in range(5)])
+    start = engine.now_ms()
+    first = await engine.fetch("t", "a", count=2)  # 1 for the fetch + 2 messages
+    assert await engine.unlock("t", "a", first.partition, unsent=first.messages)
+    again = await engine.fetch("t", "a", count=2)  # the 2 came back: 1 + 2 again fits
+    assert [d.index for d in again.messages] == [d.index for d in first.messages]
+    await engine.counters.flush()
+    rows = await engine.counters.traffic("app", "a", start, engine.now_ms() + 1)
+    assert sum(r.consumed for r in rows) == 2
+
+
 async def test_pushed_deliveries_are_capped_by_the_consumer_rate_limit(make_engine):
     engine = make_engine(
         snapshot(

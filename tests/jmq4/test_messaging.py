@@ -295,6 +295,39 @@ async def test_a_fetch_response_stays_under_the_frame_maximum(catalog, brokers):
         assert part.code == 0 and len(part.messages) == 2
 
 
+async def test_a_topic_with_no_room_left_in_the_response_is_not_counted_consumed(catalog, brokers):
+    """A FETCH_TOPIC_MESSAGE of two topics whose first fills the response: the engine
+    reads the second topic's first message (at least one) but the response has no room
+    for it, so the server gives the partition back — and the message is not counted as
+    consumed traffic, nor charged to the rate limit, until a fetch sends it."""
+    for b in brokers.values():
+        ctx = b.server.ctx
+        ctx.config = dataclasses.replace(ctx.config, max_frame_size=200 * 1024)
+    body = random.Random(8).randbytes(120_000)  # incompressible: one fits a response
+    engine = brokers[1].server.ctx.engine
+    start = engine.now_ms()
+    async with client(catalog) as c:
+        await c.produce("local", [body + b"L"], partition=0)
+        await c.produce("orders", [body + b"O"], partition=0)
+    raw = await RawClient.open(catalog.ports[1])
+    await raw.login("app1", catalog.token)
+    await raw.call(AddConsumerRequest(topics=("local", "orders"), app="app1"))
+    both = FetchTopicMessageRequest(
+        topics=(TopicFetch(topic="local", count=10), TopicFetch(topic="orders", count=10)),
+        app="app1",
+    )
+    first = (await raw.call(both)).payload.topics
+    assert [len(t.messages) for t in first] == [1, 0] and first[1].code == 0
+    orders = FetchTopicMessageRequest(topics=(TopicFetch(topic="orders", count=10),), app="app1")
+    [again] = (await raw.call(orders)).payload.topics
+    assert [zlib.decompress(m.body)[-1:] for m in again.messages] == [b"O"]  # at once
+    await raw.close()
+    for b in brokers.values():
+        await b.server.ctx.engine.counters.flush()
+    rows = await engine.counters.traffic("app", "app1", start, engine.now_ms() + 1)
+    assert sum(r.consumed for r in rows) == 2  # each message once
+
+
 async def test_a_message_larger_than_any_frame_is_failed_not_sent(catalog, brokers):
     """A message whose record alone is over the frame maximum (a zbus body of up to
     16 MiB against JMQ4's 16 MiB frame; here a 150 KB one against 200 KiB) can never be

@@ -613,29 +613,56 @@ class PullSection(EngineBase):
         client_id: str | None = None,
         owner: str = "",
         held: bool = False,
+        unsent: Sequence[Delivery] = (),
     ) -> bool:
         """Release a partition lock without committing: only if ``token`` still holds it;
         without a token, only if ``owner`` (the ``owner`` of the fetch that took it, with
         its ``held``) holds it; with neither, whoever holds it. Wakes long polls on the
-        partition."""
+        partition. ``unsent``: what the fetch read under the lock that its consumer was
+        never sent (a response with no room left) — not consumed after all, so not
+        counted as consumed traffic nor charged to the rate limit."""
         owner = self._held_owner(owner, held)
         info = self.topic(topic)
         self._partition(info, partition)
         cid = consumer_id(app, client_id)
-        return await release(self.redis, topic, partition, cid, token, owner)
+        released = await release(self.redis, topic, partition, cid, token, owner)
+        if released:
+            await self._not_consumed(topic, app, unsent)
+        return released
 
     async def unlock_retries(
-        self, topic: str, app: str, ids: Sequence[int], *, client_id: str | None = None
+        self,
+        topic: str,
+        app: str,
+        ids: Sequence[int],
+        *,
+        client_id: str | None = None,
+        unsent: Sequence[Delivery] = (),
     ) -> int:
         """Retries this process fetched for a connection (``held``) that closes without
         acking them: due again at once — those it still holds (not acked, nor leased
         again since its lease ended), as :meth:`unlock` does a partition's lock; how
-        many."""
+        many. ``unsent`` as for :meth:`unlock`: the retries among ``ids`` the consumer
+        was never sent."""
         info, policy = self.topic(topic), self._consumer(topic, app)
         self._broadcast(info, policy, client_id)
         if not ids:
             return 0
-        return await self._release_held_retries(topic, app, client_id, self.holders.id, ids)
+        released = await self._release_held_retries(topic, app, client_id, self.holders.id, ids)
+        if released:
+            await self._not_consumed(topic, app, unsent)
+        return released
+
+    async def _not_consumed(self, topic: str, app: str, unsent: Sequence[Delivery]) -> None:
+        """Take back what a fetch counted and charged for deliveries it never sent."""
+        count = sum(d.count for d in unsent)
+        if not count:
+            return
+        size = sum(len(d.record) for d in unsent)
+        self.counters.record(
+            topic=topic, app=app, broker=self.broker_id, consumed=-count, consumed_bytes=-size
+        )
+        await self.gate.refund_consume(self._consumer(topic, app), count)
 
     async def reset_offsets(
         self,

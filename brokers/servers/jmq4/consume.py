@@ -143,7 +143,7 @@ async def _fetch(
     if result.found and result.partition == RETRY_PARTITION:
         fetched = session.retries.setdefault((entry.topic, req.app), set())
         fetched.update(d.index for d in sent)
-        if unsent:  # due again at once, not after their lease
+        if unsent:  # due again at once, not after their lease; not consumed
             await _give_back_retries(ctx, entry.topic, req.app, unsent, client_id)
     elif result.found and result.lock_token:
         if sent:  # the client's ack of what it got releases the lock (§6.4)
@@ -197,8 +197,11 @@ async def _fail_too_large(
 async def _give_back_retries(
     ctx: ServerContext, topic: str, app: str, unsent: list[Delivery], client_id: str | None
 ) -> None:
+    """Retries a fetch read but did not send: due again at once, and not consumed."""
     with contextlib.suppress(EngineError):  # else their lease lapses
-        await ctx.engine.unlock_retries(topic, app, [d.index for d in unsent], client_id=client_id)
+        await ctx.engine.unlock_retries(
+            topic, app, [d.index for d in unsent], client_id=client_id, unsent=unsent
+        )
 
 
 async def _give_back_partition(
@@ -218,6 +221,7 @@ async def _give_back_partition(
             client_id=client_id,
             owner=owner,
             held=True,
+            unsent=result.messages,  # never sent: not consumed
         )
 
 
