@@ -22,11 +22,13 @@ from brokers.engine.record import (
     INT32_MIN,
     MAGIC,
     MAX_BUSINESS_ID,
+    PROPERTIES_TAG,
     SYS_BATCH,
     SYS_COMPRESSED,
     SYS_SHORT_ADDRESS,
     decode_attributes,
     encode_client_ip,
+    split_extension,
 )
 
 # size, partition, index, term, magic, sysCode, priority, clientIp, sendTime, storeTime,
@@ -316,6 +318,17 @@ def _check_item_strings(blob: bytes, p: int, end: int) -> None:
         decode_attributes(attributes)
 
 
+def _check_properties(attributes: bytes, extension: bytes) -> None:
+    """The record's properties text (its attributes, and what its extension carries past
+    them behind PROPERTIES_TAG) must parse as every reader parses it: a malformed
+    ``\\uXXXX`` escape is refused here, not found by each consumer of the message. Text
+    without an escape always parses."""
+    _, more = split_extension(extension) if PROPERTIES_TAG in extension else (b"", b"")
+    if b"\\u" in attributes or b"\\u" in more:
+        joined = attributes + b"\n" + more if attributes else more
+        decode_attributes(joined if more else attributes)
+
+
 def _walk_tail(blob: bytes, p: int) -> tuple[int, bool]:
     """Walk businessId, attributes, extension and app from the body's end ``p``: (their end,
     whether the businessId is over 100 characters).
@@ -334,10 +347,12 @@ def _walk_tail(blob: bytes, p: int) -> tuple[int, bool]:
     (al,) = _I16.unpack_from(blob, p)
     if al < 0:
         raise InvalidMessage("negative attributes length")
+    attributes = blob[p + 2 : p + 2 + al]
     p += 2 + al
     (el,) = _I32.unpack_from(blob, p)
     if el < 0:
         raise InvalidMessage("negative extension length")
+    _check_properties(attributes, blob[p + 4 : p + 4 + el])
     p += 4 + el
     apl = blob[p]
     if apl > 127:

@@ -22,6 +22,7 @@ from brokers.engine import (
     split_extension,
 )
 from brokers.engine.record import ATTRIBUTES_MAX, MAX_PROPERTIES, PROPERTIES_TAG
+from brokers.engine.wire import check_wire
 from brokers.protocols.jmq4 import BrokerMessage
 from tests.engine.conftest import snapshot
 
@@ -116,3 +117,29 @@ async def test_stored_fetched_and_retried_with_the_whole_map(make_engine, clock)
     again = await engine.fetch("t", "a")
     assert again.partition == RETRY_PARTITION
     assert again.messages[0].message.attributes == props
+
+
+PROPERTY_TEXT = st.binary(max_size=40).map(
+    lambda b: "".join("ak=\\u0Az9:\n"[x % 11] for x in b)  # escapes, good and malformed
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(attrs=PROPERTY_TEXT, more=st.one_of(st.none(), PROPERTY_TEXT), mark=st.sampled_from(MARKS))
+def test_what_a_producer_may_store_every_reader_can_read(attrs, more, mark):
+    """A JMQ4 producer writes the attributes text itself, and may write an extension that
+    carries more behind PROPERTIES_TAG (a message it consumed, sent on). The produce check
+    accepts exactly what every reader parses: a malformed ``\\uXXXX`` is refused when
+    stored, instead of making each consumer's decode fail."""
+    extension = mark + (PROPERTIES_TAG + more.encode() if more is not None else b"")
+    raw = BrokerMessage(body=b"body", attributes=attrs, extension=extension, app="app").to_bytes()
+    try:
+        check_wire(raw, 1, 1 << 20)
+    except InvalidMessage as exc:
+        assert "malformed" in str(exc)
+        with pytest.raises(InvalidMessage, match="malformed"):
+            decode_record(raw)
+        with pytest.raises(InvalidMessage, match="malformed"):
+            message_view(raw)
+        return
+    assert message_view(raw).attributes == decode_record(raw).attributes

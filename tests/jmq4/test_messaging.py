@@ -141,6 +141,14 @@ async def test_produce_errors_per_topic(catalog, brokers):
         ProduceMessageRequest(topics=(ProduceTopic(topic="local", messages=(wrong,)),), app="app1")
     )
     assert reply.payload.topics[0].code == Code.CN_PARAM_ERROR
+    # attributes every reader would fail to parse (Java Properties' malformed \uXXXX)
+    malformed = replace(msg, attributes="a=\\uZZ", size=None)
+    reply = await raw.call(
+        ProduceMessageRequest(
+            topics=(ProduceTopic(topic="local", messages=(malformed,)),), app="app1"
+        )
+    )
+    assert reply.payload.topics[0].code == Code.CN_PARAM_ERROR
     index = await raw.call(
         FetchIndexRequest(topics=(IndexTopic(topic="local", partitions=(0,)),), app="app1")
     )
