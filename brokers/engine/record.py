@@ -332,13 +332,18 @@ def attribute_lines(before: str, after: str) -> list[str]:
     return lines
 
 
-def decode_attributes(data: bytes) -> dict[str, str]:
+def decode_attributes(data: bytes, *, strict: bool = False) -> dict[str, str]:
     """Parse Java-Properties text (separators, comments, continuations, escapes).
 
     The common case — every line a plain ``key=value`` (:data:`_SIMPLE_LINE`) — is read
     line by line, recurring lines from a cache: text made only of such lines means what
     each line says (no continuation, comment, or escape but ``\\:`` and ``\\=``). Any
-    other text goes to the parsers below."""
+    other text goes to the parsers below.
+
+    A malformed ``\\uXXXX`` escape raises InvalidMessage when ``strict`` (the produce
+    check, :mod:`~brokers.engine.wire`: such text is refused) and otherwise reads as the
+    characters written: a record stored before that check, or damaged, still reads, so
+    its consumers, retries and dead-letter copy go on instead of failing on it."""
     if not data:
         return {}
     try:
@@ -358,7 +363,17 @@ def decode_attributes(data: bytes) -> dict[str, str]:
         return _plain_attributes(text)
     if text.count("\\") == text.count("\\:") and _COLON not in text:
         return _colon_escaped_attributes(text)
-    return _full_attributes(text)
+    try:
+        return _full_attributes(text)
+    except InvalidMessage:
+        if strict:
+            raise
+        return _full_attributes(_MALFORMED_U.sub(r"\1\\\\u", text))
+
+
+_MALFORMED_U = re.compile(r"(?<!\\)((?:\\\\)*)\\u(?![0-9a-fA-F]{4})")
+"""A ``\\u`` that is not itself escaped and not followed by four hex digits: written
+``\\\\u`` (an escaped backslash, then ``u``) by the lenient read."""
 
 
 _COLON = "\ue000"  # a private-use character standing in for an escaped colon

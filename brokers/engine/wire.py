@@ -315,7 +315,7 @@ def _check_item_strings(blob: bytes, p: int, end: int) -> None:
         raise InvalidMessage("batch item fields do not add up to its size")
     attributes = blob[p:end]
     if b"\\u" in attributes:
-        decode_attributes(attributes)
+        decode_attributes(attributes, strict=True)
 
 
 def _check_properties(attributes: bytes, extension: bytes) -> None:
@@ -326,7 +326,7 @@ def _check_properties(attributes: bytes, extension: bytes) -> None:
     _, more = split_extension(extension) if PROPERTIES_TAG in extension else (b"", b"")
     if b"\\u" in attributes or b"\\u" in more:
         joined = attributes + b"\n" + more if attributes else more
-        decode_attributes(joined if more else attributes)
+        decode_attributes(joined if more else attributes, strict=True)
 
 
 def _walk_tail(blob: bytes, p: int) -> tuple[int, bool]:

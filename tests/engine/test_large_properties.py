@@ -129,17 +129,43 @@ PROPERTY_TEXT = st.binary(max_size=40).map(
 def test_what_a_producer_may_store_every_reader_can_read(attrs, more, mark):
     """A JMQ4 producer writes the attributes text itself, and may write an extension that
     carries more behind PROPERTIES_TAG (a message it consumed, sent on). The produce check
-    accepts exactly what every reader parses: a malformed ``\\uXXXX`` is refused when
-    stored, instead of making each consumer's decode fail."""
+    refuses text with a malformed ``\\uXXXX`` escape; a record that holds one anyway
+    (stored before that check, or damaged) still reads, the escape as written, by every
+    reader alike."""
     extension = mark + (PROPERTIES_TAG + more.encode() if more is not None else b"")
     raw = BrokerMessage(body=b"body", attributes=attrs, extension=extension, app="app").to_bytes()
+    text = "\n".join(x for x in (attrs, more) if x).encode()
     try:
         check_wire(raw, 1, 1 << 20)
     except InvalidMessage as exc:
         assert "malformed" in str(exc)
         with pytest.raises(InvalidMessage, match="malformed"):
-            decode_record(raw)
-        with pytest.raises(InvalidMessage, match="malformed"):
-            message_view(raw)
-        return
+            decode_attributes(text, strict=True)
+    else:
+        assert decode_attributes(text, strict=True) == decode_attributes(text)
     assert message_view(raw).attributes == decode_record(raw).attributes
+
+
+async def test_a_stored_record_with_a_malformed_escape_is_delivered_and_dead_lettered(
+    make_engine,
+):
+    """A record whose properties no strict reader parses (stored before the produce check)
+    does not stop its queue: it is leased with the escape as written, and out of
+    attempts it reaches the dead-letter queue with its reason."""
+    from brokers.engine import QueueSettings
+    from brokers.engine.append import append_records
+
+    queue = QueueSettings(max_retry_attempts=0, dead_letter_enabled=True)
+    engine = make_engine(snapshot(topics={"q": {"partitions": 1, "queue": queue}}))
+    raw = BrokerMessage(body=b"bad", attributes="a=\\uZZ", app="a").to_bytes()
+    await append_records(engine.redis, engine.durability, "q", 0, [(raw, 1)])
+    await engine.append_many("q", "a", [Message(b"good")])
+    got = (await engine.lease("q", "a", count=10, owner="o")).deliveries
+    assert [(d.message.body, d.message.attributes) for d in got] == [
+        (b"bad", {"a": "\\uZZ"}),
+        (b"good", {}),
+    ]
+    assert await engine.fail("q", "a", 0, [got[0].index]) == 1
+    [dead] = (await engine.lease("q.dlq", "a", count=10, owner="o")).deliveries
+    assert dead.message.body == b"bad"
+    assert dead.message.attributes["deadLetterReason"] == "MaxRetriesExceeded"
