@@ -980,7 +980,7 @@ EXPIRE = Script(
 -- past their TTL that nobody was handed yet; returns {when the next one can expire, then
 -- them as triples, to dead-letter}. The next one can expire when the first record left
 -- does, or, none left, a TTL from now; now when the walk stopped early (a pull consumer
--- holds the partition, or `limit` was reached).
+-- holds the partition, `limit` was reached, or PULL_READ_BYTES of records).
 local now, ttl, limit, mode = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local m = redis.call('HMGET', K.meta, 'min', 'next', 'fan')
 local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
@@ -994,10 +994,10 @@ else
   cur = tonumber(st[2]) or tonumber(st[1]) or mn
 end
 if cur < mn then cur = mn end
-local out, n = {s(now + ttl)}, 0
-while cur < nxt and n < limit do
+local out, n, bytes, full = {s(now + ttl)}, 0, 0, false
+while cur < nxt and n < limit and not full do
   local part = {}
-  read_from(K.stream, cur, 16, part, nil)
+  read_from(K.stream, cur, 16, part, nil, PULL_READ_BYTES - bytes)
   if #part == 0 then break end
   local live = false
   for i = 1, #part, 3 do
@@ -1009,13 +1009,15 @@ while cur < nxt and n < limit do
       break
     end
     if idx + c > cur then
+      -- what goes back to be dead-lettered stays within PULL_READ_BYTES (at least one)
+      if n > 0 and bytes + #rec > PULL_READ_BYTES then full = true; break end
       out[#out + 1] = s(idx); out[#out + 1] = s(c); out[#out + 1] = rec
-      cur = idx + c; n = n + 1
+      cur = idx + c; n = n + 1; bytes = bytes + #rec
     end
   end
   if live then break end
 end
-if n >= limit then out[1] = s(now) end
+if n >= limit or full then out[1] = s(now) end
 if n > 0 then
   if mode == 'fan' then redis.call('HSET', K.meta, 'fan', s(cur))
   else redis.call('HSET', K.state, 'cur', s(cur)); refresh_ack(cur) end
@@ -1036,8 +1038,10 @@ async def expire(
     limit: int = 1000,
 ) -> tuple[list[Delivery], int]:
     """Move group ``cid``'s cursor (None: the fan-out dispatch mark) over the records
-    past their TTL that nobody was handed yet; those records, to dead-letter, and the
-    time (ms) before which no other record of the partition can expire for the group."""
+    past their TTL that nobody was handed yet; those records, to dead-letter (at most
+    ``limit`` and PULL_READ_BYTES of them: the time is then now, more may be past their
+    TTL), and the time (ms) before which no other record of the partition can expire for
+    the group."""
     flat = await EXPIRE(
         client,
         _keys(topic, partition, cid if cid is not None else "~fan"),

@@ -9,7 +9,7 @@ nothing is skipped or read twice."""
 from __future__ import annotations
 
 from brokers.engine import RETRY_PARTITION, Message, QueueSettings, RetryType
-from brokers.engine.groups import FOUND, LeaseArgs, lease, seed, settle
+from brokers.engine.groups import FOUND, LeaseArgs, expire, lease, seed, settle
 from brokers.engine.read import PULL_READ_BYTES
 from brokers.engine.retry import RetryPolicy, RetryStore
 from tests.engine.conftest import snapshot
@@ -148,3 +148,19 @@ async def test_a_dead_range_over_the_cap_is_dead_lettered_whole(make_engine, clo
     await engine.lease("t", "a", count=10, owner="o", lease_ms=1_000)
     dead = await engine.dead_letters("t", "a")
     assert sorted(d.index for d in dead) == [0, 1, 2]
+
+
+async def test_records_past_their_ttl_go_back_to_be_dead_lettered_within_the_cap(
+    make_engine, clock
+):
+    """TTL expiry hands the records it moves the cursor over back to be dead-lettered:
+    at most the cap of them per call (then "more now"), the rest on the next call."""
+    engine = _one_partition(make_engine)
+    await _fill(engine, 3)
+    clock.advance(10)
+    now = engine.now_ms()
+    gone, due = await expire(engine.redis, "t", 0, "a", now_ms=now, ttl_ms=1_000)
+    assert [d.index for d in gone] == [0, 1] and due == now
+    assert _within_cap([d.record for d in gone])
+    gone, due = await expire(engine.redis, "t", 0, "a", now_ms=now, ttl_ms=1_000)
+    assert [d.index for d in gone] == [2] and due == now + 1_000  # none left: a TTL on

@@ -191,7 +191,7 @@ async def test_idle_subscribed_queues_do_not_wake_at_every_tick(catalog, redis_u
         await c.publish("idle3", "wake", message_id="w")
         assert (await c.receive(3)).id == "w"
         c.ack("w")
-        await asyncio.sleep(0.3)
+        await _settled(b.engine)  # the ack's settle and the lease after it are done
         version = b.watcher.current.version
         leases = LeaseCounter(b.engine)
         await sync_to_async(publish_catalog)()  # a new catalog version, no queue's concern
