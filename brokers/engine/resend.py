@@ -2,8 +2,8 @@
 
 ``retryMsgId`` adds ``partition:index`` to the consumer group's list (per clientId for
 broadcast). The next fetch pops entries atomically (LPOP with a count), so each is
-returned exactly once cluster-wide, and survives restarts. Resends are outside the
-ack/lock protocol.
+returned exactly once cluster-wide, and survives restarts (what a fetch pops past its
+byte cap goes back to the head of the list). Resends are outside the ack/lock protocol.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from brokers.engine.errors import IndexOutOfRange
 from brokers.engine.keys import GroupKeys
 from brokers.engine.model import Delivery
-from brokers.engine.read import read_range
+from brokers.engine.read import PULL_READ_BYTES, read_range
 from brokers.engine.redisio import AnyRedis, command
 
 
@@ -38,8 +38,9 @@ async def take(
 ) -> list[Delivery]:
     """Pop up to ``limit`` queued resends and read their records (trimmed ones are skipped).
     Asked on every HTTP-MQ fetch, so the pop is a coalesced command, not a redis-py call."""
-    raw = await command(client, "LPOP", list_key(topic, app, client_id), limit)
-    return await read_popped(client, topic, raw or ())
+    key = list_key(topic, app, client_id)
+    raw = await command(client, "LPOP", key, limit)
+    return await read_popped(client, topic, raw or (), key)
 
 
 def list_key(topic: str, app: str, client_id: str | None) -> str:
@@ -47,14 +48,25 @@ def list_key(topic: str, app: str, client_id: str | None) -> str:
     return GroupKeys(topic, app).resend(client_id)
 
 
-async def read_popped(client: AnyRedis, topic: str, members: Sequence[bytes]) -> list[Delivery]:
-    """The records of popped ``partition:index`` entries (trimmed ones are skipped)."""
+async def read_popped(
+    client: AnyRedis, topic: str, members: Sequence[bytes], key: str
+) -> list[Delivery]:
+    """The records of ``partition:index`` entries popped from list ``key`` (trimmed ones
+    are skipped), up to :data:`PULL_READ_BYTES` of them (at least one): the entries past
+    that go back to the head of the list, in their order, for the next fetch."""
     out: list[Delivery] = []
-    for member in members:
+    size = 0
+    for n, member in enumerate(members):
         p, i = (int(x) for x in member.decode().split(":"))
         try:
             found = await read_range(client, topic, p, i, 1)
         except IndexOutOfRange:
             continue
-        out.extend(d for d in found if d.index <= i < d.end)
+        got = [d for d in found if d.index <= i < d.end]
+        more = sum(len(d.record) for d in got)
+        if out and size + more > PULL_READ_BYTES:
+            await client.lpush(key, *reversed(members[n:]))
+            break
+        out.extend(got)
+        size += more
     return out

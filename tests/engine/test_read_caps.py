@@ -164,3 +164,24 @@ async def test_records_past_their_ttl_go_back_to_be_dead_lettered_within_the_cap
     assert _within_cap([d.record for d in gone])
     gone, due = await expire(engine.redis, "t", 0, "a", now_ms=now, ttl_ms=1_000)
     assert [d.index for d in gone] == [2] and due == now + 1_000  # none left: a TTL on
+
+
+async def test_operator_resends_are_handed_out_within_the_cap_each_once(make_engine):
+    """HTTP-MQ resends (``retryMsgId``) ride on a fetch: it hands out at most the cap of
+    them; what it popped past that goes back to the head of the list, in order, for the
+    next fetch — each resend still once."""
+    engine = _one_partition(make_engine)
+    await _fill(engine, 4)
+    await engine.add_resend("t", "a", [(0, 3), (0, 1), (0, 0), (0, 2)])
+    rounds = []
+    for _ in range(3):
+        pulled = await engine.commit_and_fetch("t", "a", commit=None, owner="me")
+        assert _within_cap([d.record for d in pulled.resends])
+        rounds.append([d.index for d in pulled.resends])
+        if pulled.fetched.lock_token:
+            f = pulled.fetched
+            await engine.commit(
+                "t", "a", 0, offset=f.start, next_offset=f.end, lock_time=f.lock_token
+            )
+    assert rounds == [[3, 1], [0, 2], []]
+    assert [d.index for d in await engine.take_resends("t", "a")] == []

@@ -187,7 +187,8 @@ class PullSection(EngineBase):
                 call = self._commit_call(info, app, commit, client_id)
             except (PartitionNotFound, InvalidMessage) as exc:
                 rejected = str(exc)
-        want = (resend_mod.list_key(topic, app, client_id), resends) if resends > 0 else None
+        resend_key = resend_mod.list_key(topic, app, client_id)
+        want = (resend_key, resends) if resends > 0 else None
         extra = Piggyback(call, want)
         fetched = await self._gated_fetch(
             topic,
@@ -204,7 +205,7 @@ class PullSection(EngineBase):
         self._count_move(topic, app, extra.committed)
         taken: list[Delivery] = []
         if extra.popped is not None:  # popped entries are handed out whatever happened
-            taken = await resend_mod.read_popped(self.redis, topic, extra.popped)
+            taken = await resend_mod.read_popped(self.redis, topic, extra.popped, resend_key)
         elif resends > 0 and fetched.status in _RESENDS_WITH:
             taken = await resend_mod.take(self.redis, topic, app, client_id, resends)
         return PullResult(extra.committed, fetched, tuple(taken), rejected)
