@@ -484,8 +484,11 @@ def encode_batch_body(items: Sequence[BatchItem]) -> bytes:
     return b"".join(parts)
 
 
-def decode_batch_body(body: bytes, count: int | None = None) -> list[BatchItem]:
-    """Split a (decompressed) batch body into items; strict about sizes."""
+def decode_batch_body(
+    body: bytes, count: int | None = None, *, strict: bool = False
+) -> list[BatchItem]:
+    """Split a (decompressed) batch body into items; strict about sizes, and about the
+    items' attribute text when ``strict`` (the produce check: :func:`decode_attributes`)."""
     items: list[BatchItem] = []
     pos, n = 0, len(body)
     try:
@@ -505,7 +508,7 @@ def decode_batch_body(body: bytes, count: int | None = None) -> list[BatchItem]:
             p += bl
             (al,) = _I16.unpack_from(body, p)
             p += 2
-            attrs = decode_attributes(body[p : p + al])
+            attrs = decode_attributes(body[p : p + al], strict=strict)
             p += al
             if blen < 0 or al < 0 or p != end:
                 raise InvalidMessage("batch item fields do not add up to its size")
@@ -844,8 +847,30 @@ def check_record(raw: bytes, *, max_body: int = DEFAULT_MAX_BODY) -> StoredMessa
         if msg.flag < 1:
             raise InvalidMessage("batch flag must be at least 1")
         if not msg.sys_code & SYS_COMPRESSED:
-            decode_batch_body(msg.body, msg.flag)
+            decode_batch_body(msg.body, msg.flag, strict=True)
+    parts = record_parts(raw)
+    if parts is not None:
+        check_properties(parts.attribute_bytes)
     return msg
+
+
+def check_properties(text: bytes) -> None:
+    """A record's properties text (its attributes, joined with what its extension carries
+    behind :data:`PROPERTIES_TAG`) must parse as every reader parses it: a malformed
+    ``\\uXXXX`` escape is refused when stored (InvalidMessage), not found by each consumer
+    of the message. Text without an escape always parses."""
+    if b"\\u" in text:
+        decode_attributes(text, strict=True)
+
+
+def joined_properties(attributes: bytes, extension: bytes) -> bytes:
+    """The properties text of a record's ``attributes`` and ``extension`` fields, as
+    :func:`record_parts` reads it."""
+    if len(extension) > MARK_SIZE:
+        more = split_extension(extension)[1]
+        if more:
+            return _joined(attributes, more)
+    return attributes
 
 
 def record_store_time(raw: bytes) -> int:

@@ -22,13 +22,12 @@ from brokers.engine.record import (
     INT32_MIN,
     MAGIC,
     MAX_BUSINESS_ID,
-    PROPERTIES_TAG,
     SYS_BATCH,
     SYS_COMPRESSED,
     SYS_SHORT_ADDRESS,
-    decode_attributes,
+    check_properties,
     encode_client_ip,
-    split_extension,
+    joined_properties,
 )
 
 # size, partition, index, term, magic, sysCode, priority, clientIp, sendTime, storeTime,
@@ -313,20 +312,7 @@ def _check_item_strings(blob: bytes, p: int, end: int) -> None:
     p += 2
     if al < 0 or p + al != end:
         raise InvalidMessage("batch item fields do not add up to its size")
-    attributes = blob[p:end]
-    if b"\\u" in attributes:
-        decode_attributes(attributes, strict=True)
-
-
-def _check_properties(attributes: bytes, extension: bytes) -> None:
-    """The record's properties text (its attributes, and what its extension carries past
-    them behind PROPERTIES_TAG) must parse as every reader parses it: a malformed
-    ``\\uXXXX`` escape is refused here, not found by each consumer of the message. Text
-    without an escape always parses."""
-    _, more = split_extension(extension) if PROPERTIES_TAG in extension else (b"", b"")
-    if b"\\u" in attributes or b"\\u" in more:
-        joined = attributes + b"\n" + more if attributes else more
-        decode_attributes(joined if more else attributes, strict=True)
+    check_properties(blob[p:end])
 
 
 def _walk_tail(blob: bytes, p: int) -> tuple[int, bool]:
@@ -352,7 +338,7 @@ def _walk_tail(blob: bytes, p: int) -> tuple[int, bool]:
     (el,) = _I32.unpack_from(blob, p)
     if el < 0:
         raise InvalidMessage("negative extension length")
-    _check_properties(attributes, blob[p + 4 : p + 4 + el])
+    check_properties(joined_properties(attributes, blob[p + 4 : p + 4 + el]))
     p += 4 + el
     apl = blob[p]
     if apl > 127:
