@@ -11,7 +11,7 @@ is returned whole even when the range starts inside it (the reader expands items
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from brokers.engine.errors import IndexOutOfRange, InvalidMessage
 from brokers.engine.keys import PartitionKeys
@@ -354,6 +354,26 @@ async def read_range(
     if not int(flat[2]):
         raise IndexOutOfRange(start, int(flat[0]), int(flat[1]))
     return parse_spans(partition, flat, 3)
+
+
+async def read_chunks(
+    client: AnyRedis, topic: str, partition: int, first: int, end: int
+) -> AsyncIterator[list[Delivery]]:
+    """The records of ``[first, end)`` still stored, one capped :func:`read_range` at a
+    time (each read from where the last one's records end; a batch record crossing
+    ``end`` whole): a range of large messages is never held whole. It stops where
+    retention took what was not read yet."""
+    pos = first
+    while pos < end:
+        try:
+            got = await read_range(client, topic, partition, pos, end - pos)
+        except IndexOutOfRange:  # below the partition's min: trimmed by retention
+            return
+        got = [d for d in got if d.index < end and d.end > pos]
+        if not got:
+            return
+        yield got
+        pos = got[-1].end
 
 
 async def read_entries(

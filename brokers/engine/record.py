@@ -928,9 +928,7 @@ def record_parts(raw: bytes) -> RecordParts | None:
     # of message_view's time, and it runs per message handed out)
     attrs = raw[at + 2 : ext_at] if al else b""
     if el > MARK_SIZE:  # it may carry properties past the attributes field
-        more = split_extension(raw[ext_at + 4 : ext_at + 4 + el])[1]
-        if more:
-            attrs = _joined(attrs, more)
+        attrs = joined_properties(attrs, raw[ext_at + 4 : ext_at + 4 + el])
     return _new_tuple(RecordParts, (send + delta, raw[65:end], business_id, attrs))
 
 

@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 
 from brokers.engine import groups
 from brokers.engine.catalog import ConsumerPolicyInfo, TopicInfo
-from brokers.engine.errors import IndexOutOfRange
 from brokers.engine.groups import EMPTY, FOUND, GroupLease, LeaseArgs, runs_of
 from brokers.engine.keys import consumer_id
 from brokers.engine.model import Delivery
 from brokers.engine.notify import announce
 from brokers.engine.priority import is_prioritized
-from brokers.engine.read import read_range
+from brokers.engine.read import read_chunks
 from brokers.engine.redisio import AnyRedis
 from brokers.engine.retry import RetryStore
 from brokers.engine.unbatch import one_by_one
@@ -172,7 +171,8 @@ class SharedDelivery:
         for start in got.dead:
             runs = await groups.dead_runs(self._client, topic.code, got.partition, cid, start)
             for first, end in runs:
-                async for d in _records(self._client, topic.code, got.partition, first, end):
+                chunks = read_chunks(self._client, topic.code, got.partition, first, end)
+                async for d in _each(chunks):
                     copied = await self._dead_letter(
                         topic.code,
                         policy.app,
@@ -315,21 +315,8 @@ class SharedDelivery:
         return released
 
 
-async def _records(
-    client: AnyRedis, topic: str, partition: int, first: int, end: int
-) -> AsyncIterator[Delivery]:
-    """The records of ``[first, end)`` still stored (retention may have taken some), one
-    capped read (:func:`read_range`) at a time: a dead range of large messages is never
-    held whole."""
-    pos = first
-    while pos < end:
-        try:
-            got = await read_range(client, topic, partition, pos, end - pos)
-        except IndexOutOfRange:  # below the partition's min: trimmed by retention
-            return
-        got = [d for d in got if d.index < end and d.end > pos]
-        if not got:
-            return
-        for d in got:
+async def _each(chunks: AsyncIterator[list[Delivery]]) -> AsyncIterator[Delivery]:
+    """The deliveries of :func:`~brokers.engine.read.read_chunks`, one by one."""
+    async for chunk in chunks:
+        for d in chunk:
             yield d
-        pos = got[-1].end

@@ -24,7 +24,6 @@ from brokers.engine.erase import erase_clients
 from brokers.engine.errors import (
     ConsumerClientNotAllowed,
     ConsumerPaused,
-    IndexOutOfRange,
     InvalidMessage,
     PartitionNotFound,
     RateLimited,
@@ -47,7 +46,7 @@ from brokers.engine.model import (
 )
 from brokers.engine.notify import announce
 from brokers.engine.overview import GroupLag, TopicRate
-from brokers.engine.read import indexes_at_times, read_range
+from brokers.engine.read import indexes_at_times, read_chunks, read_range
 from brokers.engine.sections.base import ACTIVE_CLIENT_MS, EngineBase
 from brokers.engine.unbatch import one_by_one
 
@@ -422,20 +421,13 @@ class PullSection(EngineBase):
         backoff): (their retry ids — a batch record's items each have one, as the store
         keeps them one by one — where the records copied end — a batch record that starts
         before ``end`` is copied whole; ``start`` when none was: nothing stored there any
-        more). Read and stored one capped read (:func:`read_range`) at a time, so a range
-        of large messages is never held whole."""
+        more). Read and stored one capped read (:func:`read_chunks`) at a time, so a
+        range of large messages is never held whole."""
         store = self._retries_of(topic, app, member)
         due = now + self.retry_policy.base_ms if due_ms is None else due_ms
         ids: list[int] = []
         pos = start
-        while pos < end:
-            try:
-                records = await read_range(self.redis, topic, partition, pos, end - pos)
-            except IndexOutOfRange:
-                break
-            taken = [d for d in records if d.index < end]
-            if not taken:
-                break
+        async for taken in read_chunks(self.redis, topic, partition, start, end):
             items = [(partition, d.index, d.count, d.record) for d in taken]
             ids += await store.add(items, now_ms=now, due_ms=due, reason=reason)
             pos = taken[-1].end
