@@ -253,6 +253,9 @@ class QueueMq:
         if ahead is None:
             return False
         d = ahead[0][0]
+        out = self._delivery(d, msgid, aliases, app)
+        if out is None:  # failed to the engine: the poll waits for the next message
+            return False
         self._watch(conn)
         self.ctx.consumed(self.name, conn, now)
         self.sessions[conn] = PullSession(
@@ -260,8 +263,7 @@ class QueueMq:
         )
         self._paces.took(key, 1)
         item = InFlight(app, d.partition, d.index, now, now, False)
-        out = self._delivery(d, msgid, aliases)
-        if out is None or not conn.send_encoded(out):
+        if not conn.send_encoded(out):
             self.ctx.spawn(self._release([item]), f"zbus-release-{self.name}")
             return True
         self.inflight.setdefault(conn, []).append(item)
@@ -830,11 +832,14 @@ class QueueMq:
                 # (round-robin among one), dealt without asking the line each time
                 self._stream_run(session, deliveries, i, now, unsent, undealt, corked)
                 return
-            out = self._delivery(d, session.msgid, session.aliases)
+            out = self._delivery(d, session.msgid, session.aliases, app)
+            if out is None:  # failed to the engine: the session waits for the next one
+                self.line.appendleft(session)
+                continue
             if session.conn not in corked:
                 session.conn.cork()
                 corked.add(session.conn)
-            if out is None or not session.conn.send_encoded(out):
+            if not session.conn.send_encoded(out):
                 self._deactivate(session, in_line=False)
                 unsent.append(InFlight(app, d.partition, d.index, now, now, False))
                 continue
@@ -852,13 +857,23 @@ class QueueMq:
             else:
                 self._deactivate(session, in_line=False)
 
-    def _delivery(self, d: Delivery, msgid: str | None, aliases: AliasFamily) -> bytes | None:
-        """The wire bytes of ``d`` for a session; None (logged) when it cannot be encoded."""
+    def _delivery(
+        self, d: Delivery, msgid: str | None, aliases: AliasFamily, app: str
+    ) -> bytes | None:
+        """The wire bytes of ``d`` for a session of ``app``; None when it cannot be
+        encoded (headers are filtered to writable ones, so that is a bug, not input): then
+        it is logged and failed to the engine — retried after its backoff, dead-lettered
+        past the retry limit — not released, which would make it due again at once and
+        handed back here, again and again."""
         try:
             return delivery_bytes(d.record, msgid=msgid, redelivered=d.redelivered, aliases=aliases)
-        except EncodeError:  # headers are filtered to writable ones: a bug, not input
+        except EncodeError:
             log.exception("zbus queue %s: cannot encode message %d", self.name, d.index)
+            self.ctx.spawn(self._fail(app, d), f"zbus-fail-{self.name}")
             return None
+
+    async def _fail(self, app: str, d: Delivery) -> None:
+        await self.ctx.engine.fail(self.name, app, d.partition, [d.index])
 
     def _stream_run(
         self,
@@ -881,8 +896,10 @@ class QueueMq:
         items: list[InFlight] = []
         for i in range(start, len(deliveries)):
             d = deliveries[i]
-            out = self._delivery(d, msgid, aliases)
-            if out is None or not conn.send_encoded(out):
+            out = self._delivery(d, msgid, aliases, app)
+            if out is None:  # failed to the engine
+                continue
+            if not conn.send_encoded(out):
                 self._deactivate(session, in_line=False)
                 unsent.append(InFlight(app, d.partition, d.index, now, now, False))
                 undealt.extend(deliveries[i + 1 :])
