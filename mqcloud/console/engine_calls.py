@@ -6,6 +6,7 @@ Every call opens a short engine session; engine and store errors become
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -344,8 +345,10 @@ def consume_failures(topic: str, app: str, minutes: int = 60) -> tuple[int, int]
 
     async def call(engine: Engine) -> tuple[int, int]:
         group = [(topic, app)]
-        failed = await engine.consume_failures(group, minutes=minutes)
-        held = await engine.held_back_send_backs(group, minutes=minutes)
+        failed, held = await asyncio.gather(  # two reads, one wait
+            engine.consume_failures(group, minutes=minutes),
+            engine.held_back_send_backs(group, minutes=minutes),
+        )
         return failed.get((topic, app), 0), held.get((topic, app), 0)
 
     return run(call)
