@@ -244,6 +244,19 @@ def steal_share(before: list[int], after: list[int]) -> float:
     return deltas[7] / total if total else 0.0
 
 
+def busy_share(before: list[int], after: list[int]) -> float:
+    """The share of the machine's CPU time (all cores) that was busy between two
+    :func:`cpu_times` — the server, the load generator and Redis together (0 where
+    unknown): near 1, a figure says what this machine has to give, not what the server
+    could do with more cores."""
+    if len(before) < 5 or len(after) < 5:
+        return 0.0
+    deltas = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(deltas[:8])
+    idle = deltas[3] + deltas[4]  # idle, iowait
+    return (total - idle) / total if total else 0.0
+
+
 def redis_calls(port: int) -> dict[str, int]:
     """Redis's own count of each command it ran since it started (``INFO commandstats``:
     a script's ``EVALSHA`` and each command the script ran count alike), by name."""

@@ -30,7 +30,10 @@ load on the machine touches all of them alike:
   a call without reply within 1 s counts as lost.
 
 Each phase line also gives the server's CPU per message or call (the server process and
-its children from /proc, not Redis): a figure that holds when the machine's speed drifts.
+its children from /proc, not Redis): a figure that holds when the machine's speed drifts;
+and how busy the whole machine was (server, generator and Redis, all cores, from
+/proc/stat): near 100 %, a second process has no core of its own to run on, so 1 and 2
+processes measure the machine, not the scaling.
 Then a table: each figure, ours/Java next to the goal of issue 17 (produce ≥ 1×, streaming
 ≥ 1×, long-poll ≥ 2×, RPC ≥ 2× with 0 lost), and the raw ``redis-benchmark -P 100 XADD``
 baseline of the same run. With ``--profile DIR`` (py-spy on PATH or in ``$PY_SPY``) each
@@ -43,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -58,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import zbus_load as load
 from bench.harness import (
     broker,
+    busy_share,
     calls_between,
     cpu_times,
     free_port,
@@ -243,12 +248,14 @@ async def phase(name: str, targets: list[Target], profile: Path | None, run) -> 
         with profiled(t.pid, out if t.ours else None):
             calls = redis_calls(t.redis_port) if t.redis_port else {}
             cpu = tree_cpu_seconds(t.pid)
+            machine = cpu_times()
             try:
                 result = await run(t)
             except TimeoutError:
                 t.stalled = f"stalled in {name}: a connection got no reply within 30 s"
                 result = load.Result(per_mq=[0] * CONNS, note=t.stalled)
             cpu = tree_cpu_seconds(t.pid) - cpu
+            busy = busy_share(machine, cpu_times())
             if t.redis_port and result.count:
                 total, scripts = calls_between(calls, redis_calls(t.redis_port))
                 t.redis_per[name] = (total / result.count, scripts / result.count)
@@ -262,6 +269,7 @@ async def phase(name: str, targets: list[Target], profile: Path | None, run) -> 
             + (f"  errors={result.errors}" if result.errors else "")
             + (f"  lost={result.lost}" if name == "rpc" else "")
             + (f"  redis {per[0]:.2f} cmds ({per[1]:.2f} scripts)/{unit}" if per else "")
+            + f"  machine busy {busy:.0%} of {os.cpu_count()} cores"
             + (f"  {result.note}" if result.note else ""),
             flush=True,
         )
