@@ -873,7 +873,12 @@ class QueueMq:
             return None
 
     async def _fail(self, app: str, d: Delivery) -> None:
-        await self.ctx.engine.fail(self.name, app, d.partition, [d.index])
+        try:
+            await self.ctx.engine.fail(self.name, app, d.partition, [d.index])
+        except EngineError as exc:  # the lease lapses instead: the same outcome, later
+            log.info(
+                "zbus queue %s: failure of message %d not applied: %s", self.name, d.index, exc
+            )
 
     def _stream_run(
         self,
