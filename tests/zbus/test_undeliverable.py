@@ -17,9 +17,17 @@ from tests.zbus.conftest import Raw, msg
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture
+def anonymous_app(catalog) -> str:
+    """The code of the app token-less clients act as (read here, in the test's own thread:
+    an ORM call through ``sync_to_async`` would leave a connection open in asgiref's
+    worker thread for a later test without database access to trip over)."""
+    return App.objects.get(is_anonymous=True).code
+
+
 @pytest.mark.parametrize("window", ["1", "-1"], ids=["long-poll", "streaming"])
 async def test_a_message_that_cannot_be_encoded_is_failed_not_looped(
-    broker, monkeypatch, window: str
+    broker, anonymous_app: str, monkeypatch, window: str
 ) -> None:
     real = zbus_queue.delivery_bytes
     attempts = 0
@@ -49,9 +57,8 @@ async def test_a_message_that_cannot_be_encoded_is_failed_not_looped(
             await client.send(msg("cmd: consume", "mq: orders", "msgid: c9", "window: 1"))
         assert await client.silent(1.0)
         assert attempts == 1  # failed once, now waiting for its backoff: not handed back
-        app = await App.objects.aget(is_anonymous=True)
-        failures = await broker.engine.consume_failures([("orders", app.code)])
-        assert failures == {("orders", app.code): 1}
+        failures = await broker.engine.consume_failures([("orders", anonymous_app)])
+        assert failures == {("orders", anonymous_app): 1}
     finally:
         await client.close()
         await asyncio.sleep(0)
