@@ -5,8 +5,6 @@ to the same consumer, again and again, while the others behind it waited."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from brokers.models import App
@@ -19,9 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def anonymous_app(catalog) -> str:
-    """The code of the app token-less clients act as (read here, in the test's own thread:
-    an ORM call through ``sync_to_async`` would leave a connection open in asgiref's
-    worker thread for a later test without database access to trip over)."""
+    """The code of the app token-less clients act as."""
     return App.objects.get(is_anonymous=True).code
 
 
@@ -61,4 +57,3 @@ async def test_a_message_that_cannot_be_encoded_is_failed_not_looped(
         assert failures == {("orders", anonymous_app): 1}
     finally:
         await client.close()
-        await asyncio.sleep(0)
