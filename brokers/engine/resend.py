@@ -8,6 +8,7 @@ byte cap goes back to the head of the list). Resends are outside the ack/lock pr
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from brokers.engine.errors import IndexOutOfRange
@@ -48,25 +49,41 @@ def list_key(topic: str, app: str, client_id: str | None) -> str:
     return GroupKeys(topic, app).resend(client_id)
 
 
+READ_TOGETHER = 8
+"""Popped entries whose records are read at once (their reads leave in one pipelined
+write): a fetch handing out its 32 resends waits 4 round trips, not 32, and holds the
+records of at most this many beyond its byte cap."""
+
+
 async def read_popped(
     client: AnyRedis, topic: str, members: Sequence[bytes], key: str
 ) -> list[Delivery]:
     """The records of ``partition:index`` entries popped from list ``key`` (trimmed ones
     are skipped), up to :data:`PULL_READ_BYTES` of them (at least one): the entries past
-    that go back to the head of the list, in their order, for the next fetch."""
+    that go back to the head of the list, in their order, for the next fetch. Read
+    :data:`READ_TOGETHER` at a time."""
     out: list[Delivery] = []
     size = 0
-    for n, member in enumerate(members):
-        p, i = (int(x) for x in member.decode().split(":"))
-        try:
-            found = await read_range(client, topic, p, i, 1)
-        except IndexOutOfRange:
-            continue
-        got = [d for d in found if d.index <= i < d.end]
-        more = sum(len(d.record) for d in got)
-        if out and size + more > PULL_READ_BYTES:
-            await client.lpush(key, *reversed(members[n:]))
-            break
-        out.extend(got)
-        size += more
+    for first in range(0, len(members), READ_TOGETHER):
+        window = members[first : first + READ_TOGETHER]
+        found = await asyncio.gather(*(_read_entry(client, topic, m) for m in window))
+        for n, got in enumerate(found, first):
+            if not got:  # trimmed by retention since it was queued
+                continue
+            more = sum(len(d.record) for d in got)
+            if out and size + more > PULL_READ_BYTES:
+                await client.lpush(key, *reversed(members[n:]))
+                return out
+            out.extend(got)
+            size += more
     return out
+
+
+async def _read_entry(client: AnyRedis, topic: str, member: bytes) -> list[Delivery]:
+    """The record holding the ``partition:index`` of ``member``; empty when trimmed."""
+    p, i = (int(x) for x in member.decode().split(":"))
+    try:
+        found = await read_range(client, topic, p, i, 1)
+    except IndexOutOfRange:
+        return []
+    return [d for d in found if d.index <= i < d.end]

@@ -3,7 +3,9 @@ would do them one after the other (single Redis: one script; cluster: separate c
 
 from __future__ import annotations
 
-from brokers.engine import CommitRequest, CommitStatus, FetchStatus, Message
+from brokers.engine import CommitRequest, CommitStatus, FetchStatus, Message, resend
+from brokers.engine.record import decode_record
+from brokers.engine.resend import READ_TOGETHER
 from tests.engine.conftest import snapshot
 
 
@@ -107,3 +109,49 @@ async def test_a_paused_consumer_still_commits(make_engine):
     assert pulled.fetched.status is FetchStatus.PAUSED
     assert pulled.commit is not None and pulled.commit.status is CommitStatus.OK
     assert [r.ack_index for r in await engine.progress("t", "a")] == [2]
+
+
+async def test_many_resends_come_in_queued_order_and_trimmed_ones_are_skipped(make_engine):
+    """More resends than are read together (``READ_TOGETHER``), across partitions, with
+    entries no longer stored among them: the stored ones are handed out once each, in the
+    order they were queued."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 2}}))
+    await produce(engine, 0, 12)
+    await produce(engine, 1, 12)
+    queued = [(i % 2, i // 2) for i in range(24)][::-1]
+    queued[5:5] = [(0, 40)]  # past the end of partition 0
+    queued[17:17] = [(1, 90)]
+    assert READ_TOGETHER < len(queued) <= 32
+    await engine.add_resend("t", "a", queued)
+    pulled = await engine.commit_and_fetch("t", "a", commit=None, owner="me", resends=32)
+    want = [e for e in queued if e[1] < 12]
+    assert [(d.partition, d.index) for d in pulled.resends] == want
+    assert [decode_record(d.record).body for d in pulled.resends] == [
+        f"m{i}".encode() for _, i in want
+    ]
+    again = await engine.commit_and_fetch("t", "a", commit=None, owner="me")
+    assert again.resends == ()
+
+
+async def test_resends_are_read_together_not_one_round_trip_each(make_engine, monkeypatch):
+    """The records of popped resends are read ``READ_TOGETHER`` at a time: a fetch handing
+    out 32 waits for 4 rounds of reads, not 32 one after the other."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    await produce(engine, 0, 32)
+    await engine.add_resend("t", "a", [(0, i) for i in range(32)])
+    reading, most = 0, 0
+
+    async def counted(*args, **kwargs):
+        nonlocal reading, most
+        reading += 1
+        most = max(most, reading)
+        try:
+            return await real(*args, **kwargs)
+        finally:
+            reading -= 1
+
+    real = resend.read_range
+    monkeypatch.setattr(resend, "read_range", counted)
+    pulled = await engine.commit_and_fetch("t", "a", commit=None, owner="me", resends=32)
+    assert [d.index for d in pulled.resends] == list(range(32))
+    assert most == READ_TOGETHER
