@@ -36,7 +36,9 @@ and how busy the whole machine was (server, generator and Redis, all cores, from
 processes measure the machine, not the scaling.
 Then a table: each figure, ours/Java next to the goal of issue 17 (produce ≥ 1×, streaming
 ≥ 1×, long-poll ≥ 2×, RPC ≥ 2× with 0 lost), and the raw ``redis-benchmark -P 100 XADD``
-baseline of the same run. With ``--profile DIR`` (py-spy on PATH or in ``$PY_SPY``) each
+baseline of the same run. A goal gets no verdict ("NO VERDICT … run again") when the
+peer's phase is no baseline: the machine was under 25 % busy during it, or its RPC callers
+spent most of the run waiting out lost replies (a stalled JVM measures the timeout). With ``--profile DIR`` (py-spy on PATH or in ``$PY_SPY``) each
 phase of our brokers is recorded and its top frames printed (the profiler costs CPU: take
 the figures from a run without it).
 """
@@ -99,6 +101,14 @@ WARM_MQS = [f"warm{i}" for i in range(CONNS)]
 SERVICE, WARM_SERVICE = "svc", "warmsvc"
 FILL_CAP = 60_000  # most messages per MQ stored for the long-poll phase
 GOALS = {"produce": 1.0, "stream": 1.0, "long_poll": 2.0, "rpc": 2.0}
+STALLED_BUSY = 0.25
+"""A peer phase during which the whole machine was less busy than this did not work
+for most of it (a JVM pause, a stalled connection): no baseline for a verdict."""
+STALLED_WAITING = 0.75
+"""An RPC phase of the peer whose callers spent more than this share of their time
+waiting out lost replies measured the reply timeout, not the server: no verdict. (Java's
+healthy runs lose 11-20 replies in 4 s, 34-62 % of the callers' time; its stalled ones
+31-32, about 90 %.)"""
 
 
 def snapshot(port: int) -> CatalogSnapshot:
@@ -214,6 +224,8 @@ class Target:
     redis_per: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Phase → (Redis commands, scripts) per message or call: what a fleet's shared
     Redis pays for it."""
+    busy: dict[str, float] = field(default_factory=dict)
+    """Phase → how busy the whole machine was during it (1.0: every core)."""
     fill: int = 0
     stalled: str = ""
     """Why this target has no more figures (it stopped answering), if it does not."""
@@ -255,7 +267,7 @@ async def phase(name: str, targets: list[Target], profile: Path | None, run) -> 
                 t.stalled = f"stalled in {name}: a connection got no reply within 30 s"
                 result = load.Result(per_mq=[0] * CONNS, note=t.stalled)
             cpu = tree_cpu_seconds(t.pid) - cpu
-            busy = busy_share(machine, cpu_times())
+            busy = t.busy[name] = busy_share(machine, cpu_times())
             if t.redis_port and result.count:
                 total, scripts = calls_between(calls, redis_calls(t.redis_port))
                 t.redis_per[name] = (total / result.count, scripts / result.count)
@@ -345,13 +357,33 @@ def report(targets: list[Target], raw: float) -> None:
         for t in ours:
             if t.floor:
                 continue
-            met = [
-                f"{key} {'met' if t.results[key].rate >= GOALS[key] * java.results[key].rate else 'NOT met'}"
-                for key, _ in rows
-            ]
+            met = [f"{key} {verdict(t, java, key)}" for key, _ in rows]
             lost = t.results["rpc"].lost
             met.append(f"0 lost {'met' if lost == 0 else 'NOT met'}")
             print(f"goals, {t.name}: " + ", ".join(met))
+
+
+def verdict(ours: Target, peer: Target, key: str) -> str:
+    """Whether ``ours`` met the goal of phase ``key`` against ``peer``; no verdict when
+    the peer's phase is no baseline (:func:`peer_stalled`)."""
+    stalled = peer_stalled(peer, key)
+    if stalled:
+        return f"NO VERDICT ({stalled}: run again)"
+    met = ours.results[key].rate >= GOALS[key] * peer.results[key].rate
+    return "met" if met else "NOT met"
+
+
+def peer_stalled(peer: Target, key: str) -> str:
+    """Why the peer's figure of phase ``key`` is no baseline, or "" when it is one."""
+    result = peer.results[key]
+    if peer.stalled or not result.count:
+        return "the peer stalled"
+    busy = peer.busy.get(key)
+    if busy is not None and busy < STALLED_BUSY:
+        return f"the machine was {busy:.0%} busy during the peer's run"
+    if result.waiting > STALLED_WAITING:
+        return f"the peer's callers spent {result.waiting:.0%} of the run waiting for lost replies"
+    return ""
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -162,6 +162,9 @@ class Result:
     """Replies with a status other than 200."""
     lost: int = 0
     """RPC calls whose reply never came (within the wait)."""
+    waiting: float = 0.0
+    """RPC: the share of the callers' time spent waiting out replies that never came
+    (1.0: every caller waited the whole phase)."""
     cpu: float = 0.0
     """The generator's CPU share over the phase (1.0 = one core busy)."""
     per_mq: list[int] = field(default_factory=list)
@@ -384,6 +387,8 @@ async def rpc(
     stop = time.perf_counter() + seconds
     counts = await asyncio.gather(*(call(c, stop) for c in range(callers)))
     finished = clock.finish(result, sum(counts))
+    if finished.seconds > 0:
+        finished.waiting = min(1.0, result.lost * reply_wait / (callers * finished.seconds))
     for task in servers:
         task.cancel()
     await asyncio.gather(*servers, return_exceptions=True)

@@ -40,6 +40,7 @@ async def test_rpc_calls_are_answered(broker):
     called = await zbus_load.rpc(broker.port, "svc", 0.5, callers=2, workers=1)
     assert called.count > 0
     assert called.lost == 0
+    assert called.waiting == 0.0
 
 
 async def test_a_read_ends_when_the_server_closes(broker):
