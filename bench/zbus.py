@@ -38,9 +38,10 @@ Then a table: each figure, ours/Java next to the goal of issue 17 (produce ≥ 1
 ≥ 1×, long-poll ≥ 2×, RPC ≥ 2× with 0 lost), and the raw ``redis-benchmark -P 100 XADD``
 baseline of the same run. A goal gets no verdict ("NO VERDICT … run again") when the
 peer's phase is no baseline: the machine was under 25 % busy during it, or its RPC callers
-spent most of the run waiting out lost replies (a stalled JVM measures the timeout). With ``--profile DIR`` (py-spy on PATH or in ``$PY_SPY``) each
-phase of our brokers is recorded and its top frames printed (the profiler costs CPU: take
-the figures from a run without it).
+spent most of the run waiting out lost replies (a stalled JVM measures the timeout).
+With ``--profile DIR`` (py-spy on PATH or in ``$PY_SPY``) each phase of our brokers is
+recorded and its top frames printed (the profiler costs CPU: take the figures from a run
+without it).
 """
 
 from __future__ import annotations
