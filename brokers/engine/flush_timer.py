@@ -23,7 +23,7 @@ class FlushTimer:
     more flushes at once (what was counted after a quiet spell lands without waiting);
     otherwise a request always waits the interval (what comes in meanwhile joins it)."""
 
-    __slots__ = ("_eager", "_flush", "_interval", "_last", "_task", "_timer")
+    __slots__ = ("_again", "_eager", "_flush", "_interval", "_last", "_task", "_timer")
 
     def __init__(
         self, flush: Callable[[], Awaitable[None]], interval_s: float, *, eager: bool = False
@@ -34,11 +34,17 @@ class FlushTimer:
         self._last = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
+        self._again = False
+        """A request came while a flush ran (what it buffered may have missed that
+        flush): another is due an interval after it started."""
 
     def request(self) -> None:
         """Something was buffered: have it flushed within the interval. Without a
         running event loop nothing is scheduled (the owner's next flush writes it)."""
-        if self._timer is not None or (self._task is not None and not self._task.done()):
+        if self._timer is not None:
+            return
+        if self._task is not None and not self._task.done():
+            self._again = True
             return
         try:
             loop = asyncio.get_running_loop()
@@ -65,7 +71,14 @@ class FlushTimer:
 
     async def _run(self) -> None:
         self._last = time.monotonic()
-        await self._flush()
+        self._again = False
+        try:
+            await self._flush()
+        finally:
+            if self._again and self._timer is None:
+                self._again = False
+                wait = max(0.0, self._interval - (time.monotonic() - self._last))
+                self._timer = asyncio.get_running_loop().call_later(wait, self._due)
 
     async def close(self) -> None:
         """Cancel a waiting flush and let a running one end (its errors are the owner's
@@ -77,3 +90,7 @@ class FlushTimer:
             with contextlib.suppress(Exception):
                 await self._task
             self._task = None
+        if self._timer is not None:  # the one a request during that flush left
+            self._timer.cancel()
+            self._timer = None
+        self._again = False

@@ -71,3 +71,52 @@ async def test_close_cancels_a_waiting_flush_and_swallows_a_running_ones_error()
 
 def test_a_request_without_a_running_loop_schedules_nothing():
     FlushTimer(Flushes(), 0.01).request()
+
+
+async def test_a_request_while_a_flush_runs_gets_a_flush_of_its_own():
+    """What is buffered while a flush awaits the store may have missed it: one more flush
+    follows, an interval after the running one started, with no further request (the
+    last produces of a burst were otherwise left until the next produce, maybe never)."""
+    release = asyncio.Event()
+    flushes = Flushes()
+
+    async def slow() -> None:
+        await flushes()
+        if len(flushes.times) == 1:
+            await release.wait()
+
+    timer = FlushTimer(slow, 0.03, eager=True)
+    await asyncio.sleep(0.04)
+    timer.request()  # eager: flushes at once, and waits for the store
+    await asyncio.sleep(0.01)
+    assert len(flushes.times) == 1
+    for _ in range(5):
+        timer.request()  # buffered while it runs
+    release.set()
+    await asyncio.sleep(0.08)
+    assert len(flushes.times) == 2
+    assert flushes.times[1] - flushes.times[0] >= 0.025
+    await asyncio.sleep(0.06)
+    assert len(flushes.times) == 2  # nothing more was asked for
+    await timer.close()
+
+
+async def test_close_during_a_flush_leaves_no_flush_behind():
+    release = asyncio.Event()
+    flushes = Flushes()
+
+    async def slow() -> None:
+        await flushes()
+        await release.wait()
+
+    timer = FlushTimer(slow, 0.01, eager=True)
+    await asyncio.sleep(0.02)
+    timer.request()
+    await asyncio.sleep(0)
+    timer.request()  # during the flush: would ask for one more
+    closing = asyncio.ensure_future(timer.close())
+    await asyncio.sleep(0.01)
+    release.set()
+    await closing
+    await asyncio.sleep(0.05)
+    assert len(flushes.times) == 1
