@@ -69,6 +69,7 @@ from brokers.engine.exits import how_it_ended, record_exit, take_exits
 from brokers.engine.groups import GroupStats
 from brokers.engine.groups import seed as seed_group
 from brokers.engine.keys import RETRY_PARTITION
+from brokers.engine.latency import BOUNDS_MS as LATENCY_BOUNDS_MS
 from brokers.engine.leadership import RECORD_LEADER_LUA, leader_records
 from brokers.engine.mailbox import Mailboxes
 from brokers.engine.model import (
@@ -94,6 +95,8 @@ from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.overview import worst as worst_lag
 from brokers.engine.presence import Presence
 from brokers.engine.priority import PRIORITY_BANDS, PRIORITY_MODE, band_of, band_partition
+from brokers.engine.produce_latency import MAX_HOURS as PRODUCE_LATENCY_MAX_HOURS
+from brokers.engine.produce_latency import ClientLatency
 from brokers.engine.record import (
     MARK_SIZE,
     MAX_BUSINESS_ID,
@@ -138,10 +141,12 @@ __all__ = [
     "DELAY_ID",
     "DELAY_LEVELS",
     "DLQ_SUFFIX",
+    "LATENCY_BOUNDS_MS",
     "MARK_SIZE",
     "MAX_BUSINESS_ID",
     "PRIORITY_BANDS",
     "PRIORITY_MODE",
+    "PRODUCE_LATENCY_MAX_HOURS",
     "RECORD_LEADER_LUA",
     "RETRY_PARTITION",
     "AccessDenied",
@@ -161,6 +166,7 @@ __all__ = [
     "CatalogWatcher",
     "ClientIdNotAllowed",
     "ClientIdRequired",
+    "ClientLatency",
     "ClientNotAllowed",
     "ClientRow",
     "CommitRequest",

@@ -22,6 +22,7 @@ from brokers.engine.errors import TopicNotFound
 from brokers.engine.fetch import Fetcher
 from brokers.engine.holders import DEFAULT_TTL_MS, Holders
 from brokers.engine.notify import Notifier
+from brokers.engine.produce_latency import ClientLatency, ProduceLatencies
 from brokers.engine.ratelimit import RateLimiter
 from brokers.engine.reconnect import store_errors
 from brokers.engine.record import DEFAULT_MAX_BODY
@@ -89,6 +90,7 @@ class Engine(
         self.durability = Durability(redis, timeout_ms=durability_timeout_ms, replicas=replicas)
         self.notifier = Notifier(redis)
         self.counters = Counters(redis, clock)
+        self.produce_latencies = ProduceLatencies(redis, clock)
         self.holders = Holders(
             redis, self._release_held, leave=self._leave_for_dead, ttl_ms=holder_ttl_ms
         )
@@ -110,6 +112,7 @@ class Engine(
         await self.clients.close()
         await self.holders.close()
         await self.counters.close()
+        await self.produce_latencies.close()
         await self.notifier.close()
 
     async def _release_held(
@@ -141,6 +144,16 @@ class Engine(
         pipelined round trips."""
         await self.counters.flush()
         return await self.counters.day_totals(dimension, names, day)
+
+    async def produce_latency(
+        self, producers: Sequence[tuple[str, str]], hours: int
+    ) -> dict[tuple[str, str, str], ClientLatency]:
+        """Producer statistics (:mod:`brokers.engine.produce_latency`): (topic, app,
+        client host) → how long its appends took (latency buckets) and how many of its
+        messages failed, over the last ``hours`` whole hours and the current one, for
+        each producer ``(topic, app)`` of ``producers`` — over any protocol, on any
+        broker."""
+        return await self.produce_latencies.read(producers, hours)
 
 
 # Every public coroutine of the facade reports an unreachable Redis as StoreUnavailable.

@@ -19,7 +19,7 @@ from brokers.erasure import STORE_ERRORS, erase_group_data, erase_topic_data
 from brokers.models import App, Broker, Cluster, ConsumerPolicy, ProducerPolicy, Team, Topic
 from brokers.topic_codes import TOPIC_CODE_CHARS
 from mqcloud.alerts.models import TrafficRule
-from mqcloud.api import filters, history, timers
+from mqcloud.api import filters, history, produce_latency, timers
 from mqcloud.api import messages as stored  # the class body's `messages` is an action
 from mqcloud.api import serializers as s
 from mqcloud.api.clients import ClientSerializer, client_rows
@@ -370,6 +370,35 @@ class AppViewSet(UpdateSerializerMixin, TeamScopedViewSet):
             raise EngineUnavailableError(str(exc)) from None
         data = [{"topic": r.topic, "refused": r.refused, "by_reason": r.by_reason} for r in rows]
         return Response(s.RefusalSerializer(data, many=True).data)
+
+    @extend_schema(
+        parameters=[produce_latency.HoursQuery],
+        responses={
+            200: produce_latency.ClientLatencySerializer(many=True),
+            **error_responses(400, 401, 403, 404, 503),
+        },
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="produce-latency",
+        pagination_class=None,
+        filter_backends=[],
+    )
+    def produce_latency(self, request: Request, code: str | None = None) -> Response:
+        """Producer statistics: per topic the app produces to and client host, how long
+        the brokers took to store its messages (latency buckets and percentiles) and how
+        many failed, over the last ``hours`` whole hours and the current one — over any
+        protocol, on any broker; slowest p99 first."""
+        query = validated_query(produce_latency.HoursQuery, request)
+        app = self.get_object()
+        topics = list(ProducerPolicy.objects.filter(app=app).values_list("topic__code", flat=True))
+        try:
+            rows = engine_calls.produce_latency(app.code, topics, query["hours"])
+        except engine_calls.EngineUnavailable as exc:
+            raise EngineUnavailableError(str(exc)) from None
+        data = produce_latency.to_data(rows)
+        return Response(produce_latency.ClientLatencySerializer(data, many=True).data)
 
     @extend_schema(
         responses={200: ClientSerializer(many=True), **error_responses(401, 403, 404, 503)}

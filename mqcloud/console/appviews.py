@@ -4,6 +4,8 @@ anonymous app (what token-less clients act as) is listed and labelled, and has n
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -15,6 +17,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from brokers import anonymous
+from brokers.engine import LATENCY_BOUNDS_MS, ClientLatency
 from brokers.models import App, ConsumerPolicy, ProducerPolicy
 from brokers.validators import APP_CODE_MAX, name_validator
 from mqcloud.alerts.refusals import describe
@@ -113,6 +116,7 @@ def _detail(request: HttpRequest, app: App, token: str = "", status: int = 200) 
         {"topic": r.topic, "refused": r.refused, "why": describe(r.by_reason)} for r in found
     ]
     client_rows, clients_error = app_client_rows(app.code)
+    latency = _produce_latency(request, app)
     return render(
         request,
         "console/app_detail.html",
@@ -135,9 +139,59 @@ def _detail(request: HttpRequest, app: App, token: str = "", status: int = 200) 
             "refusals_error": refusals_error,
             "clients": client_rows,
             "clients_error": clients_error,
+            **latency,
         },
         status=status,
     )
+
+
+LATENCY_WINDOWS = {"1": "the last hour", "24": "the last day", "240": "the last 10 days"}
+"""The windows (``?latency=<hours>``) the app page offers for its producer statistics."""
+
+
+def _produce_latency(request: HttpRequest, app: App) -> dict[str, Any]:
+    """The app page's producer statistics: per topic and client host, store-time
+    percentiles and failed messages over the window asked for (the last hour unless
+    ``?latency=`` names another of :data:`LATENCY_WINDOWS`)."""
+    asked = request.GET.get("latency", "1")
+    window_error = ""
+    if asked not in LATENCY_WINDOWS:
+        window_error = f"No such window; showing the last hour ({', '.join(LATENCY_WINDOWS)} h)."
+        asked = "1"
+    topics = list(ProducerPolicy.objects.filter(app=app).values_list("topic__code", flat=True))
+    rows, error = [], ""
+    try:
+        found = engine_calls.produce_latency(app.code, topics, int(asked))
+    except engine_calls.EngineUnavailable as exc:
+        found, error = [], str(exc)
+    for r in found:
+        rows.append(
+            {
+                "topic": r.topic,
+                "client": r.client,
+                "messages": r.latency.messages,
+                "failed": r.latency.failed,
+                "p50": _bound(r.latency, 0.5),
+                "p90": _bound(r.latency, 0.9),
+                "p99": _bound(r.latency, 0.99),
+            }
+        )
+    return {
+        "latency_rows": rows,
+        "latency_error": error,
+        "latency_window": asked,
+        "latency_label": LATENCY_WINDOWS[asked],
+        "latency_windows": LATENCY_WINDOWS,
+        "latency_window_error": window_error,
+    }
+
+
+def _bound(latency: ClientLatency, share: float) -> str:
+    """A percentile as the page shows it: "≤ 5 ms", "> 5000 ms" or "—" (none stored)."""
+    if not latency.messages:
+        return "—"
+    bound = latency.percentile(share)
+    return f"> {LATENCY_BOUNDS_MS[-1]} ms" if bound is None else f"≤ {bound} ms"
 
 
 @login_required

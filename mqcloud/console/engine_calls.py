@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import redis
 
 from brokers.engine import (
+    ClientLatency,
     ClientRow,
     Delivery,
     Engine,
@@ -193,6 +194,34 @@ def refusals(app: str) -> list[Refusals]:
         return sorted(rows, key=lambda r: (-r.refused, r.topic))
 
     return run(call)
+
+
+@dataclass(frozen=True)
+class ProduceLatencyRow:
+    """One client host's appends to one topic of an app over a window."""
+
+    topic: str
+    client: str
+    latency: ClientLatency
+
+
+def produce_latency(app: str, topics: Sequence[str], hours: int) -> list[ProduceLatencyRow]:
+    """The producer statistics of ``app`` on ``topics`` over the last ``hours`` whole
+    hours and the current one, per client host: slowest p99 first, then by topic and host
+    (clients of the window only)."""
+
+    async def call(engine: Engine) -> list[ProduceLatencyRow]:
+        found = await engine.produce_latency([(t, app) for t in topics], hours)
+        rows = [ProduceLatencyRow(t, host, v) for (t, _, host), v in found.items()]
+        return sorted(rows, key=_slowest_first)
+
+    return run(call)
+
+
+def _slowest_first(row: ProduceLatencyRow) -> tuple[int, int, str, str]:
+    p99 = row.latency.percentile(0.99)
+    slower = 10**9 if p99 is None and row.latency.messages else (p99 or 0)
+    return (-slower, -row.latency.failed, row.topic, row.client)
 
 
 def read_range(topic: str, partition: int, start: int, count: int) -> list[MessageRow]:

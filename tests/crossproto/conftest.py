@@ -65,6 +65,7 @@ EDGES = tuple(
     + [f"retention.{c}" for c in ("jmq4", "zbus", "vibemq-tcp", "vibemq-ws", "httpmq")]
     + [f"spread.{p}" for p in ("zbus", "vibemq-tcp", "vibemq-ws")]
     + [f"clients.{p}" for p in PROTOCOLS]
+    + [f"latency.{p}" for p in PROTOCOLS]
     + [f"large-props.{p}.{c}" for p in ("zbus", "vibemq-tcp") for c in PROTOCOLS if c != p]
 )
 """Topics ``x.edge.<name>`` of the edge cases (:mod:`.test_edges`), made like the pairs'."""

@@ -49,6 +49,7 @@ from brokers.engine.model import (
 )
 from brokers.engine.notify import Notifier
 from brokers.engine.priority import band_of, is_prioritized
+from brokers.engine.produce_latency import ProduceLatencies
 from brokers.engine.record import (
     Message,
     decode_record,
@@ -106,6 +107,7 @@ class EngineBase:
     durability: Durability
     notifier: Notifier
     counters: Counters
+    produce_latencies: ProduceLatencies
     gate: Gate
     shared: SharedDelivery
     holders: Holders

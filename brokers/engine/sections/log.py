@@ -7,6 +7,7 @@ A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 
 from brokers.engine.append import append_blob, choose_partition, guess_indexes, pack_records
 from brokers.engine.catalog import (
@@ -76,11 +77,12 @@ class LogSection(EngineBase):
         the write atomically with :class:`BrokerNotLeader` when it records another
         leader for the partition (a stale catalog, see :mod:`brokers.engine.leadership`).
         """
+        started = perf_counter()
         try:
             if not messages:
                 raise InvalidMessage("no messages")
             policy = self.gate.producer(topic, app, client_address)
-            return await self._append(
+            stored = await self._append(
                 topic,
                 app,
                 messages,
@@ -90,9 +92,16 @@ class LogSection(EngineBase):
                 rate_limited=self.gate.limits_produce(policy),
                 as_leader=as_leader,
             )
-        except EngineError as exc:
-            self._refused(topic, app, exc, max(1, how_many(messages)))
+        except Exception as exc:
+            count = max(1, how_many(messages))
+            if isinstance(exc, EngineError):
+                self._refused(topic, app, exc, count)
+            self.produce_latencies.failed(topic, app, client_address, count)
             raise
+        self.produce_latencies.stored(
+            topic, app, client_address, perf_counter() - started, how_many(messages)
+        )
+        return stored
 
     async def _append(
         self,
@@ -239,6 +248,32 @@ class LogSection(EngineBase):
         ``client_address``."""
         if not messages:
             return []
+        started = perf_counter()
+        try:
+            out = await self._append_many(
+                topic, app, messages, partition=partition, qos=qos, client_address=client_address
+            )
+        except Exception:
+            self.produce_latencies.failed(topic, app, client_address, len(messages))
+            raise
+        failed = sum(1 for r in out if isinstance(r, EngineError))
+        self.produce_latencies.failed(topic, app, client_address, failed)
+        self.produce_latencies.stored(
+            topic, app, client_address, perf_counter() - started, len(out) - failed
+        )
+        return out
+
+    async def _append_many(
+        self,
+        topic: str,
+        app: str,
+        messages: Sequence[Message],
+        *,
+        partition: int | None,
+        qos: QoS,
+        client_address: str | None,
+    ) -> list[AppendResult | EngineError]:
+        """:meth:`append_many` of a non-empty list, not timed."""
         try:
             policy = self.gate.producer(topic, app, client_address)
             info = self.topic(topic)
@@ -296,7 +331,7 @@ class LogSection(EngineBase):
             bands.setdefault(band_partition(info, message.priority), []).append(i)
         out: list[AppendResult | EngineError | None] = [None] * len(messages)
         for band, positions in bands.items():
-            results = await self.append_many(
+            results = await self._append_many(
                 info.code,
                 app,
                 [messages[i] for i in positions],
