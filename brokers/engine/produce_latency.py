@@ -24,6 +24,7 @@ port left out: each connection has its own), cut to what a field can hold.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -57,6 +58,7 @@ _UNSAFE = re.compile(r"[^0-9A-Za-z.:%_\-]")
 UNKNOWN_CLIENT = "unknown"
 
 
+@functools.lru_cache(maxsize=4096)
 def client_host(address: str | None) -> str:
     """The host of a client address (``host:port``, ``[v6]:port``, a bare host or IPv6
     address), made safe for a field name: at most 64 characters of letters, digits and
@@ -120,9 +122,15 @@ class ProduceLatencies:
         self._pending: dict[tuple[str, str, str], list[int]] = {}
         """(producer name, hour, client host) → counts per bucket, then failed."""
         self._flusher = FlushTimer(self.flush, interval_s, eager=True)
+        self._hour = (-1, "")
+        """The hour appends count in now: (its number since the epoch, its name)."""
 
     def _row(self, topic: str, app: str, address: str | None) -> list[int]:
-        key = (f"{topic}:{app}", _hour(self._clock()), client_host(address))
+        now = self._clock()
+        number = int(now // 3600)
+        if number != self._hour[0]:
+            self._hour = (number, _hour(now))
+        key = (f"{topic}:{app}", self._hour[1], client_host(address))
         row = self._pending.get(key)
         if row is None:
             row = self._pending[key] = [0] * (BUCKETS + 1)
