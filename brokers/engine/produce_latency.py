@@ -10,10 +10,12 @@ measures them: every client, whatever it was written with, is covered. Messages 
 engine refused or could not store are counted as failed (why is in the producer's
 refusals, :mod:`brokers.engine.counters`).
 
-Buffered in memory and written (HINCRBY, one pipeline) at most once per ``interval_s``,
-as the traffic counters are. Storage: per producer (``<topic>:<app>``) one hash per UTC
-hour, kept :data:`HOUR_RETENTION_S`, and one per UTC day, kept :data:`DAY_RETENTION_S`,
-both with fields ``<client host>|<bucket>`` (an index into
+Buffered in memory and written (HINCRBY, one pipeline) at most once per ``interval_s``
+(:data:`FLUSH_S`: statistics by the hour need no fresher figures, and a flush costs a
+field per producer, host and bucket active since the last, whatever the messages).
+Storage: per producer (``<topic>:<app>``) one hash per UTC hour, kept
+:data:`HOUR_RETENTION_S`, and one per UTC day, kept :data:`DAY_RETENTION_S`, both with
+fields ``<client host>|<bucket>`` (an index into
 :data:`~brokers.engine.latency.BOUNDS_MS`, the last one slower than all of them) and
 ``<client host>|f`` (failed). A window of up to a day reads the hours (two hashes per
 producer for the last hour), a longer one the days (eleven for the ten days kept), so
@@ -50,6 +52,10 @@ BY_HOURS = 24
 """Windows up to this many hours are read by the hour, longer ones by the UTC day."""
 FAILED = "f"
 BUCKETS = len(BOUNDS_MS) + 1
+FLUSH_S = 10.0
+"""How often a process writes what it counted (at most; a burst after a quiet spell at
+once). 5,000 producers with 3 hosts each, all active, cost a flush of about a second of
+this process's CPU (``bench/producer_stats.py``): every 10 s, not every second."""
 READ_BATCH = 500
 """Hashes read per pipelined round trip."""
 MAX_HOURS = 240
@@ -115,7 +121,7 @@ class ProduceLatencies:
     """Buffered per-hour latency buckets and failures of producers, per client host."""
 
     def __init__(
-        self, client: AnyRedis, clock: Callable[[], float], *, interval_s: float = 1.0
+        self, client: AnyRedis, clock: Callable[[], float], *, interval_s: float = FLUSH_S
     ) -> None:
         self._client = client
         self._clock = clock
