@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 300, 400, 500, 750, 1_000, 2_000, 5_000)
 """Upper bounds (ms) of the buckets; one more bucket holds what is slower."""
@@ -72,12 +72,22 @@ class LatencyWindow:
                 top = max(top, self._max[i])
         total = sum(counts)
         p99 = 0.0
-        if total:
-            rank, seen = total * 0.99, 0
-            for b, n in enumerate(counts):
-                seen += n
-                if seen >= rank:
-                    p99 = float(BOUNDS_MS[b]) if b < len(BOUNDS_MS) else top
-                    break
-            p99 = min(p99, top)
+        b = bucket_of(counts, 0.99)
+        if b is not None:
+            p99 = min(float(BOUNDS_MS[b]) if b < len(BOUNDS_MS) else top, top)
         return {"count": total, "p99_ms": round(p99, 1), "max_ms": round(top, 1)}
+
+
+def bucket_of(counts: Sequence[int], share: float) -> int | None:
+    """The index of the bucket holding the ``share`` percentile (0.99: p99) of
+    ``counts`` (one count per bucket of :data:`BOUNDS_MS`, then the slower ones); None
+    when they are all 0."""
+    total = sum(counts)
+    if not total:
+        return None
+    rank, seen = total * share, 0
+    for b, n in enumerate(counts):
+        seen += n
+        if seen >= rank:
+            return b
+    return len(counts) - 1

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from brokers.engine.flush_timer import FlushTimer
 from brokers.engine.keys import counter_key
-from brokers.engine.latency import BOUNDS_MS
+from brokers.engine.latency import BOUNDS_MS, bucket_of
 from brokers.engine.redisio import AnyRedis
 
 log = logging.getLogger("mqcloud.engine")
@@ -106,15 +106,8 @@ class ClientLatency:
         """The upper bound (ms) of the bucket holding the ``share`` percentile of the
         stored messages (0.99: p99); None when none was stored, or it is slower than the
         largest bound."""
-        total = self.messages
-        if not total:
-            return None
-        rank, seen = total * share, 0
-        for b, n in enumerate(self.buckets):
-            seen += n
-            if seen >= rank:
-                return BOUNDS_MS[b] if b < len(BOUNDS_MS) else None
-        return None
+        b = bucket_of(self.buckets, share)
+        return BOUNDS_MS[b] if b is not None and b < len(BOUNDS_MS) else None
 
 
 class ProduceLatencies:

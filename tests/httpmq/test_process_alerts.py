@@ -112,15 +112,9 @@ def test_serving_processes_stop_with_a_killed_supervisor(admin, tmp_path):
             ) from None
 
         def gone() -> bool:
-            for pid in children:
-                try:
-                    with open(f"/proc/{pid}/stat") as f:
-                        state = f.read().rsplit(")", 1)[1].split()[0]
-                except FileNotFoundError:
-                    continue
-                if state != "Z":  # exited, not reaped yet: gone too
-                    return False
-            return True
+            # exited, or exited and not reaped yet (Z): gone too
+            states = [_state(pid) for pid in children]
+            return all(state == "gone" or state.startswith("Z ") for state in states)
 
         until(gone, "the serving processes to exit")
     finally:
