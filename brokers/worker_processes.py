@@ -21,7 +21,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,17 +200,70 @@ def parse_ports(text: str) -> dict[str, int | None]:
     return ports
 
 
-def die_with_parent() -> None:
-    """Get SIGTERM (a graceful stop) when the parent process dies, even by SIGKILL."""
+def die_with_parent() -> bool:
+    """Get SIGTERM (a graceful stop) when the parent process dies, even by SIGKILL; False
+    when the system would not arrange it."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if libc.prctl(1, signal.SIGTERM) == 0:  # PR_SET_PDEATHSIG
+            return True
+        log.warning("PR_SET_PDEATHSIG failed: %s", os.strerror(ctypes.get_errno()))
     except (OSError, AttributeError):  # not Linux: the parent's stop still reaches it
         log.debug("PR_SET_PDEATHSIG unavailable")
+    return False
 
 
-def follow_parent(parent: int) -> bool:
+ORPHAN_CHECK_S = 0.5
+"""How often a worker's watch looks whether its parent is still there."""
+
+
+def follow_parent(parent: int, stop_within_s: float = STOP_WAIT_S) -> bool:
     """In a worker: get SIGTERM when the first process ``parent`` dies; False when it is
-    already gone (the worker was started by a process that died meanwhile)."""
-    die_with_parent()
-    return os.getppid() == parent
+    already gone (the worker was started by a process that died meanwhile).
+
+    A watch thread (:func:`watch_parent`) backs the signal up: a worker whose parent is
+    gone and that is still running ``stop_within_s`` later exits at once. A worker left
+    behind would hold the ports and keep reporting itself with no one supervising it."""
+    signalled = die_with_parent()
+    if os.getppid() != parent:
+        return False
+    threading.Thread(
+        target=watch_parent,
+        args=(parent, stop_within_s),
+        kwargs={"ask_first": not signalled},
+        name="parent-watch",
+        daemon=True,
+    ).start()
+    return True
+
+
+def watch_parent(
+    parent: int,
+    stop_within_s: float,
+    *,
+    ask_first: bool = False,
+    every_s: float = ORPHAN_CHECK_S,
+    exit_now: Callable[[int], object] = os._exit,
+    ask_to_stop: Callable[[], object] | None = None,
+) -> None:
+    """Until ``parent`` is no longer this process's parent; then give the graceful stop
+    that the parent-death SIGTERM began ``stop_within_s`` and end the process with status
+    1. ``ask_first``: no such signal was arranged, so SIGTERM is sent from here first."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    if ask_first:
+        log.warning("worker %s: parent %s is gone: stopping", os.getpid(), parent)
+        (ask_to_stop or _terminate_self)()
+    time.sleep(stop_within_s)
+    log.error(
+        "worker %s: still running %.0f s after its parent %s died: exiting",
+        os.getpid(),
+        stop_within_s,
+        parent,
+    )
+    logging.shutdown()
+    exit_now(1)
+
+
+def _terminate_self() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)

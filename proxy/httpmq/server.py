@@ -87,11 +87,16 @@ def uvicorn_server(config: ProxyConfig, index: int = 0) -> uvicorn.Server:
     return uvicorn.Server(settings)
 
 
+STOP_WAIT_S = 15.0
+"""A stopping serving process finishes its in-flight requests (uvicorn's graceful shutdown
+is 10 s) and withdraws its report; it is killed after this long."""
+
+
 def serve_process(config: ProxyConfig, index: int = 0, parent: int | None = None) -> None:
     """Run one serving process until SIGINT/SIGTERM (the target of each child). A child
     of the supervisor ``parent`` stops with it, even when it is killed with SIGKILL: a
     serving process left behind would hold the port and keep reporting itself."""
-    if parent is not None and not follow_parent(parent):
+    if parent is not None and not follow_parent(parent, STOP_WAIT_S):
         return  # the supervisor died while it started this process
     logging.basicConfig(
         level=os.environ.get("LOG_LEVEL", "INFO"),
@@ -171,7 +176,7 @@ class Supervisor:
             for child in self.children.values():
                 if child.is_alive():
                     child.terminate()  # SIGTERM: uvicorn finishes in-flight requests
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + STOP_WAIT_S
             for child in self.children.values():
                 child.join(max(0.1, deadline - time.monotonic()))
                 if child.is_alive():
