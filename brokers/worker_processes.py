@@ -237,6 +237,10 @@ def follow_parent(parent: int, stop_within_s: float = STOP_WAIT_S) -> bool:
     return True
 
 
+def _terminate_self() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def watch_parent(
     parent: int,
     stop_within_s: float,
@@ -244,7 +248,7 @@ def watch_parent(
     ask_first: bool = False,
     every_s: float = ORPHAN_CHECK_S,
     exit_now: Callable[[int], object] = os._exit,
-    ask_to_stop: Callable[[], object] | None = None,
+    ask_to_stop: Callable[[], object] = _terminate_self,
 ) -> None:
     """Until ``parent`` is no longer this process's parent; then give the graceful stop
     that the parent-death SIGTERM began ``stop_within_s`` and end the process with status
@@ -253,7 +257,7 @@ def watch_parent(
         time.sleep(every_s)
     if ask_first:
         log.warning("worker %s: parent %s is gone: stopping", os.getpid(), parent)
-        (ask_to_stop or _terminate_self)()
+        ask_to_stop()
     time.sleep(stop_within_s)
     log.error(
         "worker %s: still running %.0f s after its parent %s died: exiting",
@@ -263,7 +267,3 @@ def watch_parent(
     )
     logging.shutdown()
     exit_now(1)
-
-
-def _terminate_self() -> None:
-    os.kill(os.getpid(), signal.SIGTERM)

@@ -23,6 +23,7 @@ from mqcloud.alerts.processes import check_processes
 from proxy.httpmq.report import BOARD as PROXY_BOARD
 from tests import factories
 from tests.httpmq.conftest import start_proxy, stop
+from tests.proc_state import command_line, exited, process_state
 from tests.scripts_path import free_port
 
 pytestmark = pytest.mark.django_db
@@ -106,32 +107,15 @@ def test_serving_processes_stop_with_a_killed_supervisor(admin, tmp_path):
             until(lambda: proxy_reports(port) == {}, "every serving process gone")
         except AssertionError as exc:  # it failed once in CI, unreproduced: say what was left
             log = (tmp_path / "proxy.log").read_text(errors="replace")[-4000:]
-            left = {pid: _state(pid) for pid in children}
+            left = {pid: f"{process_state(pid)} {command_line(pid)}" for pid in children}
             raise AssertionError(
                 f"{exc}; reports {proxy_reports(port)}; children {left}; proxy log tail:\n{log}"
             ) from None
 
-        def gone() -> bool:
-            # exited, or exited and not reaped yet (Z): gone too
-            states = [_state(pid) for pid in children]
-            return all(state == "gone" or state.startswith("Z ") for state in states)
-
-        until(gone, "the serving processes to exit")
+        until(lambda: all(exited(pid) for pid in children), "the serving processes to exit")
     finally:
         if proc.poll() is None:
             stop(proc)
-
-
-def _state(pid: int) -> str:
-    """A process's state letter and command line from /proc, or "gone"."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            command = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
-    except FileNotFoundError:
-        return "gone"
-    return f"{state} {command}"
 
 
 def test_a_proxy_that_stops_reporting_alerts_once(admin, tmp_path, client):

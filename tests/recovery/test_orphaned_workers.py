@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from brokers.worker_processes import watch_parent
+from tests.proc_state import exited, process_state
 from tests.recovery.processes import ROOT
 
 CHILD = """
@@ -32,19 +33,11 @@ time.sleep(120)
 """
 
 
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return "gone"
-
-
 def _until_gone(pid: int, within: float) -> float:
     """Seconds until ``pid`` exited (or is a zombie no one reaped yet)."""
     started = time.monotonic()
-    while _state(pid) not in ("gone", "Z"):
-        assert time.monotonic() - started < within, f"pid {pid} still {_state(pid)}"
+    while not exited(pid):
+        assert time.monotonic() - started < within, f"pid {pid} still {process_state(pid)}"
         time.sleep(0.05)
     return time.monotonic() - started
 
