@@ -1,5 +1,6 @@
 """Two zbus servers on one Redis: RPC replies reach the broker holding the reply queue, Temp
-MQ tokens hold across brokers, replies to vanished Temp MQs are dropped, and MQ and PubSub
+MQ tokens hold across brokers, replies to vanished Temp MQs are dropped, replies without
+ack take a reply queue found lately (and follow it when it moved), and MQ and PubSub
 messages cross brokers through the store."""
 
 from __future__ import annotations
@@ -8,11 +9,18 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 
+import msgspec
 import pytest
 
 from brokers.clients.zbus import ZbusClient
 from brokers.engine.keys import mailbox_key
-from brokers.servers.zbus.relay import TEMP_MQS, encode_entry
+from brokers.servers.zbus.relay import (
+    TEMP_MQS,
+    RemoteTemp,
+    decode_forward,
+    encode_entry,
+    encode_forward,
+)
 from tests.zbus.conftest import Broker_, Raw, create_temp_mq, msg
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -322,3 +330,146 @@ async def test_a_claim_whose_consumer_went_away_is_handed_back_at_once(broker, o
     finally:
         await here.close()
         await there.close()
+
+
+@pytest.fixture
+async def third(broker: Broker_, redis_url: str) -> AsyncIterator[Broker_]:
+    """A third zbus server on the same Redis."""
+    b = Broker_(redis_url)
+    await b.start()
+    try:
+        yield b
+    finally:
+        await b.stop()
+
+
+def _count_lookups(b: Broker_, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names ``b`` looks up in the Temp MQ registry from now on."""
+    mailboxes = b.server.ctx.relay.mailboxes
+    asked: list[str] = []
+    lookup = mailboxes.lookup
+
+    async def counted(name: str) -> bytes | None:
+        asked.append(name)
+        return await lookup(name)
+
+    monkeypatch.setattr(mailboxes, "lookup", counted)
+    return asked
+
+
+async def test_replies_without_ack_ask_the_registry_once_per_reply_queue(
+    broker, other, monkeypatch
+) -> None:
+    asked = _count_lookups(other, monkeypatch)
+    requester, worker = await Raw.open(broker.port), await Raw.open(other.port)
+    try:
+        await worker.send(msg("cmd: consume", "mq: svc", "msgid: w", "window: -1"))
+        for i in range(20):  # one call at a time, as an RPC client makes them
+            await requester.send(msg("cmd: request", "mq: svc", f"msgid: r{i}", body=b"q"))
+            call = await worker.recv()
+            await worker.send(_reply(call, f"a{i}".encode()))
+            assert (await requester.recv()).body == f"a{i}".encode()
+        assert len(asked) == 1
+        asked.clear()
+        for i in range(3):  # with ack on, the answer is always the registry's
+            await requester.send(msg("cmd: request", "mq: svc", f"msgid: k{i}", body=b"q"))
+            call = await worker.recv()
+            await worker.send(_reply(call, b"acked", ack=True))
+            assert (await worker.recv()).status == 200
+            assert (await requester.recv()).body == b"acked"
+        assert len(asked) == 3
+    finally:
+        await requester.close()
+        await worker.close()
+
+
+async def _box_on(b: Broker_, token: str) -> Raw:
+    """An owner connection on ``b`` holding Temp MQ ``box`` (with ``token``), consuming."""
+    owner = await Raw.open(b.port)
+    await create_temp_mq(owner, "box", token)
+    await owner.send(msg("cmd: consume", "mq: box", "msgid: c", "token: " + token))
+    return owner
+
+
+def _to_box(msgid: str, body: bytes, token: str = "tk") -> bytes:
+    return msg("cmd: produce", "mq: box", f"msgid: {msgid}", "ack: 0", f"token: {token}", body=body)
+
+
+async def test_a_reply_follows_its_queue_made_again_on_another_broker(broker, other, third) -> None:
+    """The producer's broker remembers ``box`` on the first owner's broker; the owner
+    reconnects to a third broker and makes ``box`` again with the same token: the first
+    broker passes the message on."""
+    producer = await Raw.open(other.port)
+    first = await _box_on(broker, "tk")
+    try:
+        await producer.send(_to_box("m1", b"one"))
+        assert (await first.recv()).body == b"one"
+        await first.close()
+        assert await _gone(broker, "box")
+        again = await _box_on(third, "tk")
+        await producer.send(_to_box("m2", b"two"))
+        assert (await again.recv()).body == b"two"
+        await again.close()
+    finally:
+        await producer.close()
+        await first.close()
+
+
+async def test_a_reply_is_not_passed_on_to_a_queue_with_another_token(
+    broker, other, third, caplog
+) -> None:
+    producer = await Raw.open(other.port)
+    first = await _box_on(broker, "tk")
+    try:
+        await producer.send(_to_box("m1", b"one"))
+        assert (await first.recv()).body == b"one"
+        await first.close()
+        assert await _gone(broker, "box")
+        stranger = await _box_on(third, "nope")
+        with caplog.at_level(logging.INFO, logger="mqcloud.zbus"):
+            await producer.send(_to_box("m2", b"not yours"))
+            assert await stranger.silent(0.3)
+        assert any("box is gone" in r.getMessage() for r in caplog.records)
+        await stranger.close()
+    finally:
+        await producer.close()
+        await first.close()
+
+
+async def test_a_reply_to_an_owner_no_one_hears_asks_the_registry_again(
+    broker, other, redis_url
+) -> None:
+    """The broker remembered as the owner stopped; the owner made ``box`` again on
+    another broker: the producer's broker finds it there."""
+    gone = Broker_(redis_url)
+    await gone.start()
+    producer = await Raw.open(other.port)
+    try:
+        first = await _box_on(gone, "tk")
+        await producer.send(_to_box("m1", b"one"))
+        assert (await first.recv()).body == b"one"
+        await first.close()
+        await gone.stop()
+        again = await _box_on(broker, "tk")
+        await producer.send(_to_box("m2", b"two"))
+        assert (await again.recv()).body == b"two"
+        await again.close()
+    finally:
+        await producer.close()
+
+
+def test_a_forward_of_the_first_version_still_reads() -> None:
+    """A broker of the previous version wrote four fields: during a rolling upgrade its
+    forwards still reach their Temp MQ (with no token checked: never passed on to one
+    that has a token)."""
+    old = msgspec.msgpack.encode(("box", 200, {"msgid": "m"}, b"hi"))
+    forward, message = decode_forward(old)
+    assert (forward.name, forward.token_hash, forward.hops) == ("box", "", 0)
+    assert (message.status, message.msgid, message.body) == (200, "m", b"hi")
+    remote = RemoteTemp("box", "owner", 5, "h")
+    again, _ = decode_forward(encode_forward(remote, message, hops=1))
+    assert (again.name, again.token_hash, again.hops, again.headers) == (
+        "box", "h", 1, {"msgid": "m"},
+    )  # fmt: skip
+    with pytest.raises(msgspec.DecodeError):
+        decode_forward(msgspec.msgpack.encode(("box", "x")))

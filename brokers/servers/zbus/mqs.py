@@ -61,12 +61,15 @@ def lookup(ctx: ServerContext, name: str | None) -> MqRef | None:
     return MqRef(name, topic.zbus_mode, topic=topic)
 
 
-async def lookup_anywhere(ctx: ServerContext, name: str | None) -> MqRef | None:
-    """:func:`lookup`, falling back to a Temp MQ owned by another broker."""
+async def lookup_anywhere(
+    ctx: ServerContext, name: str | None, *, fresh: bool = True
+) -> MqRef | None:
+    """:func:`lookup`, falling back to a Temp MQ owned by another broker (``fresh``
+    False: one found lately counts, see :mod:`.relay`)."""
     mq = lookup(ctx, name)
     if mq is not None or not name or ctx.relay is None:
         return mq
-    remote = await ctx.relay.find(name)
+    remote = await ctx.relay.find(name, fresh=fresh)
     if remote is None:
         return None
     return MqRef(name, remote.mode, remote=remote)

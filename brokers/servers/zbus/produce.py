@@ -38,7 +38,8 @@ async def resolve(
     whether the app may produce to or consume a catalog MQ). Produces may target a Temp
     MQ of another broker; consumes only this broker's."""
     name = msg.mq or ""
-    mq = lookup(ctx, name) if consume else await lookup_anywhere(ctx, name)
+    # a produce that wants no answer may take a Temp MQ of another broker found lately
+    mq = lookup(ctx, name) if consume else await lookup_anywhere(ctx, name, fresh=msg.ack)
     if mq is None:
         raise Refuse(404, mq_not_found(name))
     try:

@@ -13,18 +13,30 @@ found, the message is sent to the owner's inbox and the owner puts it into the T
 a local reply. A send that no process heard means the owner is gone, and a reply for a
 Temp MQ that no longer exists anywhere is dropped with a log line. A Temp MQ is
 registered before a request that uses it is stored, so a reply cannot overtake it.
+
+A produce that wants no answer (``ack`` off: every RPC worker's reply) takes a Temp MQ
+found in the last :data:`FOUND_FOR_S` as found, without asking the registry again: one
+registry read per reply queue and second instead of one per reply, on the path every
+cross-broker RPC takes. A produce with ``ack`` on always asks, so its answer (200 or 404)
+is the registry's. What such a remembered finding can miss is handled where it shows:
+an owner nobody hears any more is forgotten and the registry asked again, and an owner
+that no longer holds the Temp MQ passes the message on once to the instance the registry
+names now, when that Temp MQ has the token the sender checked (a client that reconnected
+elsewhere and made its reply queue again); otherwise the message is dropped with a log
+line, as a reply to a vanished Temp MQ always is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
-from brokers.engine import cancel_and_wait
+from brokers.engine import EngineError, cancel_and_wait
 from brokers.protocols.zbus import Message, RequestLine, StatusLine, reason_phrase
 
 if TYPE_CHECKING:
@@ -45,8 +57,28 @@ REGISTRY_TTL_MS = 30_000
 REFRESH_INTERVAL = 10.0
 """Registrations of live Temp MQs are renewed this often."""
 
+FOUND_FOR_S = 1.0
+"""How long a Temp MQ found in the registry counts as found for produces with ``ack`` off."""
+FOUND_MAX = 10_000
+"""Most Temp MQs remembered as found (the oldest forgotten first)."""
+
+
+class Forward(msgspec.Struct, array_like=True, frozen=True):
+    """A message for a Temp MQ as it travels to the owner: ``token_hash`` is the token
+    hash the sender checked the producer's token against, ``hops`` how often it was passed
+    on by an instance that no longer held the Temp MQ. (A sender of the first version
+    wrote only the first four fields.)"""
+
+    name: str
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    token_hash: str = ""
+    hops: int = 0
+
+
 _ENTRY = msgspec.msgpack.Decoder(tuple[str, int, str])
-_FORWARD = msgspec.msgpack.Decoder(tuple[str, int, dict[str, str], bytes])
+_FORWARD = msgspec.msgpack.Decoder(Forward)
 _ENCODER = msgspec.msgpack.Encoder()
 
 TEMP_MQS = "zbus-temp"
@@ -69,16 +101,25 @@ def encode_entry(instance: str, mode: int, token_hash: str) -> bytes:
     return _ENCODER.encode((instance, mode, token_hash))
 
 
-def encode_forward(name: str, message: Message) -> bytes:
-    """A message for Temp MQ ``name`` as it travels to the owner."""
-    return _ENCODER.encode((name, message.status or 0, dict(message.headers), message.body))
+def encode_forward(remote: RemoteTemp, message: Message, *, hops: int = 0) -> bytes:
+    """A message for Temp MQ ``remote`` as it travels to the owner."""
+    forward = Forward(
+        remote.name,
+        message.status or 0,
+        dict(message.headers),
+        message.body,
+        remote.token_hash,
+        hops,
+    )
+    return _ENCODER.encode(forward)
 
 
-def decode_forward(data: bytes) -> tuple[str, Message]:
-    """(Temp MQ name, message) of a forwarded reply; raises ``msgspec.DecodeError``."""
-    name, status, headers, body = _FORWARD.decode(data)
+def decode_forward(data: bytes) -> tuple[Forward, Message]:
+    """A forwarded message and the message it carries; raises ``msgspec.DecodeError``."""
+    forward = _FORWARD.decode(data)
+    status = forward.status
     start = StatusLine(status, reason_phrase(status)) if status else RequestLine()
-    return name, Message(start=start, headers=headers, body=body)
+    return forward, Message(start=start, headers=forward.headers, body=forward.body)
 
 
 class Relay:
@@ -88,6 +129,8 @@ class Relay:
         self.ctx = ctx
         self.mailboxes = ctx.engine.mailboxes(TEMP_MQS, REGISTRY_TTL_MS)
         self._refresher: asyncio.Task[None] | None = None
+        self._found: dict[str, tuple[float, RemoteTemp]] = {}
+        """Temp MQs of other instances lately found: name → (until, Temp MQ)."""
 
     @property
     def instance(self) -> str:
@@ -118,8 +161,24 @@ class Relay:
         """Remove ``temp``'s registration unless another instance took the name since."""
         await self.mailboxes.release(temp.name, temp.entry)
 
-    async def find(self, name: str) -> RemoteTemp | None:
-        """The Temp MQ ``name`` of another instance, or None."""
+    async def find(self, name: str, *, fresh: bool = True) -> RemoteTemp | None:
+        """The Temp MQ ``name`` of another instance, or None; ``fresh`` False takes one
+        found within :data:`FOUND_FOR_S` without asking the registry."""
+        if not fresh:
+            found = self._found.get(name)
+            if found is not None and found[0] > time.monotonic():
+                return found[1]
+        remote = await self._registered(name)
+        if remote is None:
+            self._found.pop(name, None)
+            return None
+        self._found.pop(name, None)  # re-inserted last: the oldest go first
+        while len(self._found) >= FOUND_MAX:
+            del self._found[next(iter(self._found))]
+        self._found[name] = (time.monotonic() + FOUND_FOR_S, remote)
+        return remote
+
+    async def _registered(self, name: str) -> RemoteTemp | None:
         raw = await self.mailboxes.lookup(name)
         if raw is None:
             return None
@@ -149,26 +208,60 @@ class Relay:
     # ------------------------------------------------------------------ forwarding
 
     async def forward(self, remote: RemoteTemp, message: Message) -> bool:
-        """Send ``message`` to ``remote``'s owner; False (logged) if no owner listens."""
-        if not await self.mailboxes.send(remote.instance, encode_forward(remote.name, message)):
-            log.info(
-                "zbus: temp MQ %s is gone (owner %s); message %s dropped",
-                remote.name,
-                remote.instance,
-                message.msgid,
-            )
-            return False
-        return True
+        """Send ``message`` to ``remote``'s owner; when no owner listens there, to the
+        owner the registry names now if its Temp MQ has the same token; False (logged)
+        when neither listens."""
+        if await self.mailboxes.send(remote.instance, encode_forward(remote, message)):
+            return True
+        self._found.pop(remote.name, None)
+        now = await self.find(remote.name)
+        if (
+            now is not None
+            and now.instance != remote.instance
+            and now.token_hash == remote.token_hash
+            and await self.mailboxes.send(now.instance, encode_forward(now, message))
+        ):
+            return True
+        log.info(
+            "zbus: temp MQ %s is gone (owner %s); message %s dropped",
+            remote.name,
+            remote.instance,
+            message.msgid,
+        )
+        return False
 
     def deliver(self, data: bytes) -> None:
-        """A forwarded message arrived: into the local Temp MQ, or dropped with a log line."""
+        """A forwarded message arrived: into the local Temp MQ; passed on once to the
+        instance that holds it now (:meth:`_pass_on`); or dropped with a log line."""
         try:
-            name, message = decode_forward(data)
+            forward, message = decode_forward(data)
         except (msgspec.DecodeError, ValueError):
             log.warning("zbus: unreadable forwarded message dropped")
             return
-        temp = self.ctx.temps.get(name)
-        if temp is None:
-            log.info("zbus: temp MQ %s is gone; forwarded message %s dropped", name, message.msgid)
-            return
-        temp.put(message)
+        temp = self.ctx.temps.get(forward.name)
+        if temp is not None:
+            temp.put(message)
+        elif forward.hops == 0:
+            self.ctx.spawn(self._pass_on(forward, message), f"zbus-relay-pass-{forward.name}")
+        else:
+            _dropped(forward.name, message)
+
+    async def _pass_on(self, forward: Forward, message: Message) -> None:
+        """Send on a message for a Temp MQ this instance no longer holds (its sender
+        remembered an earlier finding) to the instance the registry names now, if that
+        Temp MQ has the token the sender checked; else drop it with a log line."""
+        try:
+            now = await self._registered(forward.name)
+            if (
+                now is not None
+                and now.token_hash == forward.token_hash
+                and await self.mailboxes.send(now.instance, encode_forward(now, message, hops=1))
+            ):
+                return
+        except EngineError:
+            log.warning("zbus: passing on a message for temp MQ %s failed", forward.name)
+        _dropped(forward.name, message)
+
+
+def _dropped(name: str, message: Message) -> None:
+    log.info("zbus: temp MQ %s is gone; forwarded message %s dropped", name, message.msgid)
