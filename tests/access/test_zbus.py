@@ -26,7 +26,7 @@ from tests.access.conftest import (
     change,
     seen_by,
 )
-from tests.zbus.conftest import Broker_, Raw, msg
+from tests.zbus.conftest import Broker_, Raw, msg, running_broker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,12 +37,8 @@ RATE_LIMITED = re.compile(
 
 @pytest.fixture
 async def broker(catalog: Catalog, redis_url: str) -> AsyncIterator[Broker_]:
-    b = Broker_(redis_url)
-    await b.start()
-    try:
+    async with running_broker(redis_url) as b:
         yield b
-    finally:
-        await b.stop()
 
 
 @pytest.fixture

@@ -98,15 +98,22 @@ class Broker_:
         await self.redis.aclose()
 
 
-@pytest.fixture
-async def broker(catalog: Catalog, redis_url: str) -> AsyncIterator[Broker_]:
-    """A zbus server for broker 1 on a free port."""
+@contextlib.asynccontextmanager
+async def running_broker(redis_url: str) -> AsyncIterator[Broker_]:
+    """A :class:`Broker_` started on ``redis_url``, stopped on exit."""
     b = Broker_(redis_url)
     await b.start()
     try:
         yield b
     finally:
         await b.stop()
+
+
+@pytest.fixture
+async def broker(catalog: Catalog, redis_url: str) -> AsyncIterator[Broker_]:
+    """A zbus server for broker 1 on a free port."""
+    async with running_broker(redis_url) as b:
+        yield b
 
 
 class Raw:
