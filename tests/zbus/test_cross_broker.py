@@ -421,15 +421,13 @@ async def test_a_reply_to_an_owner_no_one_hears_asks_the_registry_again(
 ) -> None:
     """The broker remembered as the owner stopped; the owner made ``box`` again on
     another broker: the producer's broker finds it there."""
-    gone = Broker_(redis_url)
-    await gone.start()
     producer = await Raw.open(other.port)
     try:
-        first = await _box_on(gone, "tk")
-        await producer.send(_to_box("m1", b"one"))
-        assert (await first.recv()).body == b"one"
-        await first.close()
-        await gone.stop()
+        async with running_broker(redis_url) as gone:  # stopped on leaving the block
+            first = await _box_on(gone, "tk")
+            await producer.send(_to_box("m1", b"one"))
+            assert (await first.recv()).body == b"one"
+            await first.close()
         again = await _box_on(broker, "tk")
         await producer.send(_to_box("m2", b"two"))
         assert (await again.recv()).body == b"two"

@@ -169,10 +169,9 @@ class Relay:
             if found is not None and found[0] > time.monotonic():
                 return found[1]
         remote = await self._registered(name)
+        self._found.pop(name, None)  # forgotten, or re-inserted last: the oldest go first
         if remote is None:
-            self._found.pop(name, None)
             return None
-        self._found.pop(name, None)  # re-inserted last: the oldest go first
         while len(self._found) >= FOUND_MAX:
             del self._found[next(iter(self._found))]
         self._found[name] = (time.monotonic() + FOUND_FOR_S, remote)
@@ -213,8 +212,7 @@ class Relay:
         when neither listens."""
         if await self.mailboxes.send(remote.instance, encode_forward(remote, message)):
             return True
-        self._found.pop(remote.name, None)
-        now = await self.find(remote.name)
+        now = await self.find(remote.name)  # fresh: replaces what was remembered
         if (
             now is not None
             and now.instance != remote.instance
