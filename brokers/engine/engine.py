@@ -21,6 +21,7 @@ from brokers.engine.counters import Counters, MinuteTraffic
 from brokers.engine.errors import TopicNotFound
 from brokers.engine.fetch import Fetcher
 from brokers.engine.holders import DEFAULT_TTL_MS, Holders
+from brokers.engine.joined_appends import AppendJoiner
 from brokers.engine.notify import Notifier
 from brokers.engine.produce_latency import ClientLatency, ProduceLatencies
 from brokers.engine.ratelimit import RateLimiter
@@ -98,6 +99,7 @@ class Engine(
         self.gate = Gate(catalog, RateLimiter(redis), self.now_ms, self.clients.seen)
         self._next_guess: dict[tuple[str, int], int] = {}  # past the appends in flight
         self._next_seen: dict[tuple[str, int], int] = {}  # as the last append returned
+        self._joiner = AppendJoiner(self._send_joined)
         self.retry_presence = RetryPresence(self.notifier, self.now_ms)
         self._fetcher = Fetcher(
             redis, self.notifier, self.now_ms, self._retry_for, self._rng, self.retry_presence

@@ -43,6 +43,7 @@ from brokers.engine.fetch import Fetcher
 from brokers.engine.groups import members as group_members
 from brokers.engine.groups import members_of_groups
 from brokers.engine.holders import Holders
+from brokers.engine.joined_appends import AppendJoiner
 from brokers.engine.model import (
     Delivery,
     QoS,
@@ -118,6 +119,7 @@ class EngineBase:
     _turns: PartitionTurns
     _next_guess: dict[tuple[str, int], int]
     _next_seen: dict[tuple[str, int], int]
+    _joiner: AppendJoiner
     _fetcher: Fetcher
     retry_presence: RetryPresence
 

@@ -6,7 +6,7 @@ A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from time import perf_counter
 
 from brokers.engine.append import append_blob, choose_partition, guess_indexes, pack_records
@@ -19,6 +19,7 @@ from brokers.engine.errors import (
     QueueFull,
     RateLimited,
 )
+from brokers.engine.joined_appends import Sources
 from brokers.engine.model import (
     AppendResult,
     Delivery,
@@ -114,10 +115,13 @@ class LogSection(EngineBase):
         client_address: str | None,
         rate_limited: bool = False,
         as_leader: int | None = None,
+        sources: Sources | None = None,
     ) -> AppendResult:
         """:meth:`append` past the gate's policy check (a delayed message is appended
         so when due: it was checked when it was accepted). ``rate_limited``: take the
-        producer's permits for the messages before storing them."""
+        producer's permits for the messages before storing them. ``sources``: the
+        messages' client addresses, by runs (a joined append), in place of
+        ``client_address``."""
         snap = self._catalog()
         info = self.topic(topic)
         policy = snap.producer(topic, app)
@@ -151,6 +155,14 @@ class LogSection(EngineBase):
             )
             counts = wire.counts
             total = wire.total
+        elif sources is not None:
+            records, at = [], 0
+            for count, address in sources:
+                records += self._encode(messages[at : at + count], app, chosen, now, address)  # type: ignore[arg-type,index]
+                at += count
+            blob = pack_records(records, max(0, guess))
+            counts = [count for _, count in records]
+            total = sum(counts)
         else:
             records = self._encode(messages, app, chosen, now, client_address)  # type: ignore[arg-type]
             blob = pack_records(records, max(0, guess))
@@ -299,7 +311,14 @@ class LogSection(EngineBase):
                 out.extend(refused for _ in messages[admitted:])
             return out
         try:
-            stored = await self._append(topic, app, messages[:admitted], **args)
+            stored = await self._append_joined(
+                topic,
+                app,
+                messages[:admitted],
+                partition=partition,
+                qos=qos,
+                client_address=client_address,
+            )
             out.extend(
                 AppendResult(topic, stored.partition, i, (i,), 1, stored.store_time_ms)
                 for i in stored.indexes
@@ -314,6 +333,46 @@ class LogSection(EngineBase):
         refused = RateLimited(self.gate.over_limit(policy))
         out.extend(refused for _ in messages[admitted:])
         return out
+
+    async def _append_joined(
+        self,
+        topic: str,
+        app: str,
+        messages: Sequence[Message],
+        *,
+        partition: int | None,
+        qos: QoS,
+        client_address: str | None,
+    ) -> AppendResult:
+        """:meth:`_append` of messages the gate let through, joined with the other
+        appends made to the same partition (by the same app, with the same durability)
+        in this loop turn (:mod:`~brokers.engine.joined_appends`). The
+        partition is chosen here, per call, as it would be unjoined."""
+        snap = self._catalog()
+        first = messages[0]
+        chosen = self._choose_partition(
+            snap,
+            self.topic(topic),
+            snap.producer(topic, app),
+            app,
+            partition,
+            first,
+            first.business_id,
+        )
+        return await self._joiner.append((topic, app, chosen, qos), messages, client_address)
+
+    async def _send_joined(
+        self, key: Hashable, messages: Sequence[Message], sources: Sources
+    ) -> AppendResult:
+        """The joiner's one Redis call for ``key`` (topic, app, partition, qos)."""
+        topic, app, partition, qos = key  # type: ignore[misc]
+        if len(sources) == 1:
+            return await self._append(
+                topic, app, messages, partition=partition, qos=qos, client_address=sources[0][1]
+            )
+        return await self._append(
+            topic, app, messages, partition=partition, qos=qos, client_address=None, sources=sources
+        )
 
     async def _append_many_banded(
         self,
