@@ -13,7 +13,7 @@ a lone append so reaches Redis one loop turn later than unjoined. Only small app
 An append waiting for the end of the turn does not wait for another in flight: one in
 flight per key would make every RPC caller wait a round trip for the one before
 (measured: 40 % more CPU per call, fewer calls/s); joined by turn, the RPC benchmark
-sends half the Redis commands per call at the same rate.
+sends half the Redis commands per call and makes 5-17 % more calls/s.
 
 Each part keeps its client address (the records' ``clientIp``); the gate has checked
 every part's producer and address before it joined. A part whose caller was cancelled
@@ -78,7 +78,7 @@ class AppendJoiner:
         """Key → the parts waiting for the end of this turn."""
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def in_flight(self) -> int:
+    def waiting_keys(self) -> int:
         """Keys with appends waiting for the end of the turn (for tests)."""
         return len(self._waiting)
 

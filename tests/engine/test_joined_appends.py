@@ -60,7 +60,7 @@ async def test_appends_made_in_one_loop_turn_go_as_one(make_engine, monkeypatch)
         )
     )
     assert sent == [60]
-    assert engine._joiner.in_flight() == 0
+    assert engine._joiner.waiting_keys() == 0
     taken = sorted(r.indexes[0] for rs in results for r in rs)
     assert taken == list(range(60))
     records = {d.index: decode_record(d.record) for d in await _records(engine)}
@@ -118,7 +118,7 @@ async def test_a_lone_producer_appends_alone(make_engine, monkeypatch):
     for n in range(3):
         await engine.append_many("t", "a", [Message(b"%d" % n)], client_address="10.0.0.1")
     assert sent == [1, 1, 1]
-    assert engine._joiner.in_flight() == 0
+    assert engine._joiner.waiting_keys() == 0
 
 
 async def test_a_bad_message_fails_only_its_own_caller(make_engine, monkeypatch):
@@ -159,7 +159,7 @@ async def test_a_caller_gone_before_the_end_of_its_turn_is_not_stored(
     stored = [decode_record(d.record).body for d in await _records(engine)]
     assert stored == [b for i, b in enumerate(bodies) if i != gone]
     assert sent == [2]
-    assert engine._joiner.in_flight() == 0
+    assert engine._joiner.waiting_keys() == 0
 
 
 async def test_a_failed_store_fails_every_part_and_frees_the_partition(make_engine, monkeypatch):
@@ -179,7 +179,7 @@ async def test_a_failed_store_fails_every_part_and_frees_the_partition(make_engi
         return_exceptions=True,
     )
     assert [type(r).__name__ for r in results] == ["StoreUnavailable"] * 3
-    assert engine._joiner.in_flight() == 0
+    assert engine._joiner.waiting_keys() == 0
     await engine.append_many("t", "a", [Message(b"after")])
     assert [decode_record(d.record).body for d in await _records(engine)] == [b"after"]
 

@@ -155,16 +155,14 @@ class LogSection(EngineBase):
             )
             counts = wire.counts
             total = wire.total
-        elif sources is not None:
-            records, at = [], 0
-            for count, address in sources:
-                records += self._encode(messages[at : at + count], app, chosen, now, address)  # type: ignore[arg-type,index]
-                at += count
-            blob = pack_records(records, max(0, guess))
-            counts = [count for _, count in records]
-            total = sum(counts)
         else:
-            records = self._encode(messages, app, chosen, now, client_address)  # type: ignore[arg-type]
+            if sources is None:
+                records = self._encode(messages, app, chosen, now, client_address)  # type: ignore[arg-type]
+            else:
+                records, at = [], 0
+                for count, address in sources:
+                    records += self._encode(messages[at : at + count], app, chosen, now, address)  # type: ignore[arg-type,index]
+                    at += count
             blob = pack_records(records, max(0, guess))
             counts = [count for _, count in records]
             total = sum(counts)
@@ -366,10 +364,6 @@ class LogSection(EngineBase):
     ) -> AppendResult:
         """The joiner's one Redis call for ``key`` (topic, app, partition, qos)."""
         topic, app, partition, qos = key  # type: ignore[misc]
-        if len(sources) == 1:
-            return await self._append(
-                topic, app, messages, partition=partition, qos=qos, client_address=sources[0][1]
-            )
         return await self._append(
             topic, app, messages, partition=partition, qos=qos, client_address=None, sources=sources
         )
