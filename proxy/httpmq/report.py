@@ -18,7 +18,13 @@ import time
 
 from redis.exceptions import RedisError
 
-from brokers.engine import Engine, StoreUnavailable, publish_report, withdraw_report
+from brokers.engine import (
+    Engine,
+    StoreUnavailable,
+    cancel_and_wait,
+    publish_report,
+    withdraw_report,
+)
 
 BOARD = "httpmq"
 """The board HTTP-MQ serving processes report on (the console and alerts read it)."""
@@ -72,10 +78,13 @@ class ProcessReport:
             )
 
     async def stop(self) -> None:
-        """Stop publishing and withdraw the report (a stop on purpose is no outage)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """Stop publishing and withdraw the report (a stop on purpose is no outage).
+
+        The publishing task is cancelled until it has ended: a cancellation that lands as
+        a Redis command's own timeout fires is lost, and a single cancel then left the
+        lifespan's shutdown waiting for ever — the report never withdrawn, the process
+        killed by its supervisor and a false "proxy down" alert."""
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
         with contextlib.suppress(StoreUnavailable, RedisError, OSError):
             await withdraw_report(self.engine.redis, self.name, board=BOARD)
