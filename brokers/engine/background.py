@@ -1,10 +1,15 @@
 """Stopping background tasks reliably.
 
-A pub/sub loop reading with a timeout can lose a cancellation: when the task is cancelled
-while the read's own timeout fires, the timeout machinery may turn the cancellation into
-its timeout and the loop goes round again. A plain ``task.cancel(); await task`` then
-waits forever (seen as a hung test teardown). :func:`cancel_and_wait` cancels again until
-the task has really ended.
+A task can lose a cancellation. Python 3.11's ``asyncio.wait_for`` returns the awaited
+result when the operation finishes in the same turn as the cancellation, and the
+cancellation is gone; redis-py awaits its socket writes through ``wait_for`` whenever a
+socket timeout is set, among them the ``HELLO`` of every (re)connection — and a command
+cancelled mid-way drops its connection, so the next command reconnects (reproduced: a
+loop of HSETs cancelled at random moments lost 3 cancellations in 3,000). A
+pub/sub read's own timeout can turn a cancellation into that timeout the same way. A
+plain ``task.cancel(); await task`` then waits forever (seen as a hung test teardown,
+and as an HTTP-MQ process that never finished its graceful stop). :func:`cancel_and_wait`
+cancels again until the task has really ended.
 """
 
 from __future__ import annotations

@@ -80,10 +80,11 @@ class ProcessReport:
     async def stop(self) -> None:
         """Stop publishing and withdraw the report (a stop on purpose is no outage).
 
-        The publishing task is cancelled until it has ended: a cancellation that lands as
-        a Redis command's own timeout fires is lost, and a single cancel then left the
-        lifespan's shutdown waiting for ever — the report never withdrawn, the process
-        killed by its supervisor and a false "proxy down" alert."""
+        The publishing task is cancelled until it has ended: a cancellation that lands
+        while redis-py reconnects can be lost (:mod:`brokers.engine.background`), and a
+        single cancel then left the lifespan's shutdown waiting for ever — the report
+        never withdrawn, the process killed by its supervisor and a false "proxy down"
+        alert."""
         task, self._task = self._task, None
         await cancel_and_wait(task)
         with contextlib.suppress(StoreUnavailable, RedisError, OSError):
