@@ -8,7 +8,7 @@ import ipaddress
 import logging
 from dataclasses import replace
 
-from brokers.engine import CatalogWatcher, Engine
+from brokers.engine import CatalogWatcher, Engine, cancel_and_wait
 from brokers.servers.flow import ListeningServer, drain
 from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.zbus.config import ZbusConfig
@@ -60,6 +60,9 @@ class ZbusServer(ListeningServer):
                 task.cancel()
         if self.ctx.relay is not None:
             await self.ctx.relay.stop()
+        # ended before its reports are withdrawn: a lost cancellation
+        # (brokers.engine.background) left it publishing them again
+        await cancel_and_wait(self._reporter)
         with contextlib.suppress(Exception):
             await self.ctx.engine.withdraw_report(BOARD, self.ctx.address)
             await self.ctx.engine.withdraw_report(DEMAND_BOARD, self.ctx.address)
