@@ -309,14 +309,7 @@ class LogSection(EngineBase):
                 out.extend(refused for _ in messages[admitted:])
             return out
         try:
-            stored = await self._append_joined(
-                topic,
-                app,
-                messages[:admitted],
-                partition=partition,
-                qos=qos,
-                client_address=client_address,
-            )
+            stored = await self._append_joined(topic, app, messages[:admitted], **args)
             out.extend(
                 AppendResult(topic, stored.partition, i, (i,), 1, stored.store_time_ms)
                 for i in stored.indexes
