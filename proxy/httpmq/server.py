@@ -34,6 +34,7 @@ import uvicorn
 from redis.exceptions import RedisError
 
 from brokers.engine import engine_client, how_it_ended, record_exit
+from brokers.servers.listening import LISTEN_BACKLOG
 from brokers.worker_processes import follow_parent
 from proxy.httpmq.app import HttpMqApp
 from proxy.httpmq.config import ProxyConfig
@@ -82,7 +83,7 @@ def uvicorn_server(config: ProxyConfig, index: int = 0) -> uvicorn.Server:
         date_header=True,
         timeout_keep_alive=max(1, round(config.keepalive_timeout)),
         timeout_graceful_shutdown=10,
-        backlog=2048,
+        backlog=LISTEN_BACKLOG,
     )
     return uvicorn.Server(settings)
 

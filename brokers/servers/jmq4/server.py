@@ -11,6 +11,7 @@ from brokers.servers.flow import ListeningServer, drain
 from brokers.servers.jmq4.connection import release_locks
 from brokers.servers.jmq4.context import ServerConfig, ServerContext
 from brokers.servers.jmq4.protocol import Jmq4Protocol
+from brokers.servers.listening import LISTEN_BACKLOG
 
 log = logging.getLogger("mqcloud.jmq4")
 
@@ -74,6 +75,7 @@ async def start_jmq4_server(
         port,
         reuse_address=True,
         reuse_port=reuse_port,
+        backlog=LISTEN_BACKLOG,
     )
     log.info("JMQ4 broker %s listening on %s:%s", broker_id, host, port)
     return Jmq4Server(ctx, server, connections)

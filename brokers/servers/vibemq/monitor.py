@@ -20,6 +20,7 @@ from typing import Any
 import httptools
 import orjson
 
+from brokers.servers.listening import LISTEN_BACKLOG
 from brokers.servers.vibemq.context import ServerContext
 from brokers.servers.vibemq.hub import Hub
 
@@ -157,7 +158,9 @@ async def _serve(monitor: Monitor, reader: asyncio.StreamReader, writer: asyncio
 async def start_monitor(monitor: Monitor, host: str, port: int) -> asyncio.Server:
     """Serve ``monitor`` on ``host:port`` (0 picks a port)."""
     handle = functools.partial(_handle, monitor)
-    return await asyncio.start_server(handle, host, port, reuse_address=True)
+    return await asyncio.start_server(
+        handle, host, port, reuse_address=True, backlog=LISTEN_BACKLOG
+    )
 
 
 async def _handle(

@@ -9,6 +9,7 @@ import logging
 from brokers.engine import CatalogWatcher, Engine
 from brokers.protocols.vibemq import shutdown_notice
 from brokers.servers.flow import ListeningServer
+from brokers.servers.listening import LISTEN_BACKLOG
 from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.vibemq.config import ServerConfig
 from brokers.servers.vibemq.context import ServerContext
@@ -98,6 +99,7 @@ async def start_vibemq_server(
         port,
         reuse_address=True,
         reuse_port=reuse_port,
+        backlog=LISTEN_BACKLOG,
     )
     monitor = None
     if ctx.config.monitor_port is not None:

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from brokers.engine import CatalogWatcher, Engine, cancel_and_wait
 from brokers.servers.flow import ListeningServer, drain
+from brokers.servers.listening import LISTEN_BACKLOG
 from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.zbus.config import ZbusConfig
 from brokers.servers.zbus.context import ServerContext
@@ -111,6 +112,7 @@ async def start_zbus_server(
             port,
             reuse_address=True,
             reuse_port=reuse_port,
+            backlog=LISTEN_BACKLOG,
         )
     except BaseException:
         await relay.stop()
