@@ -249,6 +249,27 @@ async def test_acks_go_together_and_a_stopping_server_sends_those_waiting(
         await after.stop()
 
 
+async def test_acks_go_at_once_when_a_batch_of_them_waits(catalog, redis_url) -> None:
+    """Acks that reach ``settle_batch`` in one MQ go to the engine without waiting out
+    ``settle_delay``; fewer wait for it."""
+    server = Broker_(redis_url)
+    await server.start(dataclasses.replace(TEST_CONFIG, settle_delay=60.0, settle_batch=2))
+    raw = await Raw.open(server.port)
+    try:
+        await _produce(raw, [b"m0", b"m1", b"m2", b"m3"])
+        for i in range(3):  # the third consume acks m1: two acks wait, so both go
+            await raw.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
+            assert (await raw.recv()).body == b"m%d" % i
+        assert await _in_flight_once_settled(server, 1) == 1  # m2
+        await raw.send(msg("cmd: consume", "mq: orders", "msgid: c3"))
+        assert (await raw.recv()).body == b"m3"
+        await asyncio.sleep(0.3)
+        assert await _in_flight(server) == 2  # m2's ack waits alone: m2 and m3 in flight
+    finally:
+        await raw.close()
+        await server.stop()
+
+
 async def test_a_long_pollers_consumes_ask_the_gate_once_per_catalog(broker, monkeypatch) -> None:
     """What a connection's consume resolved — its queue, acting app and the engine gate's
     answer — is kept while the catalog snapshot and the request stay the same: a long

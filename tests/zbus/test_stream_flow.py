@@ -137,7 +137,7 @@ async def test_a_stream_that_does_not_drain_is_looked_at_less_and_less() -> None
     each time (not every 5 ms while it stalls), and settled once it drained."""
     settled: list[str] = []
     ctx = types.SimpleNamespace(
-        config=ZbusConfig(settle_delay=0.005),
+        config=ZbusConfig(drain_check_delay=0.005),
         spawn=lambda coro, name: (settled.append(name), coro.close()),
     )
     mq = QueueMq(ctx, "orders")  # type: ignore[arg-type]

@@ -46,10 +46,19 @@ class ZbusConfig:
     read_ahead_hold: float = 1.0
     """Queue messages taken beyond what the parked sessions wanted wait this long (seconds)
     for the next sessions of their consumer, then go back to the group unread."""
-    settle_delay: float = 0.005
+    settle_delay: float = 0.05
     """Acks of queue deliveries (a consume settling the previous ones, a drained stream)
     wait this long (seconds) to go to the engine together: one call per group and
-    partition for all of them."""
+    partition for all of them. What a consumer acked meanwhile is still in flight for the
+    engine: counted in its backlog, and delivered again if this process dies first. At
+    fleet size — 1,000 MQs, each long-polled — 5 ms sent nearly one script per message
+    (0.97 scripts, 11 Redis commands per poll; 12,200 polls/s at 78 µs of broker CPU
+    each); 50 ms sent 0.45 (16,600 polls/s at 60 µs)."""
+    settle_batch: int = 1024
+    """Acks waiting in one MQ that go at once, without waiting out ``settle_delay``."""
+    drain_check_delay: float = 0.005
+    """A streaming session's transport is looked at this long (seconds) after a dispatch
+    round: what was written has left once it drained, and is settled then."""
     idle_recheck: float = 5.0
     """A pub/sub MQ's pump whose consumer is held back (paused, refused, rate-limited)
     looks again this often."""

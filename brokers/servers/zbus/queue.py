@@ -34,10 +34,11 @@ back all but one of it: that cost two scripts reading a batch each, and counted 
 batch as consumed traffic.
 The engine's gate is asked again before memory is dealt (its answer for a consume just
 decoded is the one that consume got: :func:`.consume.consume_now` keeps it per catalog
-version), so a pause or a revoked policy holds those messages back at once. Settles of ``settle_delay`` (5 ms), from every
-connection, go to the engine as one call per (group, partition) — a long poller settles
-one message per consume; at a few hundred consumes a second that is one call for several
-— and a stopping server sends what is pending at once; a consume does not wait for its
+version), so a pause or a revoked policy holds those messages back at once. Settles of
+``settle_delay`` (50 ms), from every connection, go to the engine as one call per (group,
+partition) — a long poller settles one message per consume, and a fleet of MQs each
+polled a few times a second sent one call per message at 5 ms — or at once when
+``settle_batch`` wait; a stopping server sends what is pending at once; a consume does not wait for its
 previous delivery's ack (a failed ack leaves the message leased until its lease
 expires). A consume that only acks is done as it is decoded (:meth:`QueueMq.consume_now`);
 one that releases first runs as a task (:meth:`QueueMq.consume`). Deliveries are framed
@@ -54,7 +55,7 @@ Settling (§13.1):
   and followed by a new consume within (1 − f)·G is released (delivered again, marked
   ``redelivered: 1``); others are settled by the next consume.
 * Streaming sessions (window −1) settle a delivery once the transport's buffer has drained
-  (looked at ``settle_delay`` after a dispatch round, again while bytes wait, and at the
+  (looked at ``drain_check_delay`` after a dispatch round, again while bytes wait, and at the
   next consume; a close before that releases).
 * A closed connection releases everything it had in flight.
 
@@ -414,7 +415,9 @@ class QueueMq:
         call per group and partition for all of them: a long poller settles one message
         per consume)."""
         self._to_settle.extend(items)
-        if self._settle_timer is None:
+        if len(self._to_settle) >= self.ctx.config.settle_batch:
+            self._flush_settles()
+        elif self._settle_timer is None:
             self._settle_timer = asyncio.get_running_loop().call_later(
                 self.ctx.config.settle_delay, self._flush_settles
             )
@@ -439,13 +442,14 @@ class QueueMq:
             await self.ctx.engine.release(self.name, app, partition, indexes)
 
     def _settle_streams(self, delay: float | None = None) -> None:
-        """Look at the streaming sessions' transports ``settle_delay`` (or ``delay``) from
+        """Look at the streaming sessions' transports ``drain_check_delay`` (or ``delay``) from
         now: what a dispatch round wrote leaves at the end of its loop turn, so a look at
         once found it still waiting, every round (the deliveries stayed in flight until
         their lease ended, then came again)."""
         if self._streams and self._streams_timer is None:
             self._streams_timer = asyncio.get_running_loop().call_later(
-                self.ctx.config.settle_delay if delay is None else delay, self._check_streams
+                self.ctx.config.drain_check_delay if delay is None else delay,
+                self._check_streams,
             )
 
     def _check_streams(self) -> None:
@@ -477,9 +481,9 @@ class QueueMq:
                 del self.inflight[conn]
         if done:
             self._settle_soon(done)
-            self._streams_wait = self.ctx.config.settle_delay
+            self._streams_wait = self.ctx.config.drain_check_delay
         elif again:
-            longer = max(2 * self._streams_wait, self.ctx.config.settle_delay)
+            longer = max(2 * self._streams_wait, self.ctx.config.drain_check_delay)
             self._streams_wait = min(longer, STREAMS_RECHECK_MAX)
         if again:
             self._settle_streams(self._streams_wait)
