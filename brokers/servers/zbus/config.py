@@ -51,9 +51,9 @@ class ZbusConfig:
     wait this long (seconds) to go to the engine together: one call per group and
     partition for all of them. What a consumer acked meanwhile is still in flight for the
     engine: counted in its backlog, and delivered again if this process dies first. At
-    fleet size — 1,000 MQs, each long-polled — 5 ms sent nearly one script per message
-    (0.97 scripts, 11 Redis commands per poll; 12,200 polls/s at 78 µs of broker CPU
-    each); 50 ms sent 0.45 (16,600 polls/s at 60 µs)."""
+    fleet size (``bench/zbus_fleet.py``: 1,000 MQs, each long-polled, one process) 5 ms
+    sent 0.74 scripts, 7.9 Redis commands per poll (15,779 polls/s at 62.5 µs of broker
+    CPU each); 50 ms sent 0.33 and 3.9 (19,733 polls/s at 50.0 µs)."""
     settle_batch: int = 1024
     """Acks waiting in one MQ that go at once, without waiting out ``settle_delay``."""
     drain_check_delay: float = 0.005

@@ -413,7 +413,7 @@ class QueueMq:
     def _settle_soon(self, items: list[InFlight]) -> None:
         """Ack ``items`` with everything else settled within ``settle_delay`` (one engine
         call per group and partition for all of them: a long poller settles one message
-        per consume)."""
+        per consume), or at once when ``settle_batch`` wait."""
         self._to_settle.extend(items)
         if len(self._to_settle) >= self.ctx.config.settle_batch:
             self._flush_settles()
