@@ -49,9 +49,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_redis(workdir: Path) -> tuple[subprocess.Popen, int]:
-    """A redis-server with AOF (everysec) under ``workdir`` on a free port."""
-    port = free_port()
+def start_redis(workdir: Path, port: int | None = None) -> tuple[subprocess.Popen, int]:
+    """A redis-server with AOF (everysec) under ``workdir`` on ``port`` (default: a free one)."""
+    port = port or free_port()
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
          "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""],
@@ -411,6 +411,28 @@ def redis_server() -> Iterator[int]:
         redis_proc.terminate()
         redis_proc.wait(10)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+class RestartableRedis:
+    """A throw-away redis-server (:func:`start_redis`) that can be killed and started again
+    on the same port and data, as a Redis outage does to a broker."""
+
+    def __init__(self) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
+        self.proc, self.port = start_redis(self.workdir)
+
+    def outage(self, seconds: float) -> None:
+        """kill -9, ``seconds`` down, started again (blocks meanwhile)."""
+        self.proc.kill()
+        self.proc.wait(10)
+        time.sleep(seconds)
+        self.proc, _ = start_redis(self.workdir, self.port)
+
+    def close(self) -> None:
+        """Stop it and remove its directory."""
+        self.proc.terminate()
+        self.proc.wait(10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -16,8 +16,13 @@ scripts per poll (ours), how busy the machine was, and pollers that waited
 ``--stall`` seconds for a delivery with backlog left (a server that cannot take the
 fleet's connections at once leaves some waiting for SYN retransmits: 99 of 1,000 pollers
 waited 10 s with asyncio's default accept queue). ``--settle-delays 0.005,0.05`` runs ours
-once per zbus ``settle_delay`` (how long acks wait to go to the engine together). The raw
-``redis-benchmark -P 100 XADD`` rate of the same Redis is printed first.
+once per zbus ``settle_delay`` (how long acks wait to go to the engine together).
+
+Then, for ours, recovery at fleet size (``--outage 0.3``; 0 leaves it out): a long poll
+parked on every (now empty) MQ, Redis killed (``kill -9``) and started again after that
+many seconds, one message produced to every MQ: how long until the last poller got its
+message, and pollers that got none within 30 s. The raw ``redis-benchmark -P 100 XADD``
+rate of the same Redis is printed first.
 """
 
 from __future__ import annotations
@@ -37,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import zbus_load as load
 from bench.harness import (
+    RestartableRedis,
     broker,
     busy_share,
     calls_between,
     cpu_times,
     raw_xadd,
     redis_calls,
-    redis_server,
     serve_main,
     tree_cpu_seconds,
 )
@@ -160,6 +165,77 @@ async def run(
     return figures
 
 
+async def after_outage(
+    port: int, mqs: list[str], redis: RestartableRedis, seconds: float
+) -> tuple[list[float], int, dict[int, int]]:
+    """Park a long poll on every MQ, take Redis down for ``seconds``, then produce one
+    message to every MQ, as clients do: a produce answered with an error is sent again
+    0.1 s later, a poller answered with an error consumes again. (Each poller's wait for
+    its message from Redis's restart, sorted; pollers that got none within 30 s; the
+    error statuses the pollers and producers were answered with, and how often.)"""
+    conns = await asyncio.gather(*(load.Conn.open(port) for _ in mqs))
+    consumes = [
+        load.frame({"cmd": "consume", "mq": mq, "msgid": f"o{i}", "window": "1"})
+        for i, mq in enumerate(mqs)
+    ]
+    for conn, consume in zip(conns, consumes, strict=True):
+        conn.write(consume)
+    await asyncio.sleep(1.0)
+    # an MQ's last message before was never acked (its poller left with it: released),
+    # so it came again: acked by consuming again, which parks the poll
+    for conn, consume in zip(conns, consumes, strict=True):
+        if conn.ready:
+            conn.ready.clear()
+            conn.write(consume)
+    await asyncio.sleep(1.0)  # every poll parked, its acks settled
+    if any(conn.ready for conn in conns):
+        print("  a parked poll got a message before the outage", flush=True)
+    redis.outage(seconds)  # blocks this loop; the broker is a process of its own
+    back = loop_time()
+    waits: list[float] = []
+    errors: dict[int, int] = {}
+    missing = 0
+
+    async def poll(conn: load.Conn, consume: bytes) -> None:
+        nonlocal missing
+        deadline = back + 30
+        try:
+            while True:
+                for msg in await conn.read(max(0.0, deadline - loop_time())):
+                    if msg.status == 200:
+                        waits.append(loop_time() - back)
+                        return
+                    errors[msg.status] = errors.get(msg.status, 0) + 1
+                    conn.write(consume)
+        except (TimeoutError, ConnectionError):
+            missing += 1
+
+    polling = [
+        asyncio.create_task(poll(conn, consume))
+        for conn, consume in zip(conns, consumes, strict=True)
+    ]
+    unsent = list(mqs)
+    while unsent and loop_time() < back + 30:
+        failed: list[str] = []
+        for i in range(0, len(unsent), FILL_CONNS):
+            part = unsent[i : i + FILL_CONNS]
+            sent = await load.produce(port, part, per_mq=1)
+            failed += [mq for mq, ok in zip(part, sent.per_mq, strict=True) if not ok]
+        if failed:
+            errors[-1] = errors.get(-1, 0) + len(failed)
+            await asyncio.sleep(0.1)
+        unsent = failed
+    await asyncio.gather(*polling)
+    for conn in conns:
+        conn.close()
+    return sorted(waits), missing, errors
+
+
+def loop_time() -> float:
+    """The running loop's clock."""
+    return asyncio.get_running_loop().time()
+
+
 async def main(args: argparse.Namespace) -> None:
     mqs = mq_names(args.mqs)
     os.environ["BENCH_FLEET_MQS"] = str(args.mqs)  # our broker processes build the catalog
@@ -186,15 +262,32 @@ async def main(args: argparse.Namespace) -> None:
                     os.environ["BENCH_SETTLE_DELAY"] = delay
                 else:
                     os.environ.pop("BENCH_SETTLE_DELAY", None)
-                with redis_server() as redis_port:
+                redis = RestartableRedis()
+                try:
                     if not raw:
-                        raw = raw_xadd(redis_port, 500_000)
+                        raw = raw_xadd(redis.port, 500_000)
                         print(f"raw redis-benchmark -P 100 XADD: {raw:,.0f} ops/s", flush=True)
-                    with broker(__file__, redis_port, count) as (port, pid):
+                    with broker(__file__, redis.port, count) as (port, pid):
                         name = f"ours, {count} process" + ("es" if count > 1 else "")
                         if delay:
                             name += f", settle_delay {delay}s"
-                        results.append(await run(name, port, pid, mqs, args, redis_port))
+                        results.append(await run(name, port, pid, mqs, args, redis.port))
+                        if args.outage > 0:
+                            waits, missing, errors = await after_outage(
+                                port, mqs, redis, args.outage
+                            )
+                            last = f"{waits[-1]:.2f}s" if waits else "-"
+                            refused = errors.pop(-1, 0)
+                            print(
+                                f"  {name:40} after a {args.outage}s Redis outage:"
+                                f" {len(waits)} pollers got their message, the last {last}"
+                                f" after Redis was back; {missing} got none in 30 s;"
+                                f" produces answered with an error {refused},"
+                                f" polls {sum(errors.values())} {errors or ''}",
+                                flush=True,
+                            )
+                finally:
+                    redis.close()
     java_rate = next((f.result.rate for f in results if "Java" in f.name), 0.0)
     print(f"\n{'':42}{'polls/s':>10}{'vs Java':>9}{'vs raw XADD':>13}{'stalled':>9}")
     for f in results:
@@ -217,6 +310,10 @@ if __name__ == "__main__":
         parser.add_argument(
             "--settle-delays", default="",
             help="run ours once per zbus settle_delay, e.g. 0.005,0.05 (default: its default)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--outage", type=float, default=0.3,
+            help="seconds Redis is down under the parked fleet (0: no outage phase)",
         )  # fmt: skip
         parser.add_argument("--no-java", action="store_true", help="only our server")
         asyncio.run(main(parser.parse_args()))
