@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from brokers.engine.flush_timer import FlushTimer
 from brokers.engine.keys import counter_key
+from brokers.engine.reconnect import log_retried
 from brokers.engine.redisio import AnyRedis
 
 log = logging.getLogger(__name__)
@@ -167,8 +168,8 @@ class Counters:
             pipe.expire(key, RETENTION_S)
         try:
             await pipe.execute()
-        except Exception:  # keep the counts for the next flush
-            log.warning("counter flush failed; will retry", exc_info=True)
+        except Exception as exc:  # keep the counts for the next flush
+            log_retried(log, exc, "counter flush failed; will retry")
             for k, row in pending.items():
                 cur = self._pending[k]
                 for i in range(4):

@@ -35,7 +35,7 @@ from typing import Any
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.keys import inbox_channel, mailbox_key
 from brokers.engine.pubsub import open_pubsub
-from brokers.engine.reconnect import retry_on_fresh_connection, store_errors
+from brokers.engine.reconnect import log_retried, retry_on_fresh_connection, store_errors
 from brokers.engine.redisio import AnyRedis, Script, command
 
 log = logging.getLogger(__name__)
@@ -157,8 +157,8 @@ class Mailboxes:
                 msg = await self._pubsub.get_message(timeout=None)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.warning("inbox %s connection lost; resubscribing", self.space, exc_info=True)
+            except Exception as exc:
+                log_retried(log, exc, "inbox %s connection lost; resubscribing", self.space)
                 await self._resubscribe()
                 continue
             if msg is not None and _text(msg.get("type")) == "message":

@@ -48,6 +48,23 @@ def store_errors(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitab
     return guarded
 
 
+def log_retried(
+    logger: logging.Logger,
+    exc: BaseException,
+    message: str,
+    *args: object,
+    unexpected: int = logging.WARNING,
+) -> None:
+    """Log a background task's Redis work that failed and will be retried: a warning of
+    one line naming the error when Redis is down or restarting (:data:`REDIS_DOWN`: an
+    outage, which every background task meets at once — a traceback each said nothing
+    more); with the traceback, at level ``unexpected``, for anything else."""
+    if isinstance(exc, REDIS_DOWN):
+        logger.warning(message + " (%s)", *args, exc)
+    else:
+        logger.log(unexpected, message, *args, exc_info=exc)
+
+
 def is_stale(exc: BaseException) -> bool:
     """Whether ``exc`` says the connection was dead (not that Redis was slow)."""
     if not isinstance(exc, STALE):

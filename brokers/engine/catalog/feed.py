@@ -33,6 +33,7 @@ import redis.asyncio as aioredis
 
 from brokers.engine.background import cancel_and_wait
 from brokers.engine.catalog.snapshot import CatalogDelta, CatalogSnapshot, Checkpoint
+from brokers.engine.reconnect import log_retried
 
 log = logging.getLogger(__name__)
 
@@ -370,6 +371,8 @@ class CatalogWatcher:
                         await self.refresh()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a Redis hiccup must not end the watcher
-                log.exception("catalog watcher lost Redis; retrying")
+            except Exception as exc:  # a Redis hiccup must not end the watcher
+                log_retried(
+                    log, exc, "catalog watcher lost Redis; retrying", unexpected=logging.ERROR
+                )
                 await asyncio.sleep(0.5)
