@@ -113,10 +113,15 @@ healthy runs lose 11-20 replies in 4 s, 34-62 % of the callers' time; its stalle
 
 
 def snapshot(port: int) -> CatalogSnapshot:
-    """Our broker's catalog: every MQ a one-partition topic led by this broker, open to
-    token-less clients as a ``create_mq`` MQ is (its team's anonymous app has policies)."""
+    """Our broker's catalog: the benchmark's MQs (:func:`mq_catalog`)."""
+    return mq_catalog(port, [*MQS, *WARM_MQS, SERVICE, WARM_SERVICE])
+
+
+def mq_catalog(port: int, codes: list[str]) -> CatalogSnapshot:
+    """A catalog where every MQ of ``codes`` is a one-partition topic led by this broker
+    (zbus on ``port``), open to token-less clients as a ``create_mq`` MQ is (its team's
+    anonymous app has policies)."""
     group = (PartitionGroupInfo(group_id=0, leader=1, partitions=(0,)),)
-    codes = [*MQS, *WARM_MQS, SERVICE, WARM_SERVICE]
     topics = {
         code: TopicInfo(
             code=code,

@@ -52,16 +52,8 @@ from bench.harness import (
     serve_main,
     tree_cpu_seconds,
 )
-from bench.zbus import ANONYMOUS, java_server
-from brokers.engine import (
-    AppInfo,
-    BrokerInfo,
-    CatalogSnapshot,
-    ConsumerPolicyInfo,
-    PartitionGroupInfo,
-    ProducerPolicyInfo,
-    TopicInfo,
-)
+from bench.zbus import java_server, mq_catalog
+from brokers.engine import CatalogSnapshot
 from brokers.servers.jmq4 import install_uvloop
 from brokers.servers.zbus import ZbusConfig, start_zbus_server
 
@@ -76,34 +68,9 @@ def mq_names(count: int) -> list[str]:
 
 
 def snapshot(port: int) -> CatalogSnapshot:
-    """Our broker's catalog: ``BENCH_FLEET_MQS`` one-partition topics led by this broker
-    (and the warm-up MQs), open to token-less clients as ``create_mq`` MQs are."""
-    codes = [*mq_names(int(os.environ.get("BENCH_FLEET_MQS", "1000"))), *WARM_MQS]
-    group = (PartitionGroupInfo(group_id=0, leader=1, partitions=(0,)),)
-    topics = {
-        code: TopicInfo(
-            code=code,
-            partitions=1,
-            groups=group,
-            zbus_mode=1,
-            team="zbus",
-            anonymous_app=ANONYMOUS,
-        )
-        for code in codes
-    }
-    broker_info = BrokerInfo(id=1, host="127.0.0.1", jmq4_port=0, zbus_port=port, vibemq_port=0)
-    return CatalogSnapshot(
-        version=1,
-        brokers={1: broker_info},
-        topics=topics,
-        apps={ANONYMOUS: AppInfo(code=ANONYMOUS, team="zbus")},
-        producers=tuple(
-            ProducerPolicyInfo(name=f"anonymous.{c}", topic=c, app=ANONYMOUS) for c in codes
-        ),
-        consumers=tuple(
-            ConsumerPolicyInfo(name=f"anonymous.{c}", topic=c, app=ANONYMOUS) for c in codes
-        ),
-    )
+    """Our broker's catalog: ``BENCH_FLEET_MQS`` MQs and the warm-up MQs, each a
+    one-partition topic open to token-less clients (:func:`bench.zbus.mq_catalog`)."""
+    return mq_catalog(port, [*mq_names(int(os.environ.get("BENCH_FLEET_MQS", "1000"))), *WARM_MQS])
 
 
 def start_server(*args: Any, **kwargs: Any) -> Awaitable[Any]:
