@@ -9,8 +9,9 @@ handshakes, and each client so dropped waits for its SYN to be sent again — 1 
 once to a broker busy delivering, 99 got no message for 10 s.
 
 Every listening port of a broker process uses :data:`LISTEN_BACKLOG` (the HTTP-MQ proxy's
-serving processes too); the kernel caps it at ``net.core.somaxconn`` (4096 by default
-since Linux 5.4 — raise that too where a process takes more at once).
+serving processes too, and the Procfile's daphne endpoint for VibeMQ over WebSocket); the
+kernel caps it at ``net.core.somaxconn`` (4096 by default since Linux 5.4 — raise that
+too where a process takes more at once).
 """
 
 from __future__ import annotations
