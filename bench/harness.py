@@ -401,16 +401,10 @@ def django_ready() -> None:
 
 @contextlib.contextmanager
 def redis_server() -> Iterator[int]:
-    """A throw-away redis-server (:func:`start_redis`): yields its port; stopped and its
-    directory removed on exit."""
-    workdir = Path(tempfile.mkdtemp(prefix="mqcloud-bench-"))
-    redis_proc, redis_port = start_redis(workdir)
-    try:
-        yield redis_port
-    finally:
-        redis_proc.terminate()
-        redis_proc.wait(10)
-        shutil.rmtree(workdir, ignore_errors=True)
+    """A throw-away redis-server (:class:`RestartableRedis`): yields its port; stopped and
+    its directory removed on exit."""
+    with contextlib.closing(RestartableRedis()) as redis:
+        yield redis.port
 
 
 class RestartableRedis:

@@ -105,10 +105,9 @@ async def run(
     await load.create_mqs(port, [*WARM_MQS, *mqs])
     warm = await load.produce(port, WARM_MQS, seconds=1.0)
     await load.long_poll(port, WARM_MQS, warm.per_mq, 2.0)
-    for i in range(0, len(mqs), FILL_CONNS):
-        filled = await load.produce(port, mqs[i : i + FILL_CONNS], per_mq=args.backlog)
-        if filled.errors:
-            print(f"  {name}: {filled.errors} produce errors while filling", flush=True)
+    errors, _ = await produce_to_each(port, mqs, args.backlog)
+    if errors:
+        print(f"  {name}: {errors} produce errors while filling", flush=True)
     calls = redis_calls(redis_port) if redis_port else {}
     cpu, machine = tree_cpu_seconds(pid), cpu_times()
     result = await load.long_poll(
@@ -132,14 +131,27 @@ async def run(
     return figures
 
 
+async def produce_to_each(port: int, mqs: list[str], per_mq: int) -> tuple[int, list[str]]:
+    """``per_mq`` produces to every MQ of ``mqs``, :data:`FILL_CONNS` connections at a
+    time: (produces answered with an error, the MQs that had one)."""
+    errors, failed = 0, []
+    for i in range(0, len(mqs), FILL_CONNS):
+        part = mqs[i : i + FILL_CONNS]
+        sent = await load.produce(port, part, per_mq=per_mq)
+        errors += sent.errors
+        failed += [mq for mq, ok in zip(part, sent.per_mq, strict=True) if ok < per_mq]
+    return errors, failed
+
+
 async def after_outage(
     port: int, mqs: list[str], redis: RestartableRedis, seconds: float
-) -> tuple[list[float], int, dict[int, int]]:
+) -> tuple[list[float], int, dict[int, int], int]:
     """Park a long poll on every MQ, take Redis down for ``seconds``, then produce one
     message to every MQ, as clients do: a produce answered with an error is sent again
     0.1 s later, a poller answered with an error consumes again. (Each poller's wait for
     its message from Redis's restart, sorted; pollers that got none within 30 s; the
-    error statuses the pollers and producers were answered with, and how often.)"""
+    error statuses the pollers were answered with, and how often; produces answered with
+    an error.)"""
     conns = await asyncio.gather(*(load.Conn.open(port) for _ in mqs))
     consumes = [
         load.frame({"cmd": "consume", "mq": mq, "msgid": f"o{i}", "window": "1"})
@@ -181,21 +193,16 @@ async def after_outage(
         asyncio.create_task(poll(conn, consume))
         for conn, consume in zip(conns, consumes, strict=True)
     ]
-    unsent = list(mqs)
+    unsent, refused = list(mqs), 0
     while unsent and loop_time() < back + 30:
-        failed: list[str] = []
-        for i in range(0, len(unsent), FILL_CONNS):
-            part = unsent[i : i + FILL_CONNS]
-            sent = await load.produce(port, part, per_mq=1)
-            failed += [mq for mq, ok in zip(part, sent.per_mq, strict=True) if not ok]
-        if failed:
-            errors[-1] = errors.get(-1, 0) + len(failed)
+        failures, unsent = await produce_to_each(port, unsent, 1)
+        refused += failures
+        if unsent:
             await asyncio.sleep(0.1)
-        unsent = failed
     await asyncio.gather(*polling)
     for conn in conns:
         conn.close()
-    return sorted(waits), missing, errors
+    return sorted(waits), missing, errors, refused
 
 
 def loop_time() -> float:
@@ -229,8 +236,7 @@ async def main(args: argparse.Namespace) -> None:
                     os.environ["BENCH_SETTLE_DELAY"] = delay
                 else:
                     os.environ.pop("BENCH_SETTLE_DELAY", None)
-                redis = RestartableRedis()
-                try:
+                with contextlib.closing(RestartableRedis()) as redis:
                     if not raw:
                         raw = raw_xadd(redis.port, 500_000)
                         print(f"raw redis-benchmark -P 100 XADD: {raw:,.0f} ops/s", flush=True)
@@ -240,11 +246,10 @@ async def main(args: argparse.Namespace) -> None:
                             name += f", settle_delay {delay}s"
                         results.append(await run(name, port, pid, mqs, args, redis.port))
                         if args.outage > 0:
-                            waits, missing, errors = await after_outage(
+                            waits, missing, errors, refused = await after_outage(
                                 port, mqs, redis, args.outage
                             )
                             last = f"{waits[-1]:.2f}s" if waits else "-"
-                            refused = errors.pop(-1, 0)
                             print(
                                 f"  {name:40} after a {args.outage}s Redis outage:"
                                 f" {len(waits)} pollers got their message, the last {last}"
@@ -253,8 +258,6 @@ async def main(args: argparse.Namespace) -> None:
                                 f" polls {sum(errors.values())} {errors or ''}",
                                 flush=True,
                             )
-                finally:
-                    redis.close()
     java_rate = next((f.result.rate for f in results if "Java" in f.name), 0.0)
     print(f"\n{'':42}{'polls/s':>10}{'vs Java':>9}{'vs raw XADD':>13}{'stalled':>9}")
     for f in results:
