@@ -72,11 +72,14 @@ def is_batch(record: bytes) -> bool:
 
 def split_batches(
     entries: Sequence[tuple[int, int, int, bytes]],
+    runs: Sequence[tuple[int, int]] | None = None,
 ) -> list[tuple[int, int, int, bytes]]:
     """``(partition, index, count, record)`` entries with every batch record split into
     its items, one entry each at its own index (a compressed batch body inflated; the
     items' own bodies as stored): what a retry store or a dead-letter queue keeps, so that
-    each item is retried, settled, dead-lettered and resent on its own. A batch that
+    each item is retried, settled, dead-lettered and resent on its own. Given ``runs``
+    (``[start, end)`` index runs), only the items inside them are kept: a consumer that
+    failed one item of a batch gets that item back, not the ones it acked. A batch that
     cannot be opened stays whole."""
     out: list[tuple[int, int, int, bytes]] = []
     for partition, index, count, record in entries:
@@ -84,7 +87,7 @@ def split_batches(
             out.append((partition, index, count, record))
             continue
         try:
-            items = _opened(Delivery(partition, index, count, record), None)
+            items = _opened(Delivery(partition, index, count, record), runs)
         except InvalidMessage as exc:
             log.warning("batch %s/%s cannot be opened (%s): kept whole", partition, index, exc)
             out.append((partition, index, count, record))

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from brokers.engine import RETRY_PARTITION, AckStatus, FetchStatus, Message, RetryPolicy, RetryType
+from brokers.engine import (
+    RETRY_PARTITION,
+    AckStatus,
+    BatchItem,
+    FetchStatus,
+    Message,
+    RetryPolicy,
+    RetryType,
+)
 from tests.engine.conftest import snapshot
 
 
@@ -69,6 +77,31 @@ async def test_failed_ack_goes_to_retry_with_backoff_then_dlq(make_engine, clock
     assert ok.status is AckStatus.OK
     assert await engine.retry_counts("t", "a") == (0, 0)
     assert r.found
+
+
+async def test_a_failed_batch_item_is_retried_alone(make_engine, clock):
+    """A JMQ4 consumer that fails one item of a batch and acks the others (one COMMIT_ACK,
+    acked run by run) gets only the failed item back; the same holds for a retry made
+    through :meth:`retry` (jmq4.md §6.4: the broker stores a copy of that message)."""
+    engine = make_engine(one_partition(), retry_policy=RetryPolicy(base_ms=1000, cap_ms=3000))
+    batch = Message.batch([BatchItem(b"A"), BatchItem(b"B"), BatchItem(b"C"), BatchItem(b"D")])
+    await engine.append("t", "a", [batch], partition=0)
+    r = await engine.fetch("t", "a", count=4)
+    assert [(d.index, d.count) for d in r.messages] == [(0, 4)]
+    await engine.ack("t", "a", 0, [0])
+    failed = await engine.ack("t", "a", 0, [1], retry_type=RetryType.EXCEPTION)
+    assert failed.status is AckStatus.OK and len(failed.retry_ids) == 1
+    done = await engine.ack("t", "a", 0, [2, 3])
+    assert done.ack_index == 4
+    assert [(rec.index, rec.message.body) for rec in await engine.retries("t", "a")] == [(1, b"B")]
+    clock.advance(2)
+    got = await engine.fetch("t", "a", count=10)
+    assert got.partition == RETRY_PARTITION
+    assert [(d.origin, d.message.body) for d in got.messages] == [((0, 1), b"B")]
+    await engine.ack("t", "a", RETRY_PARTITION, [d.index for d in got.messages])
+    # an explicit retry of two items in the middle of the batch: those two
+    assert len(await engine.retry("t", "a", 0, [2, 3])) == 2
+    assert [rec.message.body for rec in await engine.retries("t", "a")] == [b"C", b"D"]
 
 
 async def test_unacked_retry_lease_comes_back(make_engine, clock):

@@ -48,7 +48,7 @@ from brokers.engine.notify import announce
 from brokers.engine.overview import GroupLag, TopicRate
 from brokers.engine.read import indexes_at_times, read_chunks, read_range
 from brokers.engine.sections.base import ACTIVE_CLIENT_MS, EngineBase
-from brokers.engine.unbatch import one_by_one
+from brokers.engine.unbatch import one_by_one, split_batches
 
 IDLE_CLIENTS_BATCH = 1_000
 """Most idle broadcast clients of one consumer forgotten per call."""
@@ -415,20 +415,24 @@ class PullSection(EngineBase):
         *,
         due_ms: int | None = None,
         member: str | None = None,
+        whole_batches: bool = False,
     ) -> tuple[tuple[int, ...], int]:
-        """Copy the records of ``[start, end)`` into the group's retry store (a broadcast
+        """Copy the messages of ``[start, end)`` into the group's retry store (a broadcast
         client's own, with ``member``), due at ``due_ms`` (default: after the base
         backoff): (their retry ids — a batch record's items each have one, as the store
-        keeps them one by one — where the records copied end — a batch record that starts
-        before ``end`` is copied whole; ``start`` when none was: nothing stored there any
-        more). Read and stored one capped read (:func:`read_chunks`) at a time, so a
-        range of large messages is never held whole."""
+        keeps them one by one — where the records copied end; ``start`` when none was:
+        nothing stored there any more). Of a JMQ4 batch record only the items inside
+        ``[start, end)`` are copied (a consumer failed those, and acked the others), unless
+        ``whole_batches``: a batch record that starts before ``end`` is then copied whole.
+        Read and stored one capped read (:func:`read_chunks`) at a time, so a range of
+        large messages is never held whole."""
         store = self._retries_of(topic, app, member)
         due = now + self.retry_policy.base_ms if due_ms is None else due_ms
         ids: list[int] = []
         pos = start
+        runs = None if whole_batches else ((start, end),)
         async for taken in read_chunks(self.redis, topic, partition, start, end):
-            items = [(partition, d.index, d.count, d.record) for d in taken]
+            items = split_batches([(partition, d.index, d.count, d.record) for d in taken], runs)
             ids += await store.add(items, now_ms=now, due_ms=due, reason=reason)
             pos = taken[-1].end
         return tuple(ids), pos
@@ -519,6 +523,7 @@ class PullSection(EngineBase):
                 "Reconsume",
                 due_ms=now,
                 member=client_id,
+                whole_batches=True,  # the next chunk starts where this batch ends
             )
             if not ids:  # trimmed by retention since the span was taken
                 return copied
