@@ -33,6 +33,9 @@ from typing import NamedTuple
 from brokers.engine.errors import InvalidMessage, MessageTooLarge
 
 MAGIC = 0x1234
+STORE_TERM = 0
+"""The term the store writes into every record (jmq4.md §3: "written by the store"): the
+engine has no leader elections with terms, so every record of every protocol has 0."""
 FIXED_SIZE = 73
 HEADER = struct.Struct(">ihqihhb16sqiqh")  # up to and including flag: 61 bytes
 SYS_COMPRESSED = 0x0001
@@ -636,7 +639,7 @@ class RecordEncoder:
             65 + len(body) + len(tail),
             self.partition,
             -1,
-            0,
+            STORE_TERM,
             MAGIC,
             sys_code,
             msg.priority,

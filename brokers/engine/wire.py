@@ -22,6 +22,7 @@ from brokers.engine.record import (
     INT32_MIN,
     MAGIC,
     MAX_BUSINESS_ID,
+    STORE_TERM,
     SYS_BATCH,
     SYS_COMPRESSED,
     SYS_SHORT_ADDRESS,
@@ -106,17 +107,18 @@ class WireRecords:
     def stamp(
         self, *, partition: int, now_ms: int, client_address: str | None = None, first: int = 0
     ) -> bytes:
-        """The blob with every record's partition, index (from ``first`` on), storeTime
-        (``now_ms`` - sendTime, clamped to an INT) and, given ``client_address``, clientIp and
-        sysCode bit 7 rewritten; every other byte is kept."""
+        """The blob with every record's partition, index (from ``first`` on), term
+        (:data:`~brokers.engine.record.STORE_TERM`), storeTime (``now_ms`` - sendTime,
+        clamped to an INT) and, given ``client_address``, clientIp and sysCode bit 7
+        rewritten; every other byte is kept (jmq4.md §3)."""
         buf = bytearray(self.blob)
         pack = _STAMP.pack_into
         keep, add, ip = _address_stamp(client_address)
         index = first
         try:
             for offset, head, count in zip(self.offsets, self._heads, self.counts, strict=True):
-                _, _, _, term, magic, sys_code, priority, client_ip, send, _, _, _, _ = head
-                pack(buf, offset + 4, partition, index, term, magic, sys_code & keep | add,
+                _, _, _, _, magic, sys_code, priority, client_ip, send, _, _, _, _ = head
+                pack(buf, offset + 4, partition, index, STORE_TERM, magic, sys_code & keep | add,
                      priority, ip or client_ip, send, _store_delta(now_ms, send))  # fmt: skip
                 index += count
         except struct.error as exc:
@@ -203,7 +205,7 @@ def _walk(
             if pos + _HEAD_SIZE > n:
                 raise InvalidMessage("malformed message record")
             head = unpack(blob, pos)
-            size, _, _, term, magic, sys_code, priority, client_ip, send, _, _, flag, blen = head
+            size, _, _, _, magic, sys_code, priority, client_ip, send, _, _, flag, blen = head
             if blen < 0:
                 raise InvalidMessage("body length out of range")
             body_end = pos + _HEAD_SIZE + blen
@@ -227,7 +229,7 @@ def _walk(
                 offsets.append(pos)
                 heads.append(head)
             else:
-                pack(buf, pos + 4, partition, index, term, magic, sys_code & keep | add,
+                pack(buf, pos + 4, partition, index, STORE_TERM, magic, sys_code & keep | add,
                      priority, ip or client_ip, send, _store_delta(now_ms, send))  # fmt: skip
                 index += flag if i in batches else 1
             pos = end

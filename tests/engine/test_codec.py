@@ -269,6 +269,16 @@ def test_stamp_wire_is_check_wire_then_stamp_in_one_walk(records, partition, fir
         assert tuple(fused.counts) == checked.counts and fused.total == checked.total
 
 
+def test_the_store_writes_the_term():
+    """jmq4.md §3: term is written by the store, whatever the client sent."""
+    rec = _patched(_plain(), 14, ">i", 12345)
+    assert struct.unpack_from(">i", rec, 14) == (12345,)
+    stamped = wire_records([rec, rec], 40).stamp(partition=3, now_ms=2_000)
+    fused = stamp_wire(WireBlob(rec + rec, 2), 40, partition=3, now_ms=2_000)
+    for blob in (stamped, fused.blob):
+        assert [decode_record(blob[i : i + len(rec)]).term for i in (0, len(rec))] == [0, 0]
+
+
 def _plain(body: bytes = b"x", **kwargs: object) -> bytes:
     raw, _ = encode_record(Message(body, send_time_ms=1_000), app="ap", now_ms=0, **kwargs)  # type: ignore[arg-type]
     return raw
