@@ -35,6 +35,16 @@ async def test_coordinator_is_the_same_everywhere_and_assigns(catalog, brokers):
         await raw.close()
     assert answers[0] == answers[1]
     coordinator, other = answers[0].id, 3 - answers[0].id
+    raw = await RawClient.open(catalog.ports[coordinator])
+    await raw.login("app1", catalog.token)
+    bad = await raw.call(FindCoordinatorRequest(topics=("ord\x01ers", "orders"), app="app1"))
+    assert [(e.code, e.broker) for e in bad.payload.entries] == [
+        (Code.CN_PARAM_ERROR, None),  # §8.5: no topic has that name
+        (0, answers[0]),
+    ]
+    bad = await raw.call(assign_request("ord\x01ers"))
+    assert [t.code for t in bad.payload.topics] == [Code.CN_PARAM_ERROR]
+    await raw.close()
     assert answers[0].port == catalog.ports[coordinator]
 
     raw = await RawClient.open(catalog.ports[other])

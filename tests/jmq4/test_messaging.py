@@ -131,7 +131,8 @@ async def test_produce_errors_per_topic(catalog, brokers):
     reply = await raw.call(mixed)
     assert reply.payload.topics[0].code == Code.CN_PARAM_ERROR
     empty = ProduceMessageRequest(topics=(ProduceTopic(topic="local"),), app="app1")
-    assert (await raw.call(empty)).payload.topics[0].code == Code.CN_PARAM_ERROR
+    failed = (await raw.call(empty)).payload.topics[0]
+    assert (failed.code, failed.items) == (Code.CN_PARAM_ERROR, ())  # one item per message
     bad_size = produce_request("local", 0, b"abc")
     msg = bad_size.topics[0].messages[0]
     from dataclasses import replace
@@ -153,6 +154,15 @@ async def test_produce_errors_per_topic(catalog, brokers):
         FetchIndexRequest(topics=(IndexTopic(topic="local", partitions=(0,)),), app="app1")
     )
     assert index.payload.topics[0].partitions[0].right_index == 0  # nothing partial was stored
+    bad_names = ("lo\x01cal", "t" * 256)  # §8.5: code 6 where a name cannot be a topic
+    index = await raw.call(
+        FetchIndexRequest(
+            topics=tuple(IndexTopic(topic=t, partitions=(0, 1)) for t in bad_names), app="app1"
+        )
+    )
+    assert [[(p.index, p.code) for p in t.partitions] for t in index.payload.topics] == [
+        [(-1, Code.CN_PARAM_ERROR)] * 2
+    ] * 2
     await raw.close()
     async with client(catalog, app="other", token=catalog.other_token) as c:
         with pytest.raises(Jmq4Error) as info:

@@ -15,6 +15,7 @@ from brokers.protocols.jmq4 import (
     Frame,
     Header,
     response_frame,
+    validate_name,
 )
 from brokers.servers.jmq4.context import ServerContext
 from brokers.servers.jmq4.coordinator import coordinator_for
@@ -25,7 +26,8 @@ from brokers.servers.jmq4.session import Session
 async def find_coordinator(
     ctx: ServerContext, session: Session, header: Header, req: FindCoordinatorRequest
 ) -> Frame:
-    """Every topic gets the app's coordinator, or brokerId −1 with code 181."""
+    """Every topic gets the app's coordinator, or brokerId −1 with code 181; a topic whose
+    name breaks §8.5 gets brokerId −1 with code 6."""
     snapshot = ctx.snapshot
     session.authorize(req.app, snapshot)
     broker = coordinator_for(snapshot, req.app)
@@ -39,7 +41,12 @@ async def find_coordinator(
             weight=broker.weight,
         )
     code = Code.SUCCESS if node else Code.FW_COORDINATOR_NOT_AVAILABLE
-    entries = tuple(CoordinatorEntry(topic=t, broker=node, code=code) for t in req.topics)
+    entries = tuple(
+        CoordinatorEntry(topic=t, broker=None, code=Code.CN_PARAM_ERROR)
+        if validate_name(t) is not None  # §8.5: no such topic can exist
+        else CoordinatorEntry(topic=t, broker=node, code=code)
+        for t in req.topics
+    )
     return response_frame(header, FindCoordinatorResponse(entries=entries))
 
 
@@ -55,6 +62,9 @@ async def fetch_assigned_partition(
     now = ctx.engine.now_ms()
     results = []
     for entry in req.topics:
+        if validate_name(entry.topic) is not None:
+            results.append(AssignedTopic(topic=entry.topic, code=Code.CN_PARAM_ERROR))
+            continue
         topic = snapshot.topics.get(entry.topic)
         if topic is None:
             results.append(AssignedTopic(topic=entry.topic, code=Code.FW_TOPIC_NOT_EXIST))

@@ -47,6 +47,7 @@ from brokers.protocols.jmq4 import (
     TopicPartitionCodes,
     missing_topic_code,
     response_frame,
+    validate_name,
 )
 from brokers.servers.jmq4.context import ServerContext
 from brokers.servers.jmq4.errors import engine_code
@@ -409,6 +410,13 @@ async def fetch_index(
     session.authorize(req.app, snapshot)
     out = []
     for entry in req.topics:
+        if validate_name(entry.topic) is not None:  # §8.5: code 6 on each partition
+            results = [
+                PartitionIndexResult(partition=p, index=-1, code=Code.CN_PARAM_ERROR)
+                for p in entry.partitions
+            ]
+            out.append(IndexResultTopic(topic=entry.topic, partitions=tuple(results)))
+            continue
         topic = snapshot.topics.get(entry.topic)
         known = [p for p in entry.partitions if topic is not None and 0 <= p < topic.partitions]
         progress = {}

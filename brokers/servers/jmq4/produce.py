@@ -55,7 +55,8 @@ _ORDERED = 0x2
 
 
 def _failed(topic: str, code: int, count: int) -> ProduceTopicResult:
-    return ProduceTopicResult(topic=topic, code=code, items=(FAILED_ITEM,) * max(count, 1))
+    """The entry failed: one (−1, −1, −1) item per message sent (§5.6), none for none."""
+    return ProduceTopicResult(topic=topic, code=code, items=(FAILED_ITEM,) * count)
 
 
 def _wire(entry: ProduceTopic) -> WireMessages | None:
