@@ -107,6 +107,11 @@ class FetchRequest:
     max_bytes: int = 0
     """Records are read while their bytes stay within this (at least one; 0: only the
     engine's own cap, ``PULL_READ_BYTES``): what the caller's response has room for."""
+    regate: Callable[[], ConsumerPolicyInfo | FetchResult] | None = None
+    """The gate again, on the catalog of now: the consumer policy as it stands, or the
+    result that refuses the fetch (paused, blacklisted; a policy or topic gone raises).
+    A parked fetch asks it before every look after the first, so a pause, a blacklist or
+    a deleted policy stops a long poll that started before it."""
 
 
 class Fetcher:
@@ -155,7 +160,13 @@ class Fetcher:
         async with self._notifier.watch(topic, group) as event:
             hinted: set[int] | None = None
             timer: int | None = None  # wall-clock ms of the next full look
+            first = True
             while True:
+                if not first:
+                    refused, req = self._regated(req)
+                    if refused is not None:
+                        return refused
+                first = False
                 if hinted is None or req.policy.max_partition_num > 0:
                     result, more = await self._scan(req)
                     timer = result.retry_after_ms
@@ -178,8 +189,20 @@ class Fetcher:
                     hinted = event.take()
                 except TimeoutError:
                     if loop.time() >= deadline:
-                        return (await self._scan(req))[0]
+                        refused, req = self._regated(req)
+                        return refused or (await self._scan(req))[0]
                     hinted = None
+
+    @staticmethod
+    def _regated(req: FetchRequest) -> tuple[FetchResult | None, FetchRequest]:
+        """(the result refusing ``req`` now, or None — ``req`` with its policy as it
+        stands now); see :attr:`FetchRequest.regate`."""
+        if req.regate is None:
+            return None, req
+        now = req.regate()
+        if isinstance(now, FetchResult):
+            return now, req
+        return None, req if now is req.policy else replace(req, policy=now)
 
     def _found(self, req: FetchRequest, p: int, att: Attempt, now: int) -> FetchResult:
         """The result of a partition locked for ``req``: a batch, or (nothing read) a

@@ -3,6 +3,7 @@ policy, blacklist, pause and rate limit, and a refusal stores and delivers nothi
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 
 import pytest
@@ -127,6 +128,44 @@ async def test_a_paused_consumer_gets_nothing_and_may_still_subscribe(make_engin
     engine.set_snapshot(gated())  # resumed
     assert engine.authorize_consumer("q", "a") is True
     assert [d.message.body for d in await take(engine, "q")] == [b"y"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"paused": True}, FetchStatus.PAUSED),
+        ({"blacklist": ("10.9.0.0/16",)}, FetchStatus.BLACKLISTED),
+        (None, ConsumerNotFound),  # the policy deleted
+    ],
+)
+async def test_a_parked_long_poll_meets_the_gate_of_now(make_engine, change, expected):
+    """A pause, a blacklist or a deleted policy stops a long poll that was parked before
+    it: the append that wakes it is not delivered to it (DESIGN.md, "Who may do what")."""
+    engine = make_engine(gated(blacklist=()))
+    poll = asyncio.create_task(
+        engine.fetch("t", "a", long_poll_ms=5000, address="10.9.0.1:1", owner="o")
+    )
+    await asyncio.sleep(0.2)
+    assert not poll.done()
+    if change is None:
+        engine.set_snapshot(
+            snapshot(
+                topics={"t": {"partitions": 1}},
+                producers=[{"topic": "t", "app": "a", "blacklist": ()}],
+                consumers=[],
+            )
+        )
+    else:
+        engine.set_snapshot(gated(**{"blacklist": (), **change}))
+    await engine.append("t", "a", [Message(b"x")], client_address="10.8.0.1:1")
+    if isinstance(expected, FetchStatus):
+        assert (await asyncio.wait_for(poll, 2)).status is expected
+    else:
+        with pytest.raises(expected):
+            await asyncio.wait_for(poll, 2)
+    engine.set_snapshot(gated(blacklist=()))  # allowed again: the message is still there
+    got = await engine.fetch("t", "a", address="10.9.0.1:1")
+    assert [d.message.body for d in got.messages] == [b"x"]
 
 
 async def test_producer_rate_limit_refuses_beyond_its_permits_and_stores_nothing_more(

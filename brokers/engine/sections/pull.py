@@ -7,7 +7,7 @@ A section of the :class:`~brokers.engine.engine.Engine` facade (a mixin on its s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from brokers.engine import ack as ack_mod
 from brokers.engine import offsets as offsets_mod
@@ -230,13 +230,11 @@ class PullSection(EngineBase):
         """:meth:`fetch` past the gate, with ``extra`` riding on the first look;
         ``report_correction``: :attr:`FetchRequest.report_correction`."""
         info = self.topic(topic)
-        try:
-            policy = self.gate.consumer(topic, app, address)
-        except ConsumerClientNotAllowed:
-            return FetchResult(FetchStatus.BLACKLISTED, topic)
+        policy_or_refusal = self._consumer_gate(topic, app, address)
+        if isinstance(policy_or_refusal, FetchResult):
+            return policy_or_refusal
+        policy = policy_or_refusal
         self._broadcast(info, policy, client_id)
-        if policy.paused:
-            return FetchResult(FetchStatus.PAUSED, topic)
         try:
             await self.gate.admit_fetch(policy)
         except RateLimited as exc:
@@ -262,9 +260,25 @@ class PullSection(EngineBase):
             holder=self.holders.id if held else None,
             report_correction=report_correction,
             max_bytes=max_bytes,
+            regate=lambda: self._consumer_gate(topic, app, address),
         )
         await self.gate.charge_consume(policy, consumed)
         return result
+
+    def _consumer_gate(
+        self, topic: str, app: str, address: str
+    ) -> ConsumerPolicyInfo | FetchResult:
+        """The consumer policy that lets ``app`` fetch ``topic`` from ``address`` now, or
+        the result refusing it (blacklisted, paused); a topic or policy that is gone
+        raises. A long poll asks again before each look (:attr:`FetchRequest.regate`)."""
+        self.topic(topic)
+        try:
+            policy = self.gate.consumer(topic, app, address)
+        except ConsumerClientNotAllowed:
+            return FetchResult(FetchStatus.BLACKLISTED, topic)
+        if policy.paused:
+            return FetchResult(FetchStatus.PAUSED, topic)
+        return policy
 
     async def _fetch(
         self,
@@ -282,9 +296,11 @@ class PullSection(EngineBase):
         holder: str | None = None,
         report_correction: bool = False,
         max_bytes: int = 0,
+        regate: Callable[[], ConsumerPolicyInfo | FetchResult] | None = None,
     ) -> tuple[FetchResult, int]:
         """The fetch, and the messages it took (what the gate charges); retries it
-        leases are recorded under ``holder``."""
+        leases are recorded under ``holder``; a long poll asks ``regate`` before each look
+        after its first (:attr:`FetchRequest.regate`)."""
         topic, app = info.code, policy.app
         if client_id:
             await offsets_mod.seen_client(self.redis, topic, app, client_id, self.now_ms())
@@ -303,6 +319,7 @@ class PullSection(EngineBase):
             holder=holder,
             report_correction=report_correction,
             max_bytes=max_bytes,
+            regate=regate,
         )
         result = await self._fetcher.fetch(req, long_poll_ms, extra)
         if result.lapsed:  # an earlier batch's lock ran out unacked: failed, like a nack
