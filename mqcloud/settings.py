@@ -172,7 +172,7 @@ REST_FRAMEWORK = {
     # Request bodies are JSON only. Form encodings cannot say what the schema says (null
     # versus an empty string, lists, objects), and DRF reads them by HTML-form rules
     # (an empty field is null or absent), so the schema would not be what the API does.
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["mqcloud.api.parsers.JSONBodyParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_PAGINATION_CLASS": "mqcloud.api.query.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
@@ -199,7 +199,8 @@ SPECTACULAR_SETTINGS = {
         " naming an object that does not exist is 400 with the field; a name, code or id"
         " another object already holds is 409. Fields fixed at creation are read-only on"
         " updates. Request bodies are JSON, and each value must have its declared type."
-        " No string may contain the NUL character."
+        " No string may contain the NUL character or a lone surrogate (\\ud800-\\udfff),"
+        " and arrays and objects nest at most 64 deep."
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import logging
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError, IntegrityError
 from django.db.models import ProtectedError, RestrictedError
+from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
@@ -69,6 +71,10 @@ def _as_api_exception(exc: Exception) -> Exception:
     """Django and database exceptions a view may raise, as the API exception they mean."""
     if isinstance(exc, DjangoValidationError):
         return exceptions.ValidationError(as_serializer_error(exc))
+    if isinstance(exc, Http404):  # get_object_or_404: the body says not_found, like DRF's
+        return exceptions.NotFound(str(exc) or None)
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied(str(exc) or None)
     if isinstance(exc, ProtectedError | RestrictedError):
         return Conflict(blocked_delete_message(exc))
     if isinstance(exc, IntegrityError):

@@ -284,18 +284,22 @@ def _batch_texts(params: dict[str, str]) -> list[str]:
     raw = p.required(params, "messages")
     try:
         items = _decode_batch(raw)
+        if not items:
+            raise bad_parameter("messages must be a non-empty JSON array")
+        if len(items) > MAX_BATCH:
+            raise bad_parameter(f"at most {MAX_BATCH} messages per batch")
+        return [
+            _decode_text(item)
+            if item[:1] == b'"'
+            else msgspec.json.format(item, indent=-1).decode()
+            for item in map(bytes, items)
+        ]
     except msgspec.ValidationError:
         raise bad_parameter("messages must be a non-empty JSON array") from None
     except msgspec.DecodeError:
         raise bad_parameter("messages must be a JSON array") from None
-    if not items:
-        raise bad_parameter("messages must be a non-empty JSON array")
-    if len(items) > MAX_BATCH:
-        raise bad_parameter(f"at most {MAX_BATCH} messages per batch")
-    return [
-        _decode_text(item) if item[:1] == b'"' else msgspec.json.format(item, indent=-1).decode()
-        for item in map(bytes, items)
-    ]
+    except RecursionError:  # msgspec's decoder and formatter stop near 1,000 levels
+        raise bad_parameter("messages nest arrays or objects too deeply") from None
 
 
 async def produce_batch(request: Request, rt: Runtime) -> Reply:

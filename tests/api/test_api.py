@@ -317,6 +317,39 @@ def test_malformed_json_gets_400(world):
 
 
 @pytest.mark.parametrize(
+    ("method", "url", "body"),
+    [
+        ("post", "/api/v1/applications/", "[" * 2000 + "]" * 2000),  # RecursionError
+        (
+            "post",
+            "/api/v1/applications/",
+            '{"kind": "pause", "payload": ' + "[" * 70 + "]" * 70 + "}",
+        ),
+        ("post", "/api/v1/applications/", '{"kind": "\\ud800", "payload": {}}'),
+        ("post", "/api/v1/applications/", '{"kind": "pause", "payload": {"consumer": "\\udfff"}}'),
+        ("patch", "/api/v1/topics/red-topic/", '{"type": "\\ud800"}'),
+        ("post", "/api/v1/apps/", '{"\\ud800": 1}'),
+    ],
+)
+def test_bodies_no_response_could_carry_get_400(world, method, url, body):
+    """A body nested past 64 levels or holding a lone surrogate is a 400 parse_error:
+    the standard decoder raised RecursionError, and a choice field echoing a surrogate
+    failed to render (both were 500s)."""
+    root = client_for(world["root"])
+    response = getattr(root, method)(url, body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"] == "parse_error"
+
+
+def test_an_object_not_found_says_not_found(world):
+    alice = client_for(world["alice"])
+    for url in ("/api/v1/apps/nonexistent/", "/api/v1/topics/blue-topic/"):
+        response = alice.get(url)
+        assert response.status_code == 404
+        assert response.json()["error"] == "not_found", url
+
+
+@pytest.mark.parametrize(
     "query",
     ["paused=maybe", "paused=null", "paused=true&paused=false", "nosuch=1"],
 )

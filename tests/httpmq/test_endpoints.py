@@ -127,6 +127,14 @@ def test_batch_values_keep_their_own_text_compacted(mq):
             data={"producer": s.producer, "messages": bad},
         )
         assert r.status_code == 400 and r.json()["message"] == f"messages must be {why}", r.text
+    for deep in ("[" * 1000 + "]" * 1000, '[{"a":' * 3000 + "1" + "}]" * 3000):  # were 500s
+        r = mq.post(
+            "/mq/produce/batch",
+            headers=auth(s.token),
+            data={"producer": s.producer, "messages": deep},
+        )
+        assert r.status_code == 400 and r.json()["error"] == "BAD_PARAMETER", r.text
+    assert drain(mq, s) == []
 
 
 def test_produced_messages_show_http_mq_as_their_protocol(mq):
