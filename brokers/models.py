@@ -514,23 +514,25 @@ class PolicyBase(models.Model):
 
     def save(self, *args: object, **kwargs: object) -> None:
         if not self.name and self.app_id and self.topic_id:
-            self.name = self.default_name(self.app, self.topic)
+            self.name = self.default_name(self.app, self.topic, policy=self.pk)
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
         if not self.name and self.app_id and self.topic_id:
-            self.name = self.default_name(self.app, self.topic)
+            self.name = self.default_name(self.app, self.topic, policy=self.pk)
 
     @classmethod
-    def default_name(cls, app: App, topic: Topic) -> str:
+    def default_name(cls, app: App, topic: Topic, *, policy: int | None = None) -> str:
         """``<app>.<topic>`` while that fits :data:`POLICY_NAME_MAX` and no policy of
         this kind has it. Otherwise (a 100-character app on a 200-character topic; ``a.b``
         on ``c`` after ``a`` on ``b.c``) it is cut short and marked with a digest of the
-        pair, so the same pair gets the same name whenever it is free."""
+        pair, so the same pair gets the same name whenever it is free. ``policy``: the
+        id of the policy being named again (its name cleared), whose own name is free."""
         name, key = f"{app.code}.{topic.code}", f"{app.code}\0{topic.code}"
         attempt = 0 if len(name) <= POLICY_NAME_MAX else 1
         candidate = fit_policy_name(name, key, attempt)
-        while cls.objects.filter(name=candidate).exists():
+        others = cls.objects.exclude(pk=policy) if policy is not None else cls.objects
+        while others.filter(name=candidate).exists():
             attempt += 1
             candidate = fit_policy_name(name, key, attempt)
         return candidate

@@ -55,6 +55,25 @@ def test_a_given_name_is_checked_like_the_default(kind):
         assert response.status_code == 400 and "name" in response.json()["fields"], bad
 
 
+@pytest.mark.parametrize("kind", ["producer", "consumer"])
+def test_clearing_a_policys_name_gives_the_default_which_its_own_name_may_be(kind):
+    """PATCH ``{"name": ""}`` names the policy ``<app>.<topic>`` again; a policy that has
+    that name keeps it (its own name counted as taken: renamed with a digest, which
+    changed the name its HTTP-MQ clients send)."""
+    team = Team.objects.create(name="red")
+    factories.topic("t1", factories.cluster_with_brokers(), team)
+    factories.app("app", team)
+    root = client_for(factories.user("root", admin=True))
+    url = f"/api/v1/{kind}-policies/"
+    made = root.post(url, {"topic": "t1", "app": "app"}).json()
+    assert made["name"] == "app.t1"
+    again = root.patch(f"{url}{made['id']}/", {"name": ""}, format="json")
+    assert again.status_code == 200 and again.json()["name"] == "app.t1", again.content
+    root.patch(f"{url}{made['id']}/", {"name": "custom"}, format="json")
+    back = root.patch(f"{url}{made['id']}/", {"name": ""}, format="json")
+    assert back.json()["name"] == "app.t1"
+
+
 def test_fit_policy_name_marks_what_it_cuts_and_counts_attempts():
     from brokers.models import POLICY_NAME_MAX, fit_policy_name
 
