@@ -40,6 +40,19 @@ async def test_commit_appends_atomically_per_partition_and_is_idempotent(make_en
         await engine.commit_transaction("t", "a", "no-such-tx")
 
 
+async def test_a_commit_meets_the_gate_of_now(make_engine):
+    """The commit is the write: a producer policy deleted after the messages were logged
+    refuses it, nothing is stored, and the transaction can still be rolled back."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    tx = await engine.prepare_transaction("t", "a", timeout_ms=60_000)
+    await engine.append_to_transaction("t", "a", tx, [Message(b"a")], partition=0)
+    engine.set_snapshot(snapshot(topics={"t": {"partitions": 1}}, producers=[]))
+    with pytest.raises(ProducerNotFound):
+        await engine.commit_transaction("t", "a", tx)
+    assert await engine.bounds("t", 0) == (0, 0)
+    await engine.rollback_transaction("t", "a", tx)
+
+
 async def test_interrupted_commit_is_finished_without_duplicates(make_engine, store):
     from brokers.engine.transactions import BEGIN_COMMIT, Transactions
 

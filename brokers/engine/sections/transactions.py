@@ -108,9 +108,24 @@ class TransactionSection(EngineBase):
         return await self._tx(topic, app).add(tx_id, [(chosen, r, c) for r, c in records])
 
     async def commit_transaction(
-        self, topic: str, app: str, tx_id: str, *, qos: QoS = QoS.RECEIVED
+        self,
+        topic: str,
+        app: str,
+        tx_id: str,
+        *,
+        qos: QoS = QoS.RECEIVED,
+        client_address: str | None = None,
     ) -> dict[int, int]:
-        """Append the transaction's messages (atomic per partition, idempotent)."""
+        """Append the transaction's messages (atomic per partition, idempotent) past the
+        gate: the commit is the write, so a producer policy deleted (or a client
+        blacklisted) since the messages were logged refuses it; the transaction stays
+        open, to be rolled back or to expire. A commit the sweep finishes was decided
+        before, and is not gated again."""
+        try:
+            self.gate.producer(topic, app, client_address)
+        except EngineError as exc:
+            self._refused(topic, app, exc)
+            raise
         return await self._tx(topic, app).commit(tx_id, qos)
 
     async def rollback_transaction(self, topic: str, app: str, tx_id: str) -> None:

@@ -52,7 +52,9 @@ async def commit(ctx: ServerContext, session: Session, header: Header, req: Comm
     """Append the logged messages; an unknown txId gives 34."""
     session.authorize(req.app, ctx.snapshot)
     try:
-        await ctx.engine.commit_transaction(req.topic, req.app, req.tx_id, qos=QoS.RECEIVED)
+        await ctx.engine.commit_transaction(
+            req.topic, req.app, req.tx_id, qos=QoS.RECEIVED, client_address=session.address
+        )
     except EngineError as exc:
         return response_frame(header, CommitResponse(code=engine_code(exc)))
     return response_frame(header, CommitResponse())
