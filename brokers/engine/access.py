@@ -105,6 +105,15 @@ def dead_letter_queue(info: TopicInfo) -> str:
     return info.queue.dead_letter_queue or info.code + DLQ_SUFFIX
 
 
+def foreign_dead_letter_queue(snapshot: CatalogSnapshot, info: TopicInfo) -> str | None:
+    """The name of ``info``'s dead-letter queue when the catalog has a topic of that name
+    that another team owns — no DLQ of ``info``'s: its dead letters must not reach that
+    team's consumers (a queue named ``<x>.dlq`` made before ``x``) — else None."""
+    name = dead_letter_queue(info)
+    other = snapshot.topics.get(name)
+    return name if other is not None and other.team != info.team else None
+
+
 def is_dead_letter_queue(snapshot: CatalogSnapshot, topic: str) -> bool:
     """Whether ``topic`` is named as a dead-letter queue — ``<queue>.dlq``, or the name a
     topic's settings give — and so keeps no dead letters of its own."""

@@ -269,6 +269,19 @@ async def test_a_dead_letter_queue_name_is_checked(raw, catalog):
         assert (await r.recv())["errorCode"] == code, name
     r.send({"id": "l", "type": "listQueues"})
     assert (await r.recv())["payload"] == ["other"]  # nothing was created
+    # the default name too, when dead letters would go there: a queue called
+    # <queue>.dlq made first (by anyone) is not this queue's dead-letter queue
+    r.send({"id": "d", "type": "createQueue", "queue": "late.dlq"})
+    assert (await r.recv())["type"] == "createQueue"
+    for headers in ({"enableDeadLetterQueue": "true"}, {"overflowStrategy": "RedirectToDlq"}):
+        r.send({"id": "y", "type": "createQueue", "queue": "late", "headers": headers})
+        refused = await r.recv()
+        assert (refused["errorCode"], refused["errorMessage"]) == (
+            "QUEUE_EXISTS",
+            "dead-letter queue late.dlq exists",
+        ), headers
+    r.send({"id": "z", "type": "createQueue", "queue": "late"})  # no dead letters: fine
+    assert (await r.recv())["type"] == "createQueue"
 
 
 async def test_a_retry_goes_to_the_same_connection_while_it_is_subscribed(clients):

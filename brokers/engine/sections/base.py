@@ -15,6 +15,7 @@ from brokers.engine.access import (
     Gate,
     dead_letter_parent,
     dead_letter_queue,
+    foreign_dead_letter_queue,
     is_dead_letter_queue,
 )
 from brokers.engine.append import append_records, choose_partition
@@ -357,10 +358,16 @@ class EngineBase:
     async def _dead_letter(
         self, topic: str, app: str, delivery: Delivery, reason: str, attempts: int
     ) -> bool:
-        """Copy a dead message to the topic's dead-letter queue when it has one."""
+        """Copy a dead message to the topic's dead-letter queue when it has one (not when
+        that name is another team's topic: :func:`foreign_dead_letter_queue`)."""
         info = self.group_topic(topic)
         settings = info.queue
-        if not settings.dead_letter_enabled or is_dead_letter_queue(self._catalog(), topic):
+        snapshot = self._catalog()
+        if (
+            not settings.dead_letter_enabled
+            or is_dead_letter_queue(snapshot, topic)
+            or foreign_dead_letter_queue(snapshot, info)
+        ):
             return False
         await self._to_topic_dlq(topic, app, delivery.record, reason=reason, attempts=attempts)
         return True

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from time import perf_counter
 
+from brokers.engine.access import foreign_dead_letter_queue
 from brokers.engine.append import append_blob, choose_partition, guess_indexes, pack_records
 from brokers.engine.catalog import (
     TopicInfo,
@@ -421,6 +422,12 @@ class LogSection(EngineBase):
         if verdict == FULL:
             raise QueueFull(f"queue {info.code} is full ({info.queue.max_queue_size})")
         if verdict == REDIRECT:
+            foreign = foreign_dead_letter_queue(self._catalog(), info)
+            if foreign is not None:  # refused rather than handed to another team
+                raise QueueFull(
+                    f"queue {info.code} is full and its dead-letter queue {foreign} is"
+                    " another team's queue"
+                )
             for record in split_blob(blob):
                 await self._to_topic_dlq(
                     info.code, app, record, reason="QueueOverflow", attempts=0, qos=qos

@@ -124,8 +124,13 @@ async def create(session: Session, frame: CreateQueue) -> None:
         return session.error(ErrorCode.QUEUE_EXISTS, f"queue {frame.queue} exists", frame.id)
     if options.enable_dead_letter_queue and not is_topic_code(dlq_name):  # unaddressable
         return session.error(ErrorCode.INVALID_QUEUE, f"{dlq_name!r} too long", frame.id)
-    if options.enable_dead_letter_queue and custom and session.ctx.queue_settings(dlq_name):
-        # another queue's messages: dead letters of this one must not land among them
+    dead_letters = (
+        options.enable_dead_letter_queue
+        or options.overflow_strategy is OverflowStrategy.REDIRECT_TO_DLQ
+    )
+    if dead_letters and session.ctx.queue_settings(dlq_name):
+        # another queue's messages (the default name too: a queue called <queue>.dlq made
+        # first, maybe by another team): dead letters of this one must not land among them
         return session.error(
             ErrorCode.QUEUE_EXISTS, f"dead-letter queue {dlq_name} exists", frame.id
         )
