@@ -67,6 +67,7 @@ async def endpoint() -> tuple[ServerContext, Hub]:
         _endpoint_lock = asyncio.Lock()
     async with _endpoint_lock:
         if _endpoint is None or _endpoint[0] is not rt:
+            rt.engine.credentials.follow(rt.watcher)  # a rotated token closes its sockets
             ctx = ServerContext(engine=rt.engine, watcher=rt.watcher, config=ws_config())
             hub = Hub(ctx)
             await hub.start()

@@ -28,6 +28,7 @@ from brokers.engine.catalog import (
 )
 from brokers.engine.clients import ClientRow, InventoryRow
 from brokers.engine.counters import MinuteTraffic
+from brokers.engine.credentials import Credential
 from brokers.engine.delay import (
     DELAY_ID,
     DELAY_LEVELS,
@@ -176,6 +177,7 @@ __all__ = [
     "ConsumerNotFound",
     "ConsumerPaused",
     "ConsumerPolicyInfo",
+    "Credential",
     "Delayed",
     "DelayedMessagesBusy",
     "Delivery",

@@ -18,6 +18,7 @@ from brokers.engine.assignment import GroupAssigner
 from brokers.engine.catalog import CatalogSnapshot
 from brokers.engine.clients import Clients
 from brokers.engine.counters import Counters, MinuteTraffic
+from brokers.engine.credentials import Credentials
 from brokers.engine.errors import TopicNotFound
 from brokers.engine.fetch import Fetcher
 from brokers.engine.holders import DEFAULT_TTL_MS, Holders
@@ -97,6 +98,8 @@ class Engine(
         )
         self.clients = Clients(redis, lambda: self.holders.id, self.holders.start)
         self.gate = Gate(catalog, RateLimiter(redis), self.now_ms, self.clients.seen)
+        self.credentials = Credentials(catalog)
+        """App tokens open connections act on; revoked ones end their connections."""
         self._next_guess: dict[tuple[str, int], int] = {}  # past the appends in flight
         self._next_seen: dict[tuple[str, int], int] = {}  # as the last append returned
         self._joiner = AppendJoiner(self._send_joined)

@@ -234,6 +234,21 @@ async def change(
     await seen(marker)
 
 
+def _rotate_owner_token(catalog: Catalog) -> str:
+    try:
+        catalog.owner_token = App.objects.get(code=catalog.owner).issue_token()
+        return App.objects.get(code=catalog.marker).issue_token()
+    finally:
+        connection.close()  # this ran in an executor thread with its own connection
+
+
+async def rotate_owner_token(catalog: Catalog, seen: Seen) -> None:
+    """Rotate the owner's app token (the old one revoked, as the console's rotate does),
+    ``catalog.owner_token`` becoming the new one, and wait until the server under test
+    has the change."""
+    await seen(await sync_to_async(_rotate_owner_token)(catalog))
+
+
 # ---------------------------------------------------------------------- the store
 
 

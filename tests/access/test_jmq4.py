@@ -42,6 +42,7 @@ from tests.access.conftest import (
     Seen,
     Store,
     change,
+    rotate_owner_token,
     seen_by,
 )
 from tests.jmq4.conftest import Broker_
@@ -250,6 +251,23 @@ async def test_owner_produces_and_consumes_its_message_back(
     assert (await store.state(catalog.topic)).log_count == 1
     await owner_consumes(raw, catalog, body)
     assert await store.progress(catalog.topic, catalog.owner) == ((1, "", 0),)
+
+
+async def test_a_rotated_token_closes_the_connections_that_logged_in_with_it(
+    catalog: Catalog, broker, conns, store: Store, seen: Seen
+):
+    """Rotating the app's token in the console ends the connections established with the
+    old one (they acted for the app until they closed); a login with it gets status 2,
+    with the new one 0 (brokers.engine.credentials)."""
+    raw = await owner(catalog, conns)
+    old_token = catalog.owner_token
+    await rotate_owner_token(catalog, seen)
+    assert await raw.closed()
+    _, reply = await connect(catalog, conns, catalog.owner, old_token)
+    assert reply.header.status == Code.CN_AUTHENTICATION_ERROR
+    fresh = await owner(catalog, conns)
+    assert await produced_code(fresh, produce(catalog.topic, catalog.owner, b"new")) == 0
+    assert await store.bodies(catalog.topic) == [b"new"]
 
 
 # ---------------------------------------------------------------------- 5: paused

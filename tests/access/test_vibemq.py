@@ -30,6 +30,7 @@ from tests.access.conftest import (
     Seen,
     Store,
     change,
+    rotate_owner_token,
     seen_by,
     seen_by_websocket,
     until,
@@ -179,6 +180,36 @@ async def owner_receives(conn: Conn, queue: str, *expected: tuple[str, Any]) -> 
         assert (got["type"], got["id"], got["payload"]) == ("deliver", msg_id, payload), got
         await conn.send({"id": f"ack-{msg_id}", "type": "ack", "headers": {"messageId": msg_id}})
     assert await conn.silent(0.2)
+
+
+async def closed(conn: Conn) -> bool:
+    """True when the server ends the connection (within 5 s), without a frame first."""
+    try:
+        frame = await conn.recv(5.0)
+    except TimeoutError:
+        return False
+    except (asyncio.IncompleteReadError, ConnectionError, websockets.ConnectionClosed):
+        return True
+    raise AssertionError(f"unexpected frame {frame}")
+
+
+async def test_a_rotated_token_closes_the_connections_that_connected_with_it(
+    vibemq: Endpoint, catalog: Catalog, store: Store
+):
+    """Rotating the app's token in the console ends the sessions authenticated with the old
+    one — a subscriber too, which would otherwise get every new message; ``connect`` with
+    it is then AUTH_FAILED (brokers.engine.credentials)."""
+    subscriber = await session(vibemq, catalog.owner_token)
+    assert (await subscriber.call(subscribe(catalog.topic)))["type"] == "subscribeAck"
+    old_token = catalog.owner_token
+    await rotate_owner_token(catalog, vibemq.seen)
+    assert await closed(subscriber)
+    again = await vibemq.open()
+    reply = await again.call({"id": "h", "type": "connect", "headers": {"authToken": old_token}})
+    assert_error(reply, "h", "AUTH_FAILED")
+    fresh = await session(vibemq, catalog.owner_token)
+    await publish_ok(fresh, catalog.topic, "m1", "after")
+    await owner_receives(fresh, catalog.topic, ("m1", "after"))
 
 
 # ---------------------------------------------------------------------- 1, 2: no or bad token

@@ -24,6 +24,7 @@ from tests.access.conftest import (
     Seen,
     Store,
     change,
+    rotate_owner_token,
     seen_by,
 )
 from tests.zbus.conftest import Broker_, Raw, msg, running_broker
@@ -146,6 +147,29 @@ async def test_owner_produces_and_consumes_its_message_back(catalog: Catalog, co
     got = await consumer.recv()
     assert (got.status, got.msgid, got.msgid_raw, got.body) == (200, "c1", "p1", body)
     assert "token" not in got.headers  # the app token is not handed on (§5)
+
+
+@pytest.mark.parametrize("window", [1, -1], ids=["parked", "streaming"])
+async def test_a_rotated_token_ends_the_consumes_that_acted_on_it(
+    catalog: Catalog, conn, store: Store, seen: Seen, window: int
+):
+    """A consume parked or streaming with the app's old token would deliver until the
+    connection closed: rotating the token ends the connection, and a consume with it is
+    then 403 (brokers.engine.credentials)."""
+    consumer = await conn()
+    await consume(consumer, catalog.topic, "c1", catalog.owner_token, window=window)
+    assert await consumer.silent(0.3)
+    old_token = catalog.owner_token
+    await rotate_owner_token(catalog, seen)
+    assert await consumer.closed_by_peer()
+    owner = await conn()
+    ack = await produce(owner, catalog.topic, "p1", b"after", catalog.owner_token)
+    assert ack.status == 200
+    late = await conn()
+    await consume(late, catalog.topic, "c2", old_token)
+    refused = await late.recv()
+    assert (refused.status, refused.body) == (403, forbidden(catalog.topic, old_token))
+    await owner_consumes(owner, catalog, b"after")
 
 
 # ---------------------------------------------------------------------- 5: paused

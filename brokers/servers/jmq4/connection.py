@@ -50,7 +50,13 @@ async def add_connection(
                 f"app {req.app}: this connection is established for app {session.app}",
             )
         return response_frame(header, AddConnectionResponse(connection_id=session.connection_id))
+    credential = ctx.engine.credentials.hold(req.token, session.close)
+    if credential is None or credential.app != req.app:  # rotated meanwhile
+        if credential is not None:
+            credential.release()
+        raise Reject(Code.CN_AUTHENTICATION_ERROR, f"app {req.app} authentication failed")
     connection_id = session.establish(req.app, req.region, ctx.broker_id)
+    session.credential = credential
     ctx.engine.client_connected(session.address, req.app, "jmq4", req.language.name, req.version)
     return response_frame(header, AddConnectionResponse(connection_id=connection_id))
 

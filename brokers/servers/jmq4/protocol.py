@@ -53,7 +53,7 @@ class Jmq4Protocol(FlowControlled):
         """Remember the transport and the peer address."""
         self._transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername") or ("", 0)
-        self.session = Session(str(peer[0]), int(peer[1]))
+        self.session = Session(str(peer[0]), int(peer[1]), close=self.close)
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -64,6 +64,9 @@ class Jmq4Protocol(FlowControlled):
         self._connections.discard(self)
         self._transport = None
         self.ctx.engine.client_disconnected(self.session.address)
+        if self.session.credential is not None:
+            self.session.credential.release()
+            self.session.credential = None
         running = set(self._tasks)
         self._cancel_tasks()
         if running or self.session.locks or self.session.retries:

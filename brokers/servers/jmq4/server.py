@@ -61,6 +61,7 @@ async def start_jmq4_server(
     reuse_port: bool = False,
 ) -> Jmq4Server:
     """Listen for JMQ4 on ``host:port`` as broker ``broker_id`` (``port`` 0 picks a free one)."""
+    engine.credentials.follow(watcher)  # a rotated app token closes its connections
     ctx = ServerContext(
         engine=engine,
         catalog=lambda: watcher.current,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from brokers.engine import CatalogSnapshot
+from brokers.engine import CatalogSnapshot, Credential
 from brokers.protocols.jmq4 import Code, validate_name
 from brokers.servers.jmq4.errors import Reject
 from brokers.servers.jmq4.sendtime import SendTimeBaseline
@@ -34,6 +35,11 @@ class Session:
     """(topic, app, owner) of FETCH_TOPIC_MESSAGE requests cancelled while they ran: one
     may have taken a lock in Redis whose token never came back, known only by its owner
     (the connection id)."""
+    credential: Credential | None = None
+    """The app token ADD_CONNECTION authenticated with, held while the connection lasts:
+    rotating it in the console closes the connection (:mod:`brokers.engine.credentials`)."""
+    close: Callable[[], None] = lambda: None
+    """Closes the connection (set by the protocol)."""
 
     @property
     def established(self) -> bool:
@@ -55,7 +61,10 @@ class Session:
         return self.connection_id
 
     def reset(self) -> None:
-        """Forget the connection (REMOVE_CONNECTION)."""
+        """Forget the connection (REMOVE_CONNECTION, or the connection closed)."""
+        if self.credential is not None:
+            self.credential.release()
+            self.credential = None
         self.connection_id = self.app = self.region = ""
         self.consumers.clear()
         self.producers.clear()

@@ -77,9 +77,11 @@ def _connect(session: Session, frame: Connect) -> None:
         )
     token = frame.auth_token
     if token:
-        app = session.ctx.snapshot.app_for_token(token)
-        if app is None:
+        credential = session.ctx.engine.credentials.hold(token, session.revoked)
+        app = session.ctx.snapshot.apps.get(credential.app) if credential is not None else None
+        if credential is None or app is None:
             return session.error(ErrorCode.AUTH_FAILED, "unknown app token", frame.id)
+        session.hold(credential)
         session.app = app
     elif session.ctx.config.auth_required:
         return session.error(ErrorCode.AUTH_REQUIRED, "headers.authToken required", frame.id)

@@ -84,6 +84,7 @@ async def start_vibemq_server(
 ) -> VibeMQServer:
     """Listen for VibeMQ on ``host:port`` as broker ``broker_id`` (``port`` 0 picks one);
     ``read_ahead``: the process's budget (default: one of its own)."""
+    engine.credentials.follow(watcher)  # a rotated app token closes its connections
     ctx = ServerContext(
         engine=engine, watcher=watcher, config=config or ServerConfig(), broker_id=broker_id
     )

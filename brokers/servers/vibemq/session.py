@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from brokers.engine import AppInfo, Delivery, EngineError, cancel_and_wait
+from brokers.engine import AppInfo, Credential, Delivery, EngineError, cancel_and_wait
 from brokers.protocols.vibemq import (
     Ack,
     ErrorCode,
@@ -106,6 +106,9 @@ class Session:
         ``peer`` (the host alone) groups subscribers and feeds the connection limits."""
         self.key = uuid.uuid4().hex
         self.app: AppInfo | None = None
+        self.credential: Credential | None = None
+        """The app token ``connect`` authenticated with, held while the connection lasts:
+        rotating it in the console closes the connection (:mod:`brokers.engine.credentials`)."""
         self.client_id: str | None = None
         """``headers.clientId`` of connect: names a durable fan-out subscriber."""
         self.client_version = ""
@@ -563,12 +566,26 @@ class Session:
         if self.authenticated:
             self.settle_acks([event for event in events if isinstance(event, Ack)], admit=False)
 
+    def hold(self, credential: Credential | None) -> None:
+        """Act on ``credential`` from now on (None: on none), releasing the one before."""
+        if self.credential is not None:
+            self.credential.release()
+        self.credential = credential
+
+    def revoked(self) -> None:
+        """The token this connection authenticated with was revoked: it ends (§1's close,
+        as for a frame it cannot take; the client's next ``connect`` gets AUTH_FAILED)."""
+        self.credential = None
+        if not self.closed:
+            self.transport.close()
+
     async def close(self) -> None:
         """The connection is gone: unsubscribe, return unacked leases to the queue head."""
         if self.closed:
             return
         self.closed = True
         self.ctx.engine.client_disconnected(self.address)
+        self.hold(None)
         self._settled.set()
         self.hub.sessions.discard(self)
         if self._task is not None and self._task is not asyncio.current_task():

@@ -46,6 +46,11 @@ class Connection:
         self.client_app = ""
         """The app this connection's client is listed under (:func:`.produce.note_client`):
         the last one a request acted as."""
+        self.end: Callable[[], None] = lambda: None
+        """Closes the connection (set by the protocol, without a reference back to it)."""
+        self.held_tokens: set[str] = set()
+        """App tokens consumes on this connection acted on, held with the engine: rotating
+        one in the console ends the connection (:mod:`brokers.engine.credentials`)."""
         self.consuming: tuple[Any, ...] | None = None
         """(weak reference to the catalog snapshot, MQ, token, queue, acting app, gate's
         answer) of this connection's last consume done at once (see

@@ -75,7 +75,21 @@ def consumer_gate(
     if mq.topic is None:
         return app, True
     note_client(ctx, conn, app)
-    return app, ctx.engine.authorize_consumer(mq.code, app, conn.remote_addr)
+    allowed = ctx.engine.authorize_consumer(mq.code, app, conn.remote_addr)
+    if token and token not in conn.held_tokens:
+        hold_token(ctx, conn, token)
+    return app, allowed
+
+
+def hold_token(ctx: ServerContext, conn: Connection, token: str) -> None:
+    """Hold an app ``token`` a consume acts on for as long as ``conn`` lasts: a session it
+    opened (a parked or streaming consume) must not outlive the token, so rotating it
+    ends the connection; the client's next consume with it gets 403. An MQ's own
+    access token is no app's: nothing to hold."""
+    credential = ctx.engine.credentials.hold(token, conn.end)
+    if credential is not None:
+        conn.held_tokens.add(token)
+        conn.on_close(credential.release)
 
 
 def note_client(ctx: ServerContext, conn: Connection, app: str) -> None:

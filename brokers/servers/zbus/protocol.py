@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections.abc import Callable
 
 from brokers.protocols.zbus import Decoder, Message, ZbusDecodeError, make_reply
 from brokers.servers import turnwrite
@@ -60,6 +62,7 @@ class ZbusProtocol(FlowControlled):
         # protocol made a cycle, and what it held (its MQ runtime, catalog snapshot) waited
         # for a full collection, rare with the broker's GC thresholds, after it closed
         self.conn = Connection(_peer(transport), self._out.write, self._out.buffered)
+        self.conn.end = _closer(weakref.ref(self))  # no cycle back to the protocol
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -140,3 +143,14 @@ class ZbusProtocol(FlowControlled):
         """Close the connection after flushing what was written (queued writes first)."""
         self._out.flush()
         super().close()
+
+
+def _closer(protocol: weakref.ref[ZbusProtocol]) -> Callable[[], None]:
+    """Closes the connection of ``protocol`` while it lives."""
+
+    def end() -> None:
+        proto = protocol()
+        if proto is not None:
+            proto.close()
+
+    return end

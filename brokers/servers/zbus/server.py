@@ -94,6 +94,7 @@ async def start_zbus_server(
     one); ``read_ahead``: the process's budget (default: one of its own)."""
     config = config or ZbusConfig.from_environment()
     connections: set[ZbusProtocol] = set()
+    engine.credentials.follow(watcher)  # a rotated app token closes its connections
     ctx = ServerContext(
         engine=engine, watcher=watcher, broker_id=broker_id, address="", config=config
     )
