@@ -18,19 +18,20 @@ pair:
 * **VibeMQ** (TCP and WebSocket alike): ``id`` = ``messageId``, else the zbus ``msgid``,
   else the businessId, else the index; ``payload`` = the JSON value for
   ``:content-type: application/json``, else the body as a string when it is UTF-8, else its
-  base64 with the header ``encoding: base64`` (no payload for an empty body); ``headers`` =
-  every property but ``messageId`` and the ``:``-pseudo-properties, names as stored, plus
-  ``deliveryAttempts: 1``.
+  base64 with the frame's field ``"encoding": "base64"`` (no payload for an empty body);
+  ``headers`` = every property but ``messageId`` and the ``:``-pseudo-properties, names as
+  stored (a producer's own ``encoding`` among them), plus ``deliveryAttempts: 1``.
 * **HTTP-MQ**: ``message`` = the body as UTF-8 text, else base64 with
   ``"encoding": "base64"``; ``properties`` = the whole properties map (absent when empty);
   ``messageId`` = the proxy's id of (topic, partition, index); a store ``timestamp``.
 
 Producers: JMQ4 sends a non-UTF-8 body with businessId and attributes (escaped and non-ASCII
 values), a text body without either, and a JSON-looking text body; zbus a non-UTF-8 body
-with mixed-case headers and a response-shaped message (status 201); VibeMQ a plain string,
-a JSON object and a string that looks like JSON; HTTP-MQ a text with ``keys`` (businessId +
-property ``KEYS``) and a JSON-looking text without keys. (VibeMQ and HTTP-MQ cannot carry a
-non-UTF-8 body.)
+with mixed-case headers (``Encoding: gbk`` among them) and a response-shaped message (status
+201); VibeMQ a plain string, a JSON object, a string that looks like JSON and a non-UTF-8
+body (its payload base64 with ``"encoding": "base64"``, beside a header ``encoding: gbk``);
+HTTP-MQ a text with ``keys`` (businessId + property ``KEYS``) and a JSON-looking text
+without keys. (HTTP-MQ cannot carry a non-UTF-8 body.)
 """
 
 from __future__ import annotations
@@ -224,6 +225,7 @@ async def produce_zbus(world: World, topic: str, conns: Conns) -> list[Sent]:
             token,
             "X-Trace-Id: t-1",
             f"Note: {NOTE}",
+            "Encoding: gbk",
             body=BINARY,
         )
     )
@@ -236,7 +238,14 @@ async def produce_zbus(world: World, topic: str, conns: Conns) -> list[Sent]:
         Sent(
             "binary",
             BINARY,
-            {**common, "msgid": "z1", "x-trace-id": "t-1", "note": NOTE, **stamped},
+            {
+                **common,
+                "msgid": "z1",
+                "x-trace-id": "t-1",
+                "note": NOTE,
+                "encoding": "gbk",
+                **stamped,
+            },
         )
     )
 
@@ -401,6 +410,7 @@ VIBEMQ_MESSAGES = (
     ("string", "v1", "plain ✓ text", {"correlationId": "corr-1", "X-Mixed": "Value ü"}),
     ("json object", "v2", {"k": "v", "n": [1, 2, None, True], "u": "ünï ✓"}, {"kind": "json"}),
     ("json-looking string", "v3", '{"a":1}', {}),
+    ("binary", "v4", BINARY, {"encoding": "gbk"}),
 )
 
 
@@ -409,7 +419,11 @@ async def produce_vibemq(world: World, transport: str, topic: str, conns: Conns)
     sent: list[Sent] = []
     for label, msg_id, payload, headers in VIBEMQ_MESSAGES:
         frame: dict[str, Any] = {"id": msg_id, "type": "publish", "queue": topic}
-        frame["payload"] = payload
+        if isinstance(payload, bytes):  # a binary body: its base64, so marked
+            frame["payload"] = base64.b64encode(payload).decode("ascii")
+            frame["encoding"] = "base64"
+        else:
+            frame["payload"] = payload
         if headers:
             frame["headers"] = headers
         ack = await conn.call(frame)
@@ -419,7 +433,9 @@ async def produce_vibemq(world: World, transport: str, topic: str, conns: Conns)
             msg_id,
         ), ack
         props = {**headers, "messageId": msg_id}
-        if isinstance(payload, str):
+        if isinstance(payload, bytes):
+            body = payload
+        elif isinstance(payload, str):
             body = payload.encode("utf-8")  # a string payload: its text, no JSON quotes
         else:
             body = msgspec.json.encode(payload)  # its JSON text as it went on the wire
@@ -449,6 +465,7 @@ async def consume_vibemq(world: World, transport: str, topic: str, n: int, conns
             "id": f.get("id"),
             "queue": f.get("queue"),
             "payload": f.get("payload", NO_PAYLOAD),
+            "encoding": f.get("encoding"),
             "headers": f.get("headers", {}),
         }
         for f in delivered
@@ -467,6 +484,7 @@ def vibemq_view(sent: Sent, index: int, topic: str) -> dict[str, Any]:
     props = sent.properties
     headers = {k: v for k, v in props.items() if k != "messageId" and not k.startswith(":")}
     payload: Any
+    encoding = None
     if not sent.body:
         payload = NO_PAYLOAD
     elif props.get(":content-type") == JSON:
@@ -476,10 +494,16 @@ def vibemq_view(sent: Sent, index: int, topic: str) -> dict[str, Any]:
             payload = sent.body.decode("utf-8")
         except UnicodeDecodeError:
             payload = base64.b64encode(sent.body).decode("ascii")
-            headers["encoding"] = "base64"
+            encoding = "base64"
     headers["deliveryAttempts"] = "1"
     msg_id = props.get("messageId") or props.get("msgid") or sent.business_id or str(index)
-    return {"id": msg_id, "queue": topic, "payload": payload, "headers": headers}
+    return {
+        "id": msg_id,
+        "queue": topic,
+        "payload": payload,
+        "encoding": encoding,
+        "headers": headers,
+    }
 
 
 async def vibemq_counts(

@@ -123,6 +123,42 @@ async def test_unparseable_frames_get_invalid_message_then_close(raw, body):
     assert await asyncio.wait_for(r.reader.read(), 5) == b""
 
 
+async def test_a_binary_publish_reaches_a_subscriber_as_the_same_bytes(raw, catalog):
+    """``"encoding": "base64"`` beside a publish's payload stores the bytes it holds; the
+    subscriber gets them back so, with the publisher's headers (its own ``encoding``)
+    untouched."""
+    r = await connected(raw, catalog)
+    r.send(
+        {
+            "id": "b1",
+            "type": "publish",
+            "queue": "bin",
+            "payload": "/wDW0A==",
+            "encoding": "base64",
+            "headers": {"encoding": "gbk"},
+        }
+    )
+    assert (await r.recv())["type"] == "publishAck"
+    r.send(
+        {
+            "id": "t1",
+            "type": "publish",
+            "queue": "bin",
+            "payload": "p",
+            "headers": {"encoding": "base64"},
+        }
+    )
+    assert (await r.recv())["type"] == "publishAck"
+    r.send({"id": "s", "type": "subscribe", "queue": "bin"})
+    assert (await r.recv())["type"] == "subscribeAck"
+    got = {f["id"]: f for f in (await r.recv(), await r.recv())}  # in any order
+    first, second = got["b1"], got["t1"]
+    assert (first["id"], first["payload"], first["encoding"]) == ("b1", "/wDW0A==", "base64")
+    assert first["headers"] == {"encoding": "gbk", "deliveryAttempts": "1"}
+    assert (second["id"], second["payload"], "encoding" in second) == ("t1", "p", False)
+    assert second["headers"] == {"encoding": "base64", "deliveryAttempts": "1"}
+
+
 async def test_publish_subscribe_unsubscribe_ack_shapes(raw, catalog):
     r = await connected(raw, catalog)
     r.send({"id": "m1", "type": "Publish", "queue": "orders", "payload": {"a": [1, 2.5, None]}})

@@ -4,13 +4,15 @@ record holds: any protocol's properties, ids, content types and bodies."""
 
 from __future__ import annotations
 
+import base64
+
 import msgspec
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from brokers.engine import Delivery, encode_record, record_parts
 from brokers.engine import Message as EngineMessage
-from brokers.protocols.vibemq import Publish
+from brokers.protocols.vibemq import Publish, decode_json
 from brokers.servers.vibemq.messages import (
     _deliver_from_text,
     _deliver_from_view,
@@ -120,3 +122,50 @@ def test_a_publishers_status_header_does_not_make_a_zbus_response() -> None:
     wire = delivery_bytes(record, msgid="c1")
     assert wire.startswith(b"HTTP/1.1 200 OK\r\n"), wire[:40]
     assert b"\r\nk: v\r\n" in wire and b"500" not in wire.split(b"\r\n\r\n")[0]
+
+
+def _deliver(properties: dict[str, str], body: bytes) -> dict:
+    record = encode_record(
+        EngineMessage(body, attributes=properties), app="a", now_ms=1_700_000_000_000
+    )[0]
+    return msgspec.json.decode(deliver_json("q1", Delivery(0, 7, 1, record))[1])
+
+
+def test_a_non_utf8_body_is_marked_beside_the_payload_not_in_the_headers() -> None:
+    """A body that is not UTF-8 goes as base64 with the frame's field ``encoding``; the
+    producer's headers stay as they were (before, the marker was the header ``encoding``:
+    a zbus producer's ``encoding: gbk`` was overwritten with ``base64`` and lost)."""
+    gbk = "中文消息".encode("gbk")
+    frame = _deliver({"msgid": "z1", "encoding": "gbk", "x": "y"}, gbk)
+    assert frame["encoding"] == "base64" and base64.b64decode(frame["payload"]) == gbk
+    assert frame["headers"] == {"msgid": "z1", "encoding": "gbk", "x": "y", "deliveryAttempts": "1"}
+
+
+def test_a_producers_encoding_header_marks_nothing() -> None:
+    """A UTF-8 body with a producer's header ``encoding: base64`` (zbus, or a VibeMQ
+    publisher's header) is delivered as the text it is, with no ``encoding`` field: a
+    client that honours the field does not decode "hello" into other bytes."""
+    frame = _deliver({"msgid": "z2", "encoding": "base64"}, b"hello")
+    assert "encoding" not in frame and frame["payload"] == "hello"
+    assert frame["headers"]["encoding"] == "base64"
+    published = Publish(id="v1", queue="q1", payload="p", headers={"encoding": "base64"})
+    record = encode_record(to_message(published), app="a", now_ms=1_700_000_000_000)[0]
+    back = msgspec.json.decode(deliver_json("q1", Delivery(0, 7, 1, record))[1])
+    assert "encoding" not in back and back["payload"] == "p"
+    assert back["headers"] == {"encoding": "base64", "deliveryAttempts": "1"}
+
+
+def test_a_binary_publish_stores_its_bytes_and_comes_back_marked() -> None:
+    """``"encoding": "base64"`` on a publish stores the bytes the payload holds (what a
+    zbus or JMQ4 consumer reads as they are); delivered, they come back the same way."""
+    published = decode_json(
+        b'{"id":"b1","type":"publish","queue":"q1","payload":"/wDW0A==","encoding":"base64",'
+        b'"headers":{"encoding":"gbk"}}'
+    )
+    assert isinstance(published, Publish)
+    message = to_message(published)
+    assert message.body == b"\xff\x00\xd6\xd0" and message.attributes["encoding"] == "gbk"
+    record = encode_record(message, app="a", now_ms=1_700_000_000_000)[0]
+    frame = msgspec.json.decode(deliver_json("q1", Delivery(0, 7, 1, record))[1])
+    assert (frame["id"], frame["payload"], frame["encoding"]) == ("b1", "/wDW0A==", "base64")
+    assert frame["headers"] == {"encoding": "gbk", "deliveryAttempts": "1"}

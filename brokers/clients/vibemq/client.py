@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from brokers.protocols.vibemq import (
+    BASE64,
     Ack,
     Connect,
     CreateQueue,
@@ -198,8 +199,15 @@ class VibeMQClient:
         hdrs = dict(headers or {})
         if priority is not None:
             hdrs["priority"] = priority
-        raw = msgspec.Raw(msgspec.json.encode(payload))
-        return Publish(id=message_id or self.next_id(), queue=queue, payload=raw, headers=hdrs)
+        raw = msgspec.Raw(msgspec.json.encode(payload))  # bytes: their base64
+        encoding = BASE64 if isinstance(payload, bytes | bytearray | memoryview) else None
+        return Publish(
+            id=message_id or self.next_id(),
+            queue=queue,
+            payload=raw,
+            encoding=encoding,
+            headers=hdrs,
+        )
 
     async def publish(
         self,
@@ -210,7 +218,9 @@ class VibeMQClient:
         priority: str | None = None,
         message_id: str | None = None,
     ) -> PublishAck:
-        """Publish and wait for ``publishAck`` (the message is stored)."""
+        """Publish and wait for ``publishAck`` (the message is stored). A ``bytes``
+        payload is the body as it is (sent as base64 with ``"encoding": "base64"``), and
+        comes back to a subscriber of this client as ``bytes``."""
         frame = self._publish_frame(queue, payload, headers, priority, message_id)
         return await self.request(frame)  # type: ignore[return-value]
 

@@ -51,6 +51,7 @@ from brokers.protocols.vibemq.errors import (
     ZeroLengthFrame,
 )
 from brokers.protocols.vibemq.frames import (
+    BASE64,
     Ack,
     Connect,
     ConnectAck,
@@ -93,6 +94,7 @@ from brokers.protocols.vibemq.stream import FrameDecoder
 from brokers.protocols.vibemq.validation import is_valid_queue_name
 
 __all__ = [
+    "BASE64",
     "MAX_FRAME_SIZE",
     "SCHEMA_VERSION",
     "SERVER_ONLY_TYPES",

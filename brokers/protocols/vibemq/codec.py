@@ -2,13 +2,19 @@
 
 :func:`decode_json` is what a WebSocket text frame goes through directly and what the TCP
 stream decoder applies to each length-prefixed body. Checks run in this order, the first
-failure raising: UTF-8 → JSON object (both close the connection) → ``id`` → ``type`` →
-``queue`` → ``headers``. Unknown fields are ignored. On output, absent (``None``) fields and
-empty ``headers`` are omitted, keys come in the spec's order and ``schemaVersion`` is ``"1.0"``.
+failure raising: UTF-8 → JSON object (both close the connection) → ``id`` → ``type`` → ``queue`` → ``headers`` → ``encoding``. Unknown
+fields are ignored. On output, absent (``None``) fields and empty ``headers`` are omitted,
+keys come in the spec's order and ``schemaVersion`` is ``"1.0"``.
+
+``encoding`` (:data:`~brokers.protocols.vibemq.frames.BASE64`, a broker extension) is read
+on ``publish`` and ``deliver``: the payload is then a base64 string, decoded to the body's
+bytes, and anything else there is ``INVALID_MESSAGE``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +29,7 @@ from brokers.protocols.vibemq.errors import (
     InvalidUtf8,
     UnknownCommand,
 )
-from brokers.protocols.vibemq.frames import FRAME_CLASSES, Frame
+from brokers.protocols.vibemq.frames import BASE64, FRAME_CLASSES, Frame
 from brokers.protocols.vibemq.validation import MAX_HEADERS, check_headers, check_queue, valid_id
 
 SCHEMA_VERSION = "1.0"
@@ -44,10 +50,13 @@ QUEUE_REQUIRED = frozenset(
 )
 _NO_PAYLOAD = (msgspec.Raw(), msgspec.Raw(b"null"))
 _FIELDS_OF = {
-    kind: tuple(name in cls.__struct_fields__ for name in ("queue", "headers", "payload"))
+    kind: tuple(
+        name in cls.__struct_fields__ for name in ("queue", "headers", "payload", "encoding")
+    )
     for kind, cls in FRAME_CLASSES.items()
 }
-"""Frame type → whether its class has a ``queue``, ``headers`` and ``payload`` field."""
+"""Frame type → whether its class has a ``queue``, ``headers``, ``payload`` and
+``encoding`` field."""
 
 
 class _Envelope(msgspec.Struct, rename="camel"):
@@ -60,6 +69,7 @@ class _Envelope(msgspec.Struct, rename="camel"):
     type: msgspec.Raw = msgspec.Raw()
     queue: msgspec.Raw = msgspec.Raw()
     payload: msgspec.Raw = msgspec.Raw()
+    encoding: msgspec.Raw = msgspec.Raw()
     headers: msgspec.Raw = msgspec.Raw()
     error_code: msgspec.Raw = msgspec.Raw()
     error_message: msgspec.Raw = msgspec.Raw()
@@ -107,6 +117,7 @@ class _Wire(msgspec.Struct, omit_defaults=True, rename="camel"):
     type: str = ""
     queue: str | None = None
     payload: Any = None
+    encoding: str | None = None
     headers: dict[str, str] | None = None
     error_code: str | None = None
     error_message: str | None = None
@@ -122,6 +133,7 @@ class _Small(msgspec.Struct, rename="camel"):
     type: str | None = None
     queue: str | None = None
     payload: msgspec.Raw = msgspec.Raw()
+    encoding: str | None = None
     headers: dict[str, str] | None = None
     error_code: str | None = None
     error_message: str | None = None
@@ -146,6 +158,24 @@ def _envelope(data: bytes | str) -> _Envelope:
         raise InvalidJson(f"frame is not a JSON object: {exc}") from None
     except RecursionError:  # valid JSON, perhaps, but past what the decoder may recurse
         raise InvalidJson("frame nests arrays or objects too deeply (hundreds of levels)") from None
+
+
+def _binary_payload(encoding: Any, payload: msgspec.Raw, rid: str | None) -> bytes:
+    """The body bytes of a frame with an ``encoding`` field (see :data:`BASE64`)."""
+    if encoding != BASE64:
+        raise InvalidMessage(
+            f"encoding must be {BASE64!r} (a base64 payload) or absent", request_id=rid
+        )
+    try:
+        text = msgspec.json.decode(payload, type=str) if payload else None
+    except msgspec.DecodeError:
+        text = None
+    if text is None:
+        raise InvalidMessage("encoding base64 needs a payload string", request_id=rid)
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidMessage("payload is not base64 (encoding base64)", request_id=rid) from None
 
 
 def _small(data: bytes | str) -> _Small | None:
@@ -175,6 +205,7 @@ def decode_json(data: bytes | str, *, accept_server_frames: bool = False) -> Fra
         rid, type_, queue_ = valid_id(small.id), small.type, small.queue
         headers_ = small.headers
         payload, code, text = small.payload, small.error_code, small.error_message
+        encoding_: Any = small.encoding
     else:  # field by field, each within its size, for precise errors
         env = _envelope(data)
         rid = valid_id(_field(env.id, SHORT_FIELD_BYTES))
@@ -182,6 +213,7 @@ def decode_json(data: bytes | str, *, accept_server_frames: bool = False) -> Fra
         queue_ = _field(env.queue, SHORT_FIELD_BYTES)
         headers_ = _headers(env.headers)
         payload = env.payload
+        encoding_ = env.encoding or None  # decoded below, for the frames that have it
         code = _field(env.error_code, SHORT_FIELD_BYTES)
         text = _field(env.error_message, LONG_FIELD_BYTES)
     kind = CommandType.parse(type_)
@@ -192,7 +224,7 @@ def decode_json(data: bytes | str, *, accept_server_frames: bool = False) -> Fra
     if kind is None or (kind in SERVER_ONLY_TYPES and not accept_server_frames):
         raise UnknownCommand(f"unknown command type {str(type_)[:64]!r}", request_id=rid)
     cls = FRAME_CLASSES[kind]
-    has_queue, has_headers, has_payload = _FIELDS_OF[kind]
+    has_queue, has_headers, has_payload, has_encoding = _FIELDS_OF[kind]
     fields: dict[str, Any] = {"id": rid}
     if queue_ is not None or kind in QUEUE_REQUIRED:
         queue = check_queue(queue_, rid)
@@ -201,7 +233,12 @@ def decode_json(data: bytes | str, *, accept_server_frames: bool = False) -> Fra
     headers = check_headers(headers_, rid)
     if has_headers:
         fields["headers"] = headers
-    if has_payload and payload not in _NO_PAYLOAD:
+    if has_encoding and isinstance(encoding_, msgspec.Raw):
+        encoding_ = _field(encoding_, SHORT_FIELD_BYTES)
+    if has_encoding and encoding_ is not None:
+        fields["payload"] = _binary_payload(encoding_, payload, rid)
+        fields["encoding"] = BASE64
+    elif has_payload and payload not in _NO_PAYLOAD:
         fields["payload"] = payload
     if kind is CommandType.ERROR:
         if not isinstance(code, str) or not isinstance(text, str | None):
@@ -218,6 +255,7 @@ def encode_json(frame: Frame) -> bytes:
         type=frame.TYPE.value,
         queue=getattr(frame, "queue", None),
         payload=getattr(frame, "payload", None),
+        encoding=getattr(frame, "encoding", None),
         headers=getattr(frame, "headers", None) or None,
         error_code=getattr(frame, "error_code", None),
         error_message=getattr(frame, "error_message", None),
@@ -234,20 +272,31 @@ _DELIVER_QUEUE = b',"type":"' + CommandType.DELIVER.value.encode() + b'","queue"
 _DELIVER_TAIL = b',"schemaVersion":' + msgspec.json.encode(SCHEMA_VERSION) + b"}"
 
 
-def encode_deliver(message_id: str, queue: str, payload: Any, headers: dict[str, str]) -> bytes:
-    """``encode_json(Deliver(id=message_id, queue=queue, payload=payload, headers=headers))``,
-    the same bytes written in one pass: a server writes one per message delivered."""
+def encode_deliver(
+    message_id: str,
+    queue: str,
+    payload: Any,
+    headers: dict[str, str],
+    encoding: str | None = None,
+) -> bytes:
+    """``encode_json(Deliver(id=message_id, queue=queue, payload=payload, headers=headers,
+    encoding=encoding))``, the same bytes written in one pass: a server writes one per
+    message delivered."""
     encode = _ENCODER.encode
     try:
         payload_json = None if payload is None else encode(payload)
         headers_json = encode(headers) if headers else None
     except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
         raise EncodeError(f"cannot encode deliver frame: {exc}") from None
-    return encode_deliver_json(message_id, queue, payload_json, headers_json)
+    return encode_deliver_json(message_id, queue, payload_json, headers_json, encoding)
 
 
 def encode_deliver_json(
-    message_id: str, queue: str, payload_json: bytes | None, headers_json: bytes | None
+    message_id: str,
+    queue: str,
+    payload_json: bytes | None,
+    headers_json: bytes | None,
+    encoding: str | None = None,
 ) -> bytes:
     """:func:`encode_deliver` of a payload and headers already JSON text (None: left
     out) — a server that keeps the JSON of a producer's recurring headers writes the
@@ -256,10 +305,14 @@ def encode_deliver_json(
     encode = _ENCODER.encode
     try:
         parts = [_DELIVER_HEAD, encode(message_id), _DELIVER_QUEUE, encode(queue)]
+        if encoding is not None:
+            encoding_json = encode(encoding)
     except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
         raise EncodeError(f"cannot encode deliver frame: {exc}") from None
     if payload_json is not None:
         parts += (b',"payload":', payload_json)
+    if encoding is not None:
+        parts += (b',"encoding":', encoding_json)
     if headers_json is not None:
         parts += (b',"headers":', headers_json)
     parts.append(_DELIVER_TAIL)

@@ -75,13 +75,24 @@ class Pong(_Frame):
     id: str
 
 
+BASE64 = "base64"
+"""The one value of the broker's ``encoding`` field (a broker extension, not in vibemq.md):
+the frame's ``payload`` is a JSON string holding the base64 of the message's body bytes.
+It is a top-level field, beside the payload it describes, so it never shares the
+namespace of the publisher's ``headers`` (which travel untouched); a spec client ignores
+it as an unknown field. Decoded, such a frame's ``payload`` is the body as ``bytes``
+(which msgspec writes back as base64)."""
+
+
 class Publish(_Frame):
-    """C→S. ``id`` is also the message id; ``headers`` are stored and delivered."""
+    """C→S. ``id`` is also the message id; ``headers`` are stored and delivered.
+    ``encoding`` :data:`BASE64`: ``payload`` is the body's bytes (a binary body)."""
 
     TYPE = CommandType.PUBLISH
     id: str
     queue: str
     payload: Any = None
+    encoding: str | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
 
     @property
@@ -134,12 +145,14 @@ class UnsubscribeAck(_Frame):
 
 
 class Deliver(_Frame):
-    """S→C. ``id`` is the message id; publisher headers plus ``deliveryAttempts``."""
+    """S→C. ``id`` is the message id; publisher headers plus ``deliveryAttempts``.
+    ``encoding`` :data:`BASE64`: the body is not UTF-8 and ``payload`` is its bytes."""
 
     TYPE = CommandType.DELIVER
     id: str
     queue: str
     payload: Any = None
+    encoding: str | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
 
 

@@ -1,7 +1,8 @@
 """VibeMQ messages ⇄ engine records, through the record's one properties map.
 
 A published message is stored as one engine record whose body is bytes every protocol
-reads as they are: a string payload as its UTF-8 text (no JSON quotes), any other JSON
+reads as they are: a string payload as its UTF-8 text (no JSON quotes), a base64 one
+(``"encoding": "base64"`` beside it) as the bytes it holds, any other JSON
 value as its JSON text with the pseudo-property ``:content-type: application/json``
 (``null`` too, so it stays apart from the empty string). The publisher's headers are the properties, with the message id as ``messageId`` (ids may be
 longer than a JMQ4 businessId; a header named ``:x`` is stored as ``::x``, not as a
@@ -9,7 +10,8 @@ pseudo-property: :func:`~brokers.engine.client_property`), and the priority is t
 
 Delivered back, a record written by any protocol becomes a JSON payload: the JSON value
 for ``application/json``, else the body as a JSON string when it is UTF-8, else its base64
-with the header ``encoding: base64`` (never replaced by U+FFFD). The id is ``messageId``,
+with the frame's top-level field ``"encoding": "base64"`` (never replaced by U+FFFD; the
+publisher's headers, an ``encoding`` of its own among them, go untouched). The id is ``messageId``,
 else zbus's ``msgid``, else the businessId, else the index.
 """
 
@@ -32,7 +34,7 @@ from brokers.engine import (
     record_parts,
     split_attribute_text,
 )
-from brokers.protocols.vibemq import Header, Publish, encode_deliver, encode_deliver_json
+from brokers.protocols.vibemq import BASE64, Header, Publish, encode_deliver, encode_deliver_json
 from brokers.servers.bounded import keep
 
 ID_PROPERTY = "messageId"
@@ -40,7 +42,6 @@ CONTENT_TYPE = ":content-type"
 """A pseudo-property (no header is named so): set on JSON values, so they come back as
 JSON; VibeMQ and zbus deliveries leave pseudo-properties out."""
 JSON = "application/json"
-ENCODING = "encoding"
 DELIVERY_ATTEMPTS = Header.DELIVERY_ATTEMPTS
 MARK = b"vm1\0"
 """The record extension of messages published over VibeMQ: the console's message browser
@@ -59,6 +60,8 @@ def to_message(frame: Publish) -> Message:
         properties[CONTENT_TYPE] = JSON
     elif isinstance(payload, str):
         body = payload.encode("utf-8")
+    elif isinstance(payload, bytes):  # "encoding": "base64", decoded by the codec
+        body = payload
     else:
         raw = bytes(payload) if isinstance(payload, msgspec.Raw) else msgspec.json.encode(payload)
         if raw[:1] == b'"':  # a JSON string: its text
@@ -120,12 +123,14 @@ def _deliver_from_view(queue: str, delivery: Delivery, attempts: int) -> tuple[s
     message_id = headers.pop(ID_PROPERTY, None) or props.get("msgid") or stored.business_id
     message_id = message_id or str(delivery.index)
     payload = _payload_json(stored.body, props.get(CONTENT_TYPE, ""))
+    encoding = None
     if payload is False:
-        headers[ENCODING] = "base64"
+        encoding = BASE64
         payload = _encode(base64.b64encode(stored.body).decode("ascii"))
     headers[DELIVERY_ATTEMPTS] = str(attempts)
     raw = None if payload is None else msgspec.Raw(payload)
-    return message_id, encode_deliver(message_id, queue, raw, headers), stored.store_time_ms
+    frame = encode_deliver(message_id, queue, raw, headers, encoding)
+    return message_id, frame, stored.store_time_ms
 
 
 _Block = tuple[bytes, str] | None

@@ -55,3 +55,15 @@ def test_same_bytes_as_the_generic_encoder(message_id, queue, payload, headers) 
 def test_a_payload_json_cannot_hold_is_an_encode_error() -> None:
     with pytest.raises(EncodeError):
         encode_deliver("m1", "q", object(), {})
+
+
+@settings(max_examples=100, deadline=None)
+@given(body=st.binary(max_size=40), headers=_HEADERS)
+def test_a_binary_body_goes_as_base64_beside_untouched_headers(body, headers) -> None:
+    """``encoding`` is a field of the frame, not a header: the publisher's headers (an
+    ``encoding`` of their own among them) come back as they were, and the payload as the
+    body's bytes."""
+    frame = Deliver(id="m", queue="q", payload=body, headers=headers, encoding="base64")
+    encoded = encode_deliver("m", "q", body, headers, "base64")
+    assert encoded == encode_json(frame)
+    assert decode_json(encoded, accept_server_frames=True) == frame

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from brokers.protocols.vibemq import (
     SERVER_ONLY_TYPES,
     CommandType,
+    Deliver,
     Disconnect,
     EncodeError,
     Error,
@@ -285,3 +287,59 @@ def test_a_frame_nested_too_deeply_says_so() -> None:
     shallow = b'{"id": "x", "type": "publish", "queue": "q", "payload": ' + b"[" * 100
     frame = decode_json(shallow + b"]" * 100 + b"}")
     assert type(frame).__name__ == "Publish" and frame.queue == "q"
+
+
+def test_a_base64_payload_is_the_body_bytes_both_ways() -> None:
+    """The broker's ``encoding`` field (not the publisher's headers) says the payload is the
+    base64 of the body: a ``publish`` so carries a binary body, a ``deliver`` so carries a
+    body that is not UTF-8; the headers, an ``encoding`` header among them, stay as sent."""
+    text = (
+        b'{"id": "b", "type": "publish", "queue": "q", "payload": "/wDW0A==",'
+        b' "encoding": "base64", "headers": {"encoding": "gbk"}}'
+    )
+    frame = decode_json(text)
+    assert frame == Publish(
+        id="b",
+        queue="q",
+        payload=b"\xff\x00\xd6\xd0",
+        encoding="base64",
+        headers={"encoding": "gbk"},
+    )
+    assert msgspec.json.decode(encode_json(frame)) == {
+        "id": "b",
+        "type": "publish",
+        "queue": "q",
+        "payload": "/wDW0A==",
+        "encoding": "base64",
+        "headers": {"encoding": "gbk"},
+        "schemaVersion": "1.0",
+    }
+    plain = decode_json(
+        b'{"id": "h", "type": "publish", "queue": "q", "payload": "hello", "headers": {"encoding": "base64"}}'
+    )
+    assert isinstance(plain, Publish) and plain.encoding is None
+    assert bytes(plain.payload) == b'"hello"' and plain.headers == {"encoding": "base64"}
+    deliver = (
+        b'{"id": "d", "type": "deliver", "queue": "q", "payload": "/w==", "encoding": "base64"}'
+    )
+    assert decode_json(deliver, accept_server_frames=True) == Deliver(
+        id="d", queue="q", payload=b"\xff", encoding="base64"
+    )
+    assert decode_json(b'{"id": "a", "type": "ack", "encoding": "gbk"}').id == "a"  # not read
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (b'"payload": "/w=", "encoding": "base64"', "not base64"),
+        (b'"payload": "\xc3\xa9", "encoding": "base64"', "not base64"),
+        (b'"payload": 1, "encoding": "base64"', "needs a payload string"),
+        (b'"encoding": "base64"', "needs a payload string"),
+        (b'"payload": "/w==", "encoding": "Base64"', "encoding must be"),
+        (b'"payload": "/w==", "encoding": 64', "encoding must be"),
+    ],
+)
+def test_a_bad_encoding_is_invalid_message(extra: bytes, message: str) -> None:
+    data = b'{"id": "e", "type": "publish", "queue": "q", ' + extra + b"}"
+    error = expect(InvalidMessage, data)
+    assert error.request_id == "e" and message in str(error)
