@@ -123,6 +123,21 @@ async def test_unparseable_frames_get_invalid_message_then_close(raw, body):
     assert await asyncio.wait_for(r.reader.read(), 5) == b""
 
 
+async def test_a_lone_surrogate_is_refused_per_request_and_the_connection_stays(raw, catalog):
+    """A string holding a lone UTF-16 surrogate escape leaves the frame a JSON object, so
+    not a reason to close (§1): INVALID_MESSAGE echoing the id, naming the field, nothing
+    stored (no UTF-8 body can hold that text). Before: "frame is not a JSON object: Input
+    data was truncated" with a fresh id, and the connection closed."""
+    r = await connected(raw, catalog)
+    body = b'{"id":"ls1","type":"publish","queue":"lone","payload":"\\ud800"}'
+    r.send(struct.pack(">I", len(body)) + body)
+    err = await r.recv()
+    assert (err["id"], err["type"], err["errorCode"]) == ("ls1", "error", "INVALID_MESSAGE")
+    assert err["errorMessage"].startswith("payload holds a lone UTF-16 surrogate")
+    r.send({"id": "alive", "type": "listQueues"})
+    assert (await r.recv())["payload"] == []  # open, and the queue was not auto-created
+
+
 async def test_a_binary_publish_reaches_a_subscriber_as_the_same_bytes(raw, catalog):
     """``"encoding": "base64"`` beside a publish's payload stores the bytes it holds; the
     subscriber gets them back so, with the publisher's headers (its own ``encoding``)

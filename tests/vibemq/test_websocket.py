@@ -140,6 +140,20 @@ async def test_a_text_message_that_is_not_utf8_gets_the_error_then_1007(console_
         assert ws.close_code == 1007
 
 
+async def test_a_lone_surrogate_gets_a_per_request_error_and_no_close(console_url, catalog):
+    """A JSON object whose payload holds a lone UTF-16 surrogate escape is valid JSON:
+    INVALID_MESSAGE echoing the id, the socket open (before: a fresh id, then 1007)."""
+    ws = await ws_connect(console_url, catalog.token)
+    try:
+        await ws.send('{"id":"ls1","type":"publish","queue":"lone","payload":"\\ud800"}')
+        err = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert (err["id"], err["type"], err["errorCode"]) == ("ls1", "error", "INVALID_MESSAGE")
+        assert err["errorMessage"].startswith("payload holds a lone UTF-16 surrogate")
+        assert (await call(ws, {"id": "p", "type": "ping"}))["type"] == "pong"
+    finally:
+        await ws.close()
+
+
 async def test_oversized_message_closes_the_socket_with_1009(console_url):
     """§16: a message over the size limit (1 MiB) → close 1009. The web process lets
     daphne take messages up to 2 MiB (the Procfile), so the consumer sees one over the

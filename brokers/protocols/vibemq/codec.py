@@ -2,7 +2,9 @@
 
 :func:`decode_json` is what a WebSocket text frame goes through directly and what the TCP
 stream decoder applies to each length-prefixed body. Checks run in this order, the first
-failure raising: UTF-8 → JSON object (both close the connection) → ``id`` → ``type`` → ``queue`` → ``headers`` → ``encoding``. Unknown
+failure raising: UTF-8 → JSON object (both close the connection; a JSON object but for a
+string holding a lone UTF-16 surrogate escape is ``INVALID_MESSAGE`` echoing its id, the
+connection open) → ``id`` → ``type`` → ``queue`` → ``headers`` → ``encoding``. Unknown
 fields are ignored. On output, absent (``None``) fields and empty ``headers`` are omitted,
 keys come in the spec's order and ``schemaVersion`` is ``"1.0"``.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -155,9 +158,67 @@ def _envelope(data: bytes | str) -> _Envelope:
     try:
         return _DECODER.decode(data)
     except msgspec.DecodeError as exc:
-        raise InvalidJson(f"frame is not a JSON object: {exc}") from None
+        return _without_lone_surrogates(data, exc)
     except RecursionError:  # valid JSON, perhaps, but past what the decoder may recurse
         raise InvalidJson("frame nests arrays or objects too deeply (hundreds of levels)") from None
+
+
+_ESCAPE = re.compile(
+    rb"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"  # a pair: kept
+    rb"|(u[dD][89a-fA-F][0-9a-fA-F]{2})"  # a lone surrogate
+    rb"|.)",  # any other escape (an escaped backslash among them), kept
+    re.DOTALL,
+)
+
+
+def _replace_lone_surrogates(data: bytes, stand_in: bytes) -> tuple[bytes, bytes | None]:
+    """``data`` with each ``\\uXXXX`` escape of a lone UTF-16 surrogate replaced by
+    ``stand_in``, and the first such escape (None: there is none)."""
+    first: list[bytes] = []
+
+    def replace(match: re.Match[bytes]) -> bytes:
+        if match.group(1) is None:
+            return match.group(0)
+        if not first:
+            first.append(match.group(0))
+        return stand_in
+
+    replaced = _ESCAPE.sub(replace, data)
+    return replaced, (first[0] if first else None)
+
+
+def _without_lone_surrogates(data: bytes, exc: msgspec.DecodeError) -> _Envelope:
+    """The envelope of a frame the decoder refused with ``exc``, when that was for lone
+    UTF-16 surrogate escapes (``"\\ud800"``) in fields the broker ignores (unknown ones);
+    else the error to raise.
+
+    Such a string is allowed by the RFC 8259 grammar, but it is no Unicode text: no UTF-8
+    body, header or id can hold it (I-JSON, RFC 7493, forbids it), and the decoder's own
+    message for it ("Input data was truncated") is wrong. In a field of §2 it is
+    :class:`InvalidMessage` naming the field, the connection open, the id echoed unless
+    it holds one. The text is read with two stand-ins for the escapes: a field holding
+    one reads differently. Any other refusal is :class:`InvalidJson`, with the error of
+    the text without those escapes."""
+    one, escape = _replace_lone_surrogates(data, b"\\ufffd")
+    if escape is None:
+        raise InvalidJson(f"frame is not a JSON object: {exc}")
+    try:
+        env = _DECODER.decode(one)
+        other = _DECODER.decode(_replace_lone_surrogates(data, b"\\ufffc")[0])
+    except msgspec.DecodeError as other_exc:
+        raise InvalidJson(f"frame is not a JSON object: {other_exc}") from None
+    except RecursionError:
+        raise InvalidJson(f"frame is not a JSON object: {exc}") from None
+    fields = [name for name in env.__struct_fields__ if getattr(env, name) != getattr(other, name)]
+    if not fields:
+        return env
+    rid = None if "id" in fields else valid_id(_field(env.id, SHORT_FIELD_BYTES))
+    name = env.__struct_encode_fields__[env.__struct_fields__.index(fields[0])]
+    raise InvalidMessage(
+        f"{name} holds a lone UTF-16 surrogate {escape.decode('ascii')}: "
+        "no UTF-8 text can carry it",
+        request_id=rid,
+    )
 
 
 def _binary_payload(encoding: Any, payload: msgspec.Raw, rid: str | None) -> bytes:

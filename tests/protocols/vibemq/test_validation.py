@@ -220,7 +220,7 @@ def test_invalid_utf8(data: bytes | str) -> None:
         b"[1, 2]",
         b'"string"',
         b"null",
-        b'{"id": "x", "type": "ping", "p": "\\ud800"}',
+        b'{"id": "x", "type": "ping", "p": "\\ud800",}',  # not JSON, surrogate or not
         b'{"id": 1e999, "type": "ping"}',
         b'{"id": "x", "type": "publish", "queue": "q", "payload": '
         + b"[" * 5000
@@ -287,6 +287,58 @@ def test_a_frame_nested_too_deeply_says_so() -> None:
     shallow = b'{"id": "x", "type": "publish", "queue": "q", "payload": ' + b"[" * 100
     frame = decode_json(shallow + b"]" * 100 + b"}")
     assert type(frame).__name__ == "Publish" and frame.queue == "q"
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "echo"),
+    [
+        (b'{"id": "ls1", "type": "publish", "queue": "q", "payload": "\\ud800"}', "payload", True),
+        (
+            b'{"id": "ls2", "type": "publish", "queue": "q", "payload": ["a\\uDC00b"]}',
+            "payload",
+            True,
+        ),
+        (
+            b'{"id": "ls3", "type": "publish", "queue": "q", "headers": {"k": "\\udbff"}}',
+            "headers",
+            True,
+        ),
+        (
+            b'{"id": "ls4", "type": "publish", "queue": "q", "headers": {"\\ud800": "v"}}',
+            "headers",
+            True,
+        ),
+        (b'{"id": "l\\ud800", "type": "ping"}', "id", False),
+        (b'{"id": "ls5", "type": "ping", "queue": "\\ud800\\ud800"}', "queue", True),
+    ],
+)
+def test_a_lone_surrogate_escape_is_a_per_request_error(
+    data: bytes, field: str, echo: bool
+) -> None:
+    """A string holding a lone UTF-16 surrogate escape is valid JSON grammar, so the frame is
+    a JSON object (§1 closes only for one that is not): INVALID_MESSAGE naming the field,
+    echoing the id unless the id holds it, the connection open. No UTF-8 text (a body,
+    a header, an id) can carry such a string. Before: "frame is not a JSON object: Input
+    data was truncated", and the connection closed."""
+    for text in (data, data.decode()):  # TCP bytes, WebSocket text
+        error = expect(InvalidMessage, text)
+        assert error.close is False and error.error_code is ErrorCode.INVALID_MESSAGE
+        assert error.request_id == (data.split(b'"')[3].decode() if echo else None)
+        assert str(error).startswith(f"{field} holds a lone UTF-16 surrogate \\u")
+        assert "truncated" not in str(error)
+
+
+def test_a_surrogate_pair_or_an_escaped_backslash_is_no_lone_surrogate() -> None:
+    frame = decode_json(
+        b'{"id": "p", "type": "publish", "queue": "q", "payload": "\\ud83d\\ude00 \\\\ud800"}'
+    )
+    assert isinstance(frame, Publish)
+    assert msgspec.json.decode(frame.payload) == "\U0001f600 \\ud800"
+
+
+def test_a_lone_surrogate_in_an_unknown_field_is_ignored_with_the_field() -> None:
+    """§1: unknown fields are ignored — whatever their strings hold."""
+    assert decode_json(b'{"id": "x", "type": "ping", "p": "\\ud800"}') == Ping(id="x")
 
 
 def test_a_base64_payload_is_the_body_bytes_both_ways() -> None:
