@@ -14,7 +14,8 @@ and consumers see the same numbers):
 * ``RedirectToDlq`` — the engine stores the new message in ``<topic>.dlq`` instead.
 
 A message in flight is never dropped: with every backlog message leased, DropOldest
-stores the new one over the bound.
+stores the new one over the bound. A priority topic's bound counts its other bands too,
+read before the script (:mod:`.band_bound`).
 """
 
 from __future__ import annotations
@@ -32,10 +33,15 @@ APPEND_BOUNDED = Script(
     STAMP_LUA
     + """
 -- KEYS: stream, meta, then the state hash of each clustering group.
--- ARGV: channel, partition, max_size, policy, then count, records per unit (a message, or
--- the records of one atomic append concatenated). Returns per unit: the index it was stored at, or 'dropped' | 'full' | 'redirect'.
+-- ARGV: channel, partition, max_size, policy, the backlog elsewhere (the other bands of a
+-- priority topic: 'n' without groups, or one 'n' per group in KEYS order, comma-separated;
+-- '' none), then count, records per unit (a message, or the records of one atomic append
+-- concatenated). Returns per unit: the index it was stored at, or 'dropped' | 'full' | 'redirect'.
 local stream, meta = KEYS[1], KEYS[2]
 local max_size, policy = tonumber(ARGV[3]), ARGV[4]
+local elsewhere = {}
+for n in string.gmatch(ARGV[5], '%d+') do elsewhere[#elsewhere + 1] = tonumber(n) end
+local function other(k) return elsewhere[k] or 0 end
 local m = redis.call('HMGET', meta, 'min', 'next', 'fan')
 local mn, nxt, fan = tonumber(m[1] or '0'), tonumber(m[2] or '0'), tonumber(m[3] or '0')
 local function ack_of(state)
@@ -55,14 +61,14 @@ end
 -- with stamp() (append.STAMP_LUA), unless the caller guessed them right: its first
 -- record's index field (bytes 7-14) already holds the index the unit is stored at
 local out, stored = {}, 0
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local floor = math.max(mn, fan)  -- without groups: what no fan-out member was handed yet
-  local backlog = nxt - floor
+  local backlog = nxt - floor + other(1)
   if #KEYS > 2 then
     backlog = 0
     for k = 3, #KEYS do
       local a = ack_of(KEYS[k])
-      if nxt - a > backlog then backlog = nxt - a end
+      if nxt - a + other(k - 2) > backlog then backlog = nxt - a + other(k - 2) end
     end
   end
   local verdict = nil
@@ -73,7 +79,7 @@ for i = 5, #ARGV, 2 do
     elseif #KEYS > 2 then
       for k = 3, #KEYS do
         local a, cur = ack_of(KEYS[k])
-        if nxt - a >= max_size then
+        if nxt - a + other(k - 2) >= max_size then
           cur = cur or a
           if cur < a then cur = a end
           if cur < nxt then
@@ -133,14 +139,23 @@ async def append_bounded(
     policy: str,
     qos: QoS,
     notice: str | None = None,
+    elsewhere: Sequence[int] = (),
 ) -> list[int | str]:
     """Store ``(records, count)`` units one by one under the bound (a unit is one message,
     or an atomic append's records concatenated); per unit the index it got or its verdict
     (:data:`DROPPED`, :data:`FULL`, :data:`REDIRECT`). Units whose records already carry
-    the indexes they get are stored as they are; the others are rewritten in Lua."""
+    the indexes they get are stored as they are; the others are rewritten in Lua.
+    ``elsewhere``: the backlog the bound counts outside this partition (a priority topic's
+    other bands, :mod:`.bands`): one number without groups, else one per group."""
     keys = PartitionKeys(topic, partition)
     said = partition if notice is None else notice  # see Notifier.claim
-    args: list[object] = [notify_channel(topic), said, max_size, policy]
+    args: list[object] = [
+        notify_channel(topic),
+        said,
+        max_size,
+        policy,
+        ",".join(str(max(0, int(n))) for n in elsewhere),
+    ]
     for record, count in records:
         args += [count, record]
     raw = await durability.run(

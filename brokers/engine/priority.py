@@ -7,7 +7,8 @@ partition goes to the band of its message's priority (higher numbers are more ur
 VibeMQ's ``low``..``critical`` = 0..3 and a JMQ4 priority byte); consumer groups lease
 from the partitions in band order, so the highest band with messages waiting is served
 first and each band stays in FIFO order. Pull consumers (JMQ4, HTTP-MQ) see the bands as
-ordinary partitions.
+ordinary partitions. A bounded topic's max size counts every band together
+(:mod:`.band_bound`).
 """
 
 from __future__ import annotations

@@ -174,6 +174,37 @@ async def test_overflow_policies(clients, policy, ack_headers, kept, dlq):
         assert dead.payload == 3 and dead.headers["deadLetterReason"] == "QueueOverflow"
 
 
+@pytest.mark.parametrize(
+    ("policy", "ack_headers", "kept"),
+    [
+        ("DropOldest", {}, ["high", "normal"]),
+        ("DropNewest", {"dropped": "true"}, ["high", "low"]),
+        ("RedirectToDlq", {"deadLettered": "true"}, ["high", "low"]),
+        ("BlockPublisher", None, ["high", "low"]),
+    ],
+)
+async def test_overflow_bounds_a_priority_queue_not_each_band(clients, policy, ack_headers, kept):
+    """maxQueueSize counts the queue (§8, §9.2), whatever the priorities published: a
+    third message in another band meets the policy; DropOldest drops the oldest queued."""
+    c = await clients()
+    await c.create_queue(
+        "pbound", deliveryMode="PriorityBased", maxQueueSize="2", overflowStrategy=policy
+    )
+    await c.publish("pbound", "low", priority="low")
+    await c.publish("pbound", "high", priority="high")
+    if ack_headers is None:
+        with pytest.raises(Exception, match="QUEUE_FULL"):
+            await c.publish("pbound", "normal", priority="normal")
+    else:
+        ack = await c.publish("pbound", "normal", priority="normal")
+        assert {k: ack.headers[k] for k in ack_headers} == ack_headers
+    info = await c.queue_info("pbound")
+    assert (info["messageCount"], info["maxSize"]) == (2, 2)
+    await c.subscribe("pbound")
+    assert [m.payload for m in await drain(c, 2)] == kept
+    assert await nothing_more(c, 0.2)
+
+
 async def test_ttl_is_enforced_and_dead_lettered(clients):
     c = await clients()
     await c.create_queue("ttl", messageTtl="200", enableDeadLetterQueue="true")

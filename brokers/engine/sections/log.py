@@ -11,6 +11,7 @@ from time import perf_counter
 
 from brokers.engine.access import foreign_dead_letter_queue
 from brokers.engine.append import append_blob, choose_partition, guess_indexes, pack_records
+from brokers.engine.band_bound import backlog_elsewhere
 from brokers.engine.catalog import (
     TopicInfo,
 )
@@ -393,16 +394,35 @@ class LogSection(EngineBase):
     async def _append_bounded(
         self, info: TopicInfo, partition: int, units: Sequence[tuple[bytes, int]], qos: QoS
     ) -> list[int | str]:
+        """Store ``units`` in ``partition`` under the topic's bound: over the whole queue —
+        a priority topic's every band (:mod:`~brokers.engine.band_bound`)."""
+        group_ids = self._group_ids(info)
+        max_size = info.queue.max_queue_size or 0
+        others: list[int] = []
+        if is_prioritized(info) and info.partitions > 1:
+            others = await backlog_elsewhere(
+                self.redis,
+                self.durability,
+                info.code,
+                info.partitions,
+                partition,
+                group_ids,
+                units=len(units),
+                max_size=max_size,
+                policy=info.queue.overflow_policy,
+                qos=qos,
+            )
         return await append_bounded(
             self.redis,
             self.durability,
             info.code,
             partition,
-            self._group_ids(info),
+            group_ids,
             units,
-            max_size=info.queue.max_queue_size or 0,
+            max_size=max_size,
             policy=info.queue.overflow_policy,
             qos=qos,
+            elsewhere=others,
             notice=self.notifier.claim(
                 info.code, partition, sum(n for _, n in units), early=self.durability.pipelined(qos)
             ),
