@@ -706,3 +706,39 @@ async def test_a_jmq4_retry_ack_counts_each_message_it_fails(make_engine, clock)
     assert retried.partition == RETRY_PARTITION
     await engine.ack("q", "a", RETRY_PARTITION, [retried.messages[0].index], owner="j")
     assert await engine.consume_failures([("q", "a")]) == {("q", "a"): 3}  # an ack: no
+
+
+async def test_fan_out_queue_stats_count_copies_awaiting_ack(make_engine):
+    """A FanOutWithAck message is complete when every copy is settled (vibemq.md §9.1):
+    until then it counts in flight; message_count is what no member was handed yet — the
+    number the max size bounds."""
+    engine = make_engine(
+        queue_snap(
+            delivery_mode="FanOutWithAck", max_queue_size=3, overflow_policy="BlockPublisher"
+        )
+    )
+
+    async def numbers() -> tuple[int, int, int]:
+        st = await engine.queue_stats("q")
+        return st.message_count, st.in_flight, st.backlog
+
+    for body in (b"1", b"2", b"3"):
+        await publish(engine, body)
+    assert await numbers() == (3, 0, 3)
+    for member in ("x", "y"):
+        await engine.join("q", "a", member)
+    x = await take(engine, client_id="x")
+    assert len(x) == 3
+    assert await numbers() == (0, 3, 3)  # handed to x, not acked
+    await engine.settle("q", "a", 0, [d.index for d in x], client_id="x")
+    assert await numbers() == (0, 3, 3)  # y's copies still wait
+    for body in (b"4", b"5", b"6"):  # the bound counts what no member was handed
+        await publish(engine, body)
+    assert await numbers() == (3, 3, 6)
+    with pytest.raises(QueueFull):
+        await publish(engine, b"7")
+    y = await take(engine, client_id="y")
+    await engine.settle("q", "a", 0, [d.index for d in y], client_id="y")
+    x = await take(engine, client_id="x")
+    await engine.settle("q", "a", 0, [d.index for d in x], client_id="x")
+    assert await numbers() == (0, 0, 0)

@@ -126,6 +126,30 @@ async def test_fanout_with_ack_tracks_and_retries_each_copy(clients, catalog):
     assert await nothing_more(reader, 0.3)
 
 
+async def test_fanout_with_ack_copies_awaiting_ack_are_in_flight(clients):
+    """queueInfo of a FanOutWithAck queue: a copy handed and not acked is in flight (a
+    message is complete when every copy is acked, §9.1), as in the other modes."""
+    pub = await clients()
+    await pub.create_queue("fo-info", deliveryMode="FanOutWithAck")
+    for i in range(3):
+        await pub.publish("fo-info", i)
+    info = await pub.queue_info("fo-info")
+    assert (info["messageCount"], info["inFlightCount"]) == (3, 0)
+    sub = await clients()
+    await sub.subscribe("fo-info")
+    got = await drain(sub, 3, ack=False)
+    info = await pub.queue_info("fo-info")
+    assert (info["messageCount"], info["inFlightCount"]) == (0, 3)
+    for m in got:
+        sub.ack(m.id)
+    for _ in range(250):  # acks are coalesced: settled soon after
+        info = await pub.queue_info("fo-info")
+        if info["inFlightCount"] == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert (info["messageCount"], info["inFlightCount"]) == (0, 0)
+
+
 async def test_fanout_without_ack_and_waiting_backlog(clients):
     pub = await clients()
     await pub.create_queue("news", deliveryMode="FanOutWithoutAck")

@@ -17,12 +17,14 @@ from brokers.engine.catalog import (
 )
 from brokers.engine.erase import erase_group, erase_topic
 from brokers.engine.errors import TopicNotFound
+from brokers.engine.fan_out_stats import fan_out_stats
 from brokers.engine.groups import (
     GroupStats,
     add_member,
     count_dropped,
     drop_member,
     group_stats,
+    members_of_groups,
     purge_partitions,
 )
 from brokers.engine.groups import expire as expire_records
@@ -35,7 +37,7 @@ from brokers.engine.model import Delivery
 from brokers.engine.record import record_store_time, with_position
 from brokers.engine.retry_presence import lease_first_due
 from brokers.engine.sections.base import EngineBase
-from brokers.engine.shared import Lease
+from brokers.engine.shared import FAN_OUT, Lease
 from brokers.engine.unbatch import one_by_one
 
 EXPIRE_RECHECK_MS = 10_000
@@ -453,10 +455,19 @@ class GroupSection(EngineBase):
 
     async def queue_stats(self, topic: str) -> GroupStats:
         """:meth:`group_stats` of the topic's slowest clustering group (the backlog its
-        max size bounds); the whole stored count while it has no group."""
+        max size bounds); the whole stored count while it has no group. A fan-out queue
+        counts what no member was handed yet (what its max size bounds) and, in flight,
+        what some member was handed and not every member settled
+        (:mod:`~brokers.engine.fan_out_stats`)."""
         info = self.group_topic(topic)
-        ids = self._group_ids(info) if topic in self._catalog().topics else []
+        known = topic in self._catalog().topics
+        ids = self._group_ids(info) if known else []
         parts = range(info.partitions)
+        if known and info.type != "broadcast" and info.queue.delivery_mode in FAN_OUT:
+            apps = sorted({c.app for c in self._catalog().consumers_of(topic)})
+            listed = await members_of_groups(self.redis, [(topic, app) for app in apps])
+            cids = [consumer_id(app, m) for app, ms in zip(apps, listed, strict=True) for m in ms]
+            return await fan_out_stats(self.redis, topic, parts, cids)
         if not ids:
             return await group_stats(self.redis, topic, parts, None, self.now_ms())
         stats = [await group_stats(self.redis, topic, parts, g, self.now_ms()) for g in ids]
