@@ -23,6 +23,7 @@ from brokers.erasure import erase_group_data, erase_topic_data
 from brokers.models import ConsumerPolicy, ProducerPolicy, Team, TeamMembership, Topic
 from brokers.topic_codes import TOPIC_CODE_MAX
 from mqcloud.alerts.models import MAX_RULES_PER_TOPIC, TrafficRule
+from mqcloud.api.fields import StrictCharField, StrictIntegerField
 from mqcloud.api.scoping import is_platform_admin, user_teams
 from mqcloud.api.serializers import (
     TRAFFIC_RULE_FIELDS,
@@ -317,12 +318,12 @@ def _rate_limit_fields(payload: dict) -> dict:
 class OffsetResetSerializer(serializers.Serializer):
     """Where to move a consumer's ack index: earliest, latest, a time, or an index."""
 
-    consumer = serializers.CharField(max_length=255)
+    consumer = StrictCharField(max_length=255)
     position = serializers.ChoiceField(choices=["earliest", "latest", "timestamp", "index"])
-    timestamp_ms = serializers.IntegerField(required=False, min_value=0, max_value=2**53)
-    index = serializers.IntegerField(required=False, min_value=0, max_value=2**62)
-    partition = serializers.IntegerField(required=False, min_value=0, max_value=1023)
-    client_id = serializers.CharField(required=False, max_length=128)
+    timestamp_ms = StrictIntegerField(required=False, min_value=0, max_value=2**53)
+    index = StrictIntegerField(required=False, min_value=0, max_value=2**62)
+    partition = StrictIntegerField(required=False, min_value=0, max_value=1023)
+    client_id = StrictCharField(required=False, max_length=128)
 
     def validate(self, attrs: dict) -> dict:
         if attrs["position"] == "timestamp" and "timestamp_ms" not in attrs:
@@ -361,9 +362,9 @@ def _reset(user, payload: dict, *, skip: bool = False) -> Prepared:
 class DeadLetterResendSerializer(serializers.Serializer):
     """Which dead letters of a consumer go back to its retry store (none listed: all)."""
 
-    consumer = serializers.CharField(max_length=255)
+    consumer = StrictCharField(max_length=255)
     ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=0), required=False, max_length=10_000
+        child=StrictIntegerField(min_value=0), required=False, max_length=10_000
     )
 
 
@@ -392,12 +393,12 @@ class RetrySkipSerializer(serializers.Serializer):
     consumed: only those of messages with ``business_id`` when given; a broadcast
     consumer's ``client_id``'s own when given, else the group's and every client's."""
 
-    consumer = serializers.CharField(max_length=255)
-    before_ms = serializers.IntegerField(min_value=0, max_value=2**53)
-    business_id = serializers.CharField(
+    consumer = StrictCharField(max_length=255)
+    before_ms = StrictIntegerField(min_value=0, max_value=2**53)
+    business_id = StrictCharField(
         required=False, max_length=MAX_BUSINESS_ID, allow_blank=False, trim_whitespace=False
     )
-    client_id = serializers.CharField(required=False, max_length=128)
+    client_id = StrictCharField(required=False, max_length=128)
 
 
 def _consumer_and_client(user, data: dict, why: str) -> tuple[ConsumerPolicy, str | None]:
@@ -438,8 +439,8 @@ def _retry_skip(user, payload: dict) -> Prepared:
 class TimeSpanSerializer(serializers.Serializer):
     """``[from_ms, to_ms)``, epoch milliseconds, not empty."""
 
-    from_ms = serializers.IntegerField(min_value=0, max_value=2**53)
-    to_ms = serializers.IntegerField(min_value=0, max_value=2**53)
+    from_ms = StrictIntegerField(min_value=0, max_value=2**53)
+    to_ms = StrictIntegerField(min_value=0, max_value=2**53)
 
     def validate(self, attrs: dict) -> dict:
         if attrs["to_ms"] <= attrs["from_ms"]:
@@ -452,8 +453,8 @@ class ReconsumeSerializer(TimeSpanSerializer):
     broadcast consumer's one client (a fan-out queue's one member), or without
     ``client_id`` every client (member)."""
 
-    consumer = serializers.CharField(max_length=255)
-    client_id = serializers.CharField(required=False, max_length=128)
+    consumer = StrictCharField(max_length=255)
+    client_id = StrictCharField(required=False, max_length=128)
 
 
 def _reconsume(user, payload: dict) -> Prepared:
@@ -479,9 +480,9 @@ class TimerCancelSerializer(serializers.Serializer):
     """Which delayed or timer messages of a topic are cancelled before they are due (by
     delay id: what the console's timer list shows; an HTTP-MQ msgId names it too)."""
 
-    topic = serializers.CharField(max_length=TOPIC_CODE_MAX)
+    topic = StrictCharField(max_length=TOPIC_CODE_MAX)
     ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
+        child=StrictIntegerField(min_value=1, max_value=2**63 - 1),
         min_length=1,
         max_length=10_000,
     )
@@ -548,7 +549,7 @@ def _traffic_rule_delete(user, payload: dict) -> Prepared:
 class MessageExportSerializer(TimeSpanSerializer):
     """A time span of one of the team's topics whose messages are exported to a file."""
 
-    topic = serializers.CharField(max_length=TOPIC_CODE_MAX)
+    topic = StrictCharField(max_length=TOPIC_CODE_MAX)
 
 
 def _message_export(user, payload: dict) -> Prepared:

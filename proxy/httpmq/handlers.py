@@ -128,7 +128,7 @@ def consumer_for(rt: Runtime, request: Request) -> ConsumerPolicyInfo:
 
 
 def _body(text: str) -> bytes:
-    raw = text.encode("utf-8")
+    raw = p.body_bytes(text)
     if len(raw) > MAX_MESSAGE_BYTES:
         raise ProxyError(413, "MESSAGE_TOO_LARGE", "message over 4 MiB")
     return raw

@@ -31,7 +31,7 @@ def parse_urlencoded(data: bytes, into: dict[str, str]) -> None:
         return
     if data.count(b"&") >= MAX_PARAMS * 2:
         raise _too_many()
-    text = data.decode("latin-1") if data.isascii() else data.decode("utf-8", "replace")
+    text = data.decode("latin-1") if data.isascii() else data.decode("utf-8", "surrogateescape")
     # urllib's parse_qsl(keep_blank_values=True), without its cost for fields that need no
     # unquoting (most of them: this runs for every request)
     for pair in text.split("&"):
@@ -39,7 +39,8 @@ def parse_urlencoded(data: bytes, into: dict[str, str]) -> None:
             continue
         name, _, value = pair.partition("=")
         if "%" in pair or "+" in pair:
-            name, value = unquote(name.replace("+", " ")), unquote(value.replace("+", " "))
+            name = unquote(name.replace("+", " "), errors="surrogateescape")
+            value = unquote(value.replace("+", " "), errors="surrogateescape")
         into[name] = value
     if len(into) > MAX_PARAMS:
         raise _too_many()
@@ -98,13 +99,18 @@ def parse_multipart(body: bytes, content_type: bytes, into: dict[str, str]) -> N
         raise bad_parameter("malformed multipart/form-data body") from None
     for name, value in fields:
         if name is not None:
-            into[name] = value.decode("utf-8", "replace")
+            into[name] = value.decode("utf-8", "surrogateescape")
     if len(into) > MAX_PARAMS:
         raise _too_many()
 
 
 def collect(method: str, query: bytes, content_type: bytes, body: bytes) -> dict[str, str]:
-    """Query parameters merged with the form fields of a POST (the form wins)."""
+    """Query parameters merged with the form fields of a POST (the form wins).
+
+    Bytes that are not UTF-8 are kept as lone surrogates (``surrogateescape``), never
+    replaced by U+FFFD: ``message`` is a body, bytes whatever they are (:func:`body_bytes`
+    gets them back); any other parameter holding them is a 400, as it names or describes
+    something in text."""
     params: dict[str, str] = {}
     parse_urlencoded(query, params)
     if method == "POST" and body:
@@ -113,7 +119,24 @@ def collect(method: str, query: bytes, content_type: bytes, body: bytes) -> dict
             parse_urlencoded(body, params)
         elif kind == MULTIPART:
             parse_multipart(body, content_type, params)
+    for name, value in params.items():
+        if not value.isascii() and name not in RAW_PARAMS and _escaped(value):
+            raise bad_parameter(f"{name} is not UTF-8 text")
     return params
+
+
+RAW_PARAMS = frozenset({"message"})
+"""Parameters whose value is a message body: any bytes."""
+
+
+def _escaped(text: str) -> bool:
+    """Whether ``text`` holds bytes that were not UTF-8 (or a name that was not)."""
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def body_bytes(text: str) -> bytes:
+    """The bytes a ``message`` parameter carried, as sent (see :func:`collect`)."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def required(params: dict[str, str], name: str) -> str:

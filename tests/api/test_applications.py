@@ -131,6 +131,24 @@ def test_consumer_on_other_teams_topic_then_pause_auto_approved(world):
     assert not ConsumerPolicy.objects.get(name="red-app.blue-topic").paused
 
 
+def test_what_approval_would_refuse_is_refused_at_submission(world):
+    """A second consumer of one app on one topic is 409 when asked for; a payload value
+    of the wrong JSON type is 400 (the README's rule), not coerced ("0" for a number, a
+    number for a text) into an application that approval would then fail."""
+    alice, root = client_for(world["alice"]), client_for(world["root"])
+    first = apply(alice, "consumer_create", {"topic": "blue-topic", "app": "red-app"})
+    root.post(f"/api/v1/applications/{first.json()['id']}/approve/")
+    again = apply(alice, "consumer_create", {"topic": "blue-topic", "app": "red-app"})
+    assert again.status_code == 409, again.json()
+    for payload in (
+        {"consumer": "red-app.blue-topic", "position": "timestamp", "timestamp_ms": "0"},
+        {"consumer": "red-app.blue-topic", "position": "earliest", "client_id": 1e308},
+    ):
+        response = apply(alice, "offset_reset", payload)
+        assert response.status_code == 400, response.json()
+    assert Application.objects.filter(status="pending").count() == 0
+
+
 def test_members_cannot_touch_other_teams_consumers(world):
     root = client_for(world["root"])
     ProducerPolicy.objects.create(topic=world["blue_topic"], app=world["red_app"])

@@ -102,6 +102,39 @@ def test_non_utf8_and_batch_produce(mq):
     assert drain(mq, s) == ["a", '{"k":1}', "[1,2]"]
 
 
+def test_a_message_that_is_not_utf8_is_stored_as_sent(mq):
+    """Form bytes that are not UTF-8 are the message's bytes, never U+FFFD: stored as
+    sent, read back over HTTP-MQ as base64 with ``encoding`` (and over JMQ4 as they are);
+    in any other parameter they are a 400."""
+    s = make_catalog(partitions=1)
+    wait_known(mq, s)
+    for body in (
+        f"producer={s.producer}&message=%FF%FE%00ok".encode(),  # percent-escaped
+        f"producer={s.producer}&message=".encode() + b"\xc3\x28raw",  # sent raw
+    ):
+        r = mq.post(
+            "/mq/produce",
+            content=body,
+            headers={**auth(s.token), "Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert r.status_code == 200, r.text
+    rows = engine_calls.read_range(s.topic, 0, 0, 10)
+    assert [(r.body_preview, r.body_is_text) for r in rows] == [
+        engine_calls.preview(b) for b in (b"\xff\xfe\x00ok", b"\xc3\x28raw")
+    ]
+    got = fetch(mq, s).json()["result"]["msgList"]
+    assert [(m["message"], m.get("encoding")) for m in got] == [
+        (base64.b64encode(b"\xff\xfe\x00ok").decode(), "base64"),
+        (base64.b64encode(b"\xc3\x28raw").decode(), "base64"),
+    ]
+    bad = mq.post(
+        "/mq/produce",
+        content=f"producer={s.producer}&message=x&keys=%FF".encode(),
+        headers={**auth(s.token), "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert bad.status_code == 400 and bad.json()["message"] == "keys is not UTF-8 text"
+
+
 def test_batch_values_keep_their_own_text_compacted(mq):
     """§2.2: a non-string element is sent as its compact JSON serialization: its own
     numbers, digit for digit (they were parsed into floats and written again)."""

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.httpmq.envelope import ProxyError, envelope, ok, raw_response
-from proxy.httpmq.params import MAX_PARAMS, collect
+from proxy.httpmq.params import MAX_PARAMS, body_bytes, collect
 from proxy.httpmq.relay import is_console_path, relayed
 from proxy.httpmq.request import Request, forwarded_for
 
@@ -49,8 +49,14 @@ def test_too_many_fields_are_a_400(count):
         assert (bad.value.status, bad.value.error) == (400, "BAD_PARAMETER")
 
 
-def test_invalid_utf8_is_replaced_not_an_error():
-    assert collect("POST", b"", FORM, b"message=%FF%FE") == {"message": "\ufffd\ufffd"}
+def test_bytes_that_are_not_utf8_stay_bytes_in_a_message_and_are_400_elsewhere():
+    """Never U+FFFD: a message keeps the bytes it was sent; any other parameter holding
+    such bytes is refused."""
+    for form in (b"message=%FF%FE", b"message=\xff\xfe"):
+        assert body_bytes(collect("POST", b"", FORM, form)["message"]) == b"\xff\xfe"
+    with pytest.raises(ProxyError) as refused:
+        collect("POST", b"", FORM, b"message=ok&keys=%C3%28")
+    assert (refused.value.status, refused.value.message) == (400, "keys is not UTF-8 text")
 
 
 def test_envelope_omits_nulls_and_maps_statuses():
@@ -126,6 +132,10 @@ def test_relayed_envelopes_pass_and_pages_become_envelopes():
     assert not any(name == b"retry-after" for name, _ in odd_value.headers)
 
 
+def _has_escaped_bytes(text: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
@@ -138,8 +148,13 @@ def test_urlencoded_fields_parse_as_urllib_parses_them(pieces: list[bytes]) -> N
     """The query/form parser agrees with urllib's parse_qsl (blank values kept, the last
     of a repeated name wins) on any bytes, escapes and separators included."""
     data = b"&".join(pieces)
-    text = data.decode("latin-1") if data.isascii() else data.decode("utf-8", "replace")
-    expected = dict(parse_qsl(text, keep_blank_values=True))
+    text = data.decode("latin-1") if data.isascii() else data.decode("utf-8", "surrogateescape")
+    expected = dict(parse_qsl(text, keep_blank_values=True, errors="surrogateescape"))
     if len(expected) > MAX_PARAMS:
+        return
+    escaped = [v for k, v in expected.items() if k != "message" and _has_escaped_bytes(v)]
+    if escaped:
+        with pytest.raises(ProxyError):  # bytes that are not UTF-8 outside a message
+            collect("GET", data, FORM, b"")
         return
     assert collect("GET", data, FORM, b"") == expected
