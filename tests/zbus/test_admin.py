@@ -87,6 +87,45 @@ async def test_jquery_and_data_shape(raw: Raw, broker) -> None:
     assert "consumerInfoList" in orders and "inFlightMsgCount" in orders
 
 
+async def _news(conn: Raw) -> dict:
+    """The ``news`` MqInfo of ``data`` asked on ``conn``."""
+    await conn.send(msg("cmd: admin", "sub_cmd: data", "msgid: d"))
+    return orjson.loads((await conn.recv()).body)["mqTable"]["news"]
+
+
+async def _publish(conn: Raw, n: int) -> None:
+    for i in range(n):
+        await conn.send(msg("cmd: produce", "mq: news", f"msgid: p{i}", "topic: t", body=b"x"))
+        assert (await conn.recv()).status == 200
+
+
+async def test_pubsub_buffers_count_whatever_the_windows(broker) -> None:
+    """§13.5: what waits in a subscriber's buffer counts while its window is 0 or used
+    up. (The MQ's end was read only while some subscriber had window left: buffers
+    filled behind it showed 0, the 5.x flaw.)"""
+    idle, taker, p = [await Raw.open(broker.port) for _ in range(3)]
+    try:
+        for conn in (idle, taker):
+            await conn.send(msg("cmd: consume", "mq: news", "msgid: s", "topic: *", "window: 0"))
+        for _ in range(50):  # the consumes run concurrently with this test
+            if (await _news(p))["subscriberCount"] == 2:
+                break
+        await _publish(p, 5)
+        news = await _news(taker)
+        assert (news["bufferedMsgCount"], news["unconsumedMsgCount"]) == (10, 10)
+        await taker.send(msg("cmd: consume", "mq: news", "msgid: w", "window: 1"))
+        assert (await taker.recv()).msgid == "w"
+        await _publish(p, 3)
+        news = await _news(p)
+        assert (news["bufferedMsgCount"], news["subscriberCount"]) == (8 + 7, 2)
+        await taker.send(msg("cmd: consume", "mq: news", "msgid: w", "window: -1"))
+        assert len([await taker.recv() for _ in range(7)]) == 7
+        assert (await _news(p))["bufferedMsgCount"] == 8  # the idle one's
+    finally:
+        for conn in (idle, taker, p):
+            await conn.close()
+
+
 async def test_create_mq_outcomes(broker) -> None:
     async with ZbusClient("127.0.0.1", broker.port, timeout=5) as c:
         created = await c.create_mq("fresh", 1, access_token="tok")

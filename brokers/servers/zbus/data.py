@@ -63,7 +63,7 @@ async def _counts(ctx: ServerContext, mq: MqRef) -> tuple[int, int, dict[str, in
         return mq.temp.unconsumed(), 0, {}
     if mq.pubsub:
         runtime = ctx.pubsubs.get(mq.code)
-        buffered = runtime.buffered() if runtime else 0
+        buffered = await runtime.buffered() if runtime else 0
         subscribers = len(runtime.subscribers) if runtime else 0
         return buffered, 0, {"subscriberCount": subscribers, "bufferedMsgCount": buffered}
     try:

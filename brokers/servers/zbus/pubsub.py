@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from brokers.engine import (
@@ -74,7 +76,6 @@ class PubSubMq:
     subscribers: dict[Connection, Subscriber] = field(default_factory=dict)
     _event: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
-    _end: int = 0
     _held: bool = False
     """The last round held a consumer back (paused, refused, over its rate limit)."""
     _joining: int = 0
@@ -112,10 +113,18 @@ class PubSubMq:
         if self._task is None or self._task.done():
             self._task = self.ctx.spawn(self._pump(), f"zbus-pubsub-{self.name}")
 
-    def buffered(self) -> int:
-        """Messages waiting in all subscribers' buffers (upper bound: not yet filtered)."""
-        cap = self.ctx.config.pubsub_buffer
-        return sum(min(cap, max(0, self._end - s.cursor)) for s in self.subscribers.values())
+    def cursors(self) -> Counter[int]:
+        """How many subscribers stand at each cursor (what their buffers are measured from)."""
+        return Counter(s.cursor for s in self.subscribers.values())
+
+    async def buffered(self) -> int:
+        """Messages waiting in all subscribers' buffers (upper bound: not yet filtered),
+        against the MQ's end read now: the pump reads the end only while a subscriber has
+        window left, and a subscriber without any still gathers a buffer."""
+        if not self.subscribers:
+            return 0
+        start, end = await self.ctx.engine.bounds(self.name, 0)
+        return buffered_total(self.cursors(), start, end, self.ctx.config.pubsub_buffer)
 
     def parked(self) -> int:
         """Subscribers waiting with window left."""
@@ -165,7 +174,6 @@ class PubSubMq:
     async def _round(self) -> bool:
         engine, cap = self.ctx.engine, self.ctx.config.pubsub_buffer
         start, end = await engine.bounds(self.name, 0)
-        self._end = end
         reads: dict[tuple[str, str, int], list[Delivery]] = {}
         held: set[tuple[str, str]] = set()
         progressed = False
@@ -232,6 +240,13 @@ class PubSubMq:
             if sub.window > 0:
                 sub.window -= 1
         return moved
+
+
+def buffered_total(cursors: Mapping[int, int], start: int, end: int, cap: int) -> int:
+    """What subscribers standing at ``cursors`` (cursor → how many) have buffered in a
+    stream holding ``start``..``end``: each at most ``cap`` (the oldest are dropped)."""
+    floor = max(start, end - cap)
+    return sum(n * max(0, end - max(cursor, floor)) for cursor, n in cursors.items())
 
 
 def pubsub_for(ctx: ServerContext, name: str) -> PubSubMq:
