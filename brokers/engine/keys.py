@@ -263,6 +263,18 @@ def inbox_channel(space: str, owner: str) -> str:
     return f"{PREFIX}:ib:{space}:{owner}"
 
 
+def group_tag(space: str, group: str) -> str:
+    """The hash tag of ``group`` of ``space``: its channel's and its members' inboxes' (so
+    that on a cluster one subscription on one node hears both, and ``PUBLISH`` to either
+    counts their listeners, as it counts only those of the node it ran on)."""
+    return f"{{gr:{space}:{group}}}"
+
+
+def group_channel(space: str, group: str) -> str:
+    """Pub/sub channel on which every member of ``group`` of ``space`` hears its broadcasts."""
+    return f"{PREFIX}:gb:{group_tag(space, group)}"
+
+
 def holders_key() -> str:
     """Sorted set of the lease-holding processes, scored by when they lapse (ms)."""
     return f"{PREFIX}:{{holders}}"

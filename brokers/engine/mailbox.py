@@ -10,7 +10,15 @@ process a random ``owner`` id and
   (only if still its own) when the process lets the name go;
 * an inbox: the pub/sub channel :func:`~brokers.engine.keys.inbox_channel` of the owner,
   on which every process can :meth:`~Mailboxes.send` it bytes. ``PUBLISH`` counts the
-  receivers, so a send to an owner that no longer listens says so.
+  receivers, so a send to an owner that no longer listens says so;
+* optionally a group: the pub/sub channel :func:`~brokers.engine.keys.group_channel` that
+  every process whose mailboxes were made with that ``group`` hears once started, on
+  which any process can :meth:`~Mailboxes.broadcast`. Its answer is how many processes
+  heard, so a sender that asked every member something knows how many answers to wait
+  for (a member whose connection died is not counted: Redis drops its subscription with
+  it). A member's owner id starts with the group's hash tag, so that on a cluster its
+  inbox and the group's channel share a slot, and one subscription (on that slot's node,
+  where ``PUBLISH`` to either runs and counts) hears both.
 
 Claims, lookups, releases and sends share the engine's pipelined connection
 (:func:`~brokers.engine.redisio.command`: RPC replies crossing processes make thousands a
@@ -18,9 +26,9 @@ second; through redis-py's own command path each cost about as much CPU as the r
 the call), are made once more on a fresh connection when theirs was dead, and report an
 unreachable Redis as :class:`~brokers.engine.errors.StoreUnavailable`, as the engine does.
 
-The inbox subscription is confirmed before :meth:`~Mailboxes.start` returns (so anything
-sent after a name is registered is heard) and is remade, every 0.5 s until it succeeds,
-when its connection is lost.
+The inbox (and group) subscription is confirmed before :meth:`~Mailboxes.start` returns
+(so anything sent after a name is registered is heard) and is remade, every 0.5 s until it
+succeeds, when its connection is lost; :attr:`~Mailboxes.listening` says whether it is up.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from brokers.engine.background import cancel_and_wait
-from brokers.engine.keys import inbox_channel, mailbox_key
+from brokers.engine.keys import group_channel, group_tag, inbox_channel, mailbox_key
 from brokers.engine.pubsub import open_pubsub
 from brokers.engine.reconnect import log_retried, retry_on_fresh_connection, store_errors
 from brokers.engine.redisio import AnyRedis, Script, command
@@ -50,14 +58,20 @@ return 0
 
 
 class Mailboxes:
-    """This process's mailboxes of ``space``: its directory entries and its inbox."""
+    """This process's mailboxes of ``space``: its directory entries, its inbox and, with a
+    ``group`` (no braces in it), its membership of that group."""
 
-    def __init__(self, redis: AnyRedis, space: str, ttl_ms: int) -> None:
+    def __init__(self, redis: AnyRedis, space: str, ttl_ms: int, group: str | None = None) -> None:
         self._redis, self.space, self.ttl_ms = redis, space, ttl_ms
-        self.owner = uuid.uuid4().hex
+        tag = "" if group is None else group_tag(space, group)
+        self.owner = tag + uuid.uuid4().hex
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None
         self._on_message: Callable[[bytes], None] = lambda _data: None
+        self._group = None if group is None else group_channel(space, group)
+        """The group's channel (None: no group)."""
+        self._on_group: Callable[[bytes], None] = lambda _data: None
+        self._listening = False
 
     # ------------------------------------------------------------------ directory
 
@@ -97,16 +111,34 @@ class Mailboxes:
         """Publish ``data`` on ``owner``'s inbox; False when no process listens there."""
         return bool(await self._call("PUBLISH", inbox_channel(self.space, owner), data))
 
+    @store_errors
+    async def broadcast(self, group: str, data: bytes) -> int:
+        """Publish ``data`` to every process that joined ``group``; how many heard it."""
+        return int(await self._call("PUBLISH", group_channel(self.space, group), data))
+
+    @property
+    def listening(self) -> bool:
+        """Whether the inbox (and group) subscription is up: while it is being remade
+        after a lost connection, nothing sent to this owner is heard."""
+        return self._listening
+
     async def _call(self, *args: Any) -> Any:
         """One command on the pipelined connection, made once more on a fresh one when
         its own was dead (each call here is safe to repeat: a read, a set of the same
         value, a publish whose repeat at worst hands a reply twice)."""
         return await retry_on_fresh_connection(lambda _again: command(self._redis, *args))
 
-    async def start(self, on_message: Callable[[bytes], None]) -> None:
+    async def start(
+        self,
+        on_message: Callable[[bytes], None],
+        on_group: Callable[[bytes], None] | None = None,
+    ) -> None:
         """Subscribe to this owner's inbox (confirmed) and call ``on_message`` with every
-        message sent to it, from a background task."""
+        message sent to it, from a background task; a member of a group hears the group
+        too, and calls ``on_group`` with every broadcast to it (its own included)."""
         self._on_message = on_message
+        if on_group is not None:
+            self._on_group = on_group
         await self._subscribe()
         self._listener = asyncio.get_running_loop().create_task(
             self._listen(), name=f"inbox-{self.space}"
@@ -124,24 +156,32 @@ class Mailboxes:
         :meth:`stop` is told nobody listens. Closing the connection alone left Redis
         counting the subscriber until it noticed the close: a send meanwhile reported a
         listener that would never read it. A connection already lost is closed as is."""
+        self._listening = False
         if self._pubsub is None:
             return
         with contextlib.suppress(Exception):
-            await self._pubsub.unsubscribe(inbox_channel(self.space, self.owner))
-            async with asyncio.timeout(5.0):
-                while True:
-                    msg = await self._pubsub.get_message(timeout=1.0)
-                    if msg is not None and _text(msg.get("type")) == "unsubscribe":
-                        return
+            channels = self._channels()
+            await self._pubsub.unsubscribe(*channels)
+            await self._confirmed("unsubscribe", len(channels))
+
+    def _channels(self) -> list[str]:
+        inbox = inbox_channel(self.space, self.owner)
+        return [inbox] if self._group is None else [self._group, inbox]
 
     async def _subscribe(self) -> None:
         self._pubsub = open_pubsub(self._redis)
-        await self._pubsub.subscribe(inbox_channel(self.space, self.owner))
+        channels = self._channels()
+        await self._pubsub.subscribe(*channels)
+        await self._confirmed("subscribe", len(channels))
+        self._listening = True
+
+    async def _confirmed(self, kind: str, channels: int) -> None:
+        """Wait (at most 5 s) until Redis confirmed ``kind`` for ``channels`` channels."""
         async with asyncio.timeout(5.0):
-            while True:
+            while channels:
                 msg = await self._pubsub.get_message(timeout=1.0)
-                if msg is not None and _text(msg.get("type")) == "subscribe":
-                    return
+                if msg is not None and _text(msg.get("type")) == kind:
+                    channels -= 1
 
     async def _close_pubsub(self) -> None:
         if self._pubsub is not None:
@@ -158,11 +198,15 @@ class Mailboxes:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                self._listening = False
                 log_retried(log, exc, "inbox %s connection lost; resubscribing", self.space)
                 await self._resubscribe()
                 continue
             if msg is not None and _text(msg.get("type")) == "message":
-                self._on_message(msg["data"])
+                if self._group is not None and _text(msg.get("channel")) == self._group:
+                    self._on_group(msg["data"])
+                else:
+                    self._on_message(msg["data"])
 
     async def _resubscribe(self) -> None:
         while True:

@@ -143,6 +143,33 @@ async def test_mailbox_inbox_hears_what_is_sent_to_its_owner(make_engine) -> Non
     assert not await sender.send(owner.owner, b"after stop")
 
 
+async def test_a_group_broadcast_reaches_every_member_and_counts_them(make_engine) -> None:
+    """Members of a group hear its broadcasts (the sender's own too) apart from their
+    inbox; the broadcast says how many heard it, and a member that stopped is not one."""
+    engine: Engine = make_engine()
+    members = [engine.mailboxes("box", 30_000, group="g") for _ in range(2)]
+    outsider = engine.mailboxes("box", 30_000)
+    heard: list[asyncio.Queue[tuple[str, bytes]]] = [asyncio.Queue() for _ in members]
+    for box, queue in zip(members, heard, strict=True):
+        await box.start(
+            lambda data, q=queue: q.put_nowait(("inbox", data)),
+            lambda data, q=queue: q.put_nowait(("group", data)),
+        )
+    try:
+        assert all(box.listening for box in members) and not outsider.listening
+        assert await outsider.broadcast("g", b"all") == 2
+        assert await outsider.broadcast("other", b"none") == 0
+        assert await members[0].send(members[1].owner, b"one")
+        assert [await asyncio.wait_for(q.get(), 5) for q in heard] == [("group", b"all")] * 2
+        assert await asyncio.wait_for(heard[1].get(), 5) == ("inbox", b"one")
+        await members[1].stop()
+        assert not members[1].listening
+        assert await members[0].broadcast("g", b"left") == 1
+        assert await asyncio.wait_for(heard[0].get(), 5) == ("group", b"left")
+    finally:
+        await members[0].stop()
+
+
 async def test_mailbox_calls_go_on_after_their_connection_was_killed(redis_url) -> None:
     """Claims, lookups, sends and releases share the engine's pipelined connection: one
     killed under them (a Redis restart looks the same) is replaced for the same call."""

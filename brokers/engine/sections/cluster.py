@@ -68,10 +68,11 @@ class ClusterSection(EngineBase):
         for ``ttl_ms`` unless renewed (:mod:`brokers.engine.presence`)."""
         return Presence(self.redis, space, owner, ttl_ms, self.now_ms)
 
-    def mailboxes(self, space: str, ttl_ms: int) -> Mailboxes:
+    def mailboxes(self, space: str, ttl_ms: int, group: str | None = None) -> Mailboxes:
         """This process's named mailboxes of ``space`` and its inbox
-        (:mod:`brokers.engine.mailbox`); registrations expire after ``ttl_ms``."""
-        return Mailboxes(self.redis, space, ttl_ms)
+        (:mod:`brokers.engine.mailbox`); registrations expire after ``ttl_ms``; with a
+        ``group``, it hears that group's broadcasts once started."""
+        return Mailboxes(self.redis, space, ttl_ms, group)
 
     async def publish_report(
         self, board: str, name: str, doc: Mapping[str, Any], *, valid_for_s: float
