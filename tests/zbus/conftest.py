@@ -79,14 +79,28 @@ class Broker_:
         self.redis_url = redis_url
 
     async def start(
-        self, config: ZbusConfig = TEST_CONFIG, read_ahead: ReadAheadBudget | None = None
+        self,
+        config: ZbusConfig = TEST_CONFIG,
+        read_ahead: ReadAheadBudget | None = None,
+        *,
+        port: int = 0,
+        reuse_port: bool = False,
     ) -> ZbusServer:
+        """Start on ``port`` (0: a free one); ``reuse_port``: share it with other
+        servers of broker 1, as the processes of ``runbroker --processes`` do."""
         self.redis = aioredis.from_url(self.redis_url)
         self.watcher = CatalogWatcher(self.redis, resync_interval=0.5)
         await self.watcher.start()
         self.engine = Engine(self.redis, lambda: self.watcher.current, broker_id=1)
         self.server = await start_zbus_server(
-            self.engine, self.watcher, "127.0.0.1", 0, 1, config=config, read_ahead=read_ahead
+            self.engine,
+            self.watcher,
+            "127.0.0.1",
+            port,
+            1,
+            config=config,
+            read_ahead=read_ahead,
+            reuse_port=reuse_port,
         )
         self.port = self.server.port
         return self.server

@@ -38,6 +38,8 @@ class ServerContext:
     started_ms: int = 0
     relay: Any = None
     """Temp MQ registry and reply forwarding between brokers (None: this broker only)."""
+    census: Any = None
+    """The broker's other processes, asked for their consumers (None: this process only)."""
     read_ahead: ReadAheadBudget = field(default_factory=ReadAheadBudget.from_environment)
     """What the MQ pumps may keep leased ahead (shared by a process's servers)."""
 

@@ -2,69 +2,55 @@
 
 Numbers are real: backlog and in-flight come from the engine's group counts (shared by
 all brokers and protocols: the MQ's slowest consumer group, or everything stored while it
-has none); consumers are the connections of this broker that consumed within
-``consumer_window_s`` or are parked; pub/sub MQs report subscribers and buffered messages.
+has none); consumers are the connections of this broker — of all its processes, asked
+through :mod:`.census` — that consumed within ``consumer_window_s`` or are parked; pub/sub
+MQs report their subscribers and what waits in their buffers (against the MQ's end when
+asked: a subscriber with no window left still gathers a buffer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from brokers.engine import EngineError, GroupStats
 from brokers.protocols.zbus import MqMode
-from brokers.servers.zbus.connection import Connection
+from brokers.servers.zbus.census import Share, local_share
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.mqs import MqRef, lookup
+from brokers.servers.zbus.pubsub import buffered_total
 
 NO_CONSUMER_LOAD = sys.float_info.max
 
 
-def _consumers(ctx: ServerContext, mq: MqRef) -> list[dict[str, Any]]:
-    now = Connection.now()
-    recent = ctx.activity.get(mq.code, {})
-    parked: dict[Connection, bool] = {}
-    topics: dict[Connection, list[str]] = {}
-    if mq.temp is not None:
-        for waiter in mq.temp.waiters.values():
-            parked[waiter.conn] = True
-    elif mq.pubsub:
-        runtime = ctx.pubsubs.get(mq.code)
-        for conn, sub in (runtime.subscribers if runtime else {}).items():
-            parked[conn] = sub.window != 0
-            topics[conn] = sorted(sub.topics)
-    else:
-        runtime = ctx.queues.get(mq.code)
-        for session in runtime.line if runtime else ():
-            parked[session.conn] = session.active
-    out = []
-    for conn in set(recent) | set(parked):
-        if conn.closed:
-            recent.pop(conn, None)
-            continue
-        waiting = parked.get(conn, False)
-        if not waiting and now - recent.get(conn, -1e18) > ctx.config.consumer_window_s:
-            continue
-        info: dict[str, Any] = {
-            "remoteAddr": conn.remote_addr,
-            "status": "parked" if waiting else "idle",
-        }
-        if mq.pubsub:
-            info["topics"] = topics.get(conn, [])
-        out.append(info)
-    return sorted(out, key=lambda i: i["remoteAddr"])
+def _consumer_info(consumer: tuple[str, str, list[str]], pubsub: bool) -> dict[str, Any]:
+    remote, status, topics = consumer
+    info: dict[str, Any] = {"remoteAddr": remote, "status": status}
+    if pubsub:
+        info["topics"] = topics
+    return info
 
 
-async def _counts(ctx: ServerContext, mq: MqRef) -> tuple[int, int, dict[str, int]]:
-    """(unconsumed, in flight, extra fields) of one MQ."""
+async def _counts(
+    ctx: ServerContext, mq: MqRef, shares: list[Share]
+) -> tuple[int, int, dict[str, int]]:
+    """(unconsumed, in flight, extra fields) of one MQ whose consumers are ``shares``."""
     if mq.temp is not None:
         return mq.temp.unconsumed(), 0, {}
     if mq.pubsub:
-        runtime = ctx.pubsubs.get(mq.code)
-        buffered = await runtime.buffered() if runtime else 0
-        subscribers = len(runtime.subscribers) if runtime else 0
+        cursors: Counter[int] = Counter()
+        for share in shares:
+            cursors.update(share.cursors)
+        subscribers, buffered = sum(cursors.values()), 0
+        if subscribers:
+            try:  # the end now: a pump reads it only while a subscriber has window left
+                start, end = await ctx.engine.bounds(mq.code, 0)
+            except EngineError:
+                start = end = 0
+            buffered = buffered_total(cursors, start, end, ctx.config.pubsub_buffer)
         return buffered, 0, {"subscriberCount": subscribers, "bufferedMsgCount": buffered}
     try:
         stats: GroupStats = await ctx.engine.queue_stats(mq.code)
@@ -73,10 +59,19 @@ async def _counts(ctx: ServerContext, mq: MqRef) -> tuple[int, int, dict[str, in
     return stats.message_count, stats.in_flight, {}
 
 
-async def mq_info(ctx: ServerContext, mq: MqRef, broker: str) -> dict[str, Any]:
-    """The MqInfo of one MQ."""
-    unconsumed, in_flight, extra = await _counts(ctx, mq)
-    consumers = _consumers(ctx, mq)
+async def mq_info(
+    ctx: ServerContext, mq: MqRef, broker: str, others: Sequence[Mapping[str, Share]] = ()
+) -> dict[str, Any]:
+    """The MqInfo of one MQ; ``others``: the other processes' shares of the broker's MQs
+    (:mod:`.census`)."""
+    shares = [local_share(ctx, mq.code, mq.pubsub, mq.temp)]
+    if mq.temp is None:
+        shares += [other[mq.code] for other in others if mq.code in other]
+    unconsumed, in_flight, extra = await _counts(ctx, mq, shares)
+    consumers = sorted(
+        (_consumer_info(c, mq.pubsub) for share in shares for c in share.consumers),
+        key=lambda i: i["remoteAddr"],
+    )
     if mq.temp is not None:
         creator, created = mq.temp.owner.remote_addr, mq.temp.created_ms
     else:
@@ -109,7 +104,11 @@ async def broker_data(ctx: ServerContext, names: Sequence[str] | None = None) ->
     """The ``data`` JSON of this broker: every MQ, or those of ``names`` only."""
     wanted = mq_names(ctx) if names is None else names
     refs = [r for r in (lookup(ctx, n) for n in wanted) if r is not None]
-    infos = await asyncio.gather(*(mq_info(ctx, r, ctx.address) for r in refs))
+    others: list[dict[str, Share]] = []
+    if ctx.census is not None:
+        codes = None if names is None else [r.code for r in refs if r.temp is None]
+        others = await ctx.census.others(codes)
+    infos = await asyncio.gather(*(mq_info(ctx, r, ctx.address, others) for r in refs))
     return {
         "broker": ctx.address,
         "lastUpdatedTime": ctx.engine.now_ms(),

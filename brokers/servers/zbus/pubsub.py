@@ -114,17 +114,10 @@ class PubSubMq:
             self._task = self.ctx.spawn(self._pump(), f"zbus-pubsub-{self.name}")
 
     def cursors(self) -> Counter[int]:
-        """How many subscribers stand at each cursor (what their buffers are measured from)."""
+        """How many subscribers stand at each cursor: their buffers reach from there to the
+        MQ's end (:func:`buffered_total`; ``data`` reads the end when asked, as the pump
+        reads it only while a subscriber has window left)."""
         return Counter(s.cursor for s in self.subscribers.values())
-
-    async def buffered(self) -> int:
-        """Messages waiting in all subscribers' buffers (upper bound: not yet filtered),
-        against the MQ's end read now: the pump reads the end only while a subscriber has
-        window left, and a subscriber without any still gathers a buffer."""
-        if not self.subscribers:
-            return 0
-        start, end = await self.ctx.engine.bounds(self.name, 0)
-        return buffered_total(self.cursors(), start, end, self.ctx.config.pubsub_buffer)
 
     def parked(self) -> int:
         """Subscribers waiting with window left."""

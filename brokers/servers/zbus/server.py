@@ -12,6 +12,7 @@ from brokers.engine import CatalogWatcher, Engine, cancel_and_wait
 from brokers.servers.flow import ListeningServer, drain
 from brokers.servers.listening import LISTEN_BACKLOG
 from brokers.servers.readahead import ReadAheadBudget
+from brokers.servers.zbus.census import Census
 from brokers.servers.zbus.config import ZbusConfig
 from brokers.servers.zbus.context import ServerContext
 from brokers.servers.zbus.protocol import ZbusProtocol
@@ -59,6 +60,8 @@ class ZbusServer(ListeningServer):
             _, still = await asyncio.wait(background, timeout=grace)
             for task in still:
                 task.cancel()
+        if self.ctx.census is not None:
+            await self.ctx.census.stop()
         if self.ctx.relay is not None:
             await self.ctx.relay.stop()
         # ended before its reports are withdrawn: a lost cancellation
@@ -120,6 +123,14 @@ async def start_zbus_server(
         raise
     bound = int(server.sockets[0].getsockname()[1])
     ctx.address = config.advertised or _advertised(watcher, broker_id, host, bound)
+    census = Census(ctx, f"{broker_id}|{ctx.address}")  # the processes on this port
+    try:
+        await census.start()
+    except BaseException:
+        server.close()
+        await relay.stop()
+        raise
+    ctx.census = census
     ctx.started_ms = engine.now_ms()
     log.info("zbus broker %s listening on %s:%s", broker_id, host, bound)
     if not config.admin_token and not _loopback(host):
