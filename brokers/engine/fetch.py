@@ -333,7 +333,7 @@ class Fetcher:
                 return found, []
             if due is not None:
                 hints.append(due)
-        status = (
+        status = (  # NO_PARTITION: no partition could be locked (ScanOutcome.locked)
             FetchStatus.NO_PARTITION
             if outcome.locked or outcome.at_max_partitions
             else FetchStatus.NO_NEW_MSG
@@ -366,7 +366,7 @@ class Fetcher:
         states = await read_states(self._client, topic, req.partitions, cid)
         lock_hint = blocked = lapsed = 0
         held = 0
-        any_locked = False
+        any_locked = free_any = False
         candidates: list[tuple[int, int]] = []
         n = len(req.partitions) or 1
         looked: Looked | None = None
@@ -399,6 +399,7 @@ class Fetcher:
                 candidates.append((0, p))
                 continue
             if backlog <= 0:
+                free_any = free_any or not locked  # free and at its end: lockable
                 continue
             if locked:
                 lock_hint = min(lock_hint or expires, expires)
@@ -418,6 +419,7 @@ class Fetcher:
                 lock_hint = min(lock_hint or att.expires, att.expires)
                 any_locked = True
             elif att.status == EMPTY:
+                free_any = True
                 lapsed += att.lapsed
                 if att.blocked:
                     blocked = min(blocked or att.blocked, att.blocked)
@@ -426,7 +428,11 @@ class Fetcher:
         elif looked is not None:  # fetch_any's record of where it looked (a slot of its own)
             await record_access(self._client, topic, looked.partition, cid, now, req.address)
         return ScanOutcome(
-            lock_expiry=lock_hint, blocked=blocked, locked=any_locked, lapsed=lapsed, looked=looked
+            lock_expiry=lock_hint,
+            blocked=blocked,
+            locked=any_locked and not free_any,
+            lapsed=lapsed,
+            looked=looked,
         )
 
     async def _fetch_retry(

@@ -32,7 +32,7 @@ class FetchStatus(enum.StrEnum):
 
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"  # every free partition is at its end (or delayed)
-    NO_PARTITION = "NO_PARTITION"  # every partition with messages is locked by others
+    NO_PARTITION = "NO_PARTITION"  # every partition is locked by others: none could be
     PAUSED = "PAUSED"
     BLACKLISTED = "BLACKLISTED"
     RATE_LIMITED = "RATE_LIMITED"

@@ -30,7 +30,7 @@ FETCH_ANY_FN = """
 -- the n partition numbers in key order. With report '1' a partition whose ack index lies
 -- outside it comes first and is locked over nothing (fetch_one's report).
 -- Returns {1, partition, k, k untried partitions with a backlog, FETCH's reply...} or
--- {0, earliest lock expiry or 0, earliest blocked store time or 0, locked (0/1),
+-- {0, earliest lock expiry or 0, earliest blocked store time or 0, none lockable (0/1),
 --  maxPartitionNum reached (0/1), lapsed[, partition looked at, its ack index, its next
 --  index, first access (0/1), its access time]} (the last five when a partition was free:
 --  the first in turn, whose access time and address are recorded — or, when this client's
@@ -43,6 +43,7 @@ local function fetch_any(K, kb, n, A, ab)
   local owner, now, init = A[ab + 1], tonumber(A[ab + 2]), A[ab + 6]
   local turn, maxp, report = tonumber(A[ab + 8]), tonumber(A[ab + 9]), A[ab + 10]
   local held, locked_any, lock_hint, blocked_hint, lapsed = 0, 0, 0, 0, 0
+  local free_any = 0  -- a partition this fetch could lock (nothing kept it out)
   local cands = {}
   local look = nil  -- the first free partition in turn: where a fetch of nothing looked
   local seen = nil  -- the first free one in turn where this client's access is recent
@@ -92,6 +93,8 @@ local function fetch_any(K, kb, n, A, ab)
       else
         cands[#cands + 1] = {nxt - from, (p - turn) % n, i, p}
       end
+    elseif not locked then
+      free_any = 1  -- free and at its end: lockable, nothing to read
     end
   end
   if maxp > 0 and held >= maxp then return {0, s(lock_hint), '0', locked_any, 1, 0} end
@@ -115,11 +118,13 @@ local function fetch_any(K, kb, n, A, ab)
       local le = tonumber(res[2])
       if lock_hint == 0 or le < lock_hint then lock_hint = le end
     else
+      free_any = 1
       local bl = tonumber(res[5])
       if bl > 0 and (blocked_hint == 0 or bl < blocked_hint) then blocked_hint = bl end
       lapsed = lapsed + tonumber(res[6])
     end
   end
+  if free_any == 1 then locked_any = 0 end  -- "locked": no partition could be locked
   if look == nil then return {0, s(lock_hint), s(blocked_hint), locked_any, 0, lapsed} end
   -- nothing found: the access is recorded where the fetch looked first (http-mq.md §9
   -- step 8: t and ip also on NO_NEW_MSG), and that partition's position reported; at
@@ -211,6 +216,9 @@ class ScanOutcome:
     lock_expiry: int = 0  # earliest expiry of a lock that kept messages back (0: none)
     blocked: int = 0  # earliest store time held back by a consumer delay (0: none)
     locked: bool = False
+    """No partition could be locked: each was locked by another client or kept out (a
+    consumer of another protocol holds its messages); False when one was free, empty or
+    not (http-mq.md §9: 503 only when no queue could be locked)."""
     at_max_partitions: bool = False
     lapsed: int = 0  # what lapsed locks left unacked on partitions that yielded nothing
     commit: CommitResult | None = None

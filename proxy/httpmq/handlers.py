@@ -484,6 +484,14 @@ async def message(request: Request, rt: Runtime) -> Reply:
         result["ackInfo"] = {"status": status, "message": text}
     fetched = pulled.fetched
     if fetched.status is FetchStatus.NO_PARTITION:
+        if "ackInfo" in result:  # the ack was made: the client must hear how it went
+            return envelope(
+                503,
+                message="every queue is locked by other clients",
+                result={"ackInfo": result["ackInfo"]},
+                error="NO_QUEUE_AVAILABLE",
+                headers={"Retry-After": "1"},
+            )
         raise ProxyError(
             503,
             "NO_QUEUE_AVAILABLE",

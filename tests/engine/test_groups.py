@@ -144,6 +144,18 @@ async def test_shared_ranges_keep_an_exclusive_fetch_out(make_engine, clock):
     assert [d.index for d in fetched.messages] == [1]  # from the ack index the group reached
 
 
+async def test_a_free_empty_partition_makes_a_kept_out_fetch_no_new_msg(make_engine, clock):
+    """A fetch kept out of the one partition with messages (a shared lease holds them)
+    but free to lock another, empty one finds nothing new; it is NO_PARTITION (HTTP-MQ's
+    503) only when no partition could be locked (http-mq.md §9)."""
+    engine = make_engine(snapshot(topics={"t": {"partitions": 2}}))
+    await _fill(engine, 1)  # partition 0
+    got = await _lease(engine, clock, want=1)
+    assert got.status == FOUND
+    fetched = await engine.fetch("t", "a")
+    assert fetched.status.value == "NO_NEW_MSG", fetched
+
+
 async def _progress(engine) -> tuple:
     """The group's ranges as Redis holds them: starts, due times, hashes."""
     r = engine.redis

@@ -383,6 +383,22 @@ def test_all_queues_locked_gives_503(mq):
     r = fetch(mq, s)
     assert r.status_code == 503 and r.json()["error"] == "NO_QUEUE_AVAILABLE"
     assert r.headers["Retry-After"] == "1"
+    assert "result" not in r.json()
+    # a fetch that acked something hears how its ack went, even when it gets a 503
+    acked = fetch(mq, s, requestId=RequestId("broker-1", 0, 5, 2, 1).encode())
+    assert acked.status_code == 503 and acked.json()["error"] == "NO_QUEUE_AVAILABLE"
+    assert acked.json()["result"]["ackInfo"]["status"] == 400, acked.json()
+
+
+def test_a_free_empty_queue_is_no_new_msg_while_another_is_locked(mq):
+    """503 only when no queue could be locked (http-mq.md §9): with the one queue that
+    has messages locked by another client, a free empty one answers NO_NEW_MSG."""
+    s = make_catalog(partitions=2)
+    wait_known(mq, s)
+    produce(mq, s, "held", orderId="same")
+    assert fetch(mq, s).json()["result"]["status"] == "FOUND"
+    r = fetch(mq, s)
+    assert r.status_code == 200 and r.json()["result"]["status"] == "NO_NEW_MSG", r.json()
 
 
 def test_broadcast_each_client_gets_everything(mq):
