@@ -28,13 +28,15 @@ from dataclasses import dataclass
 
 from brokers.engine.keys import PartitionKeys
 from brokers.engine.model import QoS
+from brokers.engine.overflow import COUNT_AT_LUA
 from brokers.engine.record import record_store_time
 from brokers.engine.redisio import AnyRedis, Durability, Script
 
 DROP_OLDEST = "DropOldest"
 
 DROP = Script(
-    """
+    COUNT_AT_LUA
+    + """
 -- KEYS: stream, meta, then the state hash of one group (none: the oldest stored go).
 -- ARGV: how many. The group skips that many of its oldest undelivered messages (or that
 -- many oldest stored are trimmed), counted in the partition's dropped; returns how many.
@@ -42,13 +44,6 @@ local stream, meta = KEYS[1], KEYS[2]
 local n = tonumber(ARGV[1])
 local m = redis.call('HMGET', meta, 'min', 'next')
 local mn, nxt = tonumber(m[1] or '0'), tonumber(m[2] or '0')
-local function count_at(idx)
-  local e = redis.call('XREVRANGE', stream, s(idx) .. '-18446744073709551615', '-', 'COUNT', 1)[1]
-  if not e then return 1 end
-  local fi, c = first_of(e[1])
-  if fi + c <= idx then return 1 end
-  return fi + c - idx
-end
 local done = 0
 if KEYS[3] then
   local st = redis.call('HMGET', KEYS[3], 'ack', 'cur')
@@ -58,7 +53,7 @@ if KEYS[3] then
   if cur < a then cur = a end
   local shared = redis.call('HGET', KEYS[3], 'sh')
   while done < n and cur < nxt do
-    cur = cur + count_at(cur)
+    cur = cur + count_at(stream, cur)
     done = done + 1
   end
   if done > 0 then

@@ -29,8 +29,20 @@ from brokers.engine.redisio import AnyRedis, Durability, Script
 
 STORED, DROPPED, FULL, REDIRECT = "stored", "dropped", "full", "redirect"
 
+COUNT_AT_LUA = """
+local function count_at(stream, idx)
+  -- how many indexes from idx to the end of the record holding it (a batch's items)
+  local e = redis.call('XREVRANGE', stream, s(idx) .. '-18446744073709551615', '-', 'COUNT', 1)[1]
+  if not e then return 1 end
+  local fi, c = first_of(e[1])
+  if fi + c <= idx then return 1 end
+  return fi + c - idx
+end
+"""
+
 APPEND_BOUNDED = Script(
     STAMP_LUA
+    + COUNT_AT_LUA
     + """
 -- KEYS: stream, meta, then the state hash of each clustering group.
 -- ARGV: channel, partition, max_size, policy, the backlog elsewhere (the other bands of a
@@ -49,13 +61,6 @@ local function ack_of(state)
   local a = tonumber(st[1]) or mn
   if a < mn then a = mn end
   return a, tonumber(st[2])
-end
-local function count_at(idx)
-  local e = redis.call('XREVRANGE', stream, s(idx) .. '-18446744073709551615', '-', 'COUNT', 1)[1]
-  if not e then return 1 end
-  local fi, c = first_of(e[1])
-  if fi + c <= idx then return 1 end
-  return fi + c - idx
 end
 -- the records of one unit (a message, or an atomic batch of records) get their indexes
 -- with stamp() (append.STAMP_LUA), unless the caller guessed them right: its first
@@ -83,7 +88,7 @@ for i = 6, #ARGV, 2 do
           cur = cur or a
           if cur < a then cur = a end
           if cur < nxt then
-            local nc = cur + count_at(cur)
+            local nc = cur + count_at(stream, cur)
             redis.call('HSET', KEYS[k], 'cur', s(nc))
             if not redis.call('HGET', KEYS[k], 'sh') then redis.call('HSET', KEYS[k], 'ack', s(nc)) end
             redis.call('HINCRBY', meta, 'dropped', 1)
@@ -92,7 +97,7 @@ for i = 6, #ARGV, 2 do
       end
     elseif fan > mn and floor < nxt then
       -- a fan-out queue: the oldest message not handed to any member is skipped
-      fan = floor + count_at(floor)
+      fan = floor + count_at(stream, floor)
       redis.call('HSET', meta, 'fan', s(fan))
       redis.call('HINCRBY', meta, 'dropped', 1)
     elseif mn < nxt then
