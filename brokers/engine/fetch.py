@@ -160,13 +160,7 @@ class Fetcher:
         async with self._notifier.watch(topic, group) as event:
             hinted: set[int] | None = None
             timer: int | None = None  # wall-clock ms of the next full look
-            first = True
             while True:
-                if not first:
-                    refused, req = self._regated(req)
-                    if refused is not None:
-                        return refused
-                first = False
                 if hinted is None or req.policy.max_partition_num > 0:
                     result, more = await self._scan(req)
                     timer = result.retry_after_ms
@@ -188,10 +182,10 @@ class Fetcher:
                         await event.wait()
                     hinted = event.take()
                 except TimeoutError:
-                    if loop.time() >= deadline:
-                        refused, req = self._regated(req)
-                        return refused or (await self._scan(req))[0]
                     hinted = None
+                refused, req = self._regated(req)  # the gate of now, before the next look
+                if refused is not None:
+                    return refused
 
     @staticmethod
     def _regated(req: FetchRequest) -> tuple[FetchResult | None, FetchRequest]:

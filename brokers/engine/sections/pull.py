@@ -270,8 +270,8 @@ class PullSection(EngineBase):
     ) -> ConsumerPolicyInfo | FetchResult:
         """The consumer policy that lets ``app`` fetch ``topic`` from ``address`` now, or
         the result refusing it (blacklisted, paused); a topic or policy that is gone
-        raises. A long poll asks again before each look (:attr:`FetchRequest.regate`)."""
-        self.topic(topic)
+        raises (the gate's TopicNotFound, ConsumerNotFound). A long poll asks again before
+        each look (:attr:`FetchRequest.regate`)."""
         try:
             policy = self.gate.consumer(topic, app, address)
         except ConsumerClientNotAllowed:
