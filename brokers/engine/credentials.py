@@ -20,21 +20,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from brokers.engine.catalog import CatalogSnapshot, CatalogWatcher, hash_token
+from brokers.engine.catalog import AppInfo, CatalogSnapshot, CatalogWatcher, hash_token
 
 log = logging.getLogger("mqcloud.engine")
 
 
 class Credential:
-    """One held token: the app it authenticated, until :meth:`release`."""
+    """One held token: the app it authenticated (``app``, its code; ``info``, the app as
+    the catalog had it then), until :meth:`release`."""
 
-    __slots__ = ("_digest", "_on_revoked", "_owner", "app")
+    __slots__ = ("_digest", "_on_revoked", "_owner", "app", "info")
 
     def __init__(
-        self, owner: Credentials, app: str, digest: str, on_revoked: Callable[[], None]
+        self, owner: Credentials, info: AppInfo, digest: str, on_revoked: Callable[[], None]
     ) -> None:
         self._owner = owner
-        self.app = app
+        self.app = info.code
+        self.info = info
         self._digest = digest
         self._on_revoked = on_revoked
 
@@ -61,16 +63,19 @@ class Credentials:
             self._following.add(id(watcher))
             watcher.on_change(self.revoke_stale)
 
-    def hold(self, token: str | None, on_revoked: Callable[[], None]) -> Credential | None:
+    def hold(
+        self, token: str | None, on_revoked: Callable[[], None], *, app: str | None = None
+    ) -> Credential | None:
         """Hold ``token`` for a connection: its credential (whose ``app`` it acts as), or
-        None when no app has that token now. ``on_revoked`` is called once, from the
-        catalog change that drops the token (rotated, or its app deleted)."""
-        app = self._catalog().app_for_token(token)
-        if app is None:
+        None when no app has that token now (or, given ``app``, when that app has not:
+        a client that names its app). ``on_revoked`` is called once, from the catalog
+        change that drops the token (rotated, or its app deleted)."""
+        info = self._catalog().app_for_token(token)
+        if info is None or (app is not None and info.code != app):
             return None
-        credential = Credential(self, app.code, hash_token(token or ""), on_revoked)
-        self._held.setdefault(app.code, {})[credential] = None
-        self._hashes.setdefault(app.code, app.token_hashes)
+        credential = Credential(self, info, hash_token(token or ""), on_revoked)
+        self._held.setdefault(info.code, {})[credential] = None
+        self._hashes.setdefault(info.code, info.token_hashes)
         return credential
 
     def held(self) -> int:

@@ -40,21 +40,21 @@ async def add_connection(
     """Check app + token against the catalog (status 2 on failure) — on every call: a
     repeat returns the connection's id only with its own app and a valid token (it
     answered success whatever it carried)."""
-    known = validate_name(req.app) is None and ctx.engine.app_for_token(req.token) == req.app
-    if not known:
-        raise Reject(Code.CN_AUTHENTICATION_ERROR, f"app {req.app} authentication failed")
+    refused = f"app {req.app} authentication failed"
+    if validate_name(req.app) is not None:
+        raise Reject(Code.CN_AUTHENTICATION_ERROR, refused)
     if session.established:
+        if ctx.engine.app_for_token(req.token) != req.app:
+            raise Reject(Code.CN_AUTHENTICATION_ERROR, refused)
         if req.app != session.app:
             raise Reject(
                 Code.CN_AUTHENTICATION_ERROR,
                 f"app {req.app}: this connection is established for app {session.app}",
             )
         return response_frame(header, AddConnectionResponse(connection_id=session.connection_id))
-    credential = ctx.engine.credentials.hold(req.token, session.close)
-    if credential is None or credential.app != req.app:  # rotated meanwhile
-        if credential is not None:
-            credential.release()
-        raise Reject(Code.CN_AUTHENTICATION_ERROR, f"app {req.app} authentication failed")
+    credential = ctx.engine.credentials.hold(req.token, session.close, app=req.app)
+    if credential is None:
+        raise Reject(Code.CN_AUTHENTICATION_ERROR, refused)
     connection_id = session.establish(req.app, req.region, ctx.broker_id)
     session.credential = credential
     ctx.engine.client_connected(session.address, req.app, "jmq4", req.language.name, req.version)

@@ -64,9 +64,7 @@ class Jmq4Protocol(FlowControlled):
         self._connections.discard(self)
         self._transport = None
         self.ctx.engine.client_disconnected(self.session.address)
-        if self.session.credential is not None:
-            self.session.credential.release()
-            self.session.credential = None
+        self.session.release_credential()
         running = set(self._tasks)
         self._cancel_tasks()
         if running or self.session.locks or self.session.retries:

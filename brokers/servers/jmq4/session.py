@@ -60,11 +60,15 @@ class Session:
             self.app, self.region = app, region
         return self.connection_id
 
-    def reset(self) -> None:
-        """Forget the connection (REMOVE_CONNECTION, or the connection closed)."""
+    def release_credential(self) -> None:
+        """Stop holding the app token (the connection is removed or closed)."""
         if self.credential is not None:
             self.credential.release()
             self.credential = None
+
+    def reset(self) -> None:
+        """Forget the connection (REMOVE_CONNECTION)."""
+        self.release_credential()
         self.connection_id = self.app = self.region = ""
         self.consumers.clear()
         self.producers.clear()

@@ -78,11 +78,10 @@ def _connect(session: Session, frame: Connect) -> None:
     token = frame.auth_token
     if token:
         credential = session.ctx.engine.credentials.hold(token, session.revoked)
-        app = session.ctx.snapshot.apps.get(credential.app) if credential is not None else None
-        if credential is None or app is None:
+        if credential is None:
             return session.error(ErrorCode.AUTH_FAILED, "unknown app token", frame.id)
         session.hold(credential)
-        session.app = app
+        session.app = credential.info
     elif session.ctx.config.auth_required:
         return session.error(ErrorCode.AUTH_REQUIRED, "headers.authToken required", frame.id)
     session.authenticated = True
