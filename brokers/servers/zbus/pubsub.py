@@ -119,10 +119,6 @@ class PubSubMq:
         reads it only while a subscriber has window left)."""
         return Counter(s.cursor for s in self.subscribers.values())
 
-    def parked(self) -> int:
-        """Subscribers waiting with window left."""
-        return sum(1 for s in self.subscribers.values() if s.window != 0)
-
     async def stop(self) -> None:
         """Stop the pump (server shutdown)."""
         if self._task is not None:
