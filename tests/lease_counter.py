@@ -11,6 +11,7 @@ class LeaseCounter:
 
     def __init__(self, engine: Any) -> None:
         self.count = 0
+        self.calls: list[Any] = []
         self.answered = asyncio.Event()
         lease = engine.lease
 
@@ -19,6 +20,7 @@ class LeaseCounter:
                 return await lease(*args, **kwargs)
             finally:
                 self.count += 1
+                self.calls.append(args[:2])
                 self.answered.set()
 
         engine.lease = counted
