@@ -128,6 +128,11 @@ async def run(
         f"  machine busy {busy:.0%}",
         flush=True,
     )
+    if figures.stalled:
+        stalls = result.note.split(";")
+        print(
+            f"  stalled: {';'.join(stalls[:10])}" + (" …" if len(stalls) > 11 else ""), flush=True
+        )
     return figures
 
 
