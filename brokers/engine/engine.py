@@ -23,6 +23,7 @@ from brokers.engine.errors import TopicNotFound
 from brokers.engine.fetch import Fetcher
 from brokers.engine.holders import DEFAULT_TTL_MS, Holders
 from brokers.engine.joined_appends import AppendJoiner
+from brokers.engine.kept_settles import KeptSettles
 from brokers.engine.notify import Notifier
 from brokers.engine.produce_latency import ClientLatency, ProduceLatencies
 from brokers.engine.ratelimit import RateLimiter
@@ -108,12 +109,15 @@ class Engine(
             redis, self.notifier, self.now_ms, self._retry_for, self._rng, self.retry_presence
         )
         self.shared = SharedDelivery(redis, self.now_ms, self._dead_letter, queue_retry)
+        self.kept_settles = KeptSettles(self._settle_kept)
+        """Settles Redis missed (it was unreachable), made again once it answers."""
         self.assigner = GroupAssigner(redis)
         self._expire_due = {}  # topic → (its groups, ms before which its sweep skips it)
 
     async def close(self) -> None:
         """Hand on the group leases still held, flush counters and stop the notification
         listener."""
+        await self.kept_settles.close()
         await self.clients.close()
         await self.holders.close()
         await self.counters.close()

@@ -45,6 +45,7 @@ from brokers.engine.groups import members as group_members
 from brokers.engine.groups import members_of_groups
 from brokers.engine.holders import Holders
 from brokers.engine.joined_appends import AppendJoiner
+from brokers.engine.kept_settles import KeptSettles
 from brokers.engine.model import (
     Delivery,
     QoS,
@@ -113,6 +114,7 @@ class EngineBase:
     gate: Gate
     shared: SharedDelivery
     holders: Holders
+    kept_settles: KeptSettles
     _expire_due: dict[str, tuple[tuple[str | None, ...], int]]
     _catalog: Callable[[], CatalogSnapshot]
     _clock: Callable[[], float]

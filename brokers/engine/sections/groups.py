@@ -34,6 +34,8 @@ from brokers.engine.groups import keep as keep_progress
 from brokers.engine.groups import members as group_members
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import Delivery
+from brokers.engine.notify import announce
+from brokers.engine.reconnect import REDIS_DOWN
 from brokers.engine.record import record_store_time, with_position
 from brokers.engine.retry_presence import lease_first_due
 from brokers.engine.sections.base import EngineBase
@@ -196,13 +198,10 @@ class GroupSection(EngineBase):
         client_id: str | None = None,
     ) -> int:
         """Settle leased deliveries for good (acked); unknown or settled ones are ignored.
-        One script call whatever the number of indexes; how many were settled now."""
-        if partition == RETRY_PARTITION:
-            return await self._settle_retries(topic, app, indexes, "ack", client_id)
-        info, policy = self._group_policy(topic, app)
-        return await self.shared.settle(
-            info, policy, partition, indexes, mode="ack", client_id=client_id
-        )
+        One script call whatever the number of indexes; how many were settled now (0
+        when Redis was unreachable: the ack is kept and made again once it answers,
+        :mod:`brokers.engine.kept_settles`)."""
+        return await self._settle_or_keep("ack", topic, app, partition, indexes, client_id)
 
     async def release(
         self,
@@ -217,14 +216,61 @@ class GroupSection(EngineBase):
         """Leased deliveries go back, due at once and marked redelivered (their consumer
         went away: not a failed attempt, but their next delivery counts); with ``unread``,
         deliveries no consumer was handed (read ahead, then not needed) go back as they
-        were before that lease."""
-        if partition == RETRY_PARTITION:
-            return await self._settle_retries(topic, app, indexes, "release", client_id)
-        info, policy = self._group_policy(topic, app)
+        were before that lease. Kept and made again when Redis was unreachable (0), as
+        :meth:`settle`."""
         mode = "unread" if unread else "release"
+        return await self._settle_or_keep(mode, topic, app, partition, indexes, client_id)
+
+    async def _settle_or_keep(
+        self,
+        mode: str,
+        topic: str,
+        app: str,
+        partition: int,
+        indexes: Sequence[int],
+        client_id: str | None,
+    ) -> int:
+        try:
+            return await self._settle_now(mode, topic, app, partition, indexes, client_id)
+        except REDIS_DOWN:
+            self.kept_settles.keep(mode, topic, app, partition, indexes, client_id)
+            return 0
+
+    async def _settle_now(
+        self,
+        mode: str,
+        topic: str,
+        app: str,
+        partition: int,
+        indexes: Sequence[int],
+        client_id: str | None,
+    ) -> int:
+        """``ack``, ``release`` or ``unread`` (released as never handed out) ``indexes``
+        of the group partition; how many changed."""
+        if partition == RETRY_PARTITION:
+            return await self._settle_retries(
+                topic, app, indexes, "ack" if mode == "ack" else "release", client_id
+            )
+        info, policy = self._group_policy(topic, app)
         return await self.shared.settle(
             info, policy, partition, indexes, mode=mode, client_id=client_id
         )
+
+    async def _settle_kept(
+        self,
+        mode: str,
+        topic: str,
+        app: str,
+        partition: int,
+        indexes: Sequence[int],
+        client_id: str | None,
+    ) -> int:
+        """A kept settle made again; a release also announced when it changed nothing
+        (it may have landed the first time, its announcement not)."""
+        changed = await self._settle_now(mode, topic, app, partition, indexes, client_id)
+        if mode != "ack" and not changed:
+            await announce(self.redis, self.group_topic(topic).code, partition)
+        return changed
 
     async def return_unread(
         self, topic: str, app: str, deliveries: Sequence[Delivery], *, client_id: str | None = None

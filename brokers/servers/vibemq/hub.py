@@ -461,7 +461,7 @@ class QueueDispatcher:
         delivered before)."""
         try:
             await self.hub.ctx.engine.return_unread(self.queue, app, deliveries)
-        except EngineError as exc:  # the leases lapse instead
+        except EngineError as exc:  # a deleted queue (Redis trouble: the engine retries)
             log.info("VibeMQ %s: read-ahead not returned: %s", self.queue, exc)
 
     async def _members(self, tracked: bool, lease_ms: int) -> bool:

@@ -346,7 +346,7 @@ class Session:
         for (queue, app, member, partition), indexes in pending.items():
             try:
                 await self.ctx.engine.settle(queue, app, partition, indexes, client_id=member)
-            except EngineError as exc:  # a deleted queue, Redis trouble: the lease lapses
+            except EngineError as exc:  # a deleted queue (Redis trouble: the engine retries)
                 log.info("VibeMQ ack on %s not applied: %s", queue, exc)
 
     # ---------------------------------------------------------------- deliveries (hub side)

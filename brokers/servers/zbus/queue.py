@@ -39,8 +39,8 @@ version), so a pause or a revoked policy holds those messages back at once. Sett
 partition) — a long poller settles one message per consume, and a fleet of MQs each
 polled a few times a second sent one call per message at 5 ms — or at once when
 ``settle_batch`` wait; a stopping server sends what is pending at once; a consume does
-not wait for its previous delivery's ack (a failed ack leaves the message leased until
-its lease expires). A consume that only acks is done as it is decoded (:meth:`QueueMq.consume_now`);
+not wait for its previous delivery's ack (an ack or a give-back Redis missed is made again
+by the engine once it answers: :mod:`brokers.engine.kept_settles`). A consume that only acks is done as it is decoded (:meth:`QueueMq.consume_now`);
 one that releases first runs as a task (:meth:`QueueMq.consume`). Deliveries are framed
 straight from the record (:func:`~.stored.delivery_bytes`).
 
