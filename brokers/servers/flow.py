@@ -19,6 +19,8 @@ import logging
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
+from brokers.servers.listening import Listener
+
 
 class FlowControlled(asyncio.Protocol):
     """Base of a server protocol: bounded per-connection concurrency with backpressure."""
@@ -150,7 +152,7 @@ class ListeningServer:
     """What the protocol servers share: the listening asyncio server and the set of open
     connections (protocols add and remove themselves)."""
 
-    def __init__(self, server: asyncio.Server, connections: set[Any]) -> None:
+    def __init__(self, server: Listener, connections: set[Any]) -> None:
         self._server = server
         self._connections = connections
 

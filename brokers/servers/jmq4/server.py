@@ -11,7 +11,7 @@ from brokers.servers.flow import ListeningServer, drain
 from brokers.servers.jmq4.connection import release_locks
 from brokers.servers.jmq4.context import ServerConfig, ServerContext
 from brokers.servers.jmq4.protocol import Jmq4Protocol
-from brokers.servers.listening import LISTEN_BACKLOG
+from brokers.servers.listening import Listener, listen
 
 log = logging.getLogger("mqcloud.jmq4")
 
@@ -19,7 +19,7 @@ log = logging.getLogger("mqcloud.jmq4")
 class Jmq4Server(ListeningServer):
     """A listening JMQ4 server and its open connections."""
 
-    def __init__(self, ctx: ServerContext, server: asyncio.Server, connections: set) -> None:
+    def __init__(self, ctx: ServerContext, server: Listener, connections: set) -> None:
         self.ctx = ctx
         super().__init__(server, connections)
 
@@ -69,14 +69,6 @@ async def start_jmq4_server(
         config=config or ServerConfig(),
     )
     connections: set[Jmq4Protocol] = set()
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: Jmq4Protocol(ctx, connections),
-        host,
-        port,
-        reuse_address=True,
-        reuse_port=reuse_port,
-        backlog=LISTEN_BACKLOG,
-    )
+    server = await listen(lambda: Jmq4Protocol(ctx, connections), host, port, reuse_port=reuse_port)
     log.info("JMQ4 broker %s listening on %s:%s", broker_id, host, port)
     return Jmq4Server(ctx, server, connections)

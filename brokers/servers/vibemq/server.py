@@ -9,7 +9,7 @@ import logging
 from brokers.engine import CatalogWatcher, Engine
 from brokers.protocols.vibemq import shutdown_notice
 from brokers.servers.flow import ListeningServer
-from brokers.servers.listening import LISTEN_BACKLOG
+from brokers.servers.listening import Listener, listen
 from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.vibemq.config import ServerConfig
 from brokers.servers.vibemq.context import ServerContext
@@ -27,7 +27,7 @@ class VibeMQServer(ListeningServer):
         self,
         ctx: ServerContext,
         hub: Hub,
-        server: asyncio.Server,
+        server: Listener,
         connections: set,
         monitor: asyncio.Server | None = None,
     ) -> None:
@@ -93,14 +93,8 @@ async def start_vibemq_server(
     hub = Hub(ctx)
     await hub.start()
     connections: set[VibeMQProtocol] = set()
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: VibeMQProtocol(ctx, hub, connections),
-        host,
-        port,
-        reuse_address=True,
-        reuse_port=reuse_port,
-        backlog=LISTEN_BACKLOG,
+    server = await listen(
+        lambda: VibeMQProtocol(ctx, hub, connections), host, port, reuse_port=reuse_port
     )
     monitor = None
     if ctx.config.monitor_port is not None:

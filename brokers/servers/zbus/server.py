@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from brokers.engine import CatalogWatcher, Engine, cancel_and_wait
 from brokers.servers.flow import ListeningServer, drain
-from brokers.servers.listening import LISTEN_BACKLOG
+from brokers.servers.listening import Listener, listen
 from brokers.servers.readahead import ReadAheadBudget
 from brokers.servers.zbus.census import Census
 from brokers.servers.zbus.config import ZbusConfig
@@ -26,7 +26,7 @@ class ZbusServer(ListeningServer):
     """A listening zbus server and its open connections."""
 
     def __init__(
-        self, ctx: ServerContext, server: asyncio.Server, connections: set[ZbusProtocol]
+        self, ctx: ServerContext, server: Listener, connections: set[ZbusProtocol]
     ) -> None:
         self.ctx = ctx
         super().__init__(server, connections)
@@ -108,15 +108,9 @@ async def start_zbus_server(
     relay = Relay(ctx)
     await relay.start()  # before any Temp MQ exists: replies forwarded here are heard
     ctx.relay = relay
-    loop = asyncio.get_running_loop()
     try:
-        server = await loop.create_server(
-            lambda: ZbusProtocol(ctx, connections),
-            host,
-            port,
-            reuse_address=True,
-            reuse_port=reuse_port,
-            backlog=LISTEN_BACKLOG,
+        server = await listen(
+            lambda: ZbusProtocol(ctx, connections), host, port, reuse_port=reuse_port
         )
     except BaseException:
         await relay.stop()
