@@ -43,6 +43,8 @@ GIVE_UP_S = 600.0
 MAX_KEPT = 1_000_000
 """Indexes kept at most, over every group (a few tens of bytes each)."""
 
+MISSED = (StoreUnavailable, *REDIS_DOWN)
+"""What says Redis missed a settle made again: it is kept for the next round."""
 Key = tuple[str, str, str, int, str | None]
 """(mode, topic, app, partition, client id)."""
 Apply = Callable[[str, str, str, int, Sequence[int], str | None], Awaitable[int]]
@@ -146,7 +148,7 @@ class KeptSettles:
             indexes = sorted(kept.indexes)
             try:
                 await self._apply(mode, topic, app, partition, indexes, client_id)
-            except (StoreUnavailable, *REDIS_DOWN):
+            except MISSED:
                 return False
             except Exception:
                 log.exception("kept %s settle of %s for %s dropped", mode, topic, app)
