@@ -32,10 +32,10 @@ from brokers.engine.groups import forget as forget_progress
 from brokers.engine.groups import join as join_group
 from brokers.engine.groups import keep as keep_progress
 from brokers.engine.groups import members as group_members
+from brokers.engine.kept_settles import MISSED
 from brokers.engine.keys import RETRY_PARTITION, consumer_id
 from brokers.engine.model import Delivery
 from brokers.engine.notify import announce
-from brokers.engine.reconnect import REDIS_DOWN
 from brokers.engine.record import record_store_time, with_position
 from brokers.engine.retry_presence import lease_first_due
 from brokers.engine.sections.base import EngineBase
@@ -232,7 +232,7 @@ class GroupSection(EngineBase):
     ) -> int:
         try:
             return await self._settle_now(mode, topic, app, partition, indexes, client_id)
-        except REDIS_DOWN:
+        except MISSED:
             self.kept_settles.keep(mode, topic, app, partition, indexes, client_id)
             return 0
 
