@@ -7,6 +7,7 @@ message stays there for the rightful consumer.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -324,6 +325,32 @@ async def test_blacklisted_client_may_neither_produce_nor_consume(
 
     await change(catalog, seen, producer={"blacklist": []}, consumer={"blacklist": []})
     await owner_consumes(raw, catalog, b"seed")  # and not the refused one
+
+
+async def test_a_long_poll_parked_before_a_blacklist_ends_with_147(
+    catalog: Catalog, broker, conns, store: Store, seen: Seen
+):
+    """The gate of now, not of the poll's start: a fetch parked on an empty topic when the
+    client's address is blacklisted, then woken by an append, ends with 147 and nothing,
+    as a fetch made after it does (the engine asks the gate again after each wait; a
+    catalog change alone does not wake it: it ends so at its deadline)."""
+    raw = await owner(catalog, conns)
+    producer = await owner(catalog, conns)
+    request = FetchTopicMessageRequest(
+        topics=(TopicFetch(topic=catalog.topic, count=10),),
+        app=catalog.owner,
+        long_poll_timeout=20_000,
+    )
+    raw.send(frame_bytes(request, 7))
+    parked = asyncio.create_task(raw.read(wait=25))
+    await asyncio.sleep(0.3)
+    assert not parked.done()
+    await change(catalog, seen, consumer={"blacklist": [LOOPBACK_NET]})
+    assert await produced_code(producer, produce(catalog.topic, catalog.owner, b"late")) == 0
+    (entry,) = (await asyncio.wait_for(parked, 10)).payload.topics  # not its 20 s
+    assert (entry.code, tuple(entry.messages)) == (Code.FW_GET_MESSAGE_APP_CLIENT_IP_NOT_READ, ())
+    await change(catalog, seen, consumer={"blacklist": []})
+    await owner_consumes(raw, catalog, b"late")  # kept for the consumer, not lost
 
 
 # ---------------------------------------------------------------------- 7: rate limit
