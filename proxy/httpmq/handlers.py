@@ -34,6 +34,7 @@ from brokers.engine import (
     commit_illegal,
     java_hash,
 )
+from brokers.protocols.json_escapes import first_lone_surrogate
 from proxy.httpmq import params as p
 from proxy.httpmq.auth import authenticate, authorize
 from proxy.httpmq.envelope import ProxyError, Reply, bad_parameter, envelope, ok
@@ -297,6 +298,12 @@ def _batch_texts(params: dict[str, str]) -> list[str]:
     except msgspec.ValidationError:
         raise bad_parameter("messages must be a non-empty JSON array") from None
     except msgspec.DecodeError:
+        lone = first_lone_surrogate(raw.encode("utf-8", "surrogateescape"))
+        if lone is not None:  # msgspec's own word for it is "Input data was truncated"
+            raise bad_parameter(
+                f"messages hold a lone UTF-16 surrogate {lone.decode('ascii')}:"
+                " no text can carry it"
+            ) from None
         raise bad_parameter("messages must be a JSON array") from None
     except RecursionError:  # msgspec's decoder and formatter stop near 1,000 levels
         raise bad_parameter("messages nest arrays or objects too deeply") from None

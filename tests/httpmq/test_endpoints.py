@@ -167,6 +167,15 @@ def test_batch_values_keep_their_own_text_compacted(mq):
             data={"producer": s.producer, "messages": deep},
         )
         assert r.status_code == 400 and r.json()["error"] == "BAD_PARAMETER", r.text
+    lone = '["fine", "a\\ud800b"]'  # the second's escape is of a lone surrogate: no text
+    r = mq.post(
+        "/mq/produce/batch",
+        headers=auth(s.token),
+        data={"producer": s.producer, "messages": lone},
+    )
+    assert r.status_code == 400 and r.json()["message"].startswith(
+        "messages hold a lone UTF-16 surrogate \\ud800"
+    ), r.text
     assert drain(mq, s) == []
 
 

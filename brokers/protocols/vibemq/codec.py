@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 import struct
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from brokers.protocols.json_escapes import replace_lone_surrogates
 from brokers.protocols.vibemq.enums import SERVER_ONLY_TYPES, CommandType
 from brokers.protocols.vibemq.errors import (
     EncodeError,
@@ -163,30 +163,6 @@ def _envelope(data: bytes | str) -> _Envelope:
         raise InvalidJson("frame nests arrays or objects too deeply (hundreds of levels)") from None
 
 
-_ESCAPE = re.compile(
-    rb"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"  # a pair: kept
-    rb"|(u[dD][89a-fA-F][0-9a-fA-F]{2})"  # a lone surrogate
-    rb"|.)",  # any other escape (an escaped backslash among them), kept
-    re.DOTALL,
-)
-
-
-def _replace_lone_surrogates(data: bytes, stand_in: bytes) -> tuple[bytes, bytes | None]:
-    """``data`` with each ``\\uXXXX`` escape of a lone UTF-16 surrogate replaced by
-    ``stand_in``, and the first such escape (None: there is none)."""
-    first: list[bytes] = []
-
-    def replace(match: re.Match[bytes]) -> bytes:
-        if match.group(1) is None:
-            return match.group(0)
-        if not first:
-            first.append(match.group(0))
-        return stand_in
-
-    replaced = _ESCAPE.sub(replace, data)
-    return replaced, (first[0] if first else None)
-
-
 def _without_lone_surrogates(data: bytes, exc: msgspec.DecodeError) -> _Envelope:
     """The envelope of a frame the decoder refused with ``exc``, when that was for lone
     UTF-16 surrogate escapes (``"\\ud800"``) in fields the broker ignores (unknown ones);
@@ -199,12 +175,12 @@ def _without_lone_surrogates(data: bytes, exc: msgspec.DecodeError) -> _Envelope
     it holds one. The text is read with two stand-ins for the escapes: a field holding
     one reads differently. Any other refusal is :class:`InvalidJson`, with the error of
     the text without those escapes."""
-    one, escape = _replace_lone_surrogates(data, b"\\ufffd")
+    one, escape = replace_lone_surrogates(data, b"\\ufffd")
     if escape is None:
         raise InvalidJson(f"frame is not a JSON object: {exc}")
     try:
         env = _DECODER.decode(one)
-        other = _DECODER.decode(_replace_lone_surrogates(data, b"\\ufffc")[0])
+        other = _DECODER.decode(replace_lone_surrogates(data, b"\\ufffc")[0])
     except msgspec.DecodeError as other_exc:
         raise InvalidJson(f"frame is not a JSON object: {other_exc}") from None
     except RecursionError:
