@@ -20,7 +20,8 @@ completed their handshakes), their consume sent, and no answer for 10 s — thos
 after their client gave up were served a message nobody read. :func:`listen` accepts
 everything the queue holds each time the listening socket is readable (up to
 :data:`ACCEPT_PER_TURN`), on any event loop, and hands each socket to the loop's own
-transport (``connect_accepted_socket``).
+transport (``connect_accepted_socket``). The HTTP-MQ serving processes run uvicorn on a
+uvloop whose ``create_server`` does the same (:mod:`proxy.httpmq.accepting_loop`).
 """
 
 from __future__ import annotations
@@ -113,6 +114,18 @@ class Listener:
         await self._closed.wait()
         if self._opening:
             await asyncio.wait(set(self._opening))
+
+
+def serve_socket(
+    factory: Callable[[], asyncio.Protocol], sock: socket.socket, backlog: int = LISTEN_BACKLOG
+) -> Listener:
+    """Accept on ``sock`` (bound, listened on here with ``backlog``) as :func:`listen`
+    does: for a server that binds its sockets itself (the HTTP-MQ serving processes)."""
+    sock.listen(backlog)
+    sock.setblocking(False)
+    listener = Listener(asyncio.get_running_loop(), factory)
+    listener._start(sock)
+    return listener
 
 
 async def listen(

@@ -71,7 +71,7 @@ def uvicorn_server(config: ProxyConfig, index: int = 0) -> uvicorn.Server:
     app = HttpMqApp(config, metrics, index)
     settings = uvicorn.Config(
         app,
-        loop="uvloop",
+        loop="proxy.httpmq.accepting_loop:AcceptingLoop",  # accepts a waiting fleet at once
         http=protocol_class(config, metrics),
         ws="none",
         lifespan="on",

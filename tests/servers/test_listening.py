@@ -36,11 +36,15 @@ class Counted(asyncio.Protocol):
         self.transport.write(data)  # type: ignore[attr-defined]
 
 
-async def _storm_while_busy() -> tuple[int, int]:
+async def _listen_on_a_free_port() -> Listener:
+    return await listen(Counted, "127.0.0.1", 0)
+
+
+async def storm_while_busy(serve=_listen_on_a_free_port) -> tuple[int, int]:
     """(turns of a loop busy 5 ms each turn until a storm of STORM connections was
-    accepted, how many were)."""
+    accepted, how many were), on the server ``serve`` makes for :class:`Counted`."""
     Counted.made, Counted.all_made = [], asyncio.Event()
-    listener = await listen(Counted, "127.0.0.1", 0)
+    listener = await serve()
     port = listener.sockets[0].getsockname()[1]
     loop = asyncio.get_running_loop()
     turns = 0
@@ -69,7 +73,7 @@ async def _storm_while_busy() -> tuple[int, int]:
 @pytest.mark.parametrize("loop", LOOPS)
 def test_a_storm_of_connections_is_accepted_in_a_few_turns_of_a_busy_loop(loop):
     with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
-        turns, accepted = runner.run(_storm_while_busy())
+        turns, accepted = runner.run(storm_while_busy())
     assert accepted == STORM
     assert turns < 20, turns  # uvloop's create_server: one connection per turn (≥ 300)
 
