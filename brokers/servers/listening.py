@@ -58,7 +58,10 @@ class Listener:
         self._opening: set[asyncio.Task[object]] = set()
         self._closed = asyncio.Event()
 
-    def _start(self, sock: socket.socket) -> None:
+    def _start(self, sock: socket.socket, backlog: int) -> None:
+        """Listen on the bound ``sock`` with ``backlog`` and accept from it."""
+        sock.listen(backlog)
+        sock.setblocking(False)
         self.sockets.append(sock)
         self._loop.add_reader(sock.fileno(), self._accept, sock)
 
@@ -121,10 +124,8 @@ def serve_socket(
 ) -> Listener:
     """Accept on ``sock`` (bound, listened on here with ``backlog``) as :func:`listen`
     does: for a server that binds its sockets itself (the HTTP-MQ serving processes)."""
-    sock.listen(backlog)
-    sock.setblocking(False)
     listener = Listener(asyncio.get_running_loop(), factory)
-    listener._start(sock)
+    listener._start(sock, backlog)
     return listener
 
 
@@ -158,12 +159,10 @@ async def listen(
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 sock.bind(address)
-                sock.listen(LISTEN_BACKLOG)
-                sock.setblocking(False)
+                listener._start(sock, LISTEN_BACKLOG)
             except BaseException:
                 sock.close()
                 raise
-            listener._start(sock)
     except BaseException:
         listener.close()
         raise

@@ -39,7 +39,7 @@ from brokers.engine.notify import announce
 from brokers.engine.record import record_store_time, with_position
 from brokers.engine.retry_presence import lease_first_due
 from brokers.engine.sections.base import EngineBase
-from brokers.engine.shared import FAN_OUT, Lease
+from brokers.engine.shared import AVAILABLE_AGAIN, FAN_OUT, Lease
 from brokers.engine.unbatch import one_by_one
 
 EXPIRE_RECHECK_MS = 10_000
@@ -268,7 +268,7 @@ class GroupSection(EngineBase):
         """A kept settle made again; a release also announced when it changed nothing
         (it may have landed the first time, its announcement not)."""
         changed = await self._settle_now(mode, topic, app, partition, indexes, client_id)
-        if mode != "ack" and not changed:
+        if mode in AVAILABLE_AGAIN and not changed:
             await announce(self.redis, self.group_topic(topic).code, partition)
         return changed
 
