@@ -49,6 +49,7 @@ from bench.harness import (
     cpu_times,
     raw_xadd,
     redis_calls,
+    sent_between,
     serve_main,
     tree_cpu_seconds,
 )
@@ -74,10 +75,16 @@ def snapshot(port: int) -> CatalogSnapshot:
 
 
 def start_server(*args: Any, **kwargs: Any) -> Awaitable[Any]:
-    """Our zbus server, with ``BENCH_SETTLE_DELAY`` as its ``settle_delay`` when set."""
+    """Our zbus server, with ``BENCH_SETTLE_DELAY`` as its ``settle_delay`` and
+    ``BENCH_SETTLE_GATHER`` as its ``settle_gather`` when set."""
     delay = os.environ.get("BENCH_SETTLE_DELAY")
-    if delay:
-        config = dataclasses.replace(ZbusConfig.from_environment(), settle_delay=float(delay))
+    gather = os.environ.get("BENCH_SETTLE_GATHER")
+    if delay or gather:
+        config = ZbusConfig.from_environment()
+        if delay:
+            config = dataclasses.replace(config, settle_delay=float(delay))
+        if gather:
+            config = dataclasses.replace(config, settle_gather=int(gather))
         kwargs["config"] = config
     return start_zbus_server(*args, **kwargs)
 
@@ -117,8 +124,16 @@ async def run(
     busy = busy_share(machine, cpu_times())
     redis = None
     if redis_port and result.count:
-        total, scripts = calls_between(calls, redis_calls(redis_port))
+        after = redis_calls(redis_port)
+        total, scripts = calls_between(calls, after)
         redis = (total / result.count, scripts / result.count)
+        if args.commands:
+            sent = sorted(sent_between(calls, after).items(), key=lambda kv: -kv[1])
+            print(
+                f"  {name}: Redis commands per poll: "
+                + ", ".join(f"{k} {n / result.count:.3f}" for k, n in sent),
+                flush=True,
+            )
     figures = Figures(name, result, cpu / result.count * 1e6 if result.count else 0.0, busy, redis)
     print(
         f"  {name:40} {result.rate:>9,.0f} polls/s  n={result.count:<8,} {result.seconds:5.1f}s"
@@ -291,4 +306,7 @@ if __name__ == "__main__":
             help="seconds Redis is down under the parked fleet (0: no outage phase)",
         )  # fmt: skip
         parser.add_argument("--no-java", action="store_true", help="only our server")
+        parser.add_argument(
+            "--commands", action="store_true", help="print Redis commands per poll, by name"
+        )
         asyncio.run(main(parser.parse_args()))

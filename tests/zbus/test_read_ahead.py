@@ -197,7 +197,7 @@ async def test_a_slow_poller_leases_one_at_a_time_a_fast_one_reads_ahead(
     """The pump leases by the consumer's pace: one poll per hold leases one message (not a
     batch handed back unread a hold later), polls in quick succession read ahead."""
     server = Broker_(redis_url)
-    await server.start(HOLD)
+    await server.start(dataclasses.replace(HOLD, settle_gather=1))  # acks go at settle_delay
     raw = await Raw.open(server.port)
     try:
         await _produce(raw, [f"m{i}".encode() for i in range(20)])
@@ -265,6 +265,42 @@ async def test_acks_go_at_once_when_a_batch_of_them_waits(catalog, redis_url) ->
         assert (await raw.recv()).body == b"m3"
         await asyncio.sleep(0.3)
         assert await _in_flight(server) == 2  # m2's ack waits alone: m2 and m3 in flight
+    finally:
+        await raw.close()
+        await server.stop()
+
+
+async def test_a_lone_ack_waits_for_company_until_settle_max_delay(catalog, redis_url) -> None:
+    """Fewer than ``settle_gather`` acks in one MQ wait past ``settle_delay`` (a MQ polled
+    a few times a second would cost a call per ack); once that many wait and the oldest
+    waited ``settle_delay`` they go at once; a lone one goes at ``settle_max_delay``."""
+    server = Broker_(redis_url)
+    config = dataclasses.replace(
+        TEST_CONFIG, settle_delay=0.05, settle_gather=3, settle_max_delay=1.0
+    )
+    await server.start(config, read_ahead=ReadAheadBudget(0))  # one lease per poll
+    raw = await Raw.open(server.port)
+
+    async def consume(i: int) -> None:
+        await raw.send(msg("cmd: consume", "mq: orders", f"msgid: c{i}"))
+        assert (await raw.recv()).body == b"m%d" % i
+
+    try:
+        await _produce(raw, [f"m{i}".encode() for i in range(5)])
+        await consume(0)
+        await consume(1)  # acks m0: alone, it waits past settle_delay
+        await asyncio.sleep(0.3)
+        assert await _in_flight(server) == 2
+        await consume(2)
+        await consume(3)  # acks m1 and m2: three wait, the oldest long enough
+        assert await _in_flight_once_settled(server, 1) == 1  # m3
+        await consume(4)  # acks m3: alone again
+        started = asyncio.get_running_loop().time()
+        await asyncio.sleep(0.3)
+        assert await _in_flight(server) == 2
+        assert await _in_flight_once_settled(server, 1) == 1  # m4
+        waited = asyncio.get_running_loop().time() - started
+        assert 0.6 < waited < 1.8, waited
     finally:
         await raw.close()
         await server.stop()

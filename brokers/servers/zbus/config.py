@@ -48,12 +48,20 @@ class ZbusConfig:
     for the next sessions of their consumer, then go back to the group unread."""
     settle_delay: float = 0.05
     """Acks of queue deliveries (a consume settling the previous ones, a drained stream)
-    wait this long (seconds) to go to the engine together: one call per group and
-    partition for all of them. What a consumer acked meanwhile is still in flight for the
-    engine: counted in its backlog, and delivered again if this process dies first. At
-    fleet size (``bench/zbus_fleet.py``: 1,000 MQs, each long-polled, one process) 5 ms
-    sent 0.74 scripts, 7.9 Redis commands per poll (15,779 polls/s at 62.5 µs of broker
-    CPU each); 50 ms sent 0.33 and 3.9 (19,733 polls/s at 50.0 µs)."""
+    wait at least this long (seconds) to go to the engine together: one call per group
+    and partition for all of them. What a consumer acked meanwhile is still in flight for
+    the engine: counted in its backlog, and delivered again if this process dies first."""
+    settle_gather: int = 16
+    """Fewer acks than this, in one MQ, wait past ``settle_delay`` for company, up to
+    ``settle_max_delay``: so at most this many (or ``settle_delay``'s worth) wait longer.
+    At fleet size (``bench/zbus_fleet.py``: 1,000 MQs, each long-polled, one process,
+    every poller connected at once) each MQ is polled a few times a second: 50 ms alone
+    sent an ack call per one or two polls (0.6-0.8 scripts, 7.6-10 Redis commands per
+    poll); waiting for company for 16 sent 0.25-0.34 scripts and 3.8-5.3 commands, and
+    the broker answered 1.35-1.7× the polls per second (three interleaved pairs of runs,
+    2026-12-06)."""
+    settle_max_delay: float = 0.5
+    """The longest an ack waits for company (seconds)."""
     settle_batch: int = 1024
     """Acks waiting in one MQ that go at once, without waiting out ``settle_delay``."""
     drain_check_delay: float = 0.005

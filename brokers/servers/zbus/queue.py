@@ -38,10 +38,13 @@ version), so a pause or a revoked policy holds those messages back at once. Sett
 ``settle_delay`` (50 ms), from every connection, go to the engine as one call per (group,
 partition) — a long poller settles one message per consume, and a fleet of MQs each
 polled a few times a second sent one call per message at 5 ms — or at once when
-``settle_batch`` wait; a stopping server sends what is pending at once; a consume does
-not wait for its previous delivery's ack (an ack or a give-back Redis missed is made again
-by the engine once it answers: :mod:`brokers.engine.kept_settles`). A consume that only acks is done as it is decoded (:meth:`QueueMq.consume_now`);
-one that releases first runs as a task (:meth:`QueueMq.consume`). Deliveries are framed
+``settle_batch`` wait; fewer than ``settle_gather`` wait on for company up to
+``settle_max_delay`` (at fleet size each MQ is polled a few times a second: 50 ms alone
+still meant a call per ack or two); a stopping server sends what is pending at once; a
+consume does not wait for its previous delivery's ack (an ack or a give-back Redis missed
+is made again by the engine once it answers: :mod:`brokers.engine.kept_settles`). A
+consume that only acks is done as it is decoded (:meth:`QueueMq.consume_now`); one that
+releases first runs as a task (:meth:`QueueMq.consume`). Deliveries are framed
 straight from the record (:func:`~.stored.delivery_bytes`).
 
 Settling (§13.1):
@@ -161,6 +164,8 @@ class QueueMq:
     """What each consumer took since its last lease."""
     _to_settle: list[InFlight] = field(default_factory=list)
     _settle_timer: asyncio.TimerHandle | None = None
+    _settle_since: float = 0.0
+    """When the oldest ack in ``_to_settle`` came (monotonic)."""
     _streams_timer: asyncio.TimerHandle | None = None
     _streams_wait: float = 0.0
     _streams: set[Connection] = field(default_factory=set)
@@ -411,16 +416,37 @@ class QueueMq:
         return settle, again
 
     def _settle_soon(self, items: list[InFlight]) -> None:
-        """Ack ``items`` with everything else settled within ``settle_delay`` (one engine
-        call per group and partition for all of them: a long poller settles one message
-        per consume), or at once when ``settle_batch`` wait."""
+        """Ack ``items`` with everything else settled meanwhile (one engine call per group
+        and partition for all of them: a long poller settles one message per consume):
+        at once when ``settle_batch`` wait, once the oldest waited ``settle_delay`` when
+        ``settle_gather`` wait, else once it waited ``settle_max_delay``."""
+        cfg = self.ctx.config
         self._to_settle.extend(items)
-        if len(self._to_settle) >= self.ctx.config.settle_batch:
+        waiting = len(self._to_settle)
+        if waiting >= cfg.settle_batch:
             self._flush_settles()
         elif self._settle_timer is None:
+            self._settle_since = time.monotonic()
             self._settle_timer = asyncio.get_running_loop().call_later(
-                self.ctx.config.settle_delay, self._flush_settles
+                cfg.settle_delay, self._settle_due
             )
+        elif (
+            waiting >= cfg.settle_gather
+            and time.monotonic() - self._settle_since >= cfg.settle_delay
+        ):
+            self._flush_settles()  # the oldest waited for company long enough
+
+    def _settle_due(self) -> None:
+        """The oldest ack waited ``settle_delay``: go if ``settle_gather`` wait, else wait
+        for more until ``settle_max_delay`` (a MQ polled a few times a second sent a call
+        per ack or two)."""
+        self._settle_timer = None
+        cfg = self.ctx.config
+        left = self._settle_since + cfg.settle_max_delay - time.monotonic()
+        if len(self._to_settle) >= cfg.settle_gather or left <= 0.001:
+            self._flush_settles()
+        else:
+            self._settle_timer = asyncio.get_running_loop().call_later(left, self._settle_due)
 
     def _flush_settles(self) -> None:
         if self._settle_timer is not None:
