@@ -40,10 +40,15 @@ async def test_an_ack_a_release_and_a_return_redis_missed_land_once_it_answers(
     monkeypatch.setattr(kept_settles, "FIRST_RETRY_S", 0.01)
     monkeypatch.setattr(kept_settles, "LAST_RETRY_S", 0.05)
     engine = make_engine(snapshot(topics={"t": {"partitions": 1}}))
+    start = engine.now_ms()
     for i in range(4):
         await engine.append("t", "a", [Message(b"%d" % i)], partition=0)
     leased = await engine.lease("t", "a", count=4, owner="o")
     assert [d.index for d in leased.deliveries] == [0, 1, 2, 3]
+
+    async def consumed() -> int:
+        rows = await engine.traffic("app", "a", start, engine.now_ms() + 1)
+        return sum(r.consumed for r in rows)
 
     redis = _unreachable(monkeypatch)
     assert await engine.settle("t", "a", 0, [0]) == 0  # no error for the caller
@@ -53,15 +58,18 @@ async def test_an_ack_a_release_and_a_return_redis_missed_land_once_it_answers(
     await asyncio.sleep(0.2)  # tried again meanwhile, Redis still down: all kept
     assert engine.kept_settles.count == 3
     assert (await engine.group_stats("t", "a")).in_flight == 4
+    assert await consumed() == 3  # the return's traffic is given back at once
 
     redis["down"] = False
     await _until(lambda: engine.kept_settles.count == 0)
+    assert await consumed() == 3  # and not again when it lands
     stats = await engine.group_stats("t", "a")
     assert (stats.backlog, stats.in_flight) == (3, 1)  # 0 acked; 1 and 2 due; 3 still leased
     again = []  # one run due again per lease
     while got := (await engine.lease("t", "a", count=4, owner="o")).deliveries:
         again += [(d.index, d.redelivered) for d in got]
     assert sorted(again) == [(1, True), (2, False)]
+    assert await consumed() == 5  # delivered again: counted again
 
 
 async def test_kept_settles_of_one_group_partition_are_made_in_one_call(make_engine, monkeypatch):

@@ -280,20 +280,27 @@ class GroupSection(EngineBase):
         delivered before are marked redelivered. Nor does it count as consumed traffic
         or against the consumer's rate limit: both are given back (the traffic in the
         current minute — a read-ahead is held about a second). One call per partition;
-        how many went back."""
+        how many went back. A return Redis missed is kept and made again
+        (:meth:`release`); its traffic is given back at once, as if it landed (it does
+        once Redis answers), its permits only if Redis takes them back now."""
         runs: dict[int, list[Delivery]] = {}
         for d in deliveries:
             runs.setdefault(d.partition, []).append(d)
         n = returned = returned_bytes = 0
         for partition, held in runs.items():
-            back = await self.release(
-                topic, app, partition, [d.index for d in held], client_id=client_id, unread=True
-            )
-            n += back
-            if back:  # what a lease counted; none of it when the lease was gone already
-                counted = sum(d.count for d in held)
-                returned += min(back, counted)
-                returned_bytes += sum(len(d.record) for d in held) * min(back, counted) // counted
+            indexes = [d.index for d in held]
+            counted = sum(d.count for d in held)
+            try:
+                back = await self._settle_now("unread", topic, app, partition, indexes, client_id)
+            except MISSED:
+                self.kept_settles.keep("unread", topic, app, partition, indexes, client_id)
+                back, landing = 0, counted
+            else:
+                n += back
+                landing = min(back, counted)  # none of it when the lease was gone already
+            if landing:  # what a lease counted
+                returned += landing
+                returned_bytes += sum(len(d.record) for d in held) * landing // counted
         if returned:
             self.counters.record(
                 topic=topic,
@@ -303,7 +310,8 @@ class GroupSection(EngineBase):
                 consumed_bytes=-returned_bytes,
             )
             _, policy = self._group_policy(topic, app)
-            await self.gate.refund_consume(policy, returned)
+            with contextlib.suppress(*MISSED):  # the bucket fills again on its own
+                await self.gate.refund_consume(policy, returned)
         return n
 
     async def fail(
