@@ -201,7 +201,7 @@ class GroupSection(EngineBase):
         One script call whatever the number of indexes; how many were settled now (0
         when Redis was unreachable: the ack is kept and made again once it answers,
         :mod:`brokers.engine.kept_settles`)."""
-        return await self._settle_or_keep("ack", topic, app, partition, indexes, client_id)
+        return await self._settle_or_keep("ack", topic, app, partition, indexes, client_id) or 0
 
     async def release(
         self,
@@ -219,7 +219,7 @@ class GroupSection(EngineBase):
         were before that lease. Kept and made again when Redis was unreachable (0), as
         :meth:`settle`."""
         mode = "unread" if unread else "release"
-        return await self._settle_or_keep(mode, topic, app, partition, indexes, client_id)
+        return await self._settle_or_keep(mode, topic, app, partition, indexes, client_id) or 0
 
     async def _settle_or_keep(
         self,
@@ -229,12 +229,14 @@ class GroupSection(EngineBase):
         partition: int,
         indexes: Sequence[int],
         client_id: str | None,
-    ) -> int:
+    ) -> int | None:
+        """:meth:`_settle_now`; None when Redis was unreachable: the settle is kept and
+        made again once it answers (:mod:`brokers.engine.kept_settles`)."""
         try:
             return await self._settle_now(mode, topic, app, partition, indexes, client_id)
         except MISSED:
             self.kept_settles.keep(mode, topic, app, partition, indexes, client_id)
-            return 0
+            return None
 
     async def _settle_now(
         self,
@@ -290,11 +292,9 @@ class GroupSection(EngineBase):
         for partition, held in runs.items():
             indexes = [d.index for d in held]
             counted = sum(d.count for d in held)
-            try:
-                back = await self._settle_now("unread", topic, app, partition, indexes, client_id)
-            except MISSED:
-                self.kept_settles.keep("unread", topic, app, partition, indexes, client_id)
-                back, landing = 0, counted
+            back = await self._settle_or_keep("unread", topic, app, partition, indexes, client_id)
+            if back is None:  # kept: it lands once Redis answers
+                landing = counted
             else:
                 n += back
                 landing = min(back, counted)  # none of it when the lease was gone already
